@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up a fresh virtual environment with every test dependency, then run lint, types and tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/mypy
+.venv/bin/pytest "$@"

@@ -1,0 +1,281 @@
+"""Provider-neutral messages and content blocks, with an exact JSON codec.
+
+Every type here is a ``msgspec.Struct``: cheap to build on the streaming path and
+encoded to JSON without an intermediate dict. Content blocks carry a ``type`` tag and
+messages a ``role`` tag, so any list of them round-trips through :func:`to_json` /
+:func:`from_json` (or :func:`to_dict` / :func:`from_dict`) exactly.
+
+Applications add their own UI-only message kinds by subclassing :class:`CustomMessage`
+with a tag of their choice; they are registered automatically and round-trip like the
+built-in kinds, but the default conversion drops them before a model sees them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Literal, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "AssistantMessage",
+    "ContentBlock",
+    "Cost",
+    "CustomMessage",
+    "ImageContent",
+    "Message",
+    "StopReason",
+    "TextContent",
+    "ThinkingContent",
+    "ToolCall",
+    "ToolResultMessage",
+    "Usage",
+    "UserMessage",
+    "from_dict",
+    "from_json",
+    "message_text",
+    "to_dict",
+    "to_json",
+]
+
+StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
+
+
+def _now() -> float:
+    return time.time()
+
+
+class TextContent(msgspec.Struct, tag="text", tag_field="type", kw_only=True, omit_defaults=True):
+    """Plain text. ``signature`` is an opaque provider token replayed verbatim."""
+
+    type: ClassVar[Literal["text"]] = "text"
+
+    text: str
+    signature: str | None = None
+
+
+class ThinkingContent(msgspec.Struct, tag="thinking", tag_field="type", kw_only=True, omit_defaults=True):
+    """Model reasoning. ``redacted`` blocks carry only the opaque ``signature``."""
+
+    type: ClassVar[Literal["thinking"]] = "thinking"
+
+    thinking: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+class ImageContent(msgspec.Struct, tag="image", tag_field="type", kw_only=True, omit_defaults=True):
+    """An image given either as base64 ``data`` or as a ``url``."""
+
+    type: ClassVar[Literal["image"]] = "image"
+
+    mime_type: str = "image/png"
+    data: str | None = None
+    url: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("ImageContent needs exactly one of data (base64) or url")
+
+
+class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, omit_defaults=True):
+    """A request from the model to run a tool.
+
+    When the model sent arguments that are not valid JSON, ``arguments`` is ``{}`` and
+    ``raw_arguments`` / ``parse_error`` keep what was received and why it failed.
+    """
+
+    type: ClassVar[Literal["tool_call"]] = "tool_call"
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    signature: str | None = None
+    raw_arguments: str | None = None
+    parse_error: str | None = None
+
+
+ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall
+UserContent: TypeAlias = TextContent | ImageContent
+AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall
+
+
+class Cost(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Cost in US dollars, per token category."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+    total: float = 0.0
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Token counts of one model response. ``input`` excludes cached tokens.
+
+    ``total_tokens`` is always ``input + output + cache_read + cache_write``.
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: Cost = msgspec.field(default_factory=Cost)
+
+    def add(self, other: Usage) -> None:
+        """Add ``other`` into this usage in place (tokens and costs)."""
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.total_tokens += other.total_tokens
+        c, o = self.cost, other.cost
+        c.input += o.input
+        c.output += o.output
+        c.cache_read += o.cache_read
+        c.cache_write += o.cache_write
+        c.total += o.total
+
+
+class Message(msgspec.Struct, tag_field="role", kw_only=True, omit_defaults=True):
+    """Base of every transcript entry. ``role`` is the JSON tag."""
+
+    timestamp: float = msgspec.field(default_factory=_now)
+
+    role: ClassVar[str] = ""
+    """The message's role tag (``user``, ``assistant``, ``tool_result`` or a custom tag)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        tag = kwargs.get("tag")
+        if isinstance(tag, str):
+            cls.role = tag
+
+
+class UserMessage(Message, tag="user"):
+    """Input from the user. A plain string is accepted and becomes one text block."""
+
+    role: ClassVar[str] = "user"
+
+    content: list[UserContent] | str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.content, str):
+            self.content = [TextContent(text=self.content)]
+
+
+class AssistantMessage(Message, tag="assistant"):
+    """A model response, streamed or complete."""
+
+    role: ClassVar[str] = "assistant"
+
+    content: list[AssistantContent] = msgspec.field(default_factory=list)
+    provider: str = ""
+    api: str = ""
+    model: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    stop_reason: StopReason = "stop"
+    error_message: str | None = None
+    error_kind: str | None = None
+    response_id: str | None = None
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls in this message, in order."""
+        return [b for b in self.content if type(b) is ToolCall]
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "".join(b.text for b in self.content if type(b) is TextContent)
+
+
+class ToolResultMessage(Message, tag="tool_result"):
+    """The outcome of one tool call. ``details`` is for the application, not the model."""
+
+    role: ClassVar[str] = "tool_result"
+
+    tool_call_id: str
+    tool_name: str
+    content: list[UserContent] = msgspec.field(default_factory=list)
+    details: Any = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "".join(b.text for b in self.content if type(b) is TextContent)
+
+
+class CustomMessage(Message):
+    """Base for application-defined, UI-only messages.
+
+    Subclass it with a tag (``class Note(CustomMessage, tag="note"): text: str``); the
+    subclass is registered for JSON decoding. The default conversion to model messages
+    drops custom messages.
+    """
+
+
+
+
+_BUILTIN: dict[str, type[Message]] = {
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool_result": ToolResultMessage,
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def message_text(message: Message) -> str:
+    """The concatenated text of a message's text blocks ("" for messages without text)."""
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        return "".join(b.text for b in content if type(b) is TextContent)
+    return ""
+
+
+def _custom_kind(tag: str) -> type[Message] | None:
+    stack: list[type[Message]] = [CustomMessage]
+    while stack:
+        cls = stack.pop()
+        if cls.__struct_config__.tag == tag and cls is not CustomMessage:
+            return cls
+        stack.extend(cls.__subclasses__())
+    return None
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """A JSON-compatible dict of ``message``, tagged with its role."""
+    out: dict[str, Any] = msgspec.to_builtins(message)
+    return out
+
+
+def from_dict(data: dict[str, Any]) -> Message:
+    """Rebuild a message (built-in or registered custom kind) from :func:`to_dict` output."""
+    role = data.get("role")
+    cls = _BUILTIN.get(role) if isinstance(role, str) else None
+    if cls is None and isinstance(role, str):
+        cls = _custom_kind(role)
+    if cls is None:
+        raise ValueError(
+            f"Unknown message role {role!r}: register custom kinds by subclassing "
+            "ketch.CustomMessage with tag=<role>"
+        )
+    return msgspec.convert(data, type=cls)
+
+
+def to_json(messages: Message | list[Message]) -> bytes:
+    """Encode one message or a list of messages as JSON bytes."""
+    return _encoder.encode(messages)
+
+
+def from_json(data: bytes | str) -> Any:
+    """Decode JSON produced by :func:`to_json`: a message or a list of messages."""
+    raw = msgspec.json.decode(data)
+    if isinstance(raw, list):
+        return [from_dict(item) for item in raw]
+    if isinstance(raw, dict):
+        return from_dict(raw)
+    raise ValueError("Expected a JSON object or array of messages")

@@ -1,0 +1,132 @@
+"""The model interface: what a request looks like and what a model must do with it.
+
+A :class:`Model` turns a :class:`Context` plus :class:`StreamOptions` into an async
+iterator of :data:`~ketch.llm.stream.StreamEvent`. It never raises for request or
+runtime failures: those end the stream with a :class:`~ketch.llm.stream.StreamError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+import msgspec
+
+from .messages import AssistantMessage, Message
+from .signal import AbortSignal
+from .stream import StreamDone, StreamError, StreamEvent
+
+__all__ = [
+    "THINKING_LEVELS",
+    "Context",
+    "Model",
+    "StreamOptions",
+    "ThinkingLevel",
+    "ToolChoice",
+    "ToolSpec",
+    "complete",
+]
+
+ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "minimal", "low", "medium", "high", "xhigh")
+
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
+"""``auto``, ``none``, ``required``, or the name of one tool to force."""
+
+
+class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """What a model is told about a tool: name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Context(msgspec.Struct, kw_only=True):
+    """Everything a model sees in one request."""
+
+    system_prompt: str = ""
+    messages: list[Message] = msgspec.field(default_factory=list)
+    tools: list[ToolSpec] = msgspec.field(default_factory=list)
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    """Per-request options. Providers ignore what they do not support.
+
+    ``response_format`` is a JSON schema (``{"name": ..., "schema": {...}}``) for
+    structured output. ``api_key`` and ``headers`` are never logged or shown in reprs.
+    ``extra`` holds provider-specific request fields.
+    """
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    thinking: ThinkingLevel = "off"
+    tool_choice: ToolChoice | None = None
+    response_format: dict[str, Any] | None = None
+    api_key: str | None = msgspec.field(default=None)
+    headers: Mapping[str, str] | None = None
+    signal: AbortSignal | None = None
+    session_id: str | None = None
+    cache_key: str | None = None
+    extra: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        shown = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name in ("api_key", "headers"):
+                value = "***"
+            shown.append(f"{name}={value!r}")
+        return f"StreamOptions({', '.join(shown)})"
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model reachable through the stream protocol.
+
+    ``provider`` names who serves it (``openai``, ``anthropic``, ``local`` …), ``api``
+    the wire protocol, ``id`` the model id sent to the provider.
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def api(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one assistant response. Never raises for request or runtime failures."""
+        ...
+
+
+ModelFactory: TypeAlias = Callable[[str], Model]
+
+
+async def complete(
+    model: Model, context: Context, options: StreamOptions | None = None
+) -> AssistantMessage:
+    """Run :meth:`Model.stream` to the end and return the final message.
+
+    Failures come back as a message with ``stop_reason`` ``error`` or ``aborted``.
+    """
+    final: AssistantMessage | None = None
+    async for event in model.stream(context, options):
+        if type(event) is StreamDone:
+            final = event.message
+        elif type(event) is StreamError:
+            final = event.error
+    if final is None:
+        final = AssistantMessage(
+            provider=model.provider,
+            api=model.api,
+            model=model.id,
+            stop_reason="error",
+            error_message="stream ended without a terminal event",
+            error_kind="network",
+        )
+    return final
