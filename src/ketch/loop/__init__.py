@@ -1,0 +1,1 @@
+"""The stateless tool-call loop. Imports only :mod:`ketch.llm`."""

@@ -1,0 +1,1 @@
+"""Tools: the ``@tool`` decorator and the built-in coding tools."""
