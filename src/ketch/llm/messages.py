@@ -146,12 +146,6 @@ class Message(msgspec.Struct, tag_field="role", kw_only=True, omit_defaults=True
     role: ClassVar[str] = ""
     """The message's role tag (``user``, ``assistant``, ``tool_result`` or a custom tag)."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        tag = kwargs.get("tag")
-        if isinstance(tag, str):
-            cls.role = tag
-
 
 class UserMessage(Message, tag="user"):
     """Input from the user. A plain string is accepted and becomes one text block."""
@@ -215,6 +209,11 @@ class CustomMessage(Message):
     subclass is registered for JSON decoding. The default conversion to model messages
     drops custom messages.
     """
+
+    @property  # type: ignore[override]
+    def role(self) -> str:
+        """The message's tag."""
+        return str(self.__struct_config__.tag)
 
 
 

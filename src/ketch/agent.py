@@ -1,0 +1,466 @@
+"""The stateful :class:`Agent`: transcript, queues, subscribers, phase, abort.
+
+An agent holds a system prompt, a model, tools and a transcript, and runs the loop
+from :mod:`ketch.loop` on them. Listeners see every event after the agent's own state
+was updated, awaited one after another in registration order. Steering messages
+reach the model at the next turn; follow-ups when it would otherwise stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Literal, TypeAlias
+
+from .llm.messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    Usage,
+    UserMessage,
+)
+from .llm.model import Model, StreamOptions, ThinkingLevel
+from .llm.signal import AbortSignal
+from .loop.config import LoopConfig, LoopContext
+from .loop.events import AgentEvent, RunResult
+from .loop.run import RunStream, continue_loop, run_loop
+from .loop.tool import Tool
+
+__all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
+
+log = logging.getLogger("ketch.agent")
+
+QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
+PhaseKind: TypeAlias = Literal[
+    "starting", "llm_in_flight", "step_finished", "tool_executing", "idle", "done", "cancelled", "error"
+]
+Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
+_TERMINAL = frozenset({"done", "cancelled", "error"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Phase:
+    """Where the agent is: ``kind`` and the 1-based step (model call) number.
+
+    ``done``, ``cancelled`` and ``error`` are terminal and stay until the next run.
+    """
+
+    kind: PhaseKind
+    step: int
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``done``, ``cancelled`` and ``error``."""
+        return self.kind in _TERMINAL
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentState:
+    """A snapshot of the agent's state."""
+
+    messages: tuple[Message, ...]
+    streaming_message: AssistantMessage | None
+    pending_tool_calls: frozenset[str]
+    is_running: bool
+    error: str | None
+    usage: Usage
+    phase: Phase
+
+
+class MessageQueue:
+    """A FIFO of queued messages drained one at a time or all at once."""
+
+    __slots__ = ("_items", "mode")
+
+    def __init__(self, mode: QueueMode = "one_at_a_time") -> None:
+        self.mode: QueueMode = mode
+        self._items: deque[Message] = deque()
+
+    def push(self, message: Message) -> None:
+        """Queue a message at the back."""
+        self._items.append(message)
+
+    def push_front(self, messages: Sequence[Message]) -> None:
+        """Put messages back at the front, keeping their order."""
+        self._items.extendleft(reversed(messages))
+
+    def drain(self) -> list[Message]:
+        """Take the oldest message (``one_at_a_time``) or all of them (``all``)."""
+        if not self._items:
+            return []
+        if self.mode == "all":
+            items = list(self._items)
+            self._items.clear()
+            return items
+        return [self._items.popleft()]
+
+    def peek(self) -> list[Message]:
+        """The queued messages, oldest first, without removing them."""
+        return list(self._items)
+
+    def clear(self) -> None:
+        """Drop every queued message."""
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
+    content: list[TextContent | ImageContent] = [TextContent(text=text)]
+    if images:
+        content.extend(images)
+    return UserMessage(content=content)
+
+
+def _as_messages(
+    input: str | Message | Sequence[Message], images: Sequence[ImageContent] | None
+) -> list[Message]:
+    if isinstance(input, str):
+        return [_user_message(input, images)]
+    if images:
+        raise ValueError("images= can only be combined with a text prompt")
+    if isinstance(input, Message):
+        return [input]
+    messages = list(input)
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"prompt() takes text, a message or a list of messages, got {type(m).__name__}")
+    return messages
+
+
+class Agent:
+    """A stateful agent around the stateless loop.
+
+    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. Any other
+    keyword is a :class:`~ketch.loop.LoopConfig` field (stop controls, hooks, tool
+    execution settings) and is kept on :attr:`config`.
+    """
+
+    def __init__(
+        self,
+        model: Model | str,
+        *,
+        system_prompt: str = "",
+        tools: Iterable[Tool] = (),
+        thinking: ThinkingLevel = "off",
+        messages: Iterable[Message] = (),
+        options: StreamOptions | None = None,
+        steering_mode: QueueMode = "one_at_a_time",
+        follow_up_mode: QueueMode = "one_at_a_time",
+        **config: Any,
+    ) -> None:
+        if isinstance(model, str):
+            from .llm.resolve import get_model
+
+            model = get_model(model)
+        unknown = set(config) - {f.name for f in dataclasses.fields(LoopConfig)}
+        if unknown:
+            raise TypeError(f"Agent() got unknown option(s): {', '.join(sorted(unknown))}")
+        self.config = LoopConfig(model=model, thinking=thinking, options=options or StreamOptions(), **config)
+        self.system_prompt = system_prompt
+        self.tools: list[Tool] = list(tools)
+        self._messages: list[Message] = list(messages)
+        self.steering = MessageQueue(steering_mode)
+        self.follow_ups = MessageQueue(follow_up_mode)
+        self._listeners: list[Listener] = []
+        self._running = False
+        self._signal: AbortSignal | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._streaming: AssistantMessage | None = None
+        self._pending: frozenset[str] = frozenset()
+        self._error: str | None = None
+        self._usage = Usage()
+        self._phase = Phase("idle", 0)
+        self._inflight: list[tuple[MessageQueue, Message]] = []
+        self._background: asyncio.Task[RunResult] | None = None
+
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        """The model used by the next run."""
+        return self.config.model
+
+    @model.setter
+    def model(self, model: Model | str) -> None:
+        if isinstance(model, str):
+            from .llm.resolve import get_model
+
+            model = get_model(model)
+        self.config.model = model
+
+    @property
+    def thinking(self) -> ThinkingLevel:
+        """The thinking level of the next run."""
+        return self.config.thinking
+
+    @thinking.setter
+    def thinking(self, level: ThinkingLevel) -> None:
+        self.config.thinking = level
+
+    @property
+    def messages(self) -> list[Message]:
+        """The live transcript. Runs append to it as messages commit."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: Iterable[Message]) -> None:
+        if self._running:
+            raise RuntimeError("Cannot replace messages while the agent is running; abort() or wait_for_idle() first")
+        self._messages = list(messages)
+
+    # -- observing ------------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            try:
+                self._listeners.remove(listener)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    @property
+    def is_running(self) -> bool:
+        """True while a run is in progress."""
+        return self._running
+
+    @property
+    def phase(self) -> Phase:
+        """The current phase and step, read atomically."""
+        return self._phase
+
+    @property
+    def state(self) -> AgentState:
+        """A snapshot of the agent's state."""
+        return AgentState(
+            messages=tuple(self._messages),
+            streaming_message=self._streaming,
+            pending_tool_calls=self._pending,
+            is_running=self._running,
+            error=self._error,
+            usage=self._usage,
+            phase=self._phase,
+        )
+
+    # -- queues -----------------------------------------------------------------------------
+    def steer(self, message: str | Message) -> None:
+        """Queue a message for the model's next turn (also before a run starts)."""
+        self.steering.push(UserMessage(content=message) if isinstance(message, str) else message)
+
+    def follow_up(self, message: str | Message) -> None:
+        """Queue a message to run when the agent would otherwise stop."""
+        self.follow_ups.push(UserMessage(content=message) if isinstance(message, str) else message)
+
+    def clear_steering(self) -> None:
+        """Drop queued steering messages."""
+        self.steering.clear()
+        self._inflight = [(q, m) for q, m in self._inflight if q is not self.steering]
+
+    def clear_follow_ups(self) -> None:
+        """Drop queued follow-up messages."""
+        self.follow_ups.clear()
+        self._inflight = [(q, m) for q, m in self._inflight if q is not self.follow_ups]
+
+    def clear_queues(self) -> None:
+        """Drop every queued message, including ones drained by a run being aborted."""
+        self.steering.clear()
+        self.follow_ups.clear()
+        self._inflight = []
+
+    def has_queued_messages(self) -> bool:
+        """True when steering or follow-up messages are queued."""
+        return bool(self.steering) or bool(self.follow_ups)
+
+    def _drain(self, queue: MessageQueue) -> list[Message]:
+        drained = queue.drain()
+        self._inflight.extend((queue, m) for m in drained)
+        return drained
+
+    def _drain_steering(self) -> list[Message]:
+        return self._drain(self.steering)
+
+    def _drain_follow_ups(self) -> list[Message]:
+        return self._drain(self.follow_ups)
+
+    def _restore_inflight(self) -> None:
+        for queue in (self.steering, self.follow_ups):
+            back = [m for q, m in self._inflight if q is queue]
+            if back:
+                queue.push_front(back)
+        self._inflight = []
+
+    # -- running ----------------------------------------------------------------------------
+    async def prompt(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> RunResult:
+        """Run the agent on a new prompt and return the result (never raises for model or
+        tool failures; see :meth:`RunResult.raise_for_error`)."""
+        if self._running:
+            raise RuntimeError(
+                "Agent is already running. Use steer() or follow_up() to queue messages, or wait_for_idle()."
+            )
+        messages = _as_messages(input, images)
+        return await self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig))
+
+    async def continue_(self) -> RunResult:
+        """Continue from the transcript: after a tool result or user message, or from an
+        assistant tail using queued steering, then follow-ups."""
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before continuing.")
+        if not self._messages:
+            raise ValueError("Cannot continue: no messages in context")
+        if isinstance(self._messages[-1], AssistantMessage):
+            queued = self._drain(self.steering)
+            skip = True
+            if not queued:
+                queued = self._drain(self.follow_ups)
+                skip = False
+            if not queued:
+                raise ValueError("Cannot continue from message role: assistant")
+            return await self._run(
+                lambda cfg, ctx, sig: run_loop(
+                    queued, ctx, dataclasses.replace(cfg, skip_initial_steering_poll=skip), sig
+                )
+            )
+        return await self._run(lambda cfg, ctx, sig: continue_loop(ctx, cfg, sig))
+
+    async def inject(self, message: str | Message) -> Literal["steered", "resumed", "queued"]:
+        """Deliver ``message`` the best way now: steer a running agent, resume an idle one
+        whose transcript ends with an assistant message (in the background; use
+        :meth:`wait_for_idle`), else queue it as a follow-up."""
+        msg = UserMessage(content=message) if isinstance(message, str) else message
+        if self._running:
+            self.steering.push(msg)
+            return "steered"
+        if self._messages and isinstance(self._messages[-1], AssistantMessage):
+            self._idle.clear()
+            self._background = asyncio.create_task(self.prompt(msg))
+            return "resumed"
+        self.follow_ups.push(msg)
+        return "queued"
+
+    def abort(self) -> None:
+        """Abort the current run (no effect when idle)."""
+        if self._signal is not None:
+            self._signal.abort()
+
+    async def wait_for_idle(self) -> None:
+        """Wait until no run is in progress (listeners of ``agent_end`` included)."""
+        await self._idle.wait()
+
+    def reset(self) -> None:
+        """Clear the transcript, queues, error and usage totals."""
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before resetting.")
+        self._messages = []
+        self.clear_queues()
+        self._error = None
+        self._usage = Usage()
+        self._streaming = None
+        self._pending = frozenset()
+        self._phase = Phase("idle", 0)
+
+    def prompt_sync(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> RunResult:
+        """:meth:`prompt` for scripts without an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.prompt(input, images=images))
+        raise RuntimeError("prompt_sync() cannot be used inside a running event loop; use 'await agent.prompt()'")
+
+    async def _run(self, start: Callable[[LoopConfig, LoopContext, AbortSignal], RunStream]) -> RunResult:
+        self._running = True
+        self._idle.clear()
+        signal = AbortSignal()
+        self._signal = signal
+        self._error = None
+        self._streaming = None
+        self._pending = frozenset()
+        self._phase = Phase("starting", 0)
+        config = dataclasses.replace(
+            self.config,
+            get_steering_messages=self._drain_steering,
+            get_follow_up_messages=self._drain_follow_ups,
+        )
+        context = LoopContext(system_prompt=self.system_prompt, messages=self._messages, tools=list(self.tools))
+        result: RunResult | None = None
+        stream: RunStream | None = None
+        try:
+            stream = start(config, context, signal)
+            async for event in stream:
+                self._reduce(event)
+                for listener in list(self._listeners):
+                    try:
+                        out = listener(event)
+                        if inspect.isawaitable(out):
+                            await out
+                    except Exception:
+                        log.exception("Agent listener failed on %s event", event.type)
+            result = await stream.result()
+            return result
+        finally:
+            if result is None and stream is not None:
+                await stream.aclose()
+            self._restore_inflight()
+            self._running = False
+            self._signal = None
+            self._streaming = None
+            self._pending = frozenset()
+            step = self._phase.step
+            if result is None:
+                self._phase = Phase("cancelled", step)
+            else:
+                reason = result.end_reason
+                self._usage.add(result.usage)
+                kind: PhaseKind = "cancelled" if reason == "aborted" else "error" if reason == "error" else "done"
+                self._phase = Phase(kind, step)
+            self._idle.set()
+
+    def _reduce(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "message_update":
+            self._streaming = event.message  # type: ignore[union-attr]
+        elif kind == "message_start":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
+                self._streaming = message
+                self._phase = Phase("llm_in_flight", self._phase.step)
+        elif kind == "message_end":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
+                self._streaming = None
+                self._phase = Phase("step_finished", self._phase.step)
+                if message.error_message and message.stop_reason == "error":
+                    self._error = message.error_message
+            elif self._inflight:
+                self._inflight = [(q, m) for q, m in self._inflight if m is not message]
+        elif kind == "turn_start":
+            self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
+        elif kind == "tool_execution_start":
+            self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
+            self._phase = Phase("tool_executing", self._phase.step)
+        elif kind == "tool_execution_end":
+            self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
+        elif kind == "retry":
+            if event.discard_partial:  # type: ignore[union-attr]
+                self._streaming = None
+        elif kind == "agent_end":
+            self._streaming = None
+            summary = event.summary  # type: ignore[union-attr]
+            if summary.error and summary.end_reason != "aborted":
+                self._error = summary.error
+            self._phase = Phase("idle", self._phase.step)
+
+    def __repr__(self) -> str:
+        return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"

@@ -1,0 +1,224 @@
+"""Loop configuration: the model, options, stop controls, and hooks as plain function fields.
+
+Every hook may be a plain function or an ``async def``; the loop awaits the result
+when it is awaitable. A hook that raises never escapes the run: model-side hooks turn
+into an error assistant message, tool-side hooks into an error tool result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, TypeVar
+
+import msgspec
+
+from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..llm.model import Model, StreamOptions, ThinkingLevel
+from ..llm.signal import AbortSignal
+from .tool import Tool, ToolResult
+
+__all__ = [
+    "AfterToolCall",
+    "AfterToolCallResult",
+    "BeforeToolCall",
+    "BeforeToolCallResult",
+    "LENGTH_RECOVERY_PROMPT",
+    "LoopConfig",
+    "LoopContext",
+    "Middleware",
+    "NextTurn",
+    "StopDecision",
+    "StopInfo",
+    "ToolCallInfo",
+    "TurnInfo",
+    "stop_after_tool",
+]
+
+T = TypeVar("T")
+MaybeAwaitable: TypeAlias = T | Awaitable[T]
+
+LENGTH_RECOVERY_PROMPT = (
+    "Output token limit hit. Resume directly where you stopped: no apology, no recap. "
+    "Break the remaining work into smaller pieces."
+)
+
+
+@dataclass(slots=True)
+class LoopContext:
+    """What the loop works on. ``messages`` is appended to in place as messages commit."""
+
+    system_prompt: str = ""
+    messages: list[Message] = field(default_factory=list)
+    tools: Sequence[Tool] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallInfo:
+    """One tool call as hooks and middlewares see it."""
+
+    tool_call: ToolCall
+    tool: Tool
+    args: dict[str, Any]
+    assistant_message: AssistantMessage
+    context: LoopContext
+    signal: AbortSignal
+
+
+BeforeToolCall: TypeAlias = ToolCallInfo
+"""Argument of ``before_tool_call``: the validated ``args`` about to be executed."""
+
+
+class BeforeToolCallResult(msgspec.Struct, kw_only=True):
+    """``block`` the call (with ``reason``), or replace its arguments with ``args``."""
+
+    block: bool = False
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class AfterToolCall:
+    """Argument of ``after_tool_call``: the call and its result before any override."""
+
+    tool_call: ToolCall
+    tool: Tool
+    args: dict[str, Any]
+    result: ToolResult
+    assistant_message: AssistantMessage
+    context: LoopContext
+
+
+class AfterToolCallResult(msgspec.Struct, kw_only=True):
+    """Per-field overrides of a tool result; ``None`` keeps the original field."""
+
+    content: list[Any] | str | None = None
+    details: Any = None
+    is_error: bool | None = None
+    terminate: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TurnInfo:
+    """A finished turn, for ``stop_when`` predicates and ``prepare_next_turn``."""
+
+    turn: int
+    message: AssistantMessage
+    tool_results: list[ToolResultMessage]
+    context: LoopContext
+    new_messages: list[Message]
+    usage: Usage
+
+
+class NextTurn(msgspec.Struct, kw_only=True):
+    """Replacements for the next turn; ``None`` keeps the current value.
+
+    ``messages`` replaces the transcript in place (a committed rewrite).
+    """
+
+    model: Model | None = None
+    thinking: ThinkingLevel | None = None
+    tools: Sequence[Tool] | None = None
+    system_prompt: str | None = None
+    messages: list[Message] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StopInfo:
+    """The model would end the run (no tool calls, nothing queued)."""
+
+    turn: int
+    message: AssistantMessage
+    context: LoopContext
+
+
+class StopDecision(msgspec.Struct, kw_only=True):
+    """The ``on_stop`` verdict: allow the end, continue with an injected message, or escalate.
+
+    Build with :meth:`allow`, :meth:`continue_with` or :meth:`escalate`. A ``continue``
+    without a message counts as allow.
+    """
+
+    action: Literal["allow", "continue", "escalate"] = "allow"
+    message: str | Message | None = None
+    reason: str | None = None
+
+    @classmethod
+    def allow(cls) -> StopDecision:
+        """Let the run end."""
+        return cls(action="allow")
+
+    @classmethod
+    def continue_with(cls, message: str | Message) -> StopDecision:
+        """Keep going: inject ``message`` (a string becomes a user message)."""
+        return cls(action="continue", message=message)
+
+    @classmethod
+    def escalate(cls, reason: str) -> StopDecision:
+        """End the run as an error (``stop_guard``) with ``reason``."""
+        return cls(action="escalate", reason=reason)
+
+    def injected(self) -> Message | None:
+        """The message to inject, if this decision continues the run."""
+        if self.action != "continue" or self.message is None:
+            return None
+        return UserMessage(content=self.message) if isinstance(self.message, str) else self.message
+
+
+Middleware: TypeAlias = Callable[
+    [ToolCallInfo, Callable[[dict[str, Any]], Awaitable[ToolResult]]], Awaitable[ToolResult]
+]
+"""``async def mw(call, next) -> ToolResult``: wraps execution; call ``await next(args)``."""
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopConfig:
+    """How the loop runs. Only ``model`` is required.
+
+    Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
+    ``stop_when`` predicates after each turn's tools (any true ends the run),
+    ``on_stop`` consulted when the model would end. Tool execution: parallel by default
+    with ``max_tool_concurrency``; ``tool_execution="sequential"`` forces one at a time.
+    ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
+    calls not yet started.
+    """
+
+    model: Model
+    thinking: ThinkingLevel = "off"
+    options: StreamOptions = field(default_factory=StreamOptions)
+
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = ()
+    on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None
+    length_recoveries: int = 3
+    length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT
+
+    tool_execution: Literal["parallel", "sequential"] = "parallel"
+    max_tool_concurrency: int = 16
+    steering_during_tools: Literal["wait", "interrupt"] = "wait"
+    max_tool_errors: int | None = None
+    tool_timeout: float | None = None
+    tool_abort_grace: float = 5.0
+
+    transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None
+    convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None
+    get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None
+    get_steering_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
+    get_follow_up_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
+    before_tool_call: Callable[[BeforeToolCall], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
+    after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None
+    middlewares: Sequence[Middleware] = ()
+    prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
+    skip_initial_steering_poll: bool = False
+    state: Any = None
+
+
+def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:
+    """A ``stop_when`` predicate: stop once any of these tools returned a successful result."""
+    wanted = frozenset(names)
+
+    def predicate(turn: TurnInfo) -> bool:
+        return any(r.tool_name in wanted and not r.is_error for r in turn.tool_results)
+
+    return predicate

@@ -1,0 +1,230 @@
+"""Loop events: a tagged union on ``type``, plus the run summary and result.
+
+Canonical orders (u = user, a = assistant, tr = tool result)::
+
+    text only:  agent_start, turn_start, message_start(u), message_end(u),
+                message_start(a), message_update*, message_end(a), turn_end, agent_end
+    tool turn:  … message_end(a), tool_execution_start(c1), tool_execution_start(c2),
+                tool_execution_update*, tool_execution_end (completion order),
+                message_start/end(tr1), message_start/end(tr2) (call order), turn_end,
+                turn_start, message_start(a2) …
+    continue:   no user events.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeAlias
+
+import msgspec
+
+from ..llm.messages import AssistantMessage, Message, ToolResultMessage, Usage
+from ..llm.stream import StreamEvent
+from .tool import ToolResult
+
+__all__ = [
+    "AgentEnd",
+    "AgentEvent",
+    "AgentStart",
+    "EndReason",
+    "MessageEnd",
+    "MessageStart",
+    "MessageUpdate",
+    "Retry",
+    "RunError",
+    "RunResult",
+    "RunSummary",
+    "ToolExecutionEnd",
+    "ToolExecutionStart",
+    "ToolExecutionUpdate",
+    "TurnEnd",
+    "TurnStart",
+]
+
+EndReason: TypeAlias = Literal["stop", "max_turns", "max_budget", "aborted", "error", "stop_guard"]
+
+
+class RunSummary(msgspec.Struct, kw_only=True):
+    """How a run went: turns (model calls), tool calls and errors, usage, and why it ended."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    usage: Usage = msgspec.field(default_factory=Usage)
+    end_reason: EndReason = "stop"
+    error: str | None = None
+    duration: float = 0.0
+
+    @property
+    def cost(self) -> float:
+        """Total cost of the run in US dollars."""
+        return self.usage.cost.total
+
+
+class RunError(Exception):
+    """Raised by :meth:`RunResult.raise_for_error` for runs that did not end normally."""
+
+    def __init__(self, message: str, summary: RunSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
+        self.end_reason = summary.end_reason
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    """What a run produced: its new messages and its summary."""
+
+    messages: list[Message]
+    summary: RunSummary
+
+    @property
+    def end_reason(self) -> EndReason:
+        """Why the run ended."""
+        return self.summary.end_reason
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage summed over the run's model calls."""
+        return self.summary.usage
+
+    @property
+    def cost(self) -> float:
+        """Total cost of the run in US dollars."""
+        return self.summary.usage.cost.total
+
+    @property
+    def last_assistant(self) -> AssistantMessage | None:
+        """The run's last assistant message, if any."""
+        for m in reversed(self.messages):
+            if type(m) is AssistantMessage:
+                return m
+        return None
+
+    @property
+    def text(self) -> str:
+        """The text of the last assistant message ("" if none)."""
+        m = self.last_assistant
+        return m.text if m is not None else ""
+
+    def raise_for_error(self) -> RunResult:
+        """Raise :class:`RunError` unless the run ended with ``stop``; return self otherwise."""
+        s = self.summary
+        if s.end_reason != "stop":
+            detail = f": {s.error}" if s.error else ""
+            raise RunError(f"Run ended with {s.end_reason}{detail}", s)
+        return self
+
+
+class _Event(msgspec.Struct, tag_field="type", kw_only=True):
+    pass
+
+
+class AgentStart(_Event, tag="agent_start"):
+    """The run started."""
+
+    type: ClassVar[Literal["agent_start"]] = "agent_start"
+
+
+class AgentEnd(_Event, tag="agent_end"):
+    """The run ended. Always the last event of a run."""
+
+    type: ClassVar[Literal["agent_end"]] = "agent_end"
+    messages: list[Message]
+    summary: RunSummary
+
+
+class TurnStart(_Event, tag="turn_start"):
+    """A turn (one model call and its tools) begins. ``turn`` counts from 1."""
+
+    type: ClassVar[Literal["turn_start"]] = "turn_start"
+    turn: int
+
+
+class TurnEnd(_Event, tag="turn_end"):
+    """A turn ended with its assistant message and tool results (in call order)."""
+
+    type: ClassVar[Literal["turn_end"]] = "turn_end"
+    turn: int
+    message: AssistantMessage
+    tool_results: list[ToolResultMessage]
+
+
+class MessageStart(_Event, tag="message_start"):
+    """A message begins (user, tool result, custom, or a streaming assistant message)."""
+
+    type: ClassVar[Literal["message_start"]] = "message_start"
+    message: Message
+
+
+class MessageUpdate(_Event, tag="message_update"):
+    """The streaming assistant message changed; ``event`` is the underlying stream event."""
+
+    type: ClassVar[Literal["message_update"]] = "message_update"
+    message: AssistantMessage
+    event: StreamEvent
+
+
+class MessageEnd(_Event, tag="message_end"):
+    """A message is complete and committed to the transcript."""
+
+    type: ClassVar[Literal["message_end"]] = "message_end"
+    message: Message
+
+
+class ToolExecutionStart(_Event, tag="tool_execution_start"):
+    """A tool call starts, with the arguments the model sent."""
+
+    type: ClassVar[Literal["tool_execution_start"]] = "tool_execution_start"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+
+
+class ToolExecutionUpdate(_Event, tag="tool_execution_update"):
+    """A running tool reported progress or a partial result."""
+
+    type: ClassVar[Literal["tool_execution_update"]] = "tool_execution_update"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    partial: Any
+
+
+class ToolExecutionEnd(_Event, tag="tool_execution_end"):
+    """A tool call finished; ``duration`` is in seconds."""
+
+    type: ClassVar[Literal["tool_execution_end"]] = "tool_execution_end"
+    tool_call_id: str
+    tool_name: str
+    result: ToolResult
+    is_error: bool
+    duration: float
+
+
+class Retry(_Event, tag="retry"):
+    """The model request is retried after ``delay`` seconds.
+
+    With ``discard_partial`` the streaming message so far is void; a new
+    ``message_start`` follows.
+    """
+
+    type: ClassVar[Literal["retry"]] = "retry"
+    attempt: int
+    max_attempts: int
+    delay: float
+    error_kind: str
+    error_message: str
+    discard_partial: bool
+
+
+AgentEvent: TypeAlias = (
+    AgentStart
+    | AgentEnd
+    | TurnStart
+    | TurnEnd
+    | MessageStart
+    | MessageUpdate
+    | MessageEnd
+    | ToolExecutionStart
+    | ToolExecutionUpdate
+    | ToolExecutionEnd
+    | Retry
+)

@@ -1,0 +1,143 @@
+"""From transcript to a valid model request: default conversion and sequence repair.
+
+:func:`default_convert_to_llm` keeps user, assistant and tool-result messages, lets a
+custom message contribute model messages through an optional ``to_llm()`` method, drops
+the rest, and turns interrupted or failed assistant messages into something every
+provider accepts. :func:`repair_messages` then makes sure every tool call has exactly
+one result right after its assistant message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..llm.messages import (
+    AssistantMessage,
+    Message,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+__all__ = [
+    "INTERRUPTED_NOTE",
+    "MISSING_RESULT_TEXT",
+    "default_convert_to_llm",
+    "repair_messages",
+]
+
+INTERRUPTED_NOTE = "[Request interrupted by user]"
+MISSING_RESULT_TEXT = "Tool result missing (conversation was truncated or interrupted)."
+
+
+def default_convert_to_llm(messages: list[Message]) -> list[Message]:
+    """The default conversion of a transcript into model messages.
+
+    - user, tool-result and completed assistant messages pass through unchanged;
+    - a custom message with a ``to_llm()`` method contributes what it returns (a message,
+      a list of messages, or None); other custom messages are dropped;
+    - an aborted assistant message keeps its text (thinking and unfinished tool calls
+      are dropped) and is followed by a user note ``[Request interrupted by user]``, so
+      the model learns its previous response was cut off;
+    - an assistant message that failed (``stop_reason == "error"``) is dropped.
+    """
+    out: list[Message] = []
+    append = out.append
+    for m in messages:
+        cls = type(m)
+        if cls is UserMessage or cls is ToolResultMessage:
+            append(m)
+        elif cls is AssistantMessage:
+            assert isinstance(m, AssistantMessage)
+            reason = m.stop_reason
+            if reason == "error":
+                continue
+            if reason == "aborted":
+                text = [b for b in m.content if type(b) is TextContent and b.text]
+                if text:
+                    append(AssistantMessage(
+                        content=list(text), provider=m.provider, api=m.api, model=m.model,
+                        timestamp=m.timestamp,
+                    ))
+                append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
+                continue
+            append(m)
+        else:
+            to_llm: Any = getattr(m, "to_llm", None)
+            if to_llm is None:
+                continue
+            converted = to_llm()
+            if converted is None:
+                continue
+            if isinstance(converted, list):
+                out.extend(converted)
+            else:
+                append(converted)
+    return out
+
+
+def repair_messages(messages: list[Message]) -> list[Message]:
+    """Make tool calls and results pair up, by position.
+
+    After each assistant message with tool calls, the run of tool results that follows
+    is reordered to the call order; a result missing for a call is replaced by an error
+    result (``MISSING_RESULT_TEXT``); results matching no call of that message, and
+    duplicates, are dropped. Returns ``messages`` itself when nothing needed fixing.
+    """
+    if not _needs_repair(messages):
+        return messages
+    out: list[Message] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        i += 1
+        if type(m) is ToolResultMessage:
+            continue  # orphan: not right after an assistant message with its call
+        out.append(m)
+        if type(m) is not AssistantMessage:
+            continue
+        calls = [b for b in m.content if type(b) is ToolCall]
+        if not calls:
+            continue
+        results: dict[str, ToolResultMessage] = {}
+        while i < n and type(messages[i]) is ToolResultMessage:
+            r = messages[i]
+            assert isinstance(r, ToolResultMessage)
+            results.setdefault(r.tool_call_id, r)
+            i += 1
+        for call in calls:
+            found = results.get(call.id)
+            if found is None:
+                found = ToolResultMessage(
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    content=[TextContent(text=MISSING_RESULT_TEXT)],
+                    is_error=True,
+                    timestamp=m.timestamp,
+                )
+            out.append(found)
+    return out
+
+
+def _needs_repair(messages: list[Message]) -> bool:
+    """A cheap scan: True when some call lacks its result in place, or a result is stray."""
+    expected: list[str] = []
+    pos = 0
+    for m in messages:
+        cls = type(m)
+        if cls is ToolResultMessage:
+            assert isinstance(m, ToolResultMessage)
+            if pos >= len(expected) or expected[pos] != m.tool_call_id:
+                return True
+            pos += 1
+            continue
+        if pos != len(expected):
+            return True
+        if cls is AssistantMessage:
+            assert isinstance(m, AssistantMessage)
+            expected = [b.id for b in m.content if type(b) is ToolCall]
+        else:
+            expected = []
+        pos = 0
+    return pos != len(expected)

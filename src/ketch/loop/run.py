@@ -1,0 +1,578 @@
+"""The stateless loop: :func:`run_loop` and :func:`continue_loop`.
+
+Read :meth:`_Run.body` top to bottom: each turn transforms and converts the transcript,
+resolves the API key, streams the assistant message, runs its tool calls, emits
+``turn_end``, lets ``prepare_next_turn`` change what comes next, checks the stop
+controls and polls steering. When the model stops without tool calls and nothing is
+queued, follow-ups are polled, then ``on_stop`` decides. Every run ends with exactly one
+``agent_end``; no model, tool or hook failure escapes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any
+
+import msgspec
+
+from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from ..llm.model import Context, ToolSpec
+from ..llm.signal import AbortSignal, Aborted
+from .config import LoopConfig, LoopContext, StopInfo, TurnInfo
+from .events import (
+    AgentEnd,
+    AgentEvent,
+    AgentStart,
+    EndReason,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    Retry,
+    RunResult,
+    RunSummary,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+    TurnStart,
+)
+from .execute import CallOutcome, StopKind, ToolRunner, stopped_result, truncated_call_text
+from .repair import default_convert_to_llm, repair_messages
+from .tool import Tool, ToolResult
+
+__all__ = ["RunStream", "continue_loop", "run_loop"]
+
+
+async def _maybe(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class RunStream:
+    """The events of one run, as an async iterator, and its result.
+
+    ``async for event in stream`` yields every event up to ``agent_end``;
+    ``await stream.result()`` finishes the run if needed and returns the
+    :class:`RunResult`. A stream can be iterated once.
+    """
+
+    __slots__ = ("_gen", "_run")
+
+    def __init__(self, run: _Run, gen: AsyncGenerator[AgentEvent, None]) -> None:
+        self._run = run
+        self._gen = gen
+
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self._gen
+
+    async def result(self) -> RunResult:
+        """Drain the remaining events and return the run's result."""
+        async for _ in self._gen:
+            pass
+        result = self._run.result
+        assert result is not None
+        return result
+
+    async def aclose(self) -> None:
+        """Stop the run early (running tools are cancelled)."""
+        await self._gen.aclose()
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The run's abort signal."""
+        return self._run.signal
+
+
+def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
+    if isinstance(prompts, str):
+        return [UserMessage(content=prompts)]
+    if isinstance(prompts, Message):
+        return [prompts]
+    return list(prompts)
+
+
+def run_loop(
+    prompts: str | Message | Sequence[Message],
+    context: LoopContext,
+    config: LoopConfig,
+    signal: AbortSignal | None = None,
+) -> RunStream:
+    """Start a run with new prompt messages. ``context.messages`` is appended to in place."""
+    run = _Run(context, config, signal)
+    return RunStream(run, run.events(_as_messages(prompts)))
+
+
+def continue_loop(context: LoopContext, config: LoopConfig, signal: AbortSignal | None = None) -> RunStream:
+    """Continue from the current transcript without new prompts (e.g. after a retryable error).
+
+    Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
+    message.
+    """
+    if not context.messages:
+        raise ValueError("Cannot continue: no messages in context")
+    last = context.messages[-1]
+    if isinstance(last, AssistantMessage):
+        raise ValueError("Cannot continue from message role: assistant")
+    run = _Run(context, config, signal)
+    return RunStream(run, run.events(None))
+
+
+class _Run:
+    """State of one run. Only :meth:`events` is used from outside."""
+
+    def __init__(self, context: LoopContext, config: LoopConfig, signal: AbortSignal | None) -> None:
+        self.ctx = context
+        self.cfg = config
+        self.signal = signal if signal is not None else AbortSignal()
+        self.model = config.model
+        self.thinking = config.thinking
+        self.new_messages: list[Message] = []
+        self.summary = RunSummary()
+        self.result: RunResult | None = None
+        self.runner = ToolRunner(config)
+        self.turn = 0
+        self._set_tools(context.tools)
+        self.assistant: AssistantMessage | None = None
+        self.batch: list[CallOutcome] = []
+        self.batch_steering: list[Message] = []
+        self.batch_aborted = False
+
+    def _set_tools(self, tools: Sequence[Tool]) -> None:
+        self.ctx.tools = tools
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
+
+    def _end(self, reason: EndReason, error: str | None = None) -> None:
+        self.summary.end_reason = reason
+        self.summary.error = error
+
+    def _commit(self, message: Message) -> None:
+        self.ctx.messages.append(message)
+        self.new_messages.append(message)
+
+    async def events(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
+        """All events of the run, ending with exactly one ``agent_end``."""
+        started = time.monotonic()
+        yield AgentStart()
+        try:
+            async for event in self.body(prompts):
+                yield event
+        except asyncio.CancelledError:
+            self._end("aborted", "run cancelled")
+            yield self._agent_end(started)
+            raise
+        except Exception as exc:
+            error = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            self._commit(error)
+            yield MessageStart(message=error)
+            yield MessageEnd(message=error)
+            self._end("error", error.error_message)
+        yield self._agent_end(started)
+
+    def _agent_end(self, started: float) -> AgentEnd:
+        self.summary.duration = time.monotonic() - started
+        self.result = RunResult(messages=self.new_messages, summary=self.summary)
+        return AgentEnd(messages=self.new_messages, summary=self.summary)
+
+    def _error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
+        m = self.model
+        return AssistantMessage(
+            provider=m.provider, api=m.api, model=m.id, stop_reason="error", error_message=text, error_kind=kind
+        )
+
+    async def body(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
+        """The loop itself."""
+        cfg = self.cfg
+        self.turn = 1
+        yield TurnStart(turn=1)
+        for prompt in prompts or ():
+            self._commit(prompt)
+            yield MessageStart(message=prompt)
+            yield MessageEnd(message=prompt)
+        pending: list[Message] = [] if cfg.skip_initial_steering_poll else await self._poll_steering()
+        recoveries = 0
+        first = True
+        while True:
+            while True:
+                if not first:
+                    stop = self._stop_before_call()
+                    if stop is not None:
+                        self._end(stop)
+                        return
+                    self.turn += 1
+                    yield TurnStart(turn=self.turn)
+                first = False
+                for message in pending:
+                    self._commit(message)
+                    yield MessageStart(message=message)
+                    yield MessageEnd(message=message)
+                pending = []
+
+                async for event in self._stream_assistant():
+                    yield event
+                message = self.assistant
+                assert message is not None
+                self.summary.turns += 1
+                self.summary.usage.add(message.usage)
+                if message.stop_reason == "error" or message.stop_reason == "aborted":
+                    yield TurnEnd(turn=self.turn, message=message, tool_results=[])
+                    self._end(message.stop_reason, message.error_message)
+                    return
+
+                calls = message.tool_calls
+                results: list[ToolResultMessage] = []
+                terminate = False
+                steering: list[Message] = []
+                if calls:
+                    async for event in self._run_tools(message, calls):
+                        yield event
+                    results = [m for m in self.new_messages[-len(calls):] if isinstance(m, ToolResultMessage)]
+                    terminate = all(o.result.terminate for o in self.batch)
+                    steering = self.batch_steering
+                yield TurnEnd(turn=self.turn, message=message, tool_results=results)
+                if self.batch_aborted or self.signal.aborted:
+                    self._end("aborted", "aborted")
+                    return
+
+                info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
+                if cfg.prepare_next_turn is not None:
+                    await self._prepare_next_turn(info)
+                for predicate in cfg.stop_when:
+                    if await _maybe(predicate(info)):
+                        self._end("stop")
+                        return
+
+                pending = steering or await self._poll_steering()
+                if calls and not terminate:
+                    continue
+                if message.stop_reason == "length" and not calls and recoveries < cfg.length_recoveries:
+                    recoveries += 1
+                    pending.append(UserMessage(content=cfg.length_recovery_prompt))
+                    continue
+                if pending:
+                    continue
+                break
+
+            follow_ups = await self._poll(cfg.get_follow_up_messages)
+            if follow_ups:
+                pending = follow_ups
+                continue
+            if cfg.on_stop is not None and not message.tool_calls:
+                decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.ctx)))
+                if decision is not None and decision.action == "escalate":
+                    self._end("stop_guard", decision.reason or "on_stop escalated")
+                    return
+                injected = decision.injected() if decision is not None else None
+                if injected is not None:
+                    pending = [injected]
+                    continue
+            self._end("stop")
+            return
+
+    def _stop_before_call(self) -> EndReason | None:
+        cfg = self.cfg
+        if self.signal.aborted:
+            return "aborted"
+        if cfg.max_turns is not None and self.summary.turns >= cfg.max_turns:
+            return "max_turns"
+        if cfg.max_budget_usd is not None and self.summary.usage.cost.total >= cfg.max_budget_usd:
+            return "max_budget"
+        return None
+
+    async def _poll(self, getter: Any) -> list[Message]:
+        if getter is None:
+            return []
+        got = await _maybe(getter())
+        return list(got) if got else []
+
+    async def _poll_steering(self) -> list[Message]:
+        return await self._poll(self.cfg.get_steering_messages)
+
+    async def _prepare_next_turn(self, info: TurnInfo) -> None:
+        assert self.cfg.prepare_next_turn is not None
+        nxt = await _maybe(self.cfg.prepare_next_turn(info))
+        if nxt is None:
+            return
+        if nxt.model is not None:
+            self.model = nxt.model
+        if nxt.thinking is not None:
+            self.thinking = nxt.thinking
+        if nxt.tools is not None:
+            self._set_tools(nxt.tools)
+        if nxt.system_prompt is not None:
+            self.ctx.system_prompt = nxt.system_prompt
+        if nxt.messages is not None:
+            self.ctx.messages[:] = nxt.messages
+
+    # -- one model call -----------------------------------------------------------------
+    async def _stream_assistant(self) -> AsyncGenerator[AgentEvent, None]:
+        cfg = self.cfg
+        model = self.model
+        try:
+            messages = self.ctx.messages
+            if cfg.transform_context is not None:
+                messages = await _maybe(cfg.transform_context(messages, self.signal))
+            if cfg.convert_to_llm is not None:
+                llm = await _maybe(cfg.convert_to_llm(messages))
+            else:
+                llm = default_convert_to_llm(messages)
+            llm = repair_messages(llm)
+            options = cfg.options
+            api_key = await _maybe(cfg.get_api_key(model.provider)) if cfg.get_api_key is not None else None
+            options = msgspec.structs.replace(
+                options,
+                thinking=self.thinking,
+                signal=self.signal,
+                api_key=api_key or options.api_key,
+            )
+            request = Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs)
+            stream = model.stream(request, options)
+        except Exception as exc:
+            failed = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            self._commit(failed)
+            self.assistant = failed
+            yield MessageStart(message=failed)
+            yield MessageEnd(message=failed)
+            return
+
+        final: AssistantMessage | None = None
+        partial: AssistantMessage | None = None
+        try:
+            async for event in stream:
+                kind = event.type
+                if kind == "start":
+                    partial = event.partial  # type: ignore[union-attr]
+                    yield MessageStart(message=partial)
+                elif kind == "done":
+                    final = event.message  # type: ignore[union-attr]
+                    break
+                elif kind == "error":
+                    final = event.error  # type: ignore[union-attr]
+                    break
+                elif kind == "retry":
+                    assert event.type == "retry"
+                    if event.discard_partial:
+                        partial = None
+                    yield Retry(
+                        attempt=event.attempt,
+                        max_attempts=event.max_attempts,
+                        delay=event.delay,
+                        error_kind=event.error_kind,
+                        error_message=event.error_message,
+                        discard_partial=event.discard_partial,
+                    )
+                elif partial is not None:
+                    yield MessageUpdate(message=partial, event=event)
+        except Exception as exc:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            final.error_kind = final.error_kind or "unknown"
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if final is None:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = "stream ended without a terminal event"
+            final.error_kind = "network"
+        if partial is None or partial is not final:
+            yield MessageStart(message=final)
+        self._commit(final)
+        self.assistant = final
+        yield MessageEnd(message=final)
+
+    # -- one batch of tool calls ----------------------------------------------------------
+    async def _run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
+        n = len(calls)
+        outcomes: list[CallOutcome | None] = [None] * n
+        self.batch_steering = []
+        self.batch_aborted = False
+        if message.stop_reason == "length":
+            for i, call in enumerate(calls):
+                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
+                outcomes[i] = outcome
+                yield self._end_event(outcome)
+        else:
+            async for event in _Batch(self, message, calls, outcomes).run():
+                yield event
+        done = [o for o in outcomes if o is not None]
+        self.batch = done
+        self.summary.tool_calls += n
+        for outcome in done:
+            result = outcome.result
+            if result.is_error:
+                self.summary.tool_errors += 1
+            tr = ToolResultMessage(
+                tool_call_id=outcome.call.id,
+                tool_name=outcome.call.name,
+                content=result.blocks,
+                details=result.details,
+                is_error=result.is_error,
+            )
+            self._commit(tr)
+            yield MessageStart(message=tr)
+            yield MessageEnd(message=tr)
+
+    @staticmethod
+    def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
+        return ToolExecutionEnd(
+            tool_call_id=outcome.call.id,
+            tool_name=outcome.call.name,
+            result=outcome.result,
+            is_error=outcome.result.is_error,
+            duration=outcome.duration,
+        )
+
+
+class _Batch:
+    """Schedules the calls of one assistant message and streams their events."""
+
+    def __init__(
+        self, run: _Run, message: AssistantMessage, calls: list[ToolCall], outcomes: list[CallOutcome | None]
+    ) -> None:
+        self.run_ = run
+        self.message = message
+        self.calls = calls
+        self.outcomes = outcomes
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.signals: dict[int, AbortSignal] = {}
+        self.stop_kind: dict[int, StopKind] = {}
+        self.finished: set[int] = set()
+        self.unsafe_running = False
+
+    def _can_start(self, sequential: bool) -> bool:
+        if not self.tasks:
+            return True
+        return not sequential and not self.unsafe_running and len(self.tasks) < self.run_.cfg.max_tool_concurrency
+
+    async def run(self) -> AsyncGenerator[AgentEvent, None]:
+        run, calls, n = self.run_, self.calls, len(self.calls)
+        runner = run.runner
+        sequential = [runner.is_sequential(c, run.tools) for c in calls]
+        next_i = 0
+        skip_rest = False
+        interrupt = run.cfg.steering_during_tools == "interrupt"
+        try:
+            while True:
+                while next_i < n and not skip_rest and not run.signal.aborted and self._can_start(sequential[next_i]):
+                    i = next_i
+                    next_i += 1
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    self._start(i, sequential[i])
+                if not self.tasks:
+                    break
+                try:
+                    async with run.signal.scope():
+                        item = await self.queue.get()
+                except Aborted:
+                    async for event in self._abort(next_i):
+                        yield event
+                    return
+                if type(item) is ToolExecutionUpdate:
+                    yield item
+                    continue
+                i, outcome = item
+                self.tasks.pop(i, None)
+                if sequential[i]:
+                    self.unsafe_running = False
+                self.outcomes[i] = outcome
+                runner.record(outcome)
+                yield run._end_event(outcome)
+                if interrupt and not skip_rest and (next_i < n or self.tasks):
+                    steering = await run._poll_steering()
+                    if steering:
+                        run.batch_steering = steering
+                        skip_rest = True
+                        self._interrupt_running()
+            if skip_rest:
+                for i in range(next_i, n):
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    outcome = CallOutcome(call, stopped_result("skipped"), 0.0, False)
+                    self.outcomes[i] = outcome
+                    yield run._end_event(outcome)
+            elif run.signal.aborted and next_i < n:
+                async for event in self._abort(next_i):
+                    yield event
+        finally:
+            for task in self.tasks.values():
+                task.cancel()
+
+    def _start(self, i: int, sequential: bool) -> None:
+        run = self.run_
+        call = self.calls[i]
+        signal = AbortSignal()
+        remove = run.signal.add_callback(signal.abort)
+        self.signals[i] = signal
+        if sequential:
+            self.unsafe_running = True
+        self.tasks[i] = asyncio.create_task(self._call(i, call, signal, remove))
+
+    async def _call(self, i: int, call: ToolCall, signal: AbortSignal, remove: Any) -> None:
+        run = self.run_
+        queue = self.queue
+        started = time.monotonic()
+
+        async def report(partial: Any) -> None:
+            if i not in self.finished:
+                queue.put_nowait(
+                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.arguments, partial=partial)
+                )
+
+        try:
+            outcome = await run.runner.run_call(call, run.tools, self.message, run.ctx, signal, report)
+        except asyncio.CancelledError:
+            kind = self.stop_kind.get(i, "aborted")
+            outcome = CallOutcome(call, stopped_result(kind), time.monotonic() - started, False)
+        finally:
+            self.finished.add(i)
+            remove()
+        queue.put_nowait((i, outcome))
+
+    def _interrupt_running(self) -> None:
+        run = self.run_
+        for i, task in self.tasks.items():
+            tool = run.tools.get(self.calls[i].name)
+            if tool is not None and tool.interrupt == "cancel":
+                self.stop_kind[i] = "interrupted"
+                self.signals[i].abort("interrupted")
+                task.cancel()
+
+    async def _abort(self, next_i: int) -> AsyncGenerator[AgentEvent, None]:
+        """Cancel running calls, give them a bounded time to stop, close every call."""
+        run = self.run_
+        run.batch_aborted = True
+        running = dict(self.tasks)
+        for i, task in running.items():
+            self.stop_kind.setdefault(i, "aborted")
+            task.cancel()
+        if running:
+            await asyncio.wait(running.values(), timeout=run.cfg.tool_abort_grace)
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if type(item) is ToolExecutionUpdate:
+                continue
+            i, outcome = item
+            self.tasks.pop(i, None)
+            self.outcomes[i] = outcome
+            yield run._end_event(outcome)
+        for i in list(self.tasks):
+            self.tasks.pop(i)
+            outcome = CallOutcome(self.calls[i], stopped_result("aborted"), 0.0, False)
+            self.outcomes[i] = outcome
+            yield run._end_event(outcome)
+        for i in range(next_i, len(self.calls)):
+            call = self.calls[i]
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            outcome = CallOutcome(call, stopped_result("aborted"), 0.0, False)
+            self.outcomes[i] = outcome
+            yield run._end_event(outcome)
