@@ -1,0 +1,451 @@
+"""Stop controls, steering in both modes, follow-ups, abort, cancellation, retries, repair."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import collect, describe
+
+from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
+from ketch.llm.stream import MessageBuilder, StreamRetry
+from ketch.loop import (
+    LoopConfig,
+    LoopContext,
+    NextTurn,
+    StopDecision,
+    Tool,
+    repair_messages,
+    run_loop,
+    stop_after_tool,
+)
+from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+
+
+def noop_tool(name: str = "noop", **kw: Any) -> Tool:
+    async def run(args: dict[str, Any], ctx: Any) -> str:
+        return "ok"
+
+    return Tool(name, "", None, run, **kw)
+
+
+def looping_model(n: int = 10) -> ScriptedModel:
+    return ScriptedModel([reply(tool_call("noop")) for _ in range(n)])
+
+
+async def test_max_turns() -> None:
+    model = looping_model()
+    result = await run_loop("go", LoopContext(tools=[noop_tool()]), LoopConfig(model=model, max_turns=3)).result()
+    assert result.end_reason == "max_turns"
+    assert result.summary.turns == 3
+    assert len(model.requests) == 3
+    # the transcript stays valid: the last tool call has its result
+    assert isinstance(result.messages[-1], ToolResultMessage)
+
+
+async def test_max_budget() -> None:
+    usage = Usage(input=1, output=1, total_tokens=2, cost=Cost(total=0.4))
+    model = ScriptedModel([reply(tool_call("noop"), usage=usage) for _ in range(5)])
+    cfg = LoopConfig(model=model, max_budget_usd=1.0)
+    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    assert result.end_reason == "max_budget"
+    assert result.summary.turns == 3
+    assert result.cost == pytest.approx(1.2)
+
+
+async def test_stop_when_after_tools() -> None:
+    model = ScriptedModel([reply(tool_call("noop")), reply(tool_call("final")), "never"])
+    cfg = LoopConfig(model=model, stop_when=[stop_after_tool("final")])
+    result = await run_loop("go", LoopContext(tools=[noop_tool(), noop_tool("final")]), cfg).result()
+    assert result.end_reason == "stop"
+    assert result.summary.turns == 2
+    assert isinstance(result.messages[-1], ToolResultMessage)
+    assert result.messages[-1].tool_name == "final"
+    assert model.remaining == 1
+
+
+async def test_stop_when_predicates_or_composed_async() -> None:
+    async def after_two(turn: Any) -> bool:
+        return bool(turn.turn >= 2)
+
+    model = looping_model()
+    cfg = LoopConfig(model=model, stop_when=[lambda t: False, after_two])
+    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    assert result.summary.turns == 2
+
+
+async def test_on_stop_continue_then_allow() -> None:
+    decisions = [StopDecision.continue_with("check your work"), StopDecision.allow()]
+    infos: list[int] = []
+
+    def on_stop(info: Any) -> StopDecision:
+        infos.append(info.turn)
+        return decisions.pop(0)
+
+    model = ScriptedModel(["first", "second"])
+    result = await run_loop("go", LoopContext(), LoopConfig(model=model, on_stop=on_stop)).result()
+    assert infos == [1, 2]
+    assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
+    assert result.messages[2].content[0].text == "check your work"  # type: ignore[attr-defined]
+    assert result.end_reason == "stop"
+
+
+async def test_on_stop_block_without_message_counts_as_allow() -> None:
+    model = ScriptedModel(["only"])
+    cfg = LoopConfig(model=model, on_stop=lambda info: StopDecision(action="continue"))
+    result = await run_loop("go", LoopContext(), cfg).result()
+    assert (result.end_reason, result.summary.turns) == ("stop", 1)
+
+
+async def test_on_stop_escalate() -> None:
+    cfg = LoopConfig(model=ScriptedModel(["lazy answer"]), on_stop=lambda i: StopDecision.escalate("tests not run"))
+    result = await run_loop("go", LoopContext(), cfg).result()
+    assert (result.end_reason, result.summary.error) == ("stop_guard", "tests not run")
+    with pytest.raises(Exception, match="Run ended with stop_guard: tests not run"):
+        result.raise_for_error()
+
+
+async def test_prepare_next_turn_switches_model_and_thinking() -> None:
+    second = ScriptedModel(["from second"], id="second")
+    first = ScriptedModel([reply(tool_call("noop"))], id="first")
+
+    def prepare(turn: Any) -> NextTurn:
+        return NextTurn(model=second, thinking="high")
+
+    cfg = LoopConfig(model=first, prepare_next_turn=prepare)
+    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    assert result.text == "from second"
+    assert second.requests[0].options.thinking == "high"
+
+
+class Queue:
+    def __init__(self, *batches: list[str]) -> None:
+        self.batches = [list(b) for b in batches]
+        self.polls = 0
+
+    def __call__(self) -> list[Any]:
+        self.polls += 1
+        if not self.batches:
+            return []
+        return [UserMessage(content=t) for t in self.batches.pop(0)]
+
+
+async def test_initial_steering_reaches_first_call() -> None:
+    model = ScriptedModel(["ok"])
+    cfg = LoopConfig(model=model, get_steering_messages=Queue(["also this"]))
+    events = await collect(run_loop("hi", LoopContext(), cfg))
+    assert [m.role for m in model.requests[0].messages] == ["user", "user"]
+    labels = [describe(e) for e in events if e.type != "message_update"]
+    assert labels[:7] == [
+        "agent_start",
+        "turn_start",
+        "message_start:user",
+        "message_end:user",
+        "message_start:user",
+        "message_end:user",
+        "message_start:assistant",
+    ]
+
+
+async def test_steering_between_turns_wait_mode_finishes_batch() -> None:
+    gate = asyncio.Event()
+    steer_q = Queue()
+    ran: list[str] = []
+
+    async def first(args: dict[str, Any], ctx: Any) -> str:
+        ran.append("first")
+        steer_q.batches.append(["change of plan"])
+        return "1"
+
+    async def second(args: dict[str, Any], ctx: Any) -> str:
+        ran.append("second")
+        gate.set()
+        return "2"
+
+    tools = [Tool("first", "", None, first, sequential=True), Tool("second", "", None, second)]
+    model = ScriptedModel([reply(tool_call("first"), tool_call("second")), "ack"])
+    cfg = LoopConfig(model=model, get_steering_messages=steer_q)
+    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    assert ran == ["first", "second"]
+    assert [m.role for m in result.messages] == [
+        "user", "assistant", "tool_result", "tool_result", "user", "assistant",
+    ]
+    assert result.messages[4].content[0].text == "change of plan"  # type: ignore[attr-defined]
+
+
+async def test_steering_interrupt_mode_skips_and_cancels() -> None:
+    steer_q = Queue()
+    cancelled: list[str] = []
+    started = asyncio.Event()
+
+    async def long_running(args: dict[str, Any], ctx: Any) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append("long")
+            raise
+        return "never"
+
+    async def quick(args: dict[str, Any], ctx: Any) -> str:
+        await started.wait()
+        steer_q.batches.append(["stop that"])
+        return "quick"
+
+    async def later(args: dict[str, Any], ctx: Any) -> str:
+        return "later"
+
+    tools = [
+        Tool("long", "", None, long_running, interrupt="cancel"),
+        Tool("quick", "", None, quick),
+        Tool("later", "", None, later, sequential=True),
+    ]
+    model = ScriptedModel(
+        [reply(tool_call("long", id="l"), tool_call("quick", id="q"), tool_call("later", id="z")), "ok"]
+    )
+    cfg = LoopConfig(model=model, get_steering_messages=steer_q, steering_during_tools="interrupt")
+    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    assert cancelled == ["long"]
+    results = [(m.tool_call_id, m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert results == [
+        ("l", "Cancelled due to queued user message.", True),
+        ("q", "quick", False),
+        ("z", "Skipped due to queued user message.", True),
+    ]
+    assert result.messages[5].content[0].text == "stop that"  # type: ignore[attr-defined]
+
+
+async def test_follow_ups_when_model_would_stop() -> None:
+    model = ScriptedModel(["one", "two", "three"])
+    follow = Queue(["next"], ["and another"])
+    cfg = LoopConfig(model=model, get_follow_up_messages=follow)
+    events = await collect(run_loop("hi", LoopContext(), cfg))
+    labels = [describe(e) for e in events if e.type != "message_update"]
+    assert labels == [
+        "agent_start", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_end:assistant", "turn_end",
+        "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_end:assistant", "turn_end",
+        "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_end:assistant", "turn_end",
+        "agent_end",
+    ]
+
+
+async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
+    signal = AbortSignal()
+    model = ScriptedModel([reply("partial answer", hang=True)])
+    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    events = []
+    async for ev in stream:
+        events.append(ev)
+        if ev.type == "message_update" and ev.event.type == "text_end":
+            signal.abort()
+    result = await stream.result()
+    last = result.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert (last.stop_reason, last.text) == ("aborted", "partial answer")
+    assert result.end_reason == "aborted"
+    assert [describe(e) for e in events][-3:] == ["message_end:assistant", "turn_end", "agent_end"]
+
+
+async def test_abort_from_another_task_while_waiting(no_leaked_tasks: None) -> None:
+    signal = AbortSignal()
+    model = ScriptedModel([reply("abc", hang=True)])
+    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    streamed = asyncio.Event()
+
+    async def consume() -> Any:
+        async for ev in stream:
+            if ev.type == "message_update" and ev.event.type == "text_end":
+                streamed.set()
+        return await stream.result()
+
+    task = asyncio.ensure_future(consume())
+    await streamed.wait()
+    signal.abort()
+    result = await task
+    assert result.end_reason == "aborted"
+    assert result.messages[-1].text == "abc"  # type: ignore[attr-defined]
+
+
+async def test_abort_mid_tool_closes_calls(no_leaked_tasks: None) -> None:
+    signal = AbortSignal()
+    cancelled: list[str] = []
+    started = asyncio.Event()
+
+    async def hang(args: dict[str, Any], ctx: Any) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append("hang")
+            raise
+        return "never"
+
+    async def trigger(args: dict[str, Any], ctx: Any) -> str:
+        await started.wait()
+        signal.abort()
+        return "done anyway"
+
+    tools = [Tool("hang", "", None, hang), Tool("trigger", "", None, trigger), Tool("after", "", None, hang, sequential=True)]
+    model = ScriptedModel([reply(tool_call("hang", id="h"), tool_call("trigger", id="t"), tool_call("after", id="a"))])
+    stream = run_loop("go", LoopContext(tools=tools), LoopConfig(model=model), signal)
+    events = await collect(stream)
+    result = await stream.result()
+    assert result.end_reason == "aborted"
+    assert cancelled == ["hang"]
+    results = {m.tool_call_id: (m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)}
+    assert results == {
+        "h": ("Tool execution was aborted.", True),
+        "t": ("done anyway", False),
+        "a": ("Tool execution was aborted.", True),
+    }
+    starts = [e.tool_call_id for e in events if e.type == "tool_execution_start"]
+    ends = [e.tool_call_id for e in events if e.type == "tool_execution_end"]
+    assert sorted(starts) == sorted(ends) == ["a", "h", "t"]
+    assert [r.tool_call_id for r in result.messages if isinstance(r, ToolResultMessage)] == ["h", "t", "a"]
+    assert events[-1].type == "agent_end"
+
+
+async def test_pre_aborted_signal() -> None:
+    signal = AbortSignal()
+    signal.abort()
+    result = await run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel(["x"])), signal).result()
+    last = result.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert (last.stop_reason, last.content) == ("aborted", [])
+
+
+async def test_external_cancellation_emits_agent_end_and_propagates(no_leaked_tasks: None) -> None:
+    events: list[str] = []
+    model = ScriptedModel([reply("abc", hang=True)])
+    stream = run_loop("hi", LoopContext(), LoopConfig(model=model))
+    streamed = asyncio.Event()
+
+    async def consume() -> None:
+        async for ev in stream:
+            events.append(ev.type)
+            if ev.type == "message_update" and ev.event.type == "text_end":
+                streamed.set()
+
+    task = asyncio.ensure_future(consume())
+    await streamed.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert events[-1] == "agent_end"
+    assert events.count("agent_end") == 1
+
+
+async def test_retry_events_are_forwarded() -> None:
+    attempts = {"n": 0}
+
+    class FlakyModel:
+        provider = api = "flaky"
+        id = "flaky"
+
+        async def stream(self, context: Any, options: Any = None) -> Any:
+            b = MessageBuilder(provider="flaky", api="flaky", model="flaky")
+            yield b.start()
+            ev = b.text_start()
+            yield ev
+            yield b.text_delta("lost", ev.index)
+            yield StreamRetry(attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded",
+                              error_message="busy", discard_partial=True)
+            b.reset()
+            yield b.start()
+            ev = b.text_start()
+            yield ev
+            yield b.text_delta("kept", ev.index)
+            yield b.text_end(ev.index)
+            yield b.done()
+
+    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=FlakyModel())))  # type: ignore[arg-type]
+    labels = [describe(e) for e in events if e.type != "message_update"]
+    assert labels == [
+        "agent_start", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "retry", "message_start:assistant", "message_end:assistant",
+        "turn_end", "agent_end",
+    ]
+    retry = [e for e in events if e.type == "retry"][0]
+    assert (retry.error_kind, retry.discard_partial) == ("overloaded", True)
+    assert events[-1].messages[-1].text == "kept"
+    del attempts
+
+
+async def test_broken_model_stream_raising_becomes_error() -> None:
+    class Broken:
+        provider = api = id = "broken"
+
+        async def stream(self, context: Any, options: Any = None) -> Any:
+            raise RuntimeError("adapter bug")
+            yield  # pragma: no cover
+
+    result = await run_loop("hi", LoopContext(), LoopConfig(model=Broken())).result()  # type: ignore[arg-type]
+    assert (result.end_reason, result.summary.error) == ("error", "RuntimeError: adapter bug")
+
+
+async def test_stream_without_terminal_event_is_error() -> None:
+    class Truncated:
+        provider = api = id = "t"
+
+        async def stream(self, context: Any, options: Any = None) -> Any:
+            b = MessageBuilder()
+            yield b.start()
+
+    result = await run_loop("hi", LoopContext(), LoopConfig(model=Truncated())).result()  # type: ignore[arg-type]
+    assert (result.end_reason, result.summary.error) == ("error", "stream ended without a terminal event")
+
+
+async def test_interrupted_response_is_told_to_model() -> None:
+    signal = AbortSignal()
+    ctx = LoopContext()
+    model = ScriptedModel([reply("half an ans", hang=True), "sorry, continuing"])
+    stream = run_loop("hi", ctx, LoopConfig(model=model), signal)
+    async for ev in stream:
+        if ev.type == "message_update" and ev.event.type == "text_end":
+            signal.abort()
+    await run_loop("go on", ctx, LoopConfig(model=model)).result()
+    sent = model.requests[1].messages
+    assert [(m.role, m.content[0].text) for m in sent] == [  # type: ignore[attr-defined]
+        ("user", "hi"),
+        ("assistant", "half an ans"),
+        ("user", "[Request interrupted by user]"),
+        ("user", "go on"),
+    ]
+
+
+def test_repair_fills_missing_and_drops_orphans() -> None:
+    from ketch.llm import ToolCall
+
+    a = AssistantMessage(content=[ToolCall(id="1", name="x"), ToolCall(id="2", name="y")], stop_reason="tool_use")
+    r2 = ToolResultMessage(tool_call_id="2", tool_name="y", content=[TextContent(text="two")])
+    orphan = ToolResultMessage(tool_call_id="zz", tool_name="q", content=[TextContent(text="?")])
+    u = UserMessage(content="next")
+    repaired = repair_messages([orphan, a, r2, r2, u])
+    assert [(m.role, getattr(m, "tool_call_id", None)) for m in repaired] == [
+        ("assistant", None), ("tool_result", "1"), ("tool_result", "2"), ("user", None),
+    ]
+    assert repaired[1].is_error  # type: ignore[attr-defined]
+    assert repaired[1].text == "Tool result missing (conversation was truncated or interrupted)."  # type: ignore[attr-defined]
+    valid = [u, a, ToolResultMessage(tool_call_id="1", tool_name="x"), r2]
+    assert repair_messages(valid) is valid
+
+
+async def test_function_model_sees_repaired_transcript() -> None:
+    from ketch.llm import ToolCall
+
+    seen: list[list[str]] = []
+
+    def respond(context: Any, options: Any) -> str:
+        seen.append([m.role for m in context.messages])
+        return "fine"
+
+    broken = [
+        UserMessage(content="a"),
+        AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
+    ]
+    await run_loop("b", LoopContext(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
+    assert seen == [["user", "assistant", "tool_result", "user"]]
