@@ -1,0 +1,319 @@
+"""The stateful Agent: prompts, listeners, queues, abort, continue, inject, phases, sync facade."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import describe
+
+from ketch.agent import Agent
+from ketch.llm import AssistantMessage, ImageContent, TextContent, ToolResultMessage, UserMessage
+from ketch.loop import Tool
+from ketch.testing import ScriptedModel, reply, tool_call
+
+
+def noop(name: str = "noop", **kw: Any) -> Tool:
+    async def run(args: dict[str, Any], ctx: Any) -> str:
+        return "ok"
+
+    return Tool(name, "", None, run, **kw)
+
+
+async def test_prompt_returns_result_and_updates_transcript() -> None:
+    agent = Agent(ScriptedModel([reply(tool_call("noop")), "all done"]), system_prompt="be brief", tools=[noop()])
+    result = await agent.prompt("do it")
+    assert result.text == "all done"
+    assert [m.role for m in agent.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert result.messages == agent.messages
+    assert agent.state.is_running is False
+    assert agent.state.usage.total_tokens == result.usage.total_tokens > 0
+    assert agent.phase.kind == "done"
+    assert agent.phase.is_terminal
+
+
+async def test_prompt_with_images() -> None:
+    model = ScriptedModel(["a cat"])
+    agent = Agent(model)
+    img = ImageContent(data="aGVsbG8=", mime_type="image/png")
+    await agent.prompt("what is this?", images=[img])
+    sent = model.requests[0].messages[0]
+    assert isinstance(sent, UserMessage)
+    assert sent.content == [TextContent(text="what is this?"), img]
+
+
+async def test_listeners_in_order_with_state_updated() -> None:
+    agent = Agent(ScriptedModel(["hello"]))
+    seen: list[str] = []
+
+    def first(ev: Any) -> None:
+        seen.append(f"1:{describe(ev)}")
+        if ev.type == "message_end" and ev.message.role == "assistant":
+            assert agent.messages[-1] is ev.message
+            assert agent.state.streaming_message is None
+
+    async def second(ev: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append(f"2:{describe(ev)}")
+
+    agent.subscribe(first)
+    unsubscribe = agent.subscribe(second)
+    await agent.prompt("hi")
+    assert seen[:4] == ["1:agent_start", "2:agent_start", "1:turn_start", "2:turn_start"]
+    assert seen[-2:] == ["1:agent_end", "2:agent_end"]
+    unsubscribe()
+    seen.clear()
+    agent.model = ScriptedModel(["again"])
+    await agent.prompt("hi")
+    assert all(s.startswith("1:") for s in seen)
+
+
+async def test_listener_exception_does_not_break_run() -> None:
+    agent = Agent(ScriptedModel(["fine"]))
+
+    def bad(ev: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    agent.subscribe(bad)
+    result = await agent.prompt("hi")
+    assert result.text == "fine"
+
+
+async def test_prompt_while_running_raises() -> None:
+    gate = asyncio.Event()
+
+    async def wait(args: dict[str, Any], ctx: Any) -> str:
+        await gate.wait()
+        return "ok"
+
+    agent = Agent(ScriptedModel([reply(tool_call("w")), "done"]), tools=[Tool("w", "", None, wait)])
+    started = asyncio.Event()
+    agent.subscribe(lambda ev: started.set() if ev.type == "tool_execution_start" else None)
+    task = asyncio.ensure_future(agent.prompt("go"))
+    await started.wait()
+    assert agent.is_running
+    assert agent.phase.kind == "tool_executing"
+    assert agent.state.pending_tool_calls == frozenset({agent.messages[1].content[0].id})  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match=r"^Agent is already running\. Use steer\(\) or follow_up\(\)"):
+        await agent.prompt("again")
+    with pytest.raises(RuntimeError, match="^Agent is already running. Wait for completion before continuing.$"):
+        await agent.continue_()
+    gate.set()
+    await task
+    await agent.wait_for_idle()
+    assert not agent.is_running
+
+
+async def test_steer_before_prompt_reaches_first_call() -> None:
+    model = ScriptedModel(["ok"])
+    agent = Agent(model)
+    agent.steer("extra context")
+    await agent.prompt("hi")
+    assert [m.content[0].text for m in model.requests[0].messages] == ["hi", "extra context"]  # type: ignore[attr-defined]
+
+
+async def test_steering_one_at_a_time_vs_all() -> None:
+    for mode, expected_calls in (("one_at_a_time", 2), ("all", 1)):
+        model = ScriptedModel(["a", "b", "c"])
+        agent = Agent(model, steering_mode=mode)  # type: ignore[arg-type]
+
+        def on_event(ev: Any, agent: Agent = agent) -> None:
+            if ev.type == "turn_start" and ev.turn == 1:
+                agent.steer("s1")
+                agent.steer("s2")
+
+        agent.subscribe(on_event)
+        await agent.prompt("hi")
+        assert len(model.requests) == expected_calls, mode
+
+
+async def test_follow_up_modes() -> None:
+    model = ScriptedModel(["a", "b", "c"])
+    agent = Agent(model, follow_up_mode="all")
+    agent.follow_up("f1")
+    agent.follow_up("f2")
+    await agent.prompt("hi")
+    assert len(model.requests) == 2
+    assert [m.content[0].text for m in model.requests[1].messages[-2:]] == ["f1", "f2"]  # type: ignore[attr-defined]
+    assert not agent.has_queued_messages()
+
+
+async def test_abort_restores_drained_uncommitted_queue_messages() -> None:
+    model = ScriptedModel([reply("thinking...", hang=True), "second run"])
+    agent = Agent(model)
+    streamed = asyncio.Event()
+
+    def on_event(ev: Any) -> None:
+        if ev.type == "message_update" and ev.event.type == "text_end":
+            streamed.set()
+
+    agent.subscribe(on_event)
+    task = asyncio.ensure_future(agent.prompt("hi"))
+    await streamed.wait()
+    agent.follow_up("later")
+    agent.abort()
+    result = await task
+    assert result.end_reason == "aborted"
+    assert agent.phase.kind == "cancelled"
+    assert agent.follow_ups.peek()[0].content[0].text == "later"  # type: ignore[attr-defined]
+
+
+async def test_drained_follow_up_is_restored_when_run_ends_before_commit() -> None:
+    model = ScriptedModel(["one"])
+    agent = Agent(model, max_turns=1)
+    agent.follow_up("queued")
+    result = await agent.prompt("hi")
+    # the follow-up was drained at the would-be end, but max_turns ended the run first
+    assert result.end_reason == "max_turns"
+    assert [m.content[0].text for m in agent.follow_ups.peek()] == ["queued"]  # type: ignore[attr-defined]
+    model.add("two")
+    result = await agent.continue_()
+    assert result.text == "two"
+    assert not agent.has_queued_messages()
+    assert [m.role for m in agent.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_clear_queues_during_abort_drops_them() -> None:
+    model = ScriptedModel(["one"])
+    agent = Agent(model, max_turns=1)
+    agent.follow_up("queued")
+
+    def on_event(ev: Any) -> None:
+        if ev.type == "agent_end":
+            agent.clear_queues()
+
+    agent.subscribe(on_event)
+    await agent.prompt("hi")
+    assert not agent.has_queued_messages()
+
+
+async def test_continue_from_assistant_tail() -> None:
+    model = ScriptedModel(["first", "steered answer"])
+    agent = Agent(model)
+    await agent.prompt("hi")
+    with pytest.raises(ValueError, match="^Cannot continue from message role: assistant$"):
+        await agent.continue_()
+    agent.steer("one more thing")
+    result = await agent.continue_()
+    assert result.text == "steered answer"
+
+
+async def test_continue_errors() -> None:
+    agent = Agent(ScriptedModel())
+    with pytest.raises(ValueError, match="^Cannot continue: no messages in context$"):
+        await agent.continue_()
+
+
+async def test_continue_after_tool_result() -> None:
+    model = ScriptedModel(["resumed"])
+    from ketch.llm import ToolCall
+
+    agent = Agent(
+        model,
+        messages=[
+            UserMessage(content="hi"),
+            AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
+            ToolResultMessage(tool_call_id="1", tool_name="x", content=[TextContent(text="r")]),
+        ],
+    )
+    result = await agent.continue_()
+    assert result.text == "resumed"
+
+
+async def test_inject() -> None:
+    model = ScriptedModel(["first", "resumed"])
+    agent = Agent(model)
+    assert await agent.inject("queued") == "queued"
+    assert len(agent.follow_ups) == 1
+    agent.clear_follow_ups()
+    await agent.prompt("hi")
+    assert await agent.inject("resume please") == "resumed"
+    await agent.wait_for_idle()
+    assert agent.messages[-1].text == "resumed"  # type: ignore[attr-defined]
+
+
+async def test_model_errors_do_not_raise_but_raise_for_error_does() -> None:
+    from ketch.loop import RunError
+    from ketch.testing import error_reply
+
+    agent = Agent(ScriptedModel([error_reply("quota exceeded", kind="rate_limit")]))
+    result = await agent.prompt("hi")
+    assert result.end_reason == "error"
+    assert agent.state.error == "quota exceeded"
+    assert agent.phase.kind == "error"
+    with pytest.raises(RunError, match="^Run ended with error: quota exceeded$"):
+        result.raise_for_error()
+
+
+async def test_changes_during_run_apply_next_run() -> None:
+    gate = asyncio.Event()
+
+    async def wait(args: dict[str, Any], ctx: Any) -> str:
+        await gate.wait()
+        return "ok"
+
+    first = ScriptedModel([reply(tool_call("w")), "from first"])
+    agent = Agent(first, tools=[Tool("w", "", None, wait)], system_prompt="v1")
+    started = asyncio.Event()
+    agent.subscribe(lambda ev: started.set() if ev.type == "tool_execution_start" else None)
+    task = asyncio.ensure_future(agent.prompt("go"))
+    await started.wait()
+    second = ScriptedModel(["from second"])
+    agent.model = second
+    agent.system_prompt = "v2"
+    gate.set()
+    assert (await task).text == "from first"
+    assert [r.system_prompt for r in first.requests] == ["v1", "v1"]
+    await agent.prompt("again")
+    assert second.requests[0].system_prompt == "v2"
+
+
+async def test_reset() -> None:
+    agent = Agent(ScriptedModel(["x"]))
+    await agent.prompt("hi")
+    agent.follow_up("f")
+    agent.reset()
+    assert agent.messages == []
+    assert not agent.has_queued_messages()
+    assert agent.state.usage.total_tokens == 0
+
+
+def test_prompt_sync_outside_loop() -> None:
+    agent = Agent(ScriptedModel(["sync works"]))
+    assert agent.prompt_sync("hi").text == "sync works"
+
+
+async def test_prompt_sync_inside_loop_raises() -> None:
+    agent = Agent(ScriptedModel(["x"]))
+    with pytest.raises(RuntimeError, match="cannot be used inside a running event loop"):
+        agent.prompt_sync("hi")
+
+
+def test_unknown_option_is_clear_error() -> None:
+    with pytest.raises(TypeError, match="^Agent\\(\\) got unknown option\\(s\\): max_turn$"):
+        Agent(ScriptedModel(), max_turn=3)
+
+
+async def test_abort_when_idle_is_noop() -> None:
+    agent = Agent(ScriptedModel(["x"]))
+    agent.abort()
+    assert (await agent.prompt("hi")).text == "x"
+
+
+async def test_abort_mid_tool_no_leaks(no_leaked_tasks: None) -> None:
+    started = asyncio.Event()
+
+    async def hang(args: dict[str, Any], ctx: Any) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(ScriptedModel([reply(tool_call("h", id="c"))]), tools=[Tool("h", "", None, hang)])
+    task = asyncio.ensure_future(agent.prompt("go"))
+    await started.wait()
+    agent.abort()
+    result = await task
+    assert result.end_reason == "aborted"
+    assert agent.messages[-1].text == "Tool execution was aborted."  # type: ignore[attr-defined]
+    assert agent.state.pending_tool_calls == frozenset()
