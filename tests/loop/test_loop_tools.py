@@ -319,3 +319,37 @@ async def test_tool_events_have_durations_and_ids() -> None:
     (end,) = [e for e in events if e.type == "tool_execution_end"]
     assert (end.tool_call_id, end.tool_name, end.is_error) == ("c9", "a", False)
     assert end.duration >= 0
+
+
+async def test_schema_validation_errors_reach_the_model() -> None:
+    rec = Recorder()
+    schema = {
+        "type": "object",
+        "properties": {"days": {"type": "integer"}, "city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+
+    async def weather(args: dict[str, Any], ctx: Any) -> str:
+        rec.log.append(repr(args))
+        return "sunny"
+
+    t = Tool("weather", "", schema, weather)
+    model = ScriptedModel(
+        [reply(tool_call("weather", {"days": "abc", "citty": "Paris"}, id="a"),
+               tool_call("weather", {"days": "3", "city": "Oslo"}, id="b")), "ok"]
+    )
+    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    (bad, good) = results_of(result.messages)
+    assert bad == (
+        "a",
+        'Validation failed for tool "weather":\n'
+        "  - city: missing required property\n"
+        '  - days: expected integer, got string "abc"\n'
+        "  - citty: unknown property\n\n"
+        "Received arguments:\n"
+        '{\n  "days": "abc",\n  "citty": "Paris"\n}',
+        True,
+    )
+    assert good == ("b", "sunny", False)
+    assert rec.log == ["{'days': 3, 'city': 'Oslo'}"]
