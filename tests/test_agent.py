@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import describe
 
+from conftest import describe
 from ketch.agent import Agent
 from ketch.llm import AssistantMessage, ImageContent, TextContent, ToolResultMessage, UserMessage
 from ketch.loop import Tool

@@ -134,6 +134,14 @@ def _as_messages(
     return messages
 
 
+def _resolve(model: Model | str) -> Model:
+    if isinstance(model, str):
+        from .llm.resolve import get_model
+
+        return get_model(model)
+    return model
+
+
 class Agent:
     """A stateful agent around the stateless loop.
 
@@ -155,14 +163,11 @@ class Agent:
         follow_up_mode: QueueMode = "one_at_a_time",
         **config: Any,
     ) -> None:
-        if isinstance(model, str):
-            from .llm.resolve import get_model
-
-            model = get_model(model)
+        resolved = _resolve(model)
         unknown = set(config) - {f.name for f in dataclasses.fields(LoopConfig)}
         if unknown:
             raise TypeError(f"Agent() got unknown option(s): {', '.join(sorted(unknown))}")
-        self.config = LoopConfig(model=model, thinking=thinking, options=options or StreamOptions(), **config)
+        self.config = LoopConfig(model=resolved, thinking=thinking, options=options or StreamOptions(), **config)
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)
@@ -189,11 +194,7 @@ class Agent:
 
     @model.setter
     def model(self, model: Model | str) -> None:
-        if isinstance(model, str):
-            from .llm.resolve import get_model
-
-            model = get_model(model)
-        self.config.model = model
+        self.config.model = _resolve(model)
 
     @property
     def thinking(self) -> ThinkingLevel:
@@ -430,7 +431,8 @@ class Agent:
     def _reduce(self, event: AgentEvent) -> None:
         kind = event.type
         if kind == "message_update":
-            self._streaming = event.message  # type: ignore[union-attr]
+            assert event.type == "message_update"
+            self._streaming = event.message
         elif kind == "message_start":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:

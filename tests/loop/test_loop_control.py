@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import collect, describe
 
+from conftest import collect, describe
 from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
 from ketch.llm.stream import MessageBuilder, StreamRetry
 from ketch.loop import (
@@ -369,7 +369,7 @@ async def test_retry_events_are_forwarded() -> None:
         "message_start:assistant", "retry", "message_start:assistant", "message_end:assistant",
         "turn_end", "agent_end",
     ]
-    retry = [e for e in events if e.type == "retry"][0]
+    retry = next(e for e in events if e.type == "retry")
     assert (retry.error_kind, retry.discard_partial) == ("overloaded", True)
     assert events[-1].messages[-1].text == "kept"
     del attempts

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import collect, describe
 
+from conftest import collect, describe
 from ketch.llm import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from ketch.loop import LoopConfig, LoopContext, Tool, ToolResult, continue_loop, run_loop
 from ketch.testing import ScriptedModel, error_reply, reply, tool_call
@@ -88,7 +88,7 @@ async def test_tool_turn_order_parallel() -> None:
     ]
     results = [e.message for e in events if e.type == "message_end" and e.message.role == "tool_result"]
     assert [(r.tool_call_id, r.text) for r in results] == [("c1", "slow done"), ("c2", "fast done")]
-    turn_end = [e for e in events if e.type == "turn_end"][0]
+    turn_end = next(e for e in events if e.type == "turn_end")
     assert [r.tool_call_id for r in turn_end.tool_results] == ["c1", "c2"]
     summary = (await stream.result()).summary
     assert (summary.turns, summary.tool_calls, summary.tool_errors) == (2, 2, 0)

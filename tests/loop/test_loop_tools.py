@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 from conftest import collect
-
 from ketch.llm import ToolResultMessage
 from ketch.loop import (
     AfterToolCallResult,

@@ -143,14 +143,14 @@ class Message(msgspec.Struct, tag_field="role", kw_only=True, omit_defaults=True
 
     timestamp: float = msgspec.field(default_factory=_now)
 
-    role: ClassVar[str] = ""
-    """The message's role tag (``user``, ``assistant``, ``tool_result`` or a custom tag)."""
+    @property
+    def role(self) -> str:
+        """The message's role tag (``user``, ``assistant``, ``tool_result`` or a custom tag)."""
+        return str(self.__struct_config__.tag)
 
 
 class UserMessage(Message, tag="user"):
     """Input from the user. A plain string is accepted and becomes one text block."""
-
-    role: ClassVar[str] = "user"
 
     content: list[UserContent] | str
 
@@ -161,8 +161,6 @@ class UserMessage(Message, tag="user"):
 
 class AssistantMessage(Message, tag="assistant"):
     """A model response, streamed or complete."""
-
-    role: ClassVar[str] = "assistant"
 
     content: list[AssistantContent] = msgspec.field(default_factory=list)
     provider: str = ""
@@ -188,8 +186,6 @@ class AssistantMessage(Message, tag="assistant"):
 class ToolResultMessage(Message, tag="tool_result"):
     """The outcome of one tool call. ``details`` is for the application, not the model."""
 
-    role: ClassVar[str] = "tool_result"
-
     tool_call_id: str
     tool_name: str
     content: list[UserContent] = msgspec.field(default_factory=list)
@@ -209,11 +205,6 @@ class CustomMessage(Message):
     subclass is registered for JSON decoding. The default conversion to model messages
     drops custom messages.
     """
-
-    @property  # type: ignore[override]
-    def role(self) -> str:
-        """The message's tag."""
-        return str(self.__struct_config__.tag)
 
 
 

@@ -19,11 +19,11 @@ from ..llm.signal import AbortSignal
 from .tool import Tool, ToolResult
 
 __all__ = [
+    "LENGTH_RECOVERY_PROMPT",
     "AfterToolCall",
     "AfterToolCallResult",
     "BeforeToolCall",
     "BeforeToolCallResult",
-    "LENGTH_RECOVERY_PROMPT",
     "LoopConfig",
     "LoopContext",
     "Middleware",

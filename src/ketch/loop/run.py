@@ -20,7 +20,7 @@ import msgspec
 
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Context, ToolSpec
-from ..llm.signal import AbortSignal, Aborted
+from ..llm.signal import Aborted, AbortSignal
 from .config import LoopConfig, LoopContext, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
@@ -206,10 +206,10 @@ class _Run:
                     self.turn += 1
                     yield TurnStart(turn=self.turn)
                 first = False
-                for message in pending:
-                    self._commit(message)
-                    yield MessageStart(message=message)
-                    yield MessageEnd(message=message)
+                for queued in pending:
+                    self._commit(queued)
+                    yield MessageStart(message=queued)
+                    yield MessageEnd(message=queued)
                 pending = []
 
                 async for event in self._stream_assistant():
