@@ -166,13 +166,14 @@ def _parse_google(lines: list[str], params: dict[str, str]) -> None:
         m = _GOOGLE_HEADER.match(line.strip())
         if m is None or m.group(1).strip().lower() not in _GOOGLE_PARAM_SECTIONS:
             continue
-        header_indent = _indent(line)
+        # cleandoc leaves the body at column 0 when the docstring starts with the header.
+        header_indent = _indent(line) if i > 1 else -1
         base: int | None = None
         name: str | None = None
         parts: list[str] = []
         while i < len(lines):
             cur = lines[i]
-            if cur.strip() and _indent(cur) <= header_indent:
+            if cur.strip() and (_indent(cur) <= header_indent or (header_indent < 0 and _is_google_header(cur))):
                 break
             i += 1
             if not cur.strip():
