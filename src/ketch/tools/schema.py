@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
-import decimal
 import enum
 import inspect
-import pathlib
 import re
 import sys
 import types
 import typing
-import uuid
 from collections import abc
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -313,12 +309,32 @@ _ARRAY_TYPES: Final = (list, abc.Sequence, abc.MutableSequence, abc.Iterable, ab
 _SET_TYPES: Final = (set, frozenset, abc.Set, abc.MutableSet)
 _MAPPING_TYPES: Final = (dict, abc.Mapping, abc.MutableMapping)
 _PLAIN_ARRAY_ORIGINS: Final = (list, abc.Sequence, abc.Iterable, abc.Collection)
-_STRING_FORMATS: Final[dict[type, str | None]] = {
-    datetime.datetime: "date-time",
-    datetime.date: "date",
-    datetime.time: "time",
-    uuid.UUID: "uuid",
-}
+
+
+# An annotation of these types means their module is loaded: look them up, never import.
+def _string_format(tp: Any) -> str | None:
+    dt = sys.modules.get("datetime")
+    if dt is not None:
+        if tp is dt.datetime:
+            return "date-time"
+        if tp is dt.date:
+            return "date"
+        if tp is dt.time:
+            return "time"
+    uu = sys.modules.get("uuid")
+    if uu is not None and tp is uu.UUID:
+        return "uuid"
+    return None
+
+
+def _is_decimal(tp: Any) -> bool:
+    module = sys.modules.get("decimal")
+    return module is not None and tp is module.Decimal
+
+
+def _is_path(tp: Any) -> bool:
+    module = sys.modules.get("pathlib")
+    return module is not None and isinstance(tp, type) and issubclass(tp, module.PurePath)
 
 
 # --------------------------------------------------------------------------- schema building
@@ -360,11 +376,12 @@ class _Builder:
             return {"type": "number"}
         if tp is str:
             return {"type": "string"}
-        if isinstance(tp, type) and tp in _STRING_FORMATS:
-            return {"type": "string", "format": _STRING_FORMATS[tp]}
-        if tp is decimal.Decimal:
+        string_format = _string_format(tp)
+        if string_format is not None:
+            return {"type": "string", "format": string_format}
+        if _is_decimal(tp):
             return {"type": "number"}
-        if isinstance(tp, type) and issubclass(tp, pathlib.PurePath):
+        if _is_path(tp):
             return {"type": "string"}
         container = origin if origin is not None else tp
         if container is tuple:
@@ -700,7 +717,7 @@ Converter = Callable[[Any], Any]
 def _dec_hook(tp: Any, value: Any) -> Any:
     if _is_pydantic_model(tp):
         return tp.model_validate(value)
-    if isinstance(tp, type) and issubclass(tp, pathlib.PurePath) and isinstance(value, str):
+    if _is_path(tp) and isinstance(value, str):
         return tp(value)
     raise NotImplementedError(f"cannot convert to {tp!r}")
 
