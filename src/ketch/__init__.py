@@ -1,5 +1,23 @@
-"""ketch: a fast, fault-correct, asyncio-native agent runtime."""
+"""ketch: a fast, fault-correct, asyncio-native agent runtime.
 
+The public API, kept small::
+
+    from ketch import Agent, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        "Add two numbers."
+        return a + b
+
+    agent = Agent("openai:gpt-5-mini", tools=[add])
+    result = await agent.prompt("What is 2 + 3?")
+
+Provider adapters, the HTTP client and the built-in tools load on first use.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .agent import Agent, AgentState, Phase
 from .llm import (
     AbortSignal,
     AssistantMessage,
@@ -8,6 +26,7 @@ from .llm import (
     ImageContent,
     Message,
     Model,
+    ModelError,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -15,21 +34,79 @@ from .llm import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    complete,
+    from_dict,
+    from_json,
+    to_dict,
+    to_json,
 )
+from .loop import (
+    AgentEvent,
+    LoopConfig,
+    LoopContext,
+    RunError,
+    RunResult,
+    StopDecision,
+    Tool,
+    ToolContext,
+    ToolResult,
+    continue_loop,
+    run_loop,
+    stop_after_tool,
+)
+
+if TYPE_CHECKING:
+    from .llm.resolve import get_model
+    from .tools.decorator import tool
 
 __all__ = [
     "AbortSignal",
+    "Agent",
+    "AgentEvent",
+    "AgentState",
     "AssistantMessage",
     "Context",
     "CustomMessage",
     "ImageContent",
+    "LoopConfig",
+    "LoopContext",
     "Message",
     "Model",
+    "ModelError",
+    "Phase",
+    "RunError",
+    "RunResult",
+    "StopDecision",
     "StreamOptions",
     "TextContent",
     "ThinkingContent",
+    "Tool",
     "ToolCall",
+    "ToolContext",
+    "ToolResult",
     "ToolResultMessage",
     "Usage",
     "UserMessage",
+    "complete",
+    "continue_loop",
+    "from_dict",
+    "from_json",
+    "get_model",
+    "run_loop",
+    "stop_after_tool",
+    "to_dict",
+    "to_json",
+    "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "tool":
+        from .tools.decorator import tool
+
+        return tool
+    if name == "get_model":
+        from .llm.resolve import get_model
+
+        return get_model
+    raise AttributeError(f"module 'ketch' has no attribute {name!r}")

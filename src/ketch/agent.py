@@ -171,6 +171,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)
+        self._context = LoopContext(messages=self._messages)
         self.steering = MessageQueue(steering_mode)
         self.follow_ups = MessageQueue(follow_up_mode)
         self._listeners: list[Listener] = []
@@ -394,7 +395,11 @@ class Agent:
             get_steering_messages=self._drain_steering,
             get_follow_up_messages=self._drain_follow_ups,
         )
-        context = LoopContext(system_prompt=self.system_prompt, messages=self._messages, tools=list(self.tools))
+        context = self._context
+        if context.messages is not self._messages:
+            context = self._context = LoopContext(messages=self._messages)
+        context.system_prompt = self.system_prompt
+        context.tools = list(self.tools)
         result: RunResult | None = None
         stream: RunStream | None = None
         try:

@@ -29,7 +29,7 @@ from .messages import (
     ToolCall,
     Usage,
 )
-from .signal import AbortSignal
+from .signal import AbortSignal, AbortWaiter
 
 __all__ = [
     "MessageBuilder",
@@ -436,20 +436,6 @@ class MessageBuilder:
 Producer = AsyncIterator[StreamEvent]
 
 
-class _Waiting:
-    __slots__ = ("active", "cancelled", "task")
-
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
-        self.task = task
-        self.active = False
-        self.cancelled = False
-
-    def on_abort(self) -> None:
-        if self.active and not self.cancelled and self.task is not None:
-            self.cancelled = True
-            self.task.cancel()
-
-
 async def guard_stream(
     producer: Producer,
     builder: MessageBuilder,
@@ -466,9 +452,7 @@ async def guard_stream(
       error that keeps the partial content;
     - cancellation of the consuming task is never swallowed.
     """
-    task = asyncio.current_task()
-    waiting = _Waiting(task)
-    remove = signal.add_callback(waiting.on_abort) if signal is not None else None
+    waiting = AbortWaiter(signal)
     started = False
     try:
         while True:
@@ -487,8 +471,7 @@ async def guard_stream(
                 yield builder.error("stream ended without a terminal event", kind="network")
                 return
             except asyncio.CancelledError:
-                if waiting.cancelled and task is not None and task.uncancel() == 0:
-                    waiting.cancelled = False
+                if waiting.caused_cancel():
                     if not started:
                         yield builder.start()
                     yield builder.error("Request was aborted", aborted=True)
@@ -517,8 +500,7 @@ async def guard_stream(
             if type(event) is StreamRetry and event.discard_partial:
                 started = False
     finally:
-        if remove is not None:
-            remove()
+        waiting.close()
 
 
 def _describe(

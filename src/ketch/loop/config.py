@@ -16,6 +16,7 @@ import msgspec
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
 from ..llm.model import Model, StreamOptions, ThinkingLevel
 from ..llm.signal import AbortSignal
+from .repair import LLMView
 from .tool import Tool, ToolResult
 
 __all__ = [
@@ -46,11 +47,16 @@ LENGTH_RECOVERY_PROMPT = (
 
 @dataclass(slots=True)
 class LoopContext:
-    """What the loop works on. ``messages`` is appended to in place as messages commit."""
+    """What the loop works on. ``messages`` is appended to in place as messages commit.
+
+    Reuse one context across runs on the same transcript: it keeps the model's view of
+    the history up to date incrementally.
+    """
 
     system_prompt: str = ""
     messages: list[Message] = field(default_factory=list)
     tools: Sequence[Tool] = ()
+    view: LLMView = field(default_factory=LLMView, repr=False, compare=False)
 
 
 @dataclass(slots=True, frozen=True)

@@ -22,6 +22,7 @@ from ..llm.messages import (
 
 __all__ = [
     "INTERRUPTED_NOTE",
+    "LLMView",
     "MISSING_RESULT_TEXT",
     "default_convert_to_llm",
     "repair_messages",
@@ -120,24 +121,74 @@ def repair_messages(messages: list[Message]) -> list[Message]:
     return out
 
 
-def _needs_repair(messages: list[Message]) -> bool:
-    """A cheap scan: True when some call lacks its result in place, or a result is stray."""
+def _scan(messages: list[Message], start: int = 0) -> tuple[bool, int]:
+    """Check pairing from ``start`` (a clean boundary) on.
+
+    Returns ``(valid, boundary)``: whether every call has its result in place and no
+    result is stray, and the last index at which no result was outstanding.
+    """
     expected: list[str] = []
     pos = 0
-    for m in messages:
+    boundary = start
+    for i in range(start, len(messages)):
+        m = messages[i]
         cls = type(m)
         if cls is ToolResultMessage:
             assert isinstance(m, ToolResultMessage)
             if pos >= len(expected) or expected[pos] != m.tool_call_id:
-                return True
+                return False, boundary
             pos += 1
             continue
         if pos != len(expected):
-            return True
+            return False, boundary
+        boundary = i
         if cls is AssistantMessage:
             assert isinstance(m, AssistantMessage)
             expected = [b.id for b in m.content if type(b) is ToolCall]
         else:
             expected = []
         pos = 0
-    return pos != len(expected)
+    return pos == len(expected), boundary
+
+
+def _needs_repair(messages: list[Message]) -> bool:
+    return not _scan(messages)[0]
+
+
+class LLMView:
+    """The model's view of a transcript, maintained incrementally.
+
+    For an append-only transcript each call converts and checks only the messages
+    added since the last call, so a turn costs the same at message 10 and at message
+    10,000. Any other change (the transcript shrank, or its first or last-seen message
+    was replaced) triggers a full rebuild. The returned list is reused by later calls:
+    a model that keeps it beyond the request must copy it.
+    """
+
+    __slots__ = ("_boundary", "_first", "_last", "_out", "_seen")
+
+    def __init__(self) -> None:
+        self._out: list[Message] = []
+        self._seen = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+        self._boundary = 0
+
+    def build(self, messages: list[Message]) -> list[Message]:
+        """The converted and repaired model messages for ``messages``."""
+        seen = self._seen
+        n = len(messages)
+        if seen and (n < seen or messages[0] is not self._first or messages[seen - 1] is not self._last):
+            self._out = []
+            self._boundary = 0
+            seen = 0
+        if n > seen:
+            self._out.extend(default_convert_to_llm(messages[seen:] if seen else messages))
+            self._seen = n
+            self._first = messages[0]
+            self._last = messages[-1]
+        valid, boundary = _scan(self._out, self._boundary)
+        if valid:
+            self._boundary = boundary
+            return self._out
+        return repair_messages(self._out)

@@ -20,7 +20,7 @@ import msgspec
 
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Context, ToolSpec
-from ..llm.signal import Aborted, AbortSignal
+from ..llm.signal import AbortSignal, AbortWaiter
 from .config import LoopConfig, LoopContext, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
@@ -317,10 +317,11 @@ class _Run:
             if cfg.transform_context is not None:
                 messages = await _maybe(cfg.transform_context(messages, self.signal))
             if cfg.convert_to_llm is not None:
-                llm = await _maybe(cfg.convert_to_llm(messages))
+                llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
+            elif messages is self.ctx.messages:
+                llm = self.ctx.view.build(messages)
             else:
-                llm = default_convert_to_llm(messages)
-            llm = repair_messages(llm)
+                llm = repair_messages(default_convert_to_llm(messages))
             options = cfg.options
             api_key = await _maybe(cfg.get_api_key(model.provider)) if cfg.get_api_key is not None else None
             options = msgspec.structs.replace(
@@ -460,6 +461,7 @@ class _Batch:
         next_i = 0
         skip_rest = False
         interrupt = run.cfg.steering_during_tools == "interrupt"
+        waiter = AbortWaiter(run.signal)
         try:
             while True:
                 while next_i < n and not skip_rest and not run.signal.aborted and self._can_start(sequential[next_i]):
@@ -470,10 +472,18 @@ class _Batch:
                     self._start(i, sequential[i])
                 if not self.tasks:
                     break
-                try:
-                    async with run.signal.scope():
+                aborted = run.signal.aborted
+                if not aborted:
+                    waiter.active = True
+                    try:
                         item = await self.queue.get()
-                except Aborted:
+                    except asyncio.CancelledError:
+                        if not waiter.caused_cancel():
+                            raise
+                        aborted = True
+                    finally:
+                        waiter.active = False
+                if aborted:
                     async for event in self._abort(next_i):
                         yield event
                     return
@@ -504,6 +514,7 @@ class _Batch:
                 async for event in self._abort(next_i):
                     yield event
         finally:
+            waiter.close()
             for task in self.tasks.values():
                 task.cancel()
 
