@@ -22,8 +22,8 @@ from ..llm.messages import (
 
 __all__ = [
     "INTERRUPTED_NOTE",
-    "LLMView",
     "MISSING_RESULT_TEXT",
+    "LLMView",
     "default_convert_to_llm",
     "repair_messages",
 ]
