@@ -26,9 +26,10 @@ from .llm.messages import (
 )
 from .llm.model import Model, StreamOptions, ThinkingLevel
 from .llm.signal import AbortSignal
-from .loop.config import LoopConfig, LoopContext
+from .llm.tokens import ContextUsage, context_usage
+from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
 from .loop.events import AgentEvent, RunResult
-from .loop.run import RunStream, continue_loop, run_loop
+from .loop.run import DEFAULT_WINDOW, RunStream, continue_loop, run_loop
 from .loop.tool import Tool
 
 __all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
@@ -70,6 +71,7 @@ class AgentState:
     error: str | None
     usage: Usage
     phase: Phase
+    context: ContextUsage
 
 
 class MessageQueue:
@@ -251,7 +253,14 @@ class Agent:
             error=self._error,
             usage=self._usage,
             phase=self._phase,
+            context=self.context_usage(),
         )
+
+    def context_usage(self) -> ContextUsage:
+        """How full the model's context window is with the current transcript."""
+        info = getattr(self.model, "info", None)
+        window = getattr(info, "context_window", None) or DEFAULT_WINDOW
+        return context_usage(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
     def steer(self, message: str | Message) -> None:
@@ -350,6 +359,37 @@ class Agent:
         self.follow_ups.push(msg)
         return "queued"
 
+    async def compact(self, instructions: str | None = None) -> bool:
+        """Summarise older history now with the configured ``context_manager``.
+
+        Listeners receive the compaction events. Returns True when the transcript was
+        rewritten. Raises ``RuntimeError`` while running or without a context manager.
+        """
+        manager = self.config.context_manager
+        if manager is None:
+            raise RuntimeError("compact() needs a context manager: Agent(..., context_manager=ContextManager())")
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before compacting.")
+        self._running = True
+        self._idle.clear()
+        signal = AbortSignal()
+        self._signal = signal
+        committed = False
+        try:
+            request = ContextRequest("manual", self.model, signal, self.system_prompt, instructions)
+            async for item in manager.manage(self._messages, request):
+                if isinstance(item, Projection):
+                    if item.commit is not None:
+                        self._messages[:] = item.commit
+                        committed = True
+                    continue
+                await self._notify(item)
+        finally:
+            self._running = False
+            self._signal = None
+            self._idle.set()
+        return committed
+
     def abort(self) -> None:
         """Abort the current run (no effect when idle)."""
         if self._signal is not None:
@@ -406,13 +446,7 @@ class Agent:
             stream = start(config, context, signal)
             async for event in stream:
                 self._reduce(event)
-                for listener in list(self._listeners):
-                    try:
-                        out = listener(event)
-                        if inspect.isawaitable(out):
-                            await out
-                    except Exception:
-                        log.exception("Agent listener failed on %s event", event.type)
+                await self._notify(event)
             result = await stream.result()
             return result
         finally:
@@ -432,6 +466,15 @@ class Agent:
                 kind: PhaseKind = "cancelled" if reason == "aborted" else "error" if reason == "error" else "done"
                 self._phase = Phase(kind, step)
             self._idle.set()
+
+    async def _notify(self, event: AgentEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                out = listener(event)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception:
+                log.exception("Agent listener failed on %s event", event.type)
 
     def _reduce(self, event: AgentEvent) -> None:
         kind = event.type

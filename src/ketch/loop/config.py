@@ -7,9 +7,9 @@ into an error assistant message, tool-side hooks into an error tool result.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -25,10 +25,13 @@ __all__ = [
     "AfterToolCallResult",
     "BeforeToolCall",
     "BeforeToolCallResult",
+    "ContextManager",
+    "ContextRequest",
     "LoopConfig",
     "LoopContext",
     "Middleware",
     "NextTurn",
+    "Projection",
     "StopDecision",
     "StopInfo",
     "ToolCallInfo",
@@ -171,6 +174,42 @@ class StopDecision(msgspec.Struct, kw_only=True):
         return UserMessage(content=self.message) if isinstance(self.message, str) else self.message
 
 
+@dataclass(slots=True, frozen=True)
+class ContextRequest:
+    """What a :class:`ContextManager` is asked for.
+
+    ``reason``: ``request`` (before a model call; project or compact if needed),
+    ``overflow`` (the provider reported a context overflow; compact and commit), or
+    ``manual`` (the user asked to compact, with optional ``instructions``).
+    """
+
+    reason: Literal["request", "overflow", "manual"]
+    model: Model
+    signal: AbortSignal
+    system_prompt: str = ""
+    instructions: str | None = None
+
+
+class Projection(msgspec.Struct, kw_only=True):
+    """A context manager's answer: the ``messages`` to send, and optionally a committed
+    rewrite of the transcript (``commit``) that replaces it in place."""
+
+    messages: list[Message]
+    commit: list[Message] | None = None
+
+
+class ContextManager(Protocol):
+    """Keeps requests inside the model's context window.
+
+    ``manage`` is an async generator: it may yield compaction events (passed on to the
+    run's consumer) and must end by yielding one :class:`Projection`.
+    """
+
+    def manage(self, messages: list[Message], request: ContextRequest) -> AsyncIterator[Any]:
+        """Project, compact or recover ``messages`` for ``request``."""
+        ...
+
+
 Middleware: TypeAlias = Callable[
     [ToolCallInfo, Callable[[dict[str, Any]], Awaitable[ToolResult]]], Awaitable[ToolResult]
 ]
@@ -216,6 +255,7 @@ class LoopConfig:
     after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None
     middlewares: Sequence[Middleware] = ()
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
+    context_manager: ContextManager | None = None
     skip_initial_steering_poll: bool = False
     state: Any = None
 

@@ -19,12 +19,15 @@ import msgspec
 
 from ..llm.messages import AssistantMessage, Message, ToolResultMessage, Usage
 from ..llm.stream import StreamEvent
+from ..llm.tokens import ContextUsage
 from .tool import ToolResult
 
 __all__ = [
     "AgentEnd",
     "AgentEvent",
     "AgentStart",
+    "CompactionEnd",
+    "CompactionStart",
     "EndReason",
     "MessageEnd",
     "MessageStart",
@@ -139,12 +142,16 @@ class TurnStart(_Event, tag="turn_start"):
 
 
 class TurnEnd(_Event, tag="turn_end"):
-    """A turn ended with its assistant message and tool results (in call order)."""
+    """A turn ended with its assistant message and tool results (in call order).
+
+    ``context`` is how full the model's context window now is.
+    """
 
     type: ClassVar[Literal["turn_end"]] = "turn_end"
     turn: int
     message: AssistantMessage
     tool_results: list[ToolResultMessage]
+    context: ContextUsage | None = None
 
 
 class MessageStart(_Event, tag="message_start"):
@@ -215,6 +222,26 @@ class Retry(_Event, tag="retry"):
     discard_partial: bool
 
 
+class CompactionStart(_Event, tag="compaction_start"):
+    """A summary compaction begins (``reason``: ``threshold``, ``overflow`` or ``manual``)."""
+
+    type: ClassVar[Literal["compaction_start"]] = "compaction_start"
+    reason: str
+    tokens_before: int
+
+
+class CompactionEnd(_Event, tag="compaction_end"):
+    """A summary compaction ended; ``error`` is set when it failed (nothing was committed)."""
+
+    type: ClassVar[Literal["compaction_end"]] = "compaction_end"
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    messages_summarized: int
+    cost: float
+    error: str | None = None
+
+
 AgentEvent: TypeAlias = (
     AgentStart
     | AgentEnd
@@ -227,4 +254,6 @@ AgentEvent: TypeAlias = (
     | ToolExecutionUpdate
     | ToolExecutionEnd
     | Retry
+    | CompactionStart
+    | CompactionEnd
 )

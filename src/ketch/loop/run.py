@@ -19,9 +19,10 @@ from typing import Any
 import msgspec
 
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from ..llm.model import Context, ToolSpec
+from ..llm.model import Context, StreamOptions, ToolSpec
 from ..llm.signal import AbortSignal, AbortWaiter
-from .config import LoopConfig, LoopContext, StopInfo, TurnInfo
+from ..llm.tokens import ContextUsage, context_usage
+from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
     AgentEvent,
@@ -43,7 +44,10 @@ from .execute import CallOutcome, StopKind, ToolRunner, stopped_result, truncate
 from .repair import default_convert_to_llm, repair_messages
 from .tool import Tool, ToolResult
 
-__all__ = ["RunStream", "continue_loop", "run_loop"]
+__all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
+
+DEFAULT_WINDOW = 128_000
+"""Context window assumed for models that do not say (``model.info.context_window``)."""
 
 
 async def _maybe(value: Any) -> Any:
@@ -233,7 +237,7 @@ class _Run:
                     results = [m for m in self.new_messages[-len(calls):] if isinstance(m, ToolResultMessage)]
                     terminate = all(o.result.terminate for o in self.batch)
                     steering = self.batch_steering
-                yield TurnEnd(turn=self.turn, message=message, tool_results=results)
+                yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
                 if self.batch_aborted or self.signal.aborted:
                     self._end("aborted", "aborted")
                     return
@@ -273,6 +277,11 @@ class _Run:
             self._end("stop")
             return
 
+    def _usage(self) -> ContextUsage:
+        info = getattr(self.model, "info", None)
+        window = getattr(info, "context_window", None) or DEFAULT_WINDOW
+        return context_usage(self.ctx.messages, window)
+
     def _stop_before_call(self) -> EndReason | None:
         cfg = self.cfg
         if self.signal.aborted:
@@ -309,84 +318,134 @@ class _Run:
             self.ctx.messages[:] = nxt.messages
 
     # -- one model call -----------------------------------------------------------------
-    async def _stream_assistant(self) -> AsyncGenerator[AgentEvent, None]:
-        cfg = self.cfg
-        model = self.model
-        try:
-            messages = self.ctx.messages
-            if cfg.transform_context is not None:
-                messages = await _maybe(cfg.transform_context(messages, self.signal))
-            if cfg.convert_to_llm is not None:
-                llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
-            elif messages is self.ctx.messages:
-                llm = self.ctx.view.build(messages)
-            else:
-                llm = repair_messages(default_convert_to_llm(messages))
-            options = cfg.options
-            api_key = await _maybe(cfg.get_api_key(model.provider)) if cfg.get_api_key is not None else None
-            options = msgspec.structs.replace(
-                options,
-                thinking=self.thinking,
-                signal=self.signal,
-                api_key=api_key or options.api_key,
-            )
-            request = Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs)
-            stream = model.stream(request, options)
-        except Exception as exc:
-            failed = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-            self._commit(failed)
-            self.assistant = failed
-            yield MessageStart(message=failed)
-            yield MessageEnd(message=failed)
+    async def _manage_context(self, reason: Any, messages: list[Message]) -> AsyncGenerator[Any, None]:
+        """Run the context manager; yields its events, then the messages to send (a list)."""
+        cm = self.cfg.context_manager
+        if cm is None:
+            yield messages
             return
+        request = ContextRequest(reason, self.model, self.signal, self.ctx.system_prompt)
+        projection: Projection | None = None
+        async for item in cm.manage(messages, request):
+            if type(item) is Projection:
+                projection = item
+            else:
+                yield item
+        if projection is None:
+            yield messages
+            return
+        if projection.commit is not None:
+            self.ctx.messages[:] = projection.commit
+        yield self.ctx.messages if projection.messages is projection.commit else projection.messages
 
-        final: AssistantMessage | None = None
-        partial: AssistantMessage | None = None
-        try:
-            async for event in stream:
-                kind = event.type
-                if kind == "start":
-                    partial = event.partial  # type: ignore[union-attr]
-                    yield MessageStart(message=partial)
-                elif kind == "done":
-                    final = event.message  # type: ignore[union-attr]
-                    break
-                elif kind == "error":
-                    final = event.error  # type: ignore[union-attr]
-                    break
-                elif kind == "retry":
-                    assert event.type == "retry"
-                    if event.discard_partial:
-                        partial = None
-                    yield Retry(
-                        attempt=event.attempt,
-                        max_attempts=event.max_attempts,
-                        delay=event.delay,
-                        error_kind=event.error_kind,
-                        error_message=event.error_message,
-                        discard_partial=event.discard_partial,
-                    )
-                elif partial is not None:
-                    yield MessageUpdate(message=partial, event=event)
-        except Exception as exc:
-            final = partial or self._error_message("")
-            final.stop_reason = "error"
-            final.error_message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            final.error_kind = final.error_kind or "unknown"
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        if final is None:
-            final = partial or self._error_message("")
-            final.stop_reason = "error"
-            final.error_message = "stream ended without a terminal event"
-            final.error_kind = "network"
-        if partial is None or partial is not final:
-            yield MessageStart(message=final)
-        self._commit(final)
-        self.assistant = final
-        yield MessageEnd(message=final)
+    async def _request(self, reason: Any) -> AsyncGenerator[Any, None]:
+        """Build the request; yields context events, then ``(Context, StreamOptions)``."""
+        cfg = self.cfg
+        messages = self.ctx.messages
+        if cfg.transform_context is not None:
+            messages = await _maybe(cfg.transform_context(messages, self.signal))
+        async for item in self._manage_context(reason, messages):
+            if isinstance(item, list):
+                messages = item
+            else:
+                yield item
+        if cfg.convert_to_llm is not None:
+            llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
+        elif messages is self.ctx.messages:
+            llm = self.ctx.view.build(messages)
+        else:
+            llm = repair_messages(default_convert_to_llm(messages))
+        options = cfg.options
+        api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
+        options = msgspec.structs.replace(
+            options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
+        )
+        yield Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
+
+    async def _stream_assistant(self) -> AsyncGenerator[AgentEvent, None]:
+        """Stream one assistant message; on a context overflow, compact once and retry once."""
+        reason = "request"
+        while True:
+            try:
+                prepared: tuple[Context, StreamOptions] | None = None
+                async for item in self._request(reason):
+                    if isinstance(item, tuple):
+                        prepared = item
+                    else:
+                        yield item
+                assert prepared is not None
+                stream = self.model.stream(*prepared)
+            except Exception as exc:
+                failed = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                self._commit(failed)
+                self.assistant = failed
+                yield MessageStart(message=failed)
+                yield MessageEnd(message=failed)
+                return
+            final: AssistantMessage | None = None
+            partial: AssistantMessage | None = None
+            try:
+                async for event in stream:
+                    kind = event.type
+                    if kind == "start":
+                        partial = event.partial  # type: ignore[union-attr]
+                        yield MessageStart(message=partial)
+                    elif kind == "done":
+                        final = event.message  # type: ignore[union-attr]
+                        break
+                    elif kind == "error":
+                        final = event.error  # type: ignore[union-attr]
+                        break
+                    elif kind == "retry":
+                        assert event.type == "retry"
+                        if event.discard_partial:
+                            partial = None
+                        yield Retry(
+                            attempt=event.attempt,
+                            max_attempts=event.max_attempts,
+                            delay=event.delay,
+                            error_kind=event.error_kind,
+                            error_message=event.error_message,
+                            discard_partial=event.discard_partial,
+                        )
+                    elif partial is not None:
+                        yield MessageUpdate(message=partial, event=event)
+            except Exception as exc:
+                final = partial or self._error_message("")
+                final.stop_reason = "error"
+                final.error_message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                final.error_kind = final.error_kind or "unknown"
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if final is None:
+                final = partial or self._error_message("")
+                final.stop_reason = "error"
+                final.error_message = "stream ended without a terminal event"
+                final.error_kind = "network"
+            if (
+                final.error_kind == "context_overflow"
+                and reason == "request"
+                and self.cfg.context_manager is not None
+                and final.stop_reason == "error"
+            ):
+                reason = "overflow"
+                yield Retry(
+                    attempt=1,
+                    max_attempts=2,
+                    delay=0.0,
+                    error_kind="context_overflow",
+                    error_message=final.error_message or "context overflow",
+                    discard_partial=True,
+                )
+                continue
+            if partial is None or partial is not final:
+                yield MessageStart(message=final)
+            self._commit(final)
+            self.assistant = final
+            yield MessageEnd(message=final)
+            return
 
     # -- one batch of tool calls ----------------------------------------------------------
     async def _run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
