@@ -1,0 +1,359 @@
+"""The HTTP machinery every provider adapter shares.
+
+:class:`HTTPModel` implements :meth:`ketch.llm.model.Model.stream` once: key
+resolution, request hooks, the shared aiohttp session, streaming and non-streaming
+responses, idle and total timeouts, error classification, retries with backoff, and
+the stream-protocol guarantees of :func:`~ketch.llm.stream.guard_stream`. An adapter
+subclasses it and implements three methods:
+
+- :meth:`HTTPModel.build_request` — URL, headers and JSON body for a context;
+- :meth:`HTTPModel.parse_stream` — SSE events to builder events, ending with
+  ``builder.done(...)`` when the provider's terminal marker arrives;
+- :meth:`HTTPModel.parse_response` — a complete JSON response to builder events.
+
+and may override :meth:`HTTPModel.classify` for provider-specific error bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import msgspec
+
+from ..classify import classify_exception, classify_response
+from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
+from ..http import get_session, iter_sse, redact_headers, redact_text
+from ..model import Context, StreamOptions
+from ..registry import ModelInfo, default_info
+from ..retry import RetryPolicy
+from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry, guard_stream
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
+
+SSEEvents: TypeAlias = AsyncIterator[tuple[str, bytes]]
+"""``(event name, data bytes)`` pairs from :func:`ketch.llm.http.iter_sse`."""
+
+
+class HTTPRequest(msgspec.Struct, kw_only=True):
+    """One request as an adapter builds it. ``headers`` hold the adapter's own headers
+    (auth included); the base adds content negotiation and user headers."""
+
+    url: str
+    body: dict[str, Any]
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    stream: bool = True
+
+
+class HTTPExchange(msgspec.Struct, kw_only=True):
+    """What an observer sees, once per request (``phase="request"``) and once per
+    response (``phase="response"``). Headers are redacted; ``error`` holds the body of a
+    failed response (redacted)."""
+
+    phase: Literal["request", "response"]
+    attempt: int
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: Any = None
+    status: int | None = None
+    response_headers: dict[str, str] | None = None
+    error: str | None = None
+
+
+Observer: TypeAlias = Callable[[HTTPExchange], "Awaitable[None] | None"]
+"""Sees every request and response (for logging and tests)."""
+
+Rewrite: TypeAlias = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+"""Sees the JSON body before it is sent; may mutate it or return a replacement."""
+
+_encoder = msgspec.json.Encoder()
+_DEFAULT_OPTIONS = StreamOptions()
+_DRAIN_SECONDS = 0.25
+
+
+class HTTPModel:
+    """A model reached over HTTP. Subclasses implement the wire protocol.
+
+    ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
+    variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
+    update) and, when given explicitly, the context window that usage is checked
+    against. ``idle_timeout`` bounds the silence between streamed bytes, ``timeout``
+    one whole attempt; ``connect_timeout`` the connection set-up. ``observer`` and
+    ``rewrite`` are the request hooks (see :data:`Observer`, :data:`Rewrite`).
+    """
+
+    api: str = ""
+    default_base_url: str = ""
+    default_env_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        provider: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        env_keys: tuple[str, ...] | None = None,
+        requires_key: bool = True,
+        info: ModelInfo | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        idle_timeout: float | None = 120.0,
+        timeout: float | None = 600.0,
+        connect_timeout: float | None = 30.0,
+        observer: Observer | None = None,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        self.id = id
+        self.provider = provider
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self._api_key = api_key
+        self.env_keys = self.default_env_keys if env_keys is None else env_keys
+        self.requires_key = requires_key
+        self.info = info if info is not None else default_info(provider, self.api, id, self.base_url)
+        self._window = info.context_window if info is not None else None
+        self.headers = dict(headers) if headers else {}
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.idle_timeout = idle_timeout
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.observer = observer
+        self.rewrite = rewrite
+        self._timeouts: tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout] | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
+
+    # -- what adapters implement -----------------------------------------------------
+    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The request for ``context``. ``api_key`` is the resolved key (None when the
+        endpoint needs none)."""
+        raise NotImplementedError
+
+    def parse_stream(
+        self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
+    ) -> AsyncIterator[StreamEvent]:
+        """Turn SSE events into builder events; yield ``builder.done(...)`` at the
+        provider's terminal marker. Raise a :class:`ModelError` for in-stream errors.
+        Ending without a done event is reported as a truncated stream."""
+        raise NotImplementedError
+
+    def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
+        """Turn a complete (non-streamed) JSON response into builder events ending
+        with ``builder.done(...)``."""
+        raise NotImplementedError
+
+    def classify(self, status: int, body: bytes, headers: Mapping[str, str]) -> ModelError:
+        """The error for a failed response; override for provider-specific bodies."""
+        return classify_response(status, body, headers)
+
+    # -- the Model interface ---------------------------------------------------------
+    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one assistant response (never raises for request or runtime failures)."""
+        opts = options if options is not None else _DEFAULT_OPTIONS
+        builder = MessageBuilder(
+            provider=self.provider, api=self.api, model=self.id, pricing=self.info.pricing.apply
+        )
+        return guard_stream(self._produce(context, opts, builder), builder, opts.signal)
+
+    def resolve_api_key(self, options: StreamOptions | None = None) -> str | None:
+        """The key a request would use: explicit, then per-request, then environment."""
+        key = self._api_key or (options.api_key if options is not None else None)
+        if not key:
+            for name in self.env_keys:
+                key = os.environ.get(name)
+                if key:
+                    break
+        return key or None
+
+    # -- internals -------------------------------------------------------------------
+    def _client_timeouts(self) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
+        if self._timeouts is None:
+            import aiohttp
+
+            streaming = aiohttp.ClientTimeout(
+                total=self.timeout, sock_connect=self.connect_timeout, sock_read=self.idle_timeout
+            )
+            whole = aiohttp.ClientTimeout(total=self.timeout, sock_connect=self.connect_timeout)
+            self._timeouts = (streaming, whole)
+        return self._timeouts
+
+    async def _prepare(
+        self, context: Context, options: StreamOptions
+    ) -> tuple[HTTPRequest, bytes, dict[str, str], tuple[str, ...]]:
+        key = self.resolve_api_key(options)
+        if key is None and self.requires_key:
+            where = " or ".join(self.env_keys) if self.env_keys else "an environment variable"
+            raise AuthError(f"No API key for provider {self.provider!r}: pass api_key or set {where}")
+        request = self.build_request(context, options, key)
+        if options.extra:
+            request.body.update(options.extra)
+        if self.rewrite is not None:
+            replaced = self.rewrite(request.body)
+            if inspect.isawaitable(replaced):
+                replaced = await replaced
+            if replaced is not None:
+                request.body = replaced
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+            **request.headers,
+            **self.headers,
+        }
+        if options.headers:
+            headers.update(options.headers)
+        return request, _encoder.encode(request.body), headers, (key,) if key else ()
+
+    async def _observe(self, exchange: HTTPExchange) -> None:
+        assert self.observer is not None
+        result = self.observer(exchange)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _produce(
+        self, context: Context, options: StreamOptions, builder: MessageBuilder
+    ) -> AsyncIterator[StreamEvent]:
+        yield builder.start()
+        request, payload, headers, secrets = await self._prepare(context, options)
+        policy = self.retry
+        streaming_timeout, whole_timeout = self._client_timeouts()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if self.observer is not None:
+                    await self._observe(
+                        HTTPExchange(
+                            phase="request",
+                            attempt=attempt,
+                            method="POST",
+                            url=redact_text(request.url, secrets),
+                            headers=redact_headers(headers, secrets),
+                            body=request.body,
+                        )
+                    )
+                session = await get_session()
+                response = await session.post(
+                    request.url,
+                    data=payload,
+                    headers=headers,
+                    timeout=streaming_timeout if request.stream else whole_timeout,
+                )
+                finished = False
+                try:
+                    status = response.status
+                    failed = not 200 <= status < 300
+                    error_body = await response.read() if failed else None
+                    if self.observer is not None:
+                        await self._observe(
+                            HTTPExchange(
+                                phase="response",
+                                attempt=attempt,
+                                method="POST",
+                                url=redact_text(request.url, secrets),
+                                headers=redact_headers(headers, secrets),
+                                body=request.body,
+                                status=status,
+                                response_headers=redact_headers(response.headers, secrets),
+                                error=None
+                                if error_body is None
+                                else redact_text(error_body.decode("utf-8", "replace"), secrets),
+                            )
+                        )
+                    if error_body is not None:
+                        raise self.classify(status, error_body, response.headers)
+                    content_type = response.headers.get("content-type", "")
+                    if request.stream and not content_type.startswith("application/json"):
+                        last: StreamEvent | None = None
+                        async for event in self.parse_stream(iter_sse(response.content), builder, request):
+                            last = event
+                            if type(event) is StreamDone:
+                                self._check_window(builder)
+                                await _drain(response)
+                                finished = True
+                            yield event
+                        if type(last) is not StreamDone:
+                            raise NetworkError("The stream ended before the response was complete")
+                    else:
+                        data = await response.read()
+                        for event in self.parse_response(data, builder, request):
+                            if type(event) is StreamDone:
+                                self._check_window(builder)
+                                finished = True
+                            yield event
+                    return
+                except BaseException:
+                    if not finished:
+                        response.close()  # drop the connection at once; never reuse it
+                    raise
+                finally:
+                    response.release()
+            except Exception as exc:
+                error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
+                if not error.retryable:
+                    raise error from None
+                delay = policy.delay(attempt, error.retry_after)
+                if delay is None:
+                    if error.retry_after is not None and attempt < policy.max_attempts:
+                        error.message = (
+                            f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
+                            f"more than the {policy.max_delay:g}s limit)"
+                        )
+                        error.args = (error.message,)
+                    raise error from None
+                discard = bool(builder.message.content)
+                yield StreamRetry(
+                    attempt=attempt,
+                    max_attempts=policy.max_attempts,
+                    delay=delay,
+                    error_kind=error.kind,
+                    error_message=error.message,
+                    discard_partial=discard,
+                )
+                if discard:
+                    builder.reset()
+                await asyncio.sleep(delay)
+                if discard:
+                    yield builder.start()
+
+    def _check_window(self, builder: MessageBuilder) -> None:
+        window = self._window
+        if window:
+            u = builder.message.usage
+            used = u.input + u.cache_read + u.cache_write
+            if used > window:
+                raise ContextOverflowError(
+                    f"The request used {used} input tokens, more than the {window}-token context window"
+                )
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    # The terminal marker usually arrives just before the end of the body; reading that
+    # end lets the connection go back to the pool instead of being closed.
+    content = response.content
+    if content.is_eof():
+        return
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            while await content.readany():
+                pass
+    except Exception:
+        pass
+
+
+def _scrub(error: ModelError, secrets: tuple[str, ...]) -> ModelError:
+    if secrets:
+        message = redact_text(error.message, secrets)
+        if message != error.message:
+            error.message = message
+            error.args = (message,)
+        if error.body is not None:
+            error.body = redact_text(error.body, secrets)
+    return error
