@@ -1,0 +1,273 @@
+"""PermissionGate: modes, rules, approvals, denials reaching the model."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ketch import Agent, Tool
+from ketch.permissions import Approval, PermissionGate, PermissionRequest, Rule
+from ketch.testing import ScriptedModel, reply, tool_call
+
+NO_APPROVER_TEXT = (
+    "Permission denied: {tool} changes things and needs approval, but nobody can approve it in "
+    "this run (permission mode {mode}). Do not retry it; use read-only tools or explain what you "
+    "would do instead."
+)
+PLAN_TEXT = (
+    "Permission denied: plan mode allows read-only tools only, and this {tool} call would change "
+    "things. Describe the change instead of making it."
+)
+
+
+def _tools(log: list[str]) -> list[Tool]:
+    def make(name: str, sequential: Any) -> Tool:
+        async def run(args: dict[str, Any], ctx: Any) -> str:
+            log.append(f"{name}:{args}")
+            return f"{name} ok"
+
+        return Tool(
+            name,
+            f"{name} tool",
+            {"type": "object", "properties": {"path": {"type": "string"}, "command": {"type": "string"}}},
+            run,
+            sequential=sequential,
+        )
+
+    def bash_mutates(args: dict[str, Any]) -> bool:
+        return not str(args.get("command", "")).startswith(("ls", "git status"))
+
+    return [make("read", False), make("edit", True), make("write", True), make("bash", bash_mutates)]
+
+
+async def _run(gate: PermissionGate, calls: list[Any]) -> tuple[list[str], list[tuple[str, bool, str]]]:
+    log: list[str] = []
+    model = ScriptedModel([reply(*calls), "done"])
+    agent = Agent(model, tools=_tools(log), before_tool_call=gate.before_tool_call)
+    result = await agent.prompt("go")
+    assert result.end_reason == "stop"
+    results = [(m.tool_name, m.is_error, m.text) for m in result.messages if m.role == "tool_result"]  # type: ignore[attr-defined]
+    return log, results
+
+
+def test_rule_parse_and_str() -> None:
+    assert Rule.parse("edit") == Rule("edit")
+    assert Rule.parse("Bash(git status*)") == Rule("bash", "git status*")
+    assert Rule.parse(" bash( ls ) ") == Rule("bash", "ls")
+    assert str(Rule.parse("bash(git *)")) == "bash(git *)"
+    assert Rule.parse("bash()") == Rule("bash")
+    with pytest.raises(ValueError, match=r"^Invalid permission rule 'bash\(x': expected 'tool' or 'tool\(pattern\)'$"):
+        Rule.parse("bash(x")
+    with pytest.raises(ValueError, match="Invalid permission rule ''"):
+        Rule.parse("")
+
+
+def test_rule_matching() -> None:
+    git = Rule.parse("bash(git status*)")
+    assert git.matches("bash", {"command": "git status --short"})
+    assert not git.matches("bash", {"command": "git push"})
+    assert git.matches("bash", {"command": "git status && git status -s"})
+    assert not git.matches("bash", {"command": "git status && rm -rf /"})
+    assert not git.matches("bash", {"command": "git status; rm x"})
+    assert not git.matches("bash", {"command": "git status $(rm x)"})
+    assert not git.matches("bash", {"command": "git status > out"})
+    assert not git.matches("read", {"command": "git status"})
+    assert Rule.parse("edit(src/*)").matches("edit", {"path": "src/a.py"})
+    assert not Rule.parse("edit(src/*)").matches("edit", {"path": "tests/a.py"})
+    assert Rule.parse("edit").matches("EDIT", {})
+    assert not Rule.parse("edit(x)").matches("edit", {})
+
+
+def test_unknown_mode_rejected() -> None:
+    with pytest.raises(ValueError, match="Unknown permission mode 'yolo'; expected one of default, accept-edits, bypass, plan"):
+        PermissionGate("yolo")
+    gate = PermissionGate()
+    with pytest.raises(ValueError, match="Unknown permission mode 'x'"):
+        gate.set_mode("x")
+    gate.set_mode("plan")
+    assert gate.mode == "plan"
+
+
+async def test_default_mode_without_approver_denies_changes_but_runs_read_only() -> None:
+    gate = PermissionGate("default")
+    log, results = await _run(
+        gate,
+        [
+            tool_call("read", {"path": "a"}),
+            tool_call("bash", {"command": "ls -la"}),
+            tool_call("edit", {"path": "a"}),
+            tool_call("bash", {"command": "rm a"}),
+        ],
+    )
+    assert log == ["read:{'path': 'a'}", "bash:{'command': 'ls -la'}"]
+    assert results == [
+        ("read", False, "read ok"),
+        ("bash", False, "bash ok"),
+        ("edit", True, NO_APPROVER_TEXT.format(tool="edit", mode="default")),
+        ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="default")),
+    ]
+    assert [(d.tool_name, d.args) for d in gate.denials] == [("edit", {"path": "a"}), ("bash", {"command": "rm a"})]
+
+
+async def test_accept_edits_allows_edits_but_not_bash() -> None:
+    log, results = await _run(
+        PermissionGate("accept-edits"),
+        [tool_call("write", {"path": "a"}), tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"})],
+    )
+    assert log == ["write:{'path': 'a'}", "edit:{'path': 'a'}"]
+    assert results[2] == ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="accept-edits"))
+
+
+async def test_bypass_allows_everything_but_deny_rules() -> None:
+    log, results = await _run(
+        PermissionGate("bypass", deny=["bash(rm *)"]),
+        [tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"}), tool_call("bash", {"command": "rm -rf x"})],
+    )
+    assert log == ["edit:{'path': 'a'}", "bash:{'command': 'make'}"]
+    assert results[2] == ("bash", True, "Permission denied: the call matches the deny rule bash(rm *).")
+
+
+async def test_plan_mode_is_read_only_even_with_allow_rules() -> None:
+    log, results = await _run(
+        PermissionGate("plan", allow=["edit", "bash"]),
+        [tool_call("read", {"path": "a"}), tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"})],
+    )
+    assert log == ["read:{'path': 'a'}"]
+    assert results[1:] == [("edit", True, PLAN_TEXT.format(tool="edit")), ("bash", True, PLAN_TEXT.format(tool="bash"))]
+
+
+async def test_allow_rules_skip_the_prompt() -> None:
+    asked: list[str] = []
+
+    async def approver(req: PermissionRequest) -> Approval:
+        asked.append(req.tool_name)
+        return Approval.deny()
+
+    log, _ = await _run(
+        PermissionGate("default", approver, allow=["bash(make*)", "edit"]),
+        [tool_call("bash", {"command": "make test"}), tool_call("edit", {"path": "a"}), tool_call("write", {"path": "a"})],
+    )
+    assert log == ["bash:{'command': 'make test'}", "edit:{'path': 'a'}"]
+    assert asked == ["write"]
+
+
+async def test_approver_once_always_and_deny_with_reason() -> None:
+    requests: list[PermissionRequest] = []
+    answers = [Approval.once(), Approval.always(), Approval.deny("use a branch"), Approval.deny()]
+
+    async def approver(req: PermissionRequest) -> Approval:
+        requests.append(req)
+        return answers.pop(0)
+
+    gate = PermissionGate("default", approver)
+    log, results = await _run(
+        gate,
+        [
+            tool_call("edit", {"path": "a"}),
+            tool_call("bash", {"command": "git push"}),
+            tool_call("bash", {"command": "git push"}),
+            tool_call("bash", {"command": "git push -f"}),
+            tool_call("write", {"path": "b"}),
+            tool_call("edit", {"path": "c"}),
+        ],
+    )
+    assert [(r.tool_name, r.kind, r.subject, str(r.suggested_rule), r.mode) for r in requests] == [
+        ("edit", "edit", "a", "edit", "default"),
+        ("bash", "execute", "git push", "bash(git push)", "default"),
+        ("bash", "execute", "git push -f", "bash(git push -f)", "default"),
+        ("write", "edit", "b", "write", "default"),
+        ("edit", "edit", "c", "edit", "default"),
+    ]
+    assert log == ["edit:{'path': 'a'}", "bash:{'command': 'git push'}", "bash:{'command': 'git push'}"]
+    assert [str(r) for r in gate.session_rules] == ["bash(git push)"]
+    assert results[3:] == [
+        ("bash", True, "Permission denied by the user. Reason: use a branch"),
+        ("write", True, "Permission denied by the user."),
+        ("edit", True, "Permission check failed: pop from empty list"),
+    ]
+
+
+async def test_approver_failure_becomes_denial() -> None:
+    async def approver(req: PermissionRequest) -> Approval:
+        raise RuntimeError("terminal gone")
+
+    _, results = await _run(PermissionGate("default", approver), [tool_call("edit", {"path": "a"})])
+    assert results == [("edit", True, "Permission check failed: terminal gone")]
+
+
+async def test_prompts_are_serialised_and_always_covers_waiting_calls() -> None:
+    started = asyncio.Event()
+    release: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+    asked: list[str | None] = []
+
+    async def approver(req: PermissionRequest) -> Approval:
+        asked.append(req.subject)
+        started.set()
+        return await release
+
+    gate = PermissionGate("default", approver)
+    log: list[str] = []
+    tools = _tools(log)
+    for t in tools:
+        t.sequential = False  # run in parallel; every bash call still needs approval via the rule check
+    bash = tools[3]
+
+    def needs(args: dict[str, Any]) -> bool:
+        return True
+
+    bash.sequential = needs
+    model = ScriptedModel([reply(tool_call("bash", {"command": "make"}), tool_call("bash", {"command": "make"})), "done"])
+    agent = Agent(model, tools=tools, before_tool_call=gate.before_tool_call)
+    run = asyncio.create_task(agent.prompt("go"))
+    await started.wait()
+    release.set_result(Approval.always())
+    result = await run
+    assert asked == ["make"]
+    assert log == ["bash:{'command': 'make'}", "bash:{'command': 'make'}"]
+    assert result.end_reason == "stop"
+
+
+async def test_abort_while_waiting_for_approval() -> None:
+    started = asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def approver(req: PermissionRequest) -> Approval:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        raise AssertionError("unreachable")
+
+    log: list[str] = []
+    model = ScriptedModel([reply(tool_call("edit", {"path": "a"}, id="c1"))])
+    agent = Agent(model, tools=_tools(log), before_tool_call=PermissionGate("default", approver).before_tool_call)
+    run = asyncio.create_task(agent.prompt("go"))
+    await started.wait()
+    agent.abort()
+    result = await run
+    assert result.end_reason == "aborted"
+    assert cancelled == [True]
+    assert log == []
+    tr = result.messages[-1]
+    assert tr.role == "tool_result" and tr.is_error  # type: ignore[attr-defined]
+
+
+def test_check_is_a_pure_policy() -> None:
+    gate = PermissionGate("default", allow=["bash(git *)"])
+    log: list[str] = []
+    read, edit, _, bash = _tools(log)
+    assert gate.check(read, {"path": "x"}) == ("allow", None)
+    assert gate.check(edit, {"path": "x"}) == ("ask", None)
+    assert gate.check(bash, {"command": "git log"}) == ("allow", None)
+    assert gate.check(bash, {"command": "make"}) == ("ask", None)
+
+    def broken(args: dict[str, Any]) -> bool:
+        raise RuntimeError("classifier failed")
+
+    bash.sequential = broken
+    assert gate.check(bash, {"command": "ls"}) == ("ask", None)
+    assert repr(gate) == "PermissionGate(mode='default', allow=['bash(git *)'], deny=[])"
