@@ -1,0 +1,26 @@
+"""Context management: token accounting, projection, and compaction with summaries.
+
+Use it by giving an agent a manager::
+
+    agent = Agent(model, context_manager=ContextManager())
+"""
+
+from ..llm.tokens import ContextUsage, context_usage, estimate_message_tokens, set_token_counter
+from .manager import ContextManager, PreCompact, default_reserve
+from .strategies import CLEARED_TOOL_RESULT, clear_old_tool_results, trim_long_text
+from .summary import ContextSummary, find_cut
+
+__all__ = [
+    "CLEARED_TOOL_RESULT",
+    "ContextManager",
+    "ContextSummary",
+    "ContextUsage",
+    "PreCompact",
+    "clear_old_tool_results",
+    "context_usage",
+    "default_reserve",
+    "estimate_message_tokens",
+    "find_cut",
+    "set_token_counter",
+    "trim_long_text",
+]
