@@ -20,7 +20,7 @@ from ..llm.model import Context, Model, StreamOptions, complete
 from ..llm.tokens import context_usage, estimate_message_tokens
 from ..loop.config import ContextRequest, Projection
 from ..loop.events import CompactionEnd, CompactionStart
-from .strategies import clear_old_tool_results, trim_long_text
+from .strategies import ClearedView, trim_long_text
 from .summary import (
     SUMMARY_SYSTEM_PROMPT,
     ContextSummary,
@@ -112,6 +112,7 @@ class ContextManager:
         self.failures = 0
         self.summary_calls = 0
         self._estimate = _Estimate()
+        self._cleared = ClearedView(keep_tool_results)
         self._projected = False
 
     def limits(self, model: Model) -> tuple[int, int]:
@@ -144,10 +145,13 @@ class ContextManager:
             self._projected = False
             yield Projection(messages=messages)
             return
-        view, saved = clear_old_tool_results(messages, self.keep_tool_results)
+        view = self._cleared.update(messages)
+        saved = max(0, self._estimate.of(messages) - self._cleared.tokens)
         if tokens - saved > threshold:
             view, more = trim_long_text(view)
             saved += more
+        else:
+            view = list(view)
         if tokens - saved <= threshold or self.failures >= self.max_failures:
             self._projected = True
             yield Projection(messages=view)
