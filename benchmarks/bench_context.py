@@ -8,6 +8,7 @@ turn 100 and at turn 2,000 (which must not grow with the history).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import time
 from typing import Any
@@ -86,7 +87,7 @@ async def run() -> dict[str, float]:
 
 
 def _gaps(stamps: list[float]) -> list[float]:
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def main() -> None:
