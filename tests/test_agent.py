@@ -317,3 +317,15 @@ async def test_abort_mid_tool_no_leaks(no_leaked_tasks: None) -> None:
     assert result.end_reason == "aborted"
     assert agent.messages[-1].text == "Tool execution was aborted."  # type: ignore[attr-defined]
     assert agent.state.pending_tool_calls == frozenset()
+
+
+async def test_tools_see_the_agent_through_their_context() -> None:
+    seen: list[Any] = []
+
+    async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
+        seen.append((ctx.state, ctx.call_id, ctx.tool_name, len(ctx.messages)))
+        return "ok"
+
+    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)])
+    await agent.prompt("go")
+    assert seen == [(agent, "c1", "i", 2)]

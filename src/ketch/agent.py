@@ -434,6 +434,7 @@ class Agent:
             self.config,
             get_steering_messages=self._drain_steering,
             get_follow_up_messages=self._drain_follow_ups,
+            state=self.config.state if self.config.state is not None else self,
         )
         context = self._context
         if context.messages is not self._messages:
