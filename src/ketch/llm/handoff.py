@@ -1,0 +1,192 @@
+"""Preparing a transcript for one model, whoever wrote it.
+
+Every adapter calls :func:`prepare_messages` before encoding a request. A transcript
+may hold assistant messages from other providers or models (after a model switch or a
+fallback); their provider-specific parts mean nothing to the target model and are
+removed, and the tool-call sequence is made valid for any provider:
+
+- user messages pass unchanged;
+- assistant messages that failed or were aborted are skipped;
+- assistant messages from the target (same provider, api and model) pass unchanged,
+  signed thinking included, even when its text is empty;
+- assistant messages from another model lose their thinking (readable, redacted or
+  empty), their empty text blocks and every signature, and their tool-call ids are
+  normalised with ``normalize_id``; a message left with no content is dropped;
+- a tool result answers a call of the latest assistant message (its id remapped when
+  that call's id was normalised); results without such a call are dropped;
+- calls left without a result when the next user or assistant message (or the end)
+  comes get a synthetic error result, :data:`MISSING_TOOL_RESULT`;
+- custom messages are dropped.
+
+Input messages are never mutated. Unchanged messages are passed through as the same
+objects; only what changes is copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from .messages import (
+    AssistantMessage,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+__all__ = [
+    "MISSING_TOOL_RESULT",
+    "anthropic_tool_id",
+    "mistral_tool_id",
+    "openai_chat_tool_id",
+    "openai_responses_tool_id",
+    "prepare_messages",
+]
+
+MISSING_TOOL_RESULT = "No result provided"
+"""The text of the synthetic error result given to a tool call that never got one."""
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+_ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
+
+
+def anthropic_tool_id(id: str) -> str:
+    """A tool-call id Anthropic accepts: ``[a-zA-Z0-9_-]``, at most 64 characters."""
+    return _UNSAFE.sub("_", id)[:64]
+
+
+def openai_responses_tool_id(id: str) -> str:
+    """A ``call_id`` for the OpenAI Responses API: ``[a-zA-Z0-9_-]``, at most 64 characters."""
+    return _UNSAFE.sub("_", id)[:64]
+
+
+def openai_chat_tool_id(id: str) -> str:
+    """A tool-call id for OpenAI Chat Completions: ``[a-zA-Z0-9_-]``, at most 40 characters."""
+    return _UNSAFE.sub("_", id)[:40]
+
+
+def mistral_tool_id(id: str) -> str:
+    """A tool-call id Mistral accepts: exactly 9 letters or digits (derived from ``id``
+    by hashing when it is not one already)."""
+    if _MISTRAL_ID.fullmatch(id):
+        return id
+    n = int.from_bytes(hashlib.sha256(id.encode()).digest()[:8], "big")
+    out = []
+    for _ in range(9):
+        n, r = divmod(n, 62)
+        out.append(_ALNUM[r])
+    return "".join(out)
+
+
+def _is_same(m: AssistantMessage, provider: str, api: str, model: str) -> bool:
+    return m.model == model and m.provider == provider and m.api == api
+
+
+def _foreign(
+    m: AssistantMessage, normalize_id: Callable[[str], str] | None
+) -> tuple[AssistantMessage, dict[str, str] | None]:
+    """A cross-model assistant message as the target may see it, and its id changes."""
+    content: list[TextContent | ThinkingContent | ToolCall] = []
+    renamed: dict[str, str] | None = None
+    changed = False
+    for block in m.content:
+        cls = type(block)
+        if cls is ThinkingContent:
+            changed = True
+        elif cls is TextContent:
+            assert isinstance(block, TextContent)
+            if not block.text:
+                changed = True
+            elif block.signature is not None:
+                content.append(TextContent(text=block.text))
+                changed = True
+            else:
+                content.append(block)
+        elif cls is ToolCall:
+            assert isinstance(block, ToolCall)
+            new_id = normalize_id(block.id) if normalize_id is not None else block.id
+            if new_id != block.id:
+                if renamed is None:
+                    renamed = {}
+                renamed[block.id] = new_id
+            if new_id != block.id or block.signature is not None:
+                content.append(msgspec.structs.replace(block, id=new_id, signature=None))
+                changed = True
+            else:
+                content.append(block)
+        else:
+            content.append(block)
+    if not changed:
+        return m, None
+    return msgspec.structs.replace(m, content=content), renamed
+
+
+def prepare_messages(
+    messages: Sequence[Message],
+    *,
+    provider: str,
+    api: str,
+    model: str,
+    normalize_id: Callable[[str], str] | None = None,
+) -> list[Message]:
+    """The messages ``model`` (served by ``provider`` over ``api``) should see.
+
+    ``normalize_id`` rewrites tool-call ids from other models into a form the target
+    accepts (:func:`anthropic_tool_id`, :func:`openai_responses_tool_id` …); None keeps
+    them. See the module documentation for every rule.
+    """
+    out: list[Message] = []
+    append = out.append
+    # Calls of the latest assistant message still waiting for a result:
+    # original id -> (id the target sees, tool name).
+    pending: dict[str, tuple[str, str]] = {}
+    pending_time = 0.0
+
+    def flush() -> None:
+        for new_id, name in pending.values():
+            append(
+                ToolResultMessage(
+                    tool_call_id=new_id,
+                    tool_name=name,
+                    content=[TextContent(text=MISSING_TOOL_RESULT)],
+                    is_error=True,
+                    timestamp=pending_time,
+                )
+            )
+        pending.clear()
+
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            entry = pending.pop(m.tool_call_id, None)
+            if entry is None:
+                continue
+            append(m if entry[0] == m.tool_call_id else msgspec.structs.replace(m, tool_call_id=entry[0]))
+        elif isinstance(m, AssistantMessage):
+            if pending:
+                flush()
+            if m.stop_reason == "error" or m.stop_reason == "aborted":
+                continue
+            sent, renamed = m, None
+            if not _is_same(m, provider, api, model):
+                sent, renamed = _foreign(m, normalize_id)
+                if not sent.content:
+                    continue
+            append(sent)
+            for block in m.content:
+                if type(block) is ToolCall:
+                    pending[block.id] = (renamed.get(block.id, block.id) if renamed else block.id, block.name)
+            pending_time = m.timestamp
+        elif isinstance(m, UserMessage):
+            if pending:
+                flush()
+            append(m)
+    if pending:
+        flush()
+    return out
