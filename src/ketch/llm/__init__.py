@@ -25,7 +25,7 @@ from .messages import (
     to_json,
 )
 from .model import Context, Model, StreamOptions, ThinkingLevel, ToolSpec, complete
-from .signal import AbortSignal, Aborted
+from .signal import Aborted, AbortSignal
 from .stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
 
 __all__ = [
