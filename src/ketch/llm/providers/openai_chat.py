@@ -1,0 +1,683 @@
+"""OpenAI Chat Completions, and every server that speaks it.
+
+:class:`OpenAIChatModel` talks to ``POST {base_url}/chat/completions``. Servers that
+copy the protocol differ in small ways; those differences are data in :class:`Compat`
+and :data:`PRESETS` holds them, with base URLs and key variables, for the common
+endpoints (DeepSeek, Groq, OpenRouter, Together, Mistral, xAI, Ollama, vLLM, LM Studio,
+llama.cpp, llama-cpp-python)::
+
+    model = OpenAIChatModel.preset("groq", "llama-3.3-70b-versatile")
+    local = OpenAIChatModel.preset("ollama", "qwen3:8b", base_url="http://gpu:11434/v1")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from ..classify import classify_error_object
+from ..errors import ContentFilterError
+from ..messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from ..model import THINKING_LEVELS, Context, StreamOptions, ThinkingLevel
+from ..registry import ModelInfo
+from ..retry import RetryPolicy
+from ..stream import MessageBuilder, StreamEvent
+from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
+
+__all__ = ["PRESETS", "Compat", "OpenAIChatModel", "Preset"]
+
+
+class Compat(msgspec.Struct, kw_only=True, frozen=True):
+    """How one endpoint departs from OpenAI's own Chat Completions.
+
+    - ``max_tokens_field``: the name of the output-limit field.
+    - ``reasoning_fields``: delta/message fields that carry reasoning text, in order of
+      preference.
+    - ``stream_usage``: whether ``stream_options.include_usage`` is accepted.
+    - ``system_role``: role of the system prompt; ``auto`` means ``developer`` for
+      reasoning models (``ModelInfo.thinking`` non-empty) and ``system`` otherwise.
+    - ``reasoning_param``: how a thinking level is sent: ``reasoning_effort``, an
+      OpenRouter-style ``reasoning`` object, or not at all.
+    - ``reasoning_in_output``: whether ``completion_tokens`` already counts reasoning
+      tokens (when not, they are added to ``output``).
+    - ``tool_call_content``: content of an assistant message that only holds tool
+      calls (``""`` is accepted everywhere; ``null`` is OpenAI's canonical form).
+    - ``tool_call_id``: id rule: ``openai`` (``[A-Za-z0-9_-]``, at most 40 chars) or
+      ``mistral`` (exactly 9 letters/digits).
+    - ``tool_result_name``: whether tool messages carry the tool ``name``.
+    - ``stream_tool_choice_auto``: whether the server can stream when tools are offered
+      with ``tool_choice`` auto; if not, such requests are sent unstreamed (the caller
+      still receives stream events).
+    - ``replay_reasoning_field``: send this model's own earlier reasoning back under this
+      assistant-message field (None: drop it).
+    """
+
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning", "reasoning_text")
+    stream_usage: bool = True
+    system_role: Literal["system", "developer", "auto"] = "system"
+    reasoning_param: Literal["reasoning_effort", "openrouter", "none"] = "reasoning_effort"
+    reasoning_in_output: bool = True
+    tool_call_content: Literal["empty", "null"] = "empty"
+    tool_call_id: Literal["openai", "mistral"] = "openai"
+    tool_result_name: bool = False
+    stream_tool_choice_auto: bool = True
+    replay_reasoning_field: str | None = None
+
+
+class Preset(msgspec.Struct, kw_only=True, frozen=True):
+    """An OpenAI-compatible endpoint: provider name, base URL, key variables, quirks."""
+
+    provider: str
+    base_url: str
+    env_keys: tuple[str, ...] = ()
+    requires_key: bool = True
+    compat: Compat = Compat()
+
+
+_LOCAL = Compat(max_tokens_field="max_tokens")
+
+PRESETS: dict[str, Preset] = {
+    "openai": Preset(
+        provider="openai",
+        base_url="https://api.openai.com/v1",
+        env_keys=("OPENAI_API_KEY",),
+        compat=Compat(system_role="auto", tool_call_content="null"),
+    ),
+    "deepseek": Preset(
+        provider="deepseek",
+        base_url="https://api.deepseek.com/v1",
+        env_keys=("DEEPSEEK_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_param="none"),
+    ),
+    "groq": Preset(
+        provider="groq",
+        base_url="https://api.groq.com/openai/v1",
+        env_keys=("GROQ_API_KEY",),
+        compat=Compat(reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "openrouter": Preset(
+        provider="openrouter",
+        base_url="https://openrouter.ai/api/v1",
+        env_keys=("OPENROUTER_API_KEY",),
+        compat=Compat(
+            max_tokens_field="max_tokens",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            reasoning_param="openrouter",
+        ),
+    ),
+    "together": Preset(
+        provider="together",
+        base_url="https://api.together.xyz/v1",
+        env_keys=("TOGETHER_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "mistral": Preset(
+        provider="mistral",
+        base_url="https://api.mistral.ai/v1",
+        env_keys=("MISTRAL_API_KEY",),
+        compat=Compat(
+            max_tokens_field="max_tokens",
+            stream_usage=False,
+            reasoning_param="none",
+            tool_call_id="mistral",
+            tool_result_name=True,
+        ),
+    ),
+    "xai": Preset(
+        provider="xai",
+        base_url="https://api.x.ai/v1",
+        env_keys=("XAI_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
+    ),
+    "ollama": Preset(
+        provider="ollama",
+        base_url="http://127.0.0.1:11434/v1",
+        env_keys=("OLLAMA_API_KEY",),
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "vllm": Preset(
+        provider="vllm",
+        base_url="http://127.0.0.1:8000/v1",
+        env_keys=("VLLM_API_KEY",),
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "lmstudio": Preset(
+        provider="lmstudio",
+        base_url="http://127.0.0.1:1234/v1",
+        env_keys=("LM_STUDIO_API_KEY",),
+        requires_key=False,
+        compat=_LOCAL,
+    ),
+    "llamacpp": Preset(
+        provider="llamacpp",
+        base_url="http://127.0.0.1:8080/v1",
+        env_keys=("LLAMA_API_KEY",),
+        requires_key=False,
+        compat=_LOCAL,
+    ),
+    "llama-cpp-python": Preset(
+        provider="llama-cpp-python",
+        base_url="http://127.0.0.1:8000/v1",
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", stream_usage=False, stream_tool_choice_auto=False),
+    ),
+}
+"""Known OpenAI-compatible endpoints by name."""
+
+
+# -- wire types (decoded with msgspec; unknown fields are ignored) ---------------------
+class _Fn(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolDelta(msgspec.Struct):
+    index: int | None = None
+    id: str | None = None
+    function: _Fn | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    reasoning_text: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolDelta] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+    prompt_cache_hit_tokens: int | None = None
+
+
+class _XGroq(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+class _Chunk(msgspec.Struct):
+    id: str | None = None
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+    x_groq: _XGroq | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class OpenAIChatModel(HTTPModel):
+    """A model behind an OpenAI Chat Completions endpoint.
+
+    ``compat`` describes the endpoint's quirks (OpenAI's own by default); use
+    :meth:`preset` for the endpoints in :data:`PRESETS`. All other arguments are those
+    of :class:`~ketch.llm.providers.base.HTTPModel`.
+    """
+
+    api = "openai-chat"
+    default_base_url = "https://api.openai.com/v1"
+    default_env_keys = ("OPENAI_API_KEY",)
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        provider: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        env_keys: tuple[str, ...] | None = None,
+        requires_key: bool = True,
+        compat: Compat | None = None,
+        info: ModelInfo | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        idle_timeout: float | None = 120.0,
+        timeout: float | None = 600.0,
+        connect_timeout: float | None = 30.0,
+        observer: Observer | None = None,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        super().__init__(
+            id,
+            provider=provider,
+            base_url=base_url,
+            api_key=api_key,
+            env_keys=env_keys,
+            requires_key=requires_key,
+            info=info,
+            headers=headers,
+            retry=retry,
+            idle_timeout=idle_timeout,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            observer=observer,
+            rewrite=rewrite,
+        )
+        self.compat = compat if compat is not None else PRESETS["openai"].compat
+
+    @classmethod
+    def preset(cls, name: str, id: str, **kwargs: Any) -> OpenAIChatModel:
+        """A model on the endpoint :data:`PRESETS` calls ``name``; ``kwargs`` override
+        the preset (``base_url``, ``api_key``, ``compat`` …)."""
+        try:
+            p = PRESETS[name]
+        except KeyError:
+            raise ValueError(f"Unknown OpenAI-compatible preset {name!r}; known: {', '.join(PRESETS)}") from None
+        kwargs.setdefault("provider", p.provider)
+        kwargs.setdefault("base_url", p.base_url)
+        kwargs.setdefault("env_keys", p.env_keys)
+        kwargs.setdefault("requires_key", p.requires_key)
+        kwargs.setdefault("compat", p.compat)
+        return cls(id, **kwargs)
+
+    # -- request ---------------------------------------------------------------------
+    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The Chat Completions request for ``context``."""
+        compat = self.compat
+        body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(context)}
+        if options.max_tokens is not None:
+            body[compat.max_tokens_field] = options.max_tokens
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        choice = options.tool_choice
+        if context.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in context.tools
+            ]
+            # Explicit even for "auto": some servers read a missing tool_choice as "none".
+            body["tool_choice"] = (
+                choice or "auto"
+                if choice in (None, "auto", "none", "required")
+                else {"type": "function", "function": {"name": choice}}
+            )
+        stream = compat.stream_tool_choice_auto or not context.tools or choice not in (None, "auto")
+        body["stream"] = stream
+        if stream and compat.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        if options.response_format is not None:
+            rf = options.response_format
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": rf.get("name", "response"),
+                    "schema": rf.get("schema", rf),
+                    "strict": rf.get("strict", True),
+                },
+            }
+        self._add_reasoning(body, options.thinking)
+        if options.session_id and self.provider == "openai":
+            body["prompt_cache_key"] = options.cache_key or options.session_id
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        return HTTPRequest(url=f"{self.base_url}/chat/completions", body=body, headers=headers, stream=stream)
+
+    def _add_reasoning(self, body: dict[str, Any], level: ThinkingLevel) -> None:
+        mode = self.compat.reasoning_param
+        if mode == "none" or not self.info.thinking:
+            return
+        value = _clamp_thinking(self.info, level)
+        if value is None:
+            return
+        if mode == "openrouter":
+            body["reasoning"] = {"max_tokens": value} if isinstance(value, int) else {"effort": value}
+        elif isinstance(value, str):
+            body["reasoning_effort"] = value
+
+    def convert_messages(self, context: Context) -> list[dict[str, Any]]:
+        """The ``messages`` array for ``context`` (system prompt first)."""
+        compat = self.compat
+        out: list[dict[str, Any]] = []
+        if context.system_prompt:
+            role = compat.system_role
+            if role == "auto":
+                role = "developer" if self.info.thinking else "system"
+            out.append({"role": role, "content": context.system_prompt})
+        images_ok = self._window is None or "image" in self.info.input_modalities
+        ids: dict[str, str] = {}
+        pending_images: list[dict[str, Any]] = []
+        open_calls: list[ToolCall] = []  # calls of the last assistant message still without a result
+        for message in _usable(context.messages):
+            if type(message) is ToolResultMessage:
+                if not any(c.id == message.tool_call_id for c in open_calls):
+                    continue  # its call was dropped (failed turn), never sent, or already answered
+                call_id = ids[message.tool_call_id]
+                open_calls = [c for c in open_calls if c.id != message.tool_call_id]
+                text = "".join(b.text for b in message.content if type(b) is TextContent)
+                images = [b for b in message.content if type(b) is ImageContent]
+                if images and images_ok:
+                    pending_images.extend(_image_part(b) for b in images)
+                    text = text or "(see the attached image)"
+                elif images:
+                    text = text or "(image omitted: this model does not accept images)"
+                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": text}
+                if compat.tool_result_name:
+                    tool_msg["name"] = message.tool_name
+                out.append(tool_msg)
+                continue
+            self._close_calls(out, open_calls, ids, pending_images)
+            open_calls = []
+            if type(message) is UserMessage:
+                out.append({"role": "user", "content": _user_content(message.content, images_ok)})
+            elif type(message) is AssistantMessage:
+                converted = self._assistant(message, ids)
+                if converted is not None:
+                    out.append(converted)
+                    open_calls = message.tool_calls
+        self._close_calls(out, open_calls, ids, pending_images)
+        return out
+
+    def _close_calls(
+        self,
+        out: list[dict[str, Any]],
+        open_calls: list[ToolCall],
+        ids: dict[str, str],
+        pending_images: list[dict[str, Any]],
+    ) -> None:
+        # Calls left without a result get a placeholder, so the sequence stays valid; images
+        # from tool results follow all tool messages in one user message.
+        for call in open_calls:
+            msg: dict[str, Any] = {"role": "tool", "tool_call_id": ids[call.id], "content": "No result provided"}
+            if self.compat.tool_result_name:
+                msg["name"] = call.name
+            out.append(msg)
+        if pending_images:
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Images returned by the tools above:"}, *pending_images],
+                }
+            )
+            pending_images.clear()
+
+    def _assistant(self, message: AssistantMessage, ids: dict[str, str]) -> dict[str, Any] | None:
+        same_model = message.provider == self.provider and message.model == self.id
+        text = "".join(b.text for b in message.content if type(b) is TextContent)
+        calls = message.tool_calls
+        out: dict[str, Any] = {"role": "assistant"}
+        if calls:
+            out["content"] = text if text or self.compat.tool_call_content == "empty" else None
+            tool_calls = []
+            for call in calls:
+                new_id = ids.get(call.id) or self._normalize_id(call.id, ids)
+                ids[call.id] = new_id
+                tool_calls.append(
+                    {
+                        "id": new_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": _arguments_text(call)},
+                    }
+                )
+            out["tool_calls"] = tool_calls
+        elif text:
+            out["content"] = text
+        else:
+            return None
+        field = self.compat.replay_reasoning_field
+        if field and same_model:
+            reasoning = "".join(b.thinking for b in message.content if type(b) is ThinkingContent)
+            if reasoning:
+                out[field] = reasoning
+        return out
+
+    def _normalize_id(self, id: str, ids: dict[str, str]) -> str:
+        taken = set(ids.values())
+        if self.compat.tool_call_id == "mistral":
+            new = re.sub(r"[^A-Za-z0-9]", "", id)[:9]
+            if len(new) < 9 or new in taken:
+                new = hashlib.sha256(id.encode()).hexdigest()[:9]
+            return new
+        new = re.sub(r"[^A-Za-z0-9_-]", "_", id.split("|", 1)[0])[:40] or "call"
+        if new in taken:
+            new = "call_" + hashlib.sha256(id.encode()).hexdigest()[:24]
+        return new
+
+    # -- responses -------------------------------------------------------------------
+    async def parse_stream(
+        self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
+    ) -> AsyncIterator[StreamEvent]:
+        """Chat Completions chunks to stream events; ``[DONE]`` (or the end of the
+        body after a ``finish_reason``) finishes the message."""
+        reasoning_fields = self.compat.reasoning_fields
+        text_i = -1
+        think_i = -1
+        tools: dict[int, int] = {}  # OpenAI tool-call index -> content index
+        open_tools: list[int] = []
+        finish: str | None = None
+        async for _, data in events:
+            if data == b"[DONE]":
+                break
+            chunk = _decode_chunk(data)
+            if chunk.error is not None:
+                raise classify_error_object({"error": chunk.error})
+            if builder.message.response_id is None and chunk.id:
+                builder.message.response_id = chunk.id
+            usage = chunk.usage or (chunk.x_groq.usage if chunk.x_groq is not None else None)
+            if usage is not None:
+                self._set_usage(builder, usage)
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            delta = choice.delta
+            if delta is not None:
+                for name in reasoning_fields:
+                    reasoning = getattr(delta, name)
+                    if reasoning:
+                        if think_i < 0:
+                            if text_i >= 0:
+                                yield builder.text_end(text_i)
+                                text_i = -1
+                            t_ev = builder.thinking_start()
+                            think_i = t_ev.index
+                            yield t_ev
+                        yield builder.thinking_delta(reasoning, think_i)
+                        break
+                content = delta.content or delta.refusal
+                if content:
+                    if text_i < 0:
+                        if think_i >= 0:
+                            yield builder.thinking_end(think_i)
+                            think_i = -1
+                        x_ev = builder.text_start()
+                        text_i = x_ev.index
+                        yield x_ev
+                    yield builder.text_delta(content, text_i)
+                if delta.tool_calls:
+                    for td in delta.tool_calls:
+                        if td.index is not None:
+                            key = td.index
+                        else:  # servers that omit the index: a new id opens a new call
+                            key = len(tools) if td.id is not None else len(tools) - 1
+                        index = tools.get(key)
+                        if index is not None and td.id:
+                            block = builder.message.content[index]
+                            if type(block) is ToolCall and td.id != block.id:
+                                index = None  # a new call reusing an index
+                        if index is None:
+                            if text_i >= 0:
+                                yield builder.text_end(text_i)
+                                text_i = -1
+                            if think_i >= 0:
+                                yield builder.thinking_end(think_i)
+                                think_i = -1
+                            fn = td.function
+                            c_ev = builder.tool_call_start(
+                                td.id or f"call_{len(builder.message.content)}",
+                                (fn.name if fn is not None else None) or "",
+                            )
+                            index = c_ev.index
+                            tools[key] = index
+                            open_tools.append(index)
+                            yield c_ev
+                        fn = td.function
+                        if fn is not None and fn.arguments:
+                            yield builder.tool_call_delta(fn.arguments, index)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+        else:
+            if finish is None:
+                return  # no terminal marker: the base reports a truncated stream
+        for ev in _close_blocks(builder, text_i, think_i, open_tools):
+            yield ev
+        yield builder.done(_stop_reason(finish))
+
+    def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
+        """A complete Chat Completions response to stream events."""
+        chunk = _decode_chunk(data)
+        if chunk.error is not None:
+            raise classify_error_object({"error": chunk.error})
+        builder.message.response_id = chunk.id
+        usage = chunk.usage or (chunk.x_groq.usage if chunk.x_groq is not None else None)
+        if usage is not None:
+            self._set_usage(builder, usage)
+        choice = chunk.choices[0] if chunk.choices else _Choice()
+        message = choice.message or choice.delta or _Delta()
+        for name in self.compat.reasoning_fields:
+            reasoning = getattr(message, name)
+            if reasoning:
+                ev = builder.thinking_start()
+                yield ev
+                yield builder.thinking_delta(reasoning, ev.index)
+                yield builder.thinking_end(ev.index)
+                break
+        content = message.content or message.refusal
+        if content:
+            ev2 = builder.text_start()
+            yield ev2
+            yield builder.text_delta(content, ev2.index)
+            yield builder.text_end(ev2.index)
+        for i, call in enumerate(message.tool_calls or ()):
+            fn = call.function or _Fn()
+            ev3 = builder.tool_call_start(call.id or f"call_{i}", fn.name or "")
+            yield ev3
+            if fn.arguments:
+                yield builder.tool_call_delta(fn.arguments, ev3.index)
+            yield builder.tool_call_end(ev3.index)
+        yield builder.done(_stop_reason(choice.finish_reason))
+
+    def _set_usage(self, builder: MessageBuilder, usage: _Usage) -> None:
+        prompt = usage.prompt_tokens or 0
+        details = usage.prompt_tokens_details
+        cached = (details.cached_tokens if details is not None else None) or usage.prompt_cache_hit_tokens or 0
+        written = (details.cache_write_tokens if details is not None else None) or 0
+        output = usage.completion_tokens or 0
+        if not self.compat.reasoning_in_output and usage.completion_tokens_details is not None:
+            output += usage.completion_tokens_details.reasoning_tokens or 0
+        builder.set_usage(
+            input=max(0, prompt - cached - written), output=output, cache_read=cached, cache_write=written
+        )
+
+
+def _close_blocks(
+    builder: MessageBuilder, text_i: int, think_i: int, open_tools: list[int]
+) -> Iterator[StreamEvent]:
+    if think_i >= 0:
+        yield builder.thinking_end(think_i)
+    if text_i >= 0:
+        yield builder.text_end(text_i)
+    for index in open_tools:
+        yield builder.tool_call_end(index)
+
+
+def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
+    if finish == "length":
+        return "length"
+    if finish in ("tool_calls", "function_call"):
+        return "tool_use"
+    if finish == "content_filter":
+        raise ContentFilterError("The provider's content filter stopped the response")
+    return None
+
+
+def _usable(messages: list[Message]) -> Iterator[Message]:
+    # TODO: use ketch.llm.handoff.prepare_messages once it exists; this is the minimal
+    # equivalent: failed or aborted turns and application-only messages are skipped.
+    for m in messages:
+        kind = type(m)
+        if kind is AssistantMessage:
+            if m.stop_reason not in ("error", "aborted"):  # type: ignore[attr-defined]
+                yield m
+        elif kind is UserMessage or kind is ToolResultMessage:
+            yield m
+
+
+def _image_part(image: ImageContent) -> dict[str, Any]:
+    url = image.url if image.url is not None else f"data:{image.mime_type};base64,{image.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bool) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if len(content) == 1 and type(content[0]) is TextContent:
+        return content[0].text
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if type(block) is TextContent:
+            parts.append({"type": "text", "text": block.text})
+        elif type(block) is ImageContent:
+            if images_ok:
+                parts.append(_image_part(block))
+            else:
+                parts.append({"type": "text", "text": "(image omitted: this model does not accept images)"})
+    return parts
+
+
+def _arguments_text(call: ToolCall) -> str:
+    if call.raw_arguments is not None and call.parse_error is not None:
+        return call.raw_arguments
+    return msgspec.json.encode(call.arguments).decode()
+
+
+def _clamp_thinking(info: ModelInfo, level: ThinkingLevel) -> str | int | None:
+    """The provider value for ``level``: exact, else the nearest supported level;
+    ``off`` sends nothing unless the model maps it explicitly."""
+    # TODO: use ketch.llm.registry.clamp_thinking once the registry provides it.
+    table = info.thinking
+    if level in table:
+        return table[level]
+    if level == "off" or not table:
+        return None
+    want = THINKING_LEVELS.index(level)
+    best = min(
+        (lv for lv in table if lv != "off"),
+        key=lambda lv: (abs(THINKING_LEVELS.index(lv) - want), -THINKING_LEVELS.index(lv)),
+        default=None,
+    )
+    return table[best] if best is not None else None
