@@ -23,9 +23,9 @@ __all__ = [
     "NetworkError",
     "OverloadedError",
     "RateLimitError",
+    "RequestTimeoutError",
     "ServerError",
     "StreamIdleError",
-    "RequestTimeoutError",
     "error_for_kind",
 ]
 
