@@ -1,0 +1,5 @@
+"""``python -m ketch``: the ``ketch`` command."""
+
+from .cli.main import main
+
+raise SystemExit(main())

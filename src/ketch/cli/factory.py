@@ -1,0 +1,260 @@
+"""Assembling a run from settings: the model, the tools, the permission gate, the agent.
+
+Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting (flag,
+environment, project or user config), else the first of OpenAI, Anthropic and Google
+whose API key is in the environment (with its default model), else the embedded local
+model (``local``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..agent import Agent
+from ..llm.model import Model, StreamOptions
+from ..loop.config import NextTurn, TurnInfo
+from ..loop.tool import Tool
+from ..permissions import Approver, PermissionGate
+from .config import ConfigError, ProviderConfig, Settings
+from .scripted import SCRIPT_ENV, load_scripted_model
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_MODELS",
+    "Built",
+    "api_key_for",
+    "build_agent",
+    "build_model",
+    "build_tools",
+    "choose_model",
+    "default_system_prompt",
+    "register_providers",
+]
+
+BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
+"""The built-in coding tools, in the order they are offered."""
+
+DEFAULT_MODELS: dict[str, str] = {
+    "openai": "openai:gpt-5-mini",
+    "anthropic": "anthropic:claude-sonnet-4-5",
+    "google": "google:gemini-2.5-flash",
+}
+"""The model picked when only a provider's key is known, in preference order."""
+
+LOCAL_MODEL = "local"
+
+HEADLESS_DENIAL = (
+    "Permission denied: {tool} changes things and needs the user's approval, but this run is "
+    "non-interactive (permission mode {mode}). Do not retry it; continue with read-only tools, or "
+    "tell the user to rerun with --permission-mode accept-edits (file edits) or bypass (everything)."
+)
+
+
+def _env_names(provider: str, settings: Settings) -> tuple[str, ...]:
+    from ..llm.registry import get_provider
+
+    configured = settings.providers.get(provider)
+    names: list[str] = []
+    if configured is not None and configured.api_key_env:
+        names.append(configured.api_key_env)
+    info = get_provider(provider)
+    if info is not None:
+        names.extend(n for n in info.api_key_env if n not in names)
+    return tuple(names)
+
+
+def api_key_for(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key for ``provider``: a literal ``api_key`` from config, else the first set
+    variable among the configured ``api_key_env`` and the registry's variables."""
+    env = os.environ if environ is None else environ
+    configured = settings.providers.get(provider)
+    if configured is not None and configured.api_key:
+        return configured.api_key
+    for name in _env_names(provider, settings):
+        value = env.get(name)
+        if value:
+            return value
+    return None
+
+
+def key_source(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where ``provider``'s key comes from (``config`` or the variable's name), or None."""
+    env = os.environ if environ is None else environ
+    configured = settings.providers.get(provider)
+    if configured is not None and configured.api_key:
+        return "config"
+    for name in _env_names(provider, settings):
+        if env.get(name):
+            return name
+    return None
+
+
+def choose_model(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The model spec to use and why (``flag --model``, ``OPENAI_API_KEY is set`` …)."""
+    env = os.environ if environ is None else environ
+    script = env.get(SCRIPT_ENV)
+    if script:
+        return f"scripted:{script}", f"environment {SCRIPT_ENV}"
+    if settings.model:
+        return settings.model, settings.sources.get("model", "settings")
+    for provider, spec in DEFAULT_MODELS.items():
+        source = key_source(provider, settings, env)
+        if source is not None:
+            return spec, f"{source} is set" if source != "config" else f"{provider} key in config"
+    return LOCAL_MODEL, "no provider key found"
+
+
+def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
+    """Register configured providers (custom OpenAI-compatible ones, or overrides of
+    known ones' base URL, API or key variable) with the model registry."""
+    from ..llm.registry import get_provider, register_provider
+
+    for name, cfg in providers.items():
+        known = get_provider(name)
+        if known is None and not cfg.base_url:
+            raise ConfigError(f"provider {name!r} in config is unknown and has no base_url")
+        if known is not None and cfg.base_url is None and cfg.api is None and cfg.api_key_env is None:
+            continue
+        envs: tuple[str, ...] = (cfg.api_key_env,) if cfg.api_key_env else ()
+        if known is not None:
+            envs = envs + tuple(n for n in known.api_key_env if n not in envs)
+        try:
+            register_provider(
+                name,
+                api=cfg.api or (known.api if known is not None else "openai-chat"),
+                base_url=cfg.base_url or (known.base_url if known is not None else ""),
+                api_key_env=envs,
+                requires_key=(known.requires_key if known is not None else bool(envs)) or cfg.api_key is not None,
+                compat=known.compat if known is not None else None,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def build_model(spec: str, settings: Settings) -> Model:
+    """The model for ``spec`` (``provider:model``, ``local``, or ``scripted:<path>``)."""
+    if spec.startswith("scripted:"):
+        try:
+            return load_scripted_model(spec.removeprefix("scripted:"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    register_providers(settings.providers)
+    from ..llm.resolve import get_model
+
+    try:
+        return get_model(spec)
+    except (ValueError, KeyError, LookupError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        raise ConfigError(f"cannot use model {spec!r}: {message}") from None
+
+
+def build_tools(root: Path, names: Sequence[str] | None) -> list[Tool]:
+    """The built-in coding tools rooted at ``root``, optionally only those in ``names``."""
+    wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
+    unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
+    if unknown:
+        raise ConfigError(f"unknown tool(s) {', '.join(unknown)}; the built-in tools are {', '.join(BUILTIN_TOOLS)}")
+    if not wanted:
+        return []
+    from ..tools.builtins import coding_tools
+
+    by_name = {t.name: t for t in coding_tools(root)}
+    return [by_name[n] for n in wanted if n in by_name]
+
+
+def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
+    """The system prompt of the coding agent when none is configured."""
+    names = ", ".join(t.name for t in tools) or "none"
+    return (
+        "You are ketch, a coding agent working in a software project on the user's machine.\n"
+        f"The working directory is {root}. Your tools: {names}.\n"
+        "Use the tools to look at files and run commands instead of guessing. Read a file "
+        "before you edit it; make small, precise edits. Be brief: answer in a few sentences, "
+        "and say what you changed."
+    )
+
+
+class _FirstCallToolChoice:
+    """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run only."""
+
+    __slots__ = ("choice", "options")
+
+    def __init__(self, options: StreamOptions, choice: str) -> None:
+        self.options = options
+        self.choice = choice
+
+    def arm(self) -> None:
+        self.options.tool_choice = self.choice
+
+    def __call__(self, info: TurnInfo) -> NextTurn | None:
+        self.options.tool_choice = None
+        return None
+
+
+@dataclass(slots=True)
+class Built:
+    """What :func:`build_agent` assembled."""
+
+    agent: Agent
+    gate: PermissionGate
+    spec: str
+    spec_reason: str
+    root: Path
+    tool_choice: _FirstCallToolChoice | None
+
+    def arm(self) -> None:
+        """Prepare a new run (re-arms ``--tool-choice`` for its first model call)."""
+        if self.tool_choice is not None:
+            self.tool_choice.arm()
+
+
+def build_agent(
+    settings: Settings,
+    root: Path,
+    *,
+    approver: Approver | None,
+    tool_choice: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    model: Model | None = None,
+) -> Built:
+    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionGate`."""
+    spec, reason = choose_model(settings, environ)
+    resolved = model if model is not None else build_model(spec, settings)
+    tools = build_tools(root, settings.tools)
+    gate = PermissionGate(
+        settings.permission_mode,
+        approver,
+        allow=settings.allow,
+        deny=settings.deny,
+        no_approver_message=HEADLESS_DENIAL,
+    )
+    options = StreamOptions()
+    chooser: _FirstCallToolChoice | None = None
+    config: dict[str, Any] = {}
+    if tool_choice is not None and tool_choice != "auto":
+        if tool_choice not in ("none", "required") and tool_choice not in {t.name for t in tools}:
+            raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
+        chooser = _FirstCallToolChoice(options, tool_choice)
+        config["prepare_next_turn"] = chooser
+
+    def get_api_key(provider: str) -> str | None:
+        return api_key_for(provider, settings, environ)
+
+    system_prompt = settings.system_prompt if settings.system_prompt is not None else default_system_prompt(root, tools)
+    agent = Agent(
+        resolved,
+        system_prompt=system_prompt,
+        tools=tools,
+        thinking=settings.thinking,  # type: ignore[arg-type]
+        options=options,
+        max_turns=settings.max_turns,
+        max_budget_usd=settings.max_budget_usd,
+        before_tool_call=gate.before_tool_call,
+        get_api_key=get_api_key,
+        **config,
+    )
+    return Built(agent, gate, spec, reason, root, chooser)

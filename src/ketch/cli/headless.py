@@ -1,0 +1,213 @@
+"""``ketch run``: one task, no conversation, output for people or programs.
+
+``--output text`` streams the assistant's text to stdout (errors go to stderr);
+``json`` prints the result object at the end; ``stream-json`` prints one JSON line per
+event (see :mod:`ketch.cli.wire`). The exit code says how the run ended
+(:data:`ketch.cli.wire.EXIT_CODES`). SIGINT or SIGTERM aborts the run (it still ends
+with its result, exit code 130); a second one exits at once.
+
+Tool calls that need approval are asked on the terminal when stdin and stderr are
+both terminals; otherwise they are denied unless the permission mode allows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from ..llm.messages import AssistantMessage
+from ..loop.events import AgentEvent
+from ..permissions import Approval, PermissionRequest
+from .config import Settings
+from .factory import Built, build_agent
+from .wire import Denied, Init, encode_event, encode_line, exit_code_for, make_result
+
+__all__ = ["OutputFormat", "run_headless"]
+
+OutputFormat = Literal["text", "json", "stream-json"]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ketch")
+    except Exception:
+        return "unknown"
+
+
+class _TextOut:
+    """Streams assistant text to stdout; tool activity to stderr when it is a terminal."""
+
+    __slots__ = ("_err", "_newline", "_out", "_show_tools")
+
+    def __init__(self, out: BinaryIO, err: Any) -> None:
+        self._out = out
+        self._err = err
+        self._show_tools = bool(getattr(err, "isatty", lambda: False)())
+        self._newline = True
+
+    def __call__(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "message_update":
+            inner = event.event  # type: ignore[union-attr]
+            if inner.type == "text_delta":
+                data = inner.delta.encode()
+                if data:
+                    self._out.write(data)
+                    self._out.flush()
+                    self._newline = data.endswith(b"\n")
+        elif kind == "message_end":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage and not self._newline:
+                self._out.write(b"\n")
+                self._out.flush()
+                self._newline = True
+        elif kind == "tool_execution_start" and self._show_tools:
+            args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())  # type: ignore[union-attr]
+            if len(args) > 200:
+                args = args[:200] + "…"
+            self._err.write(f"\x1b[2m→ {event.tool_name}({args})\x1b[0m\n")  # type: ignore[union-attr]
+            self._err.flush()
+
+
+class _StreamJsonOut:
+    """Writes one JSON line per event."""
+
+    __slots__ = ("_buffer", "_out")
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._buffer = bytearray()
+
+    def write(self, obj: Any) -> None:
+        encode_line(obj, self._buffer)
+        self._out.write(self._buffer)
+        self._out.flush()
+
+    def __call__(self, event: AgentEvent) -> None:
+        self.write(encode_event(event))
+
+
+async def _ask_on_terminal(request: PermissionRequest) -> Approval:
+    """Ask on stderr and read the answer from the terminal on stdin."""
+    subject = f" {request.subject}" if request.subject else ""
+    sys.stderr.write(
+        f"\nketch wants to run {request.tool_name}{subject}\n"
+        f"  [y] allow once  [a] always ({request.suggested_rule}) this session  [n] deny (optionally: n <reason>)\n> "
+    )
+    sys.stderr.flush()
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def readable() -> None:
+        data = os.read(fd, 4096).decode(errors="replace")
+        if not line.done():
+            line.set_result(data)
+
+    loop.add_reader(fd, readable)
+    try:
+        answer = (await line).strip()
+    finally:
+        loop.remove_reader(fd)
+    return parse_answer(answer)
+
+
+def parse_answer(answer: str) -> Approval:
+    """``y``/``yes`` allow once, ``a``/``always`` always, anything else denies; text after
+    ``n``/``no`` is the reason."""
+    word, _, rest = answer.strip().partition(" ")
+    word = word.lower()
+    if word in ("y", "yes"):
+        return Approval.once()
+    if word in ("a", "always"):
+        return Approval.always()
+    if word in ("n", "no", "d", "deny"):
+        return Approval.deny(rest.strip() or None)
+    return Approval.deny(answer.strip() or None)
+
+
+def _install_signals(built: Built) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    hits = [0]
+
+    def on_signal() -> None:
+        hits[0] += 1
+        if hits[0] > 1:
+            os._exit(130)
+        built.agent.abort()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return installed
+
+
+async def run_headless(
+    task: str,
+    settings: Settings,
+    root: Path,
+    *,
+    output: OutputFormat = "text",
+    tool_choice: str | None = None,
+    interactive_approval: bool = False,
+) -> int:
+    """Run ``task`` once and write the output; returns the exit code."""
+    built = build_agent(
+        settings,
+        root,
+        approver=_ask_on_terminal if interactive_approval else None,
+        tool_choice=tool_choice,
+    )
+    agent = built.agent
+    model = agent.model
+    model_name = f"{model.provider}:{model.id}"
+    stdout = sys.stdout.buffer
+    stream: _StreamJsonOut | None = None
+    if output == "stream-json":
+        stream = _StreamJsonOut(stdout)
+        stream.write(
+            Init(
+                model=model_name,
+                provider=model.provider,
+                cwd=str(root),
+                tools=[t.name for t in agent.tools],
+                permission_mode=built.gate.mode,
+                thinking=agent.thinking,
+                version=_version(),
+            )
+        )
+        agent.subscribe(stream)
+    elif output == "text":
+        agent.subscribe(_TextOut(stdout, sys.stderr))
+
+    installed = _install_signals(built)
+    built.arm()
+    try:
+        result = await agent.prompt(task)
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    denials = [Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason) for d in built.gate.denials]
+    final = make_result(result.summary, result.last_assistant, model_name, denials)
+    if stream is not None:
+        stream.write(final)
+    elif output == "json":
+        stdout.write(encode_line(final, bytearray()))
+        stdout.flush()
+    else:
+        reason = result.end_reason
+        if reason != "stop":
+            detail = f": {result.summary.error}" if result.summary.error else ""
+            sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")
+    return exit_code_for(result.end_reason)

@@ -1,0 +1,198 @@
+"""The ``ketch`` command line: argument parsing and dispatch.
+
+::
+
+    ketch                       interactive session in the current directory
+    ketch "task"                the same as ``ketch run "task"``
+    ketch run "task" | -        headless run (``-`` reads the task from stdin)
+    ketch models                known models and which have keys
+    ketch doctor                check the installation, providers and the local model
+    ketch config                the effective settings and where they come from
+
+Exit codes: 0 success, 1 error, 2 usage or configuration error, 3 max turns reached,
+4 budget exhausted, 130 aborted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..llm.model import THINKING_LEVELS
+from ..permissions import PERMISSION_MODES
+from .config import ConfigError, Settings, load_settings
+
+__all__ = ["EXIT_USAGE", "main"]
+
+EXIT_USAGE = 2
+_COMMANDS = ("run", "models", "doctor", "config")
+
+_EPILOG = """\
+commands:
+  ketch                       interactive session
+  ketch run TASK | -          headless run (also: ketch TASK); '-' reads the task from stdin
+  ketch models [--all]        known models and which providers have keys
+  ketch doctor [--quick]      check the installation, providers and the local model
+  ketch config                effective settings and their sources (keys redacted)
+
+exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget, 130 aborted
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _budget(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
+    parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
+    parser.add_argument("--max-turns", type=_positive_int, help="stop after this many model calls")
+    parser.add_argument("--max-budget-usd", type=_budget, help="stop once the run cost this much")
+    parser.add_argument("--system-prompt", help="replace the default system prompt")
+    parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
+    parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
+    parser.add_argument("--permission-mode", choices=PERMISSION_MODES, help="default | accept-edits | bypass | plan")
+    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'bash(git status*)' (repeatable)")
+    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'bash(rm *)' (repeatable)")
+    parser.add_argument(
+        "--tool-choice",
+        metavar="CHOICE",
+        help="auto | required | none | <tool name>: applies to the first model call of a run only",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json", "stream-json"), default="text", help="headless output format"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ketch",
+        description="ketch: a coding agent in your terminal.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(parser)
+    parser.add_argument("task", nargs="?", help="the task; without it an interactive session starts")
+    return parser
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ketch run", description="Run one task headless.")
+    _add_run_options(parser)
+    parser.add_argument("task", help="the task, or '-' to read it from stdin")
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags: dict[str, Any] = {
+        "model": args.model,
+        "thinking": args.thinking,
+        "max_turns": args.max_turns,
+        "max_budget_usd": args.max_budget_usd,
+        "system_prompt": args.system_prompt,
+        "permission_mode": args.permission_mode,
+    }
+    if args.tools is not None:
+        flags["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
+    return flags
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"ketch: {message}\n")
+    return EXIT_USAGE
+
+
+def _settings(args: argparse.Namespace) -> tuple[Settings, Path]:
+    root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
+    if not root.is_dir():
+        raise ConfigError(f"--cwd {args.cwd}: not a directory")
+    root = root.resolve()
+    settings = load_settings(root, _flags(args))
+    if args.allow:
+        settings.allow.extend(args.allow)
+        settings.sources["allow"] = "flag --allow"
+    if args.deny:
+        settings.deny.extend(args.deny)
+        settings.sources["deny"] = "flag --deny"
+    from ..permissions import Rule
+
+    for rule in (*(args.allow or ()), *(args.deny or ())):
+        try:
+            Rule.parse(rule)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return settings, root
+
+
+def _run(args: argparse.Namespace, task: str | None) -> int:
+    try:
+        settings, root = _settings(args)
+    except ConfigError as exc:
+        return _error(str(exc))
+    if task == "-" or (task is None and not sys.stdin.isatty()):
+        task = sys.stdin.read()
+        if not task.strip():
+            return _error("no task on stdin")
+        interactive_approval = False
+    else:
+        interactive_approval = sys.stdin.isatty() and sys.stderr.isatty()
+    if task is None:
+        from .interactive import run_interactive
+
+        try:
+            return asyncio.run(run_interactive(settings, root, tool_choice=args.tool_choice))
+        except ConfigError as exc:
+            return _error(str(exc))
+    from .headless import run_headless
+
+    try:
+        return asyncio.run(
+            run_headless(
+                task,
+                settings,
+                root,
+                output=args.output,
+                tool_choice=args.tool_choice,
+                interactive_approval=interactive_approval,
+            )
+        )
+    except ConfigError as exc:
+        return _error(str(exc))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ketch`` command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in _COMMANDS else None
+    if command == "run":
+        args = _run_parser().parse_args(argv[1:])
+        return _run(args, args.task)
+    if command == "models":
+        from .catalog import models_command
+
+        return models_command(argv[1:])
+    if command == "doctor":
+        from .doctor import doctor_command
+
+        return doctor_command(argv[1:])
+    if command == "config":
+        from .show_config import config_command
+
+        return config_command(argv[1:])
+    args = _parser().parse_args(argv)
+    return _run(args, args.task)
+
