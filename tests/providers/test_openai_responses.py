@@ -31,6 +31,7 @@ from ketch.llm import (
     from_json,
     to_json,
 )
+from ketch.llm.model import ThinkingLevel
 from ketch.llm.providers.base import HTTPExchange
 from ketch.llm.providers.openai_responses import (
     OpenAIResponsesModel,
@@ -43,7 +44,7 @@ from ketch.llm.providers.openai_responses import (
     reasoning_signature,
     text_signature,
 )
-from ketch.llm.registry import ModelInfo, Pricing
+from ketch.llm.registry import ModelInfo, Pricing, lookup
 from ketch.llm.retry import RetryPolicy
 
 KEY = "sk-test-S3CRET-abcdef1234567890"
@@ -1001,3 +1002,119 @@ async def test_complete_returns_the_final_message(loopback: LoopbackServer) -> N
     loopback.queue(sse(rs.INCOMPLETE_LENGTH))
     message = await complete(model_for(loopback), HELLO)
     assert (message.stop_reason, message.text) == ("length", "Once upon a time")
+
+
+# -- thinking levels, registry, handoff --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("thinking", "levels", "reasoning"),
+    [
+        ("high", GPT5.thinking, {"effort": "high", "summary": "auto"}),
+        ("xhigh", GPT5.thinking, {"effort": "high", "summary": "auto"}),
+        ("xhigh", {**GPT5.thinking, "xhigh": "xhigh"}, {"effort": "xhigh", "summary": "auto"}),
+        ("minimal", {"low": "low", "medium": "medium", "high": "high"}, {"effort": "low", "summary": "auto"}),
+        ("off", {"off": "none", "low": "low", "high": "high"}, {"effort": "none"}),
+        ("off", GPT5.thinking, None),
+    ],
+)
+async def test_thinking_levels_are_clamped_to_the_model(
+    loopback: LoopbackServer, thinking: ThinkingLevel, levels: dict[ThinkingLevel, str], reasoning: dict[str, str] | None
+) -> None:
+    loopback.queue(sse(rs.TEXT))
+    info = msgspec.structs.replace(GPT5, thinking=levels)
+    await run(model_for(loopback, info=info), HELLO, StreamOptions(thinking=thinking))
+    body = loopback.requests[0].json
+    assert body.get("reasoning") == reasoning
+    assert body["include"] == ["reasoning.encrypted_content"]
+
+
+async def test_registry_info_is_used_when_none_is_given(loopback: LoopbackServer) -> None:
+    loopback.queue(sse(rs.REASONING_TEXT))
+    model = OpenAIResponsesModel("gpt-5", base_url=loopback.url + "/v1", api_key=KEY, retry=ONE_SHOT)
+    message = final(await run(model, HELLO, StreamOptions(thinking="low")))
+    body = loopback.requests[0].json
+    assert (body["reasoning"], body["include"]) == ({"effort": "low", "summary": "auto"}, ["reasoning.encrypted_content"])
+    assert model.info == lookup("openai", "gpt-5")
+    expected = Usage(input=176, output=340, cache_read=1024, total_tokens=1540)
+    model.info.pricing.apply(expected)
+    assert message.usage == expected
+
+
+async def test_messages_from_other_models_are_cleaned_before_conversion(loopback: LoopbackServer) -> None:
+    loopback.queue(sse(rs.TEXT))
+    context = Context(
+        messages=[
+            UserMessage(content="Weather in Oslo and Rome?"),
+            AssistantMessage(
+                content=[
+                    ThinkingContent(thinking="mini's reasoning", signature=reasoning_signature("rs_m", "enc-m")),
+                    TextContent(text="Looking.", signature=text_signature("msg_m")),
+                    ToolCall(id="call_m", name="get_weather", arguments={"city": "Oslo"}, signature="fc_m"),
+                ],
+                provider="openai",
+                api="openai-responses",
+                model="gpt-5-mini",
+                stop_reason="tool_use",
+            ),
+            ToolResultMessage(tool_call_id="call_m", tool_name="get_weather", content=[TextContent(text="12°C")]),
+            AssistantMessage(
+                content=[
+                    ThinkingContent(thinking="Claude thinks", signature="EqQBCkgIARAB"),
+                    ToolCall(id="toolu_01|abc", name="get_weather", arguments={"city": "Rome"}),
+                ],
+                provider="anthropic",
+                api="anthropic-messages",
+                model="claude-sonnet-4-5",
+                stop_reason="tool_use",
+            ),
+            AssistantMessage(
+                content=[TextContent(text="half an answ")], provider="openai", api="openai-responses",
+                model="gpt-5", stop_reason="aborted",
+            ),
+            UserMessage(content="Go on."),
+        ],
+        tools=[WEATHER],
+    )
+    await run(model_for(loopback), context)
+    assert loopback.requests[0].json["input"] == [
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather in Oslo and Rome?"}]},
+        {"role": "assistant", "content": "Looking."},
+        {"type": "function_call", "call_id": "call_m", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        {"type": "function_call_output", "call_id": "call_m", "output": "12°C"},
+        {"type": "function_call", "call_id": "toolu_01_abc", "name": "get_weather", "arguments": '{"city":"Rome"}'},
+        {"type": "function_call_output", "call_id": "toolu_01_abc", "output": "No result provided"},
+        {"role": "user", "content": [{"type": "input_text", "text": "Go on."}]},
+    ]
+
+
+async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServer) -> None:
+    loopback.queue(sse(rs.TEXT))
+    info = ModelInfo(id="gpt-5", provider="openai", api="openai-responses", input_modalities=("text",))
+    context = Context(
+        messages=[
+            UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
+            AssistantMessage(
+                content=[ToolCall(id="call_1", name="shot", arguments={})],
+                provider="openai", api="openai-responses", model="gpt-5", stop_reason="tool_use",
+            ),
+            ToolResultMessage(tool_call_id="call_1", tool_name="shot", content=[ImageContent(data="BBBB")]),
+        ]
+    )
+    await run(model_for(loopback, info=info), context)
+    note = {"type": "input_text", "text": "(image omitted: this model does not accept images)"}
+    assert loopback.requests[0].json["input"] == [
+        {"role": "user", "content": [{"type": "input_text", "text": "Look:"}, note]},
+        {"type": "function_call", "call_id": "call_1", "name": "shot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [note]},
+    ]
+
+
+async def test_prompt_cache_key_only_for_openai_and_extra_fields_win(loopback: LoopbackServer) -> None:
+    loopback.queue(sse(rs.TEXT), sse(rs.TEXT))
+    options = StreamOptions(session_id="s-1", extra={"store": True, "text": {"verbosity": "low"}})
+    await run(model_for(loopback), HELLO, options)
+    await run(model_for(loopback, provider="azure"), HELLO, options)
+    first, second = (r.json for r in loopback.requests)
+    assert (first["prompt_cache_key"], first["store"], first["text"]) == ("s-1", True, {"verbosity": "low"})
+    assert "prompt_cache_key" not in second

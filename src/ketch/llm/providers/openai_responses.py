@@ -30,6 +30,7 @@ import msgspec
 
 from ..classify import classify_error_object, error_details
 from ..errors import AuthError, ContentFilterError, ModelError, OverloadedError, error_for_kind
+from ..handoff import openai_responses_tool_id, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -41,11 +42,14 @@ from ..messages import (
     UserMessage,
 )
 from ..model import Context, StreamOptions, ToolSpec
+from ..registry import ModelInfo, clamp_thinking, lookup
+from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
-from .base import HTTPModel, HTTPRequest, SSEEvents
+from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
 
 __all__ = [
     "API",
+    "IMAGE_OMITTED",
     "OpenAIResponsesModel",
     "ResponsesStreamState",
     "build_request",
@@ -108,13 +112,20 @@ def _image_url(image: ImageContent) -> str:
     return f"data:{image.mime_type};base64,{image.data}"
 
 
-def _input_parts(blocks: list[TextContent | ImageContent]) -> list[dict[str, Any]]:
+IMAGE_OMITTED = "(image omitted: this model does not accept images)"
+"""Sent in place of an image to a model that does not accept images."""
+
+
+def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for block in blocks:
         if type(block) is TextContent:
             parts.append({"type": "input_text", "text": block.text})
         elif type(block) is ImageContent:
-            parts.append({"type": "input_image", "image_url": _image_url(block), "detail": "auto"})
+            if images:
+                parts.append({"type": "input_image", "image_url": _image_url(block), "detail": "auto"})
+            else:
+                parts.append({"type": "input_text", "text": IMAGE_OMITTED})
     return parts
 
 
@@ -164,21 +175,29 @@ def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> No
             out.append(call)
 
 
-def _tool_output(message: ToolResultMessage) -> str | list[dict[str, Any]]:
+def _tool_output(message: ToolResultMessage, images: bool) -> str | list[dict[str, Any]]:
     if all(type(b) is TextContent for b in message.content):
         return "".join(b.text for b in message.content if type(b) is TextContent)
-    return _input_parts(message.content)
+    return _input_parts(message.content, images)
 
 
-def convert_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """The ``input`` items for a transcript. Messages of other kinds are skipped."""
+def convert_messages(messages: list[Message], *, images: bool = True) -> list[dict[str, Any]]:
+    """The ``input`` items for a transcript. Messages of other kinds are skipped.
+
+    The messages are converted as they are: cross-model clean-up is
+    :func:`ketch.llm.handoff.prepare_messages`'s job. With ``images`` false, images
+    become the text :data:`IMAGE_OMITTED`.
+    """
     out: list[dict[str, Any]] = []
     for message in messages:
         kind = type(message)
         if kind is UserMessage:
             assert isinstance(message, UserMessage)
             content = message.content
-            parts = _input_parts(content) if isinstance(content, list) else [{"type": "input_text", "text": content}]
+            if isinstance(content, list):
+                parts = _input_parts(content, images)
+            else:
+                parts = [{"type": "input_text", "text": content}]
             if parts:
                 out.append({"role": "user", "content": parts})
         elif kind is AssistantMessage:
@@ -187,7 +206,11 @@ def convert_messages(messages: list[Message]) -> list[dict[str, Any]]:
         elif kind is ToolResultMessage:
             assert isinstance(message, ToolResultMessage)
             out.append(
-                {"type": "function_call_output", "call_id": message.tool_call_id, "output": _tool_output(message)}
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id,
+                    "output": _tool_output(message, images),
+                }
             )
     return out
 
@@ -221,17 +244,22 @@ def build_request(
     effort: str | None = None,
     reasoning: bool = False,
     stream: bool = True,
+    images: bool = True,
+    prompt_cache: bool = True,
 ) -> dict[str, Any]:
-    """The JSON body of one request.
+    """The JSON body of one request for ``context`` (its messages already prepared).
 
     ``effort`` is the provider's reasoning effort (already clamped for the model), or
     None to send none. ``reasoning`` says the model reasons, so its encrypted reasoning
-    is requested for replay. (``options.extra`` is merged in by :class:`HTTPModel`.)
+    is requested for replay. ``images`` false replaces images with a note;
+    ``prompt_cache`` false never sends ``prompt_cache_key``. A ``response_format``
+    without ``strict`` is sent as strict. (``options.extra`` is merged in by
+    :class:`~ketch.llm.providers.base.HTTPModel`.)
     """
     body: dict[str, Any] = {"model": model_id}
     if context.system_prompt:
         body["instructions"] = context.system_prompt
-    body["input"] = convert_messages(context.messages)
+    body["input"] = convert_messages(context.messages, images=images)
     body["store"] = False
     body["stream"] = stream
     if context.tools:
@@ -251,14 +279,14 @@ def build_request(
         text_format: dict[str, Any] = {
             "type": "json_schema",
             "name": fmt.get("name", "response"),
-            "schema": fmt.get("schema", {}),
-            "strict": bool(fmt.get("strict", False)),
+            "schema": fmt.get("schema", fmt),
+            "strict": bool(fmt.get("strict", True)),
         }
         if fmt.get("description"):
             text_format["description"] = fmt["description"]
         body["text"] = {"format": text_format}
     cache_key = options.cache_key or options.session_id
-    if cache_key:
+    if cache_key and prompt_cache:
         body["prompt_cache_key"] = cache_key
     return body
 
@@ -546,36 +574,81 @@ class OpenAIResponsesModel(HTTPModel):
 
     Requests are stateless (``store: false``). The key comes from ``api_key``, then
     ``StreamOptions.api_key``, then ``OPENAI_API_KEY``. ``stream=False`` asks for one
-    JSON response instead of server-sent events. Thinking levels become
-    ``reasoning.effort`` through the model's registry info (clamped to what it
-    supports); a model whose info lists no thinking levels is sent no reasoning options.
+    JSON response instead of server-sent events. Without ``info`` the registry's entry
+    for ``provider``/``id`` is used when there is one. Thinking levels become
+    ``reasoning.effort`` through :func:`~ketch.llm.registry.clamp_thinking`; a model
+    whose info lists no thinking levels is sent no reasoning options. The other
+    arguments are those of :class:`~ketch.llm.providers.base.HTTPModel`.
     """
 
     api = API
     default_base_url = "https://api.openai.com/v1"
     default_env_keys = ("OPENAI_API_KEY",)
 
-    def __init__(self, id: str, *, provider: str = "openai", stream: bool = True, **kwargs: Any) -> None:
-        super().__init__(id, provider=provider, **kwargs)
+    def __init__(
+        self,
+        id: str,
+        *,
+        provider: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        env_keys: tuple[str, ...] | None = None,
+        requires_key: bool = True,
+        stream: bool = True,
+        info: ModelInfo | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        idle_timeout: float | None = 120.0,
+        timeout: float | None = 600.0,
+        connect_timeout: float | None = 30.0,
+        observer: Observer | None = None,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        if info is None:
+            info = lookup(provider, id)
+        super().__init__(
+            id,
+            provider=provider,
+            base_url=base_url,
+            api_key=api_key,
+            env_keys=env_keys,
+            requires_key=requires_key,
+            info=info,
+            headers=headers,
+            retry=retry,
+            idle_timeout=idle_timeout,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            observer=observer,
+            rewrite=rewrite,
+        )
         self.streaming = stream
+        # An unknown model may well accept images; a known one says so.
+        self._images = info is None or "image" in info.input_modalities
 
     def reasoning_effort(self, options: StreamOptions) -> str | None:
         """The ``reasoning.effort`` sent for ``options.thinking`` (None: send none)."""
-        levels = self.info.thinking
-        if not levels:
-            return None
-        value = levels.get(options.thinking)
+        _level, value = clamp_thinking(self.info, options.thinking)
         return None if value is None else str(value)
 
     def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
+        messages = prepare_messages(
+            context.messages,
+            provider=self.provider,
+            api=self.api,
+            model=self.id,
+            normalize_id=openai_responses_tool_id,
+        )
         body = build_request(
             self.id,
-            context,
+            Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools),
             options,
             effort=self.reasoning_effort(options),
-            reasoning=bool(self.info.thinking),
+            reasoning=self.info.reasoning or bool(self.info.thinking),
             stream=self.streaming,
+            images=self._images,
+            prompt_cache=self.provider == "openai",
         )
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         return HTTPRequest(url=f"{self.base_url}/responses", body=body, headers=headers, stream=self.streaming)
