@@ -138,7 +138,6 @@ def test_get_info_unknown_model_is_a_default() -> None:
         provider="ollama",
         api="openai-chat",
         base_url="http://localhost:11434/v1",
-        compat={"max_tokens_field": "max_tokens", "supports_developer_role": False},
     )
     assert (info.context_window, info.max_output_tokens, info.pricing) == (128_000, 16_384, Pricing())
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# Provider name -> api, default base URL (adapters append their endpoint path),
-# environment variables holding the key (first set wins), and adapter flags.
+# Provider name -> api, default base URL (adapters append their endpoint path) and the
+# environment variables holding the key (first set wins). Endpoint quirks belong to the
+# adapters (``ketch.llm.providers.openai_chat.PRESETS``); ``compat`` here overrides them.
 PROVIDERS: dict[str, dict[str, Any]] = {
     "openai": {
         "api": "openai-responses",
@@ -39,7 +40,6 @@ PROVIDERS: dict[str, dict[str, Any]] = {
         "api": "openai-chat",
         "base_url": "https://api.deepseek.com",
         "api_key_env": ("DEEPSEEK_API_KEY",),
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "openrouter": {
         "api": "openai-chat",
@@ -50,49 +50,39 @@ PROVIDERS: dict[str, dict[str, Any]] = {
         "api": "openai-chat",
         "base_url": "https://api.together.xyz/v1",
         "api_key_env": ("TOGETHER_API_KEY",),
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "mistral": {
         "api": "openai-chat",
         "base_url": "https://api.mistral.ai/v1",
         "api_key_env": ("MISTRAL_API_KEY",),
-        "compat": {
-            "max_tokens_field": "max_tokens",
-            "supports_developer_role": False,
-            "tool_id_format": "mistral",
-        },
     },
     "xai": {
         "api": "openai-chat",
         "base_url": "https://api.x.ai/v1",
         "api_key_env": ("XAI_API_KEY",),
-        "compat": {"supports_developer_role": False},
     },
     "ollama": {
         "api": "openai-chat",
         "base_url": "http://localhost:11434/v1",
         "requires_key": False,
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "vllm": {
         "api": "openai-chat",
         "base_url": "http://localhost:8000/v1",
         "api_key_env": ("VLLM_API_KEY",),
         "requires_key": False,
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "lmstudio": {
         "api": "openai-chat",
         "base_url": "http://localhost:1234/v1",
+        "api_key_env": ("LM_STUDIO_API_KEY",),
         "requires_key": False,
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "llamacpp": {
         "api": "openai-chat",
         "base_url": "http://localhost:8080/v1",
         "api_key_env": ("LLAMA_API_KEY",),
         "requires_key": False,
-        "compat": {"max_tokens_field": "max_tokens", "supports_developer_role": False},
     },
     "local": {
         "api": "local",

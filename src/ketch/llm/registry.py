@@ -10,10 +10,10 @@ crash.
 Base URLs end before the endpoint path (``https://api.openai.com/v1``); adapters append
 their own (``/chat/completions``, ``/responses``, ``/messages``, ``/models/…``).
 
-``compat`` holds flags for an adapter (for OpenAI-compatible servers: which field
-carries the output limit, whether the ``developer`` role is accepted …). Provider flags
-are the defaults; a model's own flags override them. Their meaning belongs to the
-adapter that reads them.
+``compat`` holds flags for an adapter, named as that adapter names them (for the Chat
+Completions adapter, the fields of its ``Compat``: ``max_tokens_field``,
+``system_role`` …). The adapter's own preset for a provider is the starting point;
+provider flags here override it and a model's flags override the provider's.
 
 Thinking levels are mapped per model by :func:`clamp_thinking`; token budgets for
 budget-style providers come from :func:`thinking_budget_tokens`.
@@ -110,6 +110,7 @@ class ProviderInfo(msgspec.Struct, kw_only=True, frozen=True):
     ``api_key_env`` lists environment variables tried in order; ``requires_key`` is
     false for servers that accept requests without one (local servers). ``compat``
     holds the adapter flags every model of this provider starts from.
+    ``default_model`` is used when a spec names only the provider (``"local"``).
     """
 
     name: str
@@ -118,6 +119,7 @@ class ProviderInfo(msgspec.Struct, kw_only=True, frozen=True):
     api_key_env: tuple[str, ...] = ()
     requires_key: bool = True
     compat: dict[str, Any] = msgspec.field(default_factory=dict)
+    default_model: str = ""
 
 
 DEFAULT_THINKING_BUDGETS: dict[ThinkingLevel, int] = {
@@ -238,6 +240,7 @@ def register_provider(
     api_key_env: str | Iterable[str] = (),
     requires_key: bool | None = None,
     compat: Mapping[str, Any] | None = None,
+    default_model: str = "",
 ) -> ProviderInfo:
     """Add or replace a provider, typically an OpenAI-compatible endpoint::
 
@@ -258,6 +261,7 @@ def register_provider(
         api_key_env=envs,
         requires_key=bool(envs) if requires_key is None else requires_key,
         compat=dict(compat) if compat else {},
+        default_model=default_model,
     )
     _providers[name] = info
     return info
