@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from conftest import describe
 from ketch.agent import Agent
 from ketch.llm import AssistantMessage, ImageContent, TextContent, ToolResultMessage, UserMessage
 from ketch.loop import Tool
 from ketch.testing import ScriptedModel, reply, tool_call
+from support import describe
 
 
 def noop(name: str = "noop", **kw: Any) -> Tool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from conftest import collect, describe
 from ketch.agent import Agent
 from ketch.llm import AssistantMessage, Message, TextContent, Usage, UserMessage
 from ketch.llm.tokens import context_usage, estimate_text_tokens
@@ -19,6 +18,7 @@ from ketch.loop import (
     run_loop,
 )
 from ketch.testing import ScriptedModel, error_reply, reply
+from support import collect, describe
 
 
 class FakeManager:

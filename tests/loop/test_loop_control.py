@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from conftest import collect, describe
 from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
 from ketch.llm.stream import MessageBuilder, StreamRetry
 from ketch.loop import (
@@ -21,6 +20,7 @@ from ketch.loop import (
     stop_after_tool,
 )
 from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+from support import collect, describe
 
 
 def noop_tool(name: str = "noop", **kw: Any) -> Tool:

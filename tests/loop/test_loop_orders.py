@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from conftest import collect, describe
 from ketch.llm import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from ketch.loop import LoopConfig, LoopContext, Tool, ToolResult, continue_loop, run_loop
 from ketch.testing import ScriptedModel, error_reply, reply, tool_call
+from support import collect, describe
 
 
 def echo_tool(name: str = "echo", **kw: Any) -> Tool:

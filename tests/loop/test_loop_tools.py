@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import collect
 from ketch.llm import ToolResultMessage
 from ketch.loop import (
     AfterToolCallResult,
@@ -17,6 +16,7 @@ from ketch.loop import (
     run_loop,
 )
 from ketch.testing import ScriptedModel, reply, tool_call
+from support import collect
 
 
 class Recorder:
