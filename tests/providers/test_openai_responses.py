@@ -31,6 +31,7 @@ from ketch.llm import (
     from_json,
     to_json,
 )
+from ketch.llm.errors import ModelError
 from ketch.llm.model import ThinkingLevel
 from ketch.llm.providers.base import HTTPExchange
 from ketch.llm.providers.openai_responses import (
@@ -229,6 +230,31 @@ def test_foreign_signatures_are_never_sent_as_provider_ids() -> None:
         {"role": "assistant", "content": "Hello."},
         {"role": "assistant", "content": "Again."},
         {"type": "function_call", "call_id": "toolu_01", "name": "get_weather", "arguments": '{"city":"Rome"}'},
+    ]
+
+
+def test_reasoning_that_no_output_follows_is_not_replayed() -> None:
+    cut_short = AssistantMessage(
+        content=[
+            ThinkingContent(thinking="", signature=reasoning_signature("rs_1", "e1")),
+            TextContent(text="Partial answer", signature=text_signature("msg_1")),
+            ThinkingContent(thinking="more", signature=reasoning_signature("rs_2", "e2")),
+            TextContent(text=""),
+        ],
+        stop_reason="length",
+    )
+    only_reasoning = AssistantMessage(
+        content=[ThinkingContent(thinking="t", signature=reasoning_signature("rs_3", "e3"))], stop_reason="length"
+    )
+    assert convert_messages([cut_short, only_reasoning]) == [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e1"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Partial answer", "annotations": []}],
+            "status": "completed",
+            "id": "msg_1",
+        },
     ]
 
 
@@ -440,6 +466,21 @@ def test_raw_reasoning_text_and_refusals_stream_as_thinking_and_text() -> None:
         ("done", "stop"),
     ]
     assert message.text == "I can't help."
+
+
+def test_reasoning_text_given_only_in_the_finished_item() -> None:
+    events, message = feed_all(
+        [
+            {
+                "type": "response.output_item.done",
+                "output_index": 0,
+                "item": {"type": "reasoning", "id": "rs_5", "summary": [], "content": [{"type": "reasoning_text", "text": "raw"}]},
+            },
+            {"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}},
+        ]
+    )
+    assert events == [("thinking_start", 0), ("thinking_delta", 0, "raw"), ("thinking_end", 0, "raw"), ("done", "length")]
+    assert message.content == [ThinkingContent(thinking="raw", signature='{"id":"rs_5"}')]
 
 
 # -- recorded streams -------------------------------------------------------------------
@@ -1118,3 +1159,51 @@ async def test_prompt_cache_key_only_for_openai_and_extra_fields_win(loopback: L
     first, second = (r.json for r in loopback.requests)
     assert (first["prompt_cache_key"], first["store"], first["text"]) == ("s-1", True, {"verbosity": "low"})
     assert "prompt_cache_key" not in second
+
+
+def test_null_fields_from_compatible_servers_are_accepted() -> None:
+    events, message = feed_all(
+        [
+            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": None, "encrypted_content": None}},
+            {"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": None, "content": None}},
+            {"type": "response.output_item.added", "output_index": 1, "item": {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": None}},
+            {"type": "response.output_item.done", "output_index": 1, "item": {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": None}},
+            {"type": "response.completed", "response": {"status": "completed", "usage": {"input_tokens": 5, "output_tokens": 2, "input_tokens_details": {"cached_tokens": None}}}},
+        ]
+    )
+    assert events[-1] == ("done", "tool_use")
+    assert message.content == [
+        ThinkingContent(thinking="", signature='{"id":"rs_1"}'),
+        ToolCall(id="c", name="f", arguments={}, signature="fc_1"),
+    ]
+    assert (message.usage.input, message.usage.output, message.usage.cache_read) == (5, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "message"),
+    [
+        ({"type": "error", "code": 500, "message": "upstream failed"}, "server", "upstream failed"),
+        ({"type": "error", "code": 429, "message": "busy"}, "rate_limit", "busy"),
+        (
+            {"type": "error", "error": {"type": "invalid_request_error", "code": "rate_limit_exceeded", "message": "Slow down."}},
+            "rate_limit",
+            "Slow down.",
+        ),
+        (
+            {"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}},
+            "content_filter",
+            "The response was stopped by the content filter",
+        ),
+        (
+            {"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": None}},
+            "unknown",
+            "The response is incomplete (no reason given)",
+        ),
+        ({"type": "response.failed", "response": {"status": "failed", "error": None}}, "server", "The response failed"),
+    ],
+)
+def test_in_stream_failures_raise_classified_errors(payload: dict[str, Any], kind: str, message: str) -> None:
+    state = ResponsesStreamState(MessageBuilder())
+    with pytest.raises(ModelError) as caught:
+        state.feed(msgspec.json.encode(payload))
+    assert (caught.value.kind, caught.value.message) == (kind, message)

@@ -17,8 +17,11 @@ Where the provider's identifiers live in ketch messages:
   ``call_id`` (what tool results answer) and whose ``signature`` is the item id
   (``fc_…``), replayed as the function call item's ``id``.
 
-Blocks whose signature is not in these forms (from another provider) are replayed
-without provider ids; thinking without a reasoning signature is not replayed.
+Messages are first passed through :func:`~ketch.llm.handoff.prepare_messages`, so
+another model's thinking and signatures never reach this one. Blocks whose signature
+is still not in these forms are replayed without provider ids; thinking without a
+reasoning signature, and a reasoning item that no output follows in its message (a
+response cut short while reasoning), are not replayed.
 """
 
 from __future__ import annotations
@@ -130,7 +133,13 @@ def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list
 
 
 def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> None:
-    for block in message.content:
+    # A reasoning item must be followed by the output it led to; one that ended the
+    # response (cut short by the output limit) is not replayed.
+    last_output = -1
+    for i, block in enumerate(message.content):
+        if type(block) is ToolCall or (type(block) is TextContent and block.text):
+            last_output = i
+    for i, block in enumerate(message.content):
         if type(block) is TextContent:
             if not block.text:
                 continue
@@ -151,7 +160,7 @@ def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> No
             out.append(item)
         elif type(block) is ThinkingContent:
             ids = _signature_object(block.signature, "rs_")
-            if ids is None:
+            if ids is None or i > last_output:
                 continue
             reasoning: dict[str, Any] = {
                 "type": "reasoning",
@@ -312,13 +321,15 @@ _INVALID_INPUT_PREFIXES = (
 )
 
 
-def classify_failure(code: str | None, message: str | None) -> ModelError:
+def classify_failure(code: str | int | None, message: str | None) -> ModelError:
     """The classified error of a ``response.failed`` response or an ``error`` event.
 
-    Without a code the failure counts as a (retryable) server error; an unrecognised
-    code counts as an invalid request.
+    A numeric code is read as an HTTP status. Without a code the failure counts as a
+    (retryable) server error; an unrecognised code counts as an invalid request.
     """
     text = message or (f"The response failed ({code})" if code else "The response failed")
+    if isinstance(code, int):
+        return classify_error_object({"code": code, "message": text})
     kind = _CODE_KINDS.get(code) if code else None
     if kind is None and code and code.startswith(_INVALID_INPUT_PREFIXES):
         kind = "invalid_request"
@@ -332,6 +343,10 @@ def classify_failure(code: str | None, message: str | None) -> ModelError:
 # -- responses --------------------------------------------------------------------------
 
 
+# Decoding targets: only the fields the adapter reads; everything else is skipped.
+# Fields that compatible servers are known to send as null accept None.
+
+
 class _Part(msgspec.Struct):
     type: str = ""
     text: str = ""
@@ -343,15 +358,15 @@ class _Item(msgspec.Struct):
     id: str = ""
     call_id: str = ""
     name: str = ""
-    arguments: str = ""
+    arguments: str | None = None
     encrypted_content: str | None = None
-    summary: list[_Part] = []
+    summary: list[_Part] | None = None
     content: list[_Part] | None = None
     phase: str | None = None
 
 
 class _ErrorBody(msgspec.Struct):
-    code: str | None = None
+    code: str | int | None = None
     message: str | None = None
 
 
@@ -360,8 +375,7 @@ class _Incomplete(msgspec.Struct):
 
 
 class _TokenDetails(msgspec.Struct):
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
+    cached_tokens: int | None = None
 
 
 class _Usage(msgspec.Struct):
@@ -389,7 +403,7 @@ class _Event(msgspec.Struct):
     summary_index: int = 0
     item: _Item | None = None
     response: _Response | None = None
-    code: str | None = None
+    code: str | int | None = None
     message: str | None = None
     error: _ErrorBody | None = None
 
@@ -401,7 +415,8 @@ _response_decoder = msgspec.json.Decoder(_FullResponse)
 def _set_usage(builder: MessageBuilder, usage: _Usage | None) -> None:
     if usage is None:
         return
-    cached = usage.input_tokens_details.cached_tokens if usage.input_tokens_details is not None else 0
+    details = usage.input_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
     builder.set_usage(input=max(0, usage.input_tokens - cached), output=usage.output_tokens, cache_read=cached)
 
 
@@ -533,7 +548,9 @@ class ResponsesStreamState:
             out.append(b.text_end(index, signature=text_signature(item.id, item.phase) if item.id else None))
         elif item.type == "reasoning":
             if type(block) is ThinkingContent and not block.thinking:
-                text = _SUMMARY_SEPARATOR.join(p.text for p in item.summary if p.text)
+                text = _SUMMARY_SEPARATOR.join(p.text for p in item.summary or () if p.text)
+                if not text and item.content:
+                    text = "".join(p.text for p in item.content)
                 if text:
                     out.append(b.thinking_delta(text, index))
             signature = reasoning_signature(item.id, item.encrypted_content) if item.id else None
