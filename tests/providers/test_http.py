@@ -1,0 +1,175 @@
+"""The shared HTTP core: SSE parsing, the per-loop session, redaction, connection handling."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+
+import pytest
+from loopback import LoopbackServer, Reply, sse_reply
+
+from ketch.llm import Context, UserMessage
+from ketch.llm.http import close_session, get_session, iter_sse, redact_headers, redact_text
+from ketch.llm.providers.openai_chat import OpenAIChatModel
+from ketch.llm.retry import NO_RETRY
+
+
+class Chunks:
+    """A byte source that returns the given chunks, then b""."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    async def readany(self) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+async def parse(*chunks: bytes) -> list[tuple[str, bytes]]:
+    return [ev async for ev in iter_sse(Chunks(*chunks))]
+
+
+# -- SSE parsing ---------------------------------------------------------------------------
+async def test_sse_events_split_on_blank_lines() -> None:
+    assert await parse(b"data: a\n\ndata: b\n\n") == [("", b"a"), ("", b"b")]
+
+
+async def test_sse_lines_split_across_chunks() -> None:
+    assert await parse(b"da", b"ta: {\"x\"", b": 1}\n", b"\n", b"data: [DONE]\n\n") == [
+        ("", b'{"x": 1}'),
+        ("", b"[DONE]"),
+    ]
+
+
+async def test_sse_crlf_line_endings() -> None:
+    assert await parse(b"event: ping\r\ndata: a\r\n\r\ndata: b\r\n\r\n") == [("ping", b"a"), ("", b"b")]
+
+
+async def test_sse_multiline_data_is_joined_with_newlines() -> None:
+    assert await parse(b"data: one\ndata: two\ndata:three\n\n") == [("", b"one\ntwo\nthree")]
+
+
+async def test_sse_comments_ids_and_retry_fields_are_ignored() -> None:
+    assert await parse(b": keep-alive\n\nid: 7\nretry: 100\ndata: x\n\n:comment\n") == [("", b"x")]
+
+
+async def test_sse_event_names_apply_to_one_event() -> None:
+    body = b"event: message_start\ndata: {}\n\nevent: delta\ndata: 1\n\ndata: 2\n\n"
+    assert await parse(body) == [("message_start", b"{}"), ("delta", b"1"), ("", b"2")]
+
+
+async def test_sse_event_without_data_is_not_dispatched() -> None:
+    assert await parse(b"event: ping\n\ndata: x\n\n") == [("", b"x")]
+
+
+async def test_sse_complete_event_without_final_blank_line_is_delivered() -> None:
+    assert await parse(b"data: a\n\ndata: last\n") == [("", b"a"), ("", b"last")]
+
+
+async def test_sse_line_cut_off_at_end_of_stream_is_dropped() -> None:
+    assert await parse(b"data: a\n\ndata: {\"trunc") == [("", b"a")]
+
+
+async def test_sse_long_line_over_many_chunks() -> None:
+    payload = b"x" * 10_000
+    pieces = [b"data: "] + [payload[i : i + 7] for i in range(0, len(payload), 7)] + [b"\n\n"]
+    assert await parse(*pieces) == [("", payload)]
+
+
+async def test_sse_data_without_space_and_empty_data() -> None:
+    assert await parse(b"data:x\n\ndata:\n\n") == [("", b"x"), ("", b"")]
+
+
+# -- redaction -----------------------------------------------------------------------------
+def test_redact_headers_hides_credentials_and_secret_values() -> None:
+    headers = {
+        "Authorization": "Bearer sk-1",
+        "x-api-key": "k",
+        "x-goog-api-key": "g",
+        "api-key": "a",
+        "X-Custom": "token sk-1 inside",
+        "accept": "text/event-stream",
+    }
+    assert redact_headers(headers, ("sk-1",)) == {
+        "Authorization": "***",
+        "x-api-key": "***",
+        "x-goog-api-key": "***",
+        "api-key": "***",
+        "X-Custom": "token *** inside",
+        "accept": "text/event-stream",
+    }
+
+
+def test_redact_text_ignores_empty_secrets() -> None:
+    assert redact_text("a key=abc and abc", ("", "abc")) == "a key=*** and ***"
+
+
+# -- the session ---------------------------------------------------------------------------
+async def test_one_session_per_loop_reused() -> None:
+    first = await get_session()
+    assert await get_session() is first
+    assert not first.closed
+
+
+async def test_close_session_then_new_session() -> None:
+    first = await get_session()
+    await close_session()
+    assert first.closed
+    second = await get_session()
+    assert second is not first and not second.closed
+
+
+def test_session_closed_when_its_loop_shuts_down_and_new_loop_gets_new_one() -> None:
+    async def grab() -> object:
+        return await get_session()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        first = asyncio.run(grab())
+        assert first.closed  # type: ignore[attr-defined]
+        second = asyncio.run(grab())
+        assert second is not first
+        assert second.closed  # type: ignore[attr-defined]
+        gc.collect()
+
+
+# -- connections ---------------------------------------------------------------------------
+def _done_stream(text: str) -> Reply:
+    return sse_reply(
+        {"choices": [{"delta": {"content": text}, "finish_reason": None}]},
+        {"choices": [{"delta": {}, "finish_reason": "stop"}]},
+    )
+
+
+async def test_sequential_requests_reuse_one_connection(loopback: LoopbackServer) -> None:
+    loopback.queue(_done_stream("a"), _done_stream("b"), _done_stream("c"))
+    model = OpenAIChatModel("m", base_url=loopback.url, api_key="k", retry=NO_RETRY)
+    ctx = Context(messages=[UserMessage(content="hi")])
+    texts = []
+    for _ in range(3):
+        events = [ev async for ev in model.stream(ctx)]
+        texts.append(events[-1].message.text)
+    assert texts == ["a", "b", "c"]
+    assert loopback.connections == 1
+
+
+async def test_cancelling_the_consumer_closes_the_connection(loopback: LoopbackServer) -> None:
+    reply = sse_reply({"choices": [{"delta": {"content": "partial"}, "finish_reason": None}]}, stall_after=1)
+    loopback.queue(reply)
+    model = OpenAIChatModel("m", base_url=loopback.url, api_key="k", retry=NO_RETRY)
+    seen: list[str] = []
+    got_text = asyncio.Event()
+
+    async def consume() -> None:
+        async for ev in model.stream(Context(messages=[UserMessage(content="hi")])):
+            seen.append(ev.type)
+            if ev.type == "text_delta":
+                got_text.set()
+
+    task = asyncio.create_task(consume())
+    await got_text.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(reply.disconnected.wait(), 5)
+    assert seen == ["start", "text_start", "text_delta"]
