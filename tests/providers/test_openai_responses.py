@@ -46,6 +46,7 @@ from ketch.llm.providers.openai_responses import (
     text_signature,
 )
 from ketch.llm.registry import ModelInfo, Pricing, lookup
+from ketch.llm.resolve import get_model
 from ketch.llm.retry import RetryPolicy
 
 KEY = "sk-test-S3CRET-abcdef1234567890"
@@ -1131,7 +1132,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
 
 async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(sse(rs.TEXT))
-    info = ModelInfo(id="gpt-5", provider="openai", api="openai-responses", input_modalities=("text",))
+    info = ModelInfo(id="gpt-5", provider="openai", api="openai-responses", name="Text only", input_modalities=("text",))
     context = Context(
         messages=[
             UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
@@ -1207,3 +1208,18 @@ def test_in_stream_failures_raise_classified_errors(payload: dict[str, Any], kin
     with pytest.raises(ModelError) as caught:
         state.feed(msgspec.json.encode(payload))
     assert (caught.value.kind, caught.value.message) == (kind, message)
+
+
+async def test_get_model_builds_this_adapter_and_unknown_models_may_take_images(loopback: LoopbackServer) -> None:
+    loopback.queue(sse(rs.TEXT), sse(rs.TEXT))
+    known = get_model("openai:gpt-5", base_url=loopback.url + "/v1", api_key=KEY, retry=ONE_SHOT)
+    unknown = get_model("openai:gpt-next", base_url=loopback.url + "/v1", api_key=KEY, retry=ONE_SHOT)
+    assert type(known) is OpenAIResponsesModel and type(unknown) is OpenAIResponsesModel
+    context = Context(messages=[UserMessage(content=[ImageContent(url="https://example.com/a.png")])])
+    await run(known, context, StreamOptions(thinking="medium"))
+    await run(unknown, context, StreamOptions(thinking="medium"))
+    image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"}
+    first, second = (r.json for r in loopback.requests)
+    assert first["input"] == second["input"] == [{"role": "user", "content": [image]}]
+    assert (first["reasoning"], first["include"]) == ({"effort": "medium", "summary": "auto"}, ["reasoning.encrypted_content"])
+    assert "reasoning" not in second and "include" not in second

@@ -45,7 +45,7 @@ from ..messages import (
     UserMessage,
 )
 from ..model import Context, StreamOptions, ToolSpec
-from ..registry import ModelInfo, clamp_thinking, lookup
+from ..registry import ModelInfo, clamp_thinking, default_info, lookup
 from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
 from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
@@ -640,8 +640,8 @@ class OpenAIResponsesModel(HTTPModel):
             rewrite=rewrite,
         )
         self.streaming = stream
-        # An unknown model may well accept images; a known one says so.
-        self._images = info is None or "image" in info.input_modalities
+        # A known model says whether it accepts images; an unknown one may well.
+        self._images = "image" in self.info.input_modalities or _is_default(self.info)
 
     def reasoning_effort(self, options: StreamOptions) -> str | None:
         """The ``reasoning.effort`` sent for ``options.thinking`` (None: send none)."""
@@ -692,3 +692,9 @@ class OpenAIResponsesModel(HTTPModel):
         if status == 503 and error.kind == "server":
             return OverloadedError(error.message, status=status, retry_after=error.retry_after, body=error.body)
         return error
+
+
+def _is_default(info: ModelInfo) -> bool:
+    """Whether ``info`` is the registry's placeholder for a model it does not know."""
+    bare = msgspec.structs.replace(info, base_url="", compat={})
+    return bare == default_info(info.provider, info.api, info.id)
