@@ -1,0 +1,56 @@
+"""The built-in coding tool set, built around one shared :class:`Workspace`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from ..loop.tool import Tool
+from .bash import BashTool
+from .edit import EditTool
+from .ls import LsTool
+from .read import ReadTool
+from .search import FindTool, GrepTool
+from .workspace import Workspace
+from .write import WriteTool
+
+__all__ = ["Workspace", "coding_tools"]
+
+
+def coding_tools(
+    root: str | os.PathLike[str] | Workspace,
+    *,
+    allowed_roots: Iterable[str | os.PathLike[str]] = (),
+    read_only: bool = False,
+    bash_env: Mapping[str, str] | None = None,
+    bash_timeout: float = 120.0,
+    scrub_env: bool = True,
+    secret_names: Iterable[str] = (),
+    ripgrep: str | Literal[False] | None = None,
+) -> list[Tool]:
+    """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
+
+    All tools share one :class:`Workspace` (``root`` may be one already), so paths are
+    confined to ``root`` and ``allowed_roots`` and a ``read`` enables later edits.
+    ``read_only`` leaves out write, edit and bash. ``bash_env`` adds variables to the
+    (scrubbed, see ``scrub_env`` and ``secret_names``) environment of bash commands;
+    ``bash_timeout`` is their default timeout in seconds. ``ripgrep`` is passed to
+    :class:`~ketch.tools.search.GrepTool` (path of ``rg``, ``False`` for the Python
+    search, ``None`` to look it up).
+    """
+    workspace = root if isinstance(root, Workspace) else Workspace(root)
+    for extra in allowed_roots:
+        workspace.allow_root(extra)
+    read = ReadTool(workspace)
+    search: list[Tool] = [GrepTool(workspace, ripgrep=ripgrep), FindTool(workspace), LsTool(workspace)]
+    if read_only:
+        return [read, *search]
+    bash = BashTool(
+        workspace,
+        timeout=bash_timeout,
+        env=bash_env,
+        scrub_env=scrub_env,
+        secret_names=secret_names,
+    )
+    return [read, WriteTool(workspace), EditTool(workspace), bash, *search]

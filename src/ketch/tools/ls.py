@@ -1,0 +1,78 @@
+"""The ``ls`` tool: the entries of one folder, folders marked with a trailing ``/``.
+
+Hidden entries are included. Entries are sorted by name, ignoring case; at most ``limit``
+(default 500) are listed, with a note giving the total when more exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from ..loop.tool import Tool, ToolContext, ToolResult
+from .workspace import Workspace, WorkspaceError
+
+__all__ = ["LsTool"]
+
+_DESCRIPTION = """List a folder's entries (default: the workspace root), hidden ones \
+included. Folders end with `/`. At most `limit` entries are shown (default 500). Use \
+find to search by name across folders."""
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "Folder to list (default: the workspace root)."},
+        "limit": {"type": "integer", "minimum": 1, "description": "Maximum entries to show (default 500)."},
+    },
+    "additionalProperties": False,
+}
+
+
+def _list(folder: Path) -> list[str]:
+    names: list[str] = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            names.append(entry.name + "/" if is_dir else entry.name)
+    names.sort(key=lambda n: (n.lower(), n))
+    return names
+
+
+class LsTool(Tool):
+    """The ``ls`` tool (concurrency-safe). See the module docstring."""
+
+    __slots__ = ("workspace",)
+
+    def __init__(self, workspace: Workspace) -> None:
+        super().__init__("ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
+        self.workspace = workspace
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """List the folder ``args.get("path")``."""
+        ws = self.workspace
+        limit = args.get("limit") or 500
+        try:
+            folder = ws.resolve(args["path"]) if args.get("path") else ws.root
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        shown = ws.display(folder)
+        try:
+            names = await asyncio.to_thread(_list, folder)
+        except FileNotFoundError:
+            return ToolResult.error(f"Folder not found: {shown}")
+        except NotADirectoryError:
+            return ToolResult.error(f"{shown} is a file, not a folder. Use the read tool to read it.")
+        except OSError as exc:
+            return ToolResult.error(f"Cannot list {shown}: {exc.strerror or exc}.")
+        details = {"path": str(folder), "total": len(names), "truncated": len(names) > limit}
+        if not names:
+            return ToolResult(content="(empty folder)", details=details)
+        text = "\n".join(names[:limit])
+        if len(names) > limit:
+            text += f"\n\n[Showing {limit} of {len(names)} entries. Raise limit to see more.]"
+        return ToolResult(content=text, details=details)

@@ -1,0 +1,164 @@
+"""The workspace the coding tools act on: path confinement and read-before-write records.
+
+Every path argument resolves against the workspace root (``~`` is expanded, symlinks are
+followed) and must end up inside the root or one of the extra allowed roots; anything
+else raises :class:`WorkspaceError` with a message naming the path and the roots.
+
+The workspace also remembers which files the agent has read, with their modification
+time, size and a content digest. Editing or overwriting an existing file requires such a
+record that still matches the file on disk; a successful write refreshes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["FileRecord", "Workspace", "WorkspaceError", "digest"]
+
+
+class WorkspaceError(Exception):
+    """A path or file-state problem, with a message meant for the model."""
+
+
+def digest(data: bytes) -> bytes:
+    """The content digest stored in a :class:`FileRecord`."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class FileRecord:
+    """What the agent last saw of a file: modification time, size and content digest."""
+
+    __slots__ = ("digest", "mtime_ns", "size")
+
+    def __init__(self, mtime_ns: int, size: int, digest: bytes) -> None:
+        self.mtime_ns = mtime_ns
+        self.size = size
+        self.digest = digest
+
+    def __repr__(self) -> str:
+        return f"FileRecord(mtime_ns={self.mtime_ns}, size={self.size})"
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
+
+
+class Workspace:
+    """A workspace root, extra allowed roots, and the files the agent has read.
+
+    One instance is shared by all tools of an agent (see
+    :func:`ketch.tools.builtins.coding_tools`) so that a ``read`` enables a later
+    ``edit``.
+    """
+
+    __slots__ = ("_records", "_roots", "_scratch", "root")
+
+    def __init__(self, root: str | os.PathLike[str], allowed_roots: tuple[str | os.PathLike[str], ...] = ()) -> None:
+        self.root = Path(os.path.realpath(os.path.expanduser(os.fspath(root))))
+        self._roots: list[str] = [str(self.root)]
+        for extra in allowed_roots:
+            self.allow_root(extra)
+        self._records: dict[str, FileRecord] = {}
+        self._scratch: Path | None = None
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """The workspace root followed by the extra allowed roots (all resolved)."""
+        return tuple(Path(r) for r in self._roots)
+
+    def allow_root(self, path: str | os.PathLike[str]) -> Path:
+        """Allow access below ``path`` as well; returns the resolved root."""
+        real = os.path.realpath(os.path.expanduser(os.fspath(path)))
+        if real not in self._roots:
+            self._roots.append(real)
+        return Path(real)
+
+    def scratch_dir(self) -> Path:
+        """A private temporary directory (created on first use) inside the allowed roots."""
+        if self._scratch is None:
+            self._scratch = self.allow_root(tempfile.mkdtemp(prefix="ketch-"))
+        return self._scratch
+
+    def _limits(self) -> str:
+        roots = self._roots
+        if len(roots) == 1:
+            return f"the workspace root {roots[0]}"
+        return f"the workspace root {roots[0]} and the allowed roots {', '.join(roots[1:])}"
+
+    def resolve(self, path: str) -> Path:
+        """The absolute, symlink-free path for ``path``, or :class:`WorkspaceError`.
+
+        Relative paths are taken from the workspace root. The result must lie inside the
+        root or an allowed root, checked after following symlinks.
+        """
+        if not isinstance(path, str) or not path.strip():
+            raise WorkspaceError("The path is empty. Give a file or directory path.")
+        if "\x00" in path:
+            raise WorkspaceError(f"The path {path!r} contains a NUL character.")
+        expanded = os.path.expanduser(path)
+        joined = os.path.normpath(os.path.join(self.root, expanded))
+        real = os.path.realpath(joined)
+        if any(_within(real, root) for root in self._roots):
+            return Path(real)
+        if any(_within(joined, root) for root in self._roots):
+            raise WorkspaceError(
+                f"Path {path!r} is outside the workspace: it leads through a symlink to {real}. "
+                f"Access is limited to {self._limits()}."
+            )
+        raise WorkspaceError(
+            f"Path {path!r} is outside the workspace: it resolves to {real}. "
+            f"Access is limited to {self._limits()}."
+        )
+
+    def display(self, path: Path | str) -> str:
+        """``path`` relative to the workspace root when inside it, else absolute."""
+        text = os.fspath(path)
+        root = self._roots[0]
+        if text == root:
+            return "."
+        if _within(text, root):
+            return text[len(root) :].lstrip(os.sep)
+        return text
+
+    def record(self, path: Path, data: bytes, stat: os.stat_result) -> None:
+        """Remember that the agent has seen ``data`` as the content of ``path``."""
+        self._records[str(path)] = FileRecord(stat.st_mtime_ns, stat.st_size, digest(data))
+
+    def record_of(self, path: Path) -> FileRecord | None:
+        """The read record of ``path``, if any."""
+        return self._records.get(str(path))
+
+    def forget(self, path: Path) -> None:
+        """Drop the read record of ``path``."""
+        self._records.pop(str(path), None)
+
+    def check_fresh(self, path: Path, stat: os.stat_result, data: bytes | None, *, action: str) -> None:
+        """Raise :class:`WorkspaceError` unless the agent has read ``path`` as it is now.
+
+        ``stat`` is the file's current status and ``data`` its current content when the
+        caller has it (else it is read here if needed). A file whose time changed but
+        whose size and digest did not (``touch``) still counts as read. ``action`` is
+        the verb used in the message (``"edit"``, ``"overwrite"``).
+        """
+        record = self._records.get(str(path))
+        shown = self.display(path)
+        if record is None:
+            raise WorkspaceError(
+                f"{shown} has not been read yet. Read it with the read tool before you {action} it."
+            )
+        if stat.st_mtime_ns == record.mtime_ns and stat.st_size == record.size:
+            return
+        if stat.st_size == record.size:
+            current = data if data is not None else path.read_bytes()
+            if digest(current) == record.digest:
+                record.mtime_ns = stat.st_mtime_ns
+                return
+        raise WorkspaceError(
+            f"{shown} has changed on disk since you last read it. Read it again before you {action} it."
+        )
+
+    def __repr__(self) -> str:
+        return f"Workspace(root={str(self.root)!r})"
