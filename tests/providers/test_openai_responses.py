@@ -358,6 +358,14 @@ def test_request_body_options() -> None:
     }
 
 
+def test_response_format_defaults_to_strict_and_may_be_the_bare_schema() -> None:
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    body = build_request("gpt-5", HELLO, StreamOptions(response_format={"name": "empty", "schema": schema}))
+    assert body["text"] == {"format": {"type": "json_schema", "name": "empty", "schema": schema, "strict": True}}
+    body = build_request("gpt-5", HELLO, StreamOptions(response_format=schema))
+    assert body["text"] == {"format": {"type": "json_schema", "name": "response", "schema": schema, "strict": True}}
+
+
 def test_effort_none_asks_for_no_summary_and_tool_choice_needs_tools() -> None:
     body = build_request(
         "gpt-5.1", HELLO, StreamOptions(tool_choice="required", cache_key="k"), effort="none", reasoning=True
