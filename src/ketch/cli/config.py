@@ -62,14 +62,15 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
     """A provider's endpoint and credentials from configuration.
 
     ``api`` is the wire protocol for custom providers (default ``openai-chat``);
-    ``api_key`` is a literal key (prefer ``api_key_env``; never printed).
+    ``api_key`` is a literal key (prefer ``api_key_env``; never printed);
+    ``default_model`` is the model a bare provider name selects.
     """
 
     base_url: str | None = None
     api_key_env: str | None = None
     api_key: str | None = None
     api: str | None = None
-    models: list[str] | None = None
+    default_model: str | None = None
 
     def __repr__(self) -> str:
         key = "***" if self.api_key else None

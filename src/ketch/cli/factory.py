@@ -32,6 +32,7 @@ __all__ = [
     "build_tools",
     "choose_model",
     "default_system_prompt",
+    "key_source",
     "register_providers",
 ]
 
@@ -117,7 +118,7 @@ def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
         known = get_provider(name)
         if known is None and not cfg.base_url:
             raise ConfigError(f"provider {name!r} in config is unknown and has no base_url")
-        if known is not None and cfg.base_url is None and cfg.api is None and cfg.api_key_env is None:
+        if known is not None and not (cfg.base_url or cfg.api or cfg.api_key_env or cfg.default_model):
             continue
         envs: tuple[str, ...] = (cfg.api_key_env,) if cfg.api_key_env else ()
         if known is not None:
@@ -130,6 +131,7 @@ def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
                 api_key_env=envs,
                 requires_key=(known.requires_key if known is not None else bool(envs)) or cfg.api_key is not None,
                 compat=known.compat if known is not None else None,
+                default_model=cfg.default_model or (known.default_model if known is not None else ""),
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -143,11 +145,15 @@ def build_model(spec: str, settings: Settings) -> Model:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     register_providers(settings.providers)
-    from ..llm.resolve import get_model
+    from ..llm.resolve import get_model, parse_spec
 
     try:
+        provider, _ = parse_spec(spec)
+        configured = settings.providers.get(provider)
+        if configured is not None and configured.api_key:
+            return get_model(spec, api_key=configured.api_key)
         return get_model(spec)
-    except (ValueError, KeyError, LookupError) as exc:
+    except (ValueError, KeyError, LookupError, ImportError) as exc:
         message = exc.args[0] if exc.args else str(exc)
         raise ConfigError(f"cannot use model {spec!r}: {message}") from None
 

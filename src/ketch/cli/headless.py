@@ -54,7 +54,7 @@ class _TextOut:
     def __call__(self, event: AgentEvent) -> None:
         kind = event.type
         if kind == "message_update":
-            inner = event.event  # type: ignore[union-attr]
+            inner: Any = event.event  # type: ignore[union-attr]
             if inner.type == "text_delta":
                 data = inner.delta.encode()
                 if data:

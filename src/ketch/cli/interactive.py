@@ -1,0 +1,320 @@
+"""The interactive session: ``ketch`` with no task.
+
+prompt_toolkit reads input (line editing, history in the user config directory) while
+the agent streams: the prompt stays live during a run, so what you type steers the
+agent (or, prefixed with ``>>``, queues a follow-up). Output is printed above the prompt
+with rich; the bottom toolbar shows a spinner with the elapsed time and the live
+token, cost and context counters.
+
+Keys: Ctrl-C aborts the current run (a second Ctrl-C exits); Ctrl-D exits; Ctrl-T
+expands or collapses thinking. Slash commands: see :data:`HELP`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..llm.model import THINKING_LEVELS
+from ..permissions import PERMISSION_MODES, Approval, PermissionRequest
+from .config import ConfigError, Settings, config_dir
+from .factory import Built, build_agent, build_model
+from .headless import parse_answer
+from .render import EventRenderer, format_tokens
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+
+__all__ = ["HELP", "Session", "run_interactive"]
+
+HELP = """\
+Commands:
+  /help                 this help
+  /model [provider:id]  show or switch the model
+  /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
+  /tools                list the tools
+  /mode [mode]          show or set the permission mode (default accept-edits bypass plan)
+  /cost                 tokens and cost of this session
+  /clear                start a new conversation
+  /exit                 quit (also Ctrl-D)
+While the agent works, type to steer it; start with >> to queue a follow-up instead.
+Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
+
+PROMPT = "› "
+PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class Session:
+    """One interactive session: the agent, the prompt, the renderer and the pending question."""
+
+    def __init__(self, settings: Settings, root: Path, *, tool_choice: str | None = None) -> None:
+        self.settings = settings
+        self.root = root
+        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice)
+        self.agent = self.built.agent
+        self.gate = self.built.gate
+        self.renderer: EventRenderer | None = None
+        self.prompt: PromptSession[str] | None = None
+        self.pending: tuple[PermissionRequest, asyncio.Future[Approval]] | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.exit_armed = False
+
+    # -- pieces of the screen -------------------------------------------------------------
+    def _message(self) -> str:
+        return PERMISSION_PROMPT if self.pending is not None else PROMPT
+
+    def _toolbar(self) -> StyleAndTextTuples:
+        r = self.renderer
+        if r is None:
+            return []
+        parts: list[str] = []
+        label = r.status.label
+        if self.pending is not None:
+            parts.append("? waiting for your answer")
+        elif label and self.agent.is_running:
+            frame = _SPINNER[int(time.monotonic() * 10) % len(_SPINNER)]
+            parts.append(f"{frame} {label}… {r.status.elapsed():.1f}s")
+        model = self.agent.model
+        usage = r.usage
+        sent = usage.input + usage.cache_read + usage.cache_write
+        received = usage.output + r.streamed_chars // 4
+        parts.append(f"{model.provider}:{model.id}")
+        parts.append(f"↑{format_tokens(sent)} ↓{format_tokens(received)} tokens")
+        parts.append(f"${usage.cost.total:.4f}")
+        try:
+            parts.append(f"ctx {self.agent.context_usage().percent:.0f}%")
+        except Exception:
+            pass
+        parts.append(f"mode {self.gate.mode}")
+        return [("class:bottom-toolbar", " " + " │ ".join(parts) + " ")]
+
+    def _invalidate(self) -> None:
+        if self.prompt is not None and self.prompt.app.is_running:
+            self.prompt.app.invalidate()
+
+    # -- permission prompts ---------------------------------------------------------------
+    async def approve(self, request: PermissionRequest) -> Approval:
+        """The gate's approver: show the request and wait for the answer typed at the prompt."""
+        self._show_request(request)
+        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+        self.pending = (request, future)
+        self._invalidate()
+        try:
+            return await future
+        finally:
+            self.pending = None
+            self._invalidate()
+
+    def _show_request(self, request: PermissionRequest) -> None:
+        r = self.renderer
+        assert r is not None
+        args = request.args
+        if request.tool_name == "bash":
+            r.note(f"⚠ bash wants to run: {request.subject}", "bold yellow")
+        elif request.tool_name == "edit" and isinstance(args.get("old_string"), str):
+            r.note(f"⚠ edit wants to change {request.subject}", "bold yellow")
+            old = str(args.get("old_string", "")).splitlines()
+            new = str(args.get("new_string", "")).splitlines()
+            r.print_diff("\n".join(difflib.unified_diff(old, new, lineterm="", n=2)))
+        elif request.tool_name == "write":
+            content = str(args.get("content", ""))
+            lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+            r.note(f"⚠ write wants to write {request.subject} ({lines} lines)", "bold yellow")
+        else:
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            r.note(f"⚠ {request.tool_name} wants to run with {shown[:300]}", "bold yellow")
+        r.note(f"  'a' allows {request.suggested_rule} for the rest of this session")
+
+    # -- input ------------------------------------------------------------------------------
+    async def handle(self, text: str) -> bool:
+        """Act on one input line; False means exit."""
+        if self.pending is not None:
+            _, future = self.pending
+            if not future.done():
+                future.set_result(parse_answer(text))
+            return True
+        line = text.strip()
+        if not line:
+            return True
+        if line.startswith("/"):
+            return await self.command(line)
+        if self.agent.is_running:
+            assert self.renderer is not None
+            if line.startswith(">>"):
+                self.agent.follow_up(line[2:].strip())
+                self.renderer.note(f"↳ queued follow-up: {line[2:].strip()}")
+            else:
+                self.agent.steer(line)
+                self.renderer.note(f"↳ steering: {line}")
+            return True
+        if line.startswith(">>"):
+            line = line[2:].strip()
+        self.task = asyncio.create_task(self._run(line))
+        return True
+
+    async def _run(self, text: str) -> None:
+        r = self.renderer
+        assert r is not None
+        self.built.arm()
+        try:
+            await self.agent.prompt(text)
+        except Exception as exc:  # the loop does not raise; this guards the session itself
+            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+        finally:
+            r.status.set(None)
+            self._invalidate()
+
+    async def command(self, line: str) -> bool:
+        """Run a slash command; False means exit."""
+        r = self.renderer
+        assert r is not None
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        busy = self.agent.is_running
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            r.note(HELP, "")
+        elif name == "/cost":
+            u = r.usage
+            r.note(
+                f"{r.turns} model calls · input {u.input} · output {u.output} · cache read {u.cache_read} · "
+                f"cache write {u.cache_write} · total {u.total_tokens} tokens · ${u.cost.total:.4f}",
+                "",
+            )
+        elif name == "/tools":
+            for tool in self.agent.tools:
+                first = (tool.description or "").strip().splitlines()
+                r.note(f"{tool.name:<8} {first[0] if first else ''}", "")
+            if not self.agent.tools:
+                r.note("no tools", "")
+        elif name == "/model":
+            if not arg:
+                m = self.agent.model
+                r.note(f"model: {m.provider}:{m.id}", "")
+            elif busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before switching models", "yellow")
+            else:
+                try:
+                    self.agent.model = build_model(arg, self.settings)
+                except ConfigError as exc:
+                    r.note(str(exc), "red")
+                else:
+                    r.note(f"model: {self.agent.model.provider}:{self.agent.model.id}", "")
+        elif name == "/thinking":
+            if not arg:
+                r.note(f"thinking: {self.agent.thinking}", "")
+            elif arg not in THINKING_LEVELS:
+                r.note(f"unknown thinking level {arg!r}; one of {', '.join(THINKING_LEVELS)}", "red")
+            else:
+                self.agent.thinking = arg
+                r.note(f"thinking: {arg}", "")
+        elif name == "/mode":
+            if not arg:
+                r.note(f"permission mode: {self.gate.mode}", "")
+            elif arg not in PERMISSION_MODES:
+                r.note(f"unknown permission mode {arg!r}; one of {', '.join(PERMISSION_MODES)}", "red")
+            else:
+                self.gate.set_mode(arg)
+                r.note(f"permission mode: {arg}", "")
+        elif name == "/clear":
+            if busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before clearing", "yellow")
+            else:
+                self.agent.reset()
+                r.note("conversation cleared", "")
+        else:
+            r.note(f"unknown command {name}; /help lists the commands", "red")
+        return True
+
+    def interrupt(self) -> bool:
+        """Ctrl-C: abort a run, else arm exit; True when the session should exit."""
+        assert self.renderer is not None
+        if self.agent.is_running:
+            self.agent.abort()
+            self.exit_armed = True
+            self.renderer.note("Aborting… (Ctrl-C again exits)", "yellow")
+            return False
+        if self.exit_armed:
+            return True
+        self.exit_armed = True
+        self.renderer.note("Press Ctrl-C again to exit (or type /exit).", "yellow")
+        return False
+
+    # -- main loop --------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Read and act on input until the user exits; returns the exit code."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.patch_stdout import patch_stdout
+        from rich.console import Console
+
+        history: History
+        try:
+            directory = config_dir()
+            directory.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(directory / "history"))
+        except OSError:
+            history = InMemoryHistory()
+        bindings = KeyBindings()
+
+        @bindings.add("c-t")
+        def _toggle(event: Any) -> None:
+            r = self.renderer
+            if r is not None:
+                r.expand_thinking = not r.expand_thinking
+                if r.expand_thinking:
+                    r.show_last_thinking()
+                else:
+                    r.note("thinking collapsed")
+
+        self.prompt = PromptSession(
+            history=history,
+            bottom_toolbar=self._toolbar,
+            refresh_interval=0.25,
+            key_bindings=bindings,
+        )
+        with patch_stdout(raw=True):
+            console = Console(highlight=False)
+            self.renderer = EventRenderer(console)
+            self.agent.subscribe(self.renderer)
+            m = self.agent.model
+            self.renderer.note(
+                f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.gate.mode} · /help for commands"
+            )
+            try:
+                while True:
+                    try:
+                        text = await self.prompt.prompt_async(self._message)
+                    except KeyboardInterrupt:
+                        if self.interrupt():
+                            break
+                        continue
+                    except EOFError:
+                        break
+                    self.exit_armed = False
+                    if not await self.handle(text):
+                        break
+            finally:
+                await self._shutdown()
+        return 0
+
+    async def _shutdown(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            self.agent.abort()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+
+
+async def run_interactive(settings: Settings, root: Path, *, tool_choice: str | None = None) -> int:
+    """Run the interactive session; returns the exit code."""
+    return await Session(settings, root, tool_choice=tool_choice).run()
