@@ -364,7 +364,12 @@ def test_model_turns_replay_thoughts_signatures_and_gemini_call_ids() -> None:
             TextContent(text="Checking."),
             TextContent(text="", signature="sig-empty-text"),
             TextContent(text=""),
-            ToolCall(id="get_weather_0", name="get_weather", arguments={"city": "Oslo"}, signature="sig-call"),
+            ToolCall(
+                id="get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0",
+                name="get_weather",
+                arguments={"city": "Oslo"},
+                signature="sig-call",
+            ),
             ToolCall(id="wq6f0y2k", name="get_time", arguments={}),
         ],
         provider="google",
@@ -373,7 +378,9 @@ def test_model_turns_replay_thoughts_signatures_and_gemini_call_ids() -> None:
     )
     results = [
         ToolResultMessage(
-            tool_call_id="get_weather_0", tool_name="get_weather", content=[TextContent(text="12°C"), TextContent(text="rain")]
+            tool_call_id="get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0",
+            tool_name="get_weather",
+            content=[TextContent(text="12°C"), TextContent(text="rain")],
         ),
         ToolResultMessage(
             tool_call_id="wq6f0y2k",
@@ -653,7 +660,7 @@ def parts(*items: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"parts": list(items), "role": "model"}, "index": 0}
     if finish is not None:
         candidate["finishReason"] = finish
-    return {"candidates": [candidate]}
+    return {"candidates": [candidate], "responseId": "r1"}
 
 
 def test_signatures_attach_to_the_block_their_part_belongs_to() -> None:
@@ -680,19 +687,31 @@ def test_signatures_attach_to_the_block_their_part_belongs_to() -> None:
         ("text_end", 2, "Answer more"),
         ("toolcall_start", 3),
         ("toolcall_delta", 3, "{}"),
-        ("toolcall_end", 3, "f_0", "f", {}),
+        ("toolcall_end", 3, "f_r1_0", "f", {}),
         ("toolcall_start", 4),
         ("toolcall_delta", 4, '{"n":1}'),
-        ("toolcall_end", 4, "f_1", "f", {"n": 1}),
+        ("toolcall_end", 4, "f_r1_1", "f", {"n": 1}),
         ("done", "tool_use"),
     ]
     assert message.content == [
         ThinkingContent(thinking="Thinking", signature="sig-1"),
         TextContent(text="", signature="sig-2"),
         TextContent(text="Answer more", signature="sig-3"),
-        ToolCall(id="f_0", name="f", arguments={}),
-        ToolCall(id="f_1", name="f", arguments={"n": 1}),
+        ToolCall(id="f_r1_0", name="f", arguments={}),
+        ToolCall(id="f_r1_1", name="f", arguments={"n": 1}),
     ]
+
+
+def test_generated_call_ids_are_unique_across_responses_without_a_response_id() -> None:
+    def call_ids() -> list[str]:
+        chunk = parts({"functionCall": {"name": "f"}}, {"functionCall": {"name": "f"}}, finish="STOP")
+        del chunk["responseId"]
+        return [c.id for c in feed_all([chunk])[1].tool_calls]
+
+    first, second = call_ids(), call_ids()
+    token = first[0][len("f_") : -len("_0")]
+    assert len(token) == 12 and first == [f"f_{token}_0", f"f_{token}_1"]
+    assert set(first).isdisjoint(second)
 
 
 @pytest.mark.parametrize(
@@ -826,10 +845,10 @@ async def test_parallel_function_calls_in_one_chunk(loopback: LoopbackServer) ->
         ("start",),
         ("toolcall_start", 0),
         ("toolcall_delta", 0, '{"city":"Paris","unit":"c"}'),
-        ("toolcall_end", 0, "get_weather_0", "get_weather", {"city": "Paris", "unit": "c"}),
+        ("toolcall_end", 0, "get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0", "get_weather", {"city": "Paris", "unit": "c"}),
         ("toolcall_start", 1),
         ("toolcall_delta", 1, '{"tz":"Europe/Paris"}'),
-        ("toolcall_end", 1, "get_time_1", "get_time", {"tz": "Europe/Paris"}),
+        ("toolcall_end", 1, "get_time_qpc2afWVFJK4vr0Pq6WiyAU_1", "get_time", {"tz": "Europe/Paris"}),
         ("done", "tool_use"),
     ]
     # The arguments arrive whole: the one delta already holds all of them.
@@ -837,12 +856,12 @@ async def test_parallel_function_calls_in_one_chunk(loopback: LoopbackServer) ->
     message = final(events)
     assert message.content == [
         ToolCall(
-            id="get_weather_0",
+            id="get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0",
             name="get_weather",
             arguments={"city": "Paris", "unit": "c"},
             signature="CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rzJahz",
         ),
-        ToolCall(id="get_time_1", name="get_time", arguments={"tz": "Europe/Paris"}),
+        ToolCall(id="get_time_qpc2afWVFJK4vr0Pq6WiyAU_1", name="get_time", arguments={"tz": "Europe/Paris"}),
     ]
     usage = Usage(input=83, output=118, total_tokens=201)
     usage.cost = cost(FLASH, usage)
@@ -1011,14 +1030,19 @@ async def test_exact_request_for_a_representative_context(loopback: LoopbackServ
                 content=[
                     ThinkingContent(thinking="**Looking**\n\nA cat; search the notes."),
                     TextContent(text="Let me check."),
-                    ToolCall(id="search_0", name="search", arguments={"query": "cat"}, signature="EqQBCkgIARABGAI="),
+                    ToolCall(
+                        id="search_b3TOaKmUOsOx1dkPhPG-wQ4_0",
+                        name="search",
+                        arguments={"query": "cat"},
+                        signature="EqQBCkgIARABGAI=",
+                    ),
                 ],
                 provider="google",
                 api="gemini",
                 model="gemini-2.5-flash",
             ),
             ToolResultMessage(
-                tool_call_id="search_0",
+                tool_call_id="search_b3TOaKmUOsOx1dkPhPG-wQ4_0",
                 tool_name="search",
                 content=[TextContent(text="Found: cat.png"), ImageContent(data="R0lGOD", mime_type="image/gif")],
             ),

@@ -16,7 +16,9 @@ Where Gemini's data lives in ketch messages:
 - a ``functionCall`` arrives whole: ``toolcall_start``, one ``toolcall_delta`` with
   the complete JSON arguments and ``toolcall_end``. The call's ``id`` is Gemini's when
   it sends one (and is then replayed in the call and its ``functionResponse``);
-  otherwise it is ``{name}_{n}``, ``n`` counting the calls of the message from 0;
+  otherwise it is ``{name}_{responseId}_{n}``, ``n`` counting the calls of the message
+  from 0 (a random token stands in for a missing response id), so that ids stay
+  unique across a conversation another provider may continue;
 - a tool result becomes ``functionResponse {name, response: {output | error}}`` with
   the result's images as ``inlineData`` parts right after it.
 
@@ -27,6 +29,7 @@ accept (see :func:`gemini_schema`); ``json_schema=True`` sends them unchanged as
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -301,9 +304,12 @@ def _user_parts(content: list[TextContent | ImageContent] | str) -> list[dict[st
     return parts
 
 
+_GENERATED_TAIL = re.compile(r"[A-Za-z0-9_-]+_\d+")
+
+
 def _is_generated_id(call: ToolCall) -> bool:
     prefix = call.name + "_"
-    return call.id.startswith(prefix) and call.id[len(prefix) :].isdigit()
+    return call.id.startswith(prefix) and _GENERATED_TAIL.fullmatch(call.id, len(prefix)) is not None
 
 
 def _model_parts(
@@ -655,13 +661,14 @@ class GeminiStreamState:
     :class:`~ketch.llm.errors.ContentFilterError`, error chunks their classified error.
     """
 
-    __slots__ = ("_builder", "_index", "_kind", "_signature", "finished")
+    __slots__ = ("_builder", "_index", "_kind", "_signature", "_token", "finished")
 
     def __init__(self, builder: MessageBuilder) -> None:
         self._builder = builder
         self._kind = ""  # "text" or "thinking" while a block is open
         self._index = -1
         self._signature: str | None = None
+        self._token: str | None = None
         self.finished = False
 
     def feed(self, data: bytes) -> list[StreamEvent]:
@@ -712,6 +719,15 @@ class GeminiStreamState:
             return [self._builder.thinking_end(index, signature=signature)]
         return []
 
+    def _new_call_id(self, name: str) -> str:
+        token = self._builder.message.response_id
+        if not token:
+            if self._token is None:
+                self._token = os.urandom(6).hex()
+            token = self._token
+        count = sum(1 for block in self._builder.message.content if type(block) is ToolCall)
+        return f"{name}_{token}_{count}"
+
     def _part(self, part: _Part, out: list[StreamEvent]) -> None:
         b = self._builder
         signature = part.thought_signature or None
@@ -719,7 +735,7 @@ class GeminiStreamState:
         if call is not None:
             out.extend(self.close())
             args = call.args if call.args is not None else {}
-            call_id = call.id or f"{call.name}_{sum(1 for x in b.message.content if type(x) is ToolCall)}"
+            call_id = call.id or self._new_call_id(call.name)
             start = b.tool_call_start(call_id, call.name, signature=signature)
             out.append(start)
             out.append(b.tool_call_delta(_encode(args).decode(), start.index))
