@@ -99,3 +99,76 @@ def text_reply(text: str, **extra: Any) -> dict[str, Any]:
 def call_reply(*calls: tuple[str, str, dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """A scripted reply with tool calls ``(id, name, arguments)``."""
     return {"blocks": [{"type": "tool_call", "id": i, "name": n, "arguments": a} for i, n, a in calls], **extra}
+
+
+class FakeServer:
+    """A loopback OpenAI-compatible endpoint: ``GET /v1/models`` and a streaming
+    ``POST /v1/chat/completions``; requests are recorded, ``good_key`` is the accepted key."""
+
+    good_key = "sk-test-0123456789abcdef-WXYZ"
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def _record(self) -> bytes:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                server.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                return body
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _authorised(self) -> bool:
+                return self.headers.get("Authorization") == f"Bearer {server.good_key}"
+
+            def do_GET(self) -> None:
+                self._record()
+                if not self._authorised():
+                    self._send(401, b'{"error": {"message": "bad key"}}', "application/json")
+                else:
+                    self._send(200, b'{"object": "list", "data": []}', "application/json")
+
+            def do_POST(self) -> None:
+                self._record()
+                if not self._authorised():
+                    self._send(401, b'{"error": {"message": "bad key", "type": "invalid_request_error"}}', "application/json")
+                    return
+                chunks = [
+                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi from "}}]},
+                    {"choices": [{"index": 0, "delta": {"content": "the fake."}}]},
+                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                    {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}},
+                ]
+                body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+                self._send(200, body, "text/event-stream")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's base URL (``…/v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()

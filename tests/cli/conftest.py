@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import SRC, Env
+from clihelp import SRC, Env, FakeServer
 
 
 @pytest.fixture
@@ -26,3 +27,13 @@ def env(tmp_path: Path) -> Env:
         "PYTHONIOENCODING": "utf-8",
     }
     return Env(home, xdg, work.resolve(), variables)
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeServer]:
+    """A running :class:`FakeServer`, stopped after the test."""
+    server = FakeServer()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -94,7 +94,9 @@ def models_command(argv: Sequence[str]) -> int:
         out.write(f"{'MODEL':<{width}}  {'CONTEXT':>7}  {'$IN/M':>7}  {'$OUT/M':>7}  KEY\n")
         for r in shown:
             key = r.key if r.key is not None else "no key"
-            if r.key not in (None, "not needed", "config"):
+            if r.key == "not needed":
+                key = "no key needed"
+            elif r.key not in (None, "config"):
                 key = f"{r.key} set"
             elif r.key == "config":
                 key = "key in config"

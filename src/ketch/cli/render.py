@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..llm.messages import AssistantMessage, Usage
+from ..llm.messages import AssistantMessage, Usage, UserMessage, message_text
 from ..loop.events import AgentEvent
 
 if TYPE_CHECKING:
@@ -130,6 +130,7 @@ class EventRenderer:
         self._markdown = MarkdownStream()
         self._thinking: list[str] = []
         self._thinking_line = ""
+        self._prompt_seen = False
 
     # -- output helpers -------------------------------------------------------------------
     def _markdown_block(self, text: str) -> None:
@@ -173,9 +174,16 @@ class EventRenderer:
         if kind == "message_update":
             self._update(event.event)  # type: ignore[union-attr]
         elif kind == "message_start":
-            if type(event.message) is AssistantMessage:  # type: ignore[union-attr]
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
                 self.status.set("Thinking")
                 self.streamed_chars = 0
+            elif type(message) is UserMessage:
+                if self._prompt_seen:
+                    self.note(f"↳ delivered: {message_text(message)}")
+                self._prompt_seen = True
+        elif kind == "agent_start":
+            self._prompt_seen = False
         elif kind == "message_end":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
