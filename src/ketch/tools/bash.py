@@ -649,7 +649,7 @@ class _Output(asyncio.Protocol):
         """The output to show and a truncation note (empty when nothing was cut)."""
         if not self.truncated:
             return bytes(self.tail).decode("utf-8", errors="replace"), ""
-        data = bytes(self.tail)
+        data = bytes(self.tail[-(MAX_BYTES + 1) :])
         whole_line = True
         if len(data) > MAX_BYTES:
             newline = data.find(b"\n", 0, len(data) - 1)

@@ -19,6 +19,7 @@ import base64
 import os
 import re
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -324,7 +325,8 @@ class GrepTool(Tool):
         formatter = _Formatter(ws, context, max_results)
         rg = self._ripgrep()
         if rg is not None:
-            error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter)
+            folder = base if base.is_dir() else base.parent
+            error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
         else:
             error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter, ctx)
         if error is not None:
@@ -366,8 +368,9 @@ class GrepTool(Tool):
         ignore_case: bool,
         literal: bool,
         formatter: _Formatter,
+        folder: Path,
     ) -> str | None:
-        argv = [rg, "--json", "--no-config", "--hidden", "--sort=path", "--no-messages"]
+        argv = [rg, "--json", "--no-config", "--hidden", "--crlf", "--sort=path", "--no-messages"]
         for name in sorted(IGNORED_DIRS):
             argv += ["--glob", f"!{name}"]
         if glob:
@@ -386,11 +389,14 @@ class GrepTool(Tool):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 limit=64 * 1024 * 1024,
+                # ripgrep matches globs that contain '/' against paths relative to its cwd.
+                cwd=folder,
             )
         except OSError as exc:
             return f"Could not run ripgrep ({rg}): {exc.strerror or exc}."
         assert proc.stdout is not None and proc.stderr is not None
         decode = msgspec.json.Decoder().decode
+        finished = False
         try:
             while not formatter.done:
                 line = await proc.stdout.readline()
@@ -405,10 +411,13 @@ class GrepTool(Tool):
                     data = event["data"]
                     formatter.add(_rg_text(data["path"]), data["line_number"], _rg_text(data["lines"]), kind == "match")
             stderr = b"" if formatter.done else await proc.stderr.read()
+            finished = not formatter.done
         finally:
-            if proc.returncode is None:
+            if not finished and proc.returncode is None:
+                # os.kill, not proc.kill: Popen.send_signal would reap the process behind
+                # the child watcher's back.
                 try:
-                    proc.kill()
+                    os.kill(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             await proc.wait()
