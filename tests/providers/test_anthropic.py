@@ -3,6 +3,7 @@ byte for byte by a loopback server (text, thinking, tool calls, usage, every fai
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anthropic_streams as an
@@ -11,6 +12,7 @@ import pytest
 from loopback import LoopbackServer, Reply
 
 from ketch.llm import (
+    AbortSignal,
     AssistantMessage,
     Context,
     Cost,
@@ -1169,6 +1171,36 @@ async def test_idle_stall_is_a_stream_idle_error(loopback: LoopbackServer) -> No
     ]
     assert stalled.stalled.is_set()
     assert final(events).content == [TextContent(text="Hello from the café")]
+
+
+async def test_abort_during_a_stall_keeps_thinking_usage_and_drops_the_connection(loopback: LoopbackServer) -> None:
+    stalled = sse(an.THINKING_TEXT, stall_after=4)
+    loopback.queue(stalled)
+    signal = AbortSignal()
+    events: list[Any] = []
+    seen = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in model_for(loopback).stream(HELLO, StreamOptions(signal=signal, thinking="low")):
+            events.append(event)
+            if event.type == "thinking_delta":
+                seen.set()
+
+    task = asyncio.create_task(consume())
+    await seen.wait()
+    await stalled.stalled.wait()
+    signal.abort()
+    await task
+    assert trace(events) == [
+        ("start",),
+        ("thinking_start", 0),
+        ("thinking_delta", 0, "I need to find the GCD of 1071 and 462.\n\n"),
+        ("error", "aborted", None, "Request was aborted"),
+    ]
+    message = final(events)
+    assert message.content == [ThinkingContent(thinking="I need to find the GCD of 1071 and 462.\n\n")]
+    assert (message.usage.input, message.stop_reason) == (85, "aborted")
+    await asyncio.wait_for(stalled.disconnected.wait(), 5)
 
 
 async def test_in_stream_overloaded_error_keeps_partial(loopback: LoopbackServer) -> None:
