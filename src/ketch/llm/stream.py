@@ -343,7 +343,11 @@ class MessageBuilder:
         """Append to the text block at ``index``."""
         block = self.message.content[index]
         assert type(block) is TextContent
-        block.text += delta
+        # Detach the string first so CPython can grow it in place (linear, not quadratic).
+        text = block.text
+        block.text = ""
+        text += delta
+        block.text = text
         return TextDelta(index=index, delta=delta, partial=self.message)
 
     def text_end(self, index: int, *, signature: str | None = None) -> TextEnd:
@@ -368,7 +372,10 @@ class MessageBuilder:
         """Append reasoning text to the block at ``index``."""
         block = self.message.content[index]
         assert type(block) is ThinkingContent
-        block.thinking += delta
+        text = block.thinking
+        block.thinking = ""
+        text += delta
+        block.thinking = text
         return ThinkingDelta(index=index, delta=delta, partial=self.message)
 
     def thinking_signature(self, index: int, signature: str) -> None:
