@@ -1414,3 +1414,23 @@ async def test_complete_returns_the_final_message(loopback: LoopbackServer) -> N
     loopback.queue(sse(gs.MAX_TOKENS))
     message = await complete(model_for(loopback), HELLO)
     assert (message.stop_reason, message.text) == ("length", "Once upon a time")
+
+
+async def test_get_model_builds_the_adapter_from_the_registry(loopback: LoopbackServer) -> None:
+    from ketch.llm.resolve import get_model
+
+    loopback.queue(sse(gs.THINKING_TEXT))
+    model = get_model("google:gemini-2.5-flash", base_url=loopback.url + "/v1beta", api_key=KEY, retry=ONE_SHOT)
+    assert isinstance(model, GeminiModel)
+    message = await complete(model, HELLO, StreamOptions(thinking="xhigh"))
+    assert (message.provider, message.api, message.model, message.text) == (
+        "google",
+        "gemini",
+        "gemini-2.5-flash",
+        "It is 27.78 m/s.",
+    )
+    assert model.info.pricing == Pricing(input=0.3, output=2.5, cache_read=0.03)
+    assert message.usage.cost == cost(model.info, message.usage)
+    assert loopback.requests[0].json["generationConfig"] == {
+        "thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True}
+    }
