@@ -61,6 +61,8 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
     - ``stream_tool_choice_auto``: whether the server can stream when tools are offered
       with ``tool_choice`` auto; if not, such requests are sent unstreamed (the caller
       still receives stream events).
+    - ``streaming``: whether the endpoint streams at all (if not, every request is sent
+      unstreamed).
     - ``replay_reasoning_field``: send this model's own earlier reasoning back under this
       assistant-message field (None: drop it).
     """
@@ -75,6 +77,7 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
     tool_call_id: Literal["openai", "mistral"] = "openai"
     tool_result_name: bool = False
     stream_tool_choice_auto: bool = True
+    streaming: bool = True
     replay_reasoning_field: str | None = None
 
 
@@ -328,7 +331,9 @@ class OpenAIChatModel(HTTPModel):
                 if choice in (None, "auto", "none", "required")
                 else {"type": "function", "function": {"name": choice}}
             )
-        stream = compat.stream_tool_choice_auto or not context.tools or choice not in (None, "auto")
+        stream = compat.streaming and (
+            compat.stream_tool_choice_auto or not context.tools or choice not in (None, "auto")
+        )
         body["stream"] = stream
         if stream and compat.stream_usage:
             body["stream_options"] = {"include_usage": True}
