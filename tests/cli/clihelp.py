@@ -172,3 +172,64 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()
+
+
+class Terminal:
+    """``python -m ketch`` in a pseudo-terminal (pexpect); answers cursor-position requests
+    the way a terminal would, so prompt_toolkit draws its bottom toolbar."""
+
+    CPR = "\x1b[6n"
+
+    def __init__(self, env: Env, *args: str, extra: dict[str, str] | None = None) -> None:
+        import pexpect
+
+        variables = dict(env.vars, TERM="xterm-256color", COLUMNS="120", LINES="30", **(extra or {}))
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "ketch", *args],
+            cwd=str(env.work),
+            env=variables,
+            encoding="utf-8",
+            dimensions=(30, 120),
+            timeout=20,
+        )
+        self.seen = ""
+
+    def expect(self, pattern: Any) -> str:
+        """Wait for the regex ``pattern`` (or ``pexpect.EOF``); returns the output before it
+        (since the previous match)."""
+        import re
+
+        before = ""
+        while True:
+            index = self.child.expect([pattern, re.escape(self.CPR)])
+            before += self.child.before if isinstance(self.child.before, str) else ""
+            after = self.child.after if isinstance(self.child.after, str) else ""
+            if index == 0:
+                self.seen += before + after
+                return before
+            before += after
+            self.child.send("\x1b[20;1R")
+
+    def sendline(self, text: str) -> None:
+        """Type ``text`` and Enter."""
+        self.child.send(text + "\r")
+
+    def ctrl(self, key: str) -> None:
+        """Press Ctrl-``key``."""
+        self.child.sendcontrol(key)
+
+    def wait_exit(self) -> int:
+        """Wait for the process to end (answering CPRs meanwhile); its exit status."""
+        import pexpect
+
+        self.expect(pexpect.EOF)
+        self.child.close()
+        status = self.child.exitstatus
+        assert status is not None
+        return int(status)
+
+    def close(self) -> None:
+        """Kill the process if it still runs."""
+        if self.child.isalive():
+            self.child.terminate(force=True)

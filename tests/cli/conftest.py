@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import SRC, Env, FakeServer
+from clihelp import SRC, Env, FakeServer, Terminal
 
 
 @pytest.fixture
@@ -37,3 +37,14 @@ def fake_server() -> Iterator[FakeServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    """Collects :class:`Terminal` sessions and kills any still running after the test."""
+    started: list[Terminal] = []
+    try:
+        yield started
+    finally:
+        for terminal in started:
+            terminal.close()

@@ -157,6 +157,8 @@ def _run(args: argparse.Namespace, task: str | None) -> int:
             return asyncio.run(run_interactive(settings, root, tool_choice=args.tool_choice))
         except ConfigError as exc:
             return _error(str(exc))
+        except KeyboardInterrupt:
+            return 130
     from .headless import run_headless
 
     try:

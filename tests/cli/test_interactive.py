@@ -1,0 +1,208 @@
+"""The interactive session in a real pseudo-terminal (pexpect) on scripted models."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from clihelp import Env, Terminal, call_reply, text_reply
+
+
+def _start(env: Env, terminals: list[Terminal], script: str, *args: str) -> Terminal:
+    term = Terminal(env, "--model", f"scripted:{script}", *args)
+    terminals.append(term)
+    term.expect("ketch · scripted:scripted-model · ")
+    term.expect("/help for commands")
+    term.expect("›")
+    return term
+
+
+def test_streams_markdown_thinking_and_exits(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script(
+        [
+            {
+                "blocks": [
+                    {"type": "thinking", "thinking": "Consider the greeting.\nThen answer politely."},
+                    {"type": "text", "text": "# Greeting\n\nHello **there**, friend.\n\n- first item\n- second item\n"},
+                ]
+            }
+        ]
+    )
+    term = _start(env, terminals, script)
+    term.sendline("say hello")
+    term.expect(r"✻ Consider the greeting\.  \(44 chars, Ctrl-T expands\)")
+    term.expect("Greeting")
+    term.expect("friend.")
+    term.expect("first item")
+    term.expect("second item")
+    term.expect(r"· 1 turn · \d+ tokens · \$0\.0000 · \d+\.\ds")
+    term.expect(r"↑\d+ ↓\d+ tokens │ \$0\.0000 │ ctx \d+% │ mode default")
+    term.ctrl("t")
+    term.expect("Then answer politely.")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    history = (env.xdg / "ketch" / "history").read_text()
+    assert "+say hello" in history and "+/exit" in history
+
+
+def test_permission_prompt_once_deny_and_always(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script(
+        [
+            call_reply(("c1", "write", {"path": "a.txt", "content": "one\ntwo\n"})),
+            call_reply(("c2", "bash", {"command": "touch b.txt"})),
+            call_reply(("c3", "bash", {"command": "touch c.txt"})),
+            call_reply(("c4", "bash", {"command": "touch c.txt"})),
+            text_reply("all done"),
+        ]
+    )
+    term = _start(env, terminals, script)
+    term.sendline("make files")
+    term.expect(r"⚠ write wants to write a\.txt \(2 lines\)")
+    term.expect(r"'a' allows write for the rest of this session")
+    term.expect(r"Allow\? \[y\] once  \[a\] always  \[n\] deny")
+    term.expect(r"\? waiting for your answer")
+    term.sendline("y")
+    term.expect(r"Created a\.txt \(8 bytes, 2 lines\)\.")
+    term.expect("⚠ bash wants to run: touch b.txt")
+    term.expect("Allow")
+    term.sendline("n not now")
+    term.expect(r"Permission denied by the user\. Reason: not now")
+    term.expect("⚠ bash wants to run: touch c.txt")
+    term.expect(r"'a' allows bash\(touch c\.txt\) for the rest of this session")
+    term.expect("Allow")
+    term.sendline("a")
+    between = term.expect("all done")
+    assert "wants to run" not in between
+    assert between.count("⏺ bash(touch c.txt)") == 1
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert sorted(p.name for p in env.work.iterdir()) == ["a.txt", "c.txt"]
+
+
+def test_edit_shows_a_diff_in_the_prompt_and_the_result(env: Env, terminals: list[Terminal]) -> None:
+    (env.work / "f.py").write_text("x = 1\ny = 2\n")
+    script = env.script(
+        [
+            call_reply(("c1", "read", {"path": "f.py"})),
+            call_reply(("c2", "edit", {"path": "f.py", "old_string": "x = 1", "new_string": "x = 42"})),
+            text_reply("edited"),
+        ]
+    )
+    term = _start(env, terminals, script)
+    term.sendline("change x")
+    term.expect(r"⏺ read\(f\.py\)")
+    term.expect(r"⚠ edit wants to change f\.py")
+    term.expect("-x = 1")
+    term.expect(r"\+x = 42")
+    term.expect("Allow")
+    term.sendline("yes")
+    term.expect(r"Edited f\.py: replaced 1 occurrence\.")
+    term.expect(r"\+\+\+ b/f\.py")
+    term.expect("-x = 1")
+    term.expect(r"\+x = 42")
+    term.expect("edited")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert (env.work / "f.py").read_text() == "x = 42\ny = 2\n"
+
+
+def test_ctrl_c_aborts_a_hanging_run_and_a_second_exits(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script([{"hang": True}])
+    term = _start(env, terminals, script)
+    term.sendline("wait forever")
+    term.expect(r"⠋|⠙|⠹|⠸|⠼|⠴|⠦|⠧|⠇|⠏")
+    term.expect(r"Thinking… \d+\.\ds")
+    term.ctrl("c")
+    term.expect(r"Aborting… \(Ctrl-C again exits\)")
+    term.expect("✗ interrupted")
+    term.expect(r"· aborted · 1 turn")
+    term.ctrl("c")
+    assert term.wait_exit() == 0
+
+
+def test_ctrl_c_while_idle_needs_two(env: Env, terminals: list[Terminal]) -> None:
+    term = _start(env, terminals, env.script([]))
+    term.ctrl("c")
+    term.expect(r"Press Ctrl-C again to exit \(or type /exit\)\.")
+    term.sendline("/help")
+    term.expect("Commands:")
+    term.ctrl("c")
+    term.expect("Press Ctrl-C again")
+    term.ctrl("c")
+    assert term.wait_exit() == 0
+
+
+def test_ctrl_d_exits(env: Env, terminals: list[Terminal]) -> None:
+    term = _start(env, terminals, env.script([]))
+    term.ctrl("d")
+    assert term.wait_exit() == 0
+
+
+def test_typing_while_working_steers_or_queues_a_follow_up(env: Env, terminals: list[Terminal]) -> None:
+    fifo = env.home / "gate"
+    os.mkfifo(fifo)
+    script = env.script(
+        [
+            call_reply(("c1", "bash", {"command": f"cat {fifo}"})),
+            text_reply("after steering"),
+            text_reply("after follow-up"),
+        ]
+    )
+    term = _start(env, terminals, script, "--permission-mode", "bypass")
+    term.sendline("start")
+    term.expect(r"⏺ bash\(cat ")
+    term.expect(r"Running bash… \d+\.\ds")
+    term.sendline("also check the tests")
+    term.expect("↳ steering: also check the tests")
+    term.sendline(">> then write docs")
+    term.expect("↳ queued follow-up: then write docs")
+
+    def release() -> None:
+        with open(fifo, "w") as f:
+            f.write("go\n")
+
+    writer = threading.Thread(target=release)
+    writer.start()
+    writer.join(timeout=20)
+    assert not writer.is_alive()
+    term.expect("↳ delivered: also check the tests")
+    term.expect("after steering")
+    term.expect("↳ delivered: then write docs")
+    term.expect("after follow-up")
+    term.expect(r"· 3 turns")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_slash_commands(env: Env, terminals: list[Terminal]) -> None:
+    term = _start(env, terminals, env.script(["hi"]))
+    term.sendline("/help")
+    term.expect(r"/model \[provider:id\]  show or switch the model")
+    term.sendline("/model")
+    term.expect("model: scripted:scripted-model")
+    term.sendline("/model nosuch:thing")
+    term.expect("cannot use model 'nosuch:thing': Unknown provider 'nosuch'")
+    term.sendline("/thinking")
+    term.expect("thinking: off")
+    term.sendline("/thinking high")
+    term.expect("thinking: high")
+    term.sendline("/thinking extreme")
+    term.expect("unknown thinking level 'extreme'; one of off, minimal, low, medium, high, xhigh")
+    term.sendline("/tools")
+    term.expect("read     Read a file from the workspace.")
+    term.expect(r"ls\s+")
+    term.sendline("/mode")
+    term.expect("permission mode: default")
+    term.sendline("/mode plan")
+    term.expect("permission mode: plan")
+    term.expect("mode plan ")
+    term.sendline("hello")
+    term.expect(r"· 1 turn")
+    term.sendline("/cost")
+    term.expect(r"1 model calls · input \d+ · output 1 · cache read 0 · cache write 0 · total \d+ tokens · \$0\.0000")
+    term.sendline("/clear")
+    term.expect("conversation cleared")
+    term.sendline("/nope")
+    term.expect("unknown command /nope; /help lists the commands")
+    term.sendline("/quit")
+    assert term.wait_exit() == 0
