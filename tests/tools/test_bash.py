@@ -194,6 +194,15 @@ async def test_progress_is_reported_as_text_chunks(bash: BashTool) -> None:
     assert result.text == "one\ntwo\nthree"
 
 
+async def test_a_failing_progress_callback_surfaces_after_the_command_ends(bash: BashTool, root: Path) -> None:
+    async def report(chunk: Any) -> None:
+        raise RuntimeError("listener broke")
+
+    with pytest.raises(RuntimeError, match="listener broke"):
+        await _run(bash, report=report, command="echo hi; touch finished")
+    assert (root / "finished").exists()
+
+
 @needs_proc
 async def test_timeout_kills_the_whole_process_group(bash: BashTool, root: Path) -> None:
     result = await _run(bash, command="sleep 30 & echo $! > child.pid; echo started; wait", timeout=0.5)

@@ -163,6 +163,16 @@ async def test_image_over_the_size_limit_is_an_error(root: Path) -> None:
     assert result.text == "big.gif is an image of 2.0 KB, more than the 1.0 KB limit for images."
 
 
+async def test_file_over_the_size_limit_is_an_error(root: Path) -> None:
+    (root / "huge.log").write_text("x" * 3000)
+    result = await _run(ReadTool(Workspace(root), max_file_bytes=2048), path="huge.log")
+    assert result.is_error
+    assert result.text == (
+        "huge.log is 2.9 KB, more than the 2.0 KB the read tool loads. Use grep to find the lines you "
+        "need, or bash (head, tail, sed -n) for parts."
+    )
+
+
 async def test_binary_file_with_nul_bytes_is_an_error(root: Path, read: ReadTool) -> None:
     (root / "prog.o").write_bytes(b"\x7fELF\x00\x00\x01")
     result = await _run(read, path="prog.o")

@@ -309,6 +309,22 @@ async def test_indentation_match_without_trailing_newline_keeps_the_line_break(k
     assert (kit.root / "i.py").read_text() == "def f():\n\treturn 2\n"
 
 
+async def test_spaces_in_old_and_new_string_become_the_files_tabs(kit: Kit) -> None:
+    await kit.put_and_read("f.go", "func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n")
+    result = await kit.edit(
+        "f.go", "    if x {\n        return 1\n    }", "    if x {\n        y()\n        return 2\n    }"
+    )
+    assert not result.is_error
+    assert (kit.root / "f.go").read_text() == "func f() {\n\tif x {\n\t\ty()\n\t\treturn 2\n\t}\n}\n"
+
+
+async def test_tabs_in_old_and_new_string_become_the_files_spaces(kit: Kit) -> None:
+    await kit.put_and_read("f.py", "def f():\n  if x:\n    return 1\n")
+    result = await kit.edit("f.py", "\tif x:\n\t\treturn 1", "\tif x:\n\t\treturn 2")
+    assert not result.is_error
+    assert (kit.root / "f.py").read_text() == "def f():\n  if x:\n    return 2\n"
+
+
 async def test_two_indentation_insensitive_matches_are_an_error(kit: Kit) -> None:
     await kit.put_and_read("i.py", "  a()\n  b()\n    a()\n    b()\n")
     assert find_matches("  a()\n  b()\n    a()\n    b()\n", "a()\nb()\n")[0] == "indentation"
@@ -377,3 +393,39 @@ def test_unified_diff_uses_three_lines_of_context() -> None:
     assert unified_diff(old, new, "n.txt") == (
         "--- a/n.txt\n+++ b/n.txt\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8"
     )
+
+
+def _difflib(old: list[str], new: list[str]) -> str:
+    import difflib
+
+    return "\n".join(difflib.unified_diff(old, new, "a/x", "b/x", lineterm=""))
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["middle", "insert_first", "delete_last", "two_far_hunks", "two_near_changes", "all_new", "to_empty"],
+)
+def test_unified_diff_matches_difflib(change: str) -> None:
+    old = [f"line {i}" for i in range(1, 101)]
+    new = list(old)
+    if change == "middle":
+        new[49] = "changed"
+    elif change == "insert_first":
+        new.insert(0, "first")
+    elif change == "delete_last":
+        new.pop()
+    elif change == "two_far_hunks":
+        new[10] = "a"
+        new[80] = "b"
+    elif change == "two_near_changes":
+        new[10] = "a"
+        new[14] = "b"
+    elif change == "all_new":
+        new = ["other"]
+    else:
+        new = []
+    expected = _difflib(old, new)
+    old_text = "\n".join(old) + "\n"
+    new_text = "\n".join(new) + "\n" if new else ""
+    assert unified_diff(old_text, new_text, "x") == expected
+    assert unified_diff(old_text, old_text, "x") == ""

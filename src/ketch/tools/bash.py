@@ -807,6 +807,9 @@ class BashTool(Tool):
             output.close_log()
             reporter.cancel()
             await asyncio.wait({reporter})
+            report_error = None if reporter.cancelled() else reporter.exception()
+        if report_error is not None:
+            raise report_error
         rest = output.take_pending(final=True)
         if rest:
             await ctx.report(rest)

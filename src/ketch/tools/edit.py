@@ -180,8 +180,9 @@ def _by_lines(folded: _Folded, text: str, old: str) -> list[Match]:
     n = len(keys)
     found: list[Match] = []
     i = 0
+    first_key = keys[0]
     while i + n <= len(file_keys):
-        if file_keys[i : i + n] == keys:
+        if file_keys[i] == first_key and file_keys[i : i + n] == keys:
             last = i + n - 1
             start = folded.orig_starts[i]
             end = folded.nl[last] if folded.nl[last] != -1 else len(text)
@@ -219,18 +220,39 @@ def find_matches(text: str, old: str) -> tuple[str, list[Match]]:
     return "indentation", _by_lines(folded, text, old.replace("\r\n", "\n"))
 
 
+def _relead(rest: str, to_tabs: bool, unit: int) -> str:
+    body = rest.lstrip(" \t")
+    lead = rest[: len(rest) - len(body)]
+    width = lead.count(" ") + lead.count("\t") * unit
+    if to_tabs:
+        return "\t" * (width // unit) + " " * (width % unit) + body
+    return " " * width + body
+
+
 def _reindent(new: str, indent: tuple[str, str]) -> str:
+    """Move ``new`` from ``old_string``'s indentation to the file's, tabs or spaces alike."""
     old_indent, file_indent = indent
     if old_indent == file_indent:
         return new
+    to_tabs: bool | None = None
+    unit = 4
+    if "\t" in file_indent and "\t" not in old_indent:
+        to_tabs = True
+        if old_indent:
+            unit = max(1, len(old_indent) // file_indent.count("\t"))
+    elif "\t" in old_indent and "\t" not in file_indent:
+        to_tabs = False
+        if file_indent:
+            unit = max(1, len(file_indent) // old_indent.count("\t"))
     out = []
     for line in new.split("\n"):
         if not line.strip():
             out.append(line)
-        elif line.startswith(old_indent):
-            out.append(file_indent + line[len(old_indent) :])
-        else:
-            out.append(file_indent + line.lstrip(" \t"))
+            continue
+        rest = line[len(old_indent) :] if line.startswith(old_indent) else line.lstrip(" \t")
+        if to_tabs is not None:
+            rest = _relead(rest, to_tabs, unit)
+        out.append(file_indent + rest)
     return "\n".join(out)
 
 
@@ -266,13 +288,50 @@ def _diff_lines(text: str) -> list[str]:
     return lines
 
 
+def _range(start: int, stop: int) -> str:
+    beginning = start + 1
+    length = stop - start
+    if length == 1:
+        return str(beginning)
+    if not length:
+        beginning -= 1
+    return f"{beginning},{length}"
+
+
 def unified_diff(old: str, new: str, name: str, context: int = 3) -> str:
-    """A unified diff (``--- a/name``, ``+++ b/name``, hunks) of two texts, LF line breaks."""
-    return "\n".join(
-        difflib.unified_diff(
-            _diff_lines(old), _diff_lines(new), f"a/{name}", f"b/{name}", n=context, lineterm=""
-        )
-    )
+    """A unified diff (``--- a/name``, ``+++ b/name``, hunks) of two texts, LF line breaks.
+
+    Lines shared at the start and end are set aside before diffing, so a small change in a
+    big file costs little.
+    """
+    a = _diff_lines(old)
+    b = _diff_lines(new)
+    limit = min(len(a), len(b))
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    if head == len(a) == len(b):
+        return ""
+    lo = max(0, head - context)
+    keep = max(0, tail - context)
+    a_win = a[lo : len(a) - keep]
+    b_win = b[lo : len(b) - keep]
+    out = [f"--- a/{name}", f"+++ b/{name}"]
+    for group in difflib.SequenceMatcher(None, a_win, b_win, autojunk=False).get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        out.append(f"@@ -{_range(first[1] + lo, last[2] + lo)} +{_range(first[3] + lo, last[4] + lo)} @@")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out.extend(" " + line for line in a_win[i1:i2])
+                continue
+            if tag in ("replace", "delete"):
+                out.extend("-" + line for line in a_win[i1:i2])
+            if tag in ("replace", "insert"):
+                out.extend("+" + line for line in b_win[j1:j2])
+    return "\n".join(out)
 
 
 def _closest_line(text: str, old: str) -> str:

@@ -154,14 +154,25 @@ def _not_found(path: Path, shown: str) -> str:
 
 
 class ReadTool(Tool):
-    """The ``read`` tool (concurrency-safe). See the module docstring for its behaviour."""
+    """The ``read`` tool (concurrency-safe). See the module docstring for its behaviour.
 
-    __slots__ = ("max_image_bytes", "workspace")
+    Images larger than ``max_image_bytes`` and files larger than ``max_file_bytes`` are
+    refused with an error suggesting other tools.
+    """
 
-    def __init__(self, workspace: Workspace, *, max_image_bytes: int = 5 * 1024 * 1024) -> None:
+    __slots__ = ("max_file_bytes", "max_image_bytes", "workspace")
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        max_image_bytes: int = 5 * 1024 * 1024,
+        max_file_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
         super().__init__("read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False)
         self.workspace = workspace
         self.max_image_bytes = max_image_bytes
+        self.max_file_bytes = max_file_bytes
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Read the file named by ``args["path"]``."""
@@ -181,6 +192,11 @@ class ReadTool(Tool):
             return ToolResult.error(f"Cannot read {shown}: {exc.strerror or exc}.")
         if path.is_dir():
             return ToolResult.error(f"{shown} is a directory, not a file. Use the ls tool to list it.")
+        if stat.st_size > self.max_file_bytes:
+            return ToolResult.error(
+                f"{shown} is {_size_text(stat.st_size)}, more than the {_size_text(self.max_file_bytes)} the "
+                "read tool loads. Use grep to find the lines you need, or bash (head, tail, sed -n) for parts."
+            )
         try:
             if stat.st_size > _THREAD_THRESHOLD:
                 data = await asyncio.to_thread(path.read_bytes)

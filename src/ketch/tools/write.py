@@ -18,6 +18,7 @@ from .workspace import Workspace, WorkspaceError
 __all__ = ["WriteTool", "count_lines"]
 
 _THREAD_THRESHOLD = 1 << 20
+_DIFF_MAX_BYTES = 1 << 20
 
 _DESCRIPTION = """Write a file in the workspace, replacing it if it exists.
 
@@ -97,10 +98,8 @@ class WriteTool(Tool):
             "lines": lines,
             "diff": None,
         }
-        if old is not None:
-            details["diff"] = unified_diff(
-                old.decode("utf-8", errors="replace"), content, shown
-            )
+        if old is not None and len(old) + len(data) <= _DIFF_MAX_BYTES:
+            details["diff"] = unified_diff(old.decode("utf-8", errors="replace"), content, shown)
         return ToolResult(
             content=f"{verb} {shown} ({_plural(len(data), 'byte')}, {_plural(lines, 'line')}).",
             details=details,
