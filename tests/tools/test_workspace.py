@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from ketch.llm import ToolResultMessage
 from ketch.llm.signal import AbortSignal
+from ketch.loop import LoopConfig, LoopContext, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
+from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools.builtins import coding_tools
 from ketch.tools.workspace import Workspace, WorkspaceError
 
@@ -220,3 +223,27 @@ def test_scratch_dir_is_created_once_and_allowed(root: Path) -> None:
         assert ws.resolve(str(scratch / "x.log")) == scratch / "x.log"
     finally:
         os.rmdir(scratch)
+
+
+async def test_the_tools_work_through_the_loop(root: Path) -> None:
+    (root / "f.txt").write_text("hello\n")
+    model = ScriptedModel(
+        [
+            reply(tool_call("read", {"path": "f.txt"}), tool_call("ls", {}), tool_call("bash", {"command": "ls"})),
+            reply(tool_call("edit", {"path": "f.txt", "old_string": "hello", "new_string": "bye"})),
+            reply(tool_call("bash", {"command": "cat f.txt; exit 4"}), tool_call("read", {"path": "f.txt", "offset": 0})),
+            "done",
+        ]
+    )
+    context = LoopContext(tools=coding_tools(root))
+    await run_loop("go", context, LoopConfig(model=model)).result()
+    results = [(m.text, m.is_error) for m in context.messages if isinstance(m, ToolResultMessage)]
+    assert results[:3] == [("     1\thello", False), ("f.txt", False), ("f.txt", False)]
+    assert results[3] == (
+        "Edited f.txt: replaced 1 occurrence.\n\n--- a/f.txt\n+++ b/f.txt\n@@ -1 +1 @@\n-hello\n+bye",
+        False,
+    )
+    assert results[4] == ("bye\n\n[Command exited with code 4.]", True)
+    assert results[5][1] is True
+    assert results[5][0].startswith('Validation failed for tool "read":\n  - offset: must be >= 1')
+    assert (root / "f.txt").read_text() == "bye\n"
