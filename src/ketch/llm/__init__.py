@@ -4,6 +4,8 @@ This package imports nothing else from ketch. Provider adapters and the HTTP cli
 load lazily, on first use.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import ErrorKind, ModelError
 from .messages import (
     AssistantMessage,
@@ -28,6 +30,31 @@ from .model import Context, Model, StreamOptions, ThinkingLevel, ToolSpec, compl
 from .signal import Aborted, AbortSignal
 from .stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
 
+if TYPE_CHECKING:
+    from .fallback import FallbackModel
+    from .registry import ModelInfo, register_model, register_provider
+    from .resolve import get_model
+    from .structured import parse_structured, response_format_for
+
+_LAZY = {
+    "FallbackModel": ".fallback",
+    "ModelInfo": ".registry",
+    "register_model": ".registry",
+    "register_provider": ".registry",
+    "get_model": ".resolve",
+    "parse_structured": ".structured",
+    "response_format_for": ".structured",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ketch.llm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
+
 __all__ = [
     "AbortSignal",
     "Aborted",
@@ -37,11 +64,13 @@ __all__ = [
     "Cost",
     "CustomMessage",
     "ErrorKind",
+    "FallbackModel",
     "ImageContent",
     "Message",
     "MessageBuilder",
     "Model",
     "ModelError",
+    "ModelInfo",
     "StopReason",
     "StreamEvent",
     "StreamOptions",
@@ -56,8 +85,13 @@ __all__ = [
     "complete",
     "from_dict",
     "from_json",
+    "get_model",
     "guard_stream",
     "parse_partial_json",
+    "parse_structured",
+    "register_model",
+    "register_provider",
+    "response_format_for",
     "to_dict",
     "to_json",
 ]

@@ -388,8 +388,10 @@ class _Run:
                 async for event in stream:
                     kind = event.type
                     if kind == "start":
+                        started = partial is not None
                         partial = event.partial  # type: ignore[union-attr]
-                        yield MessageStart(message=partial)
+                        if not started:
+                            yield MessageStart(message=partial)
                     elif kind == "done":
                         final = event.message  # type: ignore[union-attr]
                         break
