@@ -494,8 +494,9 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
     ]
     await run(make(loopback), Context(messages=messages))
     sent = loopback.requests[0].json["messages"]
-    assert sent[1]["tool_calls"][0]["id"] == "call_abc"
-    assert sent[2]["tool_call_id"] == "call_abc"
+    expected = "call_abc_fc_" + "x" * 28
+    assert sent[1]["tool_calls"][0]["id"] == expected
+    assert sent[2]["tool_call_id"] == expected
 
     await run(make(loopback, compat=PRESETS["mistral"].compat), Context(messages=messages))
     sent = loopback.requests[1].json["messages"]
@@ -506,7 +507,7 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
 
 async def test_images_replaced_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("ok"))
-    info = ModelInfo(id="gpt-test", provider="openai", api="openai-chat", input_modalities=("text",))
+    info = ModelInfo(id="gpt-test", provider="openai", api="openai-chat", name="GPT Test", input_modalities=("text",))
     ctx = Context(messages=[UserMessage(content=[TextContent(text="see"), ImageContent(data="QUJD")])])
     await run(make(loopback, info=info), ctx)
     assert loopback.requests[0].json["messages"][0]["content"] == [

@@ -28,7 +28,7 @@ from ..classify import classify_exception, classify_response
 from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
 from ..http import get_session, iter_sse, redact_headers, redact_text
 from ..model import Context, StreamOptions
-from ..registry import ModelInfo, default_info
+from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry, guard_stream
 
@@ -83,8 +83,9 @@ class HTTPModel:
 
     ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
     variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
-    update) and, when given explicitly, the context window that usage is checked
-    against. ``idle_timeout`` bounds the silence between streamed bytes, ``timeout``
+    update) and, when it holds real data about the model (registered, named or with
+    explicit limits), the context window that usage is checked against and the input
+    modalities. ``idle_timeout`` bounds the silence between streamed bytes, ``timeout``
     one whole attempt; ``connect_timeout`` the connection set-up. ``observer`` and
     ``rewrite`` are the request hooks (see :data:`Observer`, :data:`Rewrite`).
     """
@@ -118,7 +119,9 @@ class HTTPModel:
         self.env_keys = self.default_env_keys if env_keys is None else env_keys
         self.requires_key = requires_key
         self.info = info if info is not None else default_info(provider, self.api, id, self.base_url)
-        self._window = info.context_window if info is not None else None
+        # Limits are enforced only from real data, never from the defaults of an unknown model.
+        self._known_info = info is not None and _describes_model(info)
+        self._window = info.context_window if info is not None and self._known_info else None
         self.headers = dict(headers) if headers else {}
         self.retry = retry if retry is not None else RetryPolicy()
         self.idle_timeout = idle_timeout
@@ -346,6 +349,18 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
                 pass
     except Exception:
         pass
+
+
+def _describes_model(info: ModelInfo) -> bool:
+    """Whether ``info`` holds real data (registered, named, or given limits) rather than
+    the defaults the registry uses for a model it does not know."""
+    defaults = default_info(info.provider, info.api, info.id)
+    return (
+        bool(info.name)
+        or info.context_window != defaults.context_window
+        or info.input_modalities != defaults.input_modalities
+        or lookup(info.provider, info.id) is not None
+    )
 
 
 def _scrub(error: ModelError, secrets: tuple[str, ...]) -> ModelError:

@@ -12,8 +12,6 @@ llama.cpp, llama-cpp-python)::
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
@@ -21,18 +19,18 @@ import msgspec
 
 from ..classify import classify_error_object
 from ..errors import ContentFilterError
+from ..handoff import mistral_tool_id, openai_chat_tool_id, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
-    Message,
     TextContent,
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
     UserMessage,
 )
-from ..model import THINKING_LEVELS, Context, StreamOptions, ThinkingLevel
-from ..registry import ModelInfo
+from ..model import Context, StreamOptions, ThinkingLevel
+from ..registry import ModelInfo, clamp_thinking
 from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
@@ -357,7 +355,7 @@ class OpenAIChatModel(HTTPModel):
         mode = self.compat.reasoning_param
         if mode == "none" or not self.info.thinking:
             return
-        value = _clamp_thinking(self.info, level)
+        _, value = clamp_thinking(self.info, level)
         if value is None:
             return
         if mode == "openrouter":
@@ -374,104 +372,64 @@ class OpenAIChatModel(HTTPModel):
             if role == "auto":
                 role = "developer" if self.info.thinking else "system"
             out.append({"role": role, "content": context.system_prompt})
-        images_ok = self._window is None or "image" in self.info.input_modalities
-        ids: dict[str, str] = {}
+        images_ok = not self._known_info or "image" in self.info.input_modalities
+        messages = prepare_messages(
+            context.messages,
+            provider=self.provider,
+            api=self.api,
+            model=self.id,
+            normalize_id=mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id,
+        )
+        # OpenAI wants tool messages right after the calls; images from tool results
+        # follow the whole run of tool messages in one user message.
         pending_images: list[dict[str, Any]] = []
-        open_calls: list[ToolCall] = []  # calls of the last assistant message still without a result
-        for message in _usable(context.messages):
+        for message in messages:
             if type(message) is ToolResultMessage:
-                if not any(c.id == message.tool_call_id for c in open_calls):
-                    continue  # its call was dropped (failed turn), never sent, or already answered
-                call_id = ids[message.tool_call_id]
-                open_calls = [c for c in open_calls if c.id != message.tool_call_id]
                 text = "".join(b.text for b in message.content if type(b) is TextContent)
                 images = [b for b in message.content if type(b) is ImageContent]
                 if images and images_ok:
                     pending_images.extend(_image_part(b) for b in images)
                     text = text or "(see the attached image)"
                 elif images:
-                    text = text or "(image omitted: this model does not accept images)"
-                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": text}
+                    text = text or _NO_IMAGES
+                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
                 if compat.tool_result_name:
                     tool_msg["name"] = message.tool_name
                 out.append(tool_msg)
                 continue
-            self._close_calls(out, open_calls, ids, pending_images)
-            open_calls = []
+            if pending_images:
+                out.append(_images_message(pending_images))
+                pending_images = []
             if type(message) is UserMessage:
                 out.append({"role": "user", "content": _user_content(message.content, images_ok)})
             elif type(message) is AssistantMessage:
-                converted = self._assistant(message, ids)
+                converted = self._assistant(message)
                 if converted is not None:
                     out.append(converted)
-                    open_calls = message.tool_calls
-        self._close_calls(out, open_calls, ids, pending_images)
+        if pending_images:
+            out.append(_images_message(pending_images))
         return out
 
-    def _close_calls(
-        self,
-        out: list[dict[str, Any]],
-        open_calls: list[ToolCall],
-        ids: dict[str, str],
-        pending_images: list[dict[str, Any]],
-    ) -> None:
-        # Calls left without a result get a placeholder, so the sequence stays valid; images
-        # from tool results follow all tool messages in one user message.
-        for call in open_calls:
-            msg: dict[str, Any] = {"role": "tool", "tool_call_id": ids[call.id], "content": "No result provided"}
-            if self.compat.tool_result_name:
-                msg["name"] = call.name
-            out.append(msg)
-        if pending_images:
-            out.append(
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": "Images returned by the tools above:"}, *pending_images],
-                }
-            )
-            pending_images.clear()
-
-    def _assistant(self, message: AssistantMessage, ids: dict[str, str]) -> dict[str, Any] | None:
-        same_model = message.provider == self.provider and message.model == self.id
+    def _assistant(self, message: AssistantMessage) -> dict[str, Any] | None:
         text = "".join(b.text for b in message.content if type(b) is TextContent)
         calls = message.tool_calls
         out: dict[str, Any] = {"role": "assistant"}
         if calls:
             out["content"] = text if text or self.compat.tool_call_content == "empty" else None
-            tool_calls = []
-            for call in calls:
-                new_id = ids.get(call.id) or self._normalize_id(call.id, ids)
-                ids[call.id] = new_id
-                tool_calls.append(
-                    {
-                        "id": new_id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": _arguments_text(call)},
-                    }
-                )
-            out["tool_calls"] = tool_calls
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
+                for c in calls
+            ]
         elif text:
             out["content"] = text
         else:
             return None
         field = self.compat.replay_reasoning_field
-        if field and same_model:
+        if field and message.provider == self.provider and message.model == self.id:
             reasoning = "".join(b.thinking for b in message.content if type(b) is ThinkingContent)
             if reasoning:
                 out[field] = reasoning
         return out
-
-    def _normalize_id(self, id: str, ids: dict[str, str]) -> str:
-        taken = set(ids.values())
-        if self.compat.tool_call_id == "mistral":
-            new = re.sub(r"[^A-Za-z0-9]", "", id)[:9]
-            if len(new) < 9 or new in taken:
-                new = hashlib.sha256(id.encode()).hexdigest()[:9]
-            return new
-        new = re.sub(r"[^A-Za-z0-9_-]", "_", id.split("|", 1)[0])[:40] or "call"
-        if new in taken:
-            new = "call_" + hashlib.sha256(id.encode()).hexdigest()[:24]
-        return new
 
     # -- responses -------------------------------------------------------------------
     async def parse_stream(
@@ -630,16 +588,11 @@ def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
     return None
 
 
-def _usable(messages: list[Message]) -> Iterator[Message]:
-    # TODO: use ketch.llm.handoff.prepare_messages once it exists; this is the minimal
-    # equivalent: failed or aborted turns and application-only messages are skipped.
-    for m in messages:
-        kind = type(m)
-        if kind is AssistantMessage:
-            if m.stop_reason not in ("error", "aborted"):  # type: ignore[attr-defined]
-                yield m
-        elif kind is UserMessage or kind is ToolResultMessage:
-            yield m
+_NO_IMAGES = "(image omitted: this model does not accept images)"
+
+
+def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": "Images returned by the tools above:"}, *parts]}
 
 
 def _image_part(image: ImageContent) -> dict[str, Any]:
@@ -660,7 +613,7 @@ def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bo
             if images_ok:
                 parts.append(_image_part(block))
             else:
-                parts.append({"type": "text", "text": "(image omitted: this model does not accept images)"})
+                parts.append({"type": "text", "text": _NO_IMAGES})
     return parts
 
 
@@ -668,21 +621,3 @@ def _arguments_text(call: ToolCall) -> str:
     if call.raw_arguments is not None and call.parse_error is not None:
         return call.raw_arguments
     return msgspec.json.encode(call.arguments).decode()
-
-
-def _clamp_thinking(info: ModelInfo, level: ThinkingLevel) -> str | int | None:
-    """The provider value for ``level``: exact, else the nearest supported level;
-    ``off`` sends nothing unless the model maps it explicitly."""
-    # TODO: use ketch.llm.registry.clamp_thinking once the registry provides it.
-    table = info.thinking
-    if level in table:
-        return table[level]
-    if level == "off" or not table:
-        return None
-    want = THINKING_LEVELS.index(level)
-    best = min(
-        (lv for lv in table if lv != "off"),
-        key=lambda lv: (abs(THINKING_LEVELS.index(lv) - want), -THINKING_LEVELS.index(lv)),
-        default=None,
-    )
-    return table[best] if best is not None else None
