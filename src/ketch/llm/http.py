@@ -102,7 +102,7 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
     whose lines are complete but lacks the closing blank line is still delivered; a
     line cut off mid-way is dropped.
     """
-    buf = b""
+    rest = b""
     pending: list[bytes] = []  # chunks of one unfinished long line, joined once it ends
     event = ""
     data: bytes | None = None
@@ -114,32 +114,26 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
             pending.append(chunk)
             continue
         if pending:
-            buf = b"".join((buf, *pending, chunk))
+            chunk = b"".join((rest, *pending, chunk))
             pending.clear()
-        else:
-            buf = buf + chunk if buf else chunk
-        start = 0
-        while True:
-            end = buf.find(b"\n", start)
-            if end < 0:
-                break
-            line = buf[start:end]
-            start = end + 1
-            if line.endswith(b"\r"):
+        elif rest:
+            chunk = rest + chunk
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line[-1:] == b"\r":
                 line = line[:-1]
             if not line:
                 if data is not None:
                     yield event, data
+                    data = None
                 event = ""
-                data = None
-                continue
-            if line.startswith(b"data:"):
+            elif line[:5] == b"data:":
                 value = line[6:] if line[5:6] == b" " else line[5:]
                 data = value if data is None else data + b"\n" + value
-            elif line.startswith(b"event:"):
+            elif line[:6] == b"event:":
                 event = line[6:].strip().decode()
             # Comments, id:, retry: and unknown fields are ignored.
-        buf = buf[start:]
     # A line cut off by the end of the stream is incomplete and dropped.
     if data is not None:
         yield event, data
