@@ -910,3 +910,22 @@ def test_presets_have_distinct_providers_and_urls() -> None:
     )
     with pytest.raises(ValueError, match="Unknown OpenAI-compatible preset 'nope'"):
         OpenAIChatModel.preset("nope", "m")
+
+
+async def test_total_timeout(loopback: LoopbackServer) -> None:
+    loopback.queue(sse_reply(delta("slow"), stall_after=1))
+    events = await run(make(loopback, retry=NO_RETRY, idle_timeout=None, timeout=0.2))
+    assert [summary(e) for e in events] == [
+        ("start",),
+        ("text_start", 0),
+        ("text_delta", 0, "slow"),
+        ("error", "error", "timeout", "The request timed out"),
+    ]
+
+
+async def test_session_id_becomes_prompt_cache_key_for_openai_only(loopback: LoopbackServer) -> None:
+    loopback.queue(text_stream("ok"), text_stream("ok"))
+    await run(make(loopback), HI, StreamOptions(session_id="s-1"))
+    await run(make(loopback, compat=PRESETS["groq"].compat, provider="groq"), HI, StreamOptions(session_id="s-1"))
+    assert loopback.requests[0].json["prompt_cache_key"] == "s-1"
+    assert "prompt_cache_key" not in loopback.requests[1].json
