@@ -846,7 +846,8 @@ class BashTool(Tool):
             )
         is_error = True
         if timed_out:
-            parts.append(f"[Command timed out after {timeout:g} seconds and was killed with all its processes.]")
+            unit = "second" if timeout == 1 else "seconds"
+            parts.append(f"[Command timed out after {timeout:g} {unit} and was killed with all its processes.]")
         elif aborted:
             parts.append("[Command aborted; it was killed with all its processes.]")
         elif code is not None and code < 0:
