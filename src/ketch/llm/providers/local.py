@@ -27,7 +27,8 @@ Usage counts prompt and generated tokens; cost is 0. Stop reasons are ``stop``,
 ``length`` (``max_tokens`` or the context window reached) and ``tool_use``. Thinking
 levels are ignored. Options: ``max_tokens`` (default 512), ``temperature`` (default
 0.2; 0 is greedy) and, in ``extra``, ``seed``, ``top_k``, ``top_p``, ``min_p`` and
-``repeat_penalty``.
+``repeat_penalty``. The prompt prefix cached from the previous request is reused, except
+for seeded requests, which evaluate their prompt afresh so that they are reproducible.
 """
 
 from __future__ import annotations
@@ -432,7 +433,13 @@ def _generate_locked(
             f"The prompt has {len(tokens)} tokens; the local model's context window is {loaded.n_ctx}"
         )
     budget = min(request.max_tokens, room)
-    llama.set_seed(request.seed if request.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
+    if request.seed is None:
+        llama.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
+    else:
+        # Reusing a cached prompt prefix changes how the prompt is batched, and with it the
+        # logits in their last bits: a seeded request evaluates its prompt afresh.
+        llama.set_seed(request.seed)
+        llama.reset()
     mode = request.mode
     grammar = loaded.grammar(request.grammar) if request.grammar and mode != "auto" else None
     is_eog = llama_cpp.llama_vocab_is_eog

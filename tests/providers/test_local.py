@@ -1,0 +1,432 @@
+"""The local provider against the real SmolLM2-135M GGUF model (no mocks).
+
+Generations are short (a few dozen tokens) and greedy or seeded, so they are fast and
+repeatable; assertions are about the protocol, validity and accounting, never about
+what the model chose to say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ketch.llm.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from ketch.llm.model import Context, StreamOptions, ToolSpec
+from ketch.llm.providers.local import LocalModel, benchmark, default_model_path, load_stats
+from ketch.llm.resolve import get_model
+from ketch.llm.signal import AbortSignal
+from ketch.llm.stream import StreamDone, StreamError
+from ketch.loop import LoopConfig, LoopContext, NextTurn, Tool, ToolResult, run_loop
+from ketch.loop.validate import check_arguments
+
+N_CTX = 2048
+THREAD = "ketch-local-generate"
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Get the current weather for a city.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer"},
+        },
+        "required": ["city", "unit"],
+    },
+)
+TIME = ToolSpec(
+    name="get_time",
+    description="Get the current time in a time zone.",
+    parameters={
+        "type": "object",
+        "properties": {"zone": {"type": "string"}, "format": {"$ref": "#/$defs/Format"}},
+        "required": ["zone", "format"],
+        "$defs": {"Format": {"type": "object", "properties": {"hours": {"enum": [12, 24]}}, "required": ["hours"]}},
+    },
+)
+
+
+@pytest.fixture(scope="session")
+def model() -> LocalModel:
+    """The bundled SmolLM2 model; loaded once (the first test that streams loads it)."""
+    return LocalModel("smollm2", n_ctx=N_CTX)
+
+
+def ask(text: str, tools: list[ToolSpec] | None = None, system: str = "") -> Context:
+    return Context(system_prompt=system, messages=[UserMessage(content=text)], tools=tools or [])
+
+
+def options(**kw: Any) -> StreamOptions:
+    kw.setdefault("temperature", 0.0)
+    kw.setdefault("extra", {"seed": 7})
+    return StreamOptions(**kw)
+
+
+async def events_of(model: LocalModel, context: Context, opts: StreamOptions) -> list[Any]:
+    return [event async for event in model.stream(context, opts)]
+
+
+def generation_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD]
+
+
+def assert_valid_call(call: ToolCall, tools: list[ToolSpec]) -> None:
+    specs = {t.name: t for t in tools}
+    assert call.name in specs
+    assert call.parse_error is None
+    value, issues = check_arguments(specs[call.name].parameters, call.arguments)
+    assert issues == []
+    assert value == call.arguments
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+async def test_text_streams_in_protocol_order_and_stops_at_max_tokens(model: LocalModel) -> None:
+    events = await events_of(model, ask("Write a long story about a dragon."), options(max_tokens=8))
+    types = [e.type for e in events]
+    assert types == ["start", "text_start", *["text_delta"] * (len(types) - 4), "text_end", "done"]
+    deltas = "".join(e.delta for e in events if e.type == "text_delta")
+    done = events[-1]
+    assert type(done) is StreamDone
+    message = done.message
+    assert done.reason == "length"
+    assert message.stop_reason == "length"
+    assert deltas != ""
+    assert message.content == [TextContent(text=deltas)]
+    assert events[-2].content == deltas
+    assert (message.provider, message.api, message.model) == ("local", "local", "smollm2")
+    stats = model.last_stats
+    assert stats is not None
+    assert message.usage.output == 8 == stats.completion_tokens
+    assert message.usage.input == stats.prompt_tokens > 0
+    assert message.usage.total_tokens == message.usage.input + 8
+    assert message.usage.cost.total == 0.0
+
+
+async def test_short_answer_ends_with_stop(model: LocalModel) -> None:
+    events = await events_of(model, ask("Say hello."), options(max_tokens=64))
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "stop"
+    assert 0 < done.message.usage.output < 64
+    assert done.message.text.strip() != ""
+
+
+async def test_thinking_level_is_ignored(model: LocalModel) -> None:
+    plain = await events_of(model, ask("Name a colour."), options(max_tokens=12))
+    thinking = await events_of(model, ask("Name a colour."), options(max_tokens=12, thinking="high"))
+    assert [e.type for e in thinking] == [e.type for e in plain]
+    assert thinking[-1].message.content == plain[-1].message.content
+
+
+async def test_same_seed_same_answer_when_sampling(model: LocalModel) -> None:
+    opts = StreamOptions(max_tokens=16, temperature=0.9, extra={"seed": 1234})
+    first = await events_of(model, ask("Tell me about cats."), opts)
+    second = await events_of(model, ask("Tell me about cats."), opts)
+    assert first[-1].message.text == second[-1].message.text != ""
+
+
+# -- tool calls ----------------------------------------------------------------------
+
+
+async def test_forced_tool_call_is_schema_valid(model: LocalModel) -> None:
+    tools = [WEATHER, TIME]
+    events = await events_of(
+        model, ask("What is the weather in Paris?", tools), options(max_tokens=64, tool_choice="get_weather")
+    )
+    types = [e.type for e in events]
+    assert types == ["start", "toolcall_start", *["toolcall_delta"] * (len(types) - 4), "toolcall_end", "done"]
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "tool_use"
+    message = done.message
+    assert message.stop_reason == "tool_use"
+    [call] = message.content
+    assert type(call) is ToolCall
+    assert call.name == "get_weather"
+    assert call.id.startswith("call_")
+    assert_valid_call(call, tools)
+    streamed = "".join(e.delta for e in events if e.type == "toolcall_delta")
+    assert msgspec.json.decode(streamed) == call.arguments
+    assert events[-2].tool_call == call
+    assert message.usage.output > 0
+
+
+async def test_required_tool_call_picks_a_declared_tool(model: LocalModel) -> None:
+    tools = [TIME, WEATHER]
+    events = await events_of(
+        model, ask("What time is it in Tokyo?", tools), options(max_tokens=64, tool_choice="required")
+    )
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "tool_use"
+    [call] = done.message.tool_calls
+    assert_valid_call(call, tools)
+
+
+async def test_auto_gives_text_or_one_valid_call(model: LocalModel) -> None:
+    tools = [WEATHER]
+    for seed in (1, 2):
+        events = await events_of(
+            model,
+            ask("What is the weather in Berlin in celsius?", tools),
+            StreamOptions(max_tokens=24, temperature=0.8, extra={"seed": seed}),
+        )
+        done = events[-1]
+        assert type(done) is StreamDone
+        calls = done.message.tool_calls
+        if calls:
+            assert len(calls) == 1
+            assert done.reason == "tool_use"
+            assert done.message.text == ""
+            assert_valid_call(calls[0], tools)
+        else:
+            assert done.reason in ("stop", "length")
+            assert done.message.text.strip() != ""
+
+
+async def test_tool_choice_none_answers_in_text(model: LocalModel) -> None:
+    events = await events_of(
+        model, ask("What is the weather in Rome?", [WEATHER]), options(max_tokens=16, tool_choice="none")
+    )
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.message.tool_calls == []
+    assert done.message.text != ""
+
+
+async def test_forcing_an_unknown_tool_is_an_error_event(model: LocalModel) -> None:
+    events = await events_of(model, ask("Hi", [WEATHER]), options(tool_choice="nope"))
+    assert [e.type for e in events] == ["start", "error"]
+    error = events[-1].error
+    assert error.error_message == "tool_choice names an unknown tool: 'nope'"
+    assert error.error_kind == "invalid_request"
+
+
+async def test_call_cut_by_max_tokens_ends_with_length(model: LocalModel) -> None:
+    events = await events_of(
+        model, ask("Weather in Oslo?", [WEATHER]), options(max_tokens=10, tool_choice="get_weather")
+    )
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "length"
+    assert done.message.usage.output == 10
+    [call] = done.message.tool_calls
+    assert call.name == "get_weather"
+
+
+async def test_response_format_gives_schema_valid_json(model: LocalModel) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    events = await events_of(
+        model,
+        ask("Invent a person."),
+        options(max_tokens=48, response_format={"name": "person", "schema": schema}),
+    )
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "stop"
+    value = msgspec.json.decode(done.message.text)
+    _, issues = check_arguments(schema, value)
+    assert issues == []
+
+
+async def test_transcript_with_calls_results_and_images(model: LocalModel) -> None:
+    call = ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris", "unit": "celsius"})
+    context = Context(
+        system_prompt="Answer briefly.",
+        messages=[
+            UserMessage(content="What is the weather in Paris?"),
+            AssistantMessage(content=[call], provider="local", api="local", model="smollm2", stop_reason="tool_use"),
+            ToolResultMessage(tool_call_id="call_1", tool_name="get_weather", content=[TextContent(text="Sunny, 21 C")]),
+        ],
+        tools=[WEATHER],
+    )
+    events = await events_of(model, context, options(max_tokens=24, tool_choice="none"))
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.message.text != ""
+    assert done.message.usage.input > 0
+
+
+# -- cancellation --------------------------------------------------------------------
+
+
+async def test_abort_mid_generation_keeps_partial_text_and_stops_the_worker(model: LocalModel) -> None:
+    signal = AbortSignal()
+    seen: list[str] = []
+    events: list[Any] = []
+    async for event in model.stream(ask("Count from 1 to 300."), options(max_tokens=300, signal=signal)):
+        events.append(event)
+        if event.type == "text_delta":
+            seen.append(event.delta)
+            if len(seen) == 3:
+                signal.abort()
+    assert generation_threads() == []
+    last = events[-1]
+    assert type(last) is StreamError
+    assert last.reason == "aborted"
+    message = last.error
+    assert message.stop_reason == "aborted"
+    assert message.error_message == "Request was aborted"
+    assert message.text == "".join(seen)
+    assert [e.type for e in events] == ["start", "text_start", "text_delta", "text_delta", "text_delta", "error"]
+    # The worker stopped at the abort, far from the token budget.
+    assert 3 <= message.usage.output < 300
+
+
+async def test_cancelling_the_consumer_stops_the_worker(model: LocalModel, no_leaked_tasks: None) -> None:
+    first_delta = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in model.stream(ask("Count from 1 to 300."), options(max_tokens=300)):
+            if event.type == "text_delta":
+                first_delta.set()
+
+    task = asyncio.create_task(consume())
+    await first_delta.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert generation_threads() == []
+
+
+async def test_abort_before_start(model: LocalModel) -> None:
+    signal = AbortSignal()
+    signal.abort()
+    events = await events_of(model, ask("Hi"), options(signal=signal))
+    assert [e.type for e in events] == ["start", "error"]
+    assert events[-1].reason == "aborted"
+    assert generation_threads() == []
+
+
+async def test_concurrent_streams_share_the_model(model: LocalModel) -> None:
+    first, second = await asyncio.gather(
+        events_of(model, ask("Name a fruit."), options(max_tokens=8)),
+        events_of(model, ask("Name a river."), options(max_tokens=8)),
+    )
+    assert first[-1].type == second[-1].type == "done"
+    assert first[-1].message.text != "" and second[-1].message.text != ""
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+async def test_models_naming_one_file_share_one_load(model: LocalModel) -> None:
+    stats = await model.load()
+    before = load_stats()
+    other = LocalModel("default", n_ctx=N_CTX)
+    assert await other.load() is stats
+    assert load_stats() == before
+    assert stats.path == default_model_path()
+    assert stats.path.endswith(".gguf")
+    assert stats.n_ctx == N_CTX
+    assert stats.seconds > 0
+
+
+async def test_concurrent_first_loads_load_once() -> None:
+    before = len(load_stats())
+    a, b = LocalModel("smollm2", n_ctx=512), LocalModel(default_model_path(), n_ctx=512)
+    first, second = await asyncio.gather(a.load(), b.load())
+    assert first is second
+    assert len(load_stats()) == before + 1
+    assert load_stats()[-1] is first
+
+
+async def test_missing_file_is_an_error_event_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "missing.gguf"
+    events = await events_of(LocalModel(str(path)), ask("Hi"), StreamOptions())
+    assert [e.type for e in events] == ["start", "error"]
+    error = events[-1].error
+    assert error.stop_reason == "error"
+    assert error.error_message == f"Local model file not found: {path}"
+    assert error.error_kind == "invalid_request"
+
+
+async def test_file_that_is_not_gguf_is_an_error_event(tmp_path: Path) -> None:
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"not a gguf file at all")
+    events = await events_of(LocalModel(str(path)), ask("Hi"), StreamOptions())
+    assert [e.type for e in events] == ["start", "error"]
+    error = events[-1].error
+    assert error.error_message is not None
+    assert error.error_message.startswith(f"Could not load GGUF model {path}: ")
+    assert error.error_kind == "invalid_request"
+
+
+async def test_prompt_longer_than_the_window_is_a_context_overflow() -> None:
+    small = LocalModel("smollm2", n_ctx=512)
+    events = await events_of(small, ask("word " * 600), StreamOptions(max_tokens=4))
+    assert [e.type for e in events] == ["start", "error"]
+    error = events[-1].error
+    assert error.error_kind == "context_overflow"
+    assert error.error_message is not None
+    assert error.error_message.endswith("the local model's context window is 512")
+    assert small.info.context_window == 512
+
+
+def test_get_model_builds_a_local_model() -> None:
+    built = get_model("local:/models/x.gguf", n_ctx=1024)
+    assert type(built) is LocalModel
+    assert (built.provider, built.api, built.id) == ("local", "local", "/models/x.gguf")
+    assert built.path == "/models/x.gguf"
+    assert built.info.context_window == 1024
+    assert built.info.pricing.input == built.info.pricing.output == 0.0
+
+
+async def test_benchmark_reports_load_first_token_and_rate(model: LocalModel) -> None:
+    result = await benchmark(model, prompt="Write a long story about a dragon.", max_tokens=16)
+    assert result.path == default_model_path()
+    assert result.completion_tokens == 16
+    assert result.prompt_tokens > 0
+    assert result.first_token_seconds is not None and result.first_token_seconds > 0
+    assert result.tokens_per_second is not None and result.tokens_per_second > 0
+    assert result.text != ""
+
+
+# -- the agent loop ------------------------------------------------------------------
+
+
+async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
+    calls: list[dict[str, Any]] = []
+
+    async def get_weather(args: dict[str, Any], ctx: Any) -> ToolResult:
+        calls.append(args)
+        return ToolResult(content=f"It is sunny and 21 degrees in {args['city']}.")
+
+    tool = Tool(
+        name=WEATHER.name, description=WEATHER.description, parameters=WEATHER.parameters, execute=get_weather
+    )
+    context = LoopContext(system_prompt="You are a weather assistant.", tools=[tool])
+    config = LoopConfig(
+        model=model,
+        options=options(max_tokens=32, tool_choice="get_weather"),
+        prepare_next_turn=lambda turn: NextTurn(tools=[]),
+        length_recoveries=0,
+    )
+    result = await run_loop("What is the weather in Paris?", context, config).result()
+    assert result.end_reason == "stop"
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "assistant"]
+    _, call_message, tool_result, answer = result.messages
+    assert isinstance(call_message, AssistantMessage) and isinstance(tool_result, ToolResultMessage)
+    assert isinstance(answer, AssistantMessage)
+    [call] = call_message.tool_calls
+    assert calls == [call.arguments]
+    assert_valid_call(call, [WEATHER])
+    assert tool_result.tool_call_id == call.id
+    assert tool_result.is_error is False
+    assert tool_result.text == f"It is sunny and 21 degrees in {call.arguments['city']}."
+    assert answer.tool_calls == []
+    assert answer.text != ""
+    assert result.summary.turns == 2
+    assert result.usage.output == call_message.usage.output + answer.usage.output
