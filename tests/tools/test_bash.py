@@ -401,6 +401,7 @@ READ_ONLY = [
     'echo "a > b"',
     "cat < input.txt",
     "echo $((1 + 2))",
+    "echo $((1 + 2)) done; ls",
     "echo ${HOME}",
     "ls # > not a redirect",
     "/usr/bin/ls -l",
@@ -464,6 +465,8 @@ MUTATING = [
     "{ rm x; }",
     "(rm x)",
     "echo ${x:-$(rm y)}",
+    "echo $(( $(rm y) + 1 ))",
+    "echo $((1)) ; rm x",
     "awk '{print > \"f\"}' a",
 ]
 

@@ -323,11 +323,11 @@ class _Scanner:
         nxt = s[i + 1 : i + 2]
         if s.startswith("$((", i):
             end = self._matching_paren(i + 2)
-            body = s[i + 3 : end]
+            body = s[i + 3 : end - 1]
             if "$(" in body or "`" in body:
                 raise _Unsafe
-            self._add(s[i : end + 2])
-            self.i = end + 2
+            self._add(s[i : end + 1])
+            self.i = end + 1
         elif nxt == "(":
             end = self._matching_paren(i + 2)
             self._substitution(s[i + 2 : end])
