@@ -91,6 +91,7 @@ DEFAULT_MODEL_IDS = frozenset({"", "default", "smollm2"})
 
 _DEFAULT_OPTIONS = StreamOptions()
 _THREAD_NAME = "ketch-local-generate"
+_PREFILL_CHUNK = 64  # prompt tokens evaluated between two checks for an abort
 # Fallback for GGUF files without a chat template: ChatML.
 _CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -415,6 +416,29 @@ def _stats(prompt_tokens: int, completion_tokens: int, started: float, first: fl
     )
 
 
+def _prefill(llama: Any, tokens: list[int], cancel: threading.Event) -> bool:
+    """Evaluate all but the last prompt token in chunks, reusing the cached prefix and
+    checking ``cancel`` between chunks (False when cancelled). ``Llama.generate`` then
+    finds the prompt cached and evaluates only the last token before sampling."""
+    last = len(tokens) - 1
+    common = 0
+    for cached, token in zip(llama._input_ids, tokens[:last], strict=False):
+        if cached != token:
+            break
+        common += 1
+    if common < llama.n_tokens:
+        if llama._ctx.kv_cache_seq_rm(-1, common, -1):
+            llama.n_tokens = common
+        else:
+            llama.reset()
+            common = 0
+    for start in range(common, last, _PREFILL_CHUNK):
+        if cancel.is_set():
+            return False
+        llama.eval(tokens[start : min(start + _PREFILL_CHUNK, last)])
+    return not cancel.is_set()
+
+
 def _generate_locked(
     loaded: _Loaded,
     request: _Request,
@@ -440,6 +464,8 @@ def _generate_locked(
         # logits in their last bits: a seeded request evaluates its prompt afresh.
         llama.set_seed(request.seed)
         llama.reset()
+    if not _prefill(llama, tokens, cancel):
+        return _Outcome(reason="aborted", stats=_stats(len(tokens), 0, started, None))
     mode = request.mode
     grammar = loaded.grammar(request.grammar) if request.grammar and mode != "auto" else None
     is_eog = llama_cpp.llama_vocab_is_eog
