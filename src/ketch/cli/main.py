@@ -50,7 +50,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _budget(text: str) -> float:
+def _non_negative(text: str) -> float:
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative")
@@ -61,7 +61,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
     parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
     parser.add_argument("--max-turns", type=_positive_int, help="stop after this many model calls")
-    parser.add_argument("--max-budget-usd", type=_budget, help="stop once the run cost this much")
+    parser.add_argument("--max-budget-usd", type=_non_negative, help="stop once the run cost this much")
+    parser.add_argument("--max-tokens", type=_positive_int, help="output token limit per model call")
+    parser.add_argument("--temperature", type=_non_negative, help="sampling temperature (0 is greedy)")
     parser.add_argument("--system-prompt", help="replace the default system prompt")
     parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
     parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
@@ -103,6 +105,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "thinking": args.thinking,
         "max_turns": args.max_turns,
         "max_budget_usd": args.max_budget_usd,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
         "system_prompt": args.system_prompt,
         "permission_mode": args.permission_mode,
     }

@@ -1,0 +1,103 @@
+"""In-process pieces of the command: ``--tool-choice`` on the first call only, request
+options from settings, Markdown block splitting, answers to permission prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ketch.cli.config import Settings, load_settings, redact
+from ketch.cli.factory import build_agent
+from ketch.cli.headless import parse_answer
+from ketch.cli.render import MarkdownStream, tool_summary
+from ketch.permissions import Approval
+from ketch.testing import ScriptedModel, reply, tool_call
+
+
+async def test_tool_choice_applies_to_the_first_call_of_each_run(tmp_path: Path) -> None:
+    model = ScriptedModel([reply(tool_call("ls", {})), "one", reply(tool_call("ls", {})), "two"])
+    settings = Settings(max_tokens=77, temperature=0.0)
+    built = build_agent(settings, tmp_path, approver=None, tool_choice="ls", model=model, environ={})
+    for expected in ("one", "two"):
+        built.arm()
+        result = await built.agent.prompt("list")
+        assert result.text == expected
+    choices = [r.options.tool_choice for r in model.requests]
+    assert choices == ["ls", None, "ls", None]
+    assert {(r.options.max_tokens, r.options.temperature) for r in model.requests} == {(77, 0.0)}
+    model.assert_complete()
+
+
+async def test_tool_choice_auto_sets_nothing(tmp_path: Path) -> None:
+    model = ScriptedModel(["x"])
+    built = build_agent(Settings(), tmp_path, approver=None, tool_choice="auto", model=model, environ={})
+    built.arm()
+    await built.agent.prompt("hi")
+    assert model.requests[0].options.tool_choice is None
+    assert model.requests[0].options.max_tokens is None
+
+
+async def test_default_system_prompt_names_root_and_tools(tmp_path: Path) -> None:
+    model = ScriptedModel(["x"])
+    built = build_agent(Settings(tools=["read", "ls"]), tmp_path, approver=None, model=model, environ={})
+    await built.agent.prompt("hi")
+    prompt = model.requests[0].system_prompt
+    assert f"The working directory is {tmp_path}. Your tools: read, ls." in prompt
+    assert model.requests[0].tool_names == ["read", "ls"]
+    custom = ScriptedModel(["x"])
+    built = build_agent(Settings(system_prompt="Be terse."), tmp_path, approver=None, model=custom, environ={})
+    await built.agent.prompt("hi")
+    assert custom.requests[0].system_prompt == "Be terse."
+
+
+def test_settings_sources(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    (xdg / "ketch").mkdir(parents=True)
+    (xdg / "ketch" / "config.toml").write_text('temperature = 0.5\n[permissions]\nallow = ["edit"]\n')
+    project = tmp_path / "p"
+    (project / ".ketch").mkdir(parents=True)
+    (project / ".ketch" / "config.toml").write_text('max_tokens = 10\n[permissions]\nallow = ["bash(ls*)"]\n')
+    settings = load_settings(project, {"max_tokens": 20}, {"XDG_CONFIG_HOME": str(xdg), "KETCH_TEMPERATURE": "0.7"})
+    assert (settings.temperature, settings.max_tokens, settings.allow) == (0.7, 20, ["edit", "bash(ls*)"])
+    assert settings.sources == {
+        "temperature": "environment KETCH_TEMPERATURE",
+        "max_tokens": "flag --max-tokens",
+        "allow": f"project config {project / '.ketch' / 'config.toml'}",
+    }
+
+
+def test_markdown_stream_splits_complete_blocks() -> None:
+    md = MarkdownStream()
+    assert md.feed("# Title\n") == ""
+    assert md.feed("\nPara") == "# Title\n\n"
+    assert md.feed("graph one.\n\n```py\nx = 1\n\n") == "Paragraph one.\n\n"
+    assert md.feed("y = 2\n```\n") == ""
+    assert md.feed("\nTail") == "```py\nx = 1\n\ny = 2\n```\n\n"
+    assert md.finish() == "Tail"
+    assert md.finish() == ""
+    assert md.feed("a\n\n\nb") == "a\n\n\n"
+
+
+def test_tool_summary() -> None:
+    assert tool_summary("bash", {"command": "ls -la", "timeout": 5}) == "bash(ls -la, timeout=5)"
+    assert tool_summary("edit", {"path": "a.py", "old_string": "x", "new_string": "y"}) == "edit(a.py)"
+    assert tool_summary("grep", {"pattern": "TODO", "path": "src"}) == "grep(src, pattern='TODO')"
+    assert tool_summary("other", {"n": 1}) == "other(n=1)"
+    assert tool_summary("bash", {"command": "a\nb"}) == "bash(a⏎b)"
+
+
+def test_parse_answer() -> None:
+    assert parse_answer("y") == Approval.once()
+    assert parse_answer(" YES ") == Approval.once()
+    assert parse_answer("a") == Approval.always()
+    assert parse_answer("always") == Approval.always()
+    assert parse_answer("n") == Approval.deny()
+    assert parse_answer("n use the other file") == Approval.deny("use the other file")
+    assert parse_answer("no thanks") == Approval.deny("thanks")
+    assert parse_answer("stop that") == Approval.deny("stop that")
+    assert parse_answer("") == Approval.deny()
+
+
+def test_redact() -> None:
+    assert redact(None) == "not set"
+    assert redact("short") == "set"
+    assert redact("sk-0123456789abcdefXYZW") == "set (…XYZW)"
