@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
@@ -61,9 +61,8 @@ from ..messages import (
 )
 from ..model import Context, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, lookup, thinking_budget_tokens
-from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -666,42 +665,17 @@ class AnthropicModel(HTTPModel):
         id: str,
         *,
         provider: str = "anthropic",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        env_keys: tuple[str, ...] | None = None,
-        requires_key: bool = True,
-        info: ModelInfo | None = None,
         cache_retention: CacheRetention = "short",
         cache_last_message: bool = True,
         structured_output: StructuredOutput | None = None,
         beta: tuple[str, ...] = (),
         stream: bool = True,
-        headers: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        idle_timeout: float | None = 120.0,
-        timeout: float | None = 600.0,
-        connect_timeout: float | None = 30.0,
-        observer: Observer | None = None,
-        rewrite: Rewrite | None = None,
+        **options: Unpack[HTTPOptions],
     ) -> None:
+        info = options.get("info")
         if info is None:
-            info = lookup(provider, id)
-        super().__init__(
-            id,
-            provider=provider,
-            base_url=base_url,
-            api_key=api_key,
-            env_keys=env_keys,
-            requires_key=requires_key,
-            info=info,
-            headers=headers,
-            retry=retry,
-            idle_timeout=idle_timeout,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            observer=observer,
-            rewrite=rewrite,
-        )
+            info = options["info"] = lookup(provider, id)
+        super().__init__(id, provider=provider, **options)
         self.cache_retention: CacheRetention = cache_retention
         self.cache_last_message = cache_last_message
         mode = structured_output or self.info.compat.get("structured_output")

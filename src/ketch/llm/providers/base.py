@@ -20,7 +20,7 @@ import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 import msgspec
 
@@ -76,6 +76,23 @@ Rewrite: TypeAlias = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict
 _encoder = msgspec.json.Encoder()
 _DEFAULT_OPTIONS = StreamOptions()
 _DRAIN_SECONDS = 0.25
+
+
+class HTTPOptions(TypedDict, total=False):
+    """The connection and request options every HTTP model accepts (see :class:`HTTPModel`)."""
+
+    base_url: str | None
+    api_key: str | None
+    env_keys: tuple[str, ...] | None
+    requires_key: bool
+    info: ModelInfo | None
+    headers: Mapping[str, str] | None
+    retry: RetryPolicy | None
+    idle_timeout: float | None
+    timeout: float | None
+    connect_timeout: float | None
+    observer: Observer | None
+    rewrite: Rewrite | None
 
 
 class HTTPModel:

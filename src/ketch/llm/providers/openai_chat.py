@@ -12,8 +12,8 @@ llama.cpp, llama-cpp-python)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal, Unpack
 
 import msgspec
 
@@ -30,10 +30,9 @@ from ..messages import (
     UserMessage,
 )
 from ..model import Context, StreamOptions, ThinkingLevel
-from ..registry import ModelInfo, clamp_thinking
-from ..retry import RetryPolicy
+from ..registry import clamp_thinking
 from ..stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 
 __all__ = ["PRESETS", "Compat", "OpenAIChatModel", "Preset"]
 
@@ -258,36 +257,10 @@ class OpenAIChatModel(HTTPModel):
         id: str,
         *,
         provider: str = "openai",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        env_keys: tuple[str, ...] | None = None,
-        requires_key: bool = True,
         compat: Compat | None = None,
-        info: ModelInfo | None = None,
-        headers: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        idle_timeout: float | None = 120.0,
-        timeout: float | None = 600.0,
-        connect_timeout: float | None = 30.0,
-        observer: Observer | None = None,
-        rewrite: Rewrite | None = None,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            id,
-            provider=provider,
-            base_url=base_url,
-            api_key=api_key,
-            env_keys=env_keys,
-            requires_key=requires_key,
-            info=info,
-            headers=headers,
-            retry=retry,
-            idle_timeout=idle_timeout,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            observer=observer,
-            rewrite=rewrite,
-        )
+        super().__init__(id, provider=provider, **options)
         self.compat = compat if compat is not None else PRESETS["openai"].compat
 
     @classmethod

@@ -27,7 +27,7 @@ response cut short while reasoning), are not replayed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import msgspec
 
@@ -46,9 +46,8 @@ from ..messages import (
 )
 from ..model import Context, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, default_info, lookup
-from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
-from .base import HTTPModel, HTTPRequest, Observer, Rewrite, SSEEvents
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 
 __all__ = [
     "API",
@@ -607,38 +606,13 @@ class OpenAIResponsesModel(HTTPModel):
         id: str,
         *,
         provider: str = "openai",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        env_keys: tuple[str, ...] | None = None,
-        requires_key: bool = True,
         stream: bool = True,
-        info: ModelInfo | None = None,
-        headers: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        idle_timeout: float | None = 120.0,
-        timeout: float | None = 600.0,
-        connect_timeout: float | None = 30.0,
-        observer: Observer | None = None,
-        rewrite: Rewrite | None = None,
+        **options: Unpack[HTTPOptions],
     ) -> None:
+        info = options.get("info")
         if info is None:
-            info = lookup(provider, id)
-        super().__init__(
-            id,
-            provider=provider,
-            base_url=base_url,
-            api_key=api_key,
-            env_keys=env_keys,
-            requires_key=requires_key,
-            info=info,
-            headers=headers,
-            retry=retry,
-            idle_timeout=idle_timeout,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            observer=observer,
-            rewrite=rewrite,
-        )
+            info = options["info"] = lookup(provider, id)
+        super().__init__(id, provider=provider, **options)
         self.streaming = stream
         # A known model says whether it accepts images; an unknown one may well.
         self._images = "image" in self.info.input_modalities or _is_default(self.info)
