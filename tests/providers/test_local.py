@@ -15,7 +15,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch.llm.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from ketch.llm.messages import (
+    AssistantMessage,
+    ImageContent,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from ketch.llm.model import Context, StreamOptions, ToolSpec
 from ketch.llm.providers.local import LocalModel, benchmark, default_model_path, load_stats
 from ketch.llm.resolve import get_model
@@ -246,7 +253,9 @@ async def test_transcript_with_calls_results_and_images(model: LocalModel) -> No
     context = Context(
         system_prompt="Answer briefly.",
         messages=[
-            UserMessage(content="What is the weather in Paris?"),
+            UserMessage(
+                content=[TextContent(text="What is the weather in Paris? "), ImageContent(url="https://x/y.png")]
+            ),
             AssistantMessage(content=[call], provider="local", api="local", model="smollm2", stop_reason="tool_use"),
             ToolResultMessage(tool_call_id="call_1", tool_name="get_weather", content=[TextContent(text="Sunny, 21 C")]),
         ],

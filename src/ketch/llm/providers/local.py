@@ -185,7 +185,14 @@ class _Loaded:
         self.bos_text: str = model.token_get_text(bos) if bos >= 0 else ""
         self.add_bos: bool = bool(model.add_bos_token()) and bos >= 0
         template = llama.metadata.get("tokenizer.chat_template") or _CHATML
-        self.formatter: Any = chat_format.Jinja2ChatFormatter(template=template, eos_token=self.eos_text, bos_token=self.bos_text)
+        try:
+            self.formatter: Any = chat_format.Jinja2ChatFormatter(
+                template=template, eos_token=self.eos_text, bos_token=self.bos_text
+            )
+        except Exception:  # a template this Jinja cannot compile
+            self.formatter = chat_format.Jinja2ChatFormatter(
+                template=_CHATML, eos_token=self.eos_text, bos_token=self.bos_text
+            )
         self.grammars: dict[str, Any] = {}
 
     def grammar(self, text: str) -> Any:
@@ -469,6 +476,7 @@ def _generate_locked(
     mode = request.mode
     grammar = loaded.grammar(request.grammar) if request.grammar and mode != "auto" else None
     is_eog = llama_cpp.llama_vocab_is_eog
+    is_control = llama_cpp.llama_vocab_is_control  # a turn marker ends the answer too
     vocab = loaded.vocab
     detokenize = llama.detokenize
     first: float | None = None
@@ -485,7 +493,7 @@ def _generate_locked(
                 if cancel.is_set():
                     reason = "aborted"
                     break
-                if is_eog(vocab, token):
+                if is_eog(vocab, token) or is_control(vocab, token):
                     reason = "stop"
                     break
                 produced += 1
