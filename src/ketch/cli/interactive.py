@@ -42,6 +42,7 @@ Commands:
   /clear                start a new conversation
   /exit                 quit (also Ctrl-D)
 While the agent works, type to steer it; start with >> to queue a follow-up instead.
+At a permission question answer y (once), a (always this session) or n [reason].
 Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
 
 PROMPT = "› "
@@ -133,12 +134,12 @@ class Session:
     # -- input ------------------------------------------------------------------------------
     async def handle(self, text: str) -> bool:
         """Act on one input line; False means exit."""
-        if self.pending is not None:
+        line = text.strip()
+        if self.pending is not None and not line.startswith("/"):
             _, future = self.pending
             if not future.done():
                 future.set_result(parse_answer(text))
             return True
-        line = text.strip()
         if not line:
             return True
         if line.startswith("/"):
@@ -183,7 +184,7 @@ class Session:
         elif name == "/cost":
             u = r.usage
             r.note(
-                f"{r.turns} model calls · input {u.input} · output {u.output} · cache read {u.cache_read} · "
+                f"{r.turns} model call{'s' if r.turns != 1 else ''} · input {u.input} · output {u.output} · cache read {u.cache_read} · "
                 f"cache write {u.cache_write} · total {u.total_tokens} tokens · ${u.cost.total:.4f}",
                 "",
             )
