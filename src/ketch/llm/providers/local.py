@@ -208,6 +208,8 @@ class _Loaded:
         else:
             llama_cpp.llama_sampler_free(sampler)
             grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+        if len(self.grammars) >= 64:
+            self.grammars.clear()
         self.grammars[text] = grammar
         return grammar
 
