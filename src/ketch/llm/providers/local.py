@@ -376,12 +376,12 @@ def _render(loaded: _Loaded, turns: list[dict[str, str]]) -> str:
 
 # -- generation (worker thread) ------------------------------------------------------
 
-Mode = Literal["text", "call", "auto", "json"]
+_Mode = Literal["text", "call", "auto", "json"]
 
 
 class _Request(msgspec.Struct, kw_only=True):
     prompt: str
-    mode: Mode
+    mode: _Mode
     grammar: str | None
     max_tokens: int
     temperature: float
@@ -687,7 +687,7 @@ class LocalModel:
             tools = [t for t in tools if t.name == choice]
             if not tools:
                 raise InvalidRequestError(f"tool_choice names an unknown tool: {choice!r}")
-        mode: Mode = "text"
+        mode: _Mode = "text"
         grammar: str | None = None
         if tools:
             grammar = tool_call_grammar(tools)
