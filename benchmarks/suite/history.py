@@ -1,0 +1,156 @@
+"""The cost of one more turn on a long transcript, against the scripted server.
+
+Run: ``python -m suite.history --url-base http://127.0.0.1:PORT`` (from
+``benchmarks/``); prints one JSON object. For each transcript size (10, 1,000, 10,000
+messages of user prompts, tool calls, tool results and answers) one ``Agent`` holds
+the transcript and answers one more prompt per turn: one request carrying the whole
+history, a streamed answer of ``CHUNKS`` pieces. Each measurement uses a fresh agent
+on the transcript whose first turn is not measured (it converts the whole history once),
+so the measured turn sees ``n + 2`` messages. Reported per turn (median): wall time,
+client CPU (``time.process_time``), and the part of it that encoding the request needs
+(the adapter's ``build_request`` plus JSON encoding of the body, timed on its own), so
+the cost beyond encoding can be compared across sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from . import script
+
+SIZES = (10, 1_000, 10_000)
+CHUNKS = 50
+TURNS = 30
+WARMUP = 3
+
+
+def transcript(n: int) -> list[Any]:
+    """``n`` messages: exchanges of prompt, tool call, tool result, answer."""
+    from ketch.llm.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+
+    out: list[Any] = []
+    i = 0
+    while len(out) + 4 <= n:
+        out.append(UserMessage(content=f"Question {i}: what is {i} plus {i + 1}? Please use the tool."))
+        call = ToolCall(id=f"call_{i}", name="add", arguments={"a": i, "b": i + 1})
+        out.append(
+            AssistantMessage(
+                content=[call],
+                stop_reason="tool_use",
+                provider="openai",
+                api="openai-chat",
+                model=script.MODEL,
+            )
+        )
+        out.append(
+            ToolResultMessage(
+                tool_call_id=f"call_{i}", tool_name="add", content=[TextContent(text=str(2 * i + 1))]
+            )
+        )
+        answer = f"The sum of {i} and {i + 1} is {2 * i + 1}. " + "It was computed with the add tool. " * 4
+        out.append(
+            AssistantMessage(
+                content=[TextContent(text=answer)], provider="openai", api="openai-chat", model=script.MODEL
+            )
+        )
+        i += 1
+    while len(out) + 2 <= n:
+        out.append(UserMessage(content=f"Note {i}."))
+        out.append(
+            AssistantMessage(
+                content=[TextContent(text="Noted.")], provider="openai", api="openai-chat", model=script.MODEL
+            )
+        )
+        i += 1
+    assert len(out) == n, (len(out), n)
+    return out
+
+
+async def one_size(url: str, n: int) -> dict[str, Any]:
+    """Per-turn figures for a transcript of ``n`` messages."""
+    from ketch import Agent, get_model, tool
+    from ketch.llm.messages import UserMessage
+    from ketch.llm.model import Context, StreamOptions
+    from ketch.llm.providers.base import HTTPModel
+
+    from .impls import add_numbers
+
+    model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
+    assert isinstance(model, HTTPModel)
+    add = tool(name="add")(add_numbers)
+    base = transcript(n)
+    expected = "".join(script.text_chunks([], CHUNKS))
+    encoder = msgspec.json.Encoder()
+    options = StreamOptions()
+    walls: list[float] = []
+    cpus: list[float] = []
+    encodes: list[float] = []
+    size = 0
+    for rep in range(WARMUP + TURNS):
+        # A fresh agent per measurement keeps the transcript at n + 2 messages; its
+        # first turn (which converts the whole history once) is not measured.
+        agent = Agent(model, tools=[add], messages=base)
+        await agent.prompt("A question before the measured turn.")
+        messages = [*agent.messages, UserMessage(content="One more question.")]
+        c0 = time.process_time()
+        request = model.build_request(
+            Context(system_prompt="", messages=messages, tools=[add.spec]), options, "x"
+        )
+        size = len(encoder.encode(request.body))
+        encode = time.process_time() - c0
+        gc.collect()
+        w0 = time.perf_counter()
+        c0 = time.process_time()
+        result = await agent.prompt("One more question.")
+        c1 = time.process_time()
+        w1 = time.perf_counter()
+        if result.end_reason != "stop" or result.text != expected:
+            raise RuntimeError(f"at {n} messages: {result.end_reason} {result.summary.error}")
+        if rep >= WARMUP:
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+            encodes.append(encode)
+    return {
+        "messages": n,
+        "request_kb": size / 1024,
+        "wall_ms": statistics.median(walls) * 1e3,
+        "cpu_ms": statistics.median(cpus) * 1e3,
+        "encode_ms": statistics.median(encodes) * 1e3,
+        "cpu_beyond_encode_ms": (statistics.median(cpus) - statistics.median(encodes)) * 1e3,
+        "wall_beyond_encode_ms": (statistics.median(walls) - statistics.median(encodes)) * 1e3,
+    }
+
+
+async def run(url_base: str) -> dict[str, Any]:
+    """All sizes, smallest first; ratios against the smallest."""
+    url = url_base + script.base_path(0, CHUNKS) + "/v1"
+    rows = [await one_size(url, n) for n in SIZES]
+    base = rows[0]
+    for row in rows:
+        row["cpu_ratio"] = row["cpu_ms"] / base["cpu_ms"]
+        row["wall_ratio"] = row["wall_ms"] / base["wall_ms"]
+        row["cpu_beyond_encode_ratio"] = row["cpu_beyond_encode_ms"] / base["cpu_beyond_encode_ms"]
+        row["wall_beyond_encode_ratio"] = row["wall_beyond_encode_ms"] / base["wall_beyond_encode_ms"]
+    return {"chunks": CHUNKS, "turns": TURNS, "rows": rows}
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url-base", required=True)
+    args = parser.parse_args()
+    json.dump(asyncio.run(run(args.url_base)), sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
