@@ -251,3 +251,23 @@ async def test_abort_signal_scope() -> None:
     with pytest.raises(Aborted):
         async with signal.scope():
             pass
+
+
+async def test_closing_the_guarded_stream_closes_the_producer() -> None:
+    b = MessageBuilder()
+    closed = asyncio.Event()
+
+    async def producer() -> Any:
+        try:
+            yield b.start()
+            ev = b.text_start()
+            yield ev
+            await asyncio.Event().wait()
+        finally:
+            closed.set()
+
+    stream = guard_stream(producer(), b, AbortSignal())
+    assert (await anext(stream)).type == "start"
+    assert (await anext(stream)).type == "text_start"
+    await stream.aclose()
+    assert closed.is_set()

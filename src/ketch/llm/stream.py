@@ -508,6 +508,8 @@ async def guard_stream(
                 started = False
     finally:
         waiting.close()
+        # The consumer may stop early (aclose): the producer must not keep running.
+        await _close(producer)
 
 
 def _describe(
