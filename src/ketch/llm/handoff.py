@@ -11,7 +11,9 @@ removed, and the tool-call sequence is made valid for any provider:
   signed thinking included, even when its text is empty;
 - assistant messages from another model lose their thinking (readable, redacted or
   empty), their empty text blocks and every signature, and their tool-call ids are
-  normalised with ``normalize_id``; a message left with no content is dropped;
+  normalised with ``normalize_id``; an id that then repeats one sent earlier (two long
+  ids cut to the same prefix, or a server that numbers the calls of every response
+  from 0) is replaced by a hash-derived one; a message left with no content is dropped;
 - a tool result answers a call of the latest assistant message (its id remapped when
   that call's id was normalised); results without such a call are dropped;
 - calls left without a result when the next user or assistant message (or the end)
@@ -89,8 +91,18 @@ def _is_same(m: AssistantMessage, provider: str, api: str, model: str) -> bool:
     return m.model == model and m.provider == provider and m.api == api
 
 
+def _fresh_id(id: str, normalize_id: Callable[[str], str], used: set[str]) -> str:
+    """An id derived from ``id`` that ``normalize_id`` keeps and no earlier call uses."""
+    n = 0
+    while True:
+        candidate = normalize_id("call_" + hashlib.sha256(f"{id}#{n}".encode()).hexdigest()[:24])
+        if candidate not in used:
+            return candidate
+        n += 1
+
+
 def _foreign(
-    m: AssistantMessage, normalize_id: Callable[[str], str] | None
+    m: AssistantMessage, normalize_id: Callable[[str], str] | None, used: set[str]
 ) -> tuple[AssistantMessage, dict[str, str] | None]:
     """A cross-model assistant message as the target may see it, and its id changes."""
     content: list[TextContent | ThinkingContent | ToolCall] = []
@@ -111,7 +123,12 @@ def _foreign(
                 content.append(block)
         elif cls is ToolCall:
             assert isinstance(block, ToolCall)
-            new_id = normalize_id(block.id) if normalize_id is not None else block.id
+            new_id = block.id
+            if normalize_id is not None:
+                new_id = normalize_id(new_id)
+                if new_id in used:
+                    new_id = _fresh_id(block.id, normalize_id, used)
+                used.add(new_id)
             if new_id != block.id:
                 if renamed is None:
                     renamed = {}
@@ -139,8 +156,8 @@ def prepare_messages(
     """The messages ``model`` (served by ``provider`` over ``api``) should see.
 
     ``normalize_id`` rewrites tool-call ids from other models into a form the target
-    accepts (:func:`anthropic_tool_id`, :func:`openai_responses_tool_id` …); None keeps
-    them. See the module documentation for every rule.
+    accepts (:func:`anthropic_tool_id`, :func:`openai_responses_tool_id` …) and unique
+    in the request; None keeps them. See the module documentation for every rule.
     """
     out: list[Message] = []
     append = out.append
@@ -148,6 +165,7 @@ def prepare_messages(
     # original id -> (id the target sees, tool name).
     pending: dict[str, tuple[str, str]] = {}
     pending_time = 0.0
+    used: set[str] = set()  # tool-call ids sent so far (tracked when ids are normalised)
 
     def flush() -> None:
         for new_id, name in pending.values():
@@ -175,9 +193,11 @@ def prepare_messages(
                 continue
             sent, renamed = m, None
             if not _is_same(m, provider, api, model):
-                sent, renamed = _foreign(m, normalize_id)
+                sent, renamed = _foreign(m, normalize_id, used)
                 if not sent.content:
                     continue
+            elif normalize_id is not None:
+                used.update(b.id for b in m.content if type(b) is ToolCall)
             append(sent)
             for block in m.content:
                 if type(block) is ToolCall:
