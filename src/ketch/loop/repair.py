@@ -15,6 +15,7 @@ from ..llm.messages import (
     AssistantMessage,
     Message,
     TextContent,
+    ThinkingContent,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -39,8 +40,9 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
     - a custom message with a ``to_llm()`` method contributes what it returns (a message,
       a list of messages, or None); other custom messages are dropped;
     - an aborted assistant message keeps its text (thinking and unfinished tool calls
-      are dropped) and is followed by a user note ``[Request interrupted by user]``, so
-      the model learns its previous response was cut off;
+      are dropped, and so are the text's provider signatures, which belong to a response
+      that never completed) and is followed by a user note ``[Request interrupted by
+      user]``, so the model learns its previous response was cut off;
     - an assistant message that failed (``stop_reason == "error"``) is dropped.
     """
     out: list[Message] = []
@@ -55,10 +57,12 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
             if reason == "error":
                 continue
             if reason == "aborted":
-                text = [b for b in m.content if type(b) is TextContent and b.text]
+                text: list[TextContent | ThinkingContent | ToolCall] = [
+                    TextContent(text=b.text) for b in m.content if type(b) is TextContent and b.text
+                ]
                 if text:
                     append(AssistantMessage(
-                        content=list(text), provider=m.provider, api=m.api, model=m.model,
+                        content=text, provider=m.provider, api=m.api, model=m.model,
                         timestamp=m.timestamp,
                     ))
                 append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
