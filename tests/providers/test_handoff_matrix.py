@@ -1038,3 +1038,41 @@ async def test_ids_a_server_reuses_across_turns_become_unique(loopback: Loopback
     calls, results = call_ids(target, body)
     assert len(set(calls)) == 2
     assert results == calls
+
+
+async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackServer) -> None:
+    # A reasoning model finished its reasoning and a message item, then was aborted while
+    # streaming a call. The loop keeps the text of an aborted reply and drops its
+    # reasoning; sending the message item's id without that reasoning is rejected ("Item
+    # 'msg_…' of type 'message' was provided without its required 'reasoning' item"), so
+    # the text goes back as plain assistant text.
+    wire = ResponsesWire()
+    rid = "resp_68afab0000000001"
+    whole = wire.reply(rid, thinking=THOUGHT, text=INTRO, calls=[Call("call_Ab1", "get_weather", {"city": "Paris"})])
+    cut = len(whole.chunks) - 3  # up to the call's argument delta
+    loopback.queue(Reply(headers=whole.headers, chunks=whole.chunks[:cut], stall_after=cut))
+    model = wire.model(loopback.url)
+    messages: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
+    signal = AbortSignal()
+    aborted: AssistantMessage | None = None
+    context = Context(system_prompt=SYSTEM, messages=list(messages), tools=[WEATHER])
+    async for event in model.stream(context, StreamOptions(signal=signal)):
+        if event.type == "toolcall_delta":
+            signal.abort()
+        elif event.type == "error":
+            aborted = event.error
+    assert aborted is not None and aborted.stop_reason == "aborted"
+    assert [type(b) for b in aborted.content] == [ThinkingContent, TextContent, ToolCall]
+    assert aborted.content[1].signature == '{"id":"msg_68afab00000000011"}'  # type: ignore[union-attr]
+
+    loopback.queue(wire.reply("resp_68afab0000000002", text=DONE))
+    loop_context = LoopContext(system_prompt=SYSTEM, messages=[*messages, aborted], tools=[])
+    await run_loop(UserMessage(content=AGAIN, timestamp=3.0), loop_context, LoopConfig(model=model)).result()
+    body = loopback.requests[-1].json
+    assert body["input"] == [
+        {"role": "user", "content": [{"type": "input_text", "text": ASK}]},
+        {"role": "assistant", "content": INTRO},
+        {"role": "user", "content": [{"type": "input_text", "text": INTERRUPTED_NOTE}]},
+        {"role": "user", "content": [{"type": "input_text", "text": AGAIN}]},
+    ]
+    validate_responses(body)
