@@ -101,3 +101,14 @@ def test_redact() -> None:
     assert redact(None) == "not set"
     assert redact("short") == "set"
     assert redact("sk-0123456789abcdefXYZW") == "set (…XYZW)"
+
+
+async def test_no_length_recovery_on_the_embedded_model(tmp_path: Path) -> None:
+    local = ScriptedModel([reply("cut", stop_reason="length"), "never"], provider="local")
+    built = build_agent(Settings(), tmp_path, approver=None, model=local, environ={})
+    result = await built.agent.prompt("hi")
+    assert (result.end_reason, result.summary.turns, local.remaining) == ("stop", 1, 1)
+    remote = ScriptedModel([reply("cut", stop_reason="length"), "resumed"], provider="openai")
+    built = build_agent(Settings(), tmp_path, approver=None, model=remote, environ={})
+    result = await built.agent.prompt("hi")
+    assert (result.text, result.summary.turns) == ("resumed", 2)

@@ -3,7 +3,8 @@
 Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting (flag,
 environment, project or user config), else the first of OpenAI, Anthropic and Google
 whose API key is in the environment (with its default model), else the embedded local
-model (``local``).
+model (``local``). On the embedded model, an answer cut by the output limit ends there
+(no length-recovery prompts).
 """
 
 from __future__ import annotations
@@ -246,6 +247,11 @@ def build_agent(
             raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
         chooser = _FirstCallToolChoice(options, tool_choice)
         config["prepare_next_turn"] = chooser
+
+    if resolved.provider == "local":
+        # A tiny embedded model that hit its output limit tends to repeat itself when asked
+        # to resume; end the answer there instead of re-prompting it.
+        config["length_recoveries"] = 0
 
     def get_api_key(provider: str) -> str | None:
         return api_key_for(provider, settings, environ)
