@@ -39,7 +39,7 @@ from ketch.llm import (
 )
 from ketch.llm.handoff import MISSING_TOOL_RESULT
 from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.gemini import GeminiModel
+from ketch.llm.providers.gemini import SKIP_SIGNATURE, GeminiModel
 from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
 from ketch.llm.providers.openai_responses import OpenAIResponsesModel
 from ketch.llm.retry import NO_RETRY
@@ -729,15 +729,16 @@ NORMALISED: dict[str, tuple[str, str, str]] = {
 }
 
 
-def seen_ids(source: str, target: str) -> tuple[str, str, str]:
-    return SOURCE_IDS[source] if source == target else NORMALISED[source]
+def seen_ids(source: str, x: Expect) -> tuple[str, str, str]:
+    return SOURCE_IDS[source] if x.own else NORMALISED[source]
 
 
 @dataclass
 class Expect:
-    """The parts of the continuation that differ between paths."""
+    """What differs between continuations of one source's transcript."""
 
     loop: bool  # through run_loop (interruption note, the loop's missing-result text)
+    own: bool  # the target is the model that wrote the transcript
     missing: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -745,7 +746,7 @@ class Expect:
 
 
 def expected_anthropic(source: str, x: Expect) -> dict[str, Any]:
-    i1, i2, i3 = seen_ids(source, ANTHROPIC)
+    i1, i2, i3 = seen_ids(source, x)
 
     def text(t: str) -> dict[str, Any]:
         return {"type": "text", "text": t}
@@ -754,7 +755,7 @@ def expected_anthropic(source: str, x: Expect) -> dict[str, Any]:
         return {"type": "tool_use", "id": i, "name": "get_weather", "input": {"city": city}}
 
     first = [text(INTRO), use(i1, "Paris"), use(i2, "München")]
-    if source == ANTHROPIC:
+    if x.own:
         first.insert(0, {"type": "thinking", "thinking": THOUGHT, "signature": _signature(RID_CALLS[source], "think")})
     messages = [
         {"role": "user", "content": [text(ASK)]},
@@ -784,8 +785,8 @@ def expected_anthropic(source: str, x: Expect) -> dict[str, Any]:
 
 
 def expected_responses(source: str, x: Expect) -> dict[str, Any]:
-    i1, i2, i3 = seen_ids(source, RESPONSES)
-    own = source == RESPONSES
+    i1, i2, i3 = seen_ids(source, x)
+    own = x.own
 
     def user(t: str) -> dict[str, Any]:
         return {"role": "user", "content": [{"type": "input_text", "text": t}]}
@@ -841,7 +842,7 @@ def expected_responses(source: str, x: Expect) -> dict[str, Any]:
 
 
 def expected_gemini(source: str, x: Expect) -> dict[str, Any]:
-    own = source == GEMINI
+    own = x.own
 
     def call(city: str, signature: str | None = None) -> dict[str, Any]:
         part: dict[str, Any] = {"functionCall": {"name": "get_weather", "args": {"city": city}}}
@@ -884,13 +885,13 @@ def expected_gemini(source: str, x: Expect) -> dict[str, Any]:
 
 
 def expected_chat(source: str, x: Expect) -> dict[str, Any]:
-    i1, i2, i3 = seen_ids(source, CHAT)
+    i1, i2, i3 = seen_ids(source, x)
 
     def call(i: str, city: str) -> dict[str, Any]:
         return {"id": i, "type": "function", "function": {"name": "get_weather", "arguments": _dump({"city": city})}}
 
     first: dict[str, Any] = {"role": "assistant", "content": INTRO, "tool_calls": [call(i1, "Paris"), call(i2, "München")]}
-    if source == CHAT:
+    if x.own:
         first["reasoning_content"] = THOUGHT
     messages = [
         {"role": "system", "content": SYSTEM},
@@ -938,7 +939,7 @@ def check_request(source: str, target: str, body: dict[str, Any], x: Expect) -> 
     calls, results = call_ids(target, body)
     assert sorted(calls) == sorted(results)
     assert len(calls) == 3
-    if source != target:
+    if not x.own:
         sent = json.dumps(body, ensure_ascii=False)
         assert [s for s in _source_secrets(source) if s in sent] == []
 
@@ -954,7 +955,7 @@ async def test_continue_through_model_stream(loopback: LoopbackServer, source: s
     loopback.queue(wire.reply("resp_68af9999aaaa0000" if target == RESPONSES else "rid-next", text=DONE))
     answer = await turn(wire.model(loopback.url), transcript)
     assert (answer.stop_reason, answer.text) == ("stop", DONE)
-    check_request(source, target, loopback.requests[-1].json, Expect(loop=False))
+    check_request(source, target, loopback.requests[-1].json, Expect(loop=False, own=source == target))
 
 
 @pytest.mark.parametrize(("source", "target"), PAIRS)
@@ -968,7 +969,7 @@ async def test_continue_through_the_loop(loopback: LoopbackServer, source: str, 
     assert outcome.end_reason == "stop"
     assert [m.role for m in outcome.messages] == ["user", "assistant"]
     assert outcome.messages[-1].text == DONE  # type: ignore[attr-defined]
-    check_request(source, target, loopback.requests[-1].json, Expect(loop=True))
+    check_request(source, target, loopback.requests[-1].json, Expect(loop=True, own=source == target))
 
 
 # -- ids that only clash on the target --------------------------------------------------------
@@ -1063,7 +1064,7 @@ async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackS
             aborted = event.error
     assert aborted is not None and aborted.stop_reason == "aborted"
     assert [type(b) for b in aborted.content] == [ThinkingContent, TextContent, ToolCall]
-    assert aborted.content[1].signature == '{"id":"msg_68afab00000000011"}'  # type: ignore[union-attr]
+    assert aborted.content[1].signature == '{"id":"msg_68afab00000000011"}'
 
     loopback.queue(wire.reply("resp_68afab0000000002", text=DONE))
     loop_context = LoopContext(system_prompt=SYSTEM, messages=[*messages, aborted], tools=[])
@@ -1076,3 +1077,72 @@ async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackS
         {"role": "user", "content": [{"type": "input_text", "text": AGAIN}]},
     ]
     validate_responses(body)
+
+
+# -- other models of the same protocol ---------------------------------------------------------
+
+
+def sibling(protocol: str, url: str) -> Model:
+    """Another model over the same protocol (and provider) as the source's."""
+    if protocol == ANTHROPIC:
+        return AnthropicModel("claude-haiku-4-5", base_url=url + "/v1", api_key="sk-ant-test", retry=NO_RETRY)
+    if protocol == RESPONSES:
+        return OpenAIResponsesModel("gpt-5-mini", base_url=url + "/v1", api_key="sk-test", retry=NO_RETRY)
+    if protocol == GEMINI:
+        return GeminiModel("gemini-2.5-pro", base_url=url + "/v1beta", api_key="AIza-test", retry=NO_RETRY)
+    return OpenAIChatModel("kimi-k2-0905-preview", provider="moonshot", base_url=url + "/v1", api_key="sk-test",
+                           compat=Compat(replay_reasoning_field="reasoning_content"), retry=NO_RETRY)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_another_model_of_the_protocol_gets_no_thinking_or_signatures(loopback: LoopbackServer,
+                                                                           protocol: str) -> None:
+    # Signatures and encrypted reasoning are bound to the model that wrote them.
+    transcript = await write_transcript(loopback, protocol)
+    loopback.queue(WIRES[protocol].reply("resp_68af9999aaaa0000" if protocol == RESPONSES else "rid-next", text=DONE))
+    model = sibling(protocol, loopback.url)
+    answer = await turn(model, transcript)
+    assert (answer.stop_reason, answer.text) == ("stop", DONE)
+    request = loopback.requests[-1]
+    expected = EXPECTED[protocol](protocol, Expect(loop=False, own=False))
+    if protocol == GEMINI:
+        assert request.path == "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    else:
+        expected["model"] = model.id
+    assert request.json == expected
+    VALIDATORS[protocol](request.json)
+
+
+@pytest.mark.parametrize("source", PROTOCOLS)
+async def test_gemini_3_gets_placeholder_signatures_on_calls_it_did_not_make(loopback: LoopbackServer,
+                                                                            source: str) -> None:
+    # Gemini 3 rejects a function call without a thought signature; calls written by
+    # another model (another Gemini included) carry the documented placeholder instead.
+    transcript = await write_transcript(loopback, source)
+    loopback.queue(WIRES[GEMINI].reply("rid-next", text=DONE))
+    model = GeminiModel("gemini-3-pro-preview", base_url=loopback.url + "/v1beta", api_key="AIza-test", retry=NO_RETRY)
+    await turn(model, transcript)
+    body = loopback.requests[-1].json
+    validate_gemini(body)
+    model_turns = [c["parts"] for c in body["contents"] if c["role"] == "model"]
+    assert [[p.get("thoughtSignature") for p in parts] for parts in model_turns] == [
+        [None, SKIP_SIGNATURE, None],
+        [None],
+        [SKIP_SIGNATURE],
+    ]
+
+
+@pytest.mark.parametrize("source", PROTOCOLS)
+async def test_mistral_gets_nine_character_ids(loopback: LoopbackServer, source: str) -> None:
+    transcript = await write_transcript(loopback, source)
+    loopback.queue(WIRES[CHAT].reply("cmpl-next", text=DONE))
+    model = OpenAIChatModel.preset("mistral", "mistral-large-latest", base_url=loopback.url + "/v1",
+                                   api_key="mistral-test", retry=NO_RETRY)
+    await turn(model, transcript)
+    body = loopback.requests[-1].json
+    validate_chat(body)
+    calls, results = call_ids(CHAT, body)
+    assert len(set(calls)) == 3
+    assert all(re.fullmatch(r"[a-zA-Z0-9]{9}", c) for c in calls)
+    assert results == calls
+    assert [m["name"] for m in body["messages"] if m["role"] == "tool"] == ["get_weather"] * 3
