@@ -20,7 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic_streams
+import gemini_streams
+import msgspec
 import pytest
+import responses_streams
 from loopback import LoopbackServer, Reply, sse
 
 from ketch.llm import (
@@ -1146,3 +1150,64 @@ async def test_mistral_gets_nine_character_ids(loopback: LoopbackServer, source:
     assert all(re.fullmatch(r"[a-zA-Z0-9]{9}", c) for c in calls)
     assert results == calls
     assert [m["name"] for m in body["messages"] if m["role"] == "tool"] == ["get_weather"] * 3
+
+
+# -- the adapters' own recorded fixtures as sources ---------------------------------------------
+
+TIME = ToolSpec(name="get_time", description="Local time in a time zone",
+                parameters={"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]})
+
+
+def _recorded(url: str, name: str) -> tuple[Model, list[bytes], list[str]]:
+    """A source model, one of its recorded streams, and the opaque strings in it."""
+    if name.startswith("anthropic"):
+        stream = {"anthropic-parallel-tools": anthropic_streams.PARALLEL_TOOLS,
+                  "anthropic-redacted-thinking": anthropic_streams.REDACTED_THINKING,
+                  "anthropic-thinking": anthropic_streams.THINKING_TEXT}[name]
+        return (WIRES[ANTHROPIC].model(url), anthropic_streams.events(stream),
+                [anthropic_streams.THINKING_SIGNATURE, anthropic_streams.REDACTED_DATA, "ErUBCkYIBRgCIkDz"])
+    if name.startswith("responses"):
+        stream = {"responses-parallel-calls": responses_streams.PARALLEL_CALLS,
+                  "responses-reasoning": responses_streams.REASONING_TEXT}[name]
+        return WIRES[RESPONSES].model(url), responses_streams.events(stream), ["gAAAAABor_", "rs_68af", "msg_68af", "fc_68af"]
+    stream = {"gemini-parallel-calls": gemini_streams.PARALLEL_CALLS, "gemini-3-call-with-id": gemini_streams.CALL_WITH_ID,
+              "gemini-thinking": gemini_streams.THINKING_TEXT}[name]
+    model = GeminiModel("gemini-3-pro-preview" if "gemini-3" in name else "gemini-2.5-flash",
+                        base_url=url + "/v1beta", api_key="AIza-test", retry=NO_RETRY)
+    return model, gemini_streams.events(stream), ["CikBcsjafFK168IbtVtoxVV0Tsn8O", "EpYCCpMCAdHtim9x2Y3Q", "CiQB0e2Kb7mR3X"]
+
+
+RECORDED = ["anthropic-parallel-tools", "anthropic-redacted-thinking", "anthropic-thinking", "responses-parallel-calls",
+            "responses-reasoning", "gemini-parallel-calls", "gemini-3-call-with-id", "gemini-thinking"]
+
+
+@pytest.mark.parametrize("target", PROTOCOLS)
+@pytest.mark.parametrize("recorded", RECORDED)
+async def test_recorded_fixture_transcripts_continue_on_every_protocol(loopback: LoopbackServer, recorded: str,
+                                                                       target: str) -> None:
+    source, chunks, opaque = _recorded(loopback.url, recorded)
+    loopback.queue(Reply(headers={"content-type": "text/event-stream"}, chunks=chunks))
+    transcript: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
+    reply = await turn(source, transcript)
+    assert reply.stop_reason in ("stop", "tool_use")
+    transcript.append(reply)
+    transcript += [result(c, f"{c.name}: ok", 2.0 + i / 10) for i, c in enumerate(reply.tool_calls)]
+    transcript.append(UserMessage(content="Thanks.", timestamp=3.0))
+
+    wire = WIRES[target]
+    loopback.queue(wire.reply("resp_68af9999aaaa0000" if target == RESPONSES else "rid-next", text=DONE))
+    model = wire.model(loopback.url)
+    answer = await complete_turn(model, Context(system_prompt=SYSTEM, messages=transcript, tools=[WEATHER, TIME]))
+    assert (answer.stop_reason, answer.text) == ("stop", DONE)
+    body = loopback.requests[-1].json
+    VALIDATORS[target](body)
+    calls, results = call_ids(target, body)
+    assert len(calls) == len(reply.tool_calls)
+    assert results == calls
+    sent = json.dumps(body, ensure_ascii=False)
+    own = (source.provider, source.api, source.id) == (model.provider, model.api, model.id)
+    leaked = [s for s in opaque if s in sent]
+    kept = [s for s in opaque if s in json.dumps(msgspec.to_builtins(reply), ensure_ascii=False)]
+    assert leaked == (kept if own and target != CHAT else [])
+    thinking = [_dump(b.thinking)[1:-1] for b in reply.content if isinstance(b, ThinkingContent) and b.thinking]
+    assert [t in sent for t in thinking] == [own and target != CHAT] * len(thinking)
