@@ -13,9 +13,11 @@ Rules are strings such as ``"edit"`` (every call of a tool) or ``"bash(git statu
 (calls whose subject matches a glob; the subject is ``command`` for bash, else ``path``
 or ``pattern``). Deny rules win over everything, even ``bypass``; allow rules (from
 configuration, or remembered when the user answers "always") let a call through
-without asking, except in ``plan`` mode. A bash pattern rule matches a compound command
+without asking, except in ``plan`` mode. An allow rule matches a compound bash command
 only when every part (split at ``;``, ``&&``, ``||``, ``|``, ``&`` and newlines) matches,
-and never a command with substitutions or redirections.
+and never a command with substitutions or redirections; a deny rule matches when any
+part does. Path patterns are matched against the path as given, normalised, and relative
+to the gate's ``root``.
 
 Use it with any agent::
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ PERMISSION_MODES: tuple[PermissionMode, ...] = ("default", "accept-edits", "bypa
 
 _RULE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 _SPLIT = re.compile(r"\s*(?:&&|\|\||;|\||&|\n)\s*")
+_SPLIT_ALL = re.compile(r"\s*(?:&&|\|\||;|\||&|\n|\$\(|`|\(|\)|[<>])\s*")
 _UNSAFE = re.compile(r"\$\(|`|[<>]")
 
 
@@ -75,10 +79,15 @@ def rule_subject(tool_name: str, args: dict[str, Any]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A permission rule: a tool name and an optional glob over the call's subject."""
+    """A permission rule: a tool name and an optional glob over the call's subject.
+
+    An ``exact`` rule (what an "always" answer remembers for bash) matches only its
+    pattern as written, character for character.
+    """
 
     tool: str
     pattern: str | None = None
+    exact: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Rule:
@@ -91,8 +100,12 @@ class Rule:
             pattern = pattern.strip()
         return cls(m.group(1).lower(), pattern or None)
 
-    def matches(self, tool_name: str, args: dict[str, Any]) -> bool:
-        """Whether this rule covers a call of ``tool_name`` with ``args``."""
+    def matches(self, tool_name: str, args: dict[str, Any], *, root: str | None = None, deny: bool = False) -> bool:
+        """Whether this rule covers a call of ``tool_name`` with ``args``.
+
+        Paths are also tried normalised and, when ``root`` is given, relative to it. As
+        a ``deny`` rule, a bash pattern matches when any part of the command matches.
+        """
         if tool_name.lower() != self.tool:
             return False
         if self.pattern is None:
@@ -100,15 +113,32 @@ class Rule:
         subject = rule_subject(tool_name, args)
         if subject is None:
             return False
+        if self.exact:
+            return subject == self.pattern
+        pattern = self.pattern
         if tool_name == "bash":
-            if _UNSAFE.search(subject):
+            command = subject.strip()
+            if deny:
+                parts = [p for p in _SPLIT_ALL.split(command) if p]
+                return fnmatch.fnmatchcase(command, pattern) or any(fnmatch.fnmatchcase(p, pattern) for p in parts)
+            if _UNSAFE.search(command):
                 return False
-            parts = [p for p in _SPLIT.split(subject.strip()) if p]
-            return bool(parts) and all(fnmatch.fnmatchcase(p, self.pattern) for p in parts)
-        return fnmatch.fnmatchcase(subject, self.pattern)
+            parts = [p for p in _SPLIT.split(command) if p]
+            return bool(parts) and all(fnmatch.fnmatchcase(p, pattern) for p in parts)
+        return any(fnmatch.fnmatchcase(c, pattern) for c in _path_forms(subject, root))
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
+
+
+def _path_forms(subject: str, root: str | None) -> set[str]:
+    forms = {subject, os.path.normpath(subject)}
+    if root is not None:
+        absolute = os.path.normpath(os.path.join(root, os.path.expanduser(subject)))
+        forms.add(absolute)
+        if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
+            forms.add(os.path.relpath(absolute, root))
+    return forms
 
 
 def _rules(items: Iterable[str | Rule]) -> list[Rule]:
@@ -197,12 +227,24 @@ class PermissionGate:
     Pass :meth:`before_tool_call` as the loop hook. ``allow`` / ``deny`` are rules (strings
     or :class:`Rule`); ``edit_tools`` names the tools ``accept-edits`` lets through;
     ``no_approver_message`` is the denial text when a call needs approval and there is
-    no approver (``{tool}`` and ``{mode}`` are filled in). Prompts are asked one at a
+    no approver (``{tool}`` and ``{mode}`` are filled in); ``root`` is the directory
+    relative paths in rules refer to. Prompts are asked one at a
     time; an "always" answer also covers calls already waiting. ``session_rules`` holds
     the rules remembered from "always" answers, ``denials`` every denied call.
     """
 
-    __slots__ = ("_lock", "allow", "approver", "denials", "deny", "edit_tools", "mode", "no_approver_message", "session_rules")
+    __slots__ = (
+        "_lock",
+        "allow",
+        "approver",
+        "denials",
+        "deny",
+        "edit_tools",
+        "mode",
+        "no_approver_message",
+        "root",
+        "session_rules",
+    )
 
     def __init__(
         self,
@@ -213,8 +255,10 @@ class PermissionGate:
         deny: Iterable[str | Rule] = (),
         edit_tools: Iterable[str] = ("write", "edit"),
         no_approver_message: str = NO_APPROVER,
+        root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.mode: PermissionMode = _check_mode(mode)
+        self.root = os.path.realpath(os.fspath(root)) if root is not None else None
         self.approver = approver
         self.allow = _rules(allow)
         self.deny = _rules(deny)
@@ -241,8 +285,9 @@ class PermissionGate:
     def check(self, tool: Tool, args: dict[str, Any]) -> tuple[Verdict, str | None]:
         """The policy verdict for a call without asking anyone: allow, ask, or deny (with reason)."""
         name = tool.name
+        root = self.root
         for rule in self.deny:
-            if rule.matches(name, args):
+            if rule.matches(name, args, root=root, deny=True):
                 return "deny", RULE_DENIED.format(rule=rule)
         if not self.changes_things(tool, args):
             return "allow", None
@@ -251,8 +296,9 @@ class PermissionGate:
             return "deny", PLAN_DENIED.format(tool=name)
         if mode == "bypass":
             return "allow", None
-        if any(r.matches(name, args) for r in self.allow) or any(r.matches(name, args) for r in self.session_rules):
-            return "allow", None
+        for rules in (self.allow, self.session_rules):
+            if any(r.matches(name, args, root=root) for r in rules):
+                return "allow", None
         if mode == "accept-edits" and name in self.edit_tools:
             return "allow", None
         return "ask", None
@@ -261,7 +307,7 @@ class PermissionGate:
         """The :class:`PermissionRequest` an approver gets for this call."""
         name = tool.name
         subject = rule_subject(name, args)
-        suggested = Rule(name.lower(), subject) if name == "bash" and subject else Rule(name.lower())
+        suggested = Rule(name.lower(), subject, exact=True) if name == "bash" and subject else Rule(name.lower())
         kind: Literal["edit", "execute"] = "edit" if name in self.edit_tools else "execute"
         return PermissionRequest(name, dict(args), kind, subject, suggested, self.mode)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,6 +79,29 @@ def test_rule_matching() -> None:
     assert not Rule.parse("edit(src/*)").matches("edit", {"path": "tests/a.py"})
     assert Rule.parse("edit").matches("EDIT", {})
     assert not Rule.parse("edit(x)").matches("edit", {})
+    exact = Rule("bash", "rm *.tmp", exact=True)
+    assert exact.matches("bash", {"command": "rm *.tmp"})
+    assert not exact.matches("bash", {"command": "rm important.tmp"})
+    assert Rule("bash", "make && make install", exact=True).matches("bash", {"command": "make && make install"})
+
+
+def test_deny_rules_match_any_part_and_every_spelling_of_a_path() -> None:
+    rm = Rule.parse("bash(rm *)")
+    for command in ("rm -rf x", "git status && rm -rf x", "ls; rm x", "echo $(rm x)", "ls `rm x`", "(rm x)", "ls | rm x"):
+        assert rm.matches("bash", {"command": command}, deny=True), command
+    assert not rm.matches("bash", {"command": "git status"}, deny=True)
+    secrets = Rule.parse("read(secrets/*)")
+    for path in ("secrets/a", "./secrets/a", "x/../secrets/a", "/work/p/secrets/a"):
+        assert secrets.matches("read", {"path": path}, root="/work/p", deny=True), path
+    assert not secrets.matches("read", {"path": "/elsewhere/secrets/a"}, root="/work/p", deny=True)
+    assert not secrets.matches("read", {"path": "public/a"}, root="/work/p")
+
+
+async def test_deny_rule_applies_to_read_only_tools_too(tmp_path: Path) -> None:
+    gate = PermissionGate("bypass", deny=["read(.env)"], root=tmp_path)
+    log, results = await _run(gate, [tool_call("read", {"path": str(tmp_path / ".env")}), tool_call("read", {"path": "a"})])
+    assert log == ["read:{'path': 'a'}"]
+    assert results[0] == ("read", True, "Permission denied: the call matches the deny rule read(.env).")
 
 
 def test_unknown_mode_rejected() -> None:

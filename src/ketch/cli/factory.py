@@ -238,6 +238,7 @@ def build_agent(
         allow=settings.allow,
         deny=settings.deny,
         no_approver_message=HEADLESS_DENIAL,
+        root=root,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
     chooser: _FirstCallToolChoice | None = None
