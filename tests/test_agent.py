@@ -329,3 +329,18 @@ async def test_tools_see_the_agent_through_their_context() -> None:
     agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)])
     await agent.prompt("go")
     assert seen == [(agent, "c1", "i", 2)]
+
+
+async def test_structured_result_parse() -> None:
+    import msgspec
+
+    from ketch.llm.structured import StructuredOutputError
+
+    class Weather(msgspec.Struct):
+        city: str
+        temp: float
+
+    agent = Agent(ScriptedModel(['```json\n{"city": "Oslo", "temp": 3.5}\n```', '{"city": "Oslo"}']))
+    assert (await agent.prompt("weather?")).parse(Weather) == Weather(city="Oslo", temp=3.5)
+    with pytest.raises(StructuredOutputError, match="temp"):
+        (await agent.prompt("again")).parse(Weather)

@@ -439,3 +439,18 @@ async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
     assert answer.text != ""
     assert result.summary.turns == 2
     assert result.usage.output == call_message.usage.output + answer.usage.output
+
+
+def test_count_tokens_is_exact_and_plugs_into_accounting(model: LocalModel) -> None:
+    from ketch.llm import UserMessage
+    from ketch.llm.tokens import context_usage, set_token_counter
+
+    text = "The quick brown fox jumps over the lazy dog."
+    n = model.count_tokens(text)
+    assert 5 <= n <= 20
+    assert model.count_tokens("") == 0
+    set_token_counter(model.count_tokens)
+    try:
+        assert context_usage([UserMessage(content=text)], 2048).tokens == n
+    finally:
+        set_token_counter(None)

@@ -13,7 +13,7 @@ Canonical orders (u = user, a = assistant, tr = tool result)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -42,6 +42,8 @@ __all__ = [
     "TurnEnd",
     "TurnStart",
 ]
+
+T = TypeVar("T")
 
 EndReason: TypeAlias = Literal["stop", "max_turns", "max_budget", "aborted", "error", "stop_guard"]
 
@@ -106,6 +108,13 @@ class RunResult(msgspec.Struct, kw_only=True):
         """The text of the last assistant message ("" if none)."""
         m = self.last_assistant
         return m.text if m is not None else ""
+
+    def parse(self, type_: type[T]) -> T:
+        """The final text parsed and validated as ``type_`` (dataclass, TypedDict, msgspec
+        Struct or pydantic model); raises ``StructuredOutputError`` naming what is wrong."""
+        from ..llm.structured import parse_structured
+
+        return parse_structured(self.text, type_)
 
     def raise_for_error(self) -> RunResult:
         """Raise :class:`RunError` unless the run ended with ``stop``; return self otherwise."""

@@ -674,6 +674,19 @@ class LocalModel:
             self._loaded = loaded
         return loaded.stats
 
+    def count_tokens(self, text: str) -> int:
+        """Exact number of tokens ``text`` takes with this model's tokenizer.
+
+        Loads the model on first use (blocking). Plug it into context accounting with
+        ``ketch.llm.tokens.set_token_counter(model.count_tokens)``.
+        """
+        loaded = self._loaded
+        if loaded is None:
+            key = self._key()
+            loaded = _cache.get(key) or _load(key)
+            self._loaded = loaded
+        return len(loaded.llama.tokenize(text.encode(), add_bos=False, special=False))
+
     def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
         opts = options if options is not None else _DEFAULT_OPTIONS
