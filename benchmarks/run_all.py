@@ -21,7 +21,7 @@ It starts the scripted LLM server (:mod:`suite.server`) in its own process, then
 
 Prints Markdown tables; ``--json PATH`` also writes every raw figure.
 ``--profile`` writes a pyinstrument profile of ketch's measured section to
-``benchmarks/profile-ketch.txt`` and prints a cProfile summary.
+``$TMPDIR/ketch-profile.txt`` and prints a cProfile summary (main thread only).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -290,7 +291,7 @@ def coldstart(server: Server, repeats: int) -> tuple[str, dict[str, Any]]:
 
 def profile(server: Server, runs: int, concurrency: int) -> str:
     """Profile ketch's measured section: pyinstrument to a file, cProfile summary printed."""
-    target = HERE / "profile-ketch.txt"
+    target = Path(tempfile.gettempdir()) / "ketch-profile.txt"
     child(
         [
             "suite.client",
@@ -307,7 +308,7 @@ def profile(server: Server, runs: int, concurrency: int) -> str:
             str(target),
         ]
     )
-    stats = HERE / "profile-ketch.pstats"
+    stats = Path(tempfile.gettempdir()) / "ketch-profile.pstats"
     child(
         [
             "suite.client",
