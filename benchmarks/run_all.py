@@ -70,10 +70,10 @@ class Server:
         """The base URL (``.../v1``) of a script."""
         return self.base + script.base_path(rounds, chunks) + "/v1"
 
-    def cpu(self) -> float:
-        """The server's CPU seconds so far."""
+    def stats(self) -> dict[str, Any]:
+        """The server's CPU seconds and request counts so far."""
         with urllib.request.urlopen(self.base + "/stats") as response:
-            return float(json.load(response)["cpu"])
+            return dict(json.load(response))
 
     def stop(self) -> None:
         """Terminate the server."""
@@ -132,22 +132,20 @@ def compare(server: Server, impls: list[str], reps: int, runs: int, concurrency:
     for rep in range(reps):
         order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
         for impl in order:
-            before = server.cpu()
-            out = child(
-                [
-                    "suite.client",
-                    impl,
-                    "--url",
-                    server.url(),
-                    "--runs",
-                    str(runs),
-                    "--concurrency",
-                    str(concurrency),
-                ]
-            )
-            out["server_cpu"] = server.cpu() - before
+            before = server.stats()
+            args = ["--url", server.url(), "--runs", str(runs), "--concurrency", str(concurrency)]
+            out = child(["suite.client", impl, *args])
+            after = server.stats()
+            out["server_cpu"] = after["cpu"] - before["cpu"]
             if out["errors"] or out["failed_checks"]:
                 raise RuntimeError(f"{impl} failed its checks: {out['first_error'] or out['first_failure']}")
+            # The warm-up run and the measured ones: one streamed request per round plus the answer.
+            want = (runs + 1) * (script.ROUNDS + 1)
+            streamed = after["streamed"] - before["streamed"]
+            if streamed != want or after["unstreamed"] != before["unstreamed"]:
+                raise RuntimeError(
+                    f"{impl} sent {streamed} streamed requests (expected {want}) or unstreamed ones"
+                )
             results[impl].append(out)
             print(
                 f"  rep {rep + 1}/{reps} {impl:16} cpu/run {out['cpu'] / runs * 1e3:7.2f} ms  "

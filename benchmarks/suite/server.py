@@ -11,7 +11,8 @@ Which turn a request is in is read from the request itself (the tool results aft
 last user message), so the server keeps no per-conversation state. Every response is
 computed once, cached, and written with a single ``transport.write`` (HTTP/1.1, one
 chunk of chunked encoding), so timings measure the client, not the server's pacing.
-``GET /stats`` returns the server's own CPU seconds and request count.
+``GET /stats`` returns the server's own CPU seconds and request counts (all, streamed,
+unstreamed).
 
 The HTTP layer is a small asyncio protocol (keep-alive, Content-Length or chunked
 request bodies) so the server costs as little CPU as possible on a shared machine.
@@ -271,7 +272,7 @@ def anthropic_json(results: list[str], rounds: int, chunks: int) -> bytes:
 
 # -- HTTP --------------------------------------------------------------------------------------
 _cache: dict[tuple[Any, ...], bytes] = {}
-_stats = {"requests": 0}
+_stats = {"requests": 0, "streamed": 0, "unstreamed": 0}
 
 
 def _response(status: str, content_type: str, body: bytes, chunked: bool) -> bytes:
@@ -293,7 +294,7 @@ def handle(method: bytes, path: bytes, body: bytes) -> bytes:
     _stats["requests"] += 1
     if method == b"GET" and path == b"/stats":
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        stats = {"cpu": ru.ru_utime + ru.ru_stime, "requests": _stats["requests"], "maxrss_kb": ru.ru_maxrss}
+        stats = {"cpu": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss, **_stats}
         return _response("200 OK", "application/json", _enc.encode(stats), False)
     match = _PATH.match(path.split(b"?", 1)[0])
     if method != b"POST" or match is None:
@@ -339,6 +340,7 @@ def handle(method: bytes, path: bytes, body: bytes) -> bytes:
             return _error("404 Not Found", "unknown path")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return _error("400 Bad Request", f"bad request body: {exc}")
+    _stats["streamed" if key[1] else "unstreamed"] += 1
     if len(_cache) > 4096:
         _cache.clear()
     _cache[key] = cached
