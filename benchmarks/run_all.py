@@ -46,7 +46,9 @@ sys.path.insert(0, str(HERE))
 from suite import script  # noqa: E402
 from suite.impls import LABELS  # noqa: E402
 
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
+# Children run in benchmarks/, so relative PYTHONPATH entries (PYTHONPATH=src) are made absolute.
+_PATHS = [str(HERE), *(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(_PATHS)}
 PEERS = {"openai-agents": "agents", "pydantic-ai": "pydantic_ai"}
 
 
