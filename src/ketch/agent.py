@@ -447,7 +447,8 @@ class Agent:
             stream = start(config, context, signal)
             async for event in stream:
                 self._reduce(event)
-                await self._notify(event)
+                if self._listeners:
+                    await self._notify(event)
             result = await stream.result()
             return result
         finally:

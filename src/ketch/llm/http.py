@@ -13,6 +13,7 @@ allocates only for the lines it returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,13 +62,36 @@ async def get_session() -> aiohttp.ClientSession:
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None),
         auto_decompress=True,
-        trust_env=True,
+        # Proxies from the environment are resolved once per host by proxy_for(); aiohttp's
+        # trust_env would look them (and .netrc) up in a thread on every request.
+        trust_env=False,
     )
     keeper = _keeper(session)
     await anext(keeper)
     _sessions[loop] = (session, keeper)
     _last = (loop, session)
     return session
+
+
+@functools.lru_cache(maxsize=256)
+def _proxy(scheme: str, host: str) -> str | None:
+    import urllib.request
+
+    if urllib.request.proxy_bypass(host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(scheme) or proxies.get("all") or None
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``, ``NO_PROXY`` …) sets for ``url``, if any.
+
+    Looked up once per scheme and host.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return _proxy(parts.scheme, parts.hostname or "")
 
 
 async def close_session() -> None:

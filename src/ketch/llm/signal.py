@@ -27,17 +27,14 @@ class Aborted(Exception):
 class AbortSignal:
     """A one-shot abort flag with callbacks and task-cancelling scopes."""
 
-    __slots__ = ("_callbacks", "_event", "_reason")
+    __slots__ = ("_callbacks", "_event", "_reason", "aborted")
 
     def __init__(self) -> None:
+        self.aborted = False
+        """True once :meth:`abort` was called (read-only for callers)."""
         self._reason: str | None = None
         self._callbacks: list[Callable[[], None]] = []
         self._event: asyncio.Event | None = None
-
-    @property
-    def aborted(self) -> bool:
-        """True once :meth:`abort` was called."""
-        return self._reason is not None
 
     @property
     def reason(self) -> str | None:
@@ -49,6 +46,7 @@ class AbortSignal:
         if self._reason is not None:
             return
         self._reason = reason
+        self.aborted = True
         if self._event is not None:
             self._event.set()
         callbacks, self._callbacks = self._callbacks, []

@@ -439,6 +439,10 @@ class MessageBuilder:
         return block
 
 
+_BLOCK_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallDelta, ToolCallEnd}
+)
+
 # A message-producing coroutine body: yields events, may raise anything.
 Producer = AsyncIterator[StreamEvent]
 
@@ -461,6 +465,7 @@ async def guard_stream(
     """
     waiting = AbortWaiter(signal)
     started = False
+    step = producer.__anext__
     try:
         while True:
             if signal is not None and signal.aborted:
@@ -471,7 +476,7 @@ async def guard_stream(
                 return
             waiting.active = True
             try:
-                event = await anext(producer)
+                event = await step()
             except StopAsyncIteration:
                 if not started:
                     yield builder.start()
@@ -493,6 +498,9 @@ async def guard_stream(
                 return
             finally:
                 waiting.active = False
+            if started and type(event) in _BLOCK_EVENTS:
+                yield event
+                continue
             if type(event) is StreamStart:
                 if started:
                     continue
@@ -502,7 +510,6 @@ async def guard_stream(
                 yield builder.start()
             yield event
             if type(event) is StreamDone or type(event) is StreamError:
-                await _close(producer)
                 return
             if type(event) is StreamRetry and event.discard_partial:
                 started = False

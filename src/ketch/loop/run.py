@@ -46,6 +46,14 @@ from .tool import Tool, ToolResult
 
 __all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
 
+_BLOCK_EVENT_TYPES = frozenset(
+    {
+        "text_start", "text_delta", "text_end",
+        "thinking_start", "thinking_delta", "thinking_end",
+        "toolcall_start", "toolcall_delta", "toolcall_end",
+    }
+)
+
 DEFAULT_WINDOW = 128_000
 """Context window assumed for models that do not say (``model.info.context_window``)."""
 
@@ -387,7 +395,10 @@ class _Run:
             try:
                 async for event in stream:
                     kind = event.type
-                    if kind == "start":
+                    if kind in _BLOCK_EVENT_TYPES:
+                        if partial is not None:
+                            yield MessageUpdate(message=partial, event=event)
+                    elif kind == "start":
                         started = partial is not None
                         partial = event.partial  # type: ignore[union-attr]
                         if not started:
@@ -410,8 +421,6 @@ class _Run:
                             error_message=event.error_message,
                             discard_partial=event.discard_partial,
                         )
-                    elif partial is not None:
-                        yield MessageUpdate(message=partial, event=event)
             except Exception as exc:
                 final = partial or self._error_message("")
                 final.stop_reason = "error"

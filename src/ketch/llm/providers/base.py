@@ -26,7 +26,7 @@ import msgspec
 
 from ..classify import classify_exception, classify_response
 from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
-from ..http import get_session, iter_sse, redact_headers, redact_text
+from ..http import get_session, iter_sse, proxy_for, redact_headers, redact_text
 from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
@@ -264,6 +264,7 @@ class HTTPModel:
                     request.url,
                     data=payload,
                     headers=headers,
+                    proxy=proxy_for(request.url),
                     timeout=streaming_timeout if request.stream else whole_timeout,
                 )
                 finished = False
@@ -292,13 +293,19 @@ class HTTPModel:
                     content_type = response.headers.get("content-type", "")
                     if request.stream and not content_type.startswith("application/json"):
                         last: StreamEvent | None = None
-                        async for event in self.parse_stream(iter_sse(response.content), builder, request):
-                            last = event
-                            if type(event) is StreamDone:
-                                self._check_window(builder)
-                                await _drain(response)
-                                finished = True
-                            yield event
+                        sse = iter_sse(response.content)
+                        parsed = self.parse_stream(sse, builder, request)
+                        try:
+                            async for event in parsed:
+                                last = event
+                                if type(event) is StreamDone:
+                                    self._check_window(builder)
+                                    await _drain(response)
+                                    finished = True
+                                yield event
+                        finally:
+                            await _aclose(parsed)
+                            await _aclose(sse)
                         if type(last) is not StreamDone:
                             raise NetworkError("The stream ended before the response was complete")
                     else:
@@ -352,6 +359,12 @@ class HTTPModel:
                 raise ContextOverflowError(
                     f"The request used {used} input tokens, more than the {window}-token context window"
                 )
+
+
+async def _aclose(iterator: object) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

@@ -432,7 +432,12 @@ class OpenAIChatModel(HTTPModel):
             choice = chunk.choices[0]
             delta = choice.delta
             if delta is not None:
-                for name in reasoning_fields:
+                has_reasoning = (
+                    delta.reasoning_content is not None
+                    or delta.reasoning is not None
+                    or delta.reasoning_text is not None
+                )
+                for name in reasoning_fields if has_reasoning else ():
                     reasoning = getattr(delta, name)
                     if reasoning:
                         if think_i < 0:
