@@ -26,7 +26,7 @@ from .llm.messages import (
 )
 from .llm.model import Model, StreamOptions, ThinkingLevel
 from .llm.signal import AbortSignal
-from .llm.tokens import ContextUsage, context_usage
+from .llm.tokens import ContextUsage
 from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
 from .loop.events import AgentEvent, RunResult
 from .loop.run import DEFAULT_WINDOW, RunStream, continue_loop, run_loop
@@ -260,7 +260,10 @@ class Agent:
         """How full the model's context window is with the current transcript."""
         info = getattr(self.model, "info", None)
         window = getattr(info, "context_window", None) or DEFAULT_WINDOW
-        return context_usage(self._messages, window)
+        context = self._context
+        if context.messages is not self._messages:
+            context = self._context = LoopContext(messages=self._messages)
+        return context.meter.measure(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
     def steer(self, message: str | Message) -> None:

@@ -115,3 +115,20 @@ async def test_turn_end_reports_context_usage() -> None:
     (turn_end,) = [e for e in events if e.type == "turn_end"]
     assert turn_end.context is not None
     assert (turn_end.context.tokens, turn_end.context.window) == (55, 128_000)
+
+
+def test_context_meter_is_incremental_and_follows_rewrites() -> None:
+    from ketch.context import ContextSummary
+    from ketch.llm.tokens import ContextMeter
+
+    meter = ContextMeter()
+    old = AssistantMessage(content=[TextContent(text="x")], usage=Usage(input=5000, output=10), timestamp=1.0)
+    msgs: list[Message] = [UserMessage(content="q", timestamp=0.5), old]
+    assert meter.measure(msgs, 10_000).tokens == 5010
+    msgs.append(UserMessage(content="abcd" * 10, timestamp=2.0))
+    assert meter.measure(msgs, 10_000).tokens == 5020
+    # after compaction the kept assistant message's usage describes the old, larger context
+    summary = ContextSummary(summary="abcd" * 5, timestamp=3.0)
+    msgs[:] = [summary, old, msgs[2]]
+    assert meter.measure(msgs, 10_000).tokens == context_usage(msgs, 10_000).tokens
+    assert meter.measure(msgs, 10_000).tokens < 100

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ..llm.messages import Message, UserMessage
 from ..llm.model import Context, Model, StreamOptions, complete
-from ..llm.tokens import context_usage, estimate_message_tokens
+from ..llm.tokens import ContextMeter, estimate_message_tokens
 from ..loop.config import ContextRequest, Projection
 from ..loop.events import CompactionEnd, CompactionStart
 from .strategies import ClearedView, trim_long_text
@@ -112,6 +112,7 @@ class ContextManager:
         self.failures = 0
         self.summary_calls = 0
         self._estimate = _Estimate()
+        self._meter = ContextMeter()
         self._cleared = ClearedView(keep_tool_results)
         self._projected = False
 
@@ -123,7 +124,7 @@ class ContextManager:
 
     def tokens(self, messages: Sequence[Message], window: int) -> int:
         """Tokens the full transcript would take in a request."""
-        anchored = context_usage(messages, window).tokens
+        anchored = self._meter.measure(messages, window).tokens
         if not self._projected:
             return anchored
         # The last request sent a projected view, so its reported size undercounts the transcript.
@@ -174,7 +175,7 @@ class ContextManager:
         threshold: int,
     ) -> AsyncIterator[Any]:
         tokens = self.tokens(messages, window) if reason != "overflow" else max(
-            self._estimate.of(messages), context_usage(messages, window).tokens
+            self._estimate.of(messages), self._meter.measure(messages, window).tokens
         )
         instructions = request.instructions
         if self.pre_compact is not None:

@@ -2,7 +2,8 @@
 
 :func:`context_usage` anchors on real numbers: the input (plus cache) tokens the
 provider reported for the last assistant message that has usage, plus an estimate for
-the messages after it. The cost is O(messages since the anchor), not O(history).
+the messages after it. :class:`ContextMeter` keeps that figure up to date in
+O(new messages) per call.
 Estimates: about 4 characters per token for Latin text, about 1.5 tokens per
 character for CJK-dominant text, and a fixed cost per image. A tokenizer can replace
 the estimate with :func:`set_token_counter`.
@@ -28,6 +29,7 @@ from .messages import (
 
 __all__ = [
     "IMAGE_TOKENS",
+    "ContextMeter",
     "ContextUsage",
     "context_usage",
     "estimate_message_tokens",
@@ -105,34 +107,68 @@ def estimate_message_tokens(message: Message) -> int:
     return estimate_message_tokens(converted)
 
 
-def _anchor(messages: Sequence[Message]) -> tuple[int, int]:
-    """(index of the last assistant message with usage, its context tokens), or (-1, 0).
+def _anchor_tokens(m: Message, not_before: float) -> int:
+    """The context size an assistant message's reported usage shows (0: not an anchor)."""
+    if type(m) is not AssistantMessage:
+        return 0
+    assert isinstance(m, AssistantMessage)
+    if m.stop_reason in ("error", "aborted") or m.timestamp < not_before:
+        return 0
+    u = m.usage
+    tokens = u.input + u.cache_read + u.cache_write
+    if tokens == 0 and u.total_tokens:
+        tokens = u.total_tokens - u.output
+    return tokens + u.output if tokens > 0 else 0
 
-    A transcript that starts with a compaction summary (a message whose class sets
-    ``resets_usage_anchor``) only anchors on assistant messages newer than it: older
-    kept messages report the size of the pre-compaction context.
+
+class ContextMeter:
+    """Incremental :func:`context_usage` for one transcript.
+
+    For an append-only transcript each :meth:`measure` costs O(new messages); any other
+    change (the list shrank, or its first or last-seen message was replaced) triggers
+    one full recount. A transcript that starts with a compaction summary (a message
+    whose class sets ``resets_usage_anchor``) only anchors on assistant messages newer
+    than it: older kept messages report the size of the pre-compaction context.
     """
-    not_before = 0.0
-    if messages and getattr(messages[0], "resets_usage_anchor", False):
-        not_before = messages[0].timestamp
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if type(m) is AssistantMessage:
-            assert isinstance(m, AssistantMessage)
-            if m.stop_reason in ("error", "aborted") or m.timestamp < not_before:
-                continue
-            u = m.usage
-            tokens = u.input + u.cache_read + u.cache_write
-            if tokens == 0 and u.total_tokens:
-                tokens = u.total_tokens - u.output
-            if tokens > 0:
-                return i, tokens + u.output
-    return -1, 0
+
+    __slots__ = ("_anchor", "_first", "_last", "_not_before", "_seen", "_tail")
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._anchor = 0
+        self._tail = 0
+        self._not_before = 0.0
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def measure(self, messages: Sequence[Message], window: int) -> ContextUsage:
+        """How full ``window`` is with ``messages``."""
+        seen = self._seen
+        if seen and (len(messages) < seen or messages[0] is not self._first or messages[seen - 1] is not self._last):
+            seen = 0
+        if seen == 0:
+            self._anchor = 0
+            self._tail = 0
+            first = messages[0] if messages else None
+            self._not_before = first.timestamp if getattr(first, "resets_usage_anchor", False) else 0.0  # type: ignore[union-attr]
+        not_before = self._not_before
+        for i in range(seen, len(messages)):
+            m = messages[i]
+            anchor = _anchor_tokens(m, not_before)
+            if anchor:
+                self._anchor = anchor
+                self._tail = 0
+            else:
+                self._tail += estimate_message_tokens(m)
+        self._seen = len(messages)
+        if messages:
+            self._first, self._last = messages[0], messages[-1]
+        return ContextUsage(tokens=self._anchor + self._tail, window=window)
 
 
 def context_usage(messages: Sequence[Message], window: int) -> ContextUsage:
-    """Tokens in context: the last reported request size plus estimates for what follows it."""
-    index, tokens = _anchor(messages)
-    for m in messages[index + 1 :]:
-        tokens += estimate_message_tokens(m)
-    return ContextUsage(tokens=tokens, window=window)
+    """Tokens in context: the last reported request size plus estimates for what follows.
+
+    One-off; to follow a growing transcript cheaply, keep a :class:`ContextMeter`.
+    """
+    return ContextMeter().measure(messages, window)

@@ -16,6 +16,7 @@ import msgspec
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
 from ..llm.model import Model, StreamOptions, ThinkingLevel
 from ..llm.signal import AbortSignal
+from ..llm.tokens import ContextMeter
 from .repair import LLMView
 from .tool import Tool, ToolResult
 
@@ -60,6 +61,7 @@ class LoopContext:
     messages: list[Message] = field(default_factory=list)
     tools: Sequence[Tool] = ()
     view: LLMView = field(default_factory=LLMView, repr=False, compare=False)
+    meter: ContextMeter = field(default_factory=ContextMeter, repr=False, compare=False)
 
 
 @dataclass(slots=True, frozen=True)

@@ -21,7 +21,7 @@ import msgspec
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Context, StreamOptions, ToolSpec
 from ..llm.signal import AbortSignal, AbortWaiter
-from ..llm.tokens import ContextUsage, context_usage
+from ..llm.tokens import ContextUsage
 from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
@@ -288,7 +288,7 @@ class _Run:
     def _usage(self) -> ContextUsage:
         info = getattr(self.model, "info", None)
         window = getattr(info, "context_window", None) or DEFAULT_WINDOW
-        return context_usage(self.ctx.messages, window)
+        return self.ctx.meter.measure(self.ctx.messages, window)
 
     def _stop_before_call(self) -> EndReason | None:
         cfg = self.cfg
