@@ -12,6 +12,8 @@ the working directory or a parent. Both are TOML::
     temperature = 0.2
     system_prompt = "Be brief."
     tools = ["read", "grep", "find", "ls"]
+    compaction = true                      # false: no automatic context management
+    context_window = 200000                # override the model's context window (tokens)
 
     [permissions]
     mode = "accept-edits"                  # default | accept-edits | bypass | plan
@@ -28,8 +30,8 @@ the working directory or a parent. Both are TOML::
 Scalars and ``tools`` from a later layer replace earlier ones; ``allow`` and ``deny``
 rules accumulate; providers merge field by field. Environment variables: ``KETCH_MODEL``,
 ``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``, ``KETCH_MAX_TOKENS``,
-``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list) and
-``KETCH_SYSTEM_PROMPT``.
+``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list),
+``KETCH_CONTEXT_WINDOW`` and ``KETCH_SYSTEM_PROMPT``.
 """
 
 from __future__ import annotations
@@ -98,13 +100,19 @@ class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     temperature: float | None = None
     system_prompt: str | None = None
     tools: list[str] | None = None
+    compaction: bool | None = None
+    context_window: int | None = None
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Settings:
-    """The effective settings, and where each came from (``sources``: field -> origin)."""
+    """The effective settings, and where each came from (``sources``: field -> origin).
+
+    ``compaction`` turns the agent's context manager on (the default) or off;
+    ``context_window`` replaces the model's context window in tokens.
+    """
 
     model: str | None = None
     thinking: str = "off"
@@ -114,6 +122,8 @@ class Settings:
     temperature: float | None = None
     system_prompt: str | None = None
     tools: list[str] | None = None
+    compaction: bool = True
+    context_window: int | None = None
     permission_mode: str = "default"
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -156,8 +166,23 @@ def _read(path: Path) -> _File:
         raise ConfigError(f"{path}: {exc}") from None
 
 
+_FILE_SCALARS = (
+    "model",
+    "thinking",
+    "max_turns",
+    "max_budget_usd",
+    "max_tokens",
+    "temperature",
+    "system_prompt",
+    "tools",
+    "compaction",
+    "context_window",
+)
+_FLAG_NAMES = {"compaction": "--no-compaction"}
+
+
 def _apply_file(settings: Settings, data: _File, origin: str) -> None:
-    for name in ("model", "thinking", "max_turns", "max_budget_usd", "max_tokens", "temperature", "system_prompt", "tools"):
+    for name in _FILE_SCALARS:
         value = getattr(data, name)
         if value is not None:
             setattr(settings, name, value)
@@ -202,6 +227,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "KETCH_TEMPERATURE": ("temperature", float),
     "KETCH_PERMISSION_MODE": ("permission_mode", str),
     "KETCH_TOOLS": ("tools", _tools_list),
+    "KETCH_CONTEXT_WINDOW": ("context_window", int),
     "KETCH_SYSTEM_PROMPT": ("system_prompt", str),
 }
 
@@ -236,7 +262,7 @@ def load_settings(
         if value is None:
             continue
         setattr(settings, name, value)
-        settings.sources[name] = f"flag --{name.replace('_', '-')}"
+        settings.sources[name] = f"flag {_FLAG_NAMES.get(name, '--' + name.replace('_', '-'))}"
     _validate(settings)
     return settings
 
@@ -261,6 +287,8 @@ def _validate(settings: Settings) -> None:
         raise ConfigError(f"{where('max_budget_usd')}: max_budget_usd must not be negative")
     if settings.max_tokens is not None and settings.max_tokens < 1:
         raise ConfigError(f"{where('max_tokens')}: max_tokens must be at least 1")
+    if settings.context_window is not None and settings.context_window < 1:
+        raise ConfigError(f"{where('context_window')}: context_window must be at least 1")
     if settings.temperature is not None and settings.temperature < 0:
         raise ConfigError(f"{where('temperature')}: temperature must not be negative")
     for kind in ("allow", "deny"):

@@ -5,6 +5,11 @@ environment, project or user config), else the first of OpenAI, Anthropic and Go
 whose API key is in the environment (with its default model), else the embedded local
 model (``local``). On the embedded model, an answer cut by the output limit ends there
 (no length-recovery prompts).
+
+Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.ContextManager`
+sized by :func:`context_window` (the ``context_window`` setting, else the embedded
+model's ``n_ctx``, else the model's registry window) with :func:`context_reserve` tokens
+kept free for the answer.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import Agent
+from ..context import ContextManager, default_reserve
 from ..llm.model import Model, StreamOptions
+from ..llm.tokens import ContextUsage
 from ..loop.config import NextTurn, TurnInfo
+from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
 from ..permissions import Approver, PermissionGate
 from .config import ConfigError, ProviderConfig, Settings
@@ -32,6 +40,8 @@ __all__ = [
     "build_model",
     "build_tools",
     "choose_model",
+    "context_reserve",
+    "context_window",
     "default_system_prompt",
     "key_source",
     "register_providers",
@@ -185,6 +195,27 @@ def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
     )
 
 
+def context_window(model: Model, settings: Settings) -> int:
+    """The context window in tokens: the ``context_window`` setting, else the model's
+    ``n_ctx`` (the embedded model), else its registry info, else 128k."""
+    if settings.context_window:
+        return settings.context_window
+    n_ctx = getattr(model, "n_ctx", None)
+    if isinstance(n_ctx, int) and n_ctx > 0:
+        return n_ctx
+    window = getattr(getattr(model, "info", None), "context_window", None)
+    return window if isinstance(window, int) and window > 0 else DEFAULT_WINDOW
+
+
+def context_reserve(window: int, max_tokens: int | None) -> int:
+    """Tokens kept free for the answer: :func:`ketch.context.default_reserve`, at most a
+    quarter of a small window, and at least ``max_tokens`` (up to half the window)."""
+    reserve = min(default_reserve(window), window // 4)
+    if max_tokens:
+        reserve = max(reserve, min(max_tokens, window // 2))
+    return reserve
+
+
 class _FirstCallToolChoice:
     """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run only."""
 
@@ -212,11 +243,26 @@ class Built:
     spec_reason: str
     root: Path
     tool_choice: _FirstCallToolChoice | None
+    context_manager: ContextManager | None = None
+    window: int = DEFAULT_WINDOW
 
     def arm(self) -> None:
         """Prepare a new run (re-arms ``--tool-choice`` for its first model call)."""
         if self.tool_choice is not None:
             self.tool_choice.arm()
+
+    def fit_context(self, settings: Settings) -> None:
+        """Size the window and the context manager for the agent's current model (call it
+        after switching models)."""
+        self.window = context_window(self.agent.model, settings)
+        manager = self.context_manager
+        if manager is not None:
+            manager.window = self.window
+            manager.reserve = context_reserve(self.window, settings.max_tokens)
+
+    def context(self) -> ContextUsage:
+        """How full :attr:`window` is with the agent's transcript."""
+        return ContextUsage(tokens=self.agent.context_usage().tokens, window=self.window)
 
 
 def build_agent(
@@ -249,6 +295,10 @@ def build_agent(
         chooser = _FirstCallToolChoice(options, tool_choice)
         config["prepare_next_turn"] = chooser
 
+    manager = ContextManager() if settings.compaction else None
+    if manager is not None:
+        config["context_manager"] = manager
+
     if resolved.provider == "local":
         # A tiny embedded model that hit its output limit tends to repeat itself when asked
         # to resume; end the answer there instead of re-prompting it.
@@ -270,4 +320,6 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
-    return Built(agent, gate, spec, reason, root, chooser)
+    built = Built(agent, gate, spec, reason, root, chooser, manager)
+    built.fit_context(settings)
+    return built

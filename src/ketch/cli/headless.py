@@ -24,6 +24,7 @@ from ..loop.events import AgentEvent
 from ..permissions import Approval, PermissionRequest
 from .config import Settings
 from .factory import Built, build_agent
+from .render import compaction_note
 from .wire import Denied, Init, encode_event, encode_line, exit_code_for, make_result
 
 __all__ = ["OutputFormat", "run_headless"]
@@ -41,7 +42,8 @@ def _version() -> str:
 
 
 class _TextOut:
-    """Streams assistant text to stdout; tool activity to stderr when it is a terminal."""
+    """Streams assistant text to stdout; tool activity and context compactions to stderr
+    when it is a terminal."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -72,6 +74,9 @@ class _TextOut:
             if len(args) > 200:
                 args = args[:200] + "…"
             self._err.write(f"\x1b[2m→ {event.tool_name}({args})\x1b[0m\n")  # type: ignore[union-attr]
+            self._err.flush()
+        elif kind == "compaction_end" and self._show_tools:
+            self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]
             self._err.flush()
 
 

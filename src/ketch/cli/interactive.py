@@ -4,7 +4,9 @@ prompt_toolkit reads input (line editing, history in the user config directory) 
 the agent streams: the prompt stays live during a run, so what you type steers the
 agent (or, prefixed with ``>>``, queues a follow-up). Output is printed above the prompt
 with rich; the bottom toolbar shows a spinner with the elapsed time and the live
-token, cost and context counters.
+token, cost and context counters (``ctx``: the share of the context window the
+conversation fills). Compactions of the context, automatic or by ``/compact``, are
+announced with the tokens before and after.
 
 Keys: Ctrl-C aborts the current run (a second Ctrl-C exits); Ctrl-D exits; Ctrl-T
 expands or collapses thinking. Slash commands: see :data:`HELP`.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.model import THINKING_LEVELS
+from ..loop.events import AgentEvent
 from ..permissions import PERMISSION_MODES, Approval, PermissionRequest
 from .config import ConfigError, Settings, config_dir
 from .factory import Built, build_agent, build_model
@@ -39,6 +42,7 @@ Commands:
   /tools                list the tools
   /mode [mode]          show or set the permission mode (default accept-edits bypass plan)
   /cost                 tokens and cost of this session
+  /compact [text]       summarise older history now (text: what the summary must keep)
   /clear                start a new conversation
   /exit                 quit (also Ctrl-D)
 While the agent works, type to steer it; start with >> to queue a follow-up instead.
@@ -64,6 +68,7 @@ class Session:
         self.pending: tuple[PermissionRequest, asyncio.Future[Approval]] | None = None
         self.task: asyncio.Task[Any] | None = None
         self.exit_armed = False
+        self.compacting = False
 
     # -- pieces of the screen -------------------------------------------------------------
     def _message(self) -> str:
@@ -86,9 +91,9 @@ class Session:
         received = usage.output + r.streamed_chars // 4
         parts.append(f"{model.provider}:{model.id}")
         parts.append(f"↑{format_tokens(sent)} ↓{format_tokens(received)} tokens")
-        parts.append(f"${usage.cost.total:.4f}")
+        parts.append(f"${usage.cost.total + r.compaction_cost:.4f}")
         try:
-            parts.append(f"ctx {self.agent.context_usage().percent:.0f}%")
+            parts.append(f"ctx {self.built.context().percent:.0f}%")
         except Exception:
             pass
         parts.append(f"mode {self.gate.mode}")
@@ -144,6 +149,10 @@ class Session:
             return True
         if line.startswith("/"):
             return await self.command(line)
+        if self.compacting:
+            assert self.renderer is not None
+            self.renderer.note("busy compacting the context: send it when that is done (Ctrl-C cancels)", "yellow")
+            return True
         if self.agent.is_running:
             assert self.renderer is not None
             if line.startswith(">>"):
@@ -170,13 +179,31 @@ class Session:
             r.status.set(None)
             self._invalidate()
 
+    async def _compact(self, instructions: str | None) -> None:
+        r = self.renderer
+        assert r is not None
+        ended: list[AgentEvent] = []
+        unsubscribe = self.agent.subscribe(lambda e: ended.append(e) if e.type == "compaction_end" else None)
+        try:
+            await self.agent.compact(instructions)
+        except Exception as exc:
+            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+        else:
+            if not ended:
+                r.note("nothing to compact: the conversation is shorter than what compaction keeps", "")
+        finally:
+            unsubscribe()
+            self.compacting = False
+            r.status.set(None)
+            self._invalidate()
+
     async def command(self, line: str) -> bool:
         """Run a slash command; False means exit."""
         r = self.renderer
         assert r is not None
         name, _, arg = line.partition(" ")
         arg = arg.strip()
-        busy = self.agent.is_running
+        busy = self.agent.is_running or self.compacting
         if name in ("/exit", "/quit"):
             return False
         if name == "/help":
@@ -188,6 +215,17 @@ class Session:
                 f"cache write {u.cache_write} · total {u.total_tokens} tokens · ${u.cost.total:.4f}",
                 "",
             )
+            if r.compactions:
+                n = r.compactions
+                r.note(f"{n} context compaction{'s' if n != 1 else ''} · ${r.compaction_cost:.4f}", "")
+        elif name == "/compact":
+            if self.built.context_manager is None:
+                r.note("context compaction is off in this session (--no-compaction or compaction = false)", "yellow")
+            elif busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before compacting", "yellow")
+            else:
+                self.compacting = True
+                self.task = asyncio.create_task(self._compact(arg or None))
         elif name == "/tools":
             for tool in self.agent.tools:
                 first = (tool.description or "").strip().splitlines()
@@ -206,6 +244,7 @@ class Session:
                 except ConfigError as exc:
                     r.note(str(exc), "red")
                 else:
+                    self.built.fit_context(self.settings)
                     r.note(f"model: {self.agent.model.provider}:{self.agent.model.id}", "")
         elif name == "/thinking":
             if not arg:
@@ -228,6 +267,8 @@ class Session:
                 r.note("busy: wait for the run to end (or Ctrl-C) before clearing", "yellow")
             else:
                 self.agent.reset()
+                if self.built.context_manager is not None:
+                    self.built.context_manager.failures = 0
                 r.note("conversation cleared", "")
         else:
             r.note(f"unknown command {name}; /help lists the commands", "red")

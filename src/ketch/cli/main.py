@@ -76,6 +76,14 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="auto | required | none | <tool name>: applies to the first model call of a run only",
     )
     parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="no automatic context management (no summaries of older history; /compact is off)",
+    )
+    parser.add_argument(
+        "--context-window", type=_positive_int, metavar="TOKENS", help="use this context window instead of the model's"
+    )
+    parser.add_argument(
         "-o", "--output", choices=("text", "json", "stream-json"), default="text", help="headless output format"
     )
 
@@ -109,6 +117,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "temperature": args.temperature,
         "system_prompt": args.system_prompt,
         "permission_mode": args.permission_mode,
+        "compaction": False if args.no_compaction else None,
+        "context_window": args.context_window,
     }
     if args.tools is not None:
         flags["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]

@@ -12,14 +12,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..llm.messages import AssistantMessage, Usage, UserMessage, message_text
-from ..loop.events import AgentEvent
+from ..loop.events import AgentEvent, CompactionEnd
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["EventRenderer", "MarkdownStream", "Status", "format_tokens", "tool_summary"]
+__all__ = ["EventRenderer", "MarkdownStream", "Status", "compaction_note", "format_tokens", "tool_summary"]
 
 _RESULT_LINES = 6
+_COMPACTION_REASONS = {"threshold": "automatic", "overflow": "context overflow", "manual": "manual"}
 _ARG_CHARS = 160
 
 
@@ -47,6 +48,20 @@ def tool_summary(name: str, args: dict[str, Any]) -> str:
             return f"{name}({inner})"
     inner = ", ".join(f"{k}={_clip(repr(v), 60)}" for k, v in args.items())
     return f"{name}({_clip(inner, _ARG_CHARS)})"
+
+
+def compaction_note(event: CompactionEnd) -> str:
+    """The announcement of a compaction: ``⇣ context compacted (automatic): 182 → 92 tokens
+    · 3 messages summarised · $0.0012``, or why it failed."""
+    how = _COMPACTION_REASONS.get(event.reason, event.reason)
+    if event.error:
+        return f"✗ context compaction ({how}) failed: {event.error}"
+    n = event.messages_summarized
+    return (
+        f"⇣ context compacted ({how}): {format_tokens(event.tokens_before)} → "
+        f"{format_tokens(event.tokens_after)} tokens · {n} message{'s' if n != 1 else ''} summarised · "
+        f"${event.cost:.4f}"
+    )
 
 
 class MarkdownStream:
@@ -116,7 +131,8 @@ class EventRenderer:
     """Prints agent events to a rich console and keeps the live counters.
 
     ``usage`` sums the session's model calls; ``streamed_chars`` counts output of the
-    message being streamed (shown as an estimate until its usage arrives).
+    message being streamed (shown as an estimate until its usage arrives);
+    ``compactions`` and ``compaction_cost`` count the context summaries and their cost.
     """
 
     def __init__(self, console: Console) -> None:
@@ -125,6 +141,8 @@ class EventRenderer:
         self.usage = Usage()
         self.turns = 0
         self.streamed_chars = 0
+        self.compactions = 0
+        self.compaction_cost = 0.0
         self.expand_thinking = False
         self.last_thinking = ""
         self._markdown = MarkdownStream()
@@ -201,16 +219,14 @@ class EventRenderer:
         elif kind == "compaction_start":
             self.status.set("Compacting context")
         elif kind == "compaction_end":
-            error = event.error  # type: ignore[union-attr]
-            if error:
-                self.note(f"context compaction failed: {error}", "yellow")
-            else:
-                self.note(
-                    f"context compacted: {format_tokens(event.tokens_before)} → "  # type: ignore[union-attr]
-                    f"{format_tokens(event.tokens_after)} tokens",  # type: ignore[union-attr]
-                )
+            self._compaction_end(event)
         elif kind == "agent_end":
             self._agent_end(event)
+
+    def _compaction_end(self, event: Any) -> None:
+        self.compactions += 1
+        self.compaction_cost += event.cost
+        self.note(compaction_note(event), "yellow" if event.error else "cyan")
 
     def _update(self, ev: Any) -> None:
         kind = ev.type

@@ -13,6 +13,18 @@ from .factory import api_key_for, choose_model, key_source
 
 __all__ = ["config_command"]
 
+_SHOWN = (
+    "thinking",
+    "max_turns",
+    "max_budget_usd",
+    "tools",
+    "compaction",
+    "context_window",
+    "permission_mode",
+    "allow",
+    "deny",
+)
+
 
 def config_command(argv: Sequence[str]) -> int:
     """Run ``ketch config``; returns the exit code."""
@@ -32,12 +44,12 @@ def config_command(argv: Sequence[str]) -> int:
     out.write(f"project config: {project if project is not None else '(none)'}\n\n")
     spec, reason = choose_model(settings)
     out.write(f"model           {spec}  ({reason})\n")
-    for name in ("thinking", "max_turns", "max_budget_usd", "tools", "permission_mode", "allow", "deny"):
+    for name in _SHOWN:
         value = getattr(settings, name)
         if isinstance(value, list):
             shown = ", ".join(value) or "(none)"
         else:
-            shown = "(unset)" if value is None else str(value)
+            shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.write(f"{name:<15} {shown}  ({settings.sources.get(name, 'default')})\n")
     prompt = settings.system_prompt
     out.write(f"{'system_prompt':<15} {'(built-in)' if prompt is None else repr(prompt[:60])}\n")
