@@ -13,6 +13,11 @@ an object with the fields of :class:`ketch.testing.Reply`::
       {"hang": true},
       {"error": "upstream broke", "error_kind": "server"}
     ]
+
+Replies are taken in order by every request, including the summary request of a context
+compaction (its system prompt is :data:`ketch.context.summary.SUMMARY_SYSTEM_PROMPT`): put
+the summary reply (``"<summary>…</summary>"``) where the compaction happens, e.g. after the
+replies of the turns before it. ``--context-window`` makes a short script compact.
 """
 
 from __future__ import annotations
