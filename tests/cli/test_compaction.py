@@ -289,3 +289,14 @@ def test_ctrl_c_cancels_a_manual_compaction(env: Env, terminals: list[Terminal])
     term.expect(r"│ ctx 70% │")
     term.sendline("/exit")
     assert term.wait_exit() == 0
+
+
+def test_text_output_announces_compactions_on_a_terminal(env: Env, terminals: list[Terminal]) -> None:
+    _files(env)
+    script = env.script(READS)
+    term = Terminal(env, "run", "--model", f"scripted:{script}", "--tools", "read", "--context-window", "200", "read both")
+    terminals.append(term)
+    term.expect(r"→ read\(path='b\.txt'\)")
+    term.expect(r"⇣ context compacted \(automatic\): 182 → 92 tokens · 3 messages summarised · \$0\.0012")
+    term.expect("Both files read.")
+    assert term.wait_exit() == 0
