@@ -132,3 +132,15 @@ def test_context_meter_is_incremental_and_follows_rewrites() -> None:
     msgs[:] = [summary, old, msgs[2]]
     assert meter.measure(msgs, 10_000).tokens == context_usage(msgs, 10_000).tokens
     assert meter.measure(msgs, 10_000).tokens < 100
+
+
+async def test_summary_cost_counts_towards_the_run() -> None:
+    class CostlyManager(FakeManager):
+        async def manage(self, messages: list[Message], request: ContextRequest) -> AsyncIterator[Any]:
+            yield CompactionStart(reason="threshold", tokens_before=100)
+            yield CompactionEnd(reason="threshold", tokens_before=100, tokens_after=10, messages_summarized=1, cost=0.25)
+            yield Projection(messages=messages)
+
+    model = ScriptedModel(["ok"])
+    result = await run_loop("hi", LoopContext(), LoopConfig(model=model, context_manager=CostlyManager())).result()
+    assert result.cost == 0.25

@@ -36,8 +36,9 @@ DEFAULT_WINDOW = 128_000
 
 
 def default_reserve(window: int) -> int:
-    """Tokens kept free for the response: ``clamp(0.13 * window, 4096, 16384)``."""
-    return max(4096, min(16384, int(0.13 * window)))
+    """Tokens kept free for the response: ``clamp(0.13 * window, 4096, 16384)``, and never
+    more than half of a small window."""
+    return min(max(4096, min(16384, int(0.13 * window))), window // 2)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from ..llm.tokens import ContextUsage
 from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
+    CompactionEnd,
     AgentEvent,
     AgentStart,
     EndReason,
@@ -338,6 +339,10 @@ class _Run:
             if type(item) is Projection:
                 projection = item
             else:
+                if type(item) is CompactionEnd:
+                    # The summary call is part of what the run cost (and of its budget).
+                    cost = self.summary.usage.cost
+                    cost.total += item.cost
                 yield item
         if projection is None:
             yield messages
