@@ -25,9 +25,9 @@ from ..llm.tokens import ContextUsage
 from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
-    CompactionEnd,
     AgentEvent,
     AgentStart,
+    CompactionEnd,
     EndReason,
     MessageEnd,
     MessageStart,
