@@ -8,7 +8,8 @@ history, a streamed answer of ``CHUNKS`` pieces. Each measurement uses a fresh a
 on the transcript whose first turn is not measured (it converts the whole history once),
 so the measured turn sees ``n + 2`` messages. Reported per turn (median): wall time,
 client CPU (``time.process_time``), and the part of it that encoding the request needs
-(the adapter's ``build_request`` plus JSON encoding of the body, timed on its own) and the
+(the adapter's ``build_request`` plus JSON encoding of the body, timed inside the measured
+turn) and the
 CPU of sending those bytes (a bare POST of the same body on the same aiohttp session,
 reading the short reply), so the cost beyond encoding and sending can be compared
 across sizes.
@@ -98,24 +99,37 @@ async def one_size(url: str, n: int) -> dict[str, Any]:
     cpus: list[float] = []
     encodes: list[float] = []
     payload = b""
+    # Time the request encoding inside the measured turn itself: the adapter's _prepare
+    # builds the request body and encodes it to bytes.
+    spent: list[float] = []
+    prepare = model._prepare
+
+    async def timed_prepare(*args: Any, **kwargs: Any) -> Any:
+        c = time.process_time()
+        try:
+            return await prepare(*args, **kwargs)
+        finally:
+            spent.append(time.process_time() - c)
+
+    model._prepare = timed_prepare  # type: ignore[method-assign]
     for rep in range(WARMUP + TURNS):
         # A fresh agent per measurement keeps the transcript at n + 2 messages; its
         # first turn (which converts the whole history once) is not measured.
         agent = Agent(model, tools=[add], messages=base)
         await agent.prompt("A question before the measured turn.")
         messages = [*agent.messages, UserMessage(content="One more question.")]
-        c0 = time.process_time()
         request = model.build_request(
             Context(system_prompt="", messages=messages, tools=[add.spec]), options, "x"
         )
         payload = encoder.encode(request.body)
-        encode = time.process_time() - c0
         gc.collect()
+        spent.clear()
         w0 = time.perf_counter()
         c0 = time.process_time()
         result = await agent.prompt("One more question.")
         c1 = time.process_time()
         w1 = time.perf_counter()
+        encode = sum(spent)
         if result.end_reason != "stop" or result.text != expected:
             raise RuntimeError(f"at {n} messages: {result.end_reason} {result.summary.error}")
         if rep >= WARMUP:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
@@ -330,9 +331,7 @@ class _Run:
     async def _manage_context(self, reason: Any, messages: list[Message]) -> AsyncGenerator[Any, None]:
         """Run the context manager; yields its events, then the messages to send (a list)."""
         cm = self.cfg.context_manager
-        if cm is None:
-            yield messages
-            return
+        assert cm is not None
         request = ContextRequest(reason, self.model, self.signal, self.ctx.system_prompt)
         projection: Projection | None = None
         async for item in cm.manage(messages, request):
@@ -351,17 +350,9 @@ class _Run:
             self.ctx.messages[:] = projection.commit
         yield self.ctx.messages if projection.messages is projection.commit else projection.messages
 
-    async def _request(self, reason: Any) -> AsyncGenerator[Any, None]:
-        """Build the request; yields context events, then ``(Context, StreamOptions)``."""
+    async def _request(self, messages: list[Message]) -> tuple[Context, StreamOptions]:
+        """The request for ``messages``: converted, repaired, with this turn's options and key."""
         cfg = self.cfg
-        messages = self.ctx.messages
-        if cfg.transform_context is not None:
-            messages = await _maybe(cfg.transform_context(messages, self.signal))
-        async for item in self._manage_context(reason, messages):
-            if isinstance(item, list):
-                messages = item
-            else:
-                yield item
         if cfg.convert_to_llm is not None:
             llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
         elif messages is self.ctx.messages:
@@ -373,21 +364,23 @@ class _Run:
         options = msgspec.structs.replace(
             options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
         )
-        yield Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
+        return Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
 
     async def _stream_assistant(self) -> AsyncGenerator[AgentEvent, None]:
         """Stream one assistant message; on a context overflow, compact once and retry once."""
         reason = "request"
         while True:
             try:
-                prepared: tuple[Context, StreamOptions] | None = None
-                async for item in self._request(reason):
-                    if isinstance(item, tuple):
-                        prepared = item
-                    else:
-                        yield item
-                assert prepared is not None
-                stream = self.model.stream(*prepared)
+                messages = self.ctx.messages
+                if self.cfg.transform_context is not None:
+                    messages = await _maybe(self.cfg.transform_context(messages, self.signal))
+                if self.cfg.context_manager is not None:
+                    async for item in self._manage_context(reason, messages):
+                        if isinstance(item, list):
+                            messages = item
+                        else:
+                            yield item
+                stream = self.model.stream(*await self._request(messages))
             except Exception as exc:
                 failed = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 self._commit(failed)
@@ -507,6 +500,41 @@ class _Run:
         )
 
 
+def _noop() -> None:
+    return None
+
+
+class _Inbox:
+    """What running calls send the batch: a FIFO with one waiting reader."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def pop(self) -> Any:
+        return self._items.popleft()
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
 class _Batch:
     """Schedules the calls of one assistant message and streams their events."""
 
@@ -517,7 +545,7 @@ class _Batch:
         self.message = message
         self.calls = calls
         self.outcomes = outcomes
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queue = _Inbox()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.signals: dict[int, AbortSignal] = {}
         self.stop_kind: dict[int, StopKind] = {}
@@ -596,9 +624,14 @@ class _Batch:
     def _start(self, i: int, sequential: bool) -> None:
         run = self.run_
         call = self.calls[i]
-        signal = AbortSignal()
-        remove = run.signal.add_callback(signal.abort)
-        self.signals[i] = signal
+        tool = run.tools.get(call.name)
+        if tool is not None and tool.interrupt == "cancel":
+            # Its own signal, so steering can cancel this call alone.
+            signal = AbortSignal()
+            remove = run.signal.add_callback(signal.abort)
+            self.signals[i] = signal
+        else:
+            signal, remove = run.signal, _noop
         if sequential:
             self.unsafe_running = True
         self.tasks[i] = asyncio.create_task(self._call(i, call, signal, remove))
@@ -610,7 +643,7 @@ class _Batch:
 
         async def report(partial: Any) -> None:
             if i not in self.finished:
-                queue.put_nowait(
+                queue.put(
                     ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.arguments, partial=partial)
                 )
 
@@ -622,7 +655,7 @@ class _Batch:
         finally:
             self.finished.add(i)
             remove()
-        queue.put_nowait((i, outcome))
+        queue.put((i, outcome))
 
     def _interrupt_running(self) -> None:
         run = self.run_
@@ -643,8 +676,8 @@ class _Batch:
             task.cancel()
         if running:
             await asyncio.wait(running.values(), timeout=run.cfg.tool_abort_grace)
-        while not self.queue.empty():
-            item = self.queue.get_nowait()
+        while self.queue:
+            item = self.queue.pop()
             if type(item) is ToolExecutionUpdate:
                 continue
             i, outcome = item
