@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 
 def describe(event: Any) -> str:
     """A compact label of an event: its type, plus the role or tool call id where useful."""
@@ -18,3 +20,47 @@ def describe(event: Any) -> str:
 async def collect(stream: Any) -> list[Any]:
     """All events of a run stream."""
     return [ev async for ev in stream]
+
+
+def trace(events: list[Any]) -> list[tuple[Any, ...]]:
+    """Model stream events as comparable tuples (without the shared partial message)."""
+    out: list[tuple[Any, ...]] = []
+    for e in events:
+        t = e.type
+        if t == "start":
+            out.append(("start",))
+        elif t in ("text_start", "thinking_start", "toolcall_start"):
+            out.append((t, e.index))
+        elif t in ("text_delta", "thinking_delta", "toolcall_delta"):
+            out.append((t, e.index, e.delta))
+        elif t in ("text_end", "thinking_end"):
+            out.append((t, e.index, e.content))
+        elif t == "toolcall_end":
+            out.append((t, e.index, e.tool_call.id, e.tool_call.name, e.tool_call.arguments))
+        elif t == "retry":
+            out.append((t, e.attempt, e.max_attempts, e.delay, e.error_kind, e.error_message, e.discard_partial))
+        elif t == "done":
+            out.append((t, e.reason))
+        elif t == "error":
+            out.append((t, e.reason, e.error.error_kind, e.error.error_message))
+        else:  # pragma: no cover - every event type is listed above
+            raise AssertionError(t)
+    return out
+
+
+async def run(model: Any, context: Any, options: Any = None) -> list[Any]:
+    """Every stream event of one request."""
+    return [e async for e in model.stream(context, options)]
+
+
+def final(events: list[Any]) -> Any:
+    """The final message of a model stream (done or error)."""
+    last = events[-1]
+    return last.message if last.type == "done" else last.error
+
+
+def plain(message: Any) -> dict[str, Any]:
+    """A message as JSON data without its timestamp."""
+    data: dict[str, Any] = msgspec.to_builtins(message)
+    data.pop("timestamp")
+    return data

@@ -46,6 +46,7 @@ from ketch.llm.providers.anthropic import (
 from ketch.llm.providers.base import HTTPExchange
 from ketch.llm.registry import ModelInfo, Pricing, lookup
 from ketch.llm.retry import RetryPolicy
+from support import final, plain, run, trace
 
 KEY = "sk-ant-test-S3CRET-abcdef1234567890"
 ONE_SHOT = RetryPolicy(max_attempts=1)
@@ -109,46 +110,9 @@ def model_for(server: LoopbackServer, **kwargs: Any) -> AnthropicModel:
     return AnthropicModel(kwargs["info"].id, base_url=server.url + "/v1", **kwargs)
 
 
-def trace(events: list[Any]) -> list[tuple[Any, ...]]:
-    """Events as comparable tuples (without the shared partial message)."""
-    out: list[tuple[Any, ...]] = []
-    for e in events:
-        t = e.type
-        if t == "start":
-            out.append(("start",))
-        elif t in ("text_start", "thinking_start", "toolcall_start"):
-            out.append((t, e.index))
-        elif t in ("text_delta", "thinking_delta", "toolcall_delta"):
-            out.append((t, e.index, e.delta))
-        elif t in ("text_end", "thinking_end"):
-            out.append((t, e.index, e.content))
-        elif t == "toolcall_end":
-            out.append((t, e.index, e.tool_call.id, e.tool_call.name, e.tool_call.arguments))
-        elif t == "retry":
-            out.append((t, e.attempt, e.max_attempts, e.delay, e.error_kind, e.error_message, e.discard_partial))
-        elif t == "done":
-            out.append((t, e.reason))
-        elif t == "error":
-            out.append((t, e.reason, e.error.error_kind, e.error.error_message))
-        else:  # pragma: no cover - every event type is listed above
-            raise AssertionError(t)
-    return out
 
 
-async def run(model: AnthropicModel, context: Context, options: StreamOptions | None = None) -> list[Any]:
-    return [e async for e in model.stream(context, options)]
 
-
-def final(events: list[Any]) -> AssistantMessage:
-    last = events[-1]
-    return last.message if last.type == "done" else last.error
-
-
-def plain(message: AssistantMessage) -> dict[str, Any]:
-    """The message as JSON data without its timestamp."""
-    data: dict[str, Any] = msgspec.to_builtins(message)
-    data.pop("timestamp")
-    return data
 
 
 def cost(usage: Usage, p: Pricing) -> Cost:
