@@ -28,7 +28,7 @@ from .llm.model import Model, StreamOptions, ThinkingLevel
 from .llm.signal import AbortSignal
 from .llm.tokens import ContextUsage
 from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
-from .loop.events import AgentEvent, RunResult
+from .loop.events import AgentEvent, MessageUpdate, RunResult
 from .loop.run import DEFAULT_WINDOW, RunStream, continue_loop, run_loop
 from .loop.tool import Tool
 
@@ -449,7 +449,10 @@ class Agent:
         try:
             stream = start(config, context, signal)
             async for event in stream:
-                self._reduce(event)
+                if type(event) is MessageUpdate:  # most events: only the streaming message changes
+                    self._streaming = event.message
+                else:
+                    self._reduce(event)
                 if self._listeners:
                     await self._notify(event)
             result = await stream.result()
