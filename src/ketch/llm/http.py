@@ -83,10 +83,11 @@ def _proxy(scheme: str, host: str) -> str | None:
     return proxies.get(scheme) or proxies.get("all") or None
 
 
+@functools.lru_cache(maxsize=256)
 def proxy_for(url: str) -> str | None:
     """The proxy the environment (``HTTPS_PROXY``, ``NO_PROXY`` …) sets for ``url``, if any.
 
-    Looked up once per scheme and host.
+    Looked up once per scheme and host (and remembered per URL).
     """
     from urllib.parse import urlsplit
 
@@ -142,20 +143,21 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
             pending.clear()
         elif rest:
             chunk = rest + chunk
+        if b"\r" in chunk:
+            # A "\r" cut off at the end stays in ``rest`` and meets its "\n" here next time.
+            chunk = chunk.replace(b"\r\n", b"\n")
         lines = chunk.split(b"\n")
         rest = lines.pop()
         for line in lines:
-            if line[-1:] == b"\r":
-                line = line[:-1]
             if not line:
                 if data is not None:
                     yield event, data
                     data = None
                 event = ""
-            elif line[:5] == b"data:":
-                value = line[6:] if line[5:6] == b" " else line[5:]
+            elif line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
                 data = value if data is None else data + b"\n" + value
-            elif line[:6] == b"event:":
+            elif line.startswith(b"event:"):
                 event = line[6:].strip().decode()
             # Comments, id:, retry: and unknown fields are ignored.
     # A line cut off by the end of the stream is incomplete and dropped.
