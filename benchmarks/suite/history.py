@@ -90,6 +90,8 @@ async def one_size(url: str, n: int) -> dict[str, Any]:
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
     assert isinstance(model, HTTPModel)
+    reference = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
+    assert isinstance(reference, HTTPModel)
     add = tool(name="add")(add_numbers)
     base = transcript(n)
     expected = "".join(script.text_chunks([], CHUNKS))
@@ -118,7 +120,8 @@ async def one_size(url: str, n: int) -> dict[str, Any]:
         agent = Agent(model, tools=[add], messages=base)
         await agent.prompt("A question before the measured turn.")
         messages = [*agent.messages, UserMessage(content="One more question.")]
-        request = model.build_request(
+        # A separate model instance: the agent's model only ever sees its own transcript.
+        request = reference.build_request(
             Context(system_prompt="", messages=messages, tools=[add.spec]), options, "x"
         )
         payload = encoder.encode(request.body)

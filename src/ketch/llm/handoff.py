@@ -44,6 +44,7 @@ from .messages import (
 
 __all__ = [
     "MISSING_TOOL_RESULT",
+    "Preparer",
     "anthropic_tool_id",
     "mistral_tool_id",
     "openai_chat_tool_id",
@@ -145,6 +146,86 @@ def _foreign(
     return msgspec.structs.replace(m, content=content), renamed
 
 
+class Preparer:
+    """:func:`prepare_messages` as a fold, for transcripts that only grow.
+
+    :meth:`feed` takes the messages added since the last call; :attr:`out` holds the
+    prepared messages so far, except the synthetic results of calls still waiting for
+    one, which :meth:`tail` gives (a later message may still answer those calls).
+    ``out`` followed by ``tail()`` equals :func:`prepare_messages` of everything fed.
+    """
+
+    __slots__ = ("_api", "_model", "_normalize_id", "_pending", "_pending_time", "_provider", "_used", "out")
+
+    def __init__(
+        self, *, provider: str, api: str, model: str, normalize_id: Callable[[str], str] | None = None
+    ) -> None:
+        self.out: list[Message] = []
+        self._provider = provider
+        self._api = api
+        self._model = model
+        self._normalize_id = normalize_id
+        # Calls of the latest assistant message still waiting for a result:
+        # original id -> (id the target sees, tool name).
+        self._pending: dict[str, tuple[str, str]] = {}
+        self._pending_time = 0.0
+        self._used: set[str] = set()  # tool-call ids sent so far (tracked when ids are normalised)
+
+    def feed(self, messages: Sequence[Message], start: int = 0) -> None:
+        """Prepare ``messages[start:]``, the messages that follow those fed before."""
+        out = self.out
+        append = out.append
+        pending = self._pending
+        used = self._used
+        provider, api, model, normalize_id = self._provider, self._api, self._model, self._normalize_id
+        for i in range(start, len(messages)):
+            m = messages[i]
+            if isinstance(m, ToolResultMessage):
+                entry = pending.pop(m.tool_call_id, None)
+                if entry is None:
+                    continue
+                append(m if entry[0] == m.tool_call_id else msgspec.structs.replace(m, tool_call_id=entry[0]))
+            elif isinstance(m, AssistantMessage):
+                if pending:
+                    out.extend(self.tail())
+                    pending.clear()
+                if m.stop_reason == "error" or m.stop_reason == "aborted":
+                    continue
+                sent, renamed = m, None
+                if not _is_same(m, provider, api, model):
+                    sent, renamed = _foreign(m, normalize_id, used)
+                    if not sent.content:
+                        continue
+                elif normalize_id is not None:
+                    used.update(b.id for b in m.content if type(b) is ToolCall)
+                append(sent)
+                for block in m.content:
+                    if type(block) is ToolCall:
+                        pending[block.id] = (
+                            renamed.get(block.id, block.id) if renamed else block.id,
+                            block.name,
+                        )
+                self._pending_time = m.timestamp
+            elif isinstance(m, UserMessage):
+                if pending:
+                    out.extend(self.tail())
+                    pending.clear()
+                append(m)
+
+    def tail(self) -> list[Message]:
+        """Synthetic error results for the calls still waiting for a result."""
+        return [
+            ToolResultMessage(
+                tool_call_id=new_id,
+                tool_name=name,
+                content=[TextContent(text=MISSING_TOOL_RESULT)],
+                is_error=True,
+                timestamp=self._pending_time,
+            )
+            for new_id, name in self._pending.values()
+        ]
+
+
 def prepare_messages(
     messages: Sequence[Message],
     *,
@@ -159,54 +240,8 @@ def prepare_messages(
     accepts (:func:`anthropic_tool_id`, :func:`openai_responses_tool_id` …) and unique
     in the request; None keeps them. See the module documentation for every rule.
     """
-    out: list[Message] = []
-    append = out.append
-    # Calls of the latest assistant message still waiting for a result:
-    # original id -> (id the target sees, tool name).
-    pending: dict[str, tuple[str, str]] = {}
-    pending_time = 0.0
-    used: set[str] = set()  # tool-call ids sent so far (tracked when ids are normalised)
-
-    def flush() -> None:
-        for new_id, name in pending.values():
-            append(
-                ToolResultMessage(
-                    tool_call_id=new_id,
-                    tool_name=name,
-                    content=[TextContent(text=MISSING_TOOL_RESULT)],
-                    is_error=True,
-                    timestamp=pending_time,
-                )
-            )
-        pending.clear()
-
-    for m in messages:
-        if isinstance(m, ToolResultMessage):
-            entry = pending.pop(m.tool_call_id, None)
-            if entry is None:
-                continue
-            append(m if entry[0] == m.tool_call_id else msgspec.structs.replace(m, tool_call_id=entry[0]))
-        elif isinstance(m, AssistantMessage):
-            if pending:
-                flush()
-            if m.stop_reason == "error" or m.stop_reason == "aborted":
-                continue
-            sent, renamed = m, None
-            if not _is_same(m, provider, api, model):
-                sent, renamed = _foreign(m, normalize_id, used)
-                if not sent.content:
-                    continue
-            elif normalize_id is not None:
-                used.update(b.id for b in m.content if type(b) is ToolCall)
-            append(sent)
-            for block in m.content:
-                if type(block) is ToolCall:
-                    pending[block.id] = (renamed.get(block.id, block.id) if renamed else block.id, block.name)
-            pending_time = m.timestamp
-        elif isinstance(m, UserMessage):
-            if pending:
-                flush()
-            append(m)
-    if pending:
-        flush()
+    preparer = Preparer(provider=provider, api=api, model=model, normalize_id=normalize_id)
+    preparer.feed(messages)
+    out = preparer.out
+    out.extend(preparer.tail())
     return out

@@ -19,10 +19,11 @@ import msgspec
 
 from ..classify import classify_error_object
 from ..errors import ContentFilterError
-from ..handoff import mistral_tool_id, openai_chat_tool_id, prepare_messages
+from ..handoff import Preparer, mistral_tool_id, openai_chat_tool_id, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
+    Message,
     TextContent,
     ThinkingContent,
     ToolCall,
@@ -33,6 +34,7 @@ from ..model import Context, StreamOptions, ThinkingLevel
 from ..registry import clamp_thinking
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .wire_cache import WireCache
 
 __all__ = ["PRESETS", "Compat", "OpenAIChatModel", "Preset"]
 
@@ -262,6 +264,7 @@ class OpenAIChatModel(HTTPModel):
     ) -> None:
         super().__init__(id, provider=provider, **options)
         self.compat = compat if compat is not None else PRESETS["openai"].compat
+        self._wire_cache = WireCache()
 
     @classmethod
     def preset(cls, name: str, id: str, **kwargs: Any) -> OpenAIChatModel:
@@ -339,20 +342,32 @@ class OpenAIChatModel(HTTPModel):
     def convert_messages(self, context: Context) -> list[dict[str, Any]]:
         """The ``messages`` array for ``context`` (system prompt first)."""
         compat = self.compat
-        out: list[dict[str, Any]] = []
+        images_ok = not self._known_info or "image" in self.info.input_modalities
+        normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
+        if self.rewrite is None:
+            # A rewrite hook may change the body in place, so it gets freshly converted items.
+            out = self._wire_cache.convert(
+                context.messages,
+                (compat, images_ok, self.provider, self.api, self.id),
+                lambda: Preparer(provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id),
+                lambda messages: self._convert(messages, images_ok),
+            )
+        else:
+            messages = prepare_messages(
+                context.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
+            )
+            out = self._convert(messages, images_ok)
         if context.system_prompt:
             role = compat.system_role
             if role == "auto":
                 role = "developer" if self.info.thinking else "system"
-            out.append({"role": role, "content": context.system_prompt})
-        images_ok = not self._known_info or "image" in self.info.input_modalities
-        messages = prepare_messages(
-            context.messages,
-            provider=self.provider,
-            api=self.api,
-            model=self.id,
-            normalize_id=mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id,
-        )
+            out.insert(0, {"role": role, "content": context.system_prompt})
+        return out
+
+    def _convert(self, messages: list[Message], images_ok: bool) -> list[dict[str, Any]]:
+        """Prepared messages to Chat Completions messages."""
+        compat = self.compat
+        out: list[dict[str, Any]] = []
         # OpenAI wants tool messages right after the calls; images from tool results
         # follow the whole run of tool messages in one user message.
         pending_images: list[dict[str, Any]] = []
