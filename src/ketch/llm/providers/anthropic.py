@@ -47,7 +47,7 @@ import msgspec
 
 from ..classify import classify_error_object, error_details
 from ..errors import ContentFilterError, ModelError, error_for_kind
-from ..handoff import prepare_messages
+from ..handoff import Preparer, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -63,6 +63,7 @@ from ..model import Context, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, lookup, thinking_budget_tokens
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .wire_cache import WireCache
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -250,11 +251,16 @@ def convert_tool_choice(choice: str) -> dict[str, str]:
 
 
 def _mark_last_message(messages: list[dict[str, Any]], marker: dict[str, str]) -> None:
+    # Copies what it marks: the items may be shared with earlier requests.
     if not messages:
         return
-    for block in reversed(messages[-1]["content"]):
+    content = messages[-1]["content"]
+    for i in range(len(content) - 1, -1, -1):
+        block = content[i]
         if block["type"] not in ("thinking", "redacted_thinking"):
-            block["cache_control"] = marker
+            content = list(content)
+            content[i] = {**block, "cache_control": marker}
+            messages[-1] = {**messages[-1], "content": content}
             return
 
 
@@ -286,15 +292,18 @@ def build_request(
     structured_output: StructuredOutput = "json_schema",
     stream: bool = True,
     images: bool = True,
+    converted: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of one request for ``info``'s model.
 
     ``context.messages`` must already be prepared for the model (see
-    :func:`ketch.llm.handoff.prepare_messages`). ``options.extra`` is not applied here
-    (:class:`~ketch.llm.providers.base.HTTPModel` merges it into the body).
+    :func:`ketch.llm.handoff.prepare_messages`). ``converted``, when given, is the
+    ``messages`` array already converted (a list of its own; its items are not
+    changed), and ``context.messages`` is not read. ``options.extra`` is not applied
+    here (:class:`~ketch.llm.providers.base.HTTPModel` merges it into the body).
     """
     marker = cache_control(cache_retention)
-    messages = convert_messages(context.messages, images=images)
+    messages = convert_messages(context.messages, images=images) if converted is None else converted
     tools = convert_tools(context.tools)
     choice = options.tool_choice if context.tools else None
     fmt = options.response_format
@@ -385,9 +394,10 @@ def refine_error(error: ModelError, code: str) -> ModelError:
 
 
 # -- responses --------------------------------------------------------------------------
+# gc=False: decoded trees of plain values cannot form cycles, so the collector skips them.
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
@@ -395,7 +405,7 @@ class _Usage(msgspec.Struct):
 
 
 # Optional strings accept null: servers that speak this API are not all strict.
-class _Block(msgspec.Struct):
+class _Block(msgspec.Struct, gc=False):
     type: str | None = None
     text: str | None = None
     thinking: str | None = None
@@ -406,7 +416,7 @@ class _Block(msgspec.Struct):
     input: Any = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     type: str | None = None
     text: str | None = None
     thinking: str | None = None
@@ -415,14 +425,14 @@ class _Delta(msgspec.Struct):
     stop_reason: str | None = None
 
 
-class _Message(msgspec.Struct):
+class _Message(msgspec.Struct, gc=False):
     id: str | None = None
     content: list[_Block] | None = None
     stop_reason: str | None = None
     usage: _Usage | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     type: str | None = None
     index: int = 0
     message: _Message | None = None
@@ -684,6 +694,7 @@ class AnthropicModel(HTTPModel):
         self.streaming = stream
         # An unknown model may well accept images; a known one says so.
         self._images = info is None or "image" in info.input_modalities
+        self._wire_cache = WireCache()
 
     def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
@@ -700,14 +711,28 @@ class AnthropicModel(HTTPModel):
 
     def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
-        messages = prepare_messages(
-            context.messages,
-            provider=self.provider,
-            api=self.api,
-            model=self.id,
-            normalize_id=normalize_tool_call_id,
-        )
-        context = Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools)
+        images = self._images
+        converted = None
+        if self.rewrite is None:
+            # A rewrite hook may change the body in place, so it gets freshly converted items.
+            converted = self._wire_cache.convert(
+                context.messages,
+                (images, self.provider, self.api, self.id),
+                lambda: Preparer(
+                    provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_tool_call_id
+                ),
+                lambda messages: convert_messages(messages, images=images),
+            )
+            context = Context(system_prompt=context.system_prompt, messages=[], tools=context.tools)
+        else:
+            messages = prepare_messages(
+                context.messages,
+                provider=self.provider,
+                api=self.api,
+                model=self.id,
+                normalize_id=normalize_tool_call_id,
+            )
+            context = Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools)
         cache = options.cache if type(options) is _Options else {}
         retention = cache.get("cache_retention", self.cache_retention)
         body = build_request(
@@ -718,7 +743,8 @@ class AnthropicModel(HTTPModel):
             cache_last_message=bool(cache.get("cache_last_message", self.cache_last_message)),
             structured_output=self.structured_output,
             stream=self.streaming,
-            images=self._images,
+            images=images,
+            converted=converted,
         )
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:

@@ -184,18 +184,19 @@ PRESETS: dict[str, Preset] = {
 
 
 # -- wire types (decoded with msgspec; unknown fields are ignored) ---------------------
-class _Fn(msgspec.Struct):
+# gc=False: decoded trees of plain values cannot form cycles, so the collector skips them.
+class _Fn(msgspec.Struct, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class _ToolDelta(msgspec.Struct):
+class _ToolDelta(msgspec.Struct, gc=False):
     index: int | None = None
     id: str | None = None
     function: _Fn | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -204,22 +205,22 @@ class _Delta(msgspec.Struct):
     tool_calls: list[_ToolDelta] | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     message: _Delta | None = None
     finish_reason: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
     cache_write_tokens: int | None = None
 
 
-class _CompletionDetails(msgspec.Struct):
+class _CompletionDetails(msgspec.Struct, gc=False):
     reasoning_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
@@ -227,11 +228,11 @@ class _Usage(msgspec.Struct):
     prompt_cache_hit_tokens: int | None = None
 
 
-class _XGroq(msgspec.Struct):
+class _XGroq(msgspec.Struct, gc=False):
     usage: _Usage | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     id: str | None = None
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
