@@ -28,6 +28,7 @@ from ketch.llm import (
     UserMessage,
 )
 from ketch.llm.handoff import MISSING_TOOL_RESULT
+from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPModel
 from ketch.llm.providers.openai_chat import OpenAIChatModel
 
@@ -40,9 +41,26 @@ def _chat(**kwargs: Any) -> HTTPModel:
     return OpenAIChatModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
 
 
+def _anthropic(**kwargs: Any) -> HTTPModel:
+    return AnthropicModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
+
+
 MAKERS: dict[str, tuple[Callable[..., HTTPModel], str, str]] = {
     "openai-chat": (_chat, "openai", "openai-chat"),
+    "anthropic": (_anthropic, "anthropic", "anthropic-messages"),
 }
+
+
+def _change_everything(items: list[dict[str, Any]]) -> None:
+    """Change every item and every block the adapter made (values taken from the
+    messages themselves, such as tool arguments, are theirs)."""
+    for item in items:
+        for value in item.values():
+            if isinstance(value, list):
+                for block in value:
+                    if isinstance(block, dict):
+                        block["changed"] = True
+        item["changed"] = True
 
 
 def _same(provider: str, api: str, content: list[Any], stop: str = "stop") -> AssistantMessage:
@@ -129,8 +147,7 @@ def test_no_request_or_message_changes_after_it_is_built(name: str) -> None:
     snapshots = [msgspec.json.encode(b) for b in bodies]
     # Change every request afterwards: later requests must not see it.
     for body in bodies:
-        for item in body.get("messages", body.get("input", body.get("contents", []))):
-            item["changed"] = True
+        _change_everything(body.get("messages", body.get("input", body.get("contents"))))
     again = [_body(model, messages[:i]) for i in range(1, len(messages) + 1)]
     assert [msgspec.json.encode(b) for b in again] == snapshots
     assert msgspec.json.encode(messages) == before
