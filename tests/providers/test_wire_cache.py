@@ -31,6 +31,7 @@ from ketch.llm.handoff import MISSING_TOOL_RESULT
 from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPModel
 from ketch.llm.providers.openai_chat import OpenAIChatModel
+from ketch.llm.providers.openai_responses import OpenAIResponsesModel
 
 MODEL = "gpt-4o-mini"
 SYSTEM = "Be brief."
@@ -45,9 +46,14 @@ def _anthropic(**kwargs: Any) -> HTTPModel:
     return AnthropicModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
 
 
+def _responses(**kwargs: Any) -> HTTPModel:
+    return OpenAIResponsesModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
+
+
 MAKERS: dict[str, tuple[Callable[..., HTTPModel], str, str]] = {
     "openai-chat": (_chat, "openai", "openai-chat"),
     "anthropic": (_anthropic, "anthropic", "anthropic-messages"),
+    "openai-responses": (_responses, "openai", "openai-responses"),
 }
 
 

@@ -33,7 +33,7 @@ import msgspec
 
 from ..classify import classify_error_object, error_details
 from ..errors import AuthError, ContentFilterError, ModelError, OverloadedError, error_for_kind
-from ..handoff import openai_responses_tool_id, prepare_messages
+from ..handoff import Preparer, openai_responses_tool_id, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -48,6 +48,7 @@ from ..model import Context, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, default_info, lookup
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .wire_cache import WireCache
 
 __all__ = [
     "API",
@@ -254,20 +255,22 @@ def build_request(
     stream: bool = True,
     images: bool = True,
     prompt_cache: bool = True,
+    converted: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of one request for ``context`` (its messages already prepared).
 
     ``effort`` is the provider's reasoning effort (already clamped for the model), or
     None to send none. ``reasoning`` says the model reasons, so its encrypted reasoning
     is requested for replay. ``images`` false replaces images with a note;
-    ``prompt_cache`` false never sends ``prompt_cache_key``. A ``response_format``
+    ``prompt_cache`` false never sends ``prompt_cache_key``. ``converted``, when given,
+    is the ``input`` array already converted, and ``context.messages`` is not read. A ``response_format``
     without ``strict`` is sent as strict. (``options.extra`` is merged in by
     :class:`~ketch.llm.providers.base.HTTPModel`.)
     """
     body: dict[str, Any] = {"model": model_id}
     if context.system_prompt:
         body["instructions"] = context.system_prompt
-    body["input"] = convert_messages(context.messages, images=images)
+    body["input"] = convert_messages(context.messages, images=images) if converted is None else converted
     body["store"] = False
     body["stream"] = stream
     if context.tools:
@@ -616,6 +619,7 @@ class OpenAIResponsesModel(HTTPModel):
         self.streaming = stream
         # A known model says whether it accepts images; an unknown one may well.
         self._images = "image" in self.info.input_modalities or _is_default(self.info)
+        self._wire_cache = WireCache()
 
     def reasoning_effort(self, options: StreamOptions) -> str | None:
         """The ``reasoning.effort`` sent for ``options.thinking`` (None: send none)."""
@@ -624,13 +628,27 @@ class OpenAIResponsesModel(HTTPModel):
 
     def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
-        messages = prepare_messages(
-            context.messages,
-            provider=self.provider,
-            api=self.api,
-            model=self.id,
-            normalize_id=openai_responses_tool_id,
-        )
+        images = self._images
+        if self.rewrite is None:
+            # A rewrite hook may change the body in place, so it gets freshly converted items.
+            converted = self._wire_cache.convert(
+                context.messages,
+                (images, self.provider, self.api, self.id),
+                lambda: Preparer(
+                    provider=self.provider, api=self.api, model=self.id, normalize_id=openai_responses_tool_id
+                ),
+                lambda messages: convert_messages(messages, images=images),
+            )
+            messages: list[Message] = []
+        else:
+            converted = None
+            messages = prepare_messages(
+                context.messages,
+                provider=self.provider,
+                api=self.api,
+                model=self.id,
+                normalize_id=openai_responses_tool_id,
+            )
         body = build_request(
             self.id,
             Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools),
@@ -638,8 +656,9 @@ class OpenAIResponsesModel(HTTPModel):
             effort=self.reasoning_effort(options),
             reasoning=self.info.reasoning or bool(self.info.thinking),
             stream=self.streaming,
-            images=self._images,
+            images=images,
             prompt_cache=self.provider == "openai",
+            converted=converted,
         )
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         return HTTPRequest(url=f"{self.base_url}/responses", body=body, headers=headers, stream=self.streaming)
