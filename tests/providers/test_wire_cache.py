@@ -8,6 +8,7 @@ whole transcript afresh.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -218,3 +219,24 @@ def test_a_message_replaced_in_place_is_seen(name: str) -> None:
     view.append(UserMessage(content="Next"))
     view[7] = _result(view[7].tool_call_id, "[cleared]")  # type: ignore[union-attr]
     assert _body(model, view) == _fresh(maker, view)
+
+
+class _Incomparable:
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("cannot compare")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_an_equal_copy_is_the_same_transcript_and_an_incomparable_one_is_new(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    _body(model, messages)
+    copies = [messages[0], *(copy.deepcopy(m) for m in messages[1:])]
+    assert _body(model, copies) == _fresh(maker, copies)
+    first = [*messages[:2], msgspec.structs.replace(messages[2], details=_Incomparable())]
+    _body(model, first)
+    second = [*messages[:2], msgspec.structs.replace(messages[2], details=_Incomparable()), messages[3]]
+    assert _body(model, second) == _fresh(maker, second)

@@ -341,7 +341,8 @@ class OpenAIChatModel(HTTPModel):
             body["reasoning_effort"] = value
 
     def convert_messages(self, context: Context) -> list[dict[str, Any]]:
-        """The ``messages`` array for ``context`` (system prompt first)."""
+        """The ``messages`` array for ``context`` (system prompt first). The list is
+        new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat
         images_ok = not self._known_info or "image" in self.info.input_modalities
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id

@@ -77,7 +77,11 @@ class WireCache:
                 head = list(head)
             # List equality compares identities first: for a grown transcript this
             # is a pointer comparison per message.
-            if n < seen or entry.first is not first or entry.settings != settings or head != entry.sources:
+            try:
+                same = n >= seen and entry.first is first and entry.settings == settings and head == entry.sources
+            except Exception:  # a message holding values that refuse comparison
+                same = False
+            if not same:
                 entry = None
         if entry is None:
             entry = _Entry(first, settings, preparer())
