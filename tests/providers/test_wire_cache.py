@@ -240,3 +240,12 @@ def test_an_equal_copy_is_the_same_transcript_and_an_incomparable_one_is_new(nam
     _body(model, first)
     second = [*messages[:2], msgspec.structs.replace(messages[2], details=_Incomparable()), messages[3]]
     assert _body(model, second) == _fresh(maker, second)
+
+
+def test_many_transcripts_on_one_model_each_give_their_own_requests() -> None:
+    model = _chat()
+    transcripts = [[UserMessage(content=f"Transcript {i}"), *transcript("openai", "openai-chat")] for i in range(20)]
+    for turn in range(1, 8):
+        for i, messages in enumerate(transcripts):
+            head = messages[: turn * 3]
+            assert _body(model, head) == _fresh(_chat, head), (turn, i)

@@ -30,6 +30,7 @@ Converter = Callable[[list[Message]], list[dict[str, Any]]]
 the cache is keyed by."""
 
 _SIZE = 16  # transcripts remembered per model (a model may serve several agents at once)
+_BUDGET = 100_000  # messages remembered per model, all transcripts together (about 35 MB)
 
 
 class _Entry:
@@ -85,15 +86,17 @@ class WireCache:
                 entry = None
         if entry is None:
             entry = _Entry(first, settings, preparer())
-            entries.pop(key, None)
-            if len(entries) >= _SIZE:
-                del entries[next(iter(entries))]
-            entries[key] = entry
+        entries.pop(key, None)
+        entries[key] = entry  # the most recently used last
         prep = entry.preparer
         seen = len(entry.sources)
         if n > seen:
             prep.feed(messages, seen)
             entry.sources.extend(messages[seen:])
+        while len(entries) > 1 and (
+            len(entries) > _SIZE or sum(len(e.sources) for e in entries.values()) > _BUDGET
+        ):
+            del entries[next(iter(entries))]
         prepared = prep.out
         split = len(prepared)
         done = entry.done
