@@ -11,10 +11,12 @@ bodies are pretty-printed with two-space indents, as Google's JSON front end doe
 
 from __future__ import annotations
 
+from loopback import split_events
+
 
 def events(stream: bytes) -> list[bytes]:
     """``stream`` split into one chunk per event (each ending with its blank line)."""
-    return [part + b"\r\n\r\n" for part in stream.split(b"\r\n\r\n") if part]
+    return split_events(stream, b"\r\n\r\n")
 
 
 def chunks(stream: bytes, size: int) -> list[bytes]:

@@ -88,6 +88,27 @@ def sse_reply(*events: Any, done: bool = True, **kwargs: Any) -> Reply:
     return Reply(headers=headers, chunks=sse(*events, done=done), **kwargs)
 
 
+def split_events(stream: bytes, separator: bytes = b"\n\n") -> list[bytes]:
+    """A recorded event stream split into one chunk per event (each keeps its blank line)."""
+    return [part + separator for part in stream.split(separator) if part]
+
+
+def recorded_reply(stream: bytes, separator: bytes = b"\n\n", **kwargs: Any) -> Reply:
+    """A 200 ``text/event-stream`` reply sending a recorded ``stream`` one event per chunk."""
+    headers = {"content-type": "text/event-stream", **kwargs.pop("headers", {})}
+    return Reply(headers=headers, chunks=split_events(stream, separator), **kwargs)
+
+
+def body_reply(status: int, body: bytes, headers: dict[str, str] | None = None) -> Reply:
+    """A reply with a raw JSON ``body`` (error bodies written byte for byte)."""
+    return Reply(
+        status=status,
+        headers={"content-type": "application/json", **(headers or {})},
+        chunks=[body],
+        chunked=False,
+    )
+
+
 def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
     """A JSON reply with a content length."""
     return Reply(

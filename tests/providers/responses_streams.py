@@ -9,10 +9,12 @@ objects on ``response.*`` lifecycle events). Text is raw UTF-8, as the API sends
 
 from __future__ import annotations
 
+from loopback import split_events
+
 
 def events(stream: bytes) -> list[bytes]:
     """``stream`` split into one chunk per event (each ending with its blank line)."""
-    return [part + b"\n\n" for part in stream.split(b"\n\n") if part]
+    return split_events(stream)
 
 
 def chunks(stream: bytes, size: int) -> list[bytes]:

@@ -10,6 +10,8 @@ import anthropic_streams as an
 import msgspec
 import pytest
 from loopback import LoopbackServer, Reply
+from loopback import body_reply as error
+from loopback import recorded_reply as sse
 
 from ketch.llm import (
     AbortSignal,
@@ -88,19 +90,8 @@ CONTACT = {
 EPHEMERAL = {"type": "ephemeral"}
 
 
-def sse(stream: bytes, **kwargs: Any) -> Reply:
-    """A 200 event-stream reply sending ``stream`` one event per chunk."""
-    return Reply(headers={"content-type": "text/event-stream; charset=utf-8"}, chunks=an.events(stream), **kwargs)
 
 
-def error(status: int, body: bytes, headers: dict[str, str] | None = None) -> Reply:
-    """A failed JSON reply."""
-    return Reply(
-        status=status,
-        headers={"content-type": "application/json", **(headers or {})},
-        chunks=[body],
-        chunked=False,
-    )
 
 
 def model_for(server: LoopbackServer, **kwargs: Any) -> AnthropicModel:

@@ -11,7 +11,8 @@ from typing import Any
 import gemini_streams as gs
 import msgspec
 import pytest
-from loopback import LoopbackServer, Reply
+from loopback import LoopbackServer, Reply, recorded_reply
+from loopback import body_reply as error
 
 from ketch.llm import (
     AbortSignal,
@@ -109,20 +110,14 @@ CLEAN_WEATHER = {
 }
 
 
+
+
+
+
+
 def sse(stream: bytes, **kwargs: Any) -> Reply:
-    """A 200 event-stream reply sending ``stream`` one event per chunk."""
-    return Reply(headers={"content-type": "text/event-stream"}, chunks=gs.events(stream), **kwargs)
-
-
-def error(status: int, body: bytes, headers: dict[str, str] | None = None) -> Reply:
-    """A failed JSON reply."""
-    return Reply(
-        status=status,
-        headers={"content-type": "application/json; charset=UTF-8", **(headers or {})},
-        chunks=[body],
-        chunked=False,
-    )
-
+    """A recorded Gemini stream (CRLF line ends) sent one event per chunk."""
+    return recorded_reply(stream, b"\r\n\r\n", **kwargs)
 
 def model_for(server: LoopbackServer, id: str = "gemini-2.5-flash", **kwargs: Any) -> GeminiModel:
     kwargs.setdefault("api_key", KEY)

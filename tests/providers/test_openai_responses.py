@@ -10,6 +10,8 @@ import msgspec
 import pytest
 import responses_streams as rs
 from loopback import LoopbackServer, Reply
+from loopback import body_reply as error
+from loopback import recorded_reply as sse
 
 from ketch.llm import (
     AbortSignal,
@@ -73,19 +75,8 @@ WEATHER = ToolSpec(
 )
 
 
-def sse(stream: bytes, **kwargs: Any) -> Reply:
-    """A 200 event-stream reply sending ``stream`` one event per chunk."""
-    return Reply(headers={"content-type": "text/event-stream"}, chunks=rs.events(stream), **kwargs)
 
 
-def error(status: int, body: bytes, headers: dict[str, str] | None = None) -> Reply:
-    """A failed JSON reply."""
-    return Reply(
-        status=status,
-        headers={"content-type": "application/json", **(headers or {})},
-        chunks=[body],
-        chunked=False,
-    )
 
 
 def model_for(server: LoopbackServer, **kwargs: Any) -> OpenAIResponsesModel:
