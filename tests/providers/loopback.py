@@ -47,6 +47,7 @@ class Reply:
     chunked: bool = True
     cut_after: int | None = None
     stall_after: int | None = None
+    stall_headers: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
     stalled: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -205,6 +206,8 @@ class LoopbackServer:
             raise
 
     async def _serve(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        if reply.stall_headers:
+            await self._stall(reply)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
         if reply.chunked:
             response.enable_chunked_encoding()

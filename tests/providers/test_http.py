@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import warnings
+from typing import Any
 
 import pytest
 from loopback import LoopbackServer, Reply, sse_reply
 
 from ketch.llm import Context, UserMessage
-from ketch.llm.http import close_session, get_session, iter_sse, redact_headers, redact_text
-from ketch.llm.providers.openai_chat import OpenAIChatModel
+from ketch.llm.http import Deadline, close_session, get_session, iter_sse, redact_headers, redact_text
+from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
 from ketch.llm.retry import NO_RETRY
 
 
@@ -173,3 +174,88 @@ async def test_cancelling_the_consumer_closes_the_connection(loopback: LoopbackS
         await task
     await asyncio.wait_for(reply.disconnected.wait(), 5)
     assert seen == ["start", "text_start", "text_delta"]
+
+
+# -- time limits ---------------------------------------------------------------------------
+def _text(text: str) -> dict[str, Any]:
+    return {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
+
+
+HI = Context(messages=[UserMessage(content="hi")])
+_STOP = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+
+
+def _outcome(events: list[Any]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for ev in events:
+        if ev.type == "error":
+            out.append((ev.type, ev.error.error_kind, ev.error.error_message))
+        elif ev.type == "text_delta":
+            out.append((ev.type, ev.delta))
+        else:
+            out.append((ev.type,))
+    return out
+
+
+def _limited(loopback: LoopbackServer, **limits: Any) -> OpenAIChatModel:
+    return OpenAIChatModel("m", base_url=loopback.url, api_key="k", retry=NO_RETRY, **limits)
+
+
+async def test_no_response_headers_within_the_idle_limit_is_stream_idle(loopback: LoopbackServer) -> None:
+    reply = sse_reply(_text("late"), _STOP, done=True, stall_headers=True)
+    loopback.queue(reply)
+    events = [ev async for ev in _limited(loopback, idle_timeout=0.2).stream(HI)]
+    assert _outcome(events) == [("start",), ("error", "stream_idle", "The provider sent no data for 0.2 seconds")]
+    assert reply.stalled.is_set()
+
+
+async def test_no_response_headers_within_the_total_limit_is_a_timeout(loopback: LoopbackServer) -> None:
+    loopback.queue(sse_reply(_text("late"), _STOP, done=True, stall_headers=True))
+    events = [ev async for ev in _limited(loopback, idle_timeout=None, timeout=0.2).stream(HI)]
+    assert _outcome(events) == [("start",), ("error", "timeout", "The request timed out")]
+
+
+async def test_an_unstreamed_request_has_only_the_total_limit(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(headers={"content-type": "application/json"}, chunks=[b"{}"], stall_headers=True))
+    model = OpenAIChatModel(
+        "m",
+        base_url=loopback.url,
+        api_key="k",
+        retry=NO_RETRY,
+        compat=Compat(streaming=False),
+        idle_timeout=0.05,
+        timeout=0.3,
+    )
+    events = [ev async for ev in model.stream(HI)]
+    assert _outcome(events) == [("start",), ("error", "timeout", "The request timed out")]
+
+
+async def test_a_slow_consumer_is_not_an_idle_provider(loopback: LoopbackServer) -> None:
+    # The idle limit counts the time spent waiting for bytes, not the time the consumer
+    # spends between reads.
+    reply = sse_reply(_text("a"), _text("b"), _STOP, done=True, stall_after=1)
+    loopback.queue(reply)
+    events = []
+    async for ev in _limited(loopback, idle_timeout=0.2).stream(HI):
+        events.append(ev)
+        if ev.type == "text_delta" and ev.delta == "a":
+            await asyncio.sleep(0.4)  # busy for twice the idle limit while the provider holds back
+            reply.release.set()
+    assert _outcome(events) == [
+        ("start",),
+        ("text_start",),
+        ("text_delta", "a"),
+        ("text_delta", "b"),
+        ("text_end",),
+        ("done",),
+    ]
+
+
+async def test_time_limits_leave_no_timer_behind(loopback: LoopbackServer) -> None:
+    loopback.queue(_done_stream("ok"), Reply(status=500, chunks=[b"boom"]))
+    model = _limited(loopback, idle_timeout=30, timeout=60)
+    assert [ev async for ev in model.stream(HI)][-1].type == "done"
+    assert [ev async for ev in model.stream(HI)][-1].type == "error"
+    scheduled = asyncio.get_running_loop()._scheduled  # type: ignore[attr-defined]
+    pending = [h for h in scheduled if not h.cancelled() and isinstance(getattr(h._callback, "__self__", None), Deadline)]
+    assert pending == []

@@ -8,19 +8,36 @@ requests and a fresh loop (a new test, a new ``asyncio.run``) gets a fresh sessi
 :func:`iter_sse` turns a response body into ``(event, data)`` pairs. It works on raw
 byte chunks: it splits complete lines out of a buffer, keeps the remainder, and
 allocates only for the lines it returns.
+
+:class:`Deadline` keeps the idle and total time limits of one request on a single
+timer, and :class:`TimedContent` reads a body under them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+import math
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from .errors import ModelError, RequestTimeoutError, StreamIdleError
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["ByteSource", "close_session", "get_session", "iter_sse", "redact_headers", "redact_text"]
+__all__ = [
+    "ByteSource",
+    "Deadline",
+    "TimedContent",
+    "close_session",
+    "get_session",
+    "iter_sse",
+    "redact_headers",
+    "redact_text",
+]
+
+T = TypeVar("T")
 
 # loop -> (session, keeper async generator that closes the session at loop shutdown)
 _sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncIterator[None]]] = {}
@@ -118,6 +135,117 @@ class ByteSource(Protocol):
         ...
 
 
+class Deadline:
+    """The idle and total time limits of one request attempt, on a single timer.
+
+    ``idle`` bounds each wait for bytes (the response headers, then every read of the
+    body); ``total`` bounds the whole attempt. Starting a wait only records the time:
+    the timer fires at the earliest limit and re-arms itself when that limit has moved
+    on, so nothing is rescheduled per chunk. A limit that passes while the owning task
+    waits in :meth:`wait` cancels the wait, which then raises
+    :class:`~ketch.llm.errors.StreamIdleError` or
+    :class:`~ketch.llm.errors.RequestTimeoutError`; a total limit that passes between
+    waits is raised by the next one. A cancellation from anywhere else propagates
+    unchanged. :meth:`close` when the attempt ends.
+    """
+
+    __slots__ = ("_cancelled", "_end", "_handle", "_idle", "_loop", "_since", "_task", "_waiting", "error")
+
+    def __init__(self, idle: float | None, total: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._loop = loop
+        self._task = asyncio.current_task()
+        self._idle = idle
+        self._end = now + total if total is not None else math.inf
+        self._since = now
+        self._waiting = False
+        self._cancelled = False
+        self.error: ModelError | None = None
+        """The limit that passed, if one did."""
+        self._handle = loop.call_at(self._due(now), self._fire) if idle is not None or total is not None else None
+
+    def _due(self, now: float) -> float:
+        if self._idle is None:
+            return self._end
+        return min(self._end, (self._since if self._waiting else now) + self._idle)
+
+    def _fire(self) -> None:
+        now = self._loop.time()
+        if now >= self._end:
+            error: ModelError = RequestTimeoutError("The request timed out")
+        elif self._idle is not None and self._waiting and now >= self._since + self._idle:
+            error = StreamIdleError(f"The provider sent no data for {self._idle:g} seconds")
+        else:
+            self._handle = self._loop.call_at(self._due(now), self._fire)
+            return
+        self._handle = None
+        self.error = error
+        if self._waiting and self._task is not None:
+            self._cancelled = True
+            self._task.cancel()
+
+    async def wait(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` (sending the request, reading bytes) under the limits."""
+        if self.error is not None:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()
+            raise self.error
+        self._since = self._loop.time()
+        self._waiting = True
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            if self._cancelled and self._undo_cancel():
+                raise self._passed() from None
+            raise
+        finally:
+            self._waiting = False
+        if self._cancelled:
+            # The limit passed just as the wait completed: the cancellation is still
+            # pending and would hit the task's next await, so take it here.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if not self._undo_cancel():
+                    raise
+            else:
+                self._undo_cancel()
+            raise self._passed() from None
+        return result
+
+    def _passed(self) -> ModelError:
+        assert self.error is not None
+        return self.error
+
+    def _undo_cancel(self) -> bool:
+        # True when the limit's cancellation was the only one the task had.
+        self._cancelled = False
+        assert self._task is not None
+        return self._task.uncancel() == 0
+
+    def close(self) -> None:
+        """Stop the timer (the attempt is over)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class TimedContent:
+    """A :class:`ByteSource` read under a :class:`Deadline`."""
+
+    __slots__ = ("_content", "_deadline")
+
+    def __init__(self, content: ByteSource, deadline: Deadline) -> None:
+        self._content = content
+        self._deadline = deadline
+
+    async def readany(self) -> bytes:
+        """The next available bytes (``b""`` at end of stream)."""
+        return await self._deadline.wait(self._content.readany())
+
+
 async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
     """Yield ``(event, data)`` for each Server-Sent Event in ``content``.
 
@@ -154,11 +282,12 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
                     yield event, data
                     data = None
                 event = ""
-            elif line.startswith(b"data:"):
-                value = line[6:] if line.startswith(b"data: ") else line[5:]
-                data = value if data is None else data + b"\n" + value
+            elif line.startswith(b"data: "):
+                data = line[6:] if data is None else data + b"\n" + line[6:]
             elif line.startswith(b"event:"):
                 event = line[6:].strip().decode()
+            elif line.startswith(b"data:"):
+                data = line[5:] if data is None else data + b"\n" + line[5:]
             # Comments, id:, retry: and unknown fields are ignored.
     # A line cut off by the end of the stream is incomplete and dropped.
     if data is not None:

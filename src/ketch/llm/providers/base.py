@@ -26,7 +26,7 @@ import msgspec
 
 from ..classify import classify_exception, classify_response
 from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
-from ..http import get_session, iter_sse, proxy_for, redact_headers, redact_text
+from ..http import Deadline, TimedContent, get_session, iter_sse, proxy_for, redact_headers, redact_text
 from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
@@ -146,7 +146,7 @@ class HTTPModel:
         self.connect_timeout = connect_timeout
         self.observer = observer
         self.rewrite = rewrite
-        self._timeouts: tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout] | None = None
+        self._client_timeout: aiohttp.ClientTimeout | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
@@ -194,16 +194,14 @@ class HTTPModel:
         return key or None
 
     # -- internals -------------------------------------------------------------------
-    def _client_timeouts(self) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
-        if self._timeouts is None:
+    def _connect_timeout(self) -> aiohttp.ClientTimeout:
+        # aiohttp keeps only the connect limit: the idle and total limits are a
+        # Deadline's, which costs one timer per attempt instead of one per chunk.
+        if self._client_timeout is None:
             import aiohttp
 
-            streaming = aiohttp.ClientTimeout(
-                total=self.timeout, sock_connect=self.connect_timeout, sock_read=self.idle_timeout
-            )
-            whole = aiohttp.ClientTimeout(total=self.timeout, sock_connect=self.connect_timeout)
-            self._timeouts = (streaming, whole)
-        return self._timeouts
+            self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
+        return self._client_timeout
 
     async def _prepare(
         self, context: Context, options: StreamOptions
@@ -243,7 +241,7 @@ class HTTPModel:
         yield builder.start()
         request, payload, headers, secrets = await self._prepare(context, options)
         policy = self.retry
-        streaming_timeout, whole_timeout = self._client_timeouts()
+        client_timeout = self._connect_timeout()
         attempt = 0
         while True:
             attempt += 1
@@ -260,18 +258,25 @@ class HTTPModel:
                         )
                     )
                 session = await get_session()
-                response = await session.post(
-                    request.url,
-                    data=payload,
-                    headers=headers,
-                    proxy=proxy_for(request.url),
-                    timeout=streaming_timeout if request.stream else whole_timeout,
-                )
+                deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout)
+                try:
+                    response = await deadline.wait(
+                        session.post(
+                            request.url,
+                            data=payload,
+                            headers=headers,
+                            proxy=proxy_for(request.url),
+                            timeout=client_timeout,
+                        )
+                    )
+                except BaseException:
+                    deadline.close()
+                    raise
                 finished = False
                 try:
                     status = response.status
                     failed = not 200 <= status < 300
-                    error_body = await response.read() if failed else None
+                    error_body = await deadline.wait(response.read()) if failed else None
                     if self.observer is not None:
                         await self._observe(
                             HTTPExchange(
@@ -293,7 +298,7 @@ class HTTPModel:
                     content_type = response.headers.get("content-type", "")
                     if request.stream and not content_type.startswith("application/json"):
                         last: StreamEvent | None = None
-                        sse = iter_sse(response.content)
+                        sse = iter_sse(TimedContent(response.content, deadline))
                         parsed = self.parse_stream(sse, builder, request)
                         try:
                             async for event in parsed:
@@ -309,7 +314,7 @@ class HTTPModel:
                         if type(last) is not StreamDone:
                             raise NetworkError("The stream ended before the response was complete")
                     else:
-                        data = await response.read()
+                        data = await deadline.wait(response.read())
                         for event in self.parse_response(data, builder, request):
                             if type(event) is StreamDone:
                                 self._check_window(builder)
@@ -321,6 +326,7 @@ class HTTPModel:
                         response.close()  # drop the connection at once; never reuse it
                     raise
                 finally:
+                    deadline.close()
                     response.release()
             except Exception as exc:
                 error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
