@@ -433,20 +433,24 @@ class OpenAIChatModel(HTTPModel):
         tools: dict[int, int] = {}  # OpenAI tool-call index -> content index
         open_tools: list[int] = []
         finish: str | None = None
+        response_id: str | None = None
         async for _, data in events:
             if data == b"[DONE]":
                 break
             chunk = _decode_chunk(data)
             if chunk.error is not None:
                 raise classify_error_object({"error": chunk.error})
-            if builder.message.response_id is None and chunk.id:
-                builder.message.response_id = chunk.id
-            usage = chunk.usage or (chunk.x_groq.usage if chunk.x_groq is not None else None)
+            if response_id is None and chunk.id:
+                builder.message.response_id = response_id = chunk.id
+            usage = chunk.usage
+            if usage is None and chunk.x_groq is not None:
+                usage = chunk.x_groq.usage
             if usage is not None:
                 self._set_usage(builder, usage)
-            if not chunk.choices:
+            choices = chunk.choices
+            if not choices:
                 continue
-            choice = chunk.choices[0]
+            choice = choices[0]
             delta = choice.delta
             if delta is not None:
                 has_reasoning = (
