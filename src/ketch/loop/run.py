@@ -1,6 +1,6 @@
 """The stateless loop: :func:`run_loop` and :func:`continue_loop`.
 
-Read :meth:`_Run.body` top to bottom: each turn transforms and converts the transcript,
+Read :meth:`_Run.events` top to bottom: each turn transforms and converts the transcript,
 resolves the API key, streams the assistant message, runs its tool calls, emits
 ``turn_end``, lets ``prepare_next_turn`` change what comes next, checks the stop
 controls and polls steering. When the model stops without tool calls and nothing is
@@ -22,6 +22,21 @@ import msgspec
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Context, StreamOptions, ToolSpec
 from ..llm.signal import AbortSignal, AbortWaiter
+from ..llm.stream import (
+    StreamDone,
+    StreamError,
+    StreamRetry,
+    StreamStart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ThinkingStart,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from ..llm.tokens import ContextUsage
 from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
 from .events import (
@@ -48,12 +63,8 @@ from .tool import Tool, ToolResult
 
 __all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
 
-_BLOCK_EVENT_TYPES = frozenset(
-    {
-        "text_start", "text_delta", "text_end",
-        "thinking_start", "thinking_delta", "thinking_end",
-        "toolcall_start", "toolcall_delta", "toolcall_end",
-    }
+_BLOCK_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallDelta, ToolCallEnd}
 )
 
 DEFAULT_WINDOW = 128_000
@@ -169,23 +180,122 @@ class _Run:
         self.new_messages.append(message)
 
     async def events(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
-        """All events of the run, ending with exactly one ``agent_end``."""
+        """The loop itself: all events of the run, ending with exactly one ``agent_end``.
+
+        A ``return`` ends the run; the ``finally`` clause reports an escaped exception as
+        an error message and emits ``agent_end`` (a cancelled run re-raises after it), unless
+        the consumer closed the stream.
+        """
         started = time.monotonic()
+        ending = True
+        failure: Exception | None = None
         yield AgentStart()
         try:
-            async for event in self.body(prompts):
-                yield event
+            cfg = self.cfg
+            self.turn = 1
+            yield TurnStart(turn=1)
+            for prompt in prompts or ():
+                self._commit(prompt)
+                yield MessageStart(message=prompt)
+                yield MessageEnd(message=prompt)
+            pending: list[Message] = [] if cfg.skip_initial_steering_poll else await self._poll_steering()
+            recoveries = 0
+            first = True
+            while True:
+                while True:
+                    if not first:
+                        stop = self._stop_before_call()
+                        if stop is not None:
+                            self._end(stop)
+                            return
+                        self.turn += 1
+                        yield TurnStart(turn=self.turn)
+                    first = False
+                    for queued in pending:
+                        self._commit(queued)
+                        yield MessageStart(message=queued)
+                        yield MessageEnd(message=queued)
+                    pending = []
+
+                    async for event in self._stream_assistant():
+                        yield event
+                    message = self.assistant
+                    assert message is not None
+                    self.summary.turns += 1
+                    self.summary.usage.add(message.usage)
+                    if message.stop_reason == "error" or message.stop_reason == "aborted":
+                        yield TurnEnd(turn=self.turn, message=message, tool_results=[])
+                        self._end(message.stop_reason, message.error_message)
+                        return
+
+                    calls = message.tool_calls
+                    results: list[ToolResultMessage] = []
+                    terminate = False
+                    steering: list[Message] = []
+                    if calls:
+                        async for event in self._run_tools(message, calls):
+                            yield event
+                        results = [m for m in self.new_messages[-len(calls):] if isinstance(m, ToolResultMessage)]
+                        terminate = all(o.result.terminate for o in self.batch)
+                        steering = self.batch_steering
+                    yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
+                    if self.batch_aborted or self.signal.aborted:
+                        self._end("aborted", "aborted")
+                        return
+
+                    info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
+                    if cfg.prepare_next_turn is not None:
+                        await self._prepare_next_turn(info)
+                    for predicate in cfg.stop_when:
+                        if await _maybe(predicate(info)):
+                            self._end("stop")
+                            return
+
+                    pending = steering or await self._poll_steering()
+                    if calls and not terminate:
+                        continue
+                    if message.stop_reason == "length" and not calls and recoveries < cfg.length_recoveries:
+                        recoveries += 1
+                        pending.append(UserMessage(content=cfg.length_recovery_prompt))
+                        continue
+                    if pending:
+                        continue
+                    break
+
+                follow_ups = await self._poll(cfg.get_follow_up_messages)
+                if follow_ups:
+                    pending = follow_ups
+                    continue
+                if cfg.on_stop is not None and not message.tool_calls:
+                    decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.ctx)))
+                    if decision is not None and decision.action == "escalate":
+                        self._end("stop_guard", decision.reason or "on_stop escalated")
+                        return
+                    injected = decision.injected() if decision is not None else None
+                    if injected is not None:
+                        pending = [injected]
+                        continue
+                self._end("stop")
+                return
+        except GeneratorExit:
+            ending = False
+            raise
         except asyncio.CancelledError:
             self._end("aborted", "run cancelled")
-            yield self._agent_end(started)
             raise
         except Exception as exc:
-            error = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-            self._commit(error)
-            yield MessageStart(message=error)
-            yield MessageEnd(message=error)
-            self._end("error", error.error_message)
-        yield self._agent_end(started)
+            failure = exc
+        finally:
+            if ending:
+                if failure is not None:
+                    error = self._error_message(
+                        f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
+                    )
+                    self._commit(error)
+                    yield MessageStart(message=error)
+                    yield MessageEnd(message=error)
+                    self._end("error", error.error_message)
+                yield self._agent_end(started)
 
     def _agent_end(self, started: float) -> AgentEnd:
         self.summary.duration = time.monotonic() - started
@@ -197,95 +307,6 @@ class _Run:
         return AssistantMessage(
             provider=m.provider, api=m.api, model=m.id, stop_reason="error", error_message=text, error_kind=kind
         )
-
-    async def body(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
-        """The loop itself."""
-        cfg = self.cfg
-        self.turn = 1
-        yield TurnStart(turn=1)
-        for prompt in prompts or ():
-            self._commit(prompt)
-            yield MessageStart(message=prompt)
-            yield MessageEnd(message=prompt)
-        pending: list[Message] = [] if cfg.skip_initial_steering_poll else await self._poll_steering()
-        recoveries = 0
-        first = True
-        while True:
-            while True:
-                if not first:
-                    stop = self._stop_before_call()
-                    if stop is not None:
-                        self._end(stop)
-                        return
-                    self.turn += 1
-                    yield TurnStart(turn=self.turn)
-                first = False
-                for queued in pending:
-                    self._commit(queued)
-                    yield MessageStart(message=queued)
-                    yield MessageEnd(message=queued)
-                pending = []
-
-                async for event in self._stream_assistant():
-                    yield event
-                message = self.assistant
-                assert message is not None
-                self.summary.turns += 1
-                self.summary.usage.add(message.usage)
-                if message.stop_reason == "error" or message.stop_reason == "aborted":
-                    yield TurnEnd(turn=self.turn, message=message, tool_results=[])
-                    self._end(message.stop_reason, message.error_message)
-                    return
-
-                calls = message.tool_calls
-                results: list[ToolResultMessage] = []
-                terminate = False
-                steering: list[Message] = []
-                if calls:
-                    async for event in self._run_tools(message, calls):
-                        yield event
-                    results = [m for m in self.new_messages[-len(calls):] if isinstance(m, ToolResultMessage)]
-                    terminate = all(o.result.terminate for o in self.batch)
-                    steering = self.batch_steering
-                yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
-                if self.batch_aborted or self.signal.aborted:
-                    self._end("aborted", "aborted")
-                    return
-
-                info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
-                if cfg.prepare_next_turn is not None:
-                    await self._prepare_next_turn(info)
-                for predicate in cfg.stop_when:
-                    if await _maybe(predicate(info)):
-                        self._end("stop")
-                        return
-
-                pending = steering or await self._poll_steering()
-                if calls and not terminate:
-                    continue
-                if message.stop_reason == "length" and not calls and recoveries < cfg.length_recoveries:
-                    recoveries += 1
-                    pending.append(UserMessage(content=cfg.length_recovery_prompt))
-                    continue
-                if pending:
-                    continue
-                break
-
-            follow_ups = await self._poll(cfg.get_follow_up_messages)
-            if follow_ups:
-                pending = follow_ups
-                continue
-            if cfg.on_stop is not None and not message.tool_calls:
-                decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.ctx)))
-                if decision is not None and decision.action == "escalate":
-                    self._end("stop_guard", decision.reason or "on_stop escalated")
-                    return
-                injected = decision.injected() if decision is not None else None
-                if injected is not None:
-                    pending = [injected]
-                    continue
-            self._end("stop")
-            return
 
     def _usage(self) -> ContextUsage:
         info = getattr(self.model, "info", None)
@@ -392,23 +413,21 @@ class _Run:
             partial: AssistantMessage | None = None
             try:
                 async for event in stream:
-                    kind = event.type
-                    if kind in _BLOCK_EVENT_TYPES:
+                    if type(event) in _BLOCK_EVENTS:
                         if partial is not None:
                             yield MessageUpdate(message=partial, event=event)
-                    elif kind == "start":
+                    elif type(event) is StreamStart:
                         started = partial is not None
-                        partial = event.partial  # type: ignore[union-attr]
+                        partial = event.partial
                         if not started:
                             yield MessageStart(message=partial)
-                    elif kind == "done":
-                        final = event.message  # type: ignore[union-attr]
+                    elif type(event) is StreamDone:
+                        final = event.message
                         break
-                    elif kind == "error":
-                        final = event.error  # type: ignore[union-attr]
+                    elif type(event) is StreamError:
+                        final = event.error
                         break
-                    elif kind == "retry":
-                        assert event.type == "retry"
+                    elif type(event) is StreamRetry:
                         if event.discard_partial:
                             partial = None
                         yield Retry(
