@@ -27,7 +27,12 @@ class Chunks:
 
 
 async def parse(*chunks: bytes) -> list[tuple[str, bytes]]:
-    return [ev async for ev in iter_sse(Chunks(*chunks))]
+    return [ev async for batch in iter_sse(Chunks(*chunks)) for ev in batch]
+
+
+async def test_sse_events_come_in_one_list_per_read() -> None:
+    reads = [batch async for batch in iter_sse(Chunks(b"data: a\n\ndata: b\n\ndata: c", b"\n\n", b": ping\n\n"))]
+    assert reads == [[("", b"a"), ("", b"b")], [("", b"c")]]
 
 
 # -- SSE parsing ---------------------------------------------------------------------------

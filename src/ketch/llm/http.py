@@ -5,9 +5,9 @@ created on first use and closed when the loop shuts down (``asyncio.run`` and ev
 ``asyncio.Runner`` finalise it), so connections are pooled and kept alive across
 requests and a fresh loop (a new test, a new ``asyncio.run``) gets a fresh session.
 
-:func:`iter_sse` turns a response body into ``(event, data)`` pairs. It works on raw
-byte chunks: it splits complete lines out of a buffer, keeps the remainder, and
-allocates only for the lines it returns.
+:func:`iter_sse` turns a response body into ``(event, data)`` pairs, delivered in one
+list per read. It works on raw byte chunks: it splits complete lines out of a buffer,
+keeps the remainder, and allocates only for the lines it returns.
 
 :class:`Deadline` keeps the idle and total time limits of one request on a single
 timer, and :class:`TimedContent` reads a body under them.
@@ -246,8 +246,9 @@ class TimedContent:
         return await self._deadline.wait(self._content.readany())
 
 
-async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
-    """Yield ``(event, data)`` for each Server-Sent Event in ``content``.
+async def iter_sse(content: ByteSource) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """Yield the Server-Sent Events in ``content`` as ``(event, data)`` pairs, in one
+    list per read that completed any (so a body that arrives at once costs one step).
 
     ``event`` is the ``event:`` field ("" when absent); ``data`` joins multiple
     ``data:`` lines with ``\\n``. Comments (``:`` lines), ``id:`` and ``retry:`` fields
@@ -276,10 +277,11 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
             chunk = chunk.replace(b"\r\n", b"\n")
         lines = chunk.split(b"\n")
         rest = lines.pop()
+        out: list[tuple[str, bytes]] = []
         for line in lines:
             if not line:
                 if data is not None:
-                    yield event, data
+                    out.append((event, data))
                     data = None
                 event = ""
             elif line.startswith(b"data: "):
@@ -289,9 +291,11 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[tuple[str, bytes]]:
             elif line.startswith(b"data:"):
                 data = line[5:] if data is None else data + b"\n" + line[5:]
             # Comments, id:, retry: and unknown fields are ignored.
+        if out:
+            yield out
     # A line cut off by the end of the stream is incomplete and dropped.
     if data is not None:
-        yield event, data
+        yield [(event, data)]
 
 
 def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str]:

@@ -777,9 +777,10 @@ class AnthropicModel(HTTPModel):
     ) -> AsyncIterator[StreamEvent]:
         """Stream events from the Messages API's server-sent events."""
         state = AnthropicStreamState(builder, _format_tool(request))
-        async for _name, data in events:
-            for event in state.feed(data):
-                yield event
+        async for batch in events:
+            for _name, data in batch:
+                for event in state.feed(data):
+                    yield event
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete Message object."""

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
 
-SSEEvents: TypeAlias = AsyncIterator[tuple[str, bytes]]
-"""``(event name, data bytes)`` pairs from :func:`ketch.llm.http.iter_sse`."""
+SSEEvents: TypeAlias = AsyncIterator[list[tuple[str, bytes]]]
+"""``(event name, data bytes)`` pairs from :func:`ketch.llm.http.iter_sse`, one list per read."""
 
 
 class HTTPRequest(msgspec.Struct, kw_only=True):

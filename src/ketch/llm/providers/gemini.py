@@ -844,11 +844,12 @@ class GeminiModel(HTTPModel):
         """Stream events from Gemini's server-sent chunks; the chunk with a finish
         reason ends the message."""
         state = GeminiStreamState(builder)
-        async for _name, data in events:
-            for event in state.feed(data):
-                yield event
-            if state.finished:
-                return
+        async for batch in events:
+            for _name, data in batch:
+                for event in state.feed(data):
+                    yield event
+                if state.finished:
+                    return
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete response."""

@@ -434,84 +434,88 @@ class OpenAIChatModel(HTTPModel):
         open_tools: list[int] = []
         finish: str | None = None
         response_id: str | None = None
-        async for _, data in events:
-            if data == b"[DONE]":
-                break
-            chunk = _decode_chunk(data)
-            if chunk.error is not None:
-                raise classify_error_object({"error": chunk.error})
-            if response_id is None and chunk.id:
-                builder.message.response_id = response_id = chunk.id
-            usage = chunk.usage
-            if usage is None and chunk.x_groq is not None:
-                usage = chunk.x_groq.usage
-            if usage is not None:
-                self._set_usage(builder, usage)
-            choices = chunk.choices
-            if not choices:
-                continue
-            choice = choices[0]
-            delta = choice.delta
-            if delta is not None:
-                has_reasoning = (
-                    delta.reasoning_content is not None
-                    or delta.reasoning is not None
-                    or delta.reasoning_text is not None
-                )
-                for name in reasoning_fields if has_reasoning else ():
-                    reasoning = getattr(delta, name)
-                    if reasoning:
-                        if think_i < 0:
-                            if text_i >= 0:
-                                yield builder.text_end(text_i)
-                                text_i = -1
-                            t_ev = builder.thinking_start()
-                            think_i = t_ev.index
-                            yield t_ev
-                        yield builder.thinking_delta(reasoning, think_i)
-                        break
-                content = delta.content or delta.refusal
-                if content:
-                    if text_i < 0:
-                        if think_i >= 0:
-                            yield builder.thinking_end(think_i)
-                            think_i = -1
-                        x_ev = builder.text_start()
-                        text_i = x_ev.index
-                        yield x_ev
-                    yield builder.text_delta(content, text_i)
-                if delta.tool_calls:
-                    for td in delta.tool_calls:
-                        if td.index is not None:
-                            key = td.index
-                        else:  # servers that omit the index: a new id opens a new call
-                            key = len(tools) if td.id is not None else len(tools) - 1
-                        index = tools.get(key)
-                        if index is not None and td.id:
-                            block = builder.message.content[index]
-                            if type(block) is ToolCall and td.id != block.id:
-                                index = None  # a new call reusing an index
-                        if index is None:
-                            if text_i >= 0:
-                                yield builder.text_end(text_i)
-                                text_i = -1
+        async for batch in events:
+            for _, data in batch:
+                if data == b"[DONE]":
+                    break
+                chunk = _decode_chunk(data)
+                if chunk.error is not None:
+                    raise classify_error_object({"error": chunk.error})
+                if response_id is None and chunk.id:
+                    builder.message.response_id = response_id = chunk.id
+                usage = chunk.usage
+                if usage is None and chunk.x_groq is not None:
+                    usage = chunk.x_groq.usage
+                if usage is not None:
+                    self._set_usage(builder, usage)
+                choices = chunk.choices
+                if not choices:
+                    continue
+                choice = choices[0]
+                delta = choice.delta
+                if delta is not None:
+                    has_reasoning = (
+                        delta.reasoning_content is not None
+                        or delta.reasoning is not None
+                        or delta.reasoning_text is not None
+                    )
+                    for name in reasoning_fields if has_reasoning else ():
+                        reasoning = getattr(delta, name)
+                        if reasoning:
+                            if think_i < 0:
+                                if text_i >= 0:
+                                    yield builder.text_end(text_i)
+                                    text_i = -1
+                                t_ev = builder.thinking_start()
+                                think_i = t_ev.index
+                                yield t_ev
+                            yield builder.thinking_delta(reasoning, think_i)
+                            break
+                    content = delta.content or delta.refusal
+                    if content:
+                        if text_i < 0:
                             if think_i >= 0:
                                 yield builder.thinking_end(think_i)
                                 think_i = -1
+                            x_ev = builder.text_start()
+                            text_i = x_ev.index
+                            yield x_ev
+                        yield builder.text_delta(content, text_i)
+                    if delta.tool_calls:
+                        for td in delta.tool_calls:
+                            if td.index is not None:
+                                key = td.index
+                            else:  # servers that omit the index: a new id opens a new call
+                                key = len(tools) if td.id is not None else len(tools) - 1
+                            index = tools.get(key)
+                            if index is not None and td.id:
+                                block = builder.message.content[index]
+                                if type(block) is ToolCall and td.id != block.id:
+                                    index = None  # a new call reusing an index
+                            if index is None:
+                                if text_i >= 0:
+                                    yield builder.text_end(text_i)
+                                    text_i = -1
+                                if think_i >= 0:
+                                    yield builder.thinking_end(think_i)
+                                    think_i = -1
+                                fn = td.function
+                                c_ev = builder.tool_call_start(
+                                    td.id or f"call_{len(builder.message.content)}",
+                                    (fn.name if fn is not None else None) or "",
+                                )
+                                index = c_ev.index
+                                tools[key] = index
+                                open_tools.append(index)
+                                yield c_ev
                             fn = td.function
-                            c_ev = builder.tool_call_start(
-                                td.id or f"call_{len(builder.message.content)}",
-                                (fn.name if fn is not None else None) or "",
-                            )
-                            index = c_ev.index
-                            tools[key] = index
-                            open_tools.append(index)
-                            yield c_ev
-                        fn = td.function
-                        if fn is not None and fn.arguments:
-                            yield builder.tool_call_delta(fn.arguments, index)
-            if choice.finish_reason:
-                finish = choice.finish_reason
+                            if fn is not None and fn.arguments:
+                                yield builder.tool_call_delta(fn.arguments, index)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+            else:
+                continue
+            break  # [DONE]
         else:
             if finish is None:
                 return  # no terminal marker: the base reports a truncated stream

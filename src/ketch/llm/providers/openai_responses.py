@@ -668,9 +668,10 @@ class OpenAIResponsesModel(HTTPModel):
     ) -> AsyncIterator[StreamEvent]:
         """Stream events from the Responses API's server-sent events."""
         state = ResponsesStreamState(builder)
-        async for _name, data in events:
-            for event in state.feed(data):
-                yield event
+        async for batch in events:
+            for _name, data in batch:
+                for event in state.feed(data):
+                    yield event
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete response object."""
