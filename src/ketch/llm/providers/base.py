@@ -31,6 +31,7 @@ from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
 from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry, guard_stream
+from .wire_cache import encode_body
 
 if TYPE_CHECKING:
     import aiohttp
@@ -227,7 +228,7 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        return request, _encoder.encode(request.body), headers, (key,) if key else ()
+        return request, encode_body(request.body), headers, (key,) if key else ()
 
     async def _observe(self, exchange: HTTPExchange) -> None:
         assert self.observer is not None

@@ -1,48 +1,275 @@
-"""Wire forms of a growing transcript, converted once per message.
+"""Wire forms of a growing transcript, converted and JSON-encoded once per message.
 
 An agent sends its whole transcript on every turn, and the transcript only grows. A
 :class:`WireCache` (one per model) remembers, per transcript, the prepared messages
-(:class:`~ketch.llm.handoff.Preparer`) and the wire items they converted to, so a turn
-prepares and converts only the messages added since the last one. A transcript is
-found by the identity of its first message; it is taken as grown when the messages
-seen last time are all still in place (the same objects, or equal ones). Any other
-change (a message replaced or removed, as context strategies do) converts it anew. Messages are never mutated, and cached wire items are never
-mutated after they are handed out: a caller that changes an item must copy it first.
+(:class:`~ketch.llm.handoff.Preparer`), the wire items they converted to and the JSON
+of those items, so a turn prepares, converts and encodes only the messages added since
+the last one. A transcript is found by the identity of its first message; it is taken
+as grown when the messages seen last time are all still in place (the same objects, or
+equal ones). Any other change (a message replaced or removed, as context strategies do)
+converts it anew. Messages are never mutated, and cached wire items are never mutated
+after they are handed out: a caller that changes an item must copy it first (and put
+the copy in the list, which then no longer carries the item's JSON).
 
 Only a prefix that ends before a message other than a tool result is cached: the
 converters group consecutive tool results, and the calls still waiting for results get
 synthetic ones that a later message may replace. The messages after that point are
-converted afresh on every turn.
+converted afresh on every turn. A :class:`Fold` may hold back more (a wire format that
+merges consecutive items of one role cannot close its last item yet).
+
+:meth:`WireCache.convert` returns a :class:`WireItems`: a list that carries the JSON
+of the cached items it holds, which :func:`encode_body` copies into the request body
+instead of encoding them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, Self, SupportsIndex, overload
+
+import msgspec
 
 from ..handoff import Preparer
 from ..messages import Message, ToolResultMessage
 
-__all__ = ["Converter", "WireCache"]
+__all__ = ["Converter", "Fold", "WireCache", "WireItems", "encode_body"]
 
 Converter = Callable[[list[Message]], list[dict[str, Any]]]
 """Prepared messages to wire items; must depend only on the messages and the settings
 the cache is keyed by."""
 
 _SIZE = 16  # transcripts remembered per model (a model may serve several agents at once)
-_BUDGET = 100_000  # messages remembered per model, all transcripts together (about 35 MB)
+# Messages remembered per model, all transcripts together (about 35 MB of wire items
+# plus their JSON, about the size of the requests).
+_BUDGET = 100_000
+
+_encode = msgspec.json.encode
+
+
+class Fold(Protocol):
+    """A conversion whose items depend on earlier messages, carried as state from one
+    part of a transcript to the next (one fold per cached transcript)."""
+
+    def commit(self, messages: list[Message]) -> tuple[list[dict[str, Any]], int]:
+        """The wire items of the first ``k`` of ``messages`` and ``k``: items that no
+        later message changes. The state moves past those ``k`` messages; the others
+        come first in the next call."""
+        ...
+
+    def peek(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The wire items of ``messages``, which follow the committed ones; the state
+        stays as it is."""
+        ...
+
+
+class _Stateless:
+    __slots__ = ("_converter",)
+
+    def __init__(self, converter: Converter) -> None:
+        self._converter = converter
+
+    def commit(self, messages: list[Message]) -> tuple[list[dict[str, Any]], int]:
+        return self._converter(messages), len(messages)
+
+    def peek(self, messages: list[Message]) -> list[dict[str, Any]]:
+        return self._converter(messages)
+
+
+class WireItems(list[dict[str, Any]]):
+    """Wire items that may carry the JSON of a run of them (the cached ones), which
+    :func:`encode_body` uses instead of encoding those items again.
+
+    A change to the list that could touch that run (replacing, removing or reordering
+    items in it, or any slice assignment, ``remove``, ``clear``, ``sort``, ``reverse``,
+    ``*=``) drops the JSON, and the list is then encoded like any other; items added
+    around the run (``append``, ``extend``, ``+=``, ``insert``) and items replaced or
+    removed outside it keep it, the run moving with its items. Copies and pickles are
+    plain lists. Changing an item itself is not seen: cached items must not be changed.
+    """
+
+    __slots__ = ("_count", "_json", "_size", "_start", "_wire")
+
+    def __init__(self, items: Iterable[dict[str, Any]] = ()) -> None:
+        super().__init__(items)
+        self._json: bytearray | None = None
+        self._wire: list[dict[str, Any]] = []
+        self._start = 0
+        self._count = 0
+        self._size = 0
+
+    @property
+    def encoded_range(self) -> range | None:
+        """The positions of the items whose JSON the list carries; None when it carries none."""
+        if self._json is None:
+            return None
+        return range(self._start, self._start + self._count)
+
+    def _carry(self, wire: list[dict[str, Any]], json: bytearray, start: int) -> None:
+        # ``json[:len(json)]`` now encodes ``wire``, which is ``self[start:start + len(wire)]``;
+        # later both may grow, the prefix staying as it is.
+        self._json = json
+        self._wire = wire
+        self._start = start
+        self._count = len(wire)
+        self._size = len(json)
+
+    def _parts(self) -> list[Any] | None:
+        """The items, the carried run replaced by one :class:`msgspec.Raw` of its JSON."""
+        json = self._json
+        if json is None:
+            return None
+        start, count, wire = self._start, self._count, self._wire
+        stop = start + count
+        # A cheap guard against changes made behind the list methods' backs.
+        if len(self) < stop or self[start] is not wire[0] or self[stop - 1] is not wire[count - 1]:
+            return None
+        raw = msgspec.Raw(json if self._size == len(json) else memoryview(json)[: self._size])
+        return [*self[:start], raw, *self[stop:]]
+
+    def _index(self, index: SupportsIndex) -> int:
+        i = operator.index(index)
+        return i + len(self) if i < 0 else i
+
+    def _removed(self, i: int) -> None:
+        # The item at ``i`` (0 <= i, counted before the removal) is gone.
+        if self._json is not None:
+            if i < self._start:
+                self._start -= 1
+            elif i < self._start + self._count:
+                self._json = None
+
+    @overload
+    def __setitem__(self, key: SupportsIndex, value: dict[str, Any], /) -> None: ...
+
+    @overload
+    def __setitem__(self, key: slice, value: Iterable[dict[str, Any]], /) -> None: ...
+
+    def __setitem__(self, key: SupportsIndex | slice, value: Any, /) -> None:
+        if self._json is not None:
+            if isinstance(key, slice):
+                self._json = None
+            else:
+                i = self._index(key)
+                if self._start <= i < self._start + self._count:
+                    self._json = None
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: SupportsIndex | slice, /) -> None:
+        if isinstance(key, slice):
+            super().__delitem__(key)
+            self._json = None
+            return
+        i = self._index(key)
+        super().__delitem__(key)
+        self._removed(i)
+
+    def pop(self, index: SupportsIndex = -1, /) -> dict[str, Any]:
+        """Remove and return the item at ``index`` (the last by default)."""
+        i = self._index(index)
+        item = super().pop(index)
+        self._removed(i)
+        return item
+
+    def insert(self, index: SupportsIndex, item: dict[str, Any], /) -> None:
+        """Insert ``item`` before ``index``."""
+        i = min(max(self._index(index), 0), len(self))
+        super().insert(index, item)
+        if self._json is not None:
+            if i <= self._start:
+                self._start += 1
+            elif i < self._start + self._count:
+                self._json = None
+
+    def __imul__(self, times: SupportsIndex, /) -> Self:
+        self._json = None
+        super().__imul__(times)
+        return self
+
+    def remove(self, item: dict[str, Any], /) -> None:
+        """Remove the first item equal to ``item``."""
+        self._json = None
+        super().remove(item)
+
+    def clear(self) -> None:
+        """Remove every item."""
+        self._json = None
+        super().clear()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        """Sort in place (see :meth:`list.sort`)."""
+        self._json = None
+        super().sort(*args, **kwargs)
+
+    def reverse(self) -> None:
+        """Reverse in place."""
+        self._json = None
+        super().reverse()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """``msgspec.json.encode(body)``, byte for byte, with the JSON that a top-level
+    :class:`WireItems` value carries copied in rather than encoded again."""
+    spliced: dict[str, Any] | None = None
+    parts: list[Any] | None = None
+    if type(body) is dict:
+        for key, value in body.items():
+            if type(value) is WireItems:
+                parts = value._parts()
+                if parts is not None:
+                    if spliced is None:
+                        spliced = body.copy()
+                    spliced[key] = parts
+    if spliced is None:
+        return _encode(body)
+    try:
+        return _encode(spliced)
+    finally:
+        # The Raw parts hold views of the cache's buffers, which cannot grow while viewed.
+        spliced = parts = None
 
 
 class _Entry:
-    __slots__ = ("done", "first", "preparer", "settings", "sources", "wire")
+    __slots__ = ("done", "first", "fold", "json", "preparer", "settings", "sources", "wire")
 
-    def __init__(self, first: Message, settings: object, preparer: Preparer) -> None:
+    def __init__(self, first: Message, settings: object, preparer: Preparer, fold: Fold | None) -> None:
         self.first = first
         self.sources: list[Message] = []  # the messages converted so far
         self.settings = settings
         self.preparer = preparer
+        self.fold = fold
         self.wire: list[dict[str, Any]] = []
+        self.json: bytearray | None = bytearray()  # the items of ``wire`` joined by commas
         self.done = 0  # prepared messages whose wire items are in ``wire``
+
+    def add(self, items: list[dict[str, Any]]) -> None:
+        self.wire.extend(items)
+        json = self.json
+        if json is None:
+            return
+        try:
+            array = _encode(items)
+        except Exception:  # an item the encoder refuses: this transcript's requests will say so
+            self.json = None
+            return
+        try:
+            _append(json, array)
+        except BufferError:  # being copied into a request elsewhere: continue in a copy
+            self.json = json = bytearray(json)
+            _append(json, array)
+
+
+def _append(json: bytearray, array: bytes) -> None:
+    """Add the items of the JSON ``array`` to the comma-joined items in ``json``."""
+    n = len(json)
+    if n:
+        json += memoryview(array)[:-1]
+        json[n] = 44  # the array's "[" becomes ","
+    else:
+        json += memoryview(array)[1:-1]
 
 
 class WireCache:
@@ -59,14 +286,35 @@ class WireCache:
         settings: object,
         preparer: Callable[[], Preparer],
         converter: Converter,
-    ) -> list[dict[str, Any]]:
+    ) -> WireItems:
         """The wire items for ``messages``: a new list, equal to
         ``converter(prepare_messages(messages, ...))``. ``settings`` holds everything
         the result depends on besides the messages (compared with ``==``);
         ``preparer`` makes an empty :class:`~ketch.llm.handoff.Preparer`."""
+        return self._convert(messages, settings, preparer, None, converter)
+
+    def convert_folded(
+        self,
+        messages: Sequence[Message],
+        settings: object,
+        preparer: Callable[[], Preparer],
+        fold: Callable[[], Fold],
+    ) -> WireItems:
+        """Like :meth:`convert`, for a conversion that carries state from message to
+        message: ``fold`` makes an empty :class:`Fold`, kept with the transcript."""
+        return self._convert(messages, settings, preparer, fold, None)
+
+    def _convert(
+        self,
+        messages: Sequence[Message],
+        settings: object,
+        preparer: Callable[[], Preparer],
+        fold: Callable[[], Fold] | None,
+        converter: Converter | None,
+    ) -> WireItems:
         n = len(messages)
         if not n:
-            return []
+            return WireItems()
         first = messages[0]
         entries = self._entries
         key = id(first)
@@ -85,7 +333,7 @@ class WireCache:
             if not same:
                 entry = None
         if entry is None:
-            entry = _Entry(first, settings, preparer())
+            entry = _Entry(first, settings, preparer(), None if fold is None else fold())
         entries.pop(key, None)
         entries[key] = entry  # the most recently used last
         prep = entry.preparer
@@ -97,6 +345,10 @@ class WireCache:
             len(entries) > _SIZE or sum(len(e.sources) for e in entries.values()) > _BUDGET
         ):
             del entries[next(iter(entries))]
+        steps = entry.fold
+        if steps is None:
+            assert converter is not None
+            steps = _Stateless(converter)
         prepared = prep.out
         split = len(prepared)
         done = entry.done
@@ -106,8 +358,17 @@ class WireCache:
         if split > done:
             split -= 1
         if split > done:
-            entry.wire.extend(converter(prepared[done:split]))
-            entry.done = split
-        rest = prepared[split:]
+            items, used = steps.commit(prepared[done:split])
+            if items:
+                entry.add(items)
+            entry.done = done = done + used
+        wire = entry.wire
+        out = WireItems(wire)
+        rest = prepared[done:]
         rest.extend(prep.tail())
-        return entry.wire + converter(rest) if rest else entry.wire[:]
+        if rest:
+            list.extend(out, steps.peek(rest))
+        json = entry.json
+        if wire and json is not None:
+            out._carry(wire, json, 0)
+        return out
