@@ -387,6 +387,36 @@ async def test_broken_model_stream_raising_becomes_error() -> None:
     assert (result.end_reason, result.summary.error) == ("error", "RuntimeError: adapter bug")
 
 
+async def test_model_stream_raising_mid_message_keeps_the_partial_message() -> None:
+    class Breaks:
+        provider = api = id = "breaks"
+
+        async def stream(self, context: Any, options: Any = None) -> Any:
+            b = MessageBuilder(provider="breaks", api="breaks", model="breaks")
+            yield b.start()
+            ev = b.text_start()
+            yield ev
+            yield b.text_delta("half", ev.index)
+            raise RuntimeError("adapter bug")
+
+    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=Breaks())))  # type: ignore[arg-type]
+    assert [describe(e) for e in events] == [
+        "agent_start", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_update", "message_update",
+        "message_end:assistant", "turn_end", "agent_end",
+    ]  # fmt: skip
+    end = events[-1]
+    assert [m.role for m in end.messages] == ["user", "assistant"]
+    last = end.messages[-1]
+    assert (last.text, last.stop_reason, last.error_message, last.error_kind) == (
+        "half",
+        "error",
+        "RuntimeError: adapter bug",
+        "unknown",
+    )
+    assert (end.summary.end_reason, end.summary.error) == ("error", "RuntimeError: adapter bug")
+
+
 async def test_stream_without_terminal_event_is_error() -> None:
     class Truncated:
         provider = api = id = "t"

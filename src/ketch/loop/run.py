@@ -15,7 +15,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -25,6 +25,7 @@ from ..llm.signal import AbortSignal, AbortWaiter
 from ..llm.stream import (
     StreamDone,
     StreamError,
+    StreamEvent,
     StreamRetry,
     StreamStart,
     TextDelta,
@@ -69,6 +70,24 @@ _BLOCK_EVENTS: frozenset[type] = frozenset(
 
 DEFAULT_WINDOW = 128_000
 """Context window assumed for models that do not say (``model.info.context_window``)."""
+
+
+ContextReason = Literal["request", "overflow"]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _retry(event: StreamRetry) -> Retry:
+    return Retry(
+        attempt=event.attempt,
+        max_attempts=event.max_attempts,
+        delay=event.delay,
+        error_kind=event.error_kind,
+        error_message=event.error_message,
+        discard_partial=event.discard_partial,
+    )
 
 
 async def _maybe(value: Any) -> Any:
@@ -162,6 +181,7 @@ class _Run:
         self.turn = 0
         self._set_tools(context.tools)
         self.assistant: AssistantMessage | None = None
+        self.stream: AsyncIterator[StreamEvent] | None = None
         self.batch: list[CallOutcome] = []
         self.batch_steering: list[Message] = []
         self.batch_aborted = False
@@ -217,8 +237,60 @@ class _Run:
                         yield MessageEnd(message=queued)
                     pending = []
 
-                    async for event in self._stream_assistant():
-                        yield event
+                    # One model call; on a context overflow, compact once and call once more.
+                    reason: ContextReason = "request"
+                    while True:
+                        async for event in self._open_stream(reason):
+                            yield event
+                        stream = self.stream
+                        if stream is None:
+                            break
+                        final: AssistantMessage | None = None
+                        partial: AssistantMessage | None = None
+                        broke: Exception | None = None
+                        try:
+                            async for update in stream:
+                                if type(update) in _BLOCK_EVENTS:
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif type(update) is StreamStart:
+                                    if partial is None:
+                                        yield MessageStart(message=update.partial)
+                                    partial = update.partial
+                                elif type(update) is StreamDone:
+                                    final = update.message
+                                    break
+                                elif type(update) is StreamError:
+                                    final = update.error
+                                    break
+                                elif type(update) is StreamRetry:
+                                    if update.discard_partial:
+                                        partial = None
+                                    yield _retry(update)
+                        except Exception as exc:
+                            broke = exc
+                        finally:
+                            aclose = getattr(stream, "aclose", None)
+                            if aclose is not None:
+                                await aclose()
+                        final = self._stream_result(final, partial, broke)
+                        if self._compact_and_retry(final, reason):
+                            reason = "overflow"
+                            yield Retry(
+                                attempt=1,
+                                max_attempts=2,
+                                delay=0.0,
+                                error_kind="context_overflow",
+                                error_message=final.error_message or "context overflow",
+                                discard_partial=True,
+                            )
+                            continue
+                        if partial is not final:
+                            yield MessageStart(message=final)
+                        self._commit(final)
+                        self.assistant = final
+                        yield MessageEnd(message=final)
+                        break
                     message = self.assistant
                     assert message is not None
                     self.summary.turns += 1
@@ -288,9 +360,7 @@ class _Run:
         finally:
             if ending:
                 if failure is not None:
-                    error = self._error_message(
-                        f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
-                    )
+                    error = self._error_message(_describe(failure))
                     self._commit(error)
                     yield MessageStart(message=error)
                     yield MessageEnd(message=error)
@@ -349,7 +419,7 @@ class _Run:
             self.ctx.messages[:] = nxt.messages
 
     # -- one model call -----------------------------------------------------------------
-    async def _manage_context(self, reason: Any, messages: list[Message]) -> AsyncGenerator[Any, None]:
+    async def _manage_context(self, reason: ContextReason, messages: list[Message]) -> AsyncGenerator[Any, None]:
         """Run the context manager; yields its events, then the messages to send (a list)."""
         cm = self.cfg.context_manager
         assert cm is not None
@@ -387,93 +457,55 @@ class _Run:
         )
         return Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
 
-    async def _stream_assistant(self) -> AsyncGenerator[AgentEvent, None]:
-        """Stream one assistant message; on a context overflow, compact once and retry once."""
-        reason = "request"
-        while True:
-            try:
-                messages = self.ctx.messages
-                if self.cfg.transform_context is not None:
-                    messages = await _maybe(self.cfg.transform_context(messages, self.signal))
-                if self.cfg.context_manager is not None:
-                    async for item in self._manage_context(reason, messages):
-                        if isinstance(item, list):
-                            messages = item
-                        else:
-                            yield item
-                stream = self.model.stream(*await self._request(messages))
-            except Exception as exc:
-                failed = self._error_message(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-                self._commit(failed)
-                self.assistant = failed
-                yield MessageStart(message=failed)
-                yield MessageEnd(message=failed)
-                return
-            final: AssistantMessage | None = None
-            partial: AssistantMessage | None = None
-            try:
-                async for event in stream:
-                    if type(event) in _BLOCK_EVENTS:
-                        if partial is not None:
-                            yield MessageUpdate(message=partial, event=event)
-                    elif type(event) is StreamStart:
-                        started = partial is not None
-                        partial = event.partial
-                        if not started:
-                            yield MessageStart(message=partial)
-                    elif type(event) is StreamDone:
-                        final = event.message
-                        break
-                    elif type(event) is StreamError:
-                        final = event.error
-                        break
-                    elif type(event) is StreamRetry:
-                        if event.discard_partial:
-                            partial = None
-                        yield Retry(
-                            attempt=event.attempt,
-                            max_attempts=event.max_attempts,
-                            delay=event.delay,
-                            error_kind=event.error_kind,
-                            error_message=event.error_message,
-                            discard_partial=event.discard_partial,
-                        )
-            except Exception as exc:
-                final = partial or self._error_message("")
-                final.stop_reason = "error"
-                final.error_message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                final.error_kind = final.error_kind or "unknown"
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            if final is None:
-                final = partial or self._error_message("")
-                final.stop_reason = "error"
-                final.error_message = "stream ended without a terminal event"
-                final.error_kind = "network"
-            if (
-                final.error_kind == "context_overflow"
-                and reason == "request"
-                and self.cfg.context_manager is not None
-                and final.stop_reason == "error"
-            ):
-                reason = "overflow"
-                yield Retry(
-                    attempt=1,
-                    max_attempts=2,
-                    delay=0.0,
-                    error_kind="context_overflow",
-                    error_message=final.error_message or "context overflow",
-                    discard_partial=True,
-                )
-                continue
-            if partial is None or partial is not final:
-                yield MessageStart(message=final)
-            self._commit(final)
-            self.assistant = final
-            yield MessageEnd(message=final)
-            return
+    async def _open_stream(self, reason: ContextReason) -> AsyncGenerator[AgentEvent, None]:
+        """Start one model call: transform and manage the context (yielding the context
+        manager's events), then request the stream into ``self.stream``. A failure here
+        commits an error message as the turn's assistant message and leaves
+        ``self.stream`` None."""
+        self.stream = None
+        try:
+            messages = self.ctx.messages
+            if self.cfg.transform_context is not None:
+                messages = await _maybe(self.cfg.transform_context(messages, self.signal))
+            if self.cfg.context_manager is not None:
+                async for item in self._manage_context(reason, messages):
+                    if isinstance(item, list):
+                        messages = item
+                    else:
+                        yield item
+            self.stream = self.model.stream(*await self._request(messages))
+        except Exception as exc:
+            failed = self._error_message(_describe(exc))
+            self._commit(failed)
+            self.assistant = failed
+            yield MessageStart(message=failed)
+            yield MessageEnd(message=failed)
+
+    def _stream_result(
+        self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None
+    ) -> AssistantMessage:
+        """The message a model stream ended with: its terminal message, or an error
+        message (keeping partial content) when it raised or stopped without one."""
+        if error is not None:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = _describe(error)
+            final.error_kind = final.error_kind or "unknown"
+        elif final is None:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = "stream ended without a terminal event"
+            final.error_kind = "network"
+        return final
+
+    def _compact_and_retry(self, final: AssistantMessage, reason: ContextReason) -> bool:
+        """Whether a context overflow should be compacted away and the call made once more."""
+        return (
+            final.error_kind == "context_overflow"
+            and reason == "request"
+            and self.cfg.context_manager is not None
+            and final.stop_reason == "error"
+        )
 
     # -- one batch of tool calls ----------------------------------------------------------
     async def _run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
