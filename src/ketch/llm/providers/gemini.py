@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Container, Iterator, Mapping
 from typing import Any
 
 import msgspec
 
 from ..classify import classify_error_object, classify_response
 from ..errors import AuthError, ContentFilterError, ModelError, ServerError, error_for_kind
-from ..handoff import prepare_messages
+from ..handoff import Preparer, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -54,6 +54,7 @@ from ..registry import ModelInfo, clamp_thinking, thinking_budget_tokens
 from ..retry import parse_retry_after
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPRequest, SSEEvents
+from .wire_cache import WireCache
 
 __all__ = [
     "API",
@@ -346,10 +347,12 @@ def _model_parts(
     return parts
 
 
-def _result_parts(message: ToolResultMessage, call_ids: set[str]) -> list[dict[str, Any]]:
+def _result_parts(
+    message: ToolResultMessage, call_ids: set[str], known: Container[str]
+) -> list[dict[str, Any]]:
     text = "\n".join(b.text for b in message.content if type(b) is TextContent)
     response: dict[str, Any] = {"name": message.tool_name, "response": {"error" if message.is_error else "output": text}}
-    if message.tool_call_id in call_ids:
+    if message.tool_call_id in call_ids or message.tool_call_id in known:
         response["id"] = message.tool_call_id
     parts: list[dict[str, Any]] = [{"functionResponse": response}]
     for block in message.content:
@@ -367,19 +370,29 @@ def convert_messages(messages: list[Message], *, signature_placeholder: bool = F
     gives the first function call of a model turn that has no signature the
     :data:`SKIP_SIGNATURE` placeholder (Gemini 3 rejects unsigned calls).
     """
+    return _contents(messages, signature_placeholder, ())[0]
+
+
+def _contents(
+    messages: list[Message], placeholder: bool, known: Container[str]
+) -> tuple[list[dict[str, Any]], set[str], int]:
+    """:func:`convert_messages` of ``messages``, which follow messages whose native call
+    ids are ``known``; also the native call ids met, and the first message of the last
+    turn."""
     contents: list[dict[str, Any]] = []
     call_ids: set[str] = set()
-    for message in messages:
+    start = 0
+    for i, message in enumerate(messages):
         kind = type(message)
         if kind is UserMessage:
             assert isinstance(message, UserMessage)
             role, parts = "user", _user_parts(message.content)
         elif kind is AssistantMessage:
             assert isinstance(message, AssistantMessage)
-            role, parts = "model", _model_parts(message, call_ids, signature_placeholder)
+            role, parts = "model", _model_parts(message, call_ids, placeholder)
         elif kind is ToolResultMessage:
             assert isinstance(message, ToolResultMessage)
-            role, parts = "user", _result_parts(message, call_ids)
+            role, parts = "user", _result_parts(message, call_ids, known)
         else:
             continue
         if not parts:
@@ -388,7 +401,33 @@ def convert_messages(messages: list[Message], *, signature_placeholder: bool = F
             contents[-1]["parts"].extend(parts)
         else:
             contents.append({"role": role, "parts": parts})
-    return contents
+            start = i
+    return contents, call_ids, start
+
+
+class _Fold:
+    """:func:`convert_messages` a part of a transcript at a time, for
+    :class:`~ketch.llm.providers.wire_cache.WireCache`. The last turn of a part is held
+    back (the next message may join it), and results refer to calls made before."""
+
+    __slots__ = ("_call_ids", "_placeholder")
+
+    def __init__(self, placeholder: bool) -> None:
+        self._placeholder = placeholder
+        self._call_ids: set[str] = set()  # native call ids of the committed messages
+
+    def commit(self, messages: list[Message]) -> tuple[list[dict[str, Any]], int]:
+        contents, call_ids, start = _contents(messages, self._placeholder, self._call_ids)
+        # The ids of the turn held back count as known already: only results that
+        # follow that turn look them up, in any conversion.
+        self._call_ids |= call_ids
+        if not contents:
+            return contents, len(messages)
+        del contents[-1]
+        return contents, start
+
+    def peek(self, messages: list[Message]) -> list[dict[str, Any]]:
+        return _contents(messages, self._placeholder, self._call_ids)[0]
 
 
 def convert_tools(tools: list[ToolSpec], *, json_schema: bool = False) -> list[dict[str, Any]]:
@@ -449,6 +488,12 @@ def thinking_config(
     return {"thinkingBudget": budget, "includeThoughts": True}, (limit if max_tokens else None)
 
 
+def _placeholder(info: ModelInfo) -> bool:
+    # Unsigned function calls get the SKIP_SIGNATURE placeholder from Gemini 3 on.
+    major = _GEMINI_MAJOR.search(info.id)
+    return major is not None and int(major.group(1)) >= 3
+
+
 def build_request(
     context: Context,
     options: StreamOptions,
@@ -457,19 +502,19 @@ def build_request(
     messages: list[Message] | None = None,
     budgets: Mapping[str, int] | None = None,
     json_schema: bool = False,
+    contents: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of one request for the model ``info`` describes.
 
     ``messages`` replaces ``context.messages`` (the adapter passes the transcript
-    prepared by :func:`~ketch.llm.handoff.prepare_messages`).
+    prepared by :func:`~ketch.llm.handoff.prepare_messages`). ``contents``, when given,
+    is the ``contents`` array already converted, and no messages are read.
     """
-    major = _GEMINI_MAJOR.search(info.id)
-    placeholder = major is not None and int(major.group(1)) >= 3
-    body: dict[str, Any] = {
-        "contents": convert_messages(
-            context.messages if messages is None else messages, signature_placeholder=placeholder
+    if contents is None:
+        contents = convert_messages(
+            context.messages if messages is None else messages, signature_placeholder=_placeholder(info)
         )
-    }
+    body: dict[str, Any] = {"contents": contents}
     if context.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": context.system_prompt}]}
     if context.tools:
@@ -819,11 +864,24 @@ class GeminiModel(HTTPModel):
         self.streaming = stream
         self.thinking_budgets = dict(thinking_budgets) if thinking_budgets else None
         self.json_schema = json_schema
+        self._wire_cache = WireCache()
 
     def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/models/{id}:streamGenerateContent?alt=sse`` (or
         ``:generateContent``) with the transcript prepared for this model."""
-        messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
+        if self.rewrite is None:
+            # A rewrite hook may change the body in place, so it gets freshly converted items.
+            placeholder = _placeholder(self.info)
+            contents: list[dict[str, Any]] | None = self._wire_cache.convert_folded(
+                context.messages,
+                (placeholder, self.provider, self.api, self.id),
+                lambda: Preparer(provider=self.provider, api=self.api, model=self.id),
+                lambda: _Fold(placeholder),
+            )
+            messages = None
+        else:
+            contents = None
+            messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
         body = build_request(
             context,
             options,
@@ -831,6 +889,7 @@ class GeminiModel(HTTPModel):
             messages=messages,
             budgets=self.thinking_budgets,
             json_schema=self.json_schema,
+            contents=contents,
         )
         method = "streamGenerateContent?alt=sse" if self.streaming else "generateContent"
         headers = {"x-goog-api-key": api_key} if api_key else {}
