@@ -1,6 +1,7 @@
-"""Requests built from a growing transcript, whose converted messages each adapter
-reuses from turn to turn, equal requests built from scratch, and no request is changed
-by a later one.
+"""Requests built from a growing transcript, whose converted messages (and their JSON)
+each adapter reuses from turn to turn, equal requests built from scratch, are sent as
+the bytes ``msgspec.json.encode`` gives for them, and no request is changed by a later
+one.
 
 The reference is the same adapter with a ``rewrite`` hook, which always converts the
 whole transcript afresh.
@@ -30,9 +31,12 @@ from ketch.llm import (
 )
 from ketch.llm.handoff import MISSING_TOOL_RESULT
 from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.base import HTTPModel
+from ketch.llm.providers.base import HTTPExchange, HTTPModel
+from ketch.llm.providers.gemini import GeminiModel
 from ketch.llm.providers.openai_chat import OpenAIChatModel
 from ketch.llm.providers.openai_responses import OpenAIResponsesModel
+from ketch.llm.providers.wire_cache import WireItems, encode_body
+from ketch.llm.retry import RetryPolicy
 
 MODEL = "gpt-4o-mini"
 SYSTEM = "Be brief."
@@ -51,11 +55,25 @@ def _responses(**kwargs: Any) -> HTTPModel:
     return OpenAIResponsesModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
 
 
+def _gemini(**kwargs: Any) -> HTTPModel:
+    return GeminiModel(MODEL, api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
+
+
+def _gemini3(**kwargs: Any) -> HTTPModel:
+    # Gemini 3 gives unsigned calls a placeholder signature; the transcript's own
+    # messages come from another model of the same API.
+    return GeminiModel("gemini-3-pro-preview", api_key="k", base_url="http://127.0.0.1:9/v1", **kwargs)
+
+
 MAKERS: dict[str, tuple[Callable[..., HTTPModel], str, str]] = {
     "openai-chat": (_chat, "openai", "openai-chat"),
     "anthropic": (_anthropic, "anthropic", "anthropic-messages"),
     "openai-responses": (_responses, "openai", "openai-responses"),
+    "gemini": (_gemini, "google", "gemini"),
+    "gemini-3": (_gemini3, "google", "gemini"),
 }
+KEYS = {"openai-chat": "messages", "anthropic": "messages", "openai-responses": "input", "gemini": "contents"}
+KEYS["gemini-3"] = KEYS["gemini"]
 
 
 def _change_everything(items: list[dict[str, Any]]) -> None:
@@ -154,7 +172,7 @@ def test_no_request_or_message_changes_after_it_is_built(name: str) -> None:
     snapshots = [msgspec.json.encode(b) for b in bodies]
     # Change every request afterwards: later requests must not see it.
     for body in bodies:
-        _change_everything(body.get("messages", body.get("input", body.get("contents"))))
+        _change_everything(body[KEYS[name]])
     again = [_body(model, messages[:i]) for i in range(1, len(messages) + 1)]
     assert [msgspec.json.encode(b) for b in again] == snapshots
     assert msgspec.json.encode(messages) == before
@@ -217,7 +235,9 @@ def test_a_message_replaced_in_place_is_seen(name: str) -> None:
     view[2] = _result("c1", "[cleared]")
     assert _body(model, view) == _fresh(maker, view)
     view.append(UserMessage(content="Next"))
-    view[7] = _result(view[7].tool_call_id, "[cleared]")  # type: ignore[union-attr]
+    seventh = view[7]
+    assert isinstance(seventh, ToolResultMessage)
+    view[7] = _result(seventh.tool_call_id, "[cleared]")
     assert _body(model, view) == _fresh(maker, view)
 
 
@@ -249,3 +269,212 @@ def test_many_transcripts_on_one_model_each_give_their_own_requests() -> None:
         for i, messages in enumerate(transcripts):
             head = messages[: turn * 3]
             assert _body(model, head) == _fresh(_chat, head), (turn, i)
+
+
+# -- the JSON of the cached items ----------------------------------------------------
+
+
+def _items(body: dict[str, Any], name: str) -> WireItems:
+    items = body[KEYS[name]]
+    assert type(items) is WireItems
+    return items
+
+
+# The items whose JSON the request for the whole transcript carries.
+CARRIED = {
+    "openai-chat": range(1, 24),  # after the system message
+    "anthropic": range(0, 18),
+    "openai-responses": range(0, 24),
+    "gemini": range(0, 16),
+    "gemini-3": range(0, 16),
+}
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_a_growing_transcript_is_encoded_as_msgspec_encodes_it(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    grown: list[Message] = []
+    for i, message in enumerate(messages):
+        grown.append(message)
+        body = _body(model, grown)
+        expected = msgspec.json.encode(_fresh(maker, messages[: i + 1]))
+        assert msgspec.json.encode(body) == expected, i
+        assert encode_body(body) == expected, i
+        bare = _body(model, list(grown), "")
+        assert encode_body(bare) == msgspec.json.encode(_fresh(maker, messages[: i + 1], "")), i
+    assert _items(body, name).encoded_range == CARRIED[name]
+    shift = 1 if name == "openai-chat" else 0
+    assert _items(bare, name).encoded_range == range(CARRIED[name].start - shift, CARRIED[name].stop - shift)
+
+
+# The items carried by the request for the first 12 messages.
+CARRIED_AT_12 = {
+    "openai-chat": range(1, 10),
+    "anthropic": range(0, 7),
+    "openai-responses": range(0, 9),
+    "gemini": range(0, 6),
+    "gemini-3": range(0, 6),
+}
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_a_grown_transcript_reuses_the_cached_items(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    before = _items(_body(model, messages[:12]), name)
+    after = _items(_body(model, messages), name)
+    assert before.encoded_range == CARRIED_AT_12[name]
+    assert all(after[i] is before[i] for i in CARRIED_AT_12[name])
+    assert after.encoded_range == CARRIED[name]
+    # A model of its own converts afresh: equal items, not the same ones.
+    other = _items(_body(maker(), messages), name)
+    assert other == after and not any(other[i] is after[i] for i in CARRIED[name])
+
+
+def test_the_carried_json_is_copied_in_and_an_item_put_in_its_place_is_encoded() -> None:
+    model = _chat()
+    messages: list[Message] = [UserMessage(content="One"), _same("openai", "openai-chat", [TextContent(text="1")])]
+    messages.append(UserMessage(content="Two"))
+    body = _body(model, messages)
+    items = _items(body, "openai-chat")
+    assert items.encoded_range == range(1, 3)
+    sent = msgspec.json.encode(body)
+    assert encode_body(body) == sent
+    # Cached items must not be changed: a change behind the list's back is not seen.
+    items[1]["content"] = "changed"
+    assert encode_body(body) == sent
+    assert msgspec.json.encode(body) != sent
+    items[1] = {"role": "user", "content": "replaced"}
+    assert items.encoded_range is None
+    assert encode_body(body) == msgspec.json.encode(body)
+    assert b'"replaced"' in encode_body(body)
+
+
+_NEW = {"role": "user", "content": "new"}
+
+# A list change and the items whose JSON the list carries afterwards, for a list of 19
+# items carrying 1..17.
+CHANGES: dict[str, tuple[Callable[[WireItems], object], range | None]] = {
+    "set before": (lambda w: w.__setitem__(0, _NEW), range(1, 18)),
+    "set inside": (lambda w: w.__setitem__(5, _NEW), None),
+    "set first carried": (lambda w: w.__setitem__(1, _NEW), None),
+    "set last carried": (lambda w: w.__setitem__(-2, _NEW), None),
+    "set after": (lambda w: w.__setitem__(-1, _NEW), range(1, 18)),
+    "set slice": (lambda w: w.__setitem__(slice(18, 19), [_NEW]), None),
+    "delete before": (lambda w: w.__delitem__(0), range(0, 17)),
+    "delete inside": (lambda w: w.__delitem__(3), None),
+    "delete after": (lambda w: w.__delitem__(18), range(1, 18)),
+    "delete slice": (lambda w: w.__delitem__(slice(-1, None)), None),
+    "+=": (lambda w: w.__iadd__([_NEW, _NEW]), range(1, 18)),
+    "*= 2": (lambda w: w.__imul__(2), None),
+    "*= 0": (lambda w: w.__imul__(0), None),
+    "append": (lambda w: w.append(_NEW), range(1, 18)),
+    "extend": (lambda w: w.extend([_NEW]), range(1, 18)),
+    "insert first": (lambda w: w.insert(0, _NEW), range(2, 19)),
+    "insert before the run": (lambda w: w.insert(1, _NEW), range(2, 19)),
+    "insert far before": (lambda w: w.insert(-100, _NEW), range(2, 19)),
+    "insert inside": (lambda w: w.insert(4, _NEW), None),
+    "insert after the run": (lambda w: w.insert(18, _NEW), range(1, 18)),
+    "insert at the end": (lambda w: w.insert(100, _NEW), range(1, 18)),
+    "pop": (lambda w: w.pop(), range(1, 18)),
+    "pop first": (lambda w: w.pop(0), range(0, 17)),
+    "pop inside": (lambda w: w.pop(-3), None),
+    "remove": (lambda w: w.remove(w[-1]), None),
+    "clear": (lambda w: w.clear(), None),
+    "sort": (lambda w: w.sort(key=lambda item: str(item.get("role"))), None),
+    "reverse": (lambda w: w.reverse(), None),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_every_list_change_is_encoded_as_msgspec_encodes_it(change: str) -> None:
+    body = _body(_chat(), transcript("openai", "openai-chat")[:20])
+    items = _items(body, "openai-chat")
+    assert len(items) == 19 and items.encoded_range == range(1, 18)
+    apply, carried = CHANGES[change]
+    apply(items)
+    assert items.encoded_range == carried
+    assert encode_body(body) == msgspec.json.encode(body)
+
+
+def test_a_change_made_behind_the_list_methods_is_caught() -> None:
+    body = _body(_chat(), transcript("openai", "openai-chat")[:20])
+    items = _items(body, "openai-chat")
+    list.__setitem__(items, 1, _NEW)  # bypasses WireItems.__setitem__
+    assert encode_body(body) == msgspec.json.encode(body)
+    list.__delitem__(items, slice(2, None))
+    assert encode_body(body) == msgspec.json.encode(body)
+
+
+def test_copies_are_plain_lists() -> None:
+    items = _items(_body(_chat(), transcript("openai", "openai-chat")[:20]), "openai-chat")
+    for duplicate in (copy.copy(items), copy.deepcopy(items), items[:], items.copy()):
+        assert type(duplicate) is list and duplicate == items
+    joined = items + [_NEW]  # noqa: RUF005 (the operator is what is tested)
+    assert type(joined) is list and joined == [*items, _NEW]
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_a_changed_transcript_is_encoded_as_msgspec_encodes_it(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    variants = [
+        messages,
+        messages[:10],
+        [*messages[:5], UserMessage(content="Edited"), *messages[6:]],
+        [*messages, _result("c5", "5"), UserMessage(content="More")],
+        [UserMessage(content="New start"), *messages[1:]],
+        [*messages, _result("c5", "5"), UserMessage(content="More")],
+    ]
+    for i, variant in enumerate(variants):
+        body = _body(model, variant)
+        assert encode_body(body) == msgspec.json.encode(_fresh(maker, variant)), i
+
+
+def test_bodies_without_carried_json_are_encoded_as_msgspec_encodes_them() -> None:
+    bodies: list[Any] = [
+        {},
+        {"messages": WireItems()},
+        {"messages": WireItems([{"role": "user", "content": "hi"}]), "n": 1.5},
+        {"a": [1, 2], "b": {"c": None}},
+    ]
+    for body in bodies:
+        assert encode_body(body) == msgspec.json.encode(body)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+async def test_requests_are_sent_as_msgspec_encodes_them(loopback: Any, name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    key = KEYS[name]
+    messages = transcript(provider, api)
+    bodies: list[bytes] = []
+
+    def observe(exchange: HTTPExchange) -> None:
+        if exchange.phase == "request":
+            bodies.append(msgspec.json.encode(exchange.body))
+
+    model = maker(observer=observe, retry=RetryPolicy(max_attempts=1))
+    model.base_url = loopback.url  # no replies are queued: every request fails once, after it is sent
+    grown: list[Message] = []
+    replaced = [{"role": "user", "content": "from extra"}]
+    cases: list[StreamOptions] = []
+    for i, message in enumerate(messages):
+        grown.append(message)
+        options = StreamOptions(extra={"temperature": 0.5}) if i % 3 == 0 else StreamOptions()
+        if i == len(messages) - 1:
+            options = StreamOptions(extra={key: replaced})
+        cases.append(options)
+        context = Context(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
+        events = [event async for event in model.stream(context, options)]
+        assert events[-1].type == "error", i
+    assert len(loopback.requests) == len(bodies) == len(messages)
+    for i, (received, observed) in enumerate(zip(loopback.requests, bodies, strict=True)):
+        assert received.body == observed, i
+        fresh = _fresh(maker, messages[: i + 1])
+        fresh.update(cases[i].extra or {})
+        assert received.body == msgspec.json.encode(fresh), i
+    assert loopback.requests[-1].json[key] == replaced

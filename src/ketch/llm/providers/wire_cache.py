@@ -286,8 +286,8 @@ class WireCache:
         settings: object,
         preparer: Callable[[], Preparer],
         converter: Converter,
-    ) -> WireItems:
-        """The wire items for ``messages``: a new list, equal to
+    ) -> list[dict[str, Any]]:
+        """The wire items for ``messages``: a new :class:`WireItems`, equal to
         ``converter(prepare_messages(messages, ...))``. ``settings`` holds everything
         the result depends on besides the messages (compared with ``==``);
         ``preparer`` makes an empty :class:`~ketch.llm.handoff.Preparer`."""
@@ -299,7 +299,7 @@ class WireCache:
         settings: object,
         preparer: Callable[[], Preparer],
         fold: Callable[[], Fold],
-    ) -> WireItems:
+    ) -> list[dict[str, Any]]:
         """Like :meth:`convert`, for a conversion that carries state from message to
         message: ``fold`` makes an empty :class:`Fold`, kept with the transcript."""
         return self._convert(messages, settings, preparer, fold, None)
