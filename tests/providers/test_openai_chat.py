@@ -870,6 +870,66 @@ async def test_abort_during_retry_wait(loopback: LoopbackServer) -> None:
     ]
 
 
+async def test_abort_stops_the_rest_of_a_read_at_once(loopback: LoopbackServer) -> None:
+    # All four deltas arrive in one read; the abort on the first ends the stream there.
+    chunks = sse_reply(delta("a"), delta("b"), delta("c"), delta(finish="stop"), done=True).chunks
+    loopback.queue(Reply(headers={"content-type": "text/event-stream"}, chunks=[b"".join(chunks)]))
+    signal = AbortSignal()
+    events = []
+    async for ev in make(loopback).stream(HI, StreamOptions(signal=signal)):
+        events.append(ev)
+        if ev.type == "text_delta":
+            signal.abort()
+    assert [summary(e) for e in events] == [
+        ("start",),
+        ("text_start", 0),
+        ("text_delta", 0, "a"),
+        ("error", "aborted", None, "Request was aborted"),
+    ]
+    assert events[-1].error.content == [TextContent(text="a")]
+
+
+async def test_abort_during_a_retry_wait_after_discarded_output_starts_a_fresh_message(
+    loopback: LoopbackServer,
+) -> None:
+    loopback.queue(sse_reply(delta("first try"), cut_after=1))
+    signal = AbortSignal()
+    events = []
+    model = make(loopback, retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=0))
+    async for ev in model.stream(HI, StreamOptions(signal=signal)):
+        events.append(ev)
+        if ev.type == "retry":
+            signal.abort()
+    assert [summary(e) for e in events] == [
+        ("start",),
+        ("text_start", 0),
+        ("text_delta", 0, "first try"),
+        ("retry", 1, 3, 30.0, "network", "The connection closed before the response was complete", True),
+        ("start",),
+        ("error", "aborted", None, "Request was aborted"),
+    ]
+    assert events[-1].error.content == []
+
+
+async def test_abort_interrupts_a_request_hook(loopback: LoopbackServer) -> None:
+    signal = AbortSignal()
+    entered = asyncio.Event()
+
+    async def rewrite(body: dict[str, Any]) -> None:
+        entered.set()
+        await asyncio.Event().wait()  # a hook that never returns
+
+    async def abort_when_entered() -> None:
+        await entered.wait()
+        signal.abort()
+
+    aborter = asyncio.create_task(abort_when_entered())
+    events = [ev async for ev in make(loopback, rewrite=rewrite).stream(HI, StreamOptions(signal=signal))]
+    await aborter
+    assert [summary(e) for e in events] == [("start",), ("error", "aborted", None, "Request was aborted")]
+    assert loopback.requests == []
+
+
 async def test_pre_aborted_signal_sends_nothing(loopback: LoopbackServer) -> None:
     signal = AbortSignal()
     signal.abort()

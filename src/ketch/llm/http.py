@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import ModelError, RequestTimeoutError, StreamIdleError
+from .signal import Aborted, AbortSignal
 
 if TYPE_CHECKING:
     import aiohttp
@@ -136,22 +137,35 @@ class ByteSource(Protocol):
 
 
 class Deadline:
-    """The idle and total time limits of one request attempt, on a single timer.
+    """The idle and total time limits of one request attempt, on a single timer, and
+    its abort signal.
 
     ``idle`` bounds each wait for bytes (the response headers, then every read of the
     body); ``total`` bounds the whole attempt. Starting a wait only records the time:
     the timer fires at the earliest limit and re-arms itself when that limit has moved
-    on, so nothing is rescheduled per chunk. A limit that passes while the owning task
-    waits in :meth:`wait` cancels the wait, which then raises
-    :class:`~ketch.llm.errors.StreamIdleError` or
-    :class:`~ketch.llm.errors.RequestTimeoutError`; a total limit that passes between
-    waits is raised by the next one. A cancellation from anywhere else propagates
-    unchanged. :meth:`close` when the attempt ends.
+    on, so nothing is rescheduled per chunk. A limit that passes, or ``signal``
+    aborting, while the owning task waits in :meth:`wait` cancels the wait, which then
+    raises :class:`~ketch.llm.errors.StreamIdleError`,
+    :class:`~ketch.llm.errors.RequestTimeoutError` or
+    :class:`~ketch.llm.signal.Aborted`; one that happens between waits sets
+    :attr:`error` and is raised by the next wait. A cancellation from anywhere else
+    propagates unchanged. :meth:`close` when the attempt ends.
     """
 
-    __slots__ = ("_cancelled", "_end", "_handle", "_idle", "_loop", "_since", "_task", "_waiting", "error")
+    __slots__ = (
+        "_cancelled",
+        "_end",
+        "_handle",
+        "_idle",
+        "_loop",
+        "_remove",
+        "_since",
+        "_task",
+        "_waiting",
+        "error",
+    )
 
-    def __init__(self, idle: float | None, total: float | None) -> None:
+    def __init__(self, idle: float | None, total: float | None, signal: AbortSignal | None = None) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._loop = loop
@@ -161,9 +175,10 @@ class Deadline:
         self._since = now
         self._waiting = False
         self._cancelled = False
-        self.error: ModelError | None = None
-        """The limit that passed, if one did."""
+        self.error: ModelError | Aborted | None = None
+        """Why waiting ended early: the limit that passed, or the abort."""
         self._handle = loop.call_at(self._due(now), self._fire) if idle is not None or total is not None else None
+        self._remove = signal.add_callback(self._on_abort) if signal is not None else None
 
     def _due(self, now: float) -> float:
         if self._idle is None:
@@ -180,8 +195,15 @@ class Deadline:
             self._handle = self._loop.call_at(self._due(now), self._fire)
             return
         self._handle = None
+        self._stop(error)
+
+    def _on_abort(self) -> None:
+        if self.error is None:
+            self._stop(Aborted("aborted"))
+
+    def _stop(self, error: ModelError | Aborted) -> None:
         self.error = error
-        if self._waiting and self._task is not None:
+        if self._waiting and self._task is not None and not self._cancelled:
             self._cancelled = True
             self._task.cancel()
 
@@ -215,7 +237,7 @@ class Deadline:
             raise self._passed() from None
         return result
 
-    def _passed(self) -> ModelError:
+    def _passed(self) -> ModelError | Aborted:
         assert self.error is not None
         return self.error
 
@@ -226,10 +248,13 @@ class Deadline:
         return self._task.uncancel() == 0
 
     def close(self) -> None:
-        """Stop the timer (the attempt is over)."""
+        """Stop the timer and stop watching the signal (the attempt is over)."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
 
 
 class TimedContent:

@@ -3,7 +3,8 @@
 :class:`HTTPModel` implements :meth:`ketch.llm.model.Model.stream` once: key
 resolution, request hooks, the shared aiohttp session, streaming and non-streaming
 responses, idle and total timeouts, error classification, retries with backoff, and
-the stream-protocol guarantees of :func:`~ketch.llm.stream.guard_stream`. An adapter
+the stream-protocol guarantees (kept by the streaming generator itself, as
+:func:`~ketch.llm.stream.guard_stream` keeps them for other producers). An adapter
 subclasses it and implements three methods:
 
 - :meth:`HTTPModel.build_request` — URL, headers and JSON body for a context;
@@ -20,7 +21,7 @@ import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar
 
 import msgspec
 
@@ -30,13 +31,16 @@ from ..http import Deadline, TimedContent, get_session, iter_sse, proxy_for, red
 from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
-from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry, guard_stream
+from ..signal import Aborted, AbortSignal
+from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
     import aiohttp
 
 __all__ = ["HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
+
+T = TypeVar("T")
 
 SSEEvents: TypeAlias = AsyncIterator[list[tuple[str, bytes]]]
 """``(event name, data bytes)`` pairs from :func:`ketch.llm.http.iter_sse`, one list per read."""
@@ -182,7 +186,7 @@ class HTTPModel:
         builder = MessageBuilder(
             provider=self.provider, api=self.api, model=self.id, pricing=self.info.pricing.apply
         )
-        return guard_stream(self._produce(context, opts, builder), builder, opts.signal)
+        return self._produce(context, opts, builder)
 
     def resolve_api_key(self, options: StreamOptions | None = None) -> str | None:
         """The key a request would use: explicit, then per-request, then environment."""
@@ -239,123 +243,156 @@ class HTTPModel:
     async def _produce(
         self, context: Context, options: StreamOptions, builder: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
+        # This generator keeps the stream protocol itself (what guard_stream does for
+        # other producers), so events reach the consumer in one hand-off: one start,
+        # exactly one terminal event, failures and aborts as error events keeping the
+        # partial content. Every wait goes through a Deadline, which also ends it when
+        # the signal aborts; an abort between waits is seen at the next event.
+        signal = options.signal
+        started = True
         yield builder.start()
-        request, payload, headers, secrets = await self._prepare(context, options)
-        policy = self.retry
-        client_timeout = self._connect_timeout()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if self.observer is not None:
-                    await self._observe(
-                        HTTPExchange(
-                            phase="request",
-                            attempt=attempt,
-                            method="POST",
-                            url=redact_text(request.url, secrets),
-                            headers=redact_headers(headers, secrets),
-                            body=request.body,
-                        )
-                    )
-                session = await get_session()
-                deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout)
+        try:
+            if signal is not None and signal.aborted:
+                raise Aborted()
+            if self.rewrite is None:
+                request, payload, headers, secrets = await self._prepare(context, options)
+            else:
+                request, payload, headers, secrets = await _abortable(self._prepare(context, options), signal)
+            policy = self.retry
+            client_timeout = self._connect_timeout()
+            attempt = 0
+            while True:
+                attempt += 1
                 try:
-                    response = await deadline.wait(
-                        session.post(
-                            request.url,
-                            data=payload,
-                            headers=headers,
-                            proxy=proxy_for(request.url),
-                            timeout=client_timeout,
-                        )
-                    )
-                except BaseException:
-                    deadline.close()
-                    raise
-                finished = False
-                try:
-                    status = response.status
-                    failed = not 200 <= status < 300
-                    error_body = await deadline.wait(response.read()) if failed else None
                     if self.observer is not None:
-                        await self._observe(
-                            HTTPExchange(
-                                phase="response",
-                                attempt=attempt,
-                                method="POST",
-                                url=redact_text(request.url, secrets),
-                                headers=redact_headers(headers, secrets),
-                                body=request.body,
-                                status=status,
-                                response_headers=redact_headers(response.headers, secrets),
-                                error=None
-                                if error_body is None
-                                else redact_text(error_body.decode("utf-8", "replace"), secrets),
+                        await _abortable(
+                            self._observe(
+                                HTTPExchange(
+                                    phase="request",
+                                    attempt=attempt,
+                                    method="POST",
+                                    url=redact_text(request.url, secrets),
+                                    headers=redact_headers(headers, secrets),
+                                    body=request.body,
+                                )
+                            ),
+                            signal,
+                        )
+                    session = await get_session()
+                    deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout, signal)
+                    try:
+                        response = await deadline.wait(
+                            session.post(
+                                request.url,
+                                data=payload,
+                                headers=headers,
+                                proxy=proxy_for(request.url),
+                                timeout=client_timeout,
                             )
                         )
-                    if error_body is not None:
-                        raise self.classify(status, error_body, response.headers)
-                    content_type = response.headers.get("content-type", "")
-                    if request.stream and not content_type.startswith("application/json"):
-                        last: StreamEvent | None = None
-                        sse = iter_sse(TimedContent(response.content, deadline))
-                        parsed = self.parse_stream(sse, builder, request)
-                        try:
-                            async for event in parsed:
-                                last = event
+                    except BaseException:
+                        deadline.close()
+                        raise
+                    finished = False
+                    try:
+                        status = response.status
+                        failed = not 200 <= status < 300
+                        error_body = await deadline.wait(response.read()) if failed else None
+                        if self.observer is not None:
+                            await deadline.wait(
+                                self._observe(
+                                    HTTPExchange(
+                                        phase="response",
+                                        attempt=attempt,
+                                        method="POST",
+                                        url=redact_text(request.url, secrets),
+                                        headers=redact_headers(headers, secrets),
+                                        body=request.body,
+                                        status=status,
+                                        response_headers=redact_headers(response.headers, secrets),
+                                        error=None
+                                        if error_body is None
+                                        else redact_text(error_body.decode("utf-8", "replace"), secrets),
+                                    )
+                                )
+                            )
+                        if error_body is not None:
+                            raise self.classify(status, error_body, response.headers)
+                        content_type = response.headers.get("content-type", "")
+                        if request.stream and not content_type.startswith("application/json"):
+                            sse = iter_sse(TimedContent(response.content, deadline))
+                            parsed = self.parse_stream(sse, builder, request)
+                            try:
+                                async for event in parsed:
+                                    if type(event) is StreamDone:
+                                        self._check_window(builder)
+                                        await _drain(response)
+                                        finished = True
+                                        yield event
+                                        return
+                                    yield event
+                                    if deadline.error is not None:
+                                        raise deadline.error  # aborted while the consumer held the event
+                            finally:
+                                await _aclose(parsed)
+                                await _aclose(sse)
+                            if not finished:
+                                raise NetworkError("The stream ended before the response was complete")
+                        else:
+                            data = await deadline.wait(response.read())
+                            for event in self.parse_response(data, builder, request):
                                 if type(event) is StreamDone:
                                     self._check_window(builder)
-                                    await _drain(response)
                                     finished = True
                                 yield event
-                        finally:
-                            await _aclose(parsed)
-                            await _aclose(sse)
-                        if type(last) is not StreamDone:
-                            raise NetworkError("The stream ended before the response was complete")
-                    else:
-                        data = await deadline.wait(response.read())
-                        for event in self.parse_response(data, builder, request):
-                            if type(event) is StreamDone:
-                                self._check_window(builder)
-                                finished = True
-                            yield event
-                    return
-                except BaseException:
-                    if not finished:
-                        response.close()  # drop the connection at once; never reuse it
+                        return
+                    except BaseException:
+                        if not finished:
+                            response.close()  # drop the connection at once; never reuse it
+                        raise
+                    finally:
+                        deadline.close()
+                        response.release()
+                except Aborted:
                     raise
-                finally:
-                    deadline.close()
-                    response.release()
-            except Exception as exc:
-                error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
-                if not error.retryable:
-                    raise error from None
-                delay = policy.delay(attempt, error.retry_after)
-                if delay is None:
-                    if error.retry_after is not None and attempt < policy.max_attempts:
-                        error.message = (
-                            f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
-                            f"more than the {policy.max_delay:g}s limit)"
-                        )
-                        error.args = (error.message,)
-                    raise error from None
-                discard = bool(builder.message.content)
-                yield StreamRetry(
-                    attempt=attempt,
-                    max_attempts=policy.max_attempts,
-                    delay=delay,
-                    error_kind=error.kind,
-                    error_message=error.message,
-                    discard_partial=discard,
-                )
-                if discard:
-                    builder.reset()
-                await asyncio.sleep(delay)
-                if discard:
-                    yield builder.start()
+                except Exception as exc:
+                    error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
+                    if not error.retryable:
+                        raise error from None
+                    delay = policy.delay(attempt, error.retry_after)
+                    if delay is None:
+                        if error.retry_after is not None and attempt < policy.max_attempts:
+                            error.message = (
+                                f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
+                                f"more than the {policy.max_delay:g}s limit)"
+                            )
+                            error.args = (error.message,)
+                        raise error from None
+                    discard = bool(builder.message.content)
+                    yield StreamRetry(
+                        attempt=attempt,
+                        max_attempts=policy.max_attempts,
+                        delay=delay,
+                        error_kind=error.kind,
+                        error_message=error.message,
+                        discard_partial=discard,
+                    )
+                    if discard:
+                        builder.reset()
+                        started = False
+                    await _abortable(asyncio.sleep(delay), signal)
+                    if discard:
+                        started = True
+                        yield builder.start()
+        except Aborted:
+            if not started:
+                yield builder.start()
+            yield builder.error("Request was aborted", aborted=True)
+        except Exception as exc:
+            message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (_text(exc), "unknown")
+            if not started:
+                yield builder.start()
+            yield builder.error(message, kind=kind)
 
     def _check_window(self, builder: MessageBuilder) -> None:
         window = self._window
@@ -366,6 +403,19 @@ class HTTPModel:
                 raise ContextOverflowError(
                     f"The request used {used} input tokens, more than the {window}-token context window"
                 )
+
+
+async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
+    """Await ``awaitable``; an abort of ``signal`` ends the wait with :class:`Aborted`."""
+    deadline = Deadline(None, None, signal)
+    try:
+        return await deadline.wait(awaitable)
+    finally:
+        deadline.close()
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _aclose(iterator: object) -> None:
