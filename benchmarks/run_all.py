@@ -222,7 +222,8 @@ def history(server: Server) -> tuple[str, dict[str, Any]]:
     out = child(["suite.history", "--url-base", server.base])
     lines = [
         "| transcript | request | wall per turn (ms) | client CPU per turn (ms) | encoding the request (ms) "
-        "| sending it (ms) | CPU beyond encoding and sending (ms) | vs 10 messages: total / beyond encoding / "
+        "| sending it: POST call until response headers (ms) | CPU beyond encoding and sending (ms) "
+        "| vs 10 messages: total / beyond encoding / "
         "beyond encoding and sending |",
         "|---|---|---|---|---|---|---|---|",
     ]

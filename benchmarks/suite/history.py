@@ -7,12 +7,11 @@ the transcript and answers one more prompt per turn: one request carrying the wh
 history, a streamed answer of ``CHUNKS`` pieces. Each measurement uses a fresh agent
 on the transcript whose first turn is not measured (it converts the whole history once),
 so the measured turn sees ``n + 2`` messages. Reported per turn (median): wall time,
-client CPU (``time.process_time``), and the part of it that encoding the request needs
-(the adapter's ``build_request`` plus JSON encoding of the body, timed inside the measured
-turn) and the
-CPU of sending those bytes (a bare POST of the same body on the same aiohttp session,
-reading the short reply), so the cost beyond encoding and sending can be compared
-across sizes.
+client CPU (``time.process_time``), and two parts of it, both timed inside the measured
+turn: encoding the request (the adapter's ``build_request`` plus JSON encoding of the
+body, in ``HTTPModel._prepare``) and sending it (the CPU spent in the session's
+``post`` call until the response headers arrive: writing the body, then waiting), so
+the cost beyond encoding and sending can be compared across sizes.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import statistics
 import sys
 import time
 from typing import Any
-
-import msgspec
 
 from . import script
 
@@ -80,84 +77,89 @@ def transcript(n: int) -> list[Any]:
 
 async def one_size(url: str, n: int) -> dict[str, Any]:
     """Per-turn figures for a transcript of ``n`` messages."""
+    import aiohttp
+
     from ketch import Agent, get_model, tool
-    from ketch.llm.http import get_session
-    from ketch.llm.messages import UserMessage
-    from ketch.llm.model import Context, StreamOptions
     from ketch.llm.providers.base import HTTPModel
 
     from .impls import add_numbers
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
     assert isinstance(model, HTTPModel)
-    reference = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
-    assert isinstance(reference, HTTPModel)
     add = tool(name="add")(add_numbers)
     base = transcript(n)
     expected = "".join(script.text_chunks([], CHUNKS))
-    encoder = msgspec.json.Encoder()
-    options = StreamOptions()
     walls: list[float] = []
     cpus: list[float] = []
     encodes: list[float] = []
-    payload = b""
-    # Time the request encoding inside the measured turn itself: the adapter's _prepare
-    # builds the request body and encodes it to bytes.
+    posts: list[float] = []
+    sizes: list[int] = []
+    # Encoding and sending are timed inside the measured turn itself: the adapter's
+    # _prepare builds the request body and encodes it to bytes; the session's post call
+    # sends them and returns once the response headers are in.
     spent: list[float] = []
+    sent: list[float] = []
     prepare = model._prepare
 
     async def timed_prepare(*args: Any, **kwargs: Any) -> Any:
         c = time.process_time()
         try:
-            return await prepare(*args, **kwargs)
+            prepared = await prepare(*args, **kwargs)
         finally:
             spent.append(time.process_time() - c)
+        sizes.append(len(prepared[1]))
+        return prepared
+
+    post = aiohttp.ClientSession.post
+
+    def timed_post(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+        async def timed() -> Any:
+            c = time.process_time()
+            try:
+                return await post(self, *args, **kwargs)
+            finally:
+                sent.append(time.process_time() - c)
+
+        return timed()
 
     model._prepare = timed_prepare  # type: ignore[method-assign]
-    for rep in range(WARMUP + TURNS):
-        # A fresh agent per measurement keeps the transcript at n + 2 messages; its
-        # first turn (which converts the whole history once) is not measured.
-        agent = Agent(model, tools=[add], messages=base)
-        await agent.prompt("A question before the measured turn.")
-        messages = [*agent.messages, UserMessage(content="One more question.")]
-        # A separate model instance: the agent's model only ever sees its own transcript.
-        request = reference.build_request(
-            Context(system_prompt="", messages=messages, tools=[add.spec]), options, "x"
-        )
-        payload = encoder.encode(request.body)
-        gc.collect()
-        spent.clear()
-        w0 = time.perf_counter()
-        c0 = time.process_time()
-        result = await agent.prompt("One more question.")
-        c1 = time.process_time()
-        w1 = time.perf_counter()
-        encode = sum(spent)
-        if result.end_reason != "stop" or result.text != expected:
-            raise RuntimeError(f"at {n} messages: {result.end_reason} {result.summary.error}")
-        if rep >= WARMUP:
-            walls.append(w1 - w0)
-            cpus.append(c1 - c0)
-            encodes.append(encode)
-    session = await get_session()
-    posts: list[float] = []
-    for _ in range(TURNS):
-        c0 = time.process_time()
-        async with session.post(
-            request.url, data=payload, headers={"content-type": "application/json"}
-        ) as response:
-            await response.read()
-        posts.append(time.process_time() - c0)
-    cpu, enc, post = statistics.median(cpus), statistics.median(encodes), statistics.median(posts)
+    aiohttp.ClientSession.post = timed_post  # type: ignore[method-assign]
+    try:
+        for rep in range(WARMUP + TURNS):
+            # A fresh agent per measurement keeps the transcript at n + 2 messages; its
+            # first turn (which converts the whole history once) is not measured.
+            agent = Agent(model, tools=[add], messages=base)
+            await agent.prompt("A question before the measured turn.")
+            gc.collect()
+            spent.clear()
+            sent.clear()
+            sizes.clear()
+            w0 = time.perf_counter()
+            c0 = time.process_time()
+            result = await agent.prompt("One more question.")
+            c1 = time.process_time()
+            w1 = time.perf_counter()
+            if result.end_reason != "stop" or result.text != expected:
+                raise RuntimeError(f"at {n} messages: {result.end_reason} {result.summary.error}")
+            if len(spent) != 1 or len(sent) != 1:
+                raise RuntimeError(f"at {n} messages: {len(spent)} requests prepared, {len(sent)} posted")
+            if rep >= WARMUP:
+                walls.append(w1 - w0)
+                cpus.append(c1 - c0)
+                encodes.append(spent[0])
+                posts.append(sent[0])
+    finally:
+        aiohttp.ClientSession.post = post  # type: ignore[method-assign]
+    cpu, enc, send = statistics.median(cpus), statistics.median(encodes), statistics.median(posts)
     return {
         "messages": n,
-        "request_kb": len(payload) / 1024,
+        "request_kb": sizes[0] / 1024,
         "wall_ms": statistics.median(walls) * 1e3,
         "cpu_ms": cpu * 1e3,
         "encode_ms": enc * 1e3,
-        "send_ms": post * 1e3,
+        "send_ms": send * 1e3,
         "cpu_beyond_encode_ms": (cpu - enc) * 1e3,
-        "cpu_beyond_encode_send_ms": (cpu - enc - post) * 1e3,
+        "cpu_beyond_encode_send_ms": (cpu - enc - send) * 1e3,
     }
 
 
