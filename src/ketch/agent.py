@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal, TypeAlias
 
+import msgspec
+
 from .llm.messages import (
     AssistantMessage,
     ImageContent,
@@ -44,8 +46,7 @@ Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
 _TERMINAL = frozenset({"done", "cancelled", "error"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Phase:
+class Phase(msgspec.Struct, frozen=True):
     """Where the agent is: ``kind`` and the 1-based step (model call) number.
 
     ``done``, ``cancelled`` and ``error`` are terminal and stay until the next run.
