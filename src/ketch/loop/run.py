@@ -315,13 +315,14 @@ class _Run:
                         self._end("aborted", "aborted")
                         return
 
-                    info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
-                    if cfg.prepare_next_turn is not None:
-                        await self._prepare_next_turn(info)
-                    for predicate in cfg.stop_when:
-                        if await _maybe(predicate(info)):
-                            self._end("stop")
-                            return
+                    if cfg.prepare_next_turn is not None or cfg.stop_when:
+                        info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
+                        if cfg.prepare_next_turn is not None:
+                            await self._prepare_next_turn(info)
+                        for predicate in cfg.stop_when:
+                            if await _maybe(predicate(info)):
+                                self._end("stop")
+                                return
 
                     pending = steering or await self._poll_steering()
                     if calls and not terminate:
@@ -396,7 +397,9 @@ class _Run:
     async def _poll(self, getter: Any) -> list[Message]:
         if getter is None:
             return []
-        got = await _maybe(getter())
+        got = getter()
+        if inspect.isawaitable(got):
+            got = await got
         return list(got) if got else []
 
     async def _poll_steering(self) -> list[Message]:
