@@ -450,9 +450,8 @@ class Agent:
         try:
             stream = start(config, context, signal)
             async for event in stream:
-                if type(event) is MessageUpdate:  # most events: only the streaming message changes
-                    self._streaming = event.message
-                else:
+                # Most events are updates, which change the streaming message in place.
+                if type(event) is not MessageUpdate:
                     self._reduce(event)
                 if self._listeners:
                     await self._notify(event)

@@ -11,7 +11,15 @@ import pytest
 from loopback import LoopbackServer, Reply, sse_reply
 
 from ketch.llm import Context, UserMessage
-from ketch.llm.http import Deadline, close_session, get_session, iter_sse, redact_headers, redact_text
+from ketch.llm.http import (
+    Deadline,
+    SSEBatch,
+    close_session,
+    get_session,
+    iter_sse,
+    redact_headers,
+    redact_text,
+)
 from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
 from ketch.llm.retry import NO_RETRY
 
@@ -27,12 +35,26 @@ class Chunks:
 
 
 async def parse(*chunks: bytes) -> list[tuple[str, bytes]]:
-    return [ev async for batch in iter_sse(Chunks(*chunks)) for ev in batch]
+    """(event name, data) of every event, across batches."""
+    out: list[tuple[str, bytes]] = []
+    async for batch in iter_sse(Chunks(*chunks)):
+        names = batch.events if batch.events is not None else [""] * len(batch.data)
+        assert len(names) == len(batch.data)
+        out.extend(zip(names, batch.data, strict=True))
+    return out
 
 
-async def test_sse_events_come_in_one_list_per_read() -> None:
+async def test_sse_events_come_in_one_batch_per_read() -> None:
     reads = [batch async for batch in iter_sse(Chunks(b"data: a\n\ndata: b\n\ndata: c", b"\n\n", b": ping\n\n"))]
-    assert reads == [[("", b"a"), ("", b"b")], [("", b"c")]]
+    assert reads == [SSEBatch([b"a", b"b"], None), SSEBatch([b"c"], None)]
+
+
+async def test_sse_event_names_are_aligned_with_the_data_of_their_batch() -> None:
+    reads = [
+        batch
+        async for batch in iter_sse(Chunks(b"data: a\n\nevent: x\ndata: b\n\ndata: c\n\n", b"event: y\ndata: d\n"))
+    ]
+    assert reads == [SSEBatch([b"a", b"b", b"c"], ["", "x", ""]), SSEBatch([b"d"], ["y"])]
 
 
 # -- SSE parsing ---------------------------------------------------------------------------

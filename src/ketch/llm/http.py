@@ -5,8 +5,8 @@ created on first use and closed when the loop shuts down (``asyncio.run`` and ev
 ``asyncio.Runner`` finalise it), so connections are pooled and kept alive across
 requests and a fresh loop (a new test, a new ``asyncio.run``) gets a fresh session.
 
-:func:`iter_sse` turns a response body into ``(event, data)`` pairs, delivered in one
-list per read. It works on raw byte chunks: it splits complete lines out of a buffer,
+:func:`iter_sse` turns a response body into Server-Sent Events, delivered in one
+:class:`SSEBatch` per read. It works on raw byte chunks: it splits complete lines out of a buffer,
 keeps the remainder, and allocates only for the lines it returns.
 
 :class:`Deadline` keeps the idle and total time limits of one request on a single
@@ -19,7 +19,7 @@ import asyncio
 import functools
 import math
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from .errors import ModelError, RequestTimeoutError, StreamIdleError
 from .signal import Aborted, AbortSignal
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ByteSource",
     "Deadline",
+    "SSEBatch",
     "TimedContent",
     "close_session",
     "get_session",
@@ -271,15 +272,23 @@ class TimedContent:
         return await self._deadline.wait(self._content.readany())
 
 
-async def iter_sse(content: ByteSource) -> AsyncIterator[list[tuple[str, bytes]]]:
-    """Yield the Server-Sent Events in ``content`` as ``(event, data)`` pairs, in one
-    list per read that completed any (so a body that arrives at once costs one step).
+class SSEBatch(NamedTuple):
+    """The Server-Sent Events that one read of a body completed."""
 
-    ``event`` is the ``event:`` field ("" when absent); ``data`` joins multiple
-    ``data:`` lines with ``\\n``. Comments (``:`` lines), ``id:`` and ``retry:`` fields
-    are ignored, ``\\r\\n`` and ``\\n`` line ends both work. At end of stream an event
-    whose lines are complete but lacks the closing blank line is still delivered; a
-    line cut off mid-way is dropped.
+    data: list[bytes]
+    """Each event's data (several ``data:`` lines joined with ``\\n``)."""
+    events: list[str] | None
+    """Each event's ``event:`` field ("" when absent), aligned with :attr:`data`; None
+    when no event of the batch has one."""
+
+
+async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
+    """Yield the Server-Sent Events in ``content``, one :class:`SSEBatch` per read that
+    completed any (so a body that arrives at once costs one step).
+
+    Comments (``:`` lines), ``id:`` and ``retry:`` fields are ignored, ``\\r\\n`` and
+    ``\\n`` line ends both work. At end of stream an event whose lines are complete but
+    lacks the closing blank line is still delivered; a line cut off mid-way is dropped.
     """
     rest = b""
     pending: list[bytes] = []  # chunks of one unfinished long line, joined once it ends
@@ -302,11 +311,18 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[list[tuple[str, bytes]]
             chunk = chunk.replace(b"\r\n", b"\n")
         lines = chunk.split(b"\n")
         rest = lines.pop()
-        out: list[tuple[str, bytes]] = []
+        datas: list[bytes] = []
+        names: list[str] | None = None
         for line in lines:
             if not line:
                 if data is not None:
-                    out.append((event, data))
+                    if event:
+                        if names is None:
+                            names = [""] * len(datas)
+                        names.append(event)
+                    elif names is not None:
+                        names.append("")
+                    datas.append(data)
                     data = None
                 event = ""
             elif line.startswith(b"data: "):
@@ -316,11 +332,11 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[list[tuple[str, bytes]]
             elif line.startswith(b"data:"):
                 data = line[5:] if data is None else data + b"\n" + line[5:]
             # Comments, id:, retry: and unknown fields are ignored.
-        if out:
-            yield out
+        if datas:
+            yield SSEBatch(datas, names)
     # A line cut off by the end of the stream is incomplete and dropped.
     if data is not None:
-        yield [(event, data)]
+        yield SSEBatch([data], [event] if event else None)
 
 
 def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str]:

@@ -778,7 +778,7 @@ class AnthropicModel(HTTPModel):
         """Stream events from the Messages API's server-sent events."""
         state = AnthropicStreamState(builder, _format_tool(request))
         async for batch in events:
-            for _name, data in batch:
+            for data in batch.data:
                 for event in state.feed(data):
                     yield event
 

@@ -27,7 +27,16 @@ import msgspec
 
 from ..classify import classify_exception, classify_response
 from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
-from ..http import Deadline, TimedContent, get_session, iter_sse, proxy_for, redact_headers, redact_text
+from ..http import (
+    Deadline,
+    SSEBatch,
+    TimedContent,
+    get_session,
+    iter_sse,
+    proxy_for,
+    redact_headers,
+    redact_text,
+)
 from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
 from ..retry import RetryPolicy
@@ -42,8 +51,8 @@ __all__ = ["HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "S
 
 T = TypeVar("T")
 
-SSEEvents: TypeAlias = AsyncIterator[list[tuple[str, bytes]]]
-"""``(event name, data bytes)`` pairs from :func:`ketch.llm.http.iter_sse`, one list per read."""
+SSEEvents: TypeAlias = AsyncIterator[SSEBatch]
+"""Server-Sent Events from :func:`ketch.llm.http.iter_sse`, one batch per read."""
 
 
 class HTTPRequest(msgspec.Struct, kw_only=True):

@@ -904,7 +904,7 @@ class GeminiModel(HTTPModel):
         reason ends the message."""
         state = GeminiStreamState(builder)
         async for batch in events:
-            for _name, data in batch:
+            for data in batch.data:
                 for event in state.feed(data):
                     yield event
                 if state.finished:

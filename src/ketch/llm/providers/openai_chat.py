@@ -435,7 +435,7 @@ class OpenAIChatModel(HTTPModel):
         finish: str | None = None
         response_id: str | None = None
         async for batch in events:
-            for _, data in batch:
+            for data in batch.data:
                 if data == b"[DONE]":
                     break
                 chunk = _decode_chunk(data)

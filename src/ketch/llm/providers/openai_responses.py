@@ -669,7 +669,7 @@ class OpenAIResponsesModel(HTTPModel):
         """Stream events from the Responses API's server-sent events."""
         state = ResponsesStreamState(builder)
         async for batch in events:
-            for _name, data in batch:
+            for data in batch.data:
                 for event in state.feed(data):
                     yield event
 
