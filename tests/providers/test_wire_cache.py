@@ -30,6 +30,7 @@ from ketch.llm import (
     UserMessage,
 )
 from ketch.llm.handoff import MISSING_TOOL_RESULT
+from ketch.llm.providers import wire_cache
 from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPExchange, HTTPModel
 from ketch.llm.providers.gemini import GeminiModel
@@ -269,6 +270,20 @@ def test_many_transcripts_on_one_model_each_give_their_own_requests() -> None:
         for i, messages in enumerate(transcripts):
             head = messages[: turn * 3]
             assert _body(model, head) == _fresh(_chat, head), (turn, i)
+
+
+def test_the_cache_holds_at_most_its_message_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_cache, "_BUDGET", 20)
+    model = _chat()
+    cache = model._wire_cache  # type: ignore[attr-defined]
+    transcripts = [[UserMessage(content=f"Transcript {i}"), *transcript("openai", "openai-chat")] for i in range(4)]
+    for turn in range(1, 8):
+        for messages in transcripts:
+            head = messages[: turn * 3]
+            assert _body(model, head) == _fresh(_chat, head)
+            held = [len(entry.sources) for entry in cache._entries.values()]
+            assert cache._held == sum(held)
+            assert sum(held) <= 20 or len(held) == 1
 
 
 # -- the JSON of the cached items ----------------------------------------------------

@@ -275,10 +275,11 @@ def _append(json: bytearray, array: bytes) -> None:
 class WireCache:
     """The converted transcripts of one model (see the module documentation)."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_held")
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
+        self._held = 0  # messages remembered, all entries together
 
     def convert(
         self,
@@ -334,17 +335,18 @@ class WireCache:
                 entry = None
         if entry is None:
             entry = _Entry(first, settings, preparer(), None if fold is None else fold())
-        entries.pop(key, None)
+        old = entries.pop(key, None)
+        if old is not None:
+            self._held -= len(old.sources)
         entries[key] = entry  # the most recently used last
         prep = entry.preparer
         seen = len(entry.sources)
         if n > seen:
             prep.feed(messages, seen)
             entry.sources.extend(messages[seen:])
-        while len(entries) > 1 and (
-            len(entries) > _SIZE or sum(len(e.sources) for e in entries.values()) > _BUDGET
-        ):
-            del entries[next(iter(entries))]
+        self._held += len(entry.sources)
+        while len(entries) > 1 and (len(entries) > _SIZE or self._held > _BUDGET):
+            self._held -= len(entries.pop(next(iter(entries))).sources)
         steps = entry.fold
         if steps is None:
             assert converter is not None
