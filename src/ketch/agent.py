@@ -297,7 +297,8 @@ class Agent:
 
     def _drain(self, queue: MessageQueue) -> list[Message]:
         drained = queue.drain()
-        self._inflight.extend((queue, m) for m in drained)
+        if drained:
+            self._inflight.extend((queue, m) for m in drained)
         return drained
 
     def _drain_steering(self) -> list[Message]:

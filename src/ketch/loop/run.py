@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -183,6 +183,7 @@ class _Run:
         self.assistant: AssistantMessage | None = None
         self.stream: AsyncIterator[StreamEvent] | None = None
         self.batch: list[CallOutcome] = []
+        self.outcomes: list[CallOutcome | None] = []
         self.batch_steering: list[Message] = []
         self.batch_aborted = False
 
@@ -305,9 +306,12 @@ class _Run:
                     terminate = False
                     steering: list[Message] = []
                     if calls:
-                        async for event in self._run_tools(message, calls):
+                        async for event in self._tool_batch(message, calls):
                             yield event
-                        results = [m for m in self.new_messages[-len(calls):] if isinstance(m, ToolResultMessage)]
+                        for result in self._commit_results(len(calls)):
+                            results.append(result)
+                            yield MessageStart(message=result)
+                            yield MessageEnd(message=result)
                         terminate = all(o.result.terminate for o in self.batch)
                         steering = self.batch_steering
                     yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
@@ -511,37 +515,42 @@ class _Run:
         )
 
     # -- one batch of tool calls ----------------------------------------------------------
-    async def _run_tools(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
-        n = len(calls)
-        outcomes: list[CallOutcome | None] = [None] * n
+    def _tool_batch(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncIterator[AgentEvent]:
+        """The events of running the calls of ``message``; their outcomes fill ``self.outcomes``."""
+        self.outcomes = [None] * len(calls)
         self.batch_steering = []
         self.batch_aborted = False
         if message.stop_reason == "length":
-            for i, call in enumerate(calls):
-                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
-                outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
-                outcomes[i] = outcome
-                yield self._end_event(outcome)
-        else:
-            async for event in _Batch(self, message, calls, outcomes).run():
-                yield event
-        done = [o for o in outcomes if o is not None]
+            return self._truncated_calls(calls)
+        return _Batch(self, message, calls, self.outcomes).run()
+
+    async def _truncated_calls(self, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
+        """Calls cut off by the output limit: each gets an error result without running."""
+        for i, call in enumerate(calls):
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
+            self.outcomes[i] = outcome
+            yield self._end_event(outcome)
+
+    def _commit_results(self, n: int) -> Iterator[ToolResultMessage]:
+        """The result messages of the batch's ``n`` calls, in call order, each committed
+        as it is handed out."""
+        done = [o for o in self.outcomes if o is not None]
         self.batch = done
         self.summary.tool_calls += n
         for outcome in done:
             result = outcome.result
             if result.is_error:
                 self.summary.tool_errors += 1
-            tr = ToolResultMessage(
+            message = ToolResultMessage(
                 tool_call_id=outcome.call.id,
                 tool_name=outcome.call.name,
                 content=result.blocks,
                 details=result.details,
                 is_error=result.is_error,
             )
-            self._commit(tr)
-            yield MessageStart(message=tr)
-            yield MessageEnd(message=tr)
+            self._commit(message)
+            yield message
 
     @staticmethod
     def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
