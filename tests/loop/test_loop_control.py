@@ -15,11 +15,13 @@ from ketch.loop import (
     NextTurn,
     StopDecision,
     Tool,
+    ToolContext,
     repair_messages,
     run_loop,
     stop_after_tool,
 )
 from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+from ketch.tools import tool
 from support import collect, describe
 
 
@@ -307,6 +309,76 @@ async def test_abort_mid_tool_closes_calls(no_leaked_tasks: None) -> None:
     assert sorted(starts) == sorted(ends) == ["a", "h", "t"]
     assert [r.tool_call_id for r in result.messages if isinstance(r, ToolResultMessage)] == ["h", "t", "a"]
     assert events[-1].type == "agent_end"
+
+
+async def test_abort_of_a_lone_call_that_cannot_report_progress(no_leaked_tasks: None) -> None:
+    # Such a call runs in the loop's own task; an abort must end it like a started task.
+    signal = AbortSignal()
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    @tool
+    async def hang() -> str:
+        """Wait forever."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append("hang")
+            raise
+        return "never"
+
+    assert hang.reports_progress is False
+    model = ScriptedModel([reply(tool_call("hang", id="h")), "unused"])
+    stream = run_loop("go", LoopContext(tools=[hang]), LoopConfig(model=model), signal)
+
+    async def abort_when_started() -> None:
+        await started.wait()
+        signal.abort()
+
+    aborter = asyncio.create_task(abort_when_started())
+    events = await collect(stream)
+    await aborter
+    result = await stream.result()
+    assert cancelled == ["hang"]
+    assert [describe(e) for e in events] == [
+        "agent_start", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_update", "message_update", "message_end:assistant",
+        "tool_execution_start:h", "tool_execution_end:h", "message_start:tool_result", "message_end:tool_result",
+        "turn_end", "agent_end",
+    ]  # fmt: skip
+    assert (result.end_reason, result.messages[-1].text) == ("aborted", "Tool execution was aborted.")  # type: ignore[attr-defined]
+    assert len(model.requests) == 1
+
+
+async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() -> None:
+    seen: list[asyncio.Task[Any] | None] = []
+
+    @tool
+    async def where() -> str:
+        """Say which task runs the call."""
+        seen.append(asyncio.current_task())
+        return "here"
+
+    @tool
+    async def where_with_progress(ctx: ToolContext) -> str:
+        """The same, but able to report progress."""
+        seen.append(asyncio.current_task())
+        await ctx.report("half way")
+        return "there"
+
+    model = ScriptedModel([reply(tool_call("where")), reply(tool_call("where_with_progress")), "done"])
+    runner: list[asyncio.Task[Any] | None] = []
+
+    async def consume() -> list[Any]:
+        runner.append(asyncio.current_task())
+        return await collect(run_loop("go", LoopContext(tools=[where, where_with_progress]), LoopConfig(model=model)))
+
+    events = await consume()
+    assert seen[0] is runner[0]
+    assert seen[1] is not runner[0]  # a call that may report progress gets its own task
+    assert [e.partial for e in events if e.type == "tool_execution_update"] == ["half way"]
+    assert events[-1].summary.end_reason == "stop"
 
 
 async def test_pre_aborted_signal() -> None:

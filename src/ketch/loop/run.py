@@ -567,6 +567,10 @@ def _noop() -> None:
     return None
 
 
+async def _no_progress(partial: Any) -> None:
+    return None
+
+
 class _Inbox:
     """What running calls send the batch: a FIFO with one waiting reader."""
 
@@ -623,6 +627,16 @@ class _Batch:
     async def run(self) -> AsyncGenerator[AgentEvent, None]:
         run, calls, n = self.run_, self.calls, len(self.calls)
         runner = run.runner
+        if n == 1 and not run.signal.aborted:
+            call = calls[0]
+            tool = run.tools.get(call.name)
+            if tool is None or not tool.reports_progress:
+                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                outcome = await self._call_here(call)
+                self.outcomes[0] = outcome
+                runner.record(outcome)
+                yield run._end_event(outcome)
+                return
         sequential = [runner.is_sequential(c, run.tools) for c in calls]
         next_i = 0
         skip_rest = False
@@ -683,6 +697,35 @@ class _Batch:
             waiter.close()
             for task in self.tasks.values():
                 task.cancel()
+
+    async def _call_here(self, call: ToolCall) -> CallOutcome:
+        """Run the batch's only call in the loop's own task (it cannot report progress,
+        so nothing has to stream meanwhile). An abort cancels it like a started task."""
+        run = self.run_
+        waiter = AbortWaiter(run.signal)
+        started = time.monotonic()
+        waiter.active = True
+        try:
+            outcome = await run.runner.run_call(call, run.tools, self.message, run.ctx, run.signal, _no_progress)
+        except asyncio.CancelledError:
+            if not waiter.caused_cancel():
+                raise
+            run.batch_aborted = True
+            return CallOutcome(call, stopped_result("aborted"), time.monotonic() - started, False)
+        finally:
+            waiter.active = False
+            waiter.close()
+        if waiter.cancelled:
+            # The abort came just as the call finished: its cancellation is still pending.
+            run.batch_aborted = True
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if not waiter.caused_cancel():
+                    raise
+            else:
+                waiter.caused_cancel()
+        return outcome
 
     def _start(self, i: int, sequential: bool) -> None:
         run = self.run_

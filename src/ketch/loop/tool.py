@@ -9,6 +9,10 @@ A tool is a name, a description, a JSON schema for its arguments and an async
   ``"interrupt"`` steering mode); ``"block"`` (default) lets it finish.
 - ``timeout``: seconds before the call is cancelled and reported as timed out.
 - ``prepare_arguments``: rewrites raw arguments before schema validation.
+- ``reports_progress``: whether ``execute`` may call ``ctx.report``. A call that
+  cannot, alone in its batch, runs in the loop's own task: nothing has to stream while
+  it runs, so no task is started for it. (``@tool`` functions without a
+  :class:`ToolContext` parameter declare False.)
 
 Build one directly for dynamic tools, subclass it and override :meth:`Tool.execute`,
 or use the ``@tool`` decorator from :mod:`ketch.tools`.
@@ -125,6 +129,7 @@ class Tool:
         "name",
         "parameters",
         "prepare_arguments",
+        "reports_progress",
         "sequential",
         "strict",
         "timeout",
@@ -143,6 +148,7 @@ class Tool:
         timeout: float | None = None,
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         strict: bool = False,
+        reports_progress: bool = True,
     ) -> None:
         if not name or not isinstance(name, str):
             raise ValueError("Tool name must be a non-empty string")
@@ -156,6 +162,7 @@ class Tool:
         self.timeout = timeout
         self.prepare_arguments = prepare_arguments
         self.strict = strict
+        self.reports_progress = reports_progress
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""

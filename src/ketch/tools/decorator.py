@@ -84,6 +84,7 @@ class FunctionTool(Tool):
             timeout=timeout,
             prepare_arguments=prepare_arguments,
             strict=strict,
+            reports_progress=signature.context_param is not None,
         )
         self.fn = fn
         self.__wrapped__ = fn
