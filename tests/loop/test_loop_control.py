@@ -351,6 +351,34 @@ async def test_abort_of_a_lone_call_that_cannot_report_progress(no_leaked_tasks:
     assert len(model.requests) == 1
 
 
+async def test_a_lone_call_that_swallows_the_abort_leaves_no_cancellation_behind() -> None:
+    signal = AbortSignal()
+    started = asyncio.Event()
+
+    @tool
+    async def stubborn() -> str:
+        """Ignore cancellation."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "kept going"
+        return "never"
+
+    async def abort_when_started() -> None:
+        await started.wait()
+        signal.abort()
+
+    aborter = asyncio.create_task(abort_when_started())
+    model = ScriptedModel([reply(tool_call("stubborn", id="s")), "unused"])
+    result = await run_loop("go", LoopContext(tools=[stubborn]), LoopConfig(model=model), signal).result()
+    await aborter
+    assert (result.end_reason, result.messages[-1].text) == ("aborted", "kept going")  # type: ignore[attr-defined]
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation is left pending for this task
+
+
 async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() -> None:
     seen: list[asyncio.Task[Any] | None] = []
 

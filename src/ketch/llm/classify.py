@@ -23,6 +23,7 @@ from .errors import (
     ServerError,
     StreamIdleError,
     error_for_kind,
+    exception_text,
 )
 from .retry import parse_retry_after
 
@@ -253,9 +254,7 @@ def classify_exception(exc: BaseException, *, idle_timeout: float | None = None)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return NetworkError(f"Cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror or exc.os_error}")
     if isinstance(exc, (aiohttp.ClientError, OSError)):
-        detail = str(exc)
-        return NetworkError(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+        return NetworkError(exception_text(exc))
     if isinstance(exc, msgspec.DecodeError):
         return ServerError(f"The provider sent invalid JSON: {exc}")
-    detail = str(exc)
-    return ModelError(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+    return ModelError(exception_text(exc))

@@ -27,6 +27,7 @@ __all__ = [
     "ServerError",
     "StreamIdleError",
     "error_for_kind",
+    "exception_text",
 ]
 
 ErrorKind: TypeAlias = Literal[
@@ -164,3 +165,9 @@ _BY_KIND: dict[str, type[ModelError]] = {
 def error_for_kind(kind: str) -> type[ModelError]:
     """The exception class for an error kind (``ModelError`` for unknown kinds)."""
     return _BY_KIND.get(kind, ModelError)
+
+
+def exception_text(exc: BaseException) -> str:
+    """How an exception is reported in messages and events: ``Type: message``, or the
+    type name alone when the message is empty."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

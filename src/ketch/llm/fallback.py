@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 import msgspec
 
-from .errors import FAILOVER_KINDS
+from .errors import FAILOVER_KINDS, exception_text
 from .model import Context, Model, StreamOptions
 from .stream import MessageBuilder, StreamDone, StreamError, StreamEvent, StreamRetry, StreamStart
 
@@ -101,7 +101,7 @@ class FallbackModel:
                 builder = MessageBuilder(provider=model.provider, api=model.api, model=model.id)
                 if not shown:
                     held = builder.start()
-                terminal = builder.error(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                terminal = builder.error(exception_text(exc))
             finally:
                 aclose = getattr(inner, "aclose", None)
                 if aclose is not None:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from .errors import ModelError, RequestTimeoutError, StreamIdleError
-from .signal import Aborted, AbortSignal
+from .signal import Aborted, AbortSignal, take_pending_cancel
 
 if TYPE_CHECKING:
     import aiohttp
@@ -226,15 +226,7 @@ class Deadline:
         finally:
             self._waiting = False
         if self._cancelled:
-            # The limit passed just as the wait completed: the cancellation is still
-            # pending and would hit the task's next await, so take it here.
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                if not self._undo_cancel():
-                    raise
-            else:
-                self._undo_cancel()
+            await take_pending_cancel(self._undo_cancel)
             raise self._passed() from None
         return result
 

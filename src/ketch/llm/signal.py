@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from types import TracebackType
 
-__all__ = ["AbortSignal", "AbortWaiter", "Aborted"]
+__all__ = ["AbortSignal", "AbortWaiter", "Aborted", "take_pending_cancel"]
 
 
 class Aborted(Exception):
@@ -176,3 +176,18 @@ class AbortWaiter:
         """Stop watching the signal."""
         self._remove()
         self._remove = _noop
+
+
+async def take_pending_cancel(undo: Callable[[], bool]) -> None:
+    """After a wait completed although this task's cancellation had been requested for
+    it (a limit or an abort fired just as it finished, or the awaited code swallowed
+    the cancellation): settle that request now, so it cannot hit a later await or stay
+    counted. ``undo`` withdraws the request and says whether it was the only one; a
+    cancellation that also came from elsewhere is re-raised."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if not undo():
+            raise
+    else:
+        undo()

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import jiter
 import msgspec
 
-from .errors import ModelError
+from .errors import ModelError, exception_text
 from .messages import (
     AssistantMessage,
     StopReason,
@@ -526,7 +526,7 @@ def _describe(
         return exc.message, exc.kind
     if describe_error is not None:
         return describe_error(exc)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, "unknown"
+    return exception_text(exc), "unknown"
 
 
 async def _close(producer: Producer) -> None:

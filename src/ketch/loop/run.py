@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..llm.errors import exception_text
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Context, StreamOptions, ToolSpec
-from ..llm.signal import AbortSignal, AbortWaiter
+from ..llm.signal import AbortSignal, AbortWaiter, take_pending_cancel
 from ..llm.stream import (
     StreamDone,
     StreamError,
@@ -73,10 +74,6 @@ DEFAULT_WINDOW = 128_000
 
 
 ContextReason = Literal["request", "overflow"]
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _retry(event: StreamRetry) -> Retry:
@@ -365,7 +362,7 @@ class _Run:
         finally:
             if ending:
                 if failure is not None:
-                    error = self._error_message(_describe(failure))
+                    error = self._error_message(exception_text(failure))
                     self._commit(error)
                     yield MessageStart(message=error)
                     yield MessageEnd(message=error)
@@ -482,7 +479,7 @@ class _Run:
                         yield item
             self.stream = self.model.stream(*await self._request(messages))
         except Exception as exc:
-            failed = self._error_message(_describe(exc))
+            failed = self._error_message(exception_text(exc))
             self._commit(failed)
             self.assistant = failed
             yield MessageStart(message=failed)
@@ -496,7 +493,7 @@ class _Run:
         if error is not None:
             final = partial or self._error_message("")
             final.stop_reason = "error"
-            final.error_message = _describe(error)
+            final.error_message = exception_text(error)
             final.error_kind = final.error_kind or "unknown"
         elif final is None:
             final = partial or self._error_message("")
@@ -716,15 +713,8 @@ class _Batch:
             waiter.active = False
             waiter.close()
         if waiter.cancelled:
-            # The abort came just as the call finished: its cancellation is still pending.
-            run.batch_aborted = True
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                if not waiter.caused_cancel():
-                    raise
-            else:
-                waiter.caused_cancel()
+            run.batch_aborted = True  # the abort came as the call finished (or the call ignored it)
+            await take_pending_cancel(waiter.caused_cancel)
         return outcome
 
     def _start(self, i: int, sequential: bool) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar
 import msgspec
 
 from ..classify import classify_exception, classify_response
-from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError
+from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError, exception_text
 from ..http import (
     Deadline,
     SSEBatch,
@@ -87,7 +87,6 @@ Observer: TypeAlias = Callable[[HTTPExchange], "Awaitable[None] | None"]
 Rewrite: TypeAlias = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
 """Sees the JSON body before it is sent; may mutate it or return a replacement."""
 
-_encoder = msgspec.json.Encoder()
 _DEFAULT_OPTIONS = StreamOptions()
 _DRAIN_SECONDS = 0.25
 
@@ -398,7 +397,7 @@ class HTTPModel:
                 yield builder.start()
             yield builder.error("Request was aborted", aborted=True)
         except Exception as exc:
-            message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (_text(exc), "unknown")
+            message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (exception_text(exc), "unknown")
             if not started:
                 yield builder.start()
             yield builder.error(message, kind=kind)
@@ -421,10 +420,6 @@ async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
         return await deadline.wait(awaitable)
     finally:
         deadline.close()
-
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _aclose(iterator: object) -> None:
