@@ -382,7 +382,7 @@ def targets(
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description="ketch benchmark suite")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions of the comparison (default 5)")
+    parser.add_argument("--reps", type=int, default=7, help="repetitions of the comparison (default 7)")
     parser.add_argument("--runs", type=int, default=200, help="measured runs per client process")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--impls", default="floor,ketch,openai-agents,pydantic-ai,ketch-anthropic")
