@@ -31,7 +31,7 @@ from ketch.llm import (
     complete,
 )
 from ketch.llm.errors import ModelError
-from ketch.llm.handoff import MISSING_TOOL_RESULT
+from ketch.llm.handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
 from ketch.llm.providers.anthropic import (
     IMAGE_OMITTED,
     AnthropicModel,
@@ -283,6 +283,19 @@ def test_tools_and_tool_choice() -> None:
 
 
 # -- conversion: request bodies -------------------------------------------------------------
+
+
+async def test_a_transcript_starting_with_an_assistant_turn_gets_a_user_turn_first(loopback: LoopbackServer) -> None:
+    # A trimmed history can start with the assistant; the Messages API wants the user first.
+    loopback.queue(sse(an.TEXT))
+    greeting = AssistantMessage(content=[TextContent(text="Hello, how can I help?")], provider="anthropic", model="m")
+    context = Context(messages=[greeting, UserMessage(content="Hi")])
+    await complete(model_for(loopback, cache_retention="none"), context)
+    assert loopback.requests[0].json["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello, how can I help?"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    ]
 
 
 def test_minimal_request_body() -> None:

@@ -34,7 +34,7 @@ from ketch.llm import (
     from_json,
     to_json,
 )
-from ketch.llm.handoff import MISSING_TOOL_RESULT
+from ketch.llm.handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
 from ketch.llm.providers.base import HTTPExchange
 from ketch.llm.providers.gemini import (
     SKIP_SIGNATURE,
@@ -147,6 +147,16 @@ HELLO = Context(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
 
 # -- schemas ------------------------------------------------------------------------------
 
+
+
+def test_a_transcript_starting_with_a_model_turn_gets_a_user_turn_first() -> None:
+    greeting = AssistantMessage(content=[TextContent(text="Hello!")], provider="google", model="m")
+    body = build_request(Context(messages=[greeting, UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
+    assert body["contents"] == [
+        {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]},
+        {"role": "model", "parts": [{"text": "Hello!"}]},
+        {"role": "user", "parts": [{"text": "Hi"}]},
+    ]
 
 def test_schema_is_rewritten_into_the_openapi_subset() -> None:
     schema: dict[str, Any] = {

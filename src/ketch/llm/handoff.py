@@ -43,6 +43,7 @@ from .messages import (
 )
 
 __all__ = [
+    "LEADING_USER_TEXT",
     "MISSING_TOOL_RESULT",
     "Preparer",
     "anthropic_tool_id",
@@ -54,6 +55,11 @@ __all__ = [
 
 MISSING_TOOL_RESULT = "No result provided"
 """The text of the synthetic error result given to a tool call that never got one."""
+
+LEADING_USER_TEXT = "(The conversation continues.)"
+"""The user turn put before a transcript that starts with an assistant turn, for the
+providers whose APIs require the first turn to be the user's (Anthropic, Gemini); a
+trimmed history can start that way."""
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

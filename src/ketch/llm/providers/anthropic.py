@@ -47,7 +47,7 @@ import msgspec
 
 from ..classify import classify_error_object, error_details
 from ..errors import ContentFilterError, ModelError, error_for_kind
-from ..handoff import Preparer, prepare_messages
+from ..handoff import LEADING_USER_TEXT, Preparer, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -304,6 +304,8 @@ def build_request(
     """
     marker = cache_control(cache_retention)
     messages = convert_messages(context.messages, images=images) if converted is None else converted
+    if messages and messages[0]["role"] == "assistant":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     tools = convert_tools(context.tools)
     choice = options.tool_choice if context.tools else None
     fmt = options.response_format

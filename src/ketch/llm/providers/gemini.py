@@ -38,7 +38,7 @@ import msgspec
 
 from ..classify import classify_error_object, classify_response
 from ..errors import AuthError, ContentFilterError, ModelError, ServerError, error_for_kind
-from ..handoff import Preparer, prepare_messages
+from ..handoff import LEADING_USER_TEXT, Preparer, prepare_messages
 from ..messages import (
     AssistantMessage,
     ImageContent,
@@ -514,6 +514,8 @@ def build_request(
         contents = convert_messages(
             context.messages if messages is None else messages, signature_placeholder=_placeholder(info)
         )
+    if contents and contents[0].get("role") == "model":
+        contents.insert(0, {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]})
     body: dict[str, Any] = {"contents": contents}
     if context.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": context.system_prompt}]}
