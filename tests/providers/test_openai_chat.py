@@ -679,6 +679,17 @@ async def test_429_without_retry_after_uses_backoff(loopback: LoopbackServer) ->
     assert summary(events[-1]) == ("done", "stop")
 
 
+async def test_exhausted_quota_is_an_account_error_and_not_retried(loopback: LoopbackServer) -> None:
+    quota = {"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota", "code": "insufficient_quota"}}
+    loopback.queue(json_reply(quota, 429), text_stream("never sent"))
+    events = await run(make(loopback))
+    assert [summary(e) for e in events] == [
+        ("start",),
+        ("error", "error", "auth", "HTTP 429: You exceeded your current quota."),
+    ]
+    assert len(loopback.requests) == 1
+
+
 async def test_retry_after_ms(loopback: LoopbackServer) -> None:
     loopback.queue(json_reply({"error": {"message": "slow"}}, 429, {"retry-after-ms": "5"}), text_stream("ok"))
     events = await run(make(loopback))

@@ -80,6 +80,7 @@ _AUTH_CODES = frozenset(
         "unauthenticated",
         "permission_denied",
         "permissiondenied",
+        "insufficient_quota",  # an exhausted account quota (HTTP 429): waiting does not help
     }
 )
 _SERVER_CODES = frozenset({"api_error", "internal", "server_error", "internal_error"})

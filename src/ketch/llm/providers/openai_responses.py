@@ -31,8 +31,8 @@ from typing import Any, Unpack
 
 import msgspec
 
-from ..classify import classify_error_object, error_details
-from ..errors import AuthError, ContentFilterError, ModelError, OverloadedError, error_for_kind
+from ..classify import classify_error_object
+from ..errors import ContentFilterError, ModelError, OverloadedError, error_for_kind
 from ..handoff import Preparer, openai_responses_tool_id, prepare_messages
 from ..messages import (
     AssistantMessage,
@@ -678,11 +678,8 @@ class OpenAIResponsesModel(HTTPModel):
         return iter(parse_response(data, builder))
 
     def classify(self, status: int, body: bytes, headers: Mapping[str, str]) -> ModelError:
-        """Shared classification, except: an exhausted quota (429 ``insufficient_quota``)
-        is an account problem, not retried; a 503 means overloaded whatever the body."""
+        """Shared classification, except that a 503 means overloaded whatever the body."""
         error = super().classify(status, body, headers)
-        if error.kind == "rate_limit" and error_details(body)[1] == "insufficient_quota":
-            return AuthError(error.message, status=status, body=error.body)
         if status == 503 and error.kind == "server":
             return OverloadedError(error.message, status=status, retry_after=error.retry_after, body=error.body)
         return error
