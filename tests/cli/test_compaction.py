@@ -100,6 +100,7 @@ def test_automatic_compaction_in_stream_json_and_the_run_goes_on(env: Env) -> No
             "messages_summarized": 3,
             "cost": 0.0012,
             "error": None,
+            "usage": {"input": 90, "output": 20, "total_tokens": 110, "cost": {"total": 0.0012}},
         },
     ]
     result = events[-1]

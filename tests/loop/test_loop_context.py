@@ -144,3 +144,27 @@ async def test_summary_cost_counts_towards_the_run() -> None:
     model = ScriptedModel(["ok"])
     result = await run_loop("hi", LoopContext(), LoopConfig(model=model, context_manager=CostlyManager())).result()
     assert result.cost == 0.25
+
+
+async def test_summary_tokens_and_cost_count_towards_the_run() -> None:
+    summary_usage = Usage(input=900, output=100, total_tokens=1000)
+    summary_usage.cost.total = 0.5
+
+    class SummarizingManager(FakeManager):
+        async def manage(self, messages: list[Message], request: ContextRequest) -> AsyncIterator[Any]:
+            yield CompactionStart(reason="threshold", tokens_before=100)
+            yield CompactionEnd(
+                reason="threshold",
+                tokens_before=100,
+                tokens_after=10,
+                messages_summarized=1,
+                cost=0.5,
+                usage=summary_usage,
+            )
+            yield Projection(messages=messages)
+
+    model = ScriptedModel([reply("ok", usage=Usage(input=50, output=5, total_tokens=55))])
+    config = LoopConfig(model=model, context_manager=SummarizingManager())
+    result = await run_loop("hi", LoopContext(), config).result()
+    usage = result.summary.usage
+    assert (usage.input, usage.output, usage.total_tokens, result.cost) == (950, 105, 1055, 0.5)

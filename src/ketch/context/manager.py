@@ -217,12 +217,19 @@ class ContextManager:
             model, Context(system_prompt=SUMMARY_SYSTEM_PROMPT, messages=[UserMessage(content=prompt)]), options
         )
         cost = answer.usage.cost.total
+        used = answer.usage
         text = extract_summary(answer.text) if answer.stop_reason not in ("error", "aborted") else ""
         if not text:
             self.failures += 1
             error = answer.error_message or "the summary model returned no text"
             yield CompactionEnd(
-                reason=reason, tokens_before=tokens, tokens_after=tokens, messages_summarized=0, cost=cost, error=error
+                reason=reason,
+                tokens_before=tokens,
+                tokens_after=tokens,
+                messages_summarized=0,
+                cost=cost,
+                error=error,
+                usage=used,
             )
             yield Projection(messages=messages)
             return
@@ -239,7 +246,12 @@ class ContextManager:
         new = [summary, *kept]
         after = sum(estimate_message_tokens(m) for m in new)
         yield CompactionEnd(
-            reason=reason, tokens_before=tokens, tokens_after=after, messages_summarized=cut.index, cost=cost
+            reason=reason,
+            tokens_before=tokens,
+            tokens_after=after,
+            messages_summarized=cut.index,
+            cost=cost,
+            usage=used,
         )
         yield Projection(messages=new, commit=new)
 

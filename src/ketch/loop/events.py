@@ -240,7 +240,11 @@ class CompactionStart(_Event, tag="compaction_start"):
 
 
 class CompactionEnd(_Event, tag="compaction_end"):
-    """A summary compaction ended; ``error`` is set when it failed (nothing was committed)."""
+    """A summary compaction ended; ``error`` is set when it failed (nothing was committed).
+
+    ``usage`` is the summary call's (its cost also in ``cost``); both count towards the
+    run's usage and budget.
+    """
 
     type: ClassVar[Literal["compaction_end"]] = "compaction_end"
     reason: str
@@ -249,6 +253,7 @@ class CompactionEnd(_Event, tag="compaction_end"):
     messages_summarized: int
     cost: float
     error: str | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
 
 
 AgentEvent: TypeAlias = (

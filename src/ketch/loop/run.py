@@ -434,9 +434,11 @@ class _Run:
                 projection = item
             else:
                 if type(item) is CompactionEnd:
-                    # The summary call is part of what the run cost (and of its budget).
-                    cost = self.summary.usage.cost
-                    cost.total += item.cost
+                    # The summary call is part of what the run used (and of its budget).
+                    usage = self.summary.usage
+                    usage.add(item.usage)
+                    if not item.usage.cost.total:  # a manager that reports only the cost
+                        usage.cost.total += item.cost
                 yield item
         if projection is None:
             yield messages
