@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 from collections import deque
@@ -114,6 +115,11 @@ class MessageQueue:
         return len(self._items)
 
 
+@functools.cache
+def _config_fields() -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(LoopConfig))
+
+
 def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
     content: list[TextContent | ImageContent] = [TextContent(text=text)]
     if images:
@@ -167,7 +173,7 @@ class Agent:
         **config: Any,
     ) -> None:
         resolved = _resolve(model)
-        unknown = set(config) - {f.name for f in dataclasses.fields(LoopConfig)}
+        unknown = set(config).difference(_config_fields()) if config else None
         if unknown:
             raise TypeError(f"Agent() got unknown option(s): {', '.join(sorted(unknown))}")
         self.config = LoopConfig(model=resolved, thinking=thinking, options=options or StreamOptions(), **config)
