@@ -11,8 +11,9 @@ A tool is a name, a description, a JSON schema for its arguments and an async
 - ``prepare_arguments``: rewrites raw arguments before schema validation.
 - ``reports_progress``: whether ``execute`` may call ``ctx.report``. A call that
   cannot, alone in its batch, runs in the loop's own task: nothing has to stream while
-  it runs, so no task is started for it. (``@tool`` functions without a
-  :class:`ToolContext` parameter declare False.)
+  it runs, so no task is started for it. An abort cancels it as it would a task, but
+  the run waits for it to return (``tool_abort_grace`` applies to tasks). ``@tool``
+  functions without a :class:`ToolContext` parameter declare False.
 
 Build one directly for dynamic tools, subclass it and override :meth:`Tool.execute`,
 or use the ``@tool`` decorator from :mod:`ketch.tools`.
