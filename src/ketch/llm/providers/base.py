@@ -242,8 +242,30 @@ class HTTPModel:
             headers.update(options.headers)
         return request, encode_body(request.body), headers, (key,) if key else ()
 
-    async def _observe(self, exchange: HTTPExchange) -> None:
+    async def _observe(
+        self,
+        phase: Literal["request", "response"],
+        attempt: int,
+        request: HTTPRequest,
+        headers: Mapping[str, str],
+        secrets: tuple[str, ...],
+        response: aiohttp.ClientResponse | None = None,
+        error_body: bytes | None = None,
+    ) -> None:
         assert self.observer is not None
+        exchange = HTTPExchange(
+            phase=phase,
+            attempt=attempt,
+            method="POST",
+            url=redact_text(request.url, secrets),
+            headers=redact_headers(headers, secrets),
+            body=request.body,
+        )
+        if response is not None:
+            exchange.status = response.status
+            exchange.response_headers = redact_headers(response.headers, secrets)
+            if error_body is not None:
+                exchange.error = redact_text(error_body.decode("utf-8", "replace"), secrets)
         result = self.observer(exchange)
         if inspect.isawaitable(result):
             await result
@@ -273,19 +295,7 @@ class HTTPModel:
                 attempt += 1
                 try:
                     if self.observer is not None:
-                        await _abortable(
-                            self._observe(
-                                HTTPExchange(
-                                    phase="request",
-                                    attempt=attempt,
-                                    method="POST",
-                                    url=redact_text(request.url, secrets),
-                                    headers=redact_headers(headers, secrets),
-                                    body=request.body,
-                                )
-                            ),
-                            signal,
-                        )
+                        await _abortable(self._observe("request", attempt, request, headers, secrets), signal)
                     session = await get_session()
                     deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout, signal)
                     try:
@@ -308,21 +318,7 @@ class HTTPModel:
                         error_body = await deadline.wait(response.read()) if failed else None
                         if self.observer is not None:
                             await deadline.wait(
-                                self._observe(
-                                    HTTPExchange(
-                                        phase="response",
-                                        attempt=attempt,
-                                        method="POST",
-                                        url=redact_text(request.url, secrets),
-                                        headers=redact_headers(headers, secrets),
-                                        body=request.body,
-                                        status=status,
-                                        response_headers=redact_headers(response.headers, secrets),
-                                        error=None
-                                        if error_body is None
-                                        else redact_text(error_body.decode("utf-8", "replace"), secrets),
-                                    )
-                                )
+                                self._observe("response", attempt, request, headers, secrets, response, error_body)
                             )
                         if error_body is not None:
                             raise self.classify(status, error_body, response.headers)
