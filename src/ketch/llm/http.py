@@ -286,6 +286,7 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
     pending: list[bytes] = []  # chunks of one unfinished long line, joined once it ends
     event = ""
     data: bytes | None = None
+    names_seen: dict[bytes, str] = {}  # "event:" lines decoded so far (a stream repeats a few)
     while True:
         chunk = await content.readany()
         if not chunk:
@@ -320,7 +321,12 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
             elif line.startswith(b"data: "):
                 data = line[6:] if data is None else data + b"\n" + line[6:]
             elif line.startswith(b"event:"):
-                event = line[6:].strip().decode()
+                name = names_seen.get(line)
+                if name is None:
+                    name = line[6:].strip().decode()
+                    if len(names_seen) < 64:
+                        names_seen[line] = name
+                event = name
             elif line.startswith(b"data:"):
                 data = line[5:] if data is None else data + b"\n" + line[5:]
             # Comments, id:, retry: and unknown fields are ignored.
