@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, Reply, sse_reply
 
-from ketch.llm import Context, UserMessage
+from ketch.llm import AbortSignal, Context, StreamOptions, UserMessage
 from ketch.llm.http import (
     Deadline,
     SSEBatch,
@@ -286,3 +286,17 @@ async def test_time_limits_leave_no_timer_behind(loopback: LoopbackServer) -> No
     scheduled = asyncio.get_running_loop()._scheduled  # type: ignore[attr-defined]
     pending = [h for h in scheduled if not h.cancelled() and isinstance(getattr(h._callback, "__self__", None), Deadline)]
     assert pending == []
+
+
+async def test_an_abort_wins_over_a_limit_that_passed_while_the_consumer_was_busy(loopback: LoopbackServer) -> None:
+    loopback.queue(sse_reply(_text("a"), _text("b"), _STOP, done=True, stall_after=1))
+    signal = AbortSignal()
+    model = OpenAIChatModel("m", base_url=loopback.url, api_key="k", idle_timeout=None, timeout=0.1)
+    events = []
+    async for ev in model.stream(HI, StreamOptions(signal=signal)):
+        events.append(ev)
+        if ev.type == "text_delta":
+            await asyncio.sleep(0.2)  # busy past the total limit
+            signal.abort()
+    assert _outcome(events) == [("start",), ("text_start",), ("text_delta", "a"), ("error", None, "Request was aborted")]
+    assert events[-1].error.stop_reason == "aborted"

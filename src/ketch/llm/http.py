@@ -187,6 +187,9 @@ class Deadline:
         return min(self._end, (self._since if self._waiting else now) + self._idle)
 
     def _fire(self) -> None:
+        self._handle = None
+        if self.error is not None:  # aborted already
+            return
         now = self._loop.time()
         if now >= self._end:
             error: ModelError = RequestTimeoutError("The request timed out")
@@ -195,12 +198,10 @@ class Deadline:
         else:
             self._handle = self._loop.call_at(self._due(now), self._fire)
             return
-        self._handle = None
         self._stop(error)
 
     def _on_abort(self) -> None:
-        if self.error is None:
-            self._stop(Aborted("aborted"))
+        self._stop(Aborted("aborted"))  # an abort wins over a limit that passed first
 
     def _stop(self, error: ModelError | Aborted) -> None:
         self.error = error
