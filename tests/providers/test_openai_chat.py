@@ -110,6 +110,17 @@ async def run(model: OpenAIChatModel, context: Context = HI, options: StreamOpti
     return [ev async for ev in model.stream(context, options)]
 
 
+async def run_aborting_on(model: OpenAIChatModel, kind: str) -> list[Any]:
+    """The events of a stream whose signal is aborted when the first ``kind`` event arrives."""
+    signal = AbortSignal()
+    events = []
+    async for ev in model.stream(HI, StreamOptions(signal=signal)):
+        events.append(ev)
+        if ev.type == kind:
+            signal.abort()
+    return events
+
+
 # -- streaming -----------------------------------------------------------------------------
 async def test_streamed_text_events_request_and_message(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(delta("Hel"), delta("lo"), delta(finish="stop"), usage_chunk(10, 2)))
@@ -848,12 +859,7 @@ async def test_in_stream_rate_limit_is_retried(loopback: LoopbackServer) -> None
 async def test_abort_mid_stream_keeps_partial_and_closes_connection(loopback: LoopbackServer) -> None:
     reply = sse_reply(delta("partial "), delta("rest"), stall_after=1)
     loopback.queue(reply)
-    signal = AbortSignal()
-    events = []
-    async for ev in make(loopback).stream(HI, StreamOptions(signal=signal)):
-        events.append(ev)
-        if ev.type == "text_delta":
-            signal.abort()
+    events = await run_aborting_on(make(loopback), "text_delta")
     assert [summary(e) for e in events] == [
         ("start",),
         ("text_start", 0),
@@ -867,13 +873,7 @@ async def test_abort_mid_stream_keeps_partial_and_closes_connection(loopback: Lo
 
 async def test_abort_during_retry_wait(loopback: LoopbackServer) -> None:
     loopback.queue(json_reply({"error": {"message": "slow"}}, 429, {"retry-after": "30"}))
-    signal = AbortSignal()
-    events = []
-    model = make(loopback, retry=RetryPolicy(max_attempts=3, max_delay=60))
-    async for ev in model.stream(HI, StreamOptions(signal=signal)):
-        events.append(ev)
-        if ev.type == "retry":
-            signal.abort()
+    events = await run_aborting_on(make(loopback, retry=RetryPolicy(max_attempts=3, max_delay=60)), "retry")
     assert [summary(e) for e in events] == [
         ("start",),
         ("retry", 1, 3, 30.0, "rate_limit", "HTTP 429: slow", False),
@@ -885,12 +885,7 @@ async def test_abort_stops_the_rest_of_a_read_at_once(loopback: LoopbackServer) 
     # All four deltas arrive in one read; the abort on the first ends the stream there.
     chunks = sse_reply(delta("a"), delta("b"), delta("c"), delta(finish="stop"), done=True).chunks
     loopback.queue(Reply(headers={"content-type": "text/event-stream"}, chunks=[b"".join(chunks)]))
-    signal = AbortSignal()
-    events = []
-    async for ev in make(loopback).stream(HI, StreamOptions(signal=signal)):
-        events.append(ev)
-        if ev.type == "text_delta":
-            signal.abort()
+    events = await run_aborting_on(make(loopback), "text_delta")
     assert [summary(e) for e in events] == [
         ("start",),
         ("text_start", 0),
@@ -904,13 +899,7 @@ async def test_abort_during_a_retry_wait_after_discarded_output_starts_a_fresh_m
     loopback: LoopbackServer,
 ) -> None:
     loopback.queue(sse_reply(delta("first try"), cut_after=1))
-    signal = AbortSignal()
-    events = []
-    model = make(loopback, retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=0))
-    async for ev in model.stream(HI, StreamOptions(signal=signal)):
-        events.append(ev)
-        if ev.type == "retry":
-            signal.abort()
+    events = await run_aborting_on(make(loopback, retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=0)), "retry")
     assert [summary(e) for e in events] == [
         ("start",),
         ("text_start", 0),
