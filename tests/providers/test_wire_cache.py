@@ -424,6 +424,45 @@ def test_a_change_made_behind_the_list_methods_is_caught() -> None:
     assert encode_body(body) == msgspec.json.encode(body)
 
 
+BEHIND_THE_BACK: dict[str, Callable[[WireItems], object]] = {
+    "list.__setitem__ inside": lambda w: list.__setitem__(w, 5, _NEW),
+    "list.__delitem__ inside": lambda w: list.__delitem__(w, 5),
+    "list.insert inside": lambda w: list.insert(w, 5, _NEW),
+    "list.reverse": lambda w: list.reverse(w),
+}
+
+
+@pytest.mark.parametrize("change", [*CHANGES, *BEHIND_THE_BACK])
+def test_a_request_changed_and_dropped_does_not_change_the_next(change: str) -> None:
+    # The list handed out with a request is reused for the next one once nothing else
+    # holds it; whatever was done to it must not reach the next request.
+    messages = transcript("openai", "openai-chat")
+    model = _chat()
+    items = _items(_body(model, messages[:20]), "openai-chat")
+    CHANGES[change][0](items) if change in CHANGES else BEHIND_THE_BACK[change](items)
+    del items
+    body = _body(model, messages[:22])
+    assert body == _fresh(_chat, messages[:22])
+    assert encode_body(body) == msgspec.json.encode(body)
+    assert _items(body, "openai-chat").encoded_range == range(1, 19)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_a_dropped_request_list_is_reused_and_one_still_held_is_not(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    first = _items(_body(model, messages[:12]), name)
+    snapshot = list(first)
+    second = _items(_body(model, messages[:20]), name)
+    assert second is not first and list(first) == snapshot  # ``first`` was still held
+    second_id = id(second)
+    del first, second
+    third = _items(_body(model, messages), name)
+    assert id(third) == second_id
+    assert third == _fresh(maker, messages)[KEYS[name]]
+
+
 def test_copies_are_plain_lists() -> None:
     items = _items(_body(_chat(), transcript("openai", "openai-chat")[:20]), "openai-chat")
     for duplicate in (copy.copy(items), copy.deepcopy(items), items[:], items.copy()):

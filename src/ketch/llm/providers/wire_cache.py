@@ -19,12 +19,18 @@ merges consecutive items of one role cannot close its last item yet).
 
 :meth:`WireCache.convert` returns a :class:`WireItems`: a list that carries the JSON
 of the cached items it holds, which :func:`encode_body` copies into the request body
-instead of encoding them again.
+instead of encoding them again. Once nothing but the cache holds the list handed out
+for a transcript, the next request of that transcript reuses it (trimmed back to the
+cached items, then grown), so a turn does not copy the references of the whole history
+into a new list. The check that a transcript only grew compares the two lists of
+messages whole, which for a grown one is a pointer comparison per message and copies
+nothing.
 """
 
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, Self, SupportsIndex, overload
 
@@ -45,6 +51,8 @@ _SIZE = 16  # transcripts remembered per model (a model may serve several agents
 _BUDGET = 100_000
 
 _encode = msgspec.json.encode
+# Reference counts are exact only on CPython.
+_REUSE = sys.implementation.name == "cpython"
 
 
 class Fold(Protocol):
@@ -233,7 +241,7 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 class _Entry:
-    __slots__ = ("done", "first", "fold", "json", "preparer", "settings", "sources", "wire")
+    __slots__ = ("done", "first", "fold", "json", "out", "preparer", "settings", "sources", "wire")
 
     def __init__(self, first: Message, settings: object, preparer: Preparer, fold: Fold | None) -> None:
         self.first = first
@@ -244,6 +252,7 @@ class _Entry:
         self.wire: list[dict[str, Any]] = []
         self.json: bytearray | None = bytearray()  # the items of ``wire`` joined by commas
         self.done = 0  # prepared messages whose wire items are in ``wire``
+        self.out: WireItems | None = None  # the list handed out last
 
     def add(self, items: list[dict[str, Any]]) -> None:
         self.wire.extend(items)
@@ -321,36 +330,40 @@ class WireCache:
         key = id(first)
         entry = entries.get(key)
         if entry is not None:
-            seen = len(entry.sources)
-            head = messages if n == seen else messages[:seen]
-            if type(head) is not list:
-                head = list(head)
-            # List equality compares identities first: for a grown transcript this
-            # is a pointer comparison per message.
-            try:
-                same = n >= seen and entry.first is first and entry.settings == settings and head == entry.sources
-            except Exception:  # a message holding values that refuse comparison
-                same = False
-            if not same:
+            sources = entry.sources
+            seen = len(sources)
+            same = False
+            if n >= seen and entry.first is first:
+                try:
+                    if entry.settings == settings:
+                        # The new messages go into ``sources`` first, so that the check is
+                        # one comparison of two whole lists (no copy of the history), which
+                        # compares identities first: a pointer comparison per message.
+                        if n > seen:
+                            sources.extend(messages[seen:])
+                        same = (messages if type(messages) is list else list(messages)) == sources
+                except Exception:  # a message holding values that refuse comparison
+                    pass
+            if same:
+                entries[key] = entries.pop(key)  # the most recently used last
+                entry.preparer.feed(messages, seen)
+                self._held += n - seen
+            else:
+                del entries[key]
+                self._held -= seen
                 entry = None
         if entry is None:
-            entry = _Entry(first, settings, preparer(), None if fold is None else fold())
-        old = entries.pop(key, None)
-        if old is not None:
-            self._held -= len(old.sources)
-        entries[key] = entry  # the most recently used last
-        prep = entry.preparer
-        seen = len(entry.sources)
-        if n > seen:
-            prep.feed(messages, seen)
-            entry.sources.extend(messages[seen:])
-        self._held += len(entry.sources)
+            entry = entries[key] = _Entry(first, settings, preparer(), None if fold is None else fold())
+            entry.preparer.feed(messages, 0)
+            entry.sources.extend(messages)
+            self._held += n
         while len(entries) > 1 and (len(entries) > _SIZE or self._held > _BUDGET):
             self._held -= len(entries.pop(next(iter(entries))).sources)
         steps = entry.fold
         if steps is None:
             assert converter is not None
             steps = _Stateless(converter)
+        prep = entry.preparer
         prepared = prep.out
         split = len(prepared)
         done = entry.done
@@ -365,7 +378,22 @@ class WireCache:
                 entry.add(items)
             entry.done = done = done + used
         wire = entry.wire
-        out = WireItems(wire)
+        out = entry.out
+        # The list handed out last is reused when nothing but the entry holds it any
+        # more (``out``, the entry and getrefcount's argument are the three references):
+        # then no one can see it change, and the request does not copy the cached
+        # items' references into a new list (and free them again after the response).
+        if out is not None and _REUSE and out._json is not None and sys.getrefcount(out) == 3:
+            list.__delitem__(out, slice(out._start + out._count, None))
+            list.__delitem__(out, slice(0, out._start))
+            list.extend(out, wire[out._count :])
+            # A change made behind the list methods' backs shows here (identities first).
+            if out != wire:
+                out = None
+        else:
+            out = None
+        if out is None:
+            out = entry.out = WireItems(wire)
         rest = prepared[done:]
         rest.extend(prep.tail())
         if rest:
@@ -373,4 +401,6 @@ class WireCache:
         json = entry.json
         if wire and json is not None:
             out._carry(wire, json, 0)
+        else:
+            out._json = None
         return out
