@@ -107,7 +107,7 @@ async def one_size(url: str, n: int) -> dict[str, Any]:
             prepared = await prepare(*args, **kwargs)
         finally:
             spent.append(time.process_time() - c)
-        sizes.append(len(prepared[1]))
+        sizes.append(sum(len(piece) for piece in prepared[1]))
         return prepared
 
     post = aiohttp.ClientSession.post

@@ -289,6 +289,15 @@ def test_the_cache_holds_at_most_its_message_budget(monkeypatch: pytest.MonkeyPa
 # -- the JSON of the cached items ----------------------------------------------------
 
 
+def _joined(body: dict[str, Any]) -> bytes:
+    return b"".join(encode_body(body))
+
+
+def _long(provider: str, api: str) -> list[Message]:
+    """A transcript whose cached JSON is sent as a piece of its own."""
+    return [UserMessage(content="x" * 70_000), *transcript(provider, api)[1:]]
+
+
 def _items(body: dict[str, Any], name: str) -> WireItems:
     items = body[KEYS[name]]
     assert type(items) is WireItems
@@ -316,9 +325,9 @@ def test_a_growing_transcript_is_encoded_as_msgspec_encodes_it(name: str) -> Non
         body = _body(model, grown)
         expected = msgspec.json.encode(_fresh(maker, messages[: i + 1]))
         assert msgspec.json.encode(body) == expected, i
-        assert encode_body(body) == expected, i
+        assert _joined(body) == expected, i
         bare = _body(model, list(grown), "")
-        assert encode_body(bare) == msgspec.json.encode(_fresh(maker, messages[: i + 1], "")), i
+        assert _joined(bare) == msgspec.json.encode(_fresh(maker, messages[: i + 1], "")), i
     assert _items(body, name).encoded_range == CARRIED[name]
     shift = 1 if name == "openai-chat" else 0
     assert _items(bare, name).encoded_range == range(CARRIED[name].start - shift, CARRIED[name].stop - shift)
@@ -357,15 +366,15 @@ def test_the_carried_json_is_copied_in_and_an_item_put_in_its_place_is_encoded()
     items = _items(body, "openai-chat")
     assert items.encoded_range == range(1, 3)
     sent = msgspec.json.encode(body)
-    assert encode_body(body) == sent
+    assert _joined(body) == sent
     # Cached items must not be changed: a change behind the list's back is not seen.
     items[1]["content"] = "changed"
-    assert encode_body(body) == sent
+    assert _joined(body) == sent
     assert msgspec.json.encode(body) != sent
     items[1] = {"role": "user", "content": "replaced"}
     assert items.encoded_range is None
-    assert encode_body(body) == msgspec.json.encode(body)
-    assert b'"replaced"' in encode_body(body)
+    assert _joined(body) == msgspec.json.encode(body)
+    assert b'"replaced"' in _joined(body)
 
 
 _NEW = {"role": "user", "content": "new"}
@@ -412,16 +421,16 @@ def test_every_list_change_is_encoded_as_msgspec_encodes_it(change: str) -> None
     apply, carried = CHANGES[change]
     apply(items)
     assert items.encoded_range == carried
-    assert encode_body(body) == msgspec.json.encode(body)
+    assert _joined(body) == msgspec.json.encode(body)
 
 
 def test_a_change_made_behind_the_list_methods_is_caught() -> None:
     body = _body(_chat(), transcript("openai", "openai-chat")[:20])
     items = _items(body, "openai-chat")
     list.__setitem__(items, 1, _NEW)  # bypasses WireItems.__setitem__
-    assert encode_body(body) == msgspec.json.encode(body)
+    assert _joined(body) == msgspec.json.encode(body)
     list.__delitem__(items, slice(2, None))
-    assert encode_body(body) == msgspec.json.encode(body)
+    assert _joined(body) == msgspec.json.encode(body)
 
 
 BEHIND_THE_BACK: dict[str, Callable[[WireItems], object]] = {
@@ -443,7 +452,7 @@ def test_a_request_changed_and_dropped_does_not_change_the_next(change: str) -> 
     del items
     body = _body(model, messages[:22])
     assert body == _fresh(_chat, messages[:22])
-    assert encode_body(body) == msgspec.json.encode(body)
+    assert _joined(body) == msgspec.json.encode(body)
     assert _items(body, "openai-chat").encoded_range == range(1, 19)
 
 
@@ -486,7 +495,7 @@ def test_a_changed_transcript_is_encoded_as_msgspec_encodes_it(name: str) -> Non
     ]
     for i, variant in enumerate(variants):
         body = _body(model, variant)
-        assert encode_body(body) == msgspec.json.encode(_fresh(maker, variant)), i
+        assert _joined(body) == msgspec.json.encode(_fresh(maker, variant)), i
 
 
 def test_bodies_without_carried_json_are_encoded_as_msgspec_encodes_them() -> None:
@@ -497,7 +506,56 @@ def test_bodies_without_carried_json_are_encoded_as_msgspec_encodes_them() -> No
         {"a": [1, 2], "b": {"c": None}},
     ]
     for body in bodies:
-        assert encode_body(body) == msgspec.json.encode(body)
+        assert _joined(body) == msgspec.json.encode(body)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_long_cached_json_is_a_piece_of_its_own(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = _long(provider, api)
+    model = maker()
+    grown: list[Message] = []
+    for i, message in enumerate(messages):
+        grown.append(message)
+        pieces = encode_body(_body(model, grown))
+        assert b"".join(pieces) == msgspec.json.encode(_fresh(maker, messages[: i + 1])), i
+    assert [type(piece) for piece in pieces] == [memoryview, memoryview, memoryview]
+    assert len(pieces[1]) > 70_000 and len(pieces[0]) + len(pieces[2]) < 3_000
+
+
+def test_pieces_still_held_do_not_change_as_the_cache_grows() -> None:
+    messages = _long("openai", "openai-chat")
+    model = _chat()
+    held = [encode_body(_body(model, messages[: i + 1])) for i in range(len(messages))]
+    for i, pieces in enumerate(held):
+        assert b"".join(pieces) == msgspec.json.encode(_fresh(_chat, messages[: i + 1])), i
+    assert len(held[-1]) == 3
+
+
+def test_a_nul_byte_in_a_callers_raw_value_does_not_confuse_the_pieces() -> None:
+    model = _chat()
+    body = _body(model, _long("openai", "openai-chat"))
+    body["metadata"] = msgspec.Raw(b'"a\x00b"')
+    assert encode_body(body) == [msgspec.json.encode(body)]
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+async def test_long_requests_are_sent_as_msgspec_encodes_them(loopback: Any, name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = _long(provider, api)
+    model = maker(retry=RetryPolicy(max_attempts=1))
+    model.base_url = loopback.url  # no replies are queued: every request fails once, after it is sent
+    grown: list[Message] = []
+    for i, message in enumerate(messages):
+        grown.append(message)
+        context = Context(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
+        events = [event async for event in model.stream(context)]
+        assert events[-1].type == "error", i
+    for i, received in enumerate(loopback.requests):
+        expected = msgspec.json.encode(_fresh(maker, messages[: i + 1]))
+        assert received.body == expected, i
+        assert received.headers["Content-Length"] == str(len(expected))
+        assert received.headers["Content-Type"] == "application/json"
 
 
 @pytest.mark.parametrize("name", list(MAKERS))

@@ -218,7 +218,7 @@ class HTTPModel:
 
     async def _prepare(
         self, context: Context, options: StreamOptions
-    ) -> tuple[HTTPRequest, bytes, dict[str, str], tuple[str, ...]]:
+    ) -> tuple[HTTPRequest, list[bytes | memoryview], dict[str, str], tuple[str, ...]]:
         key = self.resolve_api_key(options)
         if key is None and self.requires_key:
             where = " or ".join(self.env_keys) if self.env_keys else "an environment variable"
@@ -302,7 +302,7 @@ class HTTPModel:
                         response = await deadline.wait(
                             session.post(
                                 request.url,
-                                data=payload,
+                                data=payload[0] if len(payload) == 1 else _pieces(payload),
                                 headers=headers,
                                 proxy=proxy_for(request.url),
                                 timeout=client_timeout,
@@ -407,6 +407,12 @@ class HTTPModel:
                 raise ContextOverflowError(
                     f"The request used {used} input tokens, more than the {window}-token context window"
                 )
+
+
+def _pieces(payload: list[bytes | memoryview]) -> Any:
+    from ..http_body import PiecesPayload
+
+    return PiecesPayload(payload)
 
 
 async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:

@@ -51,6 +51,9 @@ _SIZE = 16  # transcripts remembered per model (a model may serve several agents
 _BUDGET = 100_000
 
 _encode = msgspec.json.encode
+# Carried JSON from this size on is sent as a piece of its own rather than copied in.
+_SPLIT = 1 << 16
+_MARK = msgspec.Raw(b"\x00")
 # Reference counts are exact only on CPython.
 _REUSE = sys.implementation.name == "cpython"
 
@@ -122,8 +125,8 @@ class WireItems(list[dict[str, Any]]):
         self._count = len(wire)
         self._size = len(json)
 
-    def _parts(self) -> list[Any] | None:
-        """The items, the carried run replaced by one :class:`msgspec.Raw` of its JSON."""
+    def _carried(self) -> tuple[list[dict[str, Any]], memoryview, list[dict[str, Any]]] | None:
+        """The items before the carried run, a view of its JSON, and the items after it."""
         json = self._json
         if json is None:
             return None
@@ -132,8 +135,7 @@ class WireItems(list[dict[str, Any]]):
         # A cheap guard against changes made behind the list methods' backs.
         if len(self) < stop or self[start] is not wire[0] or self[stop - 1] is not wire[count - 1]:
             return None
-        raw = msgspec.Raw(json if self._size == len(json) else memoryview(json)[: self._size])
-        return [*self[:start], raw, *self[stop:]]
+        return self[:start], memoryview(json)[: self._size], self[stop:]
 
     def _index(self, index: SupportsIndex) -> int:
         i = operator.index(index)
@@ -218,26 +220,49 @@ class WireItems(list[dict[str, Any]]):
         return (list, (list(self),))
 
 
-def encode_body(body: dict[str, Any]) -> bytes:
-    """``msgspec.json.encode(body)``, byte for byte, with the JSON that a top-level
-    :class:`WireItems` value carries copied in rather than encoded again."""
+def encode_body(body: dict[str, Any]) -> list[bytes | memoryview]:
+    """The JSON of ``body`` as pieces to send one after the other: together they are
+    ``msgspec.json.encode(body)``, byte for byte. The JSON that a top-level
+    :class:`WireItems` value carries is not encoded again: a short one is copied in, a
+    long one is a piece of its own, a view of the cache's buffer that nothing but the
+    socket copies. Other bodies are one piece."""
+    data, split = _encode_spliced(body, _SPLIT)
+    if split is None:
+        return [data]
+    # msgspec escapes control characters in strings, so the mark's NUL byte is the only
+    # one, unless a Raw value of the caller's holds one too.
+    at = data.find(0)
+    if data.find(0, at + 1) >= 0:
+        return [_encode_spliced(body, None)[0]]
+    whole = memoryview(data)
+    return [whole[:at], split, whole[at + 1 :]]
+
+
+def _encode_spliced(body: dict[str, Any], split_from: int | None) -> tuple[bytes, memoryview | None]:
+    """The body's JSON with carried JSON copied in, and the view of the first carried
+    JSON of at least ``split_from`` bytes, which is left out (its place marked by a NUL)."""
     spliced: dict[str, Any] | None = None
-    parts: list[Any] | None = None
+    split: memoryview | None = None
     if type(body) is dict:
         for key, value in body.items():
             if type(value) is WireItems:
-                parts = value._parts()
-                if parts is not None:
+                carried = value._carried()
+                if carried is not None:
+                    before, view, after = carried
                     if spliced is None:
                         spliced = body.copy()
-                    spliced[key] = parts
+                    if split is None and split_from is not None and len(view) >= split_from:
+                        split = view
+                        spliced[key] = [*before, _MARK, *after]
+                    else:
+                        spliced[key] = [*before, msgspec.Raw(view), *after]
     if spliced is None:
-        return _encode(body)
+        return _encode(body), None
     try:
-        return _encode(spliced)
+        return _encode(spliced), split
     finally:
-        # The Raw parts hold views of the cache's buffers, which cannot grow while viewed.
-        spliced = parts = None
+        # Raw values hold views of the cache's buffers, which cannot grow while viewed.
+        spliced = None
 
 
 class _Entry:
@@ -279,6 +304,13 @@ def _append(json: bytearray, array: bytes) -> None:
         json[n] = 44  # the array's "[" becomes ","
     else:
         json += memoryview(array)[1:-1]
+    if len(array) > len(json) >> 4:
+        # A large addition (a whole history converted at once) leaves the buffer at its
+        # exact size; room to spare lets the next turns' small additions grow it in
+        # place instead of moving it. Shortening a bytearray keeps its memory.
+        spare = len(json) >> 3
+        json += bytes(spare)
+        del json[-spare:]
 
 
 class WireCache:
