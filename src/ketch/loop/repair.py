@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..llm.lists import extend_with_room
 from ..llm.messages import (
     AssistantMessage,
     Message,
@@ -187,7 +188,7 @@ class LLMView:
             self._boundary = 0
             seen = 0
         if n > seen:
-            self._out.extend(default_convert_to_llm(messages[seen:] if seen else messages))
+            extend_with_room(self._out, default_convert_to_llm(messages[seen:] if seen else messages))
             self._seen = n
             self._first = messages[0]
             self._last = messages[-1]

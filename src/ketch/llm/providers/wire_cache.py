@@ -37,6 +37,7 @@ from typing import Any, Protocol, Self, SupportsIndex, overload
 import msgspec
 
 from ..handoff import Preparer
+from ..lists import extend_with_room
 from ..messages import Message, ToolResultMessage
 
 __all__ = ["Converter", "Fold", "WireCache", "WireItems", "encode_body"]
@@ -280,7 +281,7 @@ class _Entry:
         self.out: WireItems | None = None  # the list handed out last
 
     def add(self, items: list[dict[str, Any]]) -> None:
-        self.wire.extend(items)
+        extend_with_room(self.wire, items)
         json = self.json
         if json is None:
             return
@@ -372,7 +373,7 @@ class WireCache:
                         # one comparison of two whole lists (no copy of the history), which
                         # compares identities first: a pointer comparison per message.
                         if n > seen:
-                            sources.extend(messages[seen:])
+                            extend_with_room(sources, messages[seen:])
                         same = (messages if type(messages) is list else list(messages)) == sources
                 except Exception:  # a message holding values that refuse comparison
                     pass
@@ -387,7 +388,7 @@ class WireCache:
         if entry is None:
             entry = entries[key] = _Entry(first, settings, preparer(), None if fold is None else fold())
             entry.preparer.feed(messages, 0)
-            entry.sources.extend(messages)
+            extend_with_room(entry.sources, messages)
             self._held += n
         while len(entries) > 1 and (len(entries) > _SIZE or self._held > _BUDGET):
             self._held -= len(entries.pop(next(iter(entries))).sources)
@@ -425,7 +426,8 @@ class WireCache:
         else:
             out = None
         if out is None:
-            out = entry.out = WireItems(wire)
+            out = entry.out = WireItems()
+            extend_with_room(out, wire)
         rest = prepared[done:]
         rest.extend(prep.tail())
         if rest:
