@@ -188,7 +188,10 @@ class LLMView:
             self._boundary = 0
             seen = 0
         if n > seen:
-            extend_with_room(self._out, default_convert_to_llm(messages[seen:] if seen else messages))
+            if seen:
+                self._out.extend(default_convert_to_llm(messages[seen:]))
+            else:
+                extend_with_room(self._out, default_convert_to_llm(messages))
             self._seen = n
             self._first = messages[0]
             self._last = messages[-1]

@@ -18,8 +18,8 @@ converted afresh on every turn. A :class:`Fold` may hold back more (a wire forma
 merges consecutive items of one role cannot close its last item yet).
 
 :meth:`WireCache.convert` returns a :class:`WireItems`: a list that carries the JSON
-of the cached items it holds, which :func:`encode_body` copies into the request body
-instead of encoding them again. Once nothing but the cache holds the list handed out
+of the cached items it holds, which :func:`encode_body` uses instead of encoding them
+again (a long one is handed over as a piece of the body of its own, not copied). Once nothing but the cache holds the list handed out
 for a transcript, the next request of that transcript reuses it (trimmed back to the
 cached items, then grown), so a turn does not copy the references of the whole history
 into a new list. The check that a transcript only grew compares the two lists of
@@ -233,7 +233,7 @@ def encode_body(body: dict[str, Any]) -> list[bytes | memoryview]:
     # msgspec escapes control characters in strings, so the mark's NUL byte is the only
     # one, unless a Raw value of the caller's holds one too.
     at = data.find(0)
-    if data.find(0, at + 1) >= 0:
+    if at < 0 or data.find(0, at + 1) >= 0:
         return [_encode_spliced(body, None)[0]]
     whole = memoryview(data)
     return [whole[:at], split, whole[at + 1 :]]
@@ -305,7 +305,7 @@ def _append(json: bytearray, array: bytes) -> None:
         json[n] = 44  # the array's "[" becomes ","
     else:
         json += memoryview(array)[1:-1]
-    if len(array) > len(json) >> 4:
+    if len(array) > len(json) >> 4 and len(json) >= _SPLIT:
         # A large addition (a whole history converted at once) leaves the buffer at its
         # exact size; room to spare lets the next turns' small additions grow it in
         # place instead of moving it. Shortening a bytearray keeps its memory.
@@ -373,7 +373,7 @@ class WireCache:
                         # one comparison of two whole lists (no copy of the history), which
                         # compares identities first: a pointer comparison per message.
                         if n > seen:
-                            extend_with_room(sources, messages[seen:])
+                            sources.extend(messages[seen:])
                         same = (messages if type(messages) is list else list(messages)) == sources
                 except Exception:  # a message holding values that refuse comparison
                     pass
