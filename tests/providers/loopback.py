@@ -151,7 +151,7 @@ class LoopbackServer:
 
     async def start(self) -> None:
         """Bind a free port and start serving."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()

@@ -10,6 +10,7 @@ whole transcript afresh.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -582,3 +583,26 @@ async def test_requests_are_sent_as_msgspec_encodes_them(loopback: Any, name: st
         fresh.update(cases[i].extra or {})
         assert received.body == msgspec.json.encode(fresh), i
     assert loopback.requests[-1].json[key] == replaced
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["one piece", "pieces"])
+async def test_a_body_over_a_megabyte_arrives_whole_without_a_warning(loopback: Any, cached: bool) -> None:
+    # aiohttp warns (ResourceWarning) when given more than 1 MB of bytes to send.
+    messages: list[Message] = [
+        UserMessage(content="y" * 1_100_000),
+        _same("openai", "openai-chat", [TextContent(text="Seen.")]),
+        UserMessage(content="And?"),
+    ]
+    model = _chat(retry=RetryPolicy(max_attempts=1), **({} if cached else {"rewrite": lambda body: None}))
+    model.base_url = loopback.url  # no replies are queued: the request fails once it is sent
+    context = Context(system_prompt=SYSTEM, messages=messages, tools=TOOLS)
+    pieces = encode_body(model.build_request(context, StreamOptions(), "k").body)
+    assert len(pieces) == (3 if cached else 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        events = [event async for event in model.stream(context)]
+    assert events[-1].type == "error"
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    expected = msgspec.json.encode(_fresh(_chat, messages))
+    assert loopback.requests[-1].body == expected
+    assert loopback.requests[-1].headers["Content-Length"] == str(len(expected))

@@ -16,6 +16,8 @@ from aiohttp.payload import Payload
 
 __all__ = ["PiecesPayload"]
 
+_JOIN_LIMIT = 1 << 16
+
 
 class PiecesPayload(Payload):
     """A JSON body made of ``pieces``, sent in order with a ``Content-Length``."""
@@ -32,7 +34,12 @@ class PiecesPayload(Payload):
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         """Write every piece."""
-        for piece in self._value:
+        pieces = self._value
+        if pieces and len(pieces[0]) >= _JOIN_LIMIT:
+            # aiohttp joins the buffered headers with the first write; an empty one sends
+            # them on their own, so a long first piece is not copied to go after them.
+            await writer.write(b"")
+        for piece in pieces:
             await writer.write(piece)
 
     async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
@@ -40,6 +47,8 @@ class PiecesPayload(Payload):
         if content_length is None:
             await self.write(writer)
             return
+        if self._value and len(self._value[0]) >= _JOIN_LIMIT:
+            await writer.write(b"")  # the headers on their own (see write)
         for piece in self._value:
             if content_length <= 0:
                 return

@@ -302,7 +302,7 @@ class HTTPModel:
                         response = await deadline.wait(
                             session.post(
                                 request.url,
-                                data=payload[0] if len(payload) == 1 else _pieces(payload),
+                                data=_data(payload),
                                 headers=headers,
                                 proxy=proxy_for(request.url),
                                 timeout=client_timeout,
@@ -409,10 +409,17 @@ class HTTPModel:
                 )
 
 
-def _pieces(payload: list[bytes | memoryview]) -> Any:
+def _data(payload: list[bytes | memoryview]) -> Any:
+    """What aiohttp sends: one short piece as it is; several, or a long one (for which
+    aiohttp's bytes payload warns that it may block the event loop), as pieces."""
+    if len(payload) == 1 and len(payload[0]) < _LARGE_BODY:
+        return payload[0]
     from ..http_body import PiecesPayload
 
     return PiecesPayload(payload)
+
+
+_LARGE_BODY = 1 << 20
 
 
 async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
