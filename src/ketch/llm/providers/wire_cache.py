@@ -19,10 +19,10 @@ merges consecutive items of one role cannot close its last item yet).
 
 :meth:`WireCache.convert` returns a :class:`WireItems`: a list that carries the JSON
 of the cached items it holds, which :func:`encode_body` uses instead of encoding them
-again (a long one is handed over as a piece of the body of its own, not copied). Once nothing but the cache holds the list handed out
-for a transcript, the next request of that transcript reuses it (trimmed back to the
-cached items, then grown), so a turn does not copy the references of the whole history
-into a new list. The check that a transcript only grew compares the two lists of
+again (a long one is handed over as a piece of the body of its own, not copied). Once
+nothing but the cache holds the list handed out for a transcript, the next request of
+that transcript reuses it (trimmed back to the cached items, then grown), so a turn does
+not copy the references of the whole history into a new list. The check that a transcript only grew compares the two lists of
 messages whole, which for a grown one is a pointer comparison per message and copies
 nothing.
 """
@@ -55,8 +55,27 @@ _encode = msgspec.json.encode
 # Carried JSON from this size on is sent as a piece of its own rather than copied in.
 _SPLIT = 1 << 16
 _MARK = msgspec.Raw(b"\x00")
-# Reference counts are exact only on CPython.
-_REUSE = sys.implementation.name == "cpython"
+
+
+class _Slot:
+    __slots__ = ("out",)
+
+    out: list[int]
+
+
+def _unshared_refcount() -> int:
+    """What ``sys.getrefcount`` reports, in :meth:`WireCache._convert`'s pattern (a slot
+    and a local), for a list nothing else holds: 3, or 2 where loading a local does
+    not count (CPython 3.14)."""
+    slot = _Slot()
+    slot.out = []
+    out = slot.out
+    return sys.getrefcount(out)
+
+
+# Reference counts tell that nothing else holds a list only on CPython with the GIL.
+_REUSE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
+_UNSHARED = _unshared_refcount()
 
 
 class Fold(Protocol):
@@ -413,10 +432,10 @@ class WireCache:
         wire = entry.wire
         out = entry.out
         # The list handed out last is reused when nothing but the entry holds it any
-        # more (``out``, the entry and getrefcount's argument are the three references):
-        # then no one can see it change, and the request does not copy the cached
-        # items' references into a new list (and free them again after the response).
-        if out is not None and _REUSE and out._json is not None and sys.getrefcount(out) == 3:
+        # more (see _unshared_refcount): then no one can see it change, and the request
+        # does not copy the cached items' references into a new list (and free them
+        # again after the response).
+        if out is not None and _REUSE and out._json is not None and sys.getrefcount(out) == _UNSHARED:
             list.__delitem__(out, slice(out._start + out._count, None))
             list.__delitem__(out, slice(0, out._start))
             list.extend(out, wire[out._count :])
