@@ -365,13 +365,29 @@ def test_a_grown_transcript_reuses_the_cached_items(name: str) -> None:
     assert other == after and not any(other[i] is after[i] for i in CARRIED[name])
 
 
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_short_transcripts_are_converted_afresh_and_longer_ones_cached(name: str) -> None:
+    maker, provider, api = MAKERS[name]
+    messages = transcript(provider, api)
+    model = maker()
+    for n in range(1, 8):
+        body = _body(model, messages[:n])
+        assert body == _fresh(maker, messages[:n])
+        assert _items(body, name).encoded_range is None, n
+    again = _items(_body(model, messages[:7]), name)
+    assert not any(a is b for a, b in zip(again, _items(_body(model, messages[:7]), name), strict=True))
+    assert _items(_body(model, messages[:12]), name).encoded_range == CARRIED_AT_12[name]
+
+
 def test_the_carried_json_is_copied_in_and_an_item_put_in_its_place_is_encoded() -> None:
     model = _chat()
-    messages: list[Message] = [UserMessage(content="One"), _same("openai", "openai-chat", [TextContent(text="1")])]
-    messages.append(UserMessage(content="Two"))
+    messages: list[Message] = []
+    for i in range(4):
+        messages += [UserMessage(content=f"Q{i}"), _same("openai", "openai-chat", [TextContent(text=str(i))])]
+    messages.append(UserMessage(content="Last"))
     body = _body(model, messages)
     items = _items(body, "openai-chat")
-    assert items.encoded_range == range(1, 3)
+    assert items.encoded_range == range(1, 9)
     sent = msgspec.json.encode(body)
     assert _joined(body) == sent
     # Cached items must not be changed: a change behind the list's back is not seen.
@@ -588,11 +604,9 @@ async def test_requests_are_sent_as_msgspec_encodes_them(loopback: Any, name: st
 @pytest.mark.parametrize("cached", [False, True], ids=["one piece", "pieces"])
 async def test_a_body_over_a_megabyte_arrives_whole_without_a_warning(loopback: Any, cached: bool) -> None:
     # aiohttp warns (ResourceWarning) when given more than 1 MB of bytes to send.
-    messages: list[Message] = [
-        UserMessage(content="y" * 1_100_000),
-        _same("openai", "openai-chat", [TextContent(text="Seen.")]),
-        UserMessage(content="And?"),
-    ]
+    messages: list[Message] = [UserMessage(content="y" * 1_100_000)]
+    for i in range(4):
+        messages += [_same("openai", "openai-chat", [TextContent(text=f"Seen {i}.")]), UserMessage(content="And?")]
     model = _chat(retry=RetryPolicy(max_attempts=1), **({} if cached else {"rewrite": lambda body: None}))
     model.base_url = loopback.url  # no replies are queued: the request fails once it is sent
     context = Context(system_prompt=SYSTEM, messages=messages, tools=TOOLS)

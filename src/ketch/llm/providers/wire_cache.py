@@ -11,7 +11,9 @@ converts it anew. Messages are never mutated, and cached wire items are never mu
 after they are handed out: a caller that changes an item must copy it first (and put
 the copy in the list, which then no longer carries the item's JSON).
 
-Only a prefix that ends before a message other than a tool result is cached: the
+Transcripts of fewer than eight messages are converted afresh: for them that is faster
+than the cache's bookkeeping (10.8 µs against 24 µs per request for a short tool-calling
+exchange). Only a prefix that ends before a message other than a tool result is cached: the
 converters group consecutive tool results, and the calls still waiting for results get
 synthetic ones that a later message may replace. The messages after that point are
 converted afresh on every turn. A :class:`Fold` may hold back more (a wire format that
@@ -47,6 +49,7 @@ Converter = Callable[[list[Message]], list[dict[str, Any]]]
 the cache is keyed by."""
 
 _SIZE = 16  # transcripts remembered per model (a model may serve several agents at once)
+_MIN_CACHED = 8  # shorter transcripts are converted afresh (measured: faster below about 10)
 # Messages remembered per model, all transcripts together (about 35 MB of wire items
 # plus their JSON, about the size of the requests).
 _BUDGET = 100_000
@@ -375,8 +378,18 @@ class WireCache:
         converter: Converter | None,
     ) -> WireItems:
         n = len(messages)
-        if not n:
-            return WireItems()
+        if n < _MIN_CACHED:
+            # A short transcript converts faster than the cache's bookkeeping runs.
+            fresh = preparer()
+            fresh.feed(messages)
+            ready = fresh.out
+            ready.extend(fresh.tail())
+            if not ready:
+                return WireItems()
+            if fold is not None:
+                return WireItems(fold().peek(ready))
+            assert converter is not None
+            return WireItems(converter(ready))
         first = messages[0]
         entries = self._entries
         key = id(first)
