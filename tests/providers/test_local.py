@@ -24,7 +24,7 @@ from ketch.llm.messages import (
     UserMessage,
 )
 from ketch.llm.model import Context, StreamOptions, ToolSpec
-from ketch.llm.providers.local import LocalModel, benchmark, default_model_path, load_stats
+from ketch.llm.providers.local import LocalModel, benchmark, default_model_path, load_stats, unload_all
 from ketch.llm.resolve import get_model
 from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import StreamDone, StreamError
@@ -350,6 +350,44 @@ async def test_concurrent_first_loads_load_once() -> None:
     assert first is second
     assert len(load_stats()) == before + 1
     assert load_stats()[-1] is first
+
+
+async def test_unload_frees_the_model_and_the_next_request_loads_it_again() -> None:
+    model = LocalModel("smollm2", n_ctx=384)
+    other = LocalModel(default_model_path(), n_ctx=384)  # the same file and settings
+    stats = await model.load()
+    assert await other.load() is stats
+    assert any(s is stats for s in load_stats())
+    assert await model.unload() is True
+    assert not any(s is stats for s in load_stats())
+    assert await model.unload() is False
+    # The other model's next request loads the file again.
+    events = await events_of(other, ask("Hi"), options(max_tokens=4))
+    assert events[-1].type == "done"
+    again = await model.load()
+    assert again is not stats and any(s is again for s in load_stats())
+    assert model.count_tokens("Hello there") > 0
+    assert await model.unload() is True
+    assert model.count_tokens("Hello there") > 0  # counting loads it again too
+    assert await unload_all() >= 1
+    assert not any(s.n_ctx == 384 for s in load_stats())
+
+
+async def test_unload_waits_for_the_running_generation() -> None:
+    model = LocalModel("smollm2", n_ctx=384)
+    events: list[Any] = []
+    unloading: asyncio.Task[bool] | None = None
+    async for event in model.stream(ask("Count from 1 to 50."), options(max_tokens=24)):
+        events.append(event)
+        if event.type == "text_delta" and unloading is None:
+            unloading = asyncio.create_task(model.unload())
+    assert unloading is not None
+    assert await unloading is True
+    last = events[-1]
+    assert last.type == "done"  # the generation ran to its end
+    assert last.message.usage.output == 24 or last.message.stop_reason == "stop"
+    assert generation_threads() == []
+    assert not any(s.n_ctx == 384 for s in load_stats())
 
 
 async def test_missing_file_is_an_error_event_naming_the_path(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ other GGUF file (``get_model("local:/path/to/model.gguf")``).
 How a request runs:
 
 - The model is loaded once per process for each file and settings, in a worker thread,
-  and shared by every :class:`LocalModel` naming it (:func:`load_stats` lists them).
+  and shared by every :class:`LocalModel` naming it (:func:`load_stats` lists them). It
+  stays loaded until :meth:`LocalModel.unload` or :func:`unload_all` frees it (after
+  the generation running on it); the next request loads it again.
 - The prompt is the transcript rendered with the GGUF's own chat template. Tools are
   described in a system-prompt section; tool calls in the transcript are written as
   the JSON the model is asked to produce, tool results as user turns.
@@ -78,6 +80,7 @@ __all__ = [
     "benchmark",
     "default_model_path",
     "load_stats",
+    "unload_all",
 ]
 
 DEFAULT_MAX_TOKENS = 512
@@ -176,6 +179,8 @@ class _Loaded:
         self.llama = llama
         self.stats = stats
         self.lock = threading.Lock()
+        self.count_lock = threading.Lock()  # token counts, which may run beside a generation
+        self.closed = False  # set, under both locks, when the model is unloaded
         self.n_ctx: int = llama.n_ctx()
         model = llama._model
         self.vocab = model.vocab
@@ -300,6 +305,29 @@ def _load(key: _Key) -> _Loaded:
         return loaded
 
 
+def _unload(key: _Key) -> bool:
+    with _cache_lock:
+        loaded = _cache.pop(key, None)
+    if loaded is None:
+        return False
+    with loaded.lock, loaded.count_lock:  # after the generation running on it, if any
+        loaded.closed = True
+        loaded.grammars.clear()
+        loaded.llama.close()
+    return True
+
+
+async def unload_all() -> int:
+    """Free every model loaded in this process (each once the generation running on it
+    finishes); returns how many were freed. Later requests load them again."""
+    with _cache_lock:
+        keys = list(_cache)
+    freed = 0
+    for key in keys:
+        freed += await asyncio.to_thread(_unload, key)
+    return freed
+
+
 # -- prompt --------------------------------------------------------------------------
 
 
@@ -406,6 +434,8 @@ def _generate(
         if cancel.is_set():
             return _Outcome(reason="aborted", stats=_stats(0, 0, started, None))
     try:
+        if loaded.closed:
+            raise InvalidRequestError("The local model was unloaded as this request started; send it again")
         return _generate_locked(loaded, request, cancel, emit, started)
     finally:
         loaded.lock.release()
@@ -666,13 +696,21 @@ class LocalModel:
         stats of the load, shared by every model naming the same file and settings.
         Raises :class:`~ketch.llm.errors.ModelError` when the file cannot be loaded."""
         loaded = self._loaded
-        if loaded is None:
+        if loaded is None or loaded.closed:
             key = self._key()
             loaded = _cache.get(key)
             if loaded is None:
                 loaded = await asyncio.to_thread(_load, key)
             self._loaded = loaded
         return loaded.stats
+
+    async def unload(self) -> bool:
+        """Free the llama.cpp model this model runs, once the generation running on it
+        (if any) finishes. It is shared by every :class:`LocalModel` naming the same file
+        and settings; the next request of any of them loads it again. Returns whether a
+        loaded model was freed."""
+        self._loaded = None
+        return await asyncio.to_thread(_unload, self._key())
 
     def count_tokens(self, text: str) -> int:
         """Exact number of tokens ``text`` takes with this model's tokenizer.
@@ -681,11 +719,15 @@ class LocalModel:
         ``ketch.llm.tokens.set_token_counter(model.count_tokens)``.
         """
         loaded = self._loaded
-        if loaded is None:
+        if loaded is None or loaded.closed:
             key = self._key()
             loaded = _cache.get(key) or _load(key)
             self._loaded = loaded
-        return len(loaded.llama.tokenize(text.encode(), add_bos=False, special=False))
+        with loaded.count_lock:
+            if not loaded.closed:
+                return len(loaded.llama.tokenize(text.encode(), add_bos=False, special=False))
+        self._loaded = None
+        return self.count_tokens(text)  # unloaded meanwhile: load it again
 
     def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
