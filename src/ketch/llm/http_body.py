@@ -34,25 +34,20 @@ class PiecesPayload(Payload):
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         """Write every piece."""
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
+        """Write the pieces, at most ``content_length`` bytes of them (None: all)."""
         pieces = self._value
         if pieces and len(pieces[0]) >= _JOIN_LIMIT:
             # aiohttp joins the buffered headers with the first write; an empty one sends
             # them on their own, so a long first piece is not copied to go after them.
             await writer.write(b"")
         for piece in pieces:
+            if content_length is not None:
+                if content_length <= 0:
+                    return
+                if len(piece) > content_length:
+                    piece = memoryview(piece)[:content_length]
+                content_length -= len(piece)
             await writer.write(piece)
-
-    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
-        """Write the pieces, at most ``content_length`` bytes of them."""
-        if content_length is None:
-            await self.write(writer)
-            return
-        if self._value and len(self._value[0]) >= _JOIN_LIMIT:
-            await writer.write(b"")  # the headers on their own (see write)
-        for piece in self._value:
-            if content_length <= 0:
-                return
-            if len(piece) > content_length:
-                piece = memoryview(piece)[:content_length]
-            await writer.write(piece)
-            content_length -= len(piece)
