@@ -475,6 +475,8 @@ def validate_responses(body: dict[str, Any]) -> None:
             item_ids.add(item["id"])
         if kind == "message":
             _require(item["role"] in ("user", "assistant", "system", "developer"), f"item {i}: role {item['role']}")
+            # llama-server rejects an assistant item without its type ("Cannot determine type of 'item'").
+            _require(item["role"] != "assistant" or item.get("type") == "message", f"item {i}: assistant without type")
             content = item["content"]
             _require(bool(content), f"item {i}: empty message")
             if isinstance(content, list):
@@ -797,7 +799,7 @@ def expected_responses(source: str, x: Expect) -> dict[str, Any]:
 
     def said(t: str, item: str | None) -> dict[str, Any]:
         if item is None:
-            return {"role": "assistant", "content": t}
+            return {"type": "message", "role": "assistant", "content": t}
         return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t, "annotations": []}],
                 "status": "completed", "id": item}
 
@@ -1076,7 +1078,7 @@ async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackS
     body = loopback.requests[-1].json
     assert body["input"] == [
         {"role": "user", "content": [{"type": "input_text", "text": ASK}]},
-        {"role": "assistant", "content": INTRO},
+        {"type": "message", "role": "assistant", "content": INTRO},
         {"role": "user", "content": [{"type": "input_text", "text": INTERRUPTED_NOTE}]},
         {"role": "user", "content": [{"type": "input_text", "text": AGAIN}]},
     ]

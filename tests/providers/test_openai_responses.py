@@ -183,8 +183,8 @@ def test_foreign_signatures_are_never_sent_as_provider_ids() -> None:
         model="claude",
     )
     assert convert_messages([message]) == [
-        {"role": "assistant", "content": "Hello."},
-        {"role": "assistant", "content": "Again."},
+        {"type": "message", "role": "assistant", "content": "Hello."},
+        {"type": "message", "role": "assistant", "content": "Again."},
         {"type": "function_call", "call_id": "toolu_01", "name": "get_weather", "arguments": '{"city":"Rome"}'},
     ]
 
@@ -1084,7 +1084,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
     await run(model_for(loopback), context)
     assert loopback.requests[0].json["input"] == [
         {"role": "user", "content": [{"type": "input_text", "text": "Weather in Oslo and Rome?"}]},
-        {"role": "assistant", "content": "Looking."},
+        {"type": "message", "role": "assistant", "content": "Looking."},
         {"type": "function_call", "call_id": "call_m", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
         {"type": "function_call_output", "call_id": "call_m", "output": "12°C"},
         {"type": "function_call", "call_id": "toolu_01_abc", "name": "get_weather", "arguments": '{"city":"Rome"}'},

@@ -145,7 +145,8 @@ def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> No
                 continue
             ids = _signature_object(block.signature, "msg_")
             if ids is None:
-                out.append({"role": "assistant", "content": block.text})
+                # "type" is optional for OpenAI but servers such as llama-server need it.
+                out.append({"type": "message", "role": "assistant", "content": block.text})
                 continue
             item: dict[str, Any] = {
                 "type": "message",
