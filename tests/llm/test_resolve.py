@@ -275,3 +275,22 @@ def test_local_specs() -> None:
     assert (info.api, info.context_window, info.max_output_tokens) == ("local", 8_192, 2_048)
     path_info = get_info("local", "/models/qwen.gguf")
     assert (path_info.id, path_info.provider, path_info.api) == ("/models/qwen.gguf", "local", "local")
+
+
+def test_a_provider_registered_with_another_api_takes_its_known_models_along(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ketch.llm import registry
+    from ketch.llm.providers.openai_chat import OpenAIChatModel
+    from ketch.llm.providers.openai_responses import OpenAIResponsesModel
+
+    assert registry.get_provider("openai") is not None
+    monkeypatch.setattr(registry, "_providers", dict(registry._providers))
+    assert isinstance(get_model("openai:gpt-4o"), OpenAIResponsesModel)
+    register_provider("openai", api="openai-chat", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
+    for spec in ("openai:gpt-4o", "openai:gpt-5-mini", "openai:gpt-4o-2024-08-06", "openai:not-in-the-registry"):
+        model = get_model(spec)
+        assert isinstance(model, OpenAIChatModel), spec
+        assert model.api == "openai-chat"
+    chat = get_model("openai:gpt-4o")
+    assert (chat.info.context_window, chat.info.pricing.input) == (128_000, 2.5)
+    # An explicit api still wins over the provider's.
+    assert isinstance(get_model("openai:gpt-4o", api="openai-responses"), OpenAIResponsesModel)

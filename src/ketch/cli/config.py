@@ -22,6 +22,8 @@ the working directory or a parent. Both are TOML::
 
     [providers.openai]                     # override a known provider
     api_key_env = "WORK_OPENAI_KEY"
+    api = "openai-chat"                    # its wire protocol, for every model of it
+    idle_timeout = 60                      # seconds without a byte before a request fails
 
     [providers.groq]                       # a custom OpenAI-compatible provider
     base_url = "https://api.groq.com/openai/v1"
@@ -41,7 +43,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -68,7 +70,8 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
 
     ``api`` is the wire protocol for custom providers (default ``openai-chat``);
     ``api_key`` is a literal key (prefer ``api_key_env``; never printed);
-    ``default_model`` is the model a bare provider name selects.
+    ``default_model`` is the model a bare provider name selects; ``idle_timeout`` the
+    seconds a request may wait for the next byte (the default is the adapter's).
     """
 
     base_url: str | None = None
@@ -76,6 +79,7 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
     api_key: str | None = None
     api: str | None = None
     default_model: str | None = None
+    idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] | None = None
 
     def __repr__(self) -> str:
         key = "***" if self.api_key else None

@@ -161,10 +161,13 @@ def build_model(spec: str, settings: Settings) -> Model:
     try:
         provider, _ = parse_spec(spec)
         configured = settings.providers.get(provider)
+        kwargs: dict[str, Any] = {}
         if configured is not None and configured.api_key:
-            return get_model(spec, api_key=configured.api_key)
-        return get_model(spec)
-    except (ValueError, KeyError, LookupError, ImportError) as exc:
+            kwargs["api_key"] = configured.api_key
+        if configured is not None and configured.idle_timeout is not None:
+            kwargs["idle_timeout"] = configured.idle_timeout
+        return get_model(spec, **kwargs)
+    except (ValueError, KeyError, LookupError, ImportError, TypeError) as exc:
         message = exc.args[0] if exc.args else str(exc)
         raise ConfigError(f"cannot use model {spec!r}: {message}") from None
 

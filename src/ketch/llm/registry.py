@@ -139,6 +139,9 @@ _DATED = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 _models: dict[tuple[str, str], ModelInfo] = {}
 _aliases: dict[tuple[str, str], str] = {}
 _providers: dict[str, ProviderInfo] = {}
+# Provider name -> the API its shipped models took from it: a model row that names no API
+# follows its provider's API, also after the provider is registered again with another.
+_inherited_api: dict[str, str] = {}
 _loaded = False
 
 
@@ -150,6 +153,7 @@ def _ensure_loaded() -> None:
 
     for name, row in models_data.PROVIDERS.items():
         _providers.setdefault(name, ProviderInfo(name=name, **row))
+        _inherited_api[name] = row["api"]
     for row in models_data.MODELS:
         fields = dict(row)
         provider = fields["provider"]
@@ -199,13 +203,17 @@ def get_info(provider: str, id: str, *, api: str | None = None, base_url: str | 
     """Everything needed to build ``provider``'s model ``id``; never fails.
 
     Known models come from the registry, unknown ones from :func:`default_info`. The
-    provider fills in the API, base URL and compat flags the model does not set;
-    ``api`` and ``base_url`` override both.
+    provider fills in the API, base URL and compat flags the model does not set (a
+    shipped model that names no API of its own follows its provider's, also when the
+    provider is registered again with another API: ``api = "openai-chat"`` for
+    ``openai`` in the command's config); ``api`` and ``base_url`` override both.
     """
     prov = get_provider(provider)
     info = lookup(provider, id)
     if info is None:
         info = default_info(provider, api or (prov.api if prov else "openai-chat"), id)
+    elif api is None and prov is not None and prov.api != info.api and info.api == _inherited_api.get(provider):
+        api = prov.api
     changes: dict[str, Any] = {}
     if api and api != info.api:
         changes["api"] = api
