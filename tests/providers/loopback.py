@@ -19,6 +19,8 @@ answers 500 ``loopback: no scripted reply``. A reply can:
 - cut the connection after ``cut_after`` chunks (no proper end of body);
 - stall after ``stall_after`` chunks until the test sets ``reply.release``
   (``reply.stalled`` is set when the stall begins);
+- close the connection without sending a byte (``drop``: what a client sees when the
+  server closed a kept-alive connection while the request was on its way);
 - report ``reply.started`` (request received) and ``reply.disconnected`` (the client
   closed the connection before the reply was complete).
 """
@@ -48,6 +50,7 @@ class Reply:
     cut_after: int | None = None
     stall_after: int | None = None
     stall_headers: bool = False
+    drop: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
     stalled: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -206,6 +209,9 @@ class LoopbackServer:
             raise
 
     async def _serve(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        if reply.drop:
+            self._cut(request)
+            raise asyncio.CancelledError  # nothing is written to the closed connection
         if reply.stall_headers:
             await self._stall(reply)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)

@@ -29,6 +29,7 @@ from .retry import parse_retry_after
 
 __all__ = [
     "OVERFLOW_PATTERNS",
+    "classify_error_body",
     "classify_error_object",
     "classify_exception",
     "classify_response",
@@ -155,8 +156,16 @@ def _code_of(err: dict[str, Any]) -> str:
     return ""
 
 
+# What could be the start of a credential cut off by clipping.
+_TOKEN_TAIL = re.compile(r"[A-Za-z0-9_\-+/=.~]+$")
+
+
 def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_BODY else text[:_MAX_BODY] + "…"
+    """``text`` cut to :data:`_MAX_BODY` characters. A cut that falls inside a word drops
+    that word's start: it could be the first characters of a key."""
+    if len(text) <= _MAX_BODY:
+        return text
+    return _TOKEN_TAIL.sub("", text[:_MAX_BODY]) + "…"
 
 
 def _kind_for_code(code: str) -> str | None:
@@ -233,6 +242,46 @@ def classify_error_object(obj: Any, *, default_kind: str = "server") -> ModelErr
     text = message or "the provider reported an error"
     retry_after = _wait_from_text(message) if kind in ("rate_limit", "overloaded", "server") else None
     return error_for_kind(kind)(text, status=status, retry_after=retry_after)
+
+
+# Error types of bodies that arrive with HTTP 200, beyond what _kind_for_code knows.
+_BODY_CODE_KINDS: dict[str, str] = {
+    "invalid_request_error": "invalid_request",
+    "invalid_request": "invalid_request",
+    "invalid_argument": "invalid_request",
+    "not_found_error": "invalid_request",
+    "not_found": "invalid_request",
+    "failed_precondition": "invalid_request",
+    "billing_error": "auth",
+    "timeout_error": "timeout",
+}
+
+
+def classify_error_body(obj: Any) -> ModelError | None:
+    """The classified error when ``obj`` (a decoded JSON body that came with a success
+    status) is an error object: ``{"error": {...}}``, ``{"type": "error", "error":
+    {...}}`` or a list holding one (Gemini). None for anything else, including a
+    Responses API response object (its ``error`` is handled with its ``status``).
+
+    The kind comes from the body's type or code (``authentication_error`` is auth,
+    ``invalid_request_error`` an invalid request, a numeric code an HTTP status), else
+    it is a server error; the message is the provider's.
+    """
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict) and obj[0].get("error"):
+        obj = obj[0]
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if obj.get("object") == "response" or not (err or obj.get("type") == "error"):
+        return None
+    if not isinstance(err, (dict, str)):
+        err = {"message": str(err)} if err else {}
+    body = {"error": err}
+    message, code = error_details(body)
+    kind = _BODY_CODE_KINDS.get(code)
+    if kind is not None and not is_context_overflow(message):
+        return error_for_kind(kind)(message or "the provider reported an error")
+    return classify_error_object(body, default_kind="server")
 
 
 def classify_exception(exc: BaseException, *, idle_timeout: float | None = None) -> ModelError:

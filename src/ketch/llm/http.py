@@ -18,25 +18,31 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections.abc import AsyncIterator, Awaitable
+import os
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from .errors import ModelError, RequestTimeoutError, StreamIdleError
+from .errors import ModelError, RequestTimeoutError, ServerError, StreamIdleError
 from .signal import Aborted, AbortSignal, take_pending_cancel
 
 if TYPE_CHECKING:
     import aiohttp
 
 __all__ = [
+    "CONVENTIONAL_KEY_ENV",
+    "DEFAULT_MAX_EVENT_BYTES",
     "ByteSource",
     "Deadline",
     "SSEBatch",
     "TimedContent",
     "close_session",
+    "event_too_large",
     "get_session",
     "iter_sse",
+    "read_limited",
     "redact_headers",
     "redact_text",
+    "secrets_from_env",
 ]
 
 T = TypeVar("T")
@@ -275,29 +281,56 @@ class SSEBatch(NamedTuple):
     when no event of the batch has one."""
 
 
-async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The default limit on one Server-Sent Event (or one line of it) and on one
+non-streamed response body: 16 MiB."""
+
+
+def event_too_large(limit: int) -> ModelError:
+    """The error for an event or body over ``limit`` bytes."""
+    return ServerError(
+        f"The provider sent an event larger than {limit} bytes (the max_event_bytes limit); "
+        "the response was dropped"
+    )
+
+
+async def iter_sse(
+    content: ByteSource, *, first: bytes = b"", max_event: int | None = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[SSEBatch]:
     """Yield the Server-Sent Events in ``content``, one :class:`SSEBatch` per read that
     completed any (so a body that arrives at once costs one step).
 
-    Comments (``:`` lines), ``id:`` and ``retry:`` fields are ignored, ``\\r\\n`` and
-    ``\\n`` line ends both work. At end of stream an event whose lines are complete but
-    lacks the closing blank line is still delivered; a line cut off mid-way is dropped.
+    ``first`` holds bytes already read from ``content``. Comments (``:`` lines),
+    ``id:`` and ``retry:`` fields are ignored, ``\\r\\n`` and ``\\n`` line ends both
+    work. At end of stream an event whose lines are complete but lacks the closing
+    blank line is still delivered; a line cut off mid-way is dropped. A line or an
+    event longer than ``max_event`` bytes (None: no limit) raises a
+    :class:`~ketch.llm.errors.ServerError` before more of it is kept.
     """
+    limit = max_event if max_event is not None else math.inf
     rest = b""
     pending: list[bytes] = []  # chunks of one unfinished long line, joined once it ends
+    pending_size = 0
     event = ""
     data: bytes | None = None
     names_seen: dict[bytes, str] = {}  # "event:" lines decoded so far (a stream repeats a few)
     while True:
-        chunk = await content.readany()
+        if first:
+            chunk, first = first, b""
+        else:
+            chunk = await content.readany()
         if not chunk:
             break
         if b"\n" not in chunk:
             pending.append(chunk)
+            pending_size += len(chunk)
+            if pending_size + len(rest) > limit:
+                raise event_too_large(int(limit))
             continue
         if pending:
             chunk = b"".join((rest, *pending, chunk))
             pending.clear()
+            pending_size = 0
         elif rest:
             chunk = rest + chunk
         if b"\r" in chunk:
@@ -305,6 +338,8 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
             chunk = chunk.replace(b"\r\n", b"\n")
         lines = chunk.split(b"\n")
         rest = lines.pop()
+        if len(rest) > limit:
+            raise event_too_large(int(limit))
         datas: list[bytes] = []
         names: list[str] | None = None
         for line in lines:
@@ -321,21 +356,41 @@ async def iter_sse(content: ByteSource) -> AsyncIterator[SSEBatch]:
                 event = ""
             elif line.startswith(b"data: "):
                 data = line[6:] if data is None else data + b"\n" + line[6:]
+                if len(data) > limit:
+                    raise event_too_large(int(limit))
             elif line.startswith(b"event:"):
                 name = names_seen.get(line)
                 if name is None:
-                    name = line[6:].strip().decode()
+                    name = line[6:].strip().decode("utf-8", "replace")
                     if len(names_seen) < 64:
                         names_seen[line] = name
                 event = name
             elif line.startswith(b"data:"):
                 data = line[5:] if data is None else data + b"\n" + line[5:]
+                if len(data) > limit:
+                    raise event_too_large(int(limit))
             # Comments, id:, retry: and unknown fields are ignored.
         if datas:
             yield SSEBatch(datas, names)
     # A line cut off by the end of the stream is incomplete and dropped.
     if data is not None:
         yield SSEBatch([data], [event] if event else None)
+
+
+async def read_limited(content: ByteSource, limit: int | None, first: bytes = b"") -> bytes:
+    """The rest of ``content`` after ``first``; more than ``limit`` bytes (None: no
+    limit) raises a :class:`~ketch.llm.errors.ServerError` without keeping them."""
+    parts = [first] if first else []
+    size = len(first)
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise event_too_large(limit)
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str]:
@@ -350,8 +405,51 @@ def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str
 
 
 def redact_text(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every occurrence of each non-empty secret replaced by ``***``."""
+    """``text`` with every occurrence of each non-empty secret replaced by ``***``, and
+    a text that ends (before a clipping ``…``) with the first four or more characters of
+    a secret with those masked too."""
     for secret in secrets:
-        if secret and secret in text:
+        if not secret:
+            continue
+        if secret in text:
             text = text.replace(secret, "***")
+        body = text[:-1] if text.endswith("…") else text
+        for size in range(min(len(secret) - 1, len(body)), 3, -1):
+            if body.endswith(secret[:size]):
+                text = body[:-size] + "***" + text[len(body) :]
+                break
     return text
+
+
+CONVENTIONAL_KEY_ENV: tuple[str, ...] = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GROQ_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "TOGETHER_API_KEY",
+    "MISTRAL_API_KEY",
+    "XAI_API_KEY",
+    "FIREWORKS_API_KEY",
+    "CEREBRAS_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "HF_TOKEN",
+)
+"""Environment variables that conventionally hold provider keys: their values are
+redacted from errors and exchanges whichever provider a request goes to."""
+
+_MIN_ENV_SECRET = 8  # shorter values are not keys, and masking them would garble text
+
+
+def secrets_from_env(names: tuple[str, ...] = (), environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values (8 characters or more) of the variables ``names`` and of
+    :data:`CONVENTIONAL_KEY_ENV` that are set, longest first."""
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for name in (*names, *CONVENTIONAL_KEY_ENV):
+        value = env.get(name)
+        if value and len(value) >= _MIN_ENV_SECRET:
+            found.add(value)
+    return tuple(sorted(found, key=len, reverse=True))

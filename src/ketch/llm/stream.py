@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import jiter
 import msgspec
 
-from .errors import ModelError, exception_text
+from .errors import ModelError, ServerError, exception_text
 from .messages import (
     AssistantMessage,
     StopReason,
@@ -240,6 +240,12 @@ def parse_tool_arguments(text: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+def _wrong_block(index: int, expected: str) -> ServerError:
+    """The error for an event aimed at a block of another kind: the provider's stream
+    does not hold together (a classified server error, never an assertion)."""
+    return ServerError(f"The provider sent a malformed stream: content block {index} is not a {expected} block")
+
+
 class MessageBuilder:
     """Assembles an :class:`AssistantMessage` and returns the matching stream events.
 
@@ -342,7 +348,8 @@ class MessageBuilder:
     def text_delta(self, delta: str, index: int) -> TextDelta:
         """Append to the text block at ``index``."""
         block = self.message.content[index]
-        assert type(block) is TextContent
+        if type(block) is not TextContent:
+            raise _wrong_block(index, "text")
         # Detach the string first so CPython can grow it in place (linear, not quadratic).
         text = block.text
         block.text = ""
@@ -353,7 +360,8 @@ class MessageBuilder:
     def text_end(self, index: int, *, signature: str | None = None) -> TextEnd:
         """Close the text block at ``index``."""
         block = self.message.content[index]
-        assert type(block) is TextContent
+        if type(block) is not TextContent:
+            raise _wrong_block(index, "text")
         if signature is not None:
             block.signature = signature
         self._open.pop(index, None)
@@ -371,7 +379,8 @@ class MessageBuilder:
     def thinking_delta(self, delta: str, index: int) -> ThinkingDelta:
         """Append reasoning text to the block at ``index``."""
         block = self.message.content[index]
-        assert type(block) is ThinkingContent
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
         text = block.thinking
         block.thinking = ""
         text += delta
@@ -381,13 +390,15 @@ class MessageBuilder:
     def thinking_signature(self, index: int, signature: str) -> None:
         """Append to the opaque signature of the thinking block at ``index``."""
         block = self.message.content[index]
-        assert type(block) is ThinkingContent
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
         block.signature = (block.signature or "") + signature
 
     def thinking_end(self, index: int, *, signature: str | None = None) -> ThinkingEnd:
         """Close the thinking block at ``index``."""
         block = self.message.content[index]
-        assert type(block) is ThinkingContent
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
         if signature is not None:
             block.signature = signature
         self._open.pop(index, None)
@@ -406,7 +417,8 @@ class MessageBuilder:
     def tool_call_delta(self, delta: str, index: int) -> ToolCallDelta:
         """Append a JSON fragment; the partial's arguments become its best-effort parse."""
         block = self.message.content[index]
-        assert type(block) is ToolCall
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
         text = self._args.get(index, "") + delta
         self._args[index] = text
         block.arguments = parse_partial_json(text)
@@ -421,12 +433,14 @@ class MessageBuilder:
     def set_tool_call_id(self, index: int, id: str) -> None:
         """Set the id of the call at ``index`` (for providers that send it late)."""
         block = self.message.content[index]
-        assert type(block) is ToolCall
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
         block.id = id
 
     def _finish_tool_call(self, index: int, arguments: dict[str, Any] | None) -> ToolCall:
         block = self.message.content[index]
-        assert type(block) is ToolCall
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
         raw = self._args.pop(index, "")
         if arguments is not None:
             block.arguments = arguments

@@ -25,17 +25,28 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar
 
 import msgspec
 
-from ..classify import classify_exception, classify_response
-from ..errors import AuthError, ContextOverflowError, ModelError, NetworkError, exception_text
+from ..classify import classify_error_body, classify_exception, classify_response
+from ..errors import (
+    AuthError,
+    ContextOverflowError,
+    InvalidRequestError,
+    ModelError,
+    NetworkError,
+    ServerError,
+    exception_text,
+)
 from ..http import (
+    DEFAULT_MAX_EVENT_BYTES,
     Deadline,
     SSEBatch,
     TimedContent,
     get_session,
     iter_sse,
     proxy_for,
+    read_limited,
     redact_headers,
     redact_text,
+    secrets_from_env,
 )
 from ..model import Context, StreamOptions
 from ..registry import ModelInfo, default_info, lookup
@@ -47,7 +58,10 @@ from .wire_cache import encode_body
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
+
+DEFAULT_IDLE_TIMEOUT = 90.0
+"""Seconds a streamed request may wait for its next bytes (the headers included)."""
 
 T = TypeVar("T")
 
@@ -104,6 +118,7 @@ class HTTPOptions(TypedDict, total=False):
     idle_timeout: float | None
     timeout: float | None
     connect_timeout: float | None
+    max_event_bytes: int | None
     observer: Observer | None
     rewrite: Rewrite | None
 
@@ -115,9 +130,19 @@ class HTTPModel:
     variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
     update) and, when it holds real data about the model (registered, named or with
     explicit limits), the context window that usage is checked against and the input
-    modalities. ``idle_timeout`` bounds the silence between streamed bytes, ``timeout``
-    one whole attempt; ``connect_timeout`` the connection set-up. ``observer`` and
-    ``rewrite`` are the request hooks (see :data:`Observer`, :data:`Rewrite`).
+    modalities. ``idle_timeout`` (default :data:`DEFAULT_IDLE_TIMEOUT`, 90 s) bounds
+    every wait for bytes of a streamed response, the first one (the response headers)
+    included; a request that failed on it is retried at most once. ``timeout`` bounds
+    one whole attempt; ``connect_timeout`` the connection set-up. ``max_event_bytes``
+    (default 16 MiB) bounds one Server-Sent Event, one line of it and one
+    non-streamed body. ``observer`` and ``rewrite`` are the request hooks (see
+    :data:`Observer`, :data:`Rewrite`).
+
+    A request sent on a pooled keep-alive connection that the server had closed fails
+    before any response byte; it is sent again at once on a new connection, silently
+    (no retry event, no wait), once per request. Keys are redacted from errors and
+    exchanges: the request's own key and the values of ``env_keys`` and of the
+    conventional key variables (:data:`~ketch.llm.http.CONVENTIONAL_KEY_ENV`).
     """
 
     api: str = ""
@@ -136,9 +161,10 @@ class HTTPModel:
         info: ModelInfo | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
-        idle_timeout: float | None = 120.0,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         timeout: float | None = 600.0,
         connect_timeout: float | None = 30.0,
+        max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
         observer: Observer | None = None,
         rewrite: Rewrite | None = None,
     ) -> None:
@@ -157,6 +183,7 @@ class HTTPModel:
         self.idle_timeout = idle_timeout
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.max_event_bytes = max_event_bytes
         self.observer = observer
         self.rewrite = rewrite
         self._client_timeout: aiohttp.ClientTimeout | None = None
@@ -240,7 +267,10 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        return request, encode_body(request.body), headers, (key,) if key else ()
+        secrets = secrets_from_env(self.env_keys)
+        if key and key not in secrets:
+            secrets = tuple(sorted((key, *secrets), key=len, reverse=True))
+        return request, encode_body(request.body), headers, secrets
 
     async def _observe(
         self,
@@ -290,7 +320,10 @@ class HTTPModel:
                 request, payload, headers, secrets = await _abortable(self._prepare(context, options), signal)
             policy = self.retry
             client_timeout = self._connect_timeout()
+            limit = self.max_event_bytes
             attempt = 0
+            resent = False  # the one silent resend after a stale pooled connection
+            idle_failures = 0
             while True:
                 attempt += 1
                 try:
@@ -308,14 +341,24 @@ class HTTPModel:
                                 timeout=client_timeout,
                             )
                         )
-                    except BaseException:
+                    except BaseException as exc:
                         deadline.close()
+                        if not resent and _stale_connection(exc):
+                            # The server closed a kept-alive connection before answering:
+                            # send again at once on a new one, as if nothing happened.
+                            resent = True
+                            attempt -= 1
+                            continue
                         raise
                     finished = False
                     try:
                         status = response.status
                         failed = not 200 <= status < 300
-                        error_body = await deadline.wait(response.read()) if failed else None
+                        content = TimedContent(response.content, deadline)
+                        error_body = await read_limited(content, limit) if failed else None
+                        if error_body is not None and secrets:
+                            # Redacted before anything clips it.
+                            error_body = redact_text(error_body.decode("utf-8", "replace"), secrets).encode()
                         if self.observer is not None:
                             await deadline.wait(
                                 self._observe("response", attempt, request, headers, secrets, response, error_body)
@@ -323,8 +366,18 @@ class HTTPModel:
                         if error_body is not None:
                             raise self.classify(status, error_body, response.headers)
                         content_type = response.headers.get("content-type", "")
+                        if content_type.startswith("text/html"):
+                            raise _html_page(request.url, status, secrets)
+                        first = b""
                         if request.stream and not content_type.startswith("application/json"):
-                            sse = iter_sse(TimedContent(response.content, deadline))
+                            first = await content.readany()
+                            lead = first.lstrip()[:1]
+                            if lead == b"<":
+                                raise _html_page(request.url, status, secrets)
+                        else:
+                            lead = b"{"
+                        if lead != b"{" and lead != b"[":
+                            sse = iter_sse(content, first=first, max_event=limit)
                             parsed = self.parse_stream(sse, builder, request)
                             try:
                                 async for event in parsed:
@@ -337,14 +390,25 @@ class HTTPModel:
                                     yield event
                                     if deadline.error is not None:
                                         raise deadline.error  # aborted while the consumer held the event
+                            except _MALFORMED as exc:
+                                raise _malformed(exc) from None
                             finally:
                                 await _aclose(parsed)
                                 await _aclose(sse)
                             if not finished:
                                 raise NetworkError("The stream ended before the response was complete")
                         else:
-                            data = await deadline.wait(response.read())
-                            for event in self.parse_response(data, builder, request):
+                            # A whole JSON body (also to a streaming request): an error
+                            # object, or a complete response.
+                            data = await read_limited(content, limit, first)
+                            in_body = _error_in_body(data)
+                            if in_body is not None:
+                                raise in_body
+                            try:
+                                events = list(self.parse_response(data, builder, request))
+                            except _MALFORMED as exc:
+                                raise _malformed(exc) from None
+                            for event in events:
                                 if type(event) is StreamDone:
                                     self._check_window(builder)
                                     finished = True
@@ -363,6 +427,10 @@ class HTTPModel:
                     error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
                     if not error.retryable:
                         raise error from None
+                    if error.kind == "stream_idle":
+                        idle_failures += 1
+                        if idle_failures > 1:  # silent twice for the whole limit: give up
+                            raise error from None
                     delay = policy.delay(attempt, error.retry_after)
                     if delay is None:
                         if error.retry_after is not None and attempt < policy.max_attempts:
@@ -407,6 +475,56 @@ class HTTPModel:
                 raise ContextOverflowError(
                     f"The request used {used} input tokens, more than the {window}-token context window"
                 )
+
+
+# What a parser raises on data of an unexpected shape (msgspec's errors are ValueErrors).
+_MALFORMED = (LookupError, TypeError, ValueError, AttributeError, AssertionError)
+
+
+def _malformed(exc: BaseException) -> ModelError:
+    """A parser's failure on the provider's data, as a classified error."""
+    if isinstance(exc, ModelError):
+        return exc
+    classified = classify_exception(exc)
+    if classified.kind != "unknown":
+        return classified
+    return ServerError(f"The provider sent a malformed response: {exception_text(exc)}")
+
+
+def _error_in_body(data: bytes) -> ModelError | None:
+    """The error a JSON body holds in place of a response (``{"error": …}``), if any."""
+    if b'"error"' not in data:
+        return None
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return classify_error_body(obj)
+
+
+def _html_page(url: str, status: int, secrets: tuple[str, ...]) -> ModelError:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    shown = redact_text(urlunsplit((parts.scheme, netloc, parts.path, "", "")), secrets)
+    return InvalidRequestError(
+        f"The server at {shown} returned an HTML page (HTTP {status}), not a model stream: "
+        "check the provider's base URL"
+    )
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection the server closed before any response byte (a
+    kept-alive connection closed while idle), not a failure to connect."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
 
 
 def _data(payload: list[bytes | memoryview]) -> Any:

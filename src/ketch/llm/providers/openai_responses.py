@@ -402,7 +402,8 @@ class _FullResponse(_Response):
 class _Event(msgspec.Struct):
     type: str = ""
     delta: str = ""
-    output_index: int = 0
+    output_index: int | None = None
+    item_id: str | None = None
     summary_index: int = 0
     item: _Item | None = None
     response: _Response | None = None
@@ -441,6 +442,10 @@ def _finish(builder: MessageBuilder, response: _Response, kind: str) -> StreamDo
     return builder.done()
 
 
+# The block type each output item type streams into.
+_BLOCK_OF_ITEM: dict[str, type] = {"message": TextContent, "reasoning": ThinkingContent, "function_call": ToolCall}
+
+
 class ResponsesStreamState:
     """Turns decoded streaming events into stream events on a :class:`MessageBuilder`.
 
@@ -449,16 +454,70 @@ class ResponsesStreamState:
     for ``max_output_tokens``) ends them with a :class:`StreamDone`. Failures
     (``response.failed``, ``error``, other incomplete reasons) raise the classified
     :class:`ModelError`.
+
+    An event finds its output item by the item's id (``item_id``), else by its
+    ``output_index``, else (a server that sends neither) by order: a delta goes to the
+    latest item still open, an ``output_item.done`` to the oldest open item of its type.
+    Events that do not fit the item they name raise a classified
+    :class:`~ketch.llm.errors.ServerError`, never an assertion.
     """
 
-    __slots__ = ("_blocks", "_builder", "_streamed")
+    __slots__ = ("_builder", "_by_id", "_by_output", "_open", "_streamed")
 
     def __init__(self, builder: MessageBuilder) -> None:
         self._builder = builder
-        # output_index -> content index in the message
-        self._blocks: dict[int, int] = {}
+        # item id / output_index -> content index in the message
+        self._by_id: dict[str, int] = {}
+        self._by_output: dict[int, int] = {}
+        # content indexes of the items added and not yet done, in the order they came
+        self._open: list[int] = []
         # content indexes of tool calls whose arguments arrived as deltas
         self._streamed: set[int] = set()
+
+    def _find(self, event: _Event, block: type) -> int | None:
+        """The content index the delta ``event`` belongs to (a block of type ``block``)."""
+        if event.item_id:
+            index = self._by_id.get(event.item_id)
+            if index is not None:
+                return index
+        if event.output_index is not None:
+            index = self._by_output.get(event.output_index)
+            if index is not None:
+                return index
+        if self._open:
+            index = self._open[-1]
+            if type(self._builder.message.content[index]) is block:
+                return index
+        return None
+
+    def _register(self, event: _Event, item_id: str, index: int) -> None:
+        if item_id:
+            self._by_id[item_id] = index
+        if event.output_index is not None:
+            self._by_output[event.output_index] = index
+        self._open.append(index)
+
+    def _take(self, event: _Event, item: _Item) -> int | None:
+        """The content index of the item ``event`` finishes, forgotten from then on."""
+        index = self._by_id.get(item.id) if item.id else None
+        if index is None and event.output_index is not None:
+            index = self._by_output.get(event.output_index)
+        if index is None:
+            wanted = _BLOCK_OF_ITEM.get(item.type)
+            content = self._builder.message.content
+            index = next((i for i in self._open if type(content[i]) is wanted), None)
+            if index is None:
+                return None
+        self._forget(event, item, index)
+        return index
+
+    def _forget(self, event: _Event, item: _Item, index: int) -> None:
+        if item.id and self._by_id.get(item.id) == index:
+            del self._by_id[item.id]
+        if event.output_index is not None and self._by_output.get(event.output_index) == index:
+            del self._by_output[event.output_index]
+        if index in self._open:
+            self._open.remove(index)
 
     def feed(self, data: bytes) -> list[StreamEvent]:
         """Handle one event payload; return the stream events it yields."""
@@ -466,23 +525,23 @@ class ResponsesStreamState:
         kind = event.type
         b = self._builder
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
-            index = self._blocks.get(event.output_index)
+            index = self._find(event, TextContent)
             if index is None:
                 start = b.text_start()
-                self._blocks[event.output_index] = start.index
+                self._register(event, event.item_id or "", start.index)
                 return [start, b.text_delta(event.delta, start.index)]
             return [b.text_delta(event.delta, index)]
         if kind == "response.function_call_arguments.delta":
-            index = self._blocks.get(event.output_index)
+            index = self._find(event, ToolCall)
             if index is None:
                 return []
             self._streamed.add(index)
             return [b.tool_call_delta(event.delta, index)]
         if kind == "response.reasoning_summary_text.delta" or kind == "response.reasoning_text.delta":
-            index = self._blocks.get(event.output_index)
+            index = self._find(event, ThinkingContent)
             return [] if index is None else [b.thinking_delta(event.delta, index)]
         if kind == "response.reasoning_summary_part.added":
-            index = self._blocks.get(event.output_index)
+            index = self._find(event, ThinkingContent)
             if index is None or event.summary_index == 0:
                 return []
             return [b.thinking_delta(_SUMMARY_SEPARATOR, index)]
@@ -518,26 +577,27 @@ class ResponsesStreamState:
             start = b.thinking_start()
         elif item.type == "function_call":
             start = b.tool_call_start(item.call_id, item.name, signature=item.id or None)
-            self._blocks[event.output_index] = start.index
+            self._register(event, item.id, start.index)
             if item.arguments:
                 self._streamed.add(start.index)
                 return [start, b.tool_call_delta(item.arguments, start.index)]
             return [start]
         else:
             return []
-        self._blocks[event.output_index] = start.index
+        self._register(event, item.id, start.index)
         return [start]
 
     def _item_done(self, event: _Event) -> list[StreamEvent]:
         item = event.item
         if item is None:
             return []
-        index = self._blocks.pop(event.output_index, None)
+        index = self._take(event, item)
         if index is None:
             added = self._item_added(event)
             if not added:
                 return []
-            index = self._blocks.pop(event.output_index)
+            index = len(self._builder.message.content) - 1  # the block just started
+            self._forget(event, item, index)
             out = added
         else:
             out = []
