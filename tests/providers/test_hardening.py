@@ -15,6 +15,8 @@ from ketch.llm.providers.base import HTTPExchange, HTTPModel
 from ketch.llm.providers.gemini import GeminiModel
 from ketch.llm.providers.openai_chat import OpenAIChatModel
 from ketch.llm.providers.openai_responses import OpenAIResponsesModel
+from ketch.llm.registry import register_provider
+from ketch.llm.resolve import get_model
 from ketch.llm.retry import RetryPolicy
 from support import final, run, trace
 
@@ -191,6 +193,8 @@ def test_the_idle_limit_defaults_to_90_seconds() -> None:
     for model in (chat, responses, anthropic, gemini):
         assert model(LoopbackServer()).idle_timeout == 90.0  # type: ignore[operator]
     assert HTTPModel.__init__.__kwdefaults__["idle_timeout"] == 90.0
+    assert get_model("openai:gpt-4o", idle_timeout=30).idle_timeout == 30  # type: ignore[attr-defined]
+    assert get_model("anthropic:claude-sonnet-4-5", max_event_bytes=1 << 20).max_event_bytes == 1 << 20  # type: ignore[attr-defined]
 
 
 async def test_an_idle_provider_is_retried_once_then_fails(loopback: LoopbackServer) -> None:
@@ -326,3 +330,18 @@ async def test_values_of_configured_and_conventional_key_variables_are_redacted(
     model = chat(loopback, env_keys=("WORK_OPENAI_KEY",))
     events = await run(model, HELLO, StreamOptions())
     assert trace(events)[-1] == ("error", "error", "auth", "HTTP 401: keys *** and *** and ***")
+
+
+async def test_key_variables_configured_for_other_providers_are_redacted(
+    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ketch.llm import registry
+
+    assert registry.get_provider("openai") is not None
+    monkeypatch.setattr(registry, "_providers", dict(registry._providers))
+    register_provider("work-proxy", base_url="http://127.0.0.1:1/v1", api_key_env="WORK_PROXY_TOKEN")
+    token = "wp-Fd3Gs8Ha1Jk6Lq"
+    monkeypatch.setenv("WORK_PROXY_TOKEN", token)
+    loopback.queue(json_reply({"error": {"message": f"echo {token}"}}, status=400))
+    events = await run(chat(loopback), HELLO)
+    assert trace(events)[-1] == ("error", "error", "invalid_request", "HTTP 400: echo ***")

@@ -49,7 +49,7 @@ from ..http import (
     secrets_from_env,
 )
 from ..model import Context, StreamOptions
-from ..registry import ModelInfo, default_info, lookup
+from ..registry import ModelInfo, default_info, list_providers, lookup
 from ..retry import RetryPolicy
 from ..signal import Aborted, AbortSignal
 from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry
@@ -141,8 +141,9 @@ class HTTPModel:
     A request sent on a pooled keep-alive connection that the server had closed fails
     before any response byte; it is sent again at once on a new connection, silently
     (no retry event, no wait), once per request. Keys are redacted from errors and
-    exchanges: the request's own key and the values of ``env_keys`` and of the
-    conventional key variables (:data:`~ketch.llm.http.CONVENTIONAL_KEY_ENV`).
+    exchanges: the request's own key and the values of ``env_keys``, of every registered
+    provider's key variables and of the conventional ones
+    (:data:`~ketch.llm.http.CONVENTIONAL_KEY_ENV`).
     """
 
     api: str = ""
@@ -267,7 +268,8 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        secrets = secrets_from_env(self.env_keys)
+        # Every registered provider's key variables (configured names included), not only this one's.
+        secrets = secrets_from_env((*self.env_keys, *(n for p in list_providers() for n in p.api_key_env)))
         if key and key not in secrets:
             secrets = tuple(sorted((key, *secrets), key=len, reverse=True))
         return request, encode_body(request.body), headers, secrets
