@@ -246,7 +246,7 @@ class HTTPModel:
 
     async def _prepare(
         self, context: Context, options: StreamOptions
-    ) -> tuple[HTTPRequest, list[bytes | memoryview], dict[str, str], tuple[str, ...]]:
+    ) -> tuple[HTTPRequest, list[bytes | memoryview], dict[str, str], _Secrets]:
         key = self.resolve_api_key(options)
         if key is None and self.requires_key:
             where = " or ".join(self.env_keys) if self.env_keys else "an environment variable"
@@ -268,11 +268,7 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        # Every registered provider's key variables (configured names included), not only this one's.
-        secrets = secrets_from_env((*self.env_keys, *(n for p in list_providers() for n in p.api_key_env)))
-        if key and key not in secrets:
-            secrets = tuple(sorted((key, *secrets), key=len, reverse=True))
-        return request, encode_body(request.body), headers, secrets
+        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys)
 
     async def _observe(
         self,
@@ -330,7 +326,9 @@ class HTTPModel:
                 attempt += 1
                 try:
                     if self.observer is not None:
-                        await _abortable(self._observe("request", attempt, request, headers, secrets), signal)
+                        await _abortable(
+                            self._observe("request", attempt, request, headers, secrets.values()), signal
+                        )
                     session = await get_session()
                     deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout, signal)
                     try:
@@ -358,24 +356,26 @@ class HTTPModel:
                         failed = not 200 <= status < 300
                         content = TimedContent(response.content, deadline)
                         error_body = await read_limited(content, limit) if failed else None
-                        if error_body is not None and secrets:
+                        if error_body is not None:
                             # Redacted before anything clips it.
-                            error_body = redact_text(error_body.decode("utf-8", "replace"), secrets).encode()
+                            error_body = redact_text(error_body.decode("utf-8", "replace"), secrets.values()).encode()
                         if self.observer is not None:
                             await deadline.wait(
-                                self._observe("response", attempt, request, headers, secrets, response, error_body)
+                                self._observe(
+                                    "response", attempt, request, headers, secrets.values(), response, error_body
+                                )
                             )
                         if error_body is not None:
                             raise self.classify(status, error_body, response.headers)
                         content_type = response.headers.get("content-type", "")
                         if content_type.startswith("text/html"):
-                            raise _html_page(request.url, status, secrets)
+                            raise _html_page(request.url, status, secrets.values())
                         first = b""
                         if request.stream and not content_type.startswith("application/json"):
                             first = await content.readany()
                             lead = first.lstrip()[:1]
                             if lead == b"<":
-                                raise _html_page(request.url, status, secrets)
+                                raise _html_page(request.url, status, secrets.values())
                         else:
                             lead = b"{"
                         if lead != b"{" and lead != b"[":
@@ -426,7 +426,7 @@ class HTTPModel:
                 except Aborted:
                     raise
                 except Exception as exc:
-                    error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets)
+                    error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets.values())
                     if not error.retryable:
                         raise error from None
                     if error.kind == "stream_idle":
@@ -581,6 +581,30 @@ def _describes_model(info: ModelInfo) -> bool:
         or info.input_modalities != defaults.input_modalities
         or lookup(info.provider, info.id) is not None
     )
+
+
+class _Secrets:
+    """What is redacted from one request's errors and exchanges, gathered on first need
+    (a request that succeeds unobserved never looks): the request's key, and the values
+    of ``env_keys``, of every registered provider's key variables (configured names
+    included) and of the conventional ones."""
+
+    __slots__ = ("_env_keys", "_key", "_values")
+
+    def __init__(self, key: str | None, env_keys: tuple[str, ...]) -> None:
+        self._key = key
+        self._env_keys = env_keys
+        self._values: tuple[str, ...] | None = None
+
+    def values(self) -> tuple[str, ...]:
+        """The secrets, longest first."""
+        if self._values is None:
+            found = secrets_from_env((*self._env_keys, *(n for p in list_providers() for n in p.api_key_env)))
+            key = self._key
+            if key and key not in found:
+                found = tuple(sorted((key, *found), key=len, reverse=True))
+            self._values = found
+        return self._values
 
 
 def _scrub(error: ModelError, secrets: tuple[str, ...]) -> ModelError:
