@@ -17,6 +17,11 @@ Where the provider's identifiers live in ketch messages:
   ``call_id`` (what tool results answer) and whose ``signature`` is the item id
   (``fc_…``), replayed as the function call item's ``id``.
 
+Text without such a signature is replayed as ``{"type": "message", "role": "assistant",
+"content": text}`` (the type is optional for OpenAI; llama-server needs it). Streamed
+events find their item by ``item_id``, then ``output_index``, then by order, so servers
+that omit either still work.
+
 Messages are first passed through :func:`~ketch.llm.handoff.prepare_messages`, so
 another model's thinking and signatures never reach this one. Blocks whose signature
 is still not in these forms are replayed without provider ids; thinking without a
