@@ -345,3 +345,14 @@ async def test_key_variables_configured_for_other_providers_are_redacted(
     loopback.queue(json_reply({"error": {"message": f"echo {token}"}}, status=400))
     events = await run(chat(loopback), HELLO)
     assert trace(events)[-1] == ("error", "error", "invalid_request", "HTTP 400: echo ***")
+
+
+def test_a_clipped_error_body_drops_a_cut_word_that_could_start_a_key() -> None:
+    # A key nobody configured cannot be recognised; when the clip cuts it, no start of it stays.
+    from ketch.llm.classify import classify_response
+
+    unknown_key = "zz-Unknown9Key8Never7Configured"
+    for offset in range(2000 - len(unknown_key) + 1, 2000):
+        error = classify_response(400, "!" * (offset - 4) + "key " + unknown_key + " tail" + "!" * 50)
+        assert error.body == "!" * (offset - 4) + "key " + "…"
+        assert _leaks(error.message, unknown_key) == [], offset
