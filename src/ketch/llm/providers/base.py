@@ -525,7 +525,7 @@ def _stale_connection(exc: BaseException) -> bool:
     import aiohttp
 
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
+        return isinstance(exc.message, str)  # not a response cut off after its first bytes
     return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
 
 
