@@ -69,6 +69,11 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+def read_lines(path: str | Path) -> list[Any]:
+    """The JSON lines a hook script appended."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
 def tool_turn(call_id: str) -> list[str]:
     """The labels of one assistant turn with one tool call ``call_id``, after turn_start."""
     return [

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hookkit import START, TEXT_END, py_script, read_json, recorded, runner, write_script
+from hookkit import START, TEXT_END, py_script, read_json, read_lines, recorded, runner, write_script
 
 from ketch.agent import Agent
 from ketch.context import ContextManager
@@ -59,7 +59,7 @@ async def test_stop_shell_hook_continues_once_with_stop_hook_active(tmp_path: Pa
         "message_end:user",
         *TEXT_END,
     ]
-    logged = [__import__("json").loads(line) for line in Path(hook + ".log").read_text().splitlines()]
+    logged = read_lines(hook + ".log")
     assert [(d["hook_event_name"], d["stop_hook_active"], d["last_assistant_message"]) for d in logged] == [
         ("Stop", False, "done?"),
         ("Stop", True, "tests pass"),

@@ -4,10 +4,21 @@ updatedInput (re-checked), merging, and the verdict the permission engine reads.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
-from hookkit import START, TEXT_END, bash_tool, py_script, read_json, recorded, runner, tool_turn, write_script
+from hookkit import (
+    START,
+    TEXT_END,
+    bash_tool,
+    py_script,
+    read_json,
+    recorded,
+    runner,
+    tool_turn,
+    write_script,
+)
 
 from ketch.agent import Agent
 from ketch.hooks import HookNotice, HookResult, HookVerdict
@@ -63,7 +74,7 @@ async def test_pre_tool_use_shell_exit_0_reads_the_claude_code_input(tmp_path: P
     assert read_json(seen) == {
         "session_id": "s-1",
         "transcript_path": "/t.jsonl",
-        "cwd": str(tmp_path.resolve()),
+        "cwd": os.path.realpath(tmp_path),
         "permission_mode": "acceptEdits",
         "hook_event_name": "PreToolUse",
         "tool_name": "bash",
