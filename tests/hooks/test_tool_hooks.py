@@ -4,7 +4,6 @@ updatedInput (re-checked), merging, and the verdict the permission engine reads.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,7 @@ async def test_pre_tool_use_shell_exit_0_reads_the_claude_code_input(tmp_path: P
     assert read_json(seen) == {
         "session_id": "s-1",
         "transcript_path": "/t.jsonl",
-        "cwd": os.path.realpath(tmp_path),
+        "cwd": hooks.cwd,
         "permission_mode": "acceptEdits",
         "hook_event_name": "PreToolUse",
         "tool_name": "bash",
