@@ -116,6 +116,19 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Kill the hook's process group and reap it, reading its pipes to their end so the
+    transport closes (bounded: a process that left the group may hold a pipe open)."""
+    _kill_group(proc.pid)
+    try:
+        async with asyncio.timeout(5.0):
+            await proc.communicate()
+    except (TimeoutError, OSError, ValueError):
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
 async def _run_command(
     spec: HookSpec, payload: bytes, cwd: str, env: Mapping[str, str], event: str
 ) -> HookRun:
@@ -138,15 +151,10 @@ async def _run_command(
         async with asyncio.timeout(spec.timeout):
             out, err = await proc.communicate(payload)
     except TimeoutError:
-        _kill_group(proc.pid)
-        try:
-            async with asyncio.timeout(5.0):
-                await proc.wait()
-        except TimeoutError:
-            pass
+        await _stop(proc)
         return HookRun(spec, error=f"timed out after {spec.timeout:g}s and was stopped")
-    except BaseException:
-        _kill_group(proc.pid)
+    except BaseException:  # cancelled (the run was aborted): stop the hook, then go on cancelling
+        await _stop(proc)
         raise
     code = proc.returncode
     stderr = err.decode(errors="replace")
