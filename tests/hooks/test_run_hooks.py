@@ -283,3 +283,18 @@ async def test_pre_compact_hooks_run_before_a_compaction(tmp_path: Path) -> None
         "manual",
         "keep the API decisions",
     )
+
+
+async def test_exit_2_where_nothing_can_be_blocked_is_shown_to_the_user(tmp_path: Path) -> None:
+    notices: list[HookNotice] = []
+    hooks = runner(tmp_path, notices)
+    hook = write_script(tmp_path, "two.sh", "cat >/dev/null\necho 'cannot block this' >&2\nexit 2\n")
+    for event in ("SessionStart", "Notification", "SessionEnd"):
+        hooks.add(event, hook)  # type: ignore[arg-type]
+    assert (await hooks.session_start()).blocked is False
+    await hooks.notification("hi")
+    await hooks.session_end()
+    assert [(n.event, n.kind, n.text) for n in notices] == [
+        (event, "error", f"{event} hook {hook} (exit code 2): cannot block this")
+        for event in ("SessionStart", "Notification", "SessionEnd")
+    ]

@@ -273,6 +273,8 @@ class Session:
                 self.agent.reset()
                 if self.built.context_manager is not None:
                     self.built.context_manager.failures = 0
+                await self.built.session_end("clear")
+                await self.built.session_start("clear")
                 r.note("conversation cleared", "")
         else:
             r.note(f"unknown command {name}; /help lists the commands", "red")

@@ -34,7 +34,9 @@ class HookResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A hook's answer, with the fields of Claude Code's hook output JSON in snake case.
 
     Python callbacks may return one (or the JSON-shaped dict). ``decision="block"`` with a
-    ``reason`` blocks (the tool result / stop / prompt, per event); ``continue_=False``
+    ``reason`` blocks (the tool result / stop / prompt, per event; for PreCompact,
+    SessionStart, SessionEnd and Notification, which cannot block, the reason is only
+    shown to the user); ``continue_=False``
     stops the run (``stop_reason`` is shown to the user); ``system_message`` is shown to
     the user; ``additional_context`` reaches the model. For PreToolUse:
     ``permission_decision`` (allow, deny, ask), ``permission_decision_reason`` and
@@ -232,6 +234,7 @@ def _join(parts: list[str]) -> str | None:
 
 
 _RANK = {"allow": 1, "ask": 2, "deny": 3}
+_CANNOT_BLOCK = frozenset({"PreCompact", "SessionStart", "SessionEnd", "Notification"})
 
 
 def merge(event: str, runs: list[HookRun]) -> HookOutcome:
@@ -271,7 +274,10 @@ def merge(event: str, runs: list[HookRun]) -> HookOutcome:
             if best is None or _RANK[decision] > _RANK[best]:
                 best = decision
         elif r.decision == "block":
-            blocks.append(r.reason or f"blocked by hook {spec.label}")
+            if event in _CANNOT_BLOCK:  # nothing to block: the reason is for the user only
+                outcome.errors.append(f"{event} hook {spec.label} (exit code 2): {r.reason or 'no reason given'}")
+            else:
+                blocks.append(r.reason or f"blocked by hook {spec.label}")
     if event == "PreToolUse":
         outcome.decision = best  # type: ignore[assignment]
         if best is not None:

@@ -86,7 +86,9 @@ class HookSpec:
     PostToolUseFailure), ``source`` (SessionStart: startup, resume, clear, compact),
     ``reason`` (SessionEnd), ``trigger`` (PreCompact: manual, auto), ``notification_type``
     (Notification), ``agent_type`` (SubagentStop). UserPromptSubmit and Stop hooks always
-    run. ``origin`` says where the spec came from (a settings file), for messages.
+    run. ``origin`` says where the spec came from (a settings file), for messages. The
+    timeout stops a shell hook (its process group is killed) or an async callback (it is
+    cancelled); a plain function runs inline and cannot be interrupted, so keep it quick.
     Raises ``ValueError`` for an unknown event, a bad matcher or a non-positive timeout.
     """
 
