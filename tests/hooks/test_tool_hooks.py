@@ -346,3 +346,20 @@ async def test_post_tool_use_python_callback_sees_the_response(tmp_path: Path) -
     await agent.prompt("list")
     assert seen == [("c1", "ran: ls")]
     assert tool_results_seen(model) == ["ran: ls\n\nPostToolUse hook feedback: tests failed"]
+
+
+async def test_post_tool_use_failure_python_callback(tmp_path: Path) -> None:
+    hooks = runner(tmp_path)
+    seen: list[tuple[str, str]] = []
+
+    @hooks.on("PostToolUseFailure", matcher="bash")
+    def failed(event: dict[str, Any]) -> HookResult:
+        seen.append((event["hook_event_name"], event["error"]))
+        return HookResult(additional_context="the directory does not exist yet; create it first")
+
+    agent, model = agent_with(hooks, [], fail="ls: cannot access 'build'")
+    await agent.prompt("list")
+    assert seen == [("PostToolUseFailure", "ls: cannot access 'build'")]
+    assert tool_results_seen(model) == [
+        "ls: cannot access 'build'\n\nPostToolUseFailure hook context: the directory does not exist yet; create it first"
+    ]
