@@ -15,7 +15,7 @@ from hookkit import write_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 
-from clihelp import SRC, Env, Terminal  # noqa: E402
+from clihelp import SRC, Env, Terminal
 
 
 @pytest.fixture
