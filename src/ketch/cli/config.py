@@ -15,6 +15,13 @@ the working directory or a parent. Both are TOML::
     compaction = true                      # false: no automatic context management
     context_window = 200000                # override the model's context window (tokens)
 
+    [[hooks.PreToolUse]]                   # lifecycle hooks, Claude Code's shape (ketch.hooks)
+    matcher = "bash"
+    [[hooks.PreToolUse.hooks]]
+    type = "command"
+    command = "./scripts/check-command.sh"
+    timeout = 5
+
     [permissions]
     mode = "accept-edits"                  # default | accept-edits | bypass | plan
     allow = ["bash(git status*)", "edit"]
@@ -30,7 +37,7 @@ the working directory or a parent. Both are TOML::
     api_key_env = "GROQ_API_KEY"
 
 Scalars and ``tools`` from a later layer replace earlier ones; ``allow`` and ``deny``
-rules accumulate; providers merge field by field. Environment variables: ``KETCH_MODEL``,
+rules accumulate, and so do hooks; providers merge field by field. Environment variables: ``KETCH_MODEL``,
 ``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``, ``KETCH_MAX_TOKENS``,
 ``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list),
 ``KETCH_CONTEXT_WINDOW`` and ``KETCH_SYSTEM_PROMPT``.
@@ -47,6 +54,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from ..hooks import HookConfigError, HookSpec, parse_hooks
 from ..llm.model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES, Rule
 
@@ -108,6 +116,7 @@ class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context_window: int | None = None
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    hooks: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -115,7 +124,9 @@ class Settings:
     """The effective settings, and where each came from (``sources``: field -> origin).
 
     ``compaction`` turns the agent's context manager on (the default) or off;
-    ``context_window`` replaces the model's context window in tokens.
+    ``context_window`` replaces the model's context window in tokens. ``hooks`` are the
+    lifecycle hooks of every config file, user file first (each spec's ``origin`` names
+    its file).
     """
 
     model: str | None = None
@@ -132,6 +143,7 @@ class Settings:
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    hooks: list[HookSpec] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
 
@@ -186,6 +198,11 @@ _FLAG_NAMES = {"compaction": "--no-compaction"}
 
 
 def _apply_file(settings: Settings, data: _File, origin: str) -> None:
+    if data.hooks is not None:
+        try:
+            settings.hooks.extend(parse_hooks(data.hooks, origin))
+        except HookConfigError as exc:
+            raise ConfigError(str(exc)) from None
     for name in _FILE_SCALARS:
         value = getattr(data, name)
         if value is not None:

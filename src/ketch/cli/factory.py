@@ -15,6 +15,7 @@ kept free for the answer.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,11 @@ from typing import Any
 
 from ..agent import Agent
 from ..context import ContextManager, default_reserve
+from ..hooks import HookNotice, HookRunner, HookSpec
 from ..llm.model import Model, StreamOptions
 from ..llm.tokens import ContextUsage
 from ..loop.config import NextTurn, TurnInfo
+from ..loop.events import RunResult
 from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
 from ..permissions import Approver, PermissionGate
@@ -248,6 +251,23 @@ class Built:
     tool_choice: _FirstCallToolChoice | None
     context_manager: ContextManager | None = None
     window: int = DEFAULT_WINDOW
+    hooks: HookRunner | None = None
+
+    async def prompt(self, text: str) -> RunResult:
+        """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+        if self.hooks is not None:
+            return await self.hooks.prompt(self.agent, text)
+        return await self.agent.prompt(text)
+
+    async def session_start(self, source: str = "startup") -> None:
+        """Run SessionStart hooks (their context goes with the next prompt)."""
+        if self.hooks is not None:
+            await self.hooks.session_start(source)
+
+    async def session_end(self, reason: str = "other") -> None:
+        """Run SessionEnd hooks."""
+        if self.hooks is not None:
+            await self.hooks.session_end(reason)
 
     def arm(self) -> None:
         """Prepare a new run (re-arms ``--tool-choice`` for its first model call)."""
@@ -268,6 +288,11 @@ class Built:
         return ContextUsage(tokens=self.agent.context_usage().tokens, window=self.window)
 
 
+def _hook_notice(notice: HookNotice) -> None:
+    sys.stderr.write(f"ketch: {notice.text}\n")
+    sys.stderr.flush()
+
+
 def build_agent(
     settings: Settings,
     root: Path,
@@ -276,8 +301,12 @@ def build_agent(
     tool_choice: str | None = None,
     environ: Mapping[str, str] | None = None,
     model: Model | None = None,
+    hooks: Sequence[HookSpec] | None = None,
 ) -> Built:
-    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionGate`."""
+    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionGate`.
+
+    ``hooks`` (default: ``settings.hooks``) are attached through a :class:`HookRunner`;
+    its notices go to stderr until the caller sets ``built.hooks.on_notice``."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     tools = build_tools(root, settings.tools)
@@ -310,6 +339,27 @@ def build_agent(
     def get_api_key(provider: str) -> str | None:
         return api_key_for(provider, settings, environ)
 
+    before_tool_call: Any = gate.before_tool_call
+    runner: HookRunner | None = None
+    specs = settings.hooks if hooks is None else hooks
+    if specs:
+        runner = HookRunner(
+            specs,
+            cwd=root,
+            permission_mode=lambda: gate.mode,
+            secret_names=[p.api_key_env for p in settings.providers.values() if p.api_key_env],
+            on_notice=_hook_notice,
+        )
+        before_tool_call = runner.gate(gate.before_tool_call)  # TODO(merge): PermissionEngine(hooks=runner)
+        config.update(
+            after_tool_call=runner.after_tool_call,
+            on_stop=runner.on_stop,
+            stop_when=(runner.stop_requested,),
+            middlewares=(runner.middleware,),
+        )
+        if manager is not None:
+            manager.pre_compact = runner.pre_compact
+
     system_prompt = settings.system_prompt if settings.system_prompt is not None else default_system_prompt(root, tools)
     agent = Agent(
         resolved,
@@ -319,10 +369,10 @@ def build_agent(
         options=options,
         max_turns=settings.max_turns,
         max_budget_usd=settings.max_budget_usd,
-        before_tool_call=gate.before_tool_call,
+        before_tool_call=before_tool_call,
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, gate, spec, reason, root, chooser, manager)
+    built = Built(agent, gate, spec, reason, root, chooser, manager, hooks=runner)
     built.fit_context(settings)
     return built

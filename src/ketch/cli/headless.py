@@ -198,11 +198,13 @@ async def run_headless(
     installed = _install_signals(built)
     built.arm()
     try:
-        result = await agent.prompt(task)
+        await built.session_start("startup")
+        result = await built.prompt(task)
     finally:
         loop = asyncio.get_running_loop()
         for sig in installed:
             loop.remove_signal_handler(sig)
+        await built.session_end("other")
     denials = [Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason) for d in built.gate.denials]
     final = make_result(result.summary, result.last_assistant, model_name, denials)
     if stream is not None:

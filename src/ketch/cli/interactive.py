@@ -107,6 +107,8 @@ class Session:
     async def approve(self, request: PermissionRequest) -> Approval:
         """The gate's approver: show the request and wait for the answer typed at the prompt."""
         self._show_request(request)
+        if self.built.hooks is not None:
+            self.built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
         future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self.pending = (request, future)
         self._invalidate()
@@ -172,7 +174,9 @@ class Session:
         assert r is not None
         self.built.arm()
         try:
-            await self.agent.prompt(text)
+            result = await self.built.prompt(text)
+            if result.end_reason == "stop_guard" and not result.messages:  # a UserPromptSubmit hook blocked it
+                r.note(result.summary.error or "prompt blocked", "red")
         except Exception as exc:  # the loop does not raise; this guards the session itself
             r.note(f"error: {type(exc).__name__}: {exc}", "red")
         finally:
@@ -269,6 +273,8 @@ class Session:
                 self.agent.reset()
                 if self.built.context_manager is not None:
                     self.built.context_manager.failures = 0
+                await self.built.session_end("clear")
+                await self.built.session_start("clear")
                 r.note("conversation cleared", "")
         else:
             r.note(f"unknown command {name}; /help lists the commands", "red")
@@ -330,6 +336,10 @@ class Session:
             self.renderer.note(
                 f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.gate.mode} · /help for commands"
             )
+            if self.built.hooks is not None:
+                renderer = self.renderer
+                self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
+            await self.built.session_start("startup")
             try:
                 while True:
                     try:
@@ -345,6 +355,7 @@ class Session:
                         break
             finally:
                 await self._shutdown()
+                await self.built.session_end("prompt_input_exit")
         return 0
 
     async def _shutdown(self) -> None:
