@@ -1,0 +1,60 @@
+"""The sandbox interface: a policy and the protocol every sandbox implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+DEFAULT_PROTECTED: tuple[str, ...] = (".git/config", ".git/hooks", ".ketch")
+"""Workspace-relative paths that stay read-only even when the workspace is writable."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPolicy:
+    """What a sandboxed command may do.
+
+    ``workspace`` is the directory the command works in. With ``write`` the workspace,
+    the ``extra_writable`` paths and a private temporary directory are writable and the
+    rest of the filesystem is read-only; without it (plan mode) everything is read-only,
+    the workspace too. ``protected`` names workspace-relative paths that stay read-only
+    (and cannot be created, renamed or removed) even when ``write`` is set. ``network``
+    lets the command use the host's network; otherwise it has none. ``env_allow`` names
+    extra environment variables a sandbox's own environment filter lets through.
+    """
+
+    workspace: Path
+    write: bool
+    network: bool = False
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    extra_writable: tuple[Path, ...] = ()
+    env_allow: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An OS-level sandbox that runs a command under a :class:`SandboxPolicy`.
+
+    ``wrap`` turns the command's argv and environment into the argv and environment of
+    the process to start instead (for example ``bwrap … -- argv``). ``release`` is called
+    with the argv ``wrap`` returned once that process has ended, so the sandbox can undo
+    what it prepared for it. ``unavailable_reason`` is None when the sandbox can run
+    commands on this machine, else a one-line reason.
+    """
+
+    name: str
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable, else why this sandbox cannot run commands here."""
+        ...
+
+    def wrap(
+        self, argv: Sequence[str], policy: SandboxPolicy, env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that run ``argv`` inside the sandbox under ``policy``."""
+        ...
+
+    def release(self, wrapped: Sequence[str]) -> None:
+        """Undo what ``wrap`` prepared for ``wrapped`` (its returned argv) once it has ended."""
+        ...
