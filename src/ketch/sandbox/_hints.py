@@ -20,10 +20,9 @@ def denial_hint(output: str, policy: SandboxPolicy) -> str | None:
     sandbox denial under ``policy``, else None."""
     read_only = "Read-only file system" in output
     busy = "Device or resource busy" in output
-    if policy.write and (read_only or busy or "File exists" in output):
-        if any(p.rstrip("/") in output for p in policy.protected):
-            names = ", ".join(policy.protected)
-            return f"[sandbox: {names} are read-only, even inside the workspace]"
+    if policy.write and (busy or ((read_only or "File exists" in output) and _names_protected(output, policy))):
+        names = ", ".join(policy.protected)
+        return f"[sandbox: {names} are read-only, even inside the workspace]"
     if read_only:
         if policy.write:
             return "[sandbox: the filesystem outside the workspace is read-only; write in the workspace or /tmp]"
@@ -35,3 +34,7 @@ def denial_hint(output: str, policy: SandboxPolicy) -> str | None:
     if "Operation not permitted" in output:
         return "[sandbox: commands run without privileges (all capabilities dropped)]"
     return None
+
+
+def _names_protected(output: str, policy: SandboxPolicy) -> bool:
+    return any(p.rstrip("/") in output for p in policy.protected)
