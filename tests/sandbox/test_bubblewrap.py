@@ -295,3 +295,16 @@ def test_denial_hints(output: str, write: bool, hint: str | None) -> None:
 def test_no_network_hint_when_the_network_is_allowed() -> None:
     policy = SandboxPolicy(workspace=Path("/w"), write=True, network=True)
     assert denial_hint("curl: (6) Could not resolve host: example.com", policy) is None
+
+
+def test_the_model_is_told_about_the_sandbox(sandbox: Sandbox, ws: Path) -> None:
+    note = (
+        "\n\nCommands run in a sandbox: only the workspace and /tmp are writable (nothing is in plan "
+        "mode), .git/config, .git/hooks, .ketch stay read-only, there is no network access, and "
+        "background processes end with the command. A denied action fails like any other error, "
+        "with a [sandbox: ...] note."
+    )
+    assert BashTool(Workspace(ws), sandbox=sandbox).description.endswith(note)
+    assert "sandbox" not in BashTool(Workspace(ws)).description
+    networked = BashTool(Workspace(ws), sandbox=sandbox, network=True).description
+    assert "there is network access" in networked

@@ -104,6 +104,12 @@ output. Environment variables holding secrets are not available. Redirect the ou
 background commands to a file (`cmd > log 2>&1 &`). Prefer the read, grep, find and ls \
 tools for looking at files."""
 
+_SANDBOX_NOTE = """
+
+Commands run in a sandbox: only the workspace and /tmp are writable (nothing is in plan \
+mode), {protected} stay read-only, there is {network}, and background processes end \
+with the command. A denied action fails like any other error, with a [sandbox: ...] note."""
+
 
 def _parameters(max_timeout: float) -> dict[str, Any]:
     return {
@@ -770,9 +776,18 @@ class BashTool(Tool):
         env_allow: Iterable[str] = (),
         unsandboxed_reason: str | None = None,
     ) -> None:
+        reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
+        usable = sandbox if sandbox is not None and reason is None else None
+        self.protected = tuple(protected)
+        description = _DESCRIPTION.format(timeout=f"{timeout:g}")
+        if usable is not None:
+            description += _SANDBOX_NOTE.format(
+                protected=", ".join(self.protected) or "no paths",
+                network="network access" if network else "no network access",
+            )
         super().__init__(
             "bash",
-            _DESCRIPTION.format(timeout=f"{timeout:g}"),
+            description,
             _parameters(max_timeout),
             label="Bash",
             sequential=_sequential,
@@ -795,9 +810,7 @@ class BashTool(Tool):
         self.report_interval = report_interval
         self.write_allowed: Callable[[], bool] = write_allowed or _always
         self.network = network
-        self.protected = tuple(protected)
-        reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
-        self.sandbox: Sandbox | None = sandbox if sandbox is not None and reason is None else None
+        self.sandbox: Sandbox | None = usable
         self.sandbox_warning: str | None = (
             f"bash commands run without a sandbox ({reason}); every bash command needs approval"
             if reason is not None
