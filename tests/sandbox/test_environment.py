@@ -124,3 +124,19 @@ async def test_unsandboxed_commands_get_the_allow_list_environment(
     assert "sk-test" not in result.text
     assert "KETCH_OTHER" not in result.text
     assert "PATH=" in result.text
+
+
+def test_protected_path_resolves_before_matching(tmp_path: Path) -> None:
+    from ketch.sandbox import protected_path
+
+    ws = tmp_path / "ws"
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / "src").mkdir()
+    (ws / "cfg-link").symlink_to(ws / ".ketch" / "config.toml")
+    assert protected_path(ws, "src/../.git/config") == ".git/config"
+    assert protected_path(ws, ws / ".git" / "hooks" / "pre-commit") == ".git/hooks"
+    assert protected_path(ws, ".ketch") == ".ketch"
+    assert protected_path(ws, "cfg-link") == ".ketch"
+    assert protected_path(ws, ".git/HEAD") is None
+    assert protected_path(ws, ".ketchup") is None
+    assert protected_path(ws, "src/a.py", protected=["src"]) == "src"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -58,3 +59,24 @@ class Sandbox(Protocol):
     def release(self, wrapped: Sequence[str]) -> None:
         """Undo what ``wrap`` prepared for ``wrapped`` (its returned argv) once it has ended."""
         ...
+
+
+def protected_path(
+    workspace: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    protected: Iterable[str] = DEFAULT_PROTECTED,
+) -> str | None:
+    """The entry of ``protected`` that ``path`` is or lies under, else None.
+
+    ``path`` (relative paths are taken from ``workspace``) is resolved first (symlinks,
+    ``..``), so ``src/../.git/config`` and a symlink to ``.ketch/config.toml`` count. For
+    tools that write files outside the sandbox (``write``, ``edit``) and the permission
+    engine, so that they keep the same paths read-only as the sandbox does.
+    """
+    root = os.path.realpath(workspace)
+    real = os.path.realpath(os.path.join(root, path))
+    for entry in protected:
+        target = os.path.realpath(os.path.join(root, entry))
+        if real == target or real.startswith(target + os.sep):
+            return entry
+    return None
