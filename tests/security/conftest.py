@@ -172,6 +172,9 @@ class World:
         (self.outside / "victim.txt").write_text("original\n")
         (self.hidden / "victim.txt").write_text("original\n")
         subprocess.run(["git", "init", "-q", str(self.ws)], check=True)
+        for sub in (".git/modules/lib", ".git/modules/lib/modules/inner"):
+            (self.ws / sub / "hooks").mkdir(parents=True)
+            (self.ws / sub / "config").write_text("[core]\n\tbare = false\n")
         (self.ws / ".ketch").mkdir()
         (self.ws / ".ketch" / "config.toml").write_text('model = "local"\n')
         (self.ws / "src").mkdir()
@@ -195,6 +198,7 @@ class World:
         return {
             "config": git.get("config"),
             "hooks": {k: v for k, v in git.items() if k.startswith("hooks")},
+            "modules": {k: v for k, v in git.items() if k.startswith("modules") and ("config" in k or "hooks" in k)},
             "ketch": _snapshot(self.ws / ".ketch") if (self.ws / ".ketch").is_dir() else None,
             "ketch_exists": (self.ws / ".ketch").exists() or (self.ws / ".ketch").is_symlink(),
             "git_is_dir": (self.ws / ".git").is_dir(),

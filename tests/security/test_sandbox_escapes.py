@@ -64,6 +64,10 @@ PROTECTED_WRITES = {
     "git-hooks-replace": "rm -rf .git/hooks; mkdir .git/hooks && echo x > .git/hooks/post-checkout",
     "git-dir-rename": "mv .git .git-old && mkdir .git && cp -r .git-old/. .git/ && echo x >> .git/config",
     "git-dir-delete": "rm -rf .git && git init -q . && git config core.fsmonitor x",
+    "submodule-config": "echo '[core] fsmonitor = x' >> .git/modules/lib/config",
+    "nested-submodule-config": "git --git-dir=.git/modules/lib/modules/inner config core.fsmonitor x",
+    "submodule-hook": "echo x > .git/modules/lib/hooks/post-checkout",
+    "submodule-dir-rename": "mv .git/modules .git/m2 && mkdir -p .git/modules/lib && echo x > .git/modules/lib/config",
     "ketch-config": "echo 'mode = \"bypass\"' > .ketch/config.toml",
     "ketch-config-new-file": "echo 'mode = \"bypass\"' > .ketch/settings.toml",
     "ketch-dir-rename": "mv .ketch .ketch-old && mkdir .ketch && echo x > .ketch/config.toml",
@@ -154,7 +158,7 @@ def test_a_denied_write_tells_the_model_why(probe: Probe) -> None:
 
 def test_a_protected_path_denial_names_the_protected_paths(probe: Probe) -> None:
     reply = probe.attempt("protected-hint", "echo x >> .git/config", write=True)
-    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .ketch are read-only, even inside the workspace]")
+    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .ketch, … are read-only, even inside the workspace]")
 
 
 def test_a_hard_link_made_before_the_sandbox_is_not_contained(runner: Runner, world: World) -> None:

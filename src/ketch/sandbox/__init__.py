@@ -24,7 +24,7 @@ import threading
 
 from ._bubblewrap import BubblewrapSandbox
 from ._env import BASE_ALLOW, SECRET_PATTERNS, has_url_password, is_secret_name, tool_environment
-from ._hints import denial_hint
+from ._hints import denial_hint, protected_names
 from ._policy import DEFAULT_PROTECTED, Sandbox, SandboxPolicy, protected_path
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "denial_hint",
     "has_url_password",
     "is_secret_name",
+    "protected_names",
     "protected_path",
     "sandbox_unavailable_reason",
     "tool_environment",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -138,42 +139,64 @@ class BubblewrapSandbox:
         return args, wrapped_env
 
     def _protected_mounts(self, workspace: str, protected: Sequence[str]) -> tuple[list[str], list[str]]:
-        args: list[str] = []
-        pinned: set[str] = {workspace}
+        """Mounts keeping ``protected`` read-only: every directory between the workspace
+        and a protected path is bound onto itself first (a mount point cannot be renamed
+        or removed), then each protected path read-only. Entries with wildcards (``*``,
+        ``?``, ``[``; ``**`` for any depth) cover the paths that exist; other absent
+        entries get a placeholder directory."""
+        pins: list[str] = []
+        read_only: list[str] = []
         made: list[str] = []
         for rel in protected:
-            target = os.path.normpath(os.path.join(workspace, rel))
-            if not target.startswith(workspace + os.sep):
-                continue
-            parts = Path(os.path.relpath(target, workspace)).parts
-            current = workspace
-            for index, part in enumerate(parts):
-                current = os.path.join(current, part)
-                last = index == len(parts) - 1
-                if os.path.islink(current):
-                    real = os.path.realpath(current)
-                    if last and real.startswith(workspace + os.sep) and os.path.exists(real):
-                        args += ["--ro-bind", real, real]
-                    break
-                if current in self._placeholders or not os.path.exists(current):
-                    if current not in self._placeholders:
-                        try:
-                            os.mkdir(current)
-                        except OSError:
-                            break
-                        self._placeholders[current] = 0
-                    self._placeholders[current] += 1
-                    made.append(current)
-                    args += ["--ro-bind", current, current]
-                    break
-                if last:
-                    args += ["--ro-bind", current, current]
-                elif not os.path.isdir(current):
-                    break
-                elif current not in pinned:
-                    pinned.add(current)
-                    args += ["--bind", current, current]
+            if any(c in rel for c in "*?["):
+                found = glob.glob(os.path.join(glob.escape(workspace), rel), recursive=True)
+                targets = [(t, False) for t in sorted(found)]
+            else:
+                targets = [(os.path.join(workspace, rel), True)]
+            for raw, may_create in targets:
+                target = os.path.normpath(raw)
+                if not target.startswith(workspace + os.sep):
+                    continue
+                self._protect(workspace, target, may_create, pins, read_only, made)
+        args: list[str] = []
+        for pin in sorted(set(pins), key=lambda p: (p.count(os.sep), p)):
+            args += ["--bind", pin, pin]
+        for path in dict.fromkeys(read_only):
+            args += ["--ro-bind", path, path]
         return args, made
+
+    def _protect(
+        self, workspace: str, target: str, may_create: bool, pins: list[str], read_only: list[str], made: list[str]
+    ) -> None:
+        parts = Path(os.path.relpath(target, workspace)).parts
+        current = workspace
+        for index, part in enumerate(parts):
+            current = os.path.join(current, part)
+            last = index == len(parts) - 1
+            if os.path.islink(current):
+                real = os.path.realpath(current)
+                if last and real.startswith(workspace + os.sep) and os.path.exists(real):
+                    read_only.append(real)
+                return
+            if current in self._placeholders or not os.path.exists(current):
+                if not may_create:
+                    return
+                if current not in self._placeholders:
+                    try:
+                        os.mkdir(current)
+                    except OSError:
+                        return
+                    self._placeholders[current] = 0
+                self._placeholders[current] += 1
+                made.append(current)
+                read_only.append(current)
+                return
+            if last:
+                read_only.append(current)
+            elif not os.path.isdir(current):
+                return
+            else:
+                pins.append(current)
 
     def release(self, wrapped: Sequence[str]) -> None:
         """Remove the placeholders made for ``wrapped`` that no running command still uses."""

@@ -21,8 +21,7 @@ def denial_hint(output: str, policy: SandboxPolicy) -> str | None:
     read_only = "Read-only file system" in output
     busy = "Device or resource busy" in output
     if policy.write and (busy or ((read_only or "File exists" in output) and _names_protected(output, policy))):
-        names = ", ".join(policy.protected)
-        return f"[sandbox: {names} are read-only, even inside the workspace]"
+        return f"[sandbox: {protected_names(policy.protected)} are read-only, even inside the workspace]"
     if read_only:
         if policy.write:
             return "[sandbox: the filesystem outside the workspace is read-only; write in the workspace or /tmp]"
@@ -38,3 +37,11 @@ def denial_hint(output: str, policy: SandboxPolicy) -> str | None:
 
 def _names_protected(output: str, policy: SandboxPolicy) -> bool:
     return any(p.rstrip("/") in output for p in policy.protected)
+
+
+def protected_names(protected: tuple[str, ...]) -> str:
+    """The protected paths for people and models: the plain ones, ``…`` for any with wildcards."""
+    plain = [p for p in protected if not any(c in p for c in "*?[")]
+    if len(plain) < len(protected):
+        plain.append("…")
+    return ", ".join(plain) or "no paths"

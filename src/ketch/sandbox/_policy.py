@@ -8,8 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-DEFAULT_PROTECTED: tuple[str, ...] = (".git/config", ".git/hooks", ".ketch")
-"""Workspace-relative paths that stay read-only even when the workspace is writable."""
+DEFAULT_PROTECTED: tuple[str, ...] = (
+    ".git/config",
+    ".git/hooks",
+    ".ketch",
+    ".git/modules/**/config",
+    ".git/modules/**/hooks",
+)
+"""Workspace-relative paths that stay read-only even when the workspace is writable:
+git's configuration and hooks (also those of submodules, which ``git status`` runs in)
+and ketch's project settings."""
 
 
 @dataclass(frozen=True, slots=True)

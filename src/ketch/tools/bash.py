@@ -55,6 +55,7 @@ from ..sandbox import (
     denial_hint,
     has_url_password,
     is_secret_name,
+    protected_names,
     tool_environment,
 )
 from .workspace import Workspace, WorkspaceError
@@ -782,7 +783,7 @@ class BashTool(Tool):
         description = _DESCRIPTION.format(timeout=f"{timeout:g}")
         if usable is not None:
             description += _SANDBOX_NOTE.format(
-                protected=", ".join(self.protected) or "no paths",
+                protected=protected_names(self.protected),
                 network="network access" if network else "no network access",
             )
         super().__init__(
