@@ -2,6 +2,10 @@
 # Set up a fresh virtual environment with every test dependency, then run lint, types and tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The sandbox tests (tests/security, tests/sandbox) need bubblewrap; they fail without it.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else sudo -n apt-get install -y -q bubblewrap; fi
+fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'

@@ -341,7 +341,9 @@ async def test_commands_do_not_see_secrets(workspace: Workspace, monkeypatch: py
     monkeypatch.setenv("HF_TOKEN", "hf-secret")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA")
     monkeypatch.setenv("KETCH_VISIBLE", "yes")
-    tool = BashTool(workspace, env={"EXTRA_VAR": "given"}, secret_names=["KETCH_HIDDEN"])
+    tool = BashTool(
+        workspace, env={"EXTRA_VAR": "given"}, secret_names=["KETCH_HIDDEN"], env_allow=["KETCH_*"]
+    )
     monkeypatch.setenv("KETCH_HIDDEN", "later")
     result = await _run(
         tool,

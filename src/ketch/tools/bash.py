@@ -2,8 +2,18 @@
 
 The command runs as ``bash -c COMMAND`` (``/bin/sh -c`` where bash is missing) in its own
 session and process group, with standard input closed and stdout and stderr merged into
-one pipe. Its environment is the process environment without variables that look like
-secrets (see :func:`scrub_environment`), plus any variables the tool was given.
+one pipe. Its environment is built from an allow-list (PATH, HOME, LANG, LC_*, TERM, …;
+see :func:`ketch.sandbox.tool_environment`), never the whole process environment, and
+never holds secrets; plus any variables the tool was given.
+
+With a sandbox (:mod:`ketch.sandbox`), every command runs inside it: the workspace is
+writable when ``write_allowed()`` says so at the call (else the whole filesystem is
+read-only), ``.git/config``, ``.git/hooks`` and ``.ketch`` stay read-only, there is no
+network unless ``network=True``, and ``/proc`` shows only the sandbox's processes. A
+denial is the command's own output and exit status, with a one-line ``[sandbox: …]``
+hint appended when the failure looks like one. Background processes end with the
+command. Without a usable sandbox the tool still runs commands (``sandboxed`` is False
+and ``sandbox_warning`` says why).
 
 Output is streamed through ``ctx.report`` as text chunks (``str``), at most about every
 100 ms. The result shows the last 2000 lines or 50 KB of output, whichever is less; when
@@ -32,12 +42,22 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from ..llm.signal import Aborted
 from ..loop.tool import Tool, ToolContext, ToolResult
+from ..sandbox import (
+    DEFAULT_PROTECTED,
+    Sandbox,
+    SandboxPolicy,
+    denial_hint,
+    has_url_password,
+    is_secret_name,
+    protected_names,
+    tool_environment,
+)
 from .workspace import Workspace, WorkspaceError
 
 __all__ = [
@@ -85,6 +105,12 @@ output. Environment variables holding secrets are not available. Redirect the ou
 background commands to a file (`cmd > log 2>&1 &`). Prefer the read, grep, find and ls \
 tools for looking at files."""
 
+_SANDBOX_NOTE = """
+
+Commands run in a sandbox: only the workspace and /tmp are writable (nothing is in plan \
+mode), {protected} stay read-only, there is {network}, and background processes end \
+with the command. A denied action fails like any other error, with a [sandbox: ...] note."""
+
 
 def _parameters(max_timeout: float) -> dict[str, Any]:
     return {
@@ -116,17 +142,24 @@ def scrub_environment(
     extra_names: Iterable[str] = (),
     extra_patterns: Iterable[str] = (),
 ) -> dict[str, str]:
-    """A copy of ``env`` without variables whose names look like secrets.
+    """A copy of ``env`` without variables that look like secrets.
 
-    A name is dropped when, upper-cased, it is in :data:`SECRET_NAMES` or ``extra_names``
-    or matches one of :data:`SECRET_NAME_PATTERNS` or ``extra_patterns`` (``fnmatch``).
+    A name is dropped when, upper-cased, it is in :data:`SECRET_NAMES` or ``extra_names``,
+    matches one of :data:`SECRET_NAME_PATTERNS` or ``extra_patterns`` (``fnmatch``) or is
+    a conventional secret name (:func:`ketch.sandbox.is_secret_name`: ``*_KEY``,
+    ``*_PAT``, ``*_TOKEN``, …); a value holding a URL with a password is dropped too.
+    Prefer :func:`ketch.sandbox.tool_environment`, which starts from an allow-list.
     """
-    names = SECRET_NAMES | {n.upper() for n in extra_names}
+    extra = tuple(extra_names)
+    names = SECRET_NAMES | {n.upper() for n in extra}
     patterns = SECRET_NAME_PATTERNS + tuple(p.upper() for p in extra_patterns)
     return {
         key: value
         for key, value in env.items()
-        if key.upper() not in names and not any(fnmatch.fnmatchcase(key.upper(), p) for p in patterns)
+        if key.upper() not in names
+        and not any(fnmatch.fnmatchcase(key.upper(), p) for p in patterns)
+        and not is_secret_name(key, extra)
+        and not has_url_password(value)
     }
 
 
@@ -688,22 +721,39 @@ class BashTool(Tool):
     """The ``bash`` tool. Sequential unless the command is read-only (see the module docstring).
 
     ``timeout`` is the default per-call timeout in seconds and ``max_timeout`` the
-    largest a call may ask for. ``env`` adds or overrides variables after scrubbing
-    (``scrub_env``) the inherited environment (``inherit_env``); ``secret_names`` adds
-    names to drop. ``kill_grace`` is the time between SIGTERM and SIGKILL,
+    largest a call may ask for. The environment (``env`` attribute) is the allow-list
+    environment of :func:`ketch.sandbox.tool_environment` (``env_allow`` adds names,
+    ``secret_names`` names never passed, such as providers' ``api_key_env``) when
+    ``inherit_env`` and ``scrub_env`` are set, the whole process environment with
+    ``scrub_env=False``, nothing with ``inherit_env=False``; ``env`` then adds or
+    overrides variables. ``kill_grace`` is the time between SIGTERM and SIGKILL,
     ``drain_timeout`` how long output is still read after the shell exits, and
     ``report_interval`` the minimum time between progress reports.
+
+    ``sandbox`` runs every command inside it (when its ``unavailable_reason()`` is None);
+    ``write_allowed()`` is asked at each call whether the workspace is writable (False:
+    plan mode, everything read-only); ``network``, ``protected`` (workspace-relative
+    paths kept read-only) and ``env_allow`` go into the :class:`SandboxPolicy`, and the
+    workspace's other roots are writable too. ``sandboxed`` tells whether commands run
+    sandboxed; when not, ``sandbox_warning`` says why (from the sandbox, or
+    ``unsandboxed_reason`` when the caller found none).
     """
 
     __slots__ = (
         "default_timeout",
         "drain_timeout",
         "env",
+        "env_allow",
         "kill_grace",
         "max_timeout",
+        "network",
+        "protected",
         "report_interval",
+        "sandbox",
+        "sandbox_warning",
         "shell",
         "workspace",
+        "write_allowed",
     )
 
     def __init__(
@@ -720,10 +770,25 @@ class BashTool(Tool):
         kill_grace: float = 2.0,
         drain_timeout: float = 0.5,
         report_interval: float = 0.1,
+        sandbox: Sandbox | None = None,
+        write_allowed: Callable[[], bool] | None = None,
+        network: bool = False,
+        protected: Iterable[str] = DEFAULT_PROTECTED,
+        env_allow: Iterable[str] = (),
+        unsandboxed_reason: str | None = None,
     ) -> None:
+        reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
+        usable = sandbox if sandbox is not None and reason is None else None
+        self.protected = tuple(protected)
+        description = _DESCRIPTION.format(timeout=f"{timeout:g}")
+        if usable is not None:
+            description += _SANDBOX_NOTE.format(
+                protected=protected_names(self.protected),
+                network="network access" if network else "no network access",
+            )
         super().__init__(
             "bash",
-            _DESCRIPTION.format(timeout=f"{timeout:g}"),
+            description,
             _parameters(max_timeout),
             label="Bash",
             sequential=_sequential,
@@ -731,9 +796,12 @@ class BashTool(Tool):
         self.workspace = workspace
         self.default_timeout = timeout
         self.max_timeout = max_timeout
-        base: dict[str, str] = dict(os.environ) if inherit_env else {}
-        if scrub_env:
-            base = scrub_environment(base, extra_names=secret_names)
+        self.env_allow = tuple(env_allow)
+        base: dict[str, str] = {}
+        if inherit_env and scrub_env:
+            base = tool_environment(allow=self.env_allow, secret_names=secret_names)
+        elif inherit_env:
+            base = dict(os.environ)
         if env:
             base.update(env)
         self.env = base
@@ -741,6 +809,31 @@ class BashTool(Tool):
         self.kill_grace = kill_grace
         self.drain_timeout = drain_timeout
         self.report_interval = report_interval
+        self.write_allowed: Callable[[], bool] = write_allowed or _always
+        self.network = network
+        self.sandbox: Sandbox | None = usable
+        self.sandbox_warning: str | None = (
+            f"bash commands run without a sandbox ({reason}); every bash command needs approval"
+            if reason is not None
+            else None
+        )
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run inside an active sandbox."""
+        return self.sandbox is not None
+
+    def policy(self) -> SandboxPolicy:
+        """The sandbox policy of a call made now (``write`` from ``write_allowed()``)."""
+        ws = self.workspace
+        return SandboxPolicy(
+            workspace=ws.root,
+            write=bool(self.write_allowed()),
+            network=self.network,
+            protected=self.protected,
+            extra_writable=tuple(r for r in ws.roots if r != ws.root),
+            env_allow=self.env_allow,
+        )
 
     def __repr__(self) -> str:
         return f"BashTool(root={str(self.workspace.root)!r})"
@@ -764,22 +857,42 @@ class BashTool(Tool):
             return ToolResult.error(f"Working directory {ws.display(cwd)} {what}.")
         if ctx.signal.aborted:
             return ToolResult.error("Command not started: the run was aborted.")
+        argv, env = [self.shell, "-c", command], self.env
+        policy = None
+        if self.sandbox is not None:
+            policy = self.policy()
+            argv, env = self.sandbox.wrap(argv, policy, env)
+        try:
+            return await self._run_command(command, argv, env, cwd, timeout, policy, ctx)
+        finally:
+            if self.sandbox is not None:
+                self.sandbox.release(argv)
+
+    async def _run_command(
+        self,
+        command: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        limit: float,
+        policy: SandboxPolicy | None,
+        ctx: ToolContext,
+    ) -> ToolResult:
+        ws, timeout = self.workspace, limit
         read_fd, write_fd = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.shell,
-                "-c",
-                command,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
                 cwd=cwd,
-                env=self.env,
+                env=env,
                 start_new_session=True,
             )
         except OSError as exc:
             os.close(read_fd)
-            return ToolResult.error(f"Could not start {self.shell}: {exc.strerror or exc}.")
+            return ToolResult.error(f"Could not start {argv[0]}: {exc.strerror or exc}.")
         finally:
             os.close(write_fd)
         output = _Output(ws)
@@ -813,7 +926,7 @@ class BashTool(Tool):
         rest = output.take_pending(final=True)
         if rest:
             await ctx.report(rest)
-        return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray)
+        return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy)
 
     async def _report(self, output: _Output, ctx: ToolContext) -> None:
         while True:
@@ -833,6 +946,7 @@ class BashTool(Tool):
         timed_out: bool,
         aborted: bool,
         stray: bool,
+        policy: SandboxPolicy | None = None,
     ) -> ToolResult:
         shown, note = output.render()
         shown = shown.removesuffix("\n")
@@ -858,6 +972,9 @@ class BashTool(Tool):
             parts.append(f"[Command was killed by {name}.]")
         elif code:
             parts.append(f"[Command exited with code {code}.]")
+            hint = denial_hint(shown, policy) if policy is not None else None
+            if hint is not None:
+                parts.append(hint)
         else:
             is_error = False
         details = {
@@ -872,6 +989,10 @@ class BashTool(Tool):
             "output_file": str(output.log_path) if output.log_path is not None else None,
         }
         return ToolResult(content="\n\n".join(parts), details=details, is_error=is_error)
+
+
+def _always() -> bool:
+    return True
 
 
 async def _wait_closed(output: _Output, limit: float) -> bool:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from ..loop.tool import Tool
+from ..sandbox import DEFAULT_PROTECTED, Sandbox, default_sandbox, sandbox_unavailable_reason
 from .bash import BashTool
 from .edit import EditTool
 from .ls import LsTool
@@ -28,6 +29,11 @@ def coding_tools(
     scrub_env: bool = True,
     secret_names: Iterable[str] = (),
     ripgrep: str | Literal[False] | None = None,
+    sandbox: Sandbox | Literal["default"] | None = "default",
+    write_allowed: Callable[[], bool] | None = None,
+    network: bool = False,
+    protected: Iterable[str] = DEFAULT_PROTECTED,
+    env_allow: Iterable[str] = (),
 ) -> list[Tool]:
     """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
 
@@ -38,6 +44,13 @@ def coding_tools(
     ``bash_timeout`` is their default timeout in seconds. ``ripgrep`` is passed to
     :class:`~ketch.tools.search.GrepTool` (path of ``rg``, ``False`` for the Python
     search, ``None`` to look it up).
+
+    Bash commands run in ``sandbox``: by default :func:`~ketch.sandbox.default_sandbox`
+    (bubblewrap on Linux when it works; the bash tool's ``sandbox_warning`` says why
+    when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
+    bash call whether the workspace is writable (default: always; wire it to "the
+    permission mode is not plan"); ``network``, ``protected`` and ``env_allow`` are
+    passed to :class:`~ketch.tools.bash.BashTool`.
     """
     workspace = root if isinstance(root, Workspace) else Workspace(root)
     for extra in allowed_roots:
@@ -46,11 +59,21 @@ def coding_tools(
     search: list[Tool] = [GrepTool(workspace, ripgrep=ripgrep), FindTool(workspace), LsTool(workspace)]
     if read_only:
         return [read, *search]
+    reason = None
+    if sandbox == "default":
+        sandbox = default_sandbox()
+        reason = sandbox_unavailable_reason() if sandbox is None else None
     bash = BashTool(
         workspace,
         timeout=bash_timeout,
         env=bash_env,
         scrub_env=scrub_env,
         secret_names=secret_names,
+        sandbox=sandbox,
+        write_allowed=write_allowed,
+        network=network,
+        protected=protected,
+        env_allow=env_allow,
+        unsandboxed_reason=reason,
     )
     return [read, WriteTool(workspace), EditTool(workspace), bash, *search]

@@ -1,0 +1,215 @@
+"""The bubblewrap (``bwrap``) sandbox for Linux."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ._policy import SandboxPolicy
+
+_PROBE_TIMEOUT = 15.0
+_SANDBOX_TMP = "/tmp"
+
+
+class BubblewrapSandbox:
+    """Runs commands under bubblewrap (``bwrap``): new PID, IPC, UTS, cgroup and (unless
+    the policy allows the network) network namespaces, all capabilities dropped (so a
+    root command cannot remount or escape), a new session, killed with its parent.
+
+    The host filesystem is bound read-only; ``/dev`` and ``/proc`` are the sandbox's own
+    (``/proc`` shows only the sandbox's processes); ``/tmp``, ``/var/tmp`` and ``/run``
+    are empty private tmpfs mounts (host sockets in them are out of reach; the file
+    ``/etc/resolv.conf`` points to is kept). With ``policy.write`` the workspace, the
+    policy's extra writable paths and the private ``/tmp`` are writable; protected paths
+    are bound read-only on top and every directory between them and the workspace is made
+    a mount point, so they can be neither written nor renamed away. A protected path that
+    does not exist yet gets an empty read-only placeholder directory while the command
+    runs (removed by :meth:`release`), so it cannot be created either. Without
+    ``policy.write`` everything is read-only.
+
+    ``bwrap`` is the path of the program (default: looked up on ``PATH``).
+    """
+
+    __slots__ = ("_active", "_placeholders", "_reason", "_reason_known", "bwrap", "name")
+
+    def __init__(self, bwrap: str | None = None) -> None:
+        self.name = "bubblewrap"
+        self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+        self._reason: str | None = None
+        self._reason_known = False
+        self._placeholders: dict[str, int] = {}
+        self._active: dict[int, tuple[list[str], list[str]]] = {}
+
+    def __repr__(self) -> str:
+        return f"BubblewrapSandbox(bwrap={self.bwrap!r})"
+
+    # --- availability ------------------------------------------------------------------
+
+    def unavailable_reason(self) -> str | None:
+        """None when ``bwrap`` runs and can create the namespaces here, else why not.
+
+        The first call runs a tiny sandboxed ``true`` (a few milliseconds); the answer is
+        kept for the life of the object.
+        """
+        if not self._reason_known:
+            self._reason = self._probe()
+            self._reason_known = True
+        return self._reason
+
+    def _probe(self) -> str | None:
+        if shutil.which(self.bwrap) is None:
+            return f"bubblewrap ({self.bwrap}) is not installed; install the 'bubblewrap' package"
+        true = shutil.which("true") or "/bin/true"
+        argv = [self.bwrap, *self._namespace_args(network=False), *self._base_mounts(write=False), "--", true]
+        try:
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"bubblewrap ({self.bwrap}) could not be started: {exc}"
+        if done.returncode != 0:
+            detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = detail[-1] if detail else f"exit status {done.returncode}"
+            return f"bubblewrap cannot create its namespaces here: {why}"
+        return None
+
+    # --- wrapping ----------------------------------------------------------------------
+
+    @staticmethod
+    def _namespace_args(*, network: bool) -> list[str]:
+        args = [
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        if not network:
+            args.append("--unshare-net")
+        args += ["--cap-drop", "ALL"]
+        return args
+
+    @staticmethod
+    def _base_mounts(*, write: bool) -> list[str]:
+        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for private in (_SANDBOX_TMP, "/var/tmp", "/run"):
+            if os.path.isdir(private) and not os.path.islink(private):
+                args += ["--tmpfs", private]
+        resolv = os.path.realpath("/etc/resolv.conf")
+        if resolv.startswith("/run/") and os.path.isfile(resolv):
+            args += ["--ro-bind", resolv, resolv]
+        return args
+
+    def wrap(
+        self, argv: Sequence[str], policy: SandboxPolicy, env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """``bwrap <namespaces> <mounts> -- argv`` and ``env`` with ``TMPDIR`` set to the
+        sandbox's private ``/tmp``. The environment given is the whole environment of the
+        sandbox (``bwrap`` itself runs with it, so nothing of the caller's shows through
+        ``/proc``). Call :meth:`release` with the returned argv when the process has ended."""
+        workspace = os.path.realpath(policy.workspace)
+        args = [self.bwrap, *self._namespace_args(network=policy.network), *self._base_mounts(write=policy.write)]
+        placeholders: list[str] = []
+        if policy.write:
+            for extra in policy.extra_writable:
+                real = os.path.realpath(extra)
+                if os.path.exists(real):
+                    args += ["--bind", real, real]
+            args += ["--bind", workspace, workspace]
+            protect, placeholders = self._protected_mounts(workspace, policy.protected)
+            args += protect
+        else:
+            for extra in policy.extra_writable:
+                real = os.path.realpath(extra)
+                if os.path.exists(real):
+                    args += ["--ro-bind", real, real]
+            args += ["--ro-bind", workspace, workspace]
+            for private in (_SANDBOX_TMP, "/var/tmp", "/run"):
+                if os.path.isdir(private) and not os.path.islink(private):
+                    args += ["--remount-ro", private]
+        args += ["--", *argv]
+        wrapped_env = dict(env)
+        wrapped_env["TMPDIR"] = _SANDBOX_TMP
+        self._active[id(args)] = (args, placeholders)
+        return args, wrapped_env
+
+    def _protected_mounts(self, workspace: str, protected: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Mounts keeping ``protected`` read-only: every directory between the workspace
+        and a protected path is bound onto itself first (a mount point cannot be renamed
+        or removed), then each protected path read-only. Entries with wildcards (``*``,
+        ``?``, ``[``; ``**`` for any depth) cover the paths that exist; other absent
+        entries get a placeholder directory."""
+        pins: list[str] = []
+        read_only: list[str] = []
+        made: list[str] = []
+        for rel in protected:
+            if any(c in rel for c in "*?["):
+                found = glob.glob(os.path.join(glob.escape(workspace), rel), recursive=True)
+                targets = [(t, False) for t in sorted(found)]
+            else:
+                targets = [(os.path.join(workspace, rel), True)]
+            for raw, may_create in targets:
+                target = os.path.normpath(raw)
+                if not target.startswith(workspace + os.sep):
+                    continue
+                self._protect(workspace, target, may_create, pins, read_only, made)
+        args: list[str] = []
+        for pin in sorted(set(pins), key=lambda p: (p.count(os.sep), p)):
+            args += ["--bind", pin, pin]
+        for path in dict.fromkeys(read_only):
+            args += ["--ro-bind", path, path]
+        return args, made
+
+    def _protect(
+        self, workspace: str, target: str, may_create: bool, pins: list[str], read_only: list[str], made: list[str]
+    ) -> None:
+        parts = Path(os.path.relpath(target, workspace)).parts
+        current = workspace
+        for index, part in enumerate(parts):
+            current = os.path.join(current, part)
+            last = index == len(parts) - 1
+            if os.path.islink(current):
+                real = os.path.realpath(current)
+                if last and real.startswith(workspace + os.sep) and os.path.exists(real):
+                    read_only.append(real)
+                return
+            if current in self._placeholders or not os.path.exists(current):
+                if not may_create:
+                    return
+                if current not in self._placeholders:
+                    try:
+                        os.mkdir(current)
+                    except OSError:
+                        return
+                    self._placeholders[current] = 0
+                self._placeholders[current] += 1
+                made.append(current)
+                read_only.append(current)
+                return
+            if last:
+                read_only.append(current)
+            elif not os.path.isdir(current):
+                return
+            else:
+                pins.append(current)
+
+    def release(self, wrapped: Sequence[str]) -> None:
+        """Remove the placeholders made for ``wrapped`` that no running command still uses."""
+        entry = self._active.pop(id(wrapped), None)
+        if entry is None:
+            return
+        for path in entry[1]:
+            count = self._placeholders.get(path, 0) - 1
+            if count > 0:
+                self._placeholders[path] = count
+                continue
+            self._placeholders.pop(path, None)
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass

@@ -1,0 +1,90 @@
+"""The sandbox interface: a policy and the protocol every sandbox implements."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+DEFAULT_PROTECTED: tuple[str, ...] = (
+    ".git/config",
+    ".git/hooks",
+    ".ketch",
+    ".git/modules/**/config",
+    ".git/modules/**/hooks",
+)
+"""Workspace-relative paths that stay read-only even when the workspace is writable:
+git's configuration and hooks (also those of submodules, which ``git status`` runs in)
+and ketch's project settings."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPolicy:
+    """What a sandboxed command may do.
+
+    ``workspace`` is the directory the command works in. With ``write`` the workspace,
+    the ``extra_writable`` paths and a private temporary directory are writable and the
+    rest of the filesystem is read-only; without it (plan mode) everything is read-only,
+    the workspace too. ``protected`` names workspace-relative paths that stay read-only
+    (and cannot be created, renamed or removed) even when ``write`` is set. ``network``
+    lets the command use the host's network; otherwise it has none. ``env_allow`` names
+    extra environment variables a sandbox's own environment filter lets through.
+    """
+
+    workspace: Path
+    write: bool
+    network: bool = False
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    extra_writable: tuple[Path, ...] = ()
+    env_allow: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An OS-level sandbox that runs a command under a :class:`SandboxPolicy`.
+
+    ``wrap`` turns the command's argv and environment into the argv and environment of
+    the process to start instead (for example ``bwrap … -- argv``). ``release`` is called
+    with the argv ``wrap`` returned once that process has ended, so the sandbox can undo
+    what it prepared for it. ``unavailable_reason`` is None when the sandbox can run
+    commands on this machine, else a one-line reason.
+    """
+
+    name: str
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable, else why this sandbox cannot run commands here."""
+        ...
+
+    def wrap(
+        self, argv: Sequence[str], policy: SandboxPolicy, env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that run ``argv`` inside the sandbox under ``policy``."""
+        ...
+
+    def release(self, wrapped: Sequence[str]) -> None:
+        """Undo what ``wrap`` prepared for ``wrapped`` (its returned argv) once it has ended."""
+        ...
+
+
+def protected_path(
+    workspace: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    protected: Iterable[str] = DEFAULT_PROTECTED,
+) -> str | None:
+    """The entry of ``protected`` that ``path`` is or lies under, else None.
+
+    ``path`` (relative paths are taken from ``workspace``) is resolved first (symlinks,
+    ``..``), so ``src/../.git/config`` and a symlink to ``.ketch/config.toml`` count. For
+    tools that write files outside the sandbox (``write``, ``edit``) and the permission
+    engine, so that they keep the same paths read-only as the sandbox does.
+    """
+    root = os.path.realpath(workspace)
+    real = os.path.realpath(os.path.join(root, path))
+    for entry in protected:
+        target = os.path.realpath(os.path.join(root, entry))
+        if real == target or real.startswith(target + os.sep):
+            return entry
+    return None
