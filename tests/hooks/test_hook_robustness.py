@@ -4,6 +4,7 @@ hooks of one event run in parallel, and shell hooks get a scrubbed environment."
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -194,11 +195,17 @@ async def test_shell_hooks_get_a_scrubbed_environment_in_the_workspace(tmp_path:
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_not_real")
     monkeypatch.setenv("CORP_CREDS", "hunter2")
     monkeypatch.setenv("KETCH_HOOK_TEST_VISIBLE", "yes")
+    monkeypatch.setenv("KETCH_HOOK_TEST_HIDDEN", "no")
     out = tmp_path / "env.txt"
     work = tmp_path / "work"
     work.mkdir()
     notices: list[HookNotice] = []
-    hooks = HookRunner(cwd=work, secret_names=["CORP_CREDS"], on_notice=notices.append)
+    hooks = HookRunner(
+        cwd=work,
+        secret_names=["CORP_CREDS"],
+        env_allow=["KETCH_HOOK_TEST_VISIBLE", "*_CREDS", "GITHUB_*"],
+        on_notice=notices.append,
+    )
     hooks.add("SessionStart", write_script(tmp_path, "env.sh", f"cat >/dev/null\npwd > {out}\nenv >> {out}\n"))
     await hooks.session_start()
     lines = out.read_text().splitlines()
@@ -206,7 +213,8 @@ async def test_shell_hooks_get_a_scrubbed_environment_in_the_workspace(tmp_path:
     assert lines[0] == str(work.resolve())
     assert env["KETCH_PROJECT_DIR"] == env["CLAUDE_PROJECT_DIR"] == str(work.resolve())
     assert env["KETCH_HOOK_TEST_VISIBLE"] == "yes"
-    assert {"OPENAI_API_KEY", "GITHUB_TOKEN", "CORP_CREDS"}.isdisjoint(env)
+    assert env["PATH"] == os.environ["PATH"]
+    assert {"OPENAI_API_KEY", "GITHUB_TOKEN", "CORP_CREDS", "KETCH_HOOK_TEST_HIDDEN"}.isdisjoint(env)
     assert notices == []
     assert "sk-test" not in out.read_text()
 

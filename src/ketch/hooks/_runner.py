@@ -8,7 +8,6 @@ import asyncio
 import dataclasses
 import inspect
 import logging
-import os
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -104,7 +103,8 @@ class HookRunner:
     ``hooks``: :class:`HookSpec` entries (from :func:`parse_hooks` or code; :meth:`add`
     and :meth:`on` register more). ``cwd`` is the workspace: shell hooks run there with
     ``KETCH_PROJECT_DIR`` and ``CLAUDE_PROJECT_DIR`` set to it, in ``environment`` (default:
-    the process environment without secret-looking variables, nor ``secret_names``).
+    the tools' allow-list environment, :func:`ketch.sandbox.tool_environment`, widened by
+    the ``env_allow`` patterns; secret-looking names and ``secret_names`` never pass).
     ``permission_mode`` (a string or a function returning one) is passed to hooks in
     Claude Code's spelling. ``on_notice`` receives what the user should see (default: the
     ``ketch.hooks`` logger). Stop hooks may continue a run at most
@@ -125,6 +125,7 @@ class HookRunner:
         permission_mode: str | Callable[[], str] | None = None,
         environment: Mapping[str, str] | None = None,
         secret_names: Iterable[str] = (),
+        env_allow: Iterable[str] = (),
         on_notice: Callable[[HookNotice], Any] | None = None,
         max_stop_continuations: int = 8,
     ) -> None:
@@ -136,6 +137,7 @@ class HookRunner:
         self.max_stop_continuations = max_stop_continuations
         self._environment = dict(environment) if environment is not None else None
         self._secret_names = tuple(secret_names)
+        self._env_allow = tuple(env_allow)
         self._env: dict[str, str] | None = None
         self._by_event: dict[str, list[HookSpec]] = {}
         self._stops: dict[int, str | None] = {}
@@ -185,10 +187,9 @@ class HookRunner:
             if self._environment is not None:
                 env = dict(self._environment)
             else:
-                # TODO(merge): ketch.sandbox.tool_environment(secret_names=...) once merged.
-                from ..tools.bash import scrub_environment
+                from ..sandbox import tool_environment
 
-                env = scrub_environment(os.environ, extra_names=self._secret_names)
+                env = tool_environment(allow=self._env_allow, secret_names=self._secret_names)
             env["KETCH_PROJECT_DIR"] = self.cwd
             env["CLAUDE_PROJECT_DIR"] = self.cwd
             self._env = env
