@@ -1,4 +1,4 @@
-"""Assembling a run from settings: the model, the tools, the permission gate, the agent.
+"""Assembling a run from settings: the model, the tools, the permission engine, the agent.
 
 Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting (flag,
 environment, project or user config), else the first of OpenAI, Anthropic and Google
@@ -27,7 +27,7 @@ from ..llm.tokens import ContextUsage
 from ..loop.config import NextTurn, TurnInfo
 from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
-from ..permissions import Approver, PermissionGate
+from ..permissions import Approver, PermissionEngine
 from .config import ConfigError, ProviderConfig, Settings
 from .scripted import SCRIPT_ENV, load_scripted_model
 
@@ -60,9 +60,10 @@ DEFAULT_MODELS: dict[str, str] = {
 LOCAL_MODEL = "local"
 
 HEADLESS_DENIAL = (
-    "Permission denied: {tool} changes things and needs the user's approval, but this run is "
-    "non-interactive (permission mode {mode}). Do not retry it; continue with read-only tools, or "
-    "tell the user to rerun with --permission-mode accept-edits (file edits) or bypass (everything)."
+    "Permission denied: {tool} needs the user's approval, but this run is non-interactive "
+    "(permission mode {mode}). Do not retry it; continue with read-only tools, or tell the user "
+    "to rerun with an allow rule (--allow), --permission-mode accept_edits (file edits) or "
+    "bypass (everything)."
 )
 
 
@@ -238,7 +239,7 @@ class Built:
     """What :func:`build_agent` assembled."""
 
     agent: Agent
-    gate: PermissionGate
+    permissions: PermissionEngine
     spec: str
     spec_reason: str
     root: Path
@@ -274,15 +275,17 @@ def build_agent(
     environ: Mapping[str, str] | None = None,
     model: Model | None = None,
 ) -> Built:
-    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionGate`."""
+    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
+    (rules from the settings, the workspace ``root``, ``approver`` asking the user)."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     tools = build_tools(root, settings.tools)
-    gate = PermissionGate(
+    permissions = PermissionEngine(
         settings.permission_mode,
-        approver,
         allow=settings.allow,
+        ask=settings.ask,
         deny=settings.deny,
+        approver=approver,
         no_approver_message=HEADLESS_DENIAL,
         root=root,
     )
@@ -316,10 +319,10 @@ def build_agent(
         options=options,
         max_turns=settings.max_turns,
         max_budget_usd=settings.max_budget_usd,
-        before_tool_call=gate.before_tool_call,
+        before_tool_call=permissions.before_tool_call,
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, gate, spec, reason, root, chooser, manager)
+    built = Built(agent, permissions, spec, reason, root, chooser, manager)
     built.fit_context(settings)
     return built

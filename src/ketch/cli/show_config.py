@@ -22,6 +22,7 @@ _SHOWN = (
     "context_window",
     "permission_mode",
     "allow",
+    "ask",
     "deny",
 )
 
@@ -47,7 +48,7 @@ def config_command(argv: Sequence[str]) -> int:
     for name in _SHOWN:
         value = getattr(settings, name)
         if isinstance(value, list):
-            shown = ", ".join(value) or "(none)"
+            shown = ", ".join(str(v) for v in value) or "(none)"
         else:
             shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.write(f"{name:<15} {shown}  ({settings.sources.get(name, 'default')})\n")
