@@ -28,7 +28,7 @@ def test_model_precedence_user_project_env_flag(env: Env) -> None:
     assert _answer(env)[0] == "user"
     env.project_config(f'model = "scripted:{project}"\n[permissions]\nmode = "accept-edits"\n')
     text, init = _answer(env)
-    assert (text, init["thinking"], init["permission_mode"]) == ("project", "low", "accept-edits")
+    assert (text, init["thinking"], init["permission_mode"]) == ("project", "low", "accept_edits")
     text, init = _answer(env, extra={"KETCH_MODEL": f"scripted:{from_env}", "KETCH_PERMISSION_MODE": "bypass"})
     assert (text, init["permission_mode"]) == ("env", "bypass")
     text, init = _answer(
@@ -45,6 +45,7 @@ def test_model_precedence_user_project_env_flag(env: Env) -> None:
 
 
 def test_project_config_found_in_a_parent_directory(env: Env) -> None:
+    (env.work / ".git").mkdir()  # the project root: files between it and the cwd apply
     script = env.script(["from parent"], "p.json")
     env.project_config(f'model = "scripted:{script}"\ntools = ["read", "ls"]\n')
     sub = env.work / "a" / "b"
@@ -74,7 +75,8 @@ def test_invalid_config_files_exit_2(env: Env) -> None:
     proc = env.run("run", "go")
     assert (proc.returncode, proc.stderr) == (
         2,
-        f"ketch: user config {path}: unknown permission mode 'yolo'; expected one of default, accept-edits, bypass, plan\n",
+        f"ketch: user config {path}: unknown permission mode 'yolo'; "
+        "expected one of default, accept_edits, plan, bypass (or accept-edits)\n",
     )
     env.user_config("")
     proc = env.run("run", "go", extra={"KETCH_MAX_TURNS": "many"})
