@@ -340,9 +340,22 @@ class PermissionEngine:
         mode_verdict = self._mode(tool, args)
         if mode_verdict is not None:
             return mode_verdict
-        rule = self._matching((*self.allow, *self.session_rules), tool, args, cmds, allow=True)
-        if rule is not None:
-            return Verdict("allow", _rule_source("allow", rule))
+        rules = (*self.allow, *self.session_rules)
+        if cmds is None or len(cmds) <= 1:
+            rule = self._matching(rules, tool, args, cmds, allow=True)
+            if rule is not None:
+                return Verdict("allow", _rule_source("allow", rule))
+        else:
+            # each simple command needs an allow rule of its own
+            found: list[Rule] = []
+            for cmd in cmds:
+                rule = self._matching(rules, tool, args, [cmd], allow=True)
+                if rule is None:
+                    break
+                if rule not in found:
+                    found.append(rule)
+            else:
+                return Verdict("allow", "; ".join(_rule_source("allow", r) for r in found))
         return Verdict("ask", f"mode {self.mode}")
 
     def _mode(self, tool: Tool, args: dict[str, Any]) -> Verdict | None:

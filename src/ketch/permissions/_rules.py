@@ -194,7 +194,6 @@ class _PathPattern:
     absolute: bool
 
 
-@lru_cache(maxsize=512)
 def _path_pattern(spec: str) -> _PathPattern:
     text = spec.strip()
     if not text:
