@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from ketch import Agent, Tool
-from ketch.permissions import RULE_FORMS, Approval, PermissionEngine, PermissionRequest, Rule, Verdict, args_digest
+from ketch.permissions import (
+    RULE_FORMS,
+    Approval,
+    PermissionEngine,
+    PermissionRequest,
+    Rule,
+    Verdict,
+    args_digest,
+)
 from ketch.testing import ScriptedModel, reply, tool_call
 
 NO_APPROVER_TEXT = (
