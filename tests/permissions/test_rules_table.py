@@ -168,6 +168,11 @@ TABLE: list[Row] = [
     _r("bypass", ENV, "read", "{root}/.env", "deny"),
     _r("bypass", ENV, "read", "envlink", "deny"),
     _r("bypass", ENV, "grep", ".env", "deny"),
+    _r("bypass", ENV, "grep", ".", "deny"),  # a search of the workspace reads .env too
+    _r("bypass", ENV, "grep", "src", "allow"),
+    _r("bypass", {"deny": ["Read(.env)"]}, "grep", "src", "deny"),
+    _r("bypass", {"deny": ["Read(//etc/**)"]}, "grep", "/", "deny"),
+    _r("bypass", ENV, "ls", ".", "allow"),
     _r("bypass", ENV, "read", "sub/.env", "allow"),
     _r("bypass", {"deny": ["Read(.env)"]}, "read", "sub/.env", "deny"),
     _r("bypass", {"deny": ["Read(~/.ssh/**)"]}, "read", "~/.ssh/id_rsa", "deny"),

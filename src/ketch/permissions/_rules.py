@@ -212,6 +212,15 @@ def _path_pattern(spec: str) -> _PathPattern:
     return _PathPattern(norm, False)
 
 
+def _could_contain(p: _PathPattern, folder: str) -> bool:
+    """Whether something below ``folder`` (same form as the pattern) may match ``p``."""
+    cut = min((i for i, c in enumerate(p.pattern) if c in "*?["), default=len(p.pattern))
+    prefix = p.pattern[:cut]
+    if folder in (".", "/") or not prefix:
+        return True
+    return prefix.startswith(folder.rstrip("/") + "/")
+
+
 def _ancestors(path: str) -> list[str]:
     """``a/b/c`` -> [a/b/c, a/b, a]; an absolute path keeps its root."""
     out = [path]
@@ -354,13 +363,18 @@ class Rule:
             p = _bash_pattern(self.specifier)
             cmds = commands if commands is not None else _commands(subject)
             return any(_bash_denies(p, c) for c in cmds)
-        return self._path(subject, root, deny=True)
+        return self._path(subject, root, deny=True, searches=tool_name.lower() == "grep")
 
-    def _path(self, subject: str, root: str | None, *, deny: bool) -> bool:
+    def _path(self, subject: str, root: str | None, *, deny: bool, searches: bool = False) -> bool:
         assert self.specifier is not None
         p = _path_pattern(self.specifier)
         base = root if root is not None else os.path.realpath(os.getcwd())
         r = resolve_path(subject, base)
+        if searches and os.path.isdir(r.real):
+            # a content search of a folder reads every file below it
+            folders = (r.real, r.lexical) if p.absolute else [c for c in (r.real_rel, r.lexical_rel) if c is not None]
+            if any(_could_contain(p, folder) for folder in folders):
+                return True
         if p.absolute:
             return _path_matches(p, (r.real, r.lexical) if deny else (r.real,))
         if deny:
