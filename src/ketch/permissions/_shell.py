@@ -171,7 +171,7 @@ class _Lexer:
                 raise _Unsupported("arithmetic")
             if c in "<>" and s.startswith("(", self.i + 1):
                 raise _Unsupported("process substitution")
-            op = next((o for o in _OPERATORS if s.startswith(o, self.i)), None)
+            op = None if s.startswith("&>", self.i) else next((o for o in _OPERATORS if s.startswith(o, self.i)), None)
             if op is not None:
                 self.i += len(op)
                 out.append(_Tok("op", op))
@@ -311,8 +311,9 @@ class _Lexer:
                 raise _Unsupported("unterminated parameter expansion")
             body = s[self.i + 2 : end]
             self.i = end + 1
-            # ${x:-$(cmd)} and friends: look inside for deny matching
-            return None, body if any(ch in body for ch in "$`") else None
+            # ${x:-$(cmd)} and friends: the substitutions inside run
+            inner = _substitutions(body)
+            return None, "\n".join(inner) if inner else None
         m = _NAME.match(s, self.i + 1)
         if m is not None:
             self.i = m.end()
@@ -322,6 +323,29 @@ class _Lexer:
             return None, None
         self.i += 1
         return "$", None
+
+
+def _substitutions(text: str) -> list[str]:
+    """The bodies of the ``$(…)`` and backtick substitutions in ``text``."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$(", i):
+            end = _matching_paren(text, i + 1)
+            if end < 0:
+                out.append(text[i + 2 :])
+                break
+            out.append(text[i + 2 : end])
+            i = end + 1
+        elif text[i] == "`":
+            end = text.find("`", i + 1)
+            out.append(text[i + 1 : end] if end > 0 else text[i + 1 :])
+            if end < 0:
+                break
+            i = end + 1
+        else:
+            i += 1
+    return out
 
 
 def _matching_paren(s: str, open_at: int) -> int:
