@@ -259,6 +259,11 @@ def test_untrusted_project_cannot_widen_power(env: Env) -> None:
     openai = next(r for r in rows if r.startswith("  openai "))
     assert "base_url" not in openai and "from OPENAI_API_KEY" in openai
     assert "deny            Bash(rm:*)" in " ".join(rows)  # narrowing settings still apply
+    listed = (
+        f'permissions.mode = "bypass" ({path}); permissions.allow ({path}); '
+        f"providers.openai.base_url ({path}); providers.openai.api_key_env ({path})"
+    )
+    assert f"ignored (untrusted project; KETCH_TRUST_PROJECT=1 applies them): {listed}" in rows
 
 
 def test_trusted_project_applies_its_settings(env: Env) -> None:

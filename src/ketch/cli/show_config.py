@@ -42,7 +42,10 @@ def config_command(argv: Sequence[str]) -> int:
     user = config_dir() / "config.toml"
     out.write(f"user config:    {user}{'' if user.is_file() else ' (not found)'}\n")
     project = next((f for f in settings.files if f != user), None)
-    out.write(f"project config: {project if project is not None else '(none)'}\n\n")
+    out.write(f"project config: {project if project is not None else '(none)'}\n")
+    if settings.ignored:
+        out.write(f"ignored (untrusted project; KETCH_TRUST_PROJECT=1 applies them): {'; '.join(settings.ignored)}\n")
+    out.write("\n")
     spec, reason = choose_model(settings)
     out.write(f"model           {spec}  ({reason})\n")
     for name in _SHOWN:

@@ -254,7 +254,7 @@ class PermissionEngine:
         self.session_rules: list[Rule] = []
         self.decisions: list[Decision] = []
         self._lock: asyncio.Lock | None = None
-        self._stopped: tuple[int, str] | None = None
+        self._stopped: tuple[object, str] | None = None  # (the assistant message, the reason)
 
     def __repr__(self) -> str:
         return (
@@ -413,7 +413,7 @@ class PermissionEngine:
         )
         self.decisions.append(decision)
         if stop:
-            self._stopped = (id(call.assistant_message), reason or STOPPED)
+            self._stopped = (call.assistant_message, reason or STOPPED)
         if outcome == "deny":
             return BeforeToolCallResult(
                 block=True, reason=reason or USER_DENIED, note=decision, terminate=stop
@@ -427,7 +427,7 @@ class PermissionEngine:
         args = call.args
         new_args: dict[str, Any] | None = None
         stopped = self._stopped
-        if stopped is not None and stopped[0] == id(call.assistant_message):
+        if stopped is not None and stopped[0] is call.assistant_message:
             return "deny", "stop", stopped[1], None, True, False
 
         # 1. hooks
