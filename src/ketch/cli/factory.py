@@ -27,7 +27,7 @@ from ..llm.tokens import ContextUsage
 from ..loop.config import NextTurn, TurnInfo
 from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
-from ..permissions import Approver, PermissionEngine
+from ..permissions import Approver, PermissionEngine, PreToolUseHook
 from .config import ConfigError, ProviderConfig, Settings
 from .scripted import SCRIPT_ENV, load_scripted_model
 
@@ -274,9 +274,11 @@ def build_agent(
     tool_choice: str | None = None,
     environ: Mapping[str, str] | None = None,
     model: Model | None = None,
+    hooks: PreToolUseHook | None = None,
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
-    (rules from the settings, the workspace ``root``, ``approver`` asking the user)."""
+    (rules from the settings, the workspace ``root``, ``approver`` asking the user, the
+    PreToolUse ``hooks``)."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     tools = build_tools(root, settings.tools)
@@ -286,6 +288,7 @@ def build_agent(
         ask=settings.ask,
         deny=settings.deny,
         approver=approver,
+        hooks=hooks,
         no_approver_message=HEADLESS_DENIAL,
         root=root,
     )

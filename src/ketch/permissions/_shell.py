@@ -881,6 +881,5 @@ def parse_command(text: str, *, _depth: int = 0) -> list[SimpleCommand]:
         return [SimpleCommand((), resolved=False, text=text)]
     try:
         return _Parser(text, _depth).parse()
-    except (_Unsupported, RecursionError, IndexError) as exc:
-        del exc
+    except Exception:  # _Unsupported, and anything unforeseen: unresolved, never a crash
         return [SimpleCommand((), resolved=False, text=text)]
