@@ -86,6 +86,13 @@ TABLE: list[Row] = [
     _r("bypass", RMRF, "bash", "rm -rfv x", "deny"),
     _r("bypass", RMRF, "bash", "/usr/bin/rm -f -r dir", "deny"),
     _r("bypass", RMRF, "bash", "bash -c 'rm -f -r /'", "deny"),
+    _r("bypass", RMRF, "bash", "rm -R -f x", "deny"),
+    _r("bypass", RMRF, "bash", "rm --recursive --force x", "deny"),
+    _r("bypass", RMRF, "bash", "rm -f --recursive -- x", "deny"),
+    _r("bypass", {"deny": ["Bash(git push --force:*)"]}, "bash", "git push -f origin main", "deny"),
+    _r("bypass", {"deny": ["Bash(git push:*)"]}, "bash", "git -C . push origin", "deny"),
+    _r("bypass", {"deny": ["Bash(git push:*)"]}, "bash", "git --git-dir=.git push", "deny"),
+    _r("bypass", {"deny": ["Bash(git push:*)"]}, "bash", "git pull", "allow"),
     _r("bypass", RMRF, "bash", "rm x", "allow"),
     _r("bypass", RMRF, "bash", "rm -f x", "allow"),
     # -- allow rules: every simple command must match, unresolved ones never do

@@ -90,7 +90,18 @@ def _word_matches(pattern: str, word: str) -> bool:
     return fnmatch.fnmatchcase(word, pattern) if any(c in pattern for c in "*?[") else word == pattern
 
 
-def _split_options(words: Iterable[str]) -> tuple[set[str], set[str], list[str]]:
+# Options that mean the same as a short flag, for the commands deny rules most often name.
+_FLAG_ALIASES: Mapping[str, Mapping[str, str]] = {
+    "rm": {"R": "r", "--recursive": "r", "--force": "f", "--dir": "d"},
+    "cp": {"R": "r", "--recursive": "r", "--force": "f"},
+    "git": {"--force": "f", "--force-with-lease": "f"},
+    "chmod": {"--recursive": "R"},
+    "chown": {"--recursive": "R"},
+}
+
+
+def _split_options(words: Iterable[str], name: str = "") -> tuple[set[str], set[str], list[str]]:
+    aliases = _FLAG_ALIASES.get(name, {})
     shorts: set[str] = set()
     longs: set[str] = set()
     positional: list[str] = []
@@ -99,13 +110,21 @@ def _split_options(words: Iterable[str]) -> tuple[set[str], set[str], list[str]]
         if not options_done and w == "--":
             options_done = True
         elif not options_done and w.startswith("--") and len(w) > 2:
-            longs.add(w)
-            longs.add(w.split("=", 1)[0])
+            key = w.split("=", 1)[0]
+            if key in aliases:
+                shorts.add(aliases[key])
+            else:
+                longs.update((w, key))
         elif not options_done and re.fullmatch(r"-[A-Za-z]+", w):
-            shorts.update(w[1:])
+            shorts.update(aliases.get(c, c) for c in w[1:])
         else:
             positional.append(w)
     return shorts, longs, positional
+
+
+def _subsequence(want: list[str], have: list[str]) -> bool:
+    it = iter(have)
+    return all(any(_word_matches(w, h) for h in it) for w in want)
 
 
 def _bash_allows(p: _BashPattern, cmd: SimpleCommand) -> bool:
@@ -138,18 +157,16 @@ def _bash_denies(p: _BashPattern, cmd: SimpleCommand) -> bool:
         _word_matches(w, r) for w, r in zip(want, rest, strict=False)
     ):
         return True
-    # options in any order and clustering: -rf == -fr == -r -f
-    want_short, want_long, want_pos = _split_options(want)
-    have_short, have_long, have_pos = _split_options(rest)
+    # options in any order, clustered or spelled out (-rf == -fr == -r -f == --recursive --force),
+    # and for prefix rules options between the words (git -C dir push --force)
+    name = command_basename(cmd.words[0])
+    want_short, want_long, want_pos = _split_options(want, name)
+    have_short, have_long, have_pos = _split_options(rest, name)
     if not (want_short <= have_short and want_long <= have_long):
         return False
     if p.prefix:
-        return len(have_pos) >= len(want_pos) and all(
-            _word_matches(w, h) for w, h in zip(want_pos, have_pos, strict=False)
-        )
-    return len(have_pos) == len(want_pos) and all(
-        _word_matches(w, h) for w, h in zip(want_pos, have_pos, strict=True)
-    )
+        return _subsequence(want_pos, have_pos)
+    return len(have_pos) == len(want_pos) and all(_word_matches(w, h) for w, h in zip(want_pos, have_pos, strict=True))
 
 
 # -- paths -----------------------------------------------------------------------------------
