@@ -56,13 +56,19 @@ def test_settings_sources(tmp_path: Path) -> None:
     project = tmp_path / "p"
     (project / ".ketch").mkdir(parents=True)
     (project / ".ketch" / "config.toml").write_text('max_tokens = 10\n[permissions]\nallow = ["bash(ls*)"]\n')
-    settings = load_settings(project, {"max_tokens": 20}, {"XDG_CONFIG_HOME": str(xdg), "KETCH_TEMPERATURE": "0.7"})
-    assert (settings.temperature, settings.max_tokens, settings.allow) == (0.7, 20, ["edit", "bash(ls*)"])
+    environ = {"XDG_CONFIG_HOME": str(xdg), "KETCH_TEMPERATURE": "0.7"}
+    settings = load_settings(project, {"max_tokens": 20}, environ, trust=True)
+    assert (settings.temperature, settings.max_tokens) == (0.7, 20)
+    assert [(str(r), r.source) for r in settings.allow] == [("edit", "user"), ("bash(ls*)", "project")]
     assert settings.sources == {
         "temperature": "environment KETCH_TEMPERATURE",
         "max_tokens": "flag --max-tokens",
         "allow": f"project config {project / '.ketch' / 'config.toml'}",
     }
+    # an untrusted project's allow rules widen power: left out and listed
+    untrusted = load_settings(project, {}, environ)
+    assert [str(r) for r in untrusted.allow] == ["edit"]
+    assert untrusted.ignored == [f"permissions.allow ({project / '.ketch' / 'config.toml'})"]
 
 
 def test_markdown_stream_splits_complete_blocks() -> None:

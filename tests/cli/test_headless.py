@@ -7,14 +7,17 @@ from typing import Any
 
 from clihelp import Env, call_reply, lines, shape, text_reply
 
+from ketch.permissions import RULE_FORMS, args_digest
+
 DENIED_WRITE = (
-    "Permission denied: write changes things and needs the user's approval, but this run is "
-    "non-interactive (permission mode {mode}). Do not retry it; continue with read-only tools, or "
-    "tell the user to rerun with --permission-mode accept-edits (file edits) or bypass (everything)."
+    "Permission denied: write needs the user's approval, but this run is non-interactive "
+    "(permission mode {mode}). Do not retry it; continue with read-only tools, or tell the user "
+    "to rerun with an allow rule (--allow), --permission-mode accept_edits (file edits) or "
+    "bypass (everything)."
 )
-DENIED_BASH = DENIED_WRITE.replace("write changes", "bash changes")
+DENIED_BASH = DENIED_WRITE.replace("write needs", "bash needs")
 PLAN_DENIED = (
-    "Permission denied: plan mode allows read-only tools only, and this {tool} call would change "
+    "Permission denied: plan mode allows read-only tools only, and this {tool} call may change "
     "things. Describe the change instead of making it."
 )
 ZERO_USAGE = {"cache_read": 0.0, "cache_write": 0.0, "input": 0.0, "output": 0.0, "total": 0.0}
@@ -71,6 +74,7 @@ def test_stream_json_events_in_order(env: Env) -> None:
         "update:toolcall_end",
         "message_end:assistant",
         "tool_execution_start:c1",
+        "tool_call_note",
         "tool_execution_end:c1",
         "message_start:tool_result",
         "message_end:tool_result",
@@ -106,15 +110,26 @@ def test_stream_json_events_in_order(env: Env) -> None:
         "tool_call": {"type": "tool_call", "id": "c1", "name": "ls", "arguments": {"path": "."}},
     }
     assert "partial" not in proc.stdout
-    assert events[14]["result"]["content"] == [{"type": "text", "text": "(empty folder)"}]
-    assert events[14]["is_error"] is False
-    assert events[16]["message"]["content"] == [{"type": "text", "text": "(empty folder)"}]
-    assert events[17] == {"type": "turn_end", "turn": 1, "stop_reason": "tool_use", "tool_result_ids": ["c1"]}
-    assert [e["event"]["delta"] for e in events[21:23]] == ["Nothing ", "here."]
-    assert events[24]["message"]["content"] == [{"type": "text", "text": "Nothing here."}]
-    summary = events[26]["summary"]
+    note = {
+        "tool_name": "ls",
+        "tool_call_id": "c1",
+        "args_digest": args_digest({"path": "."}),
+        "decided_by": "mode default",
+        "outcome": "allow",
+        "asked": False,
+        "reason": None,
+    }
+    assert events[14] == {"type": "tool_call_note", "tool_call_id": "c1", "tool_name": "ls", "note": note}
+    assert events[15]["result"]["content"] == [{"type": "text", "text": "(empty folder)"}]
+    assert events[15]["is_error"] is False
+    assert events[17]["message"]["content"] == [{"type": "text", "text": "(empty folder)"}]
+    assert events[18] == {"type": "turn_end", "turn": 1, "stop_reason": "tool_use", "tool_result_ids": ["c1"]}
+    assert [e["event"]["delta"] for e in events[22:24]] == ["Nothing ", "here."]
+    assert events[25]["message"]["content"] == [{"type": "text", "text": "Nothing here."}]
+    summary = events[27]["summary"]
     assert (summary["turns"], summary["tool_calls"], summary["tool_errors"], summary["end_reason"]) == (2, 1, 0, "stop")
-    result = events[27]
+    assert events[28]["permission_decisions"] == [note]
+    result = events[28]
     assert (result["end_reason"], result["exit_code"], result["text"], result["turns"]) == ("stop", 0, "Nothing here.", 2)
 
 
@@ -142,6 +157,17 @@ def test_json_result_object(env: Env) -> None:
         "cost": 0.5,
         "model": "scripted:scripted-model",
         "permission_denials": [],
+        "permission_decisions": [
+            {
+                "tool_name": "ls",
+                "tool_call_id": "c1",
+                "args_digest": args_digest({}),
+                "decided_by": "mode default",
+                "outcome": "allow",
+                "asked": False,
+                "reason": None,
+            }
+        ],
     }
 
 
@@ -245,7 +271,7 @@ def test_usage_errors_exit_2(env: Env) -> None:
     proc = env.run("run", "--allow", "bash(x", "--model", f"scripted:{script}", "go")
     assert (proc.returncode, proc.stderr) == (
         2,
-        "ketch: Invalid permission rule 'bash(x': expected 'tool' or 'tool(pattern)'\n",
+        f"ketch: --allow: Invalid permission rule 'bash(x': {RULE_FORMS}\n",
     )
     proc = env.run("run", "--cwd", str(env.work / "missing"), "go")
     assert (proc.returncode, proc.stderr) == (2, f"ketch: --cwd {env.work / 'missing'}: not a directory\n")
@@ -306,24 +332,33 @@ def test_headless_default_mode_denies_changes(env: Env) -> None:
     assert results["c1"] == (False, "(empty folder)")
     assert results["c2"] == (True, DENIED_WRITE.format(mode="default"))
     assert results["c3"] == (True, DENIED_BASH.format(mode="default"))
-    assert results["c4"][0] is False
+    assert results["c4"] == (True, DENIED_BASH.format(mode="default"))  # default mode asks for bash, sandboxed or not
     assert sorted(p.name for p in env.work.iterdir()) == []
     result = lines(proc.stdout)[-1]
     assert result["permission_denials"] == [
         {"tool_call_id": "c2", "tool_name": "write", "reason": DENIED_WRITE.format(mode="default")},
         {"tool_call_id": "c3", "tool_name": "bash", "reason": DENIED_BASH.format(mode="default")},
+        {"tool_call_id": "c4", "tool_name": "bash", "reason": DENIED_BASH.format(mode="default")},
+    ]
+    decided = [(d["tool_call_id"], d["decided_by"], d["outcome"]) for d in result["permission_decisions"]]
+    assert decided == [
+        ("c1", "mode default", "allow"),
+        ("c2", "no approver", "deny"),
+        ("c3", "no approver", "deny"),
+        ("c4", "no approver", "deny"),
     ]
     assert (result["end_reason"], result["exit_code"], result["text"]) == ("stop", 0, "finished")
 
 
-def test_headless_accept_edits_allows_edits_only(env: Env) -> None:
+def test_headless_accept_edits_allows_edits_and_sandboxed_bash(env: Env) -> None:
     proc = env.run(
         "run", "-o", "stream-json", "--permission-mode", "accept-edits", "--model", f"scripted:{_mutating_script(env)}", "go"
     )
     results = _tool_results(proc.stdout)
     assert results["c2"] == (False, "Created new.txt (6 bytes, 1 line).")
-    assert results["c3"] == (True, DENIED_BASH.format(mode="accept-edits"))
-    assert sorted(p.name for p in env.work.iterdir()) == ["new.txt"]
+    # bash runs in the sandbox, which bounds its writes to the workspace: no question
+    assert results["c3"] == (False, "(no output)")
+    assert sorted(p.name for p in env.work.iterdir()) == ["made-by-bash", "new.txt"]
 
 
 def test_headless_bypass_allows_everything(env: Env) -> None:
@@ -337,14 +372,20 @@ def test_headless_bypass_allows_everything(env: Env) -> None:
 def test_headless_plan_mode_is_read_only(env: Env) -> None:
     proc = env.run("run", "-o", "stream-json", "--permission-mode", "plan", "--model", f"scripted:{_mutating_script(env)}", "go")
     results = _tool_results(proc.stdout)
-    assert results["c1"][0] is False and results["c4"][0] is False
+    assert results["c1"][0] is False
     assert results["c2"] == (True, PLAN_DENIED.format(tool="write"))
-    assert results["c3"] == (True, PLAN_DENIED.format(tool="bash"))
+    # sandboxed bash runs in plan mode, with the whole filesystem read-only
+    assert results["c3"] == (
+        True,
+        "touch: cannot touch 'made-by-bash': Read-only file system\n\n[Command exited with code 1.]\n\n"
+        "[sandbox: plan mode: the whole filesystem is read-only, the workspace too]",
+    )
+    assert results["c4"] == (False, "(no output)")
     assert list(env.work.iterdir()) == []
 
 
 def test_allow_and_deny_rules_from_flags_and_config(env: Env) -> None:
-    env.user_config('[permissions]\nallow = ["bash(touch *)"]\n')
+    env.user_config('[permissions]\nallow = ["Bash(touch:*)"]\n')
     proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{_mutating_script(env)}", "go")
     results = _tool_results(proc.stdout)
     assert results["c3"][0] is False

@@ -58,7 +58,7 @@ def test_permission_prompt_once_deny_and_always(env: Env, terminals: list[Termin
     term = _start(env, terminals, script)
     term.sendline("make files")
     term.expect(r"⚠ write wants to write a\.txt \(2 lines\)")
-    term.expect(r"'a' allows write for the rest of this session")
+    term.expect(r"'a' always allows write")
     term.expect(r"Allow\? \[y\] once  \[a\] always  \[n\] deny")
     term.expect(r"\? waiting for your answer")
     term.sendline("/mode")
@@ -71,15 +71,65 @@ def test_permission_prompt_once_deny_and_always(env: Env, terminals: list[Termin
     term.sendline("n not now")
     term.expect(r"Permission denied by the user\. Reason: not now")
     term.expect("⚠ bash wants to run: touch c.txt")
-    term.expect(r"'a' allows bash\(touch c\.txt\) for the rest of this session")
+    term.expect(r"'a' always allows Bash\(touch c\.txt\)")
     term.expect("Allow")
     term.sendline("a")
+    term.expect(r"Save the rule: \[s\] this session only  \[u\] user  \[p\] project  \[l\] local")
+    term.sendline("s")
+    term.expect(r"allowed for this session: Bash\(touch c\.txt\)")
     between = term.expect("all done")
     assert "wants to run" not in between
     assert between.count("⏺ bash(touch c.txt)") == 1
     term.sendline("/exit")
     assert term.wait_exit() == 0
     assert sorted(p.name for p in env.work.iterdir()) == ["a.txt", "c.txt"]
+
+
+def test_always_allow_saves_the_rule_where_the_user_picks(env: Env, terminals: list[Terminal]) -> None:
+    import tomllib
+
+    env.user_config('thinking = "off"\n')
+    script = env.script(
+        [
+            call_reply(("c1", "bash", {"command": "touch a.txt"})),
+            call_reply(("c2", "bash", {"command": "touch a.txt && touch b.txt"})),
+            call_reply(("c3", "write", {"path": "w.txt", "content": "w\n"})),
+            call_reply(("c4", "bash", {"command": "touch b.txt"})),
+            text_reply("all saved"),
+        ]
+    )
+    term = _start(env, terminals, script)
+    term.sendline("go")
+    term.expect(r"'a' always allows Bash\(touch a\.txt\)")
+    term.expect("Allow")
+    term.sendline("a")
+    term.expect("Save the rule")
+    term.sendline("p")
+    project = env.work / ".ketch" / "config.toml"
+    term.expect(r"saved allow rule Bash\(touch a\.txt\) to .*config\.toml")
+    # the compound command: touch a.txt is allowed now, touch b.txt is asked
+    term.expect(r"'a' always allows Bash\(touch a\.txt\), Bash\(touch b\.txt\)")
+    term.expect("Allow")
+    term.sendline("a")
+    term.expect("Save the rule")
+    term.sendline("u")
+    term.expect(r"saved allow rule Bash\(touch a\.txt\), Bash\(touch b\.txt\) to .*config\.toml")
+    term.expect(r"'a' always allows write")
+    term.expect("Allow")
+    term.sendline("a")
+    term.expect("Save the rule")
+    term.sendline("l")
+    term.expect(r"saved allow rule write to .*config\.local\.toml")
+    between = term.expect("all saved")
+    assert "wants to run" not in between  # c4 is covered by the rule remembered from c2
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert tomllib.loads(project.read_text()) == {"permissions": {"allow": ["Bash(touch a.txt)"]}}
+    user = tomllib.loads((env.xdg / "ketch" / "config.toml").read_text())
+    assert user == {"thinking": "off", "permissions": {"allow": ["Bash(touch a.txt)", "Bash(touch b.txt)"]}}
+    local = tomllib.loads((env.work / ".ketch" / "config.local.toml").read_text())
+    assert local == {"permissions": {"allow": ["write"]}}
+    assert sorted(p.name for p in env.work.iterdir()) == [".ketch", "a.txt", "b.txt", "w.txt"]
 
 
 def test_edit_shows_a_diff_in_the_prompt_and_the_result(env: Env, terminals: list[Terminal]) -> None:

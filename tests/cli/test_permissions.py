@@ -1,24 +1,32 @@
-"""PermissionGate: modes, rules, approvals, denials reaching the model."""
+"""PermissionEngine on an agent: modes, rules, approvals, denials reaching the model."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ketch import Agent, Tool
-from ketch.permissions import Approval, PermissionGate, PermissionRequest, Rule
+from ketch.permissions import (
+    RULE_FORMS,
+    Approval,
+    PermissionEngine,
+    PermissionRequest,
+    Rule,
+    Verdict,
+    args_digest,
+)
 from ketch.testing import ScriptedModel, reply, tool_call
 
 NO_APPROVER_TEXT = (
-    "Permission denied: {tool} changes things and needs approval, but nobody can approve it in "
-    "this run (permission mode {mode}). Do not retry it; use read-only tools or explain what you "
-    "would do instead."
+    "Permission denied: {tool} needs approval, but nobody can approve it in this run "
+    "(permission mode {mode}). Do not retry it; use read-only tools or explain what you would do instead."
 )
 PLAN_TEXT = (
-    "Permission denied: plan mode allows read-only tools only, and this {tool} call would change "
+    "Permission denied: plan mode allows read-only tools only, and this {tool} call may change "
     "things. Describe the change instead of making it."
 )
 
@@ -43,7 +51,7 @@ def _tools(log: list[str]) -> list[Tool]:
     return [make("read", False), make("edit", True), make("write", True), make("bash", bash_mutates)]
 
 
-async def _run(gate: PermissionGate, calls: list[Any]) -> tuple[list[str], list[tuple[str, bool, str]]]:
+async def _run(gate: PermissionEngine, calls: list[Any]) -> tuple[list[str], list[tuple[str, bool, str]]]:
     log: list[str] = []
     model = ScriptedModel([reply(*calls), "done"])
     agent = Agent(model, tools=_tools(log), before_tool_call=gate.before_tool_call)
@@ -57,65 +65,75 @@ def test_rule_parse_and_str() -> None:
     assert Rule.parse("edit") == Rule("edit")
     assert Rule.parse("Bash(git status*)") == Rule("bash", "git status*")
     assert Rule.parse(" bash( ls ) ") == Rule("bash", "ls")
-    assert str(Rule.parse("bash(git *)")) == "bash(git *)"
+    assert str(Rule.parse("Bash(git *)")) == "Bash(git *)"
     assert Rule.parse("bash()") == Rule("bash")
-    with pytest.raises(ValueError, match=r"^Invalid permission rule 'bash\(x': expected 'tool' or 'tool\(pattern\)'$"):
+    assert Rule.parse("Read(./.env)", "project").source == "project"
+    forms = re.escape(RULE_FORMS)
+    with pytest.raises(ValueError, match=rf"^Invalid permission rule 'bash\(x': {forms}$"):
         Rule.parse("bash(x")
     with pytest.raises(ValueError, match="Invalid permission rule ''"):
         Rule.parse("")
+    with pytest.raises(ValueError, match=r"^Invalid permission rule 'Bash\(a && b\)': a bash specifier is one simple"):
+        Rule.parse("Bash(a && b)")
+    with pytest.raises(ValueError, match=r"^Invalid permission rule 'Edit\(\.\./x\)': a workspace path pattern cannot"):
+        Rule.parse("Edit(../x)")
 
 
 def test_rule_matching() -> None:
     git = Rule.parse("bash(git status*)")
-    assert git.matches("bash", {"command": "git status --short"})
-    assert not git.matches("bash", {"command": "git push"})
-    assert git.matches("bash", {"command": "git status && git status -s"})
-    assert not git.matches("bash", {"command": "git status && rm -rf /"})
-    assert not git.matches("bash", {"command": "git status; rm x"})
-    assert not git.matches("bash", {"command": "git status $(rm x)"})
-    assert not git.matches("bash", {"command": "git status > out"})
-    assert not git.matches("read", {"command": "git status"})
-    assert Rule.parse("edit(src/*)").matches("edit", {"path": "src/a.py"})
-    assert not Rule.parse("edit(src/*)").matches("edit", {"path": "tests/a.py"})
-    assert Rule.parse("edit").matches("EDIT", {})
-    assert not Rule.parse("edit(x)").matches("edit", {})
-    exact = Rule("bash", "rm *.tmp", exact=True)
-    assert exact.matches("bash", {"command": "rm *.tmp"})
-    assert not exact.matches("bash", {"command": "rm important.tmp"})
-    assert Rule("bash", "make && make install", exact=True).matches("bash", {"command": "make && make install"})
+    assert git.allows("bash", {"command": "git status --short"}, None)
+    assert not git.allows("bash", {"command": "git push"}, None)
+    assert git.allows("bash", {"command": "git status && git status -s"}, None)
+    assert not git.allows("bash", {"command": "git status && rm -rf /"}, None)
+    assert not git.allows("bash", {"command": "git status; rm x"}, None)
+    assert not git.allows("bash", {"command": "git status $(rm x)"}, None)
+    assert not git.allows("bash", {"command": "git status > out"}, None)
+    assert not git.allows("read", {"command": "git status"}, None)
+    root = "/work/p"
+    assert Rule.parse("edit(src/*)").allows("edit", {"path": "src/a.py"}, root)
+    assert not Rule.parse("edit(src/*)").allows("edit", {"path": "tests/a.py"}, root)
+    assert Rule.parse("edit").allows("EDIT", {}, root)
+    assert not Rule.parse("edit(x)").allows("edit", {}, root)
+    exact = Rule.parse("Bash(rm '*.tmp')")
+    assert exact.allows("bash", {"command": "rm '*.tmp'"}, None)
+    assert not exact.allows("bash", {"command": "rm *.tmp -rf"}, None)
 
 
 def test_deny_rules_match_any_part_and_every_spelling_of_a_path() -> None:
     rm = Rule.parse("bash(rm *)")
     for command in ("rm -rf x", "git status && rm -rf x", "ls; rm x", "echo $(rm x)", "ls `rm x`", "(rm x)", "ls | rm x"):
-        assert rm.matches("bash", {"command": command}, deny=True), command
-    assert not rm.matches("bash", {"command": "git status"}, deny=True)
+        assert rm.denies("bash", {"command": command}, None), command
+    assert not rm.denies("bash", {"command": "git status"}, None)
     secrets = Rule.parse("read(secrets/*)")
     for path in ("secrets/a", "./secrets/a", "x/../secrets/a", "/work/p/secrets/a"):
-        assert secrets.matches("read", {"path": path}, root="/work/p", deny=True), path
-    assert not secrets.matches("read", {"path": "/elsewhere/secrets/a"}, root="/work/p", deny=True)
-    assert not secrets.matches("read", {"path": "public/a"}, root="/work/p")
+        assert secrets.denies("read", {"path": path}, "/work/p"), path
+    assert not secrets.denies("read", {"path": "/elsewhere/secrets/a"}, "/work/p")
+    assert not secrets.allows("read", {"path": "public/a"}, "/work/p")
 
 
 async def test_deny_rule_applies_to_read_only_tools_too(tmp_path: Path) -> None:
-    gate = PermissionGate("bypass", deny=["read(.env)"], root=tmp_path)
+    gate = PermissionEngine("bypass", deny=["read(.env)"], root=tmp_path)
     log, results = await _run(gate, [tool_call("read", {"path": str(tmp_path / ".env")}), tool_call("read", {"path": "a"})])
     assert log == ["read:{'path': 'a'}"]
     assert results[0] == ("read", True, "Permission denied: the call matches the deny rule read(.env).")
 
 
 def test_unknown_mode_rejected() -> None:
-    with pytest.raises(ValueError, match="Unknown permission mode 'yolo'; expected one of default, accept-edits, bypass, plan"):
-        PermissionGate("yolo")
-    gate = PermissionGate()
+    with pytest.raises(
+        ValueError, match=r"Unknown permission mode 'yolo'; expected one of default, accept_edits, plan, bypass \(or accept-edits\)"
+    ):
+        PermissionEngine("yolo")
+    gate = PermissionEngine()
     with pytest.raises(ValueError, match="Unknown permission mode 'x'"):
         gate.set_mode("x")
     gate.set_mode("plan")
     assert gate.mode == "plan"
+    gate.set_mode("accept-edits")
+    assert gate.mode == "accept_edits"
 
 
 async def test_default_mode_without_approver_denies_changes_but_runs_read_only() -> None:
-    gate = PermissionGate("default")
+    gate = PermissionEngine("default")
     log, results = await _run(
         gate,
         [
@@ -125,28 +143,33 @@ async def test_default_mode_without_approver_denies_changes_but_runs_read_only()
             tool_call("bash", {"command": "rm a"}),
         ],
     )
-    assert log == ["read:{'path': 'a'}", "bash:{'command': 'ls -la'}"]
+    # issue 12: bash is never judged read-only by its command; unsandboxed, it always asks
+    assert log == ["read:{'path': 'a'}"]
     assert results == [
         ("read", False, "read ok"),
-        ("bash", False, "bash ok"),
+        ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="default")),
         ("edit", True, NO_APPROVER_TEXT.format(tool="edit", mode="default")),
         ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="default")),
     ]
-    assert [(d.tool_name, d.args) for d in gate.denials] == [("edit", {"path": "a"}), ("bash", {"command": "rm a"})]
+    assert [(d.tool_name, d.args_digest) for d in gate.denials] == [
+        ("bash", args_digest({"command": "ls -la"})),
+        ("edit", args_digest({"path": "a"})),
+        ("bash", args_digest({"command": "rm a"})),
+    ]
 
 
 async def test_accept_edits_allows_edits_but_not_bash() -> None:
     log, results = await _run(
-        PermissionGate("accept-edits"),
+        PermissionEngine("accept-edits"),
         [tool_call("write", {"path": "a"}), tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"})],
     )
     assert log == ["write:{'path': 'a'}", "edit:{'path': 'a'}"]
-    assert results[2] == ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="accept-edits"))
+    assert results[2] == ("bash", True, NO_APPROVER_TEXT.format(tool="bash", mode="accept_edits"))
 
 
 async def test_bypass_allows_everything_but_deny_rules() -> None:
     log, results = await _run(
-        PermissionGate("bypass", deny=["bash(rm *)"]),
+        PermissionEngine("bypass", deny=["bash(rm *)"]),
         [tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"}), tool_call("bash", {"command": "rm -rf x"})],
     )
     assert log == ["edit:{'path': 'a'}", "bash:{'command': 'make'}"]
@@ -155,7 +178,7 @@ async def test_bypass_allows_everything_but_deny_rules() -> None:
 
 async def test_plan_mode_is_read_only_even_with_allow_rules() -> None:
     log, results = await _run(
-        PermissionGate("plan", allow=["edit", "bash"]),
+        PermissionEngine("plan", allow=["edit", "bash"]),
         [tool_call("read", {"path": "a"}), tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"})],
     )
     assert log == ["read:{'path': 'a'}"]
@@ -170,11 +193,19 @@ async def test_allow_rules_skip_the_prompt() -> None:
         return Approval.deny()
 
     log, _ = await _run(
-        PermissionGate("default", approver, allow=["bash(make*)", "edit"]),
-        [tool_call("bash", {"command": "make test"}), tool_call("edit", {"path": "a"}), tool_call("write", {"path": "a"})],
+        PermissionEngine("default", approver=approver, allow=["bash(make*)", "write"]),
+        [tool_call("bash", {"command": "make test"}), tool_call("write", {"path": "a"}), tool_call("edit", {"path": "a"})],
     )
-    assert log == ["bash:{'command': 'make test'}", "edit:{'path': 'a'}"]
-    assert asked == ["write"]
+    assert log == ["bash:{'command': 'make test'}", "write:{'path': 'a'}"]
+    assert asked == ["edit"]
+    # Claude Code style: an Edit rule covers every file-editing tool (edit and write)
+    asked.clear()
+    log, _ = await _run(
+        PermissionEngine("default", approver=approver, allow=["Edit"]),
+        [tool_call("write", {"path": "a"}), tool_call("edit", {"path": "a"}), tool_call("bash", {"command": "make"})],
+    )
+    assert log == ["write:{'path': 'a'}", "edit:{'path': 'a'}"]
+    assert asked == ["bash"]
 
 
 async def test_approver_once_always_and_deny_with_reason() -> None:
@@ -185,27 +216,36 @@ async def test_approver_once_always_and_deny_with_reason() -> None:
         requests.append(req)
         return answers.pop(0)
 
-    gate = PermissionGate("default", approver)
+    gate = PermissionEngine("default", approver=approver)
     log, results = await _run(
         gate,
         [
-            tool_call("edit", {"path": "a"}),
-            tool_call("bash", {"command": "git push"}),
-            tool_call("bash", {"command": "git push"}),
-            tool_call("bash", {"command": "git push -f"}),
-            tool_call("write", {"path": "b"}),
-            tool_call("edit", {"path": "c"}),
+            tool_call("edit", {"path": "a"}, id="c0"),
+            tool_call("bash", {"command": "git push"}, id="c1"),
+            tool_call("bash", {"command": "git push"}, id="c2"),
+            tool_call("bash", {"command": "git push -f"}, id="c3"),
+            tool_call("write", {"path": "b"}, id="c4"),
+            tool_call("edit", {"path": "c"}, id="c5"),
         ],
     )
-    assert [(r.tool_name, r.kind, r.subject, str(r.suggested_rule), r.mode) for r in requests] == [
-        ("edit", "edit", "a", "edit", "default"),
-        ("bash", "execute", "git push", "bash(git push)", "default"),
-        ("bash", "execute", "git push -f", "bash(git push -f)", "default"),
-        ("write", "edit", "b", "write", "default"),
-        ("edit", "edit", "c", "edit", "default"),
+    ids = [f"c{i}" for i in range(6)]
+    assert [(r.tool_name, r.kind, r.subject, [str(x) for x in r.suggested_rules], r.mode) for r in requests] == [
+        ("edit", "edit", "a", ["edit"], "default"),
+        ("bash", "execute", "git push", ["Bash(git push)"], "default"),
+        ("bash", "execute", "git push -f", ["Bash(git push -f)"], "default"),
+        ("write", "edit", "b", ["write"], "default"),
+        ("edit", "edit", "c", ["edit"], "default"),
     ]
     assert log == ["edit:{'path': 'a'}", "bash:{'command': 'git push'}", "bash:{'command': 'git push'}"]
-    assert [str(r) for r in gate.session_rules] == ["bash(git push)"]
+    assert [str(r) for r in gate.session_rules] == ["Bash(git push)"]
+    assert [(d.tool_call_id, d.decided_by, d.outcome, d.asked) for d in gate.decisions] == [
+        (ids[0], "user", "allow", True),
+        (ids[1], "user", "allow", True),
+        (ids[2], "allow rule Bash(git push) from session", "allow", False),
+        (ids[3], "user", "deny", True),
+        (ids[4], "user", "deny", True),
+        (ids[5], "user", "deny", True),
+    ]
     assert results[3:] == [
         ("bash", True, "Permission denied by the user. Reason: use a branch"),
         ("write", True, "Permission denied by the user."),
@@ -217,7 +257,7 @@ async def test_approver_failure_becomes_denial() -> None:
     async def approver(req: PermissionRequest) -> Approval:
         raise RuntimeError("terminal gone")
 
-    _, results = await _run(PermissionGate("default", approver), [tool_call("edit", {"path": "a"})])
+    _, results = await _run(PermissionEngine("default", approver=approver), [tool_call("edit", {"path": "a"})])
     assert results == [("edit", True, "Permission check failed: terminal gone")]
 
 
@@ -231,7 +271,7 @@ async def test_prompts_are_serialised_and_always_covers_waiting_calls() -> None:
         started.set()
         return await release
 
-    gate = PermissionGate("default", approver)
+    gate = PermissionEngine("default", approver=approver)
     log: list[str] = []
     tools = _tools(log)
     for t in tools:
@@ -268,7 +308,7 @@ async def test_abort_while_waiting_for_approval() -> None:
 
     log: list[str] = []
     model = ScriptedModel([reply(tool_call("edit", {"path": "a"}, id="c1"))])
-    agent = Agent(model, tools=_tools(log), before_tool_call=PermissionGate("default", approver).before_tool_call)
+    agent = Agent(model, tools=_tools(log), before_tool_call=PermissionEngine("default", approver=approver).before_tool_call)
     run = asyncio.create_task(agent.prompt("go"))
     await started.wait()
     agent.abort()
@@ -281,17 +321,17 @@ async def test_abort_while_waiting_for_approval() -> None:
 
 
 def test_check_is_a_pure_policy() -> None:
-    gate = PermissionGate("default", allow=["bash(git *)"])
+    gate = PermissionEngine("default", allow=["bash(git *)"])
     log: list[str] = []
     read, edit, _, bash = _tools(log)
-    assert gate.check(read, {"path": "x"}) == ("allow", None)
-    assert gate.check(edit, {"path": "x"}) == ("ask", None)
-    assert gate.check(bash, {"command": "git log"}) == ("allow", None)
-    assert gate.check(bash, {"command": "make"}) == ("ask", None)
+    assert gate.check(read, {"path": "x"}) == Verdict("allow", "mode default")
+    assert gate.check(edit, {"path": "x"}) == Verdict("ask", "mode default")
+    assert gate.check(bash, {"command": "git log"}) == Verdict("allow", "allow rule bash(git *) from code")
+    assert gate.check(bash, {"command": "make"}) == Verdict("ask", "mode default")
 
     def broken(args: dict[str, Any]) -> bool:
         raise RuntimeError("classifier failed")
 
-    bash.sequential = broken
-    assert gate.check(bash, {"command": "ls"}) == ("ask", None)
-    assert repr(gate) == "PermissionGate(mode='default', allow=['bash(git *)'], deny=[])"
+    read.sequential = broken
+    assert gate.check(read, {"path": "x"}) == Verdict("ask", "mode default")
+    assert repr(gate) == "PermissionEngine(mode='default', allow=['bash(git *)'], ask=[], deny=[])"

@@ -70,7 +70,7 @@ if event == "UserPromptSubmit" and "secret" in data["prompt"]:
         {"blocks": [{"type": "text", "text": "all done"}]},
     ]
     script = env.script(replies)
-    term = Terminal(env, "--model", f"scripted:{script}")
+    term = Terminal(env, "--model", f"scripted:{script}", extra={"KETCH_TRUST_PROJECT": "1"})
     terminals.append(term)
     term.expect("/help for commands")
     term.expect("›")

@@ -118,7 +118,10 @@ def test_config_files_accumulate_hooks_and_name_bad_ones(tmp_path: Path) -> None
     (work / ".ketch").mkdir(parents=True)
     project = work / ".ketch" / "config.toml"
     project.write_text(TOML)
-    settings = load_settings(work, environ={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)})
+    untrusted = load_settings(work, environ={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)})
+    assert [(s.event, s.handler) for s in untrusted.hooks] == [("SessionStart", "./hello.sh")]
+    assert any(item.startswith("hooks (") for item in untrusted.ignored)
+    settings = load_settings(work, environ={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)}, trust=True)
     assert [(s.event, s.handler, s.origin) for s in settings.hooks] == [
         ("SessionStart", "./hello.sh", f"user config {user}"),
         ("PreToolUse", "./check.sh", f"project config {project}"),
@@ -127,7 +130,7 @@ def test_config_files_accumulate_hooks_and_name_bad_ones(tmp_path: Path) -> None
     ]
     project.write_text('[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ncommand = "x"\ntimeout = -1\n')
     with pytest.raises(ConfigError) as err:
-        load_settings(work, environ={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)})
+        load_settings(work, environ={"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)}, trust=True)
     assert str(err.value) == f"project config {project}: hooks.Stop[0].hooks[0]: timeout must be a positive number of seconds, got -1"
 
 
@@ -139,6 +142,7 @@ def _ketch(work: Path, home: Path, *args: str) -> subprocess.CompletedProcess[st
         "PYTHONPATH": SRC,
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
+        "KETCH_TRUST_PROJECT": "1",  # project hooks apply only in a trusted project
     }
     return subprocess.run(
         [sys.executable, "-m", "ketch", *args], cwd=work, env=env, input="", capture_output=True, text=True, timeout=120

@@ -20,9 +20,10 @@ from hookkit import (
 )
 
 from ketch.agent import Agent
-from ketch.hooks import HookNotice, HookResult, HookVerdict
+from ketch.hooks import HookNotice, HookResult
 from ketch.llm import TextContent, ToolResultMessage
 from ketch.loop import BeforeToolCallResult, ToolCallInfo
+from ketch.permissions import HookVerdict
 from ketch.testing import ScriptedModel, reply, tool_call
 
 

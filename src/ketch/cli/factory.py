@@ -1,4 +1,4 @@
-"""Assembling a run from settings: the model, the tools, the permission gate, the agent.
+"""Assembling a run from settings: the model, the tools, the permission engine, the agent.
 
 Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting (flag,
 environment, project or user config), else the first of OpenAI, Anthropic and Google
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from ..loop.config import NextTurn, TurnInfo
 from ..loop.events import RunResult
 from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
-from ..permissions import Approver, PermissionGate
+from ..permissions import Approver, PermissionEngine
 from .config import ConfigError, ProviderConfig, Settings
 from .scripted import SCRIPT_ENV, load_scripted_model
 
@@ -63,9 +63,10 @@ DEFAULT_MODELS: dict[str, str] = {
 LOCAL_MODEL = "local"
 
 HEADLESS_DENIAL = (
-    "Permission denied: {tool} changes things and needs the user's approval, but this run is "
-    "non-interactive (permission mode {mode}). Do not retry it; continue with read-only tools, or "
-    "tell the user to rerun with --permission-mode accept-edits (file edits) or bypass (everything)."
+    "Permission denied: {tool} needs the user's approval, but this run is non-interactive "
+    "(permission mode {mode}). Do not retry it; continue with read-only tools, or tell the user "
+    "to rerun with an allow rule (--allow), --permission-mode accept_edits (file edits) or "
+    "bypass (everything)."
 )
 
 
@@ -175,8 +176,16 @@ def build_model(spec: str, settings: Settings) -> Model:
         raise ConfigError(f"cannot use model {spec!r}: {message}") from None
 
 
-def build_tools(root: Path, names: Sequence[str] | None) -> list[Tool]:
-    """The built-in coding tools rooted at ``root``, optionally only those in ``names``."""
+def build_tools(
+    root: Path,
+    names: Sequence[str] | None,
+    *,
+    write_allowed: Callable[[], bool] | None = None,
+    secret_names: Sequence[str] = (),
+) -> list[Tool]:
+    """The built-in coding tools rooted at ``root``, optionally only those in ``names``;
+    bash runs in the OS sandbox when one is usable, writable when ``write_allowed()``,
+    and never sees the variables named in ``secret_names``."""
     wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
     unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
     if unknown:
@@ -185,7 +194,9 @@ def build_tools(root: Path, names: Sequence[str] | None) -> list[Tool]:
         return []
     from ..tools.builtins import coding_tools
 
-    by_name = {t.name: t for t in coding_tools(root)}
+    by_name = {
+        t.name: t for t in coding_tools(root, write_allowed=write_allowed or (lambda: True), secret_names=secret_names)
+    }
     return [by_name[n] for n in wanted if n in by_name]
 
 
@@ -244,7 +255,7 @@ class Built:
     """What :func:`build_agent` assembled."""
 
     agent: Agent
-    gate: PermissionGate
+    permissions: PermissionEngine
     spec: str
     spec_reason: str
     root: Path
@@ -303,18 +314,33 @@ def build_agent(
     model: Model | None = None,
     hooks: Sequence[HookSpec] | None = None,
 ) -> Built:
-    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionGate`.
+    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
+    (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
+    first step is the PreToolUse hooks.
 
     ``hooks`` (default: ``settings.hooks``) are attached through a :class:`HookRunner`;
-    its notices go to stderr until the caller sets ``built.hooks.on_notice``."""
+    its notices go to stderr until the caller sets ``built.hooks.on_notice``. The bash
+    tool runs in the OS sandbox when one is usable, read-only in ``plan`` mode."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
-    tools = build_tools(root, settings.tools)
-    gate = PermissionGate(
+    secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
+    permissions: PermissionEngine | None = None
+
+    def mode() -> str:
+        return permissions.mode if permissions is not None else settings.permission_mode
+
+    tools = build_tools(root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names)
+    runner: HookRunner | None = None
+    specs = settings.hooks if hooks is None else hooks
+    if specs:
+        runner = HookRunner(specs, cwd=root, permission_mode=mode, secret_names=secret_names, on_notice=_hook_notice)
+    permissions = PermissionEngine(
         settings.permission_mode,
-        approver,
         allow=settings.allow,
+        ask=settings.ask,
         deny=settings.deny,
+        approver=approver,
+        hooks=runner,
         no_approver_message=HEADLESS_DENIAL,
         root=root,
     )
@@ -339,18 +365,7 @@ def build_agent(
     def get_api_key(provider: str) -> str | None:
         return api_key_for(provider, settings, environ)
 
-    before_tool_call: Any = gate.before_tool_call
-    runner: HookRunner | None = None
-    specs = settings.hooks if hooks is None else hooks
-    if specs:
-        runner = HookRunner(
-            specs,
-            cwd=root,
-            permission_mode=lambda: gate.mode,
-            secret_names=[p.api_key_env for p in settings.providers.values() if p.api_key_env],
-            on_notice=_hook_notice,
-        )
-        before_tool_call = runner.gate(gate.before_tool_call)  # TODO(merge): PermissionEngine(hooks=runner)
+    if runner is not None:
         config.update(
             after_tool_call=runner.after_tool_call,
             on_stop=runner.on_stop,
@@ -369,10 +384,10 @@ def build_agent(
         options=options,
         max_turns=settings.max_turns,
         max_budget_usd=settings.max_budget_usd,
-        before_tool_call=before_tool_call,
+        before_tool_call=permissions.before_tool_call,
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, gate, spec, reason, root, chooser, manager, hooks=runner)
+    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner)
     built.fit_context(settings)
     return built

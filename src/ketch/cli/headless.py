@@ -101,9 +101,10 @@ class _StreamJsonOut:
 async def _ask_on_terminal(request: PermissionRequest) -> Approval:
     """Ask on stderr and read the answer from the terminal on stdin."""
     subject = f" {request.subject}" if request.subject else ""
+    always = ", ".join(str(r) for r in request.suggested_rules) or "no rule fits: once"
     sys.stderr.write(
         f"\nketch wants to run {request.tool_name}{subject}\n"
-        f"  [y] allow once  [a] always ({request.suggested_rule}) this session  [n] deny (optionally: n <reason>)\n> "
+        f"  [y] allow once  [a] always ({always}) this session  [n] deny (optionally: n <reason>)\n> "
     )
     sys.stderr.flush()
     loop = asyncio.get_running_loop()
@@ -186,7 +187,7 @@ async def run_headless(
                 provider=model.provider,
                 cwd=str(root),
                 tools=[t.name for t in agent.tools],
-                permission_mode=built.gate.mode,
+                permission_mode=built.permissions.mode,
                 thinking=agent.thinking,
                 version=_version(),
             )
@@ -205,8 +206,13 @@ async def run_headless(
         for sig in installed:
             loop.remove_signal_handler(sig)
         await built.session_end("other")
-    denials = [Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason) for d in built.gate.denials]
-    final = make_result(result.summary, result.last_assistant, model_name, denials)
+    decisions = built.permissions.decisions
+    denials = [
+        Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason or "")
+        for d in decisions
+        if d.outcome == "deny"
+    ]
+    final = make_result(result.summary, result.last_assistant, model_name, denials, decisions)
     if stream is not None:
         stream.write(final)
     elif output == "json":

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..llm.model import THINKING_LEVELS
 from ..loop.events import AgentEvent
-from ..permissions import PERMISSION_MODES, Approval, PermissionRequest
-from .config import ConfigError, Settings, config_dir
+from ..permissions import Approval, PermissionRequest, parse_mode
+from .config import ConfigError, Settings, add_permission_rules, config_dir
 from .factory import Built, build_agent, build_model
 from .headless import parse_answer
 from .render import EventRenderer, format_tokens
@@ -40,17 +40,20 @@ Commands:
   /model [provider:id]  show or switch the model
   /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
   /tools                list the tools
-  /mode [mode]          show or set the permission mode (default accept-edits bypass plan)
+  /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
   /cost                 tokens and cost of this session
   /compact [text]       summarise older history now (text: what the summary must keep)
   /clear                start a new conversation
   /exit                 quit (also Ctrl-D)
 While the agent works, type to steer it; start with >> to queue a follow-up instead.
-At a permission question answer y (once), a (always this session) or n [reason].
+At a permission question answer y (once), a (always; then choose where the rule is
+saved: this session, your user settings, the project's or your local project settings)
+or n [reason].
 Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
 
 PROMPT = "› "
 PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
+SCOPE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project  [l] local › "
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -62,17 +65,17 @@ class Session:
         self.root = root
         self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice)
         self.agent = self.built.agent
-        self.gate = self.built.gate
+        self.permissions = self.built.permissions
         self.renderer: EventRenderer | None = None
         self.prompt: PromptSession[str] | None = None
-        self.pending: tuple[PermissionRequest, asyncio.Future[Approval]] | None = None
+        self.pending: tuple[str, asyncio.Future[str]] | None = None  # (question, answer)
         self.task: asyncio.Task[Any] | None = None
         self.exit_armed = False
         self.compacting = False
 
     # -- pieces of the screen -------------------------------------------------------------
     def _message(self) -> str:
-        return PERMISSION_PROMPT if self.pending is not None else PROMPT
+        return self.pending[0] if self.pending is not None else PROMPT
 
     def _toolbar(self) -> StyleAndTextTuples:
         r = self.renderer
@@ -96,7 +99,7 @@ class Session:
             parts.append(f"ctx {self.built.context().percent:.0f}%")
         except Exception:
             pass
-        parts.append(f"mode {self.gate.mode}")
+        parts.append(f"mode {self.permissions.mode}")
         return [("class:bottom-toolbar", " " + " │ ".join(parts) + " ")]
 
     def _invalidate(self) -> None:
@@ -105,18 +108,47 @@ class Session:
 
     # -- permission prompts ---------------------------------------------------------------
     async def approve(self, request: PermissionRequest) -> Approval:
-        """The gate's approver: show the request and wait for the answer typed at the prompt."""
+        """The engine's approver: show the request and wait for the answer typed at the
+        prompt; after "always", ask where to save the rule(s) and write them there."""
         self._show_request(request)
         if self.built.hooks is not None:
             self.built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
-        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
-        self.pending = (request, future)
+        answer = parse_answer(await self._question(PERMISSION_PROMPT))
+        if answer.decision == "always" and request.suggested_rules:
+            self._save_rules(request, await self._question(SCOPE_PROMPT))
+        return answer
+
+    async def _question(self, text: str) -> str:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending = (text, future)
         self._invalidate()
         try:
             return await future
         finally:
             self.pending = None
             self._invalidate()
+
+    def _save_rules(self, request: PermissionRequest, choice: str) -> None:
+        r = self.renderer
+        assert r is not None
+        word = choice.strip().lower()[:1]
+        root = self.settings.project_root or self.root
+        targets = {
+            "u": config_dir() / "config.toml",
+            "p": root / ".ketch" / "config.toml",
+            "l": root / ".ketch" / "config.local.toml",
+        }
+        rules = [str(rule) for rule in request.suggested_rules]
+        path = targets.get(word)
+        if path is None:
+            r.note(f"allowed for this session: {', '.join(rules)}")
+            return
+        try:
+            add_permission_rules(path, "allow", rules)
+        except ConfigError as exc:
+            r.note(f"{exc} (allowed for this session only)", "red")
+            return
+        r.note(f"saved allow rule {', '.join(rules)} to {path}")
 
     def _show_request(self, request: PermissionRequest) -> None:
         r = self.renderer
@@ -136,7 +168,10 @@ class Session:
         else:
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             r.note(f"⚠ {request.tool_name} wants to run with {shown[:300]}", "bold yellow")
-        r.note(f"  'a' allows {request.suggested_rule} for the rest of this session")
+        if request.suggested_rules:
+            r.note(f"  'a' always allows {', '.join(str(rule) for rule in request.suggested_rules)}")
+        else:
+            r.note("  no rule can cover this command: 'a' allows it once")
 
     # -- input ------------------------------------------------------------------------------
     async def handle(self, text: str) -> bool:
@@ -145,7 +180,7 @@ class Session:
         if self.pending is not None and not line.startswith("/"):
             _, future = self.pending
             if not future.done():
-                future.set_result(parse_answer(text))
+                future.set_result(text)
             return True
         if not line:
             return True
@@ -260,12 +295,14 @@ class Session:
                 r.note(f"thinking: {arg}", "")
         elif name == "/mode":
             if not arg:
-                r.note(f"permission mode: {self.gate.mode}", "")
-            elif arg not in PERMISSION_MODES:
-                r.note(f"unknown permission mode {arg!r}; one of {', '.join(PERMISSION_MODES)}", "red")
+                r.note(f"permission mode: {self.permissions.mode}", "")
             else:
-                self.gate.set_mode(arg)
-                r.note(f"permission mode: {arg}", "")
+                try:
+                    self.permissions.set_mode(parse_mode(arg))
+                except ValueError as exc:
+                    r.note(str(exc), "red")
+                else:
+                    r.note(f"permission mode: {self.permissions.mode}", "")
         elif name == "/clear":
             if busy:
                 r.note("busy: wait for the run to end (or Ctrl-C) before clearing", "yellow")
@@ -334,7 +371,7 @@ class Session:
             self.agent.subscribe(self.renderer)
             m = self.agent.model
             self.renderer.note(
-                f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.gate.mode} · /help for commands"
+                f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.permissions.mode} · /help for commands"
             )
             if self.built.hooks is not None:
                 renderer = self.renderer

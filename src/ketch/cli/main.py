@@ -24,7 +24,7 @@ from typing import Any
 
 from ..llm.model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
-from .config import ConfigError, Settings, load_settings
+from .config import TRUST_ENV, ConfigError, Settings, load_settings
 
 __all__ = ["EXIT_USAGE", "main"]
 
@@ -67,9 +67,18 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system-prompt", help="replace the default system prompt")
     parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
     parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
-    parser.add_argument("--permission-mode", choices=PERMISSION_MODES, help="default | accept-edits | bypass | plan")
-    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'bash(git status*)' (repeatable)")
-    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'bash(rm *)' (repeatable)")
+    parser.add_argument(
+        "--permission-mode",
+        choices=(*PERMISSION_MODES, "accept-edits"),
+        help="default | accept_edits | plan | bypass",
+    )
+    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
+    parser.add_argument(
+        "--trust-project",
+        action="store_true",
+        help=f"apply this project's settings that widen permissions (bypass, allow rules, provider URLs); also {TRUST_ENV}=1",
+    )
     parser.add_argument(
         "--tool-choice",
         metavar="CHOICE",
@@ -130,31 +139,50 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def _settings(args: argparse.Namespace) -> tuple[Settings, Path]:
+def _ask_trust(root: Path, widening: list[str]) -> bool:
+    """Ask on the terminal whether to trust the project at ``root``."""
+    sys.stderr.write(
+        f"The project {root} has settings that widen what ketch may do:\n"
+        + "".join(f"  {item}\n" for item in widening)
+        + "Trust this project and apply them (remembered)? [y/N] "
+    )
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, KeyboardInterrupt):
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
     root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
     if not root.is_dir():
         raise ConfigError(f"--cwd {args.cwd}: not a directory")
     root = root.resolve()
-    settings = load_settings(root, _flags(args))
-    if args.allow:
-        settings.allow.extend(args.allow)
-        settings.sources["allow"] = "flag --allow"
-    if args.deny:
-        settings.deny.extend(args.deny)
-        settings.sources["deny"] = "flag --deny"
+    settings = load_settings(root, _flags(args), trust=args.trust_project, ask_trust=_ask_trust if ask else None)
+    if settings.ignored:
+        sys.stderr.write(
+            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
+            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
+        )
     from ..permissions import Rule
 
-    for rule in (*(args.allow or ()), *(args.deny or ())):
-        try:
-            Rule.parse(rule)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+    for kind in ("allow", "deny"):
+        texts: list[str] = getattr(args, kind) or []
+        for text in texts:
+            try:
+                getattr(settings, kind).append(Rule.parse(text, "flag"))
+            except ValueError as exc:
+                raise ConfigError(f"--{kind}: {exc}") from None
+        if texts:
+            settings.sources[kind] = f"flag --{kind}"
     return settings, root
 
 
 def _run(args: argparse.Namespace, task: str | None) -> int:
+    interactive = task is None and sys.stdin.isatty() and sys.stderr.isatty()
     try:
-        settings, root = _settings(args)
+        settings, root = _settings(args, ask=interactive)
     except ConfigError as exc:
         return _error(str(exc))
     if task == "-" or (task is None and not sys.stdin.isatty()):

@@ -22,6 +22,7 @@ _SHOWN = (
     "context_window",
     "permission_mode",
     "allow",
+    "ask",
     "deny",
 )
 
@@ -41,13 +42,16 @@ def config_command(argv: Sequence[str]) -> int:
     user = config_dir() / "config.toml"
     out.write(f"user config:    {user}{'' if user.is_file() else ' (not found)'}\n")
     project = next((f for f in settings.files if f != user), None)
-    out.write(f"project config: {project if project is not None else '(none)'}\n\n")
+    out.write(f"project config: {project if project is not None else '(none)'}\n")
+    if settings.ignored:
+        out.write(f"ignored (untrusted project; KETCH_TRUST_PROJECT=1 applies them): {'; '.join(settings.ignored)}\n")
+    out.write("\n")
     spec, reason = choose_model(settings)
     out.write(f"model           {spec}  ({reason})\n")
     for name in _SHOWN:
         value = getattr(settings, name)
         if isinstance(value, list):
-            shown = ", ".join(value) or "(none)"
+            shown = ", ".join(str(v) for v in value) or "(none)"
         else:
             shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.write(f"{name:<15} {shown}  ({settings.sources.get(name, 'default')})\n")

@@ -23,6 +23,7 @@ import msgspec
 
 from ..llm.messages import AssistantMessage, ToolCall, Usage
 from ..loop.events import AgentEvent, RunSummary
+from ..permissions import Decision
 
 __all__ = [
     "EXIT_CODES",
@@ -90,9 +91,16 @@ class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
     duration: float
     model: str
     permission_denials: list[Denied]
+    permission_decisions: list[Decision] = msgspec.field(default_factory=list)
 
 
-def make_result(summary: RunSummary, final: AssistantMessage | None, model: str, denials: list[Denied]) -> Result:
+def make_result(
+    summary: RunSummary,
+    final: AssistantMessage | None,
+    model: str,
+    denials: list[Denied],
+    decisions: list[Decision] | None = None,
+) -> Result:
     """The result object for a finished run."""
     code = exit_code_for(summary.end_reason)
     return Result(
@@ -109,6 +117,7 @@ def make_result(summary: RunSummary, final: AssistantMessage | None, model: str,
         duration=round(summary.duration, 6),
         model=model,
         permission_denials=denials,
+        permission_decisions=list(decisions or ()),
     )
 
 

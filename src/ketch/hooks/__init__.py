@@ -50,7 +50,6 @@ from ._spec import (
     hooks_from_json,
     parse_hooks,
 )
-from ._verdict import HookVerdict, PreToolUseHook
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -68,8 +67,6 @@ __all__ = [
     "HookRun",
     "HookRunner",
     "HookSpec",
-    "HookVerdict",
-    "PreToolUseHook",
     "PromptCheck",
     "hooks_from_json",
     "parse_hooks",

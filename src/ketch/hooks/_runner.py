@@ -30,9 +30,9 @@ from ..loop.config import (
 from ..loop.events import RunResult, RunSummary
 from ..loop.tool import ToolResult
 from ..loop.validate import validate_arguments
+from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
 from ._exec import HookOutcome, merge, run_hook
 from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
-from ._verdict import HookVerdict
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -50,10 +50,8 @@ __all__ = [
 
 log = logging.getLogger("ketch.hooks")
 
-DENIED_TEXT = "Denied by a PreToolUse hook: {reason}"
-"""The tool result the model sees when a PreToolUse hook denies a call (``before_tool_call``)."""
-STOPPED_TEXT = "Stopped by a PreToolUse hook: {reason}"
-"""The tool result of a call whose PreToolUse hook said ``"continue": false``."""
+DENIED_TEXT = HOOK_DENIED
+STOPPED_TEXT = HOOK_STOPPED
 NO_APPROVER_TEXT = "A PreToolUse hook asked for the user's approval, and there is no one to ask: {reason}"
 """The tool result when a hook answers ``ask`` on an agent without an approval step."""
 PROMPT_BLOCKED_TEXT = "Prompt blocked by a UserPromptSubmit hook: {reason}"

@@ -81,11 +81,19 @@ BeforeToolCall: TypeAlias = ToolCallInfo
 
 
 class BeforeToolCallResult(msgspec.Struct, kw_only=True):
-    """``block`` the call (with ``reason``), or replace its arguments with ``args``."""
+    """``block`` the call (with ``reason``), or replace its arguments with ``args``.
+
+    ``terminate`` (with ``block``) asks the loop to stop after this batch, like a tool
+    result's ``terminate``; ``note`` is anything worth reporting about the decision (a
+    permission decision, say): the loop emits it as a ``tool_call_note`` event just before
+    the call's ``tool_execution_end``.
+    """
 
     block: bool = False
     reason: str | None = None
     args: dict[str, Any] | None = None
+    terminate: bool = False
+    note: Any = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -36,6 +36,7 @@ __all__ = [
     "RunError",
     "RunResult",
     "RunSummary",
+    "ToolCallNote",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
@@ -215,6 +216,16 @@ class ToolExecutionEnd(_Event, tag="tool_execution_end"):
     duration: float
 
 
+class ToolCallNote(_Event, tag="tool_call_note"):
+    """What ``before_tool_call`` reported about a call (``BeforeToolCallResult.note``, e.g.
+    a permission decision); comes just before the call's ``tool_execution_end``."""
+
+    type: ClassVar[Literal["tool_call_note"]] = "tool_call_note"
+    tool_call_id: str
+    tool_name: str
+    note: Any
+
+
 class Retry(_Event, tag="retry"):
     """The model request is retried after ``delay`` seconds.
 
@@ -267,6 +278,7 @@ AgentEvent: TypeAlias = (
     | ToolExecutionStart
     | ToolExecutionUpdate
     | ToolExecutionEnd
+    | ToolCallNote
     | Retry
     | CompactionStart
     | CompactionEnd

@@ -69,13 +69,16 @@ def _exc_text(exc: BaseException) -> str:
 class CallOutcome:
     """A finished call: its result, whether it counts as a failure, and its duration."""
 
-    __slots__ = ("call", "counts_as_failure", "duration", "result")
+    __slots__ = ("call", "counts_as_failure", "duration", "note", "result")
 
-    def __init__(self, call: ToolCall, result: ToolResult, duration: float, counts_as_failure: bool) -> None:
+    def __init__(
+        self, call: ToolCall, result: ToolResult, duration: float, counts_as_failure: bool, note: Any = None
+    ) -> None:
         self.call = call
         self.result = result
         self.duration = duration
         self.counts_as_failure = counts_as_failure
+        self.note = note  # what ``before_tool_call`` reported (BeforeToolCallResult.note)
 
 
 class ToolRunner:
@@ -120,8 +123,9 @@ class ToolRunner:
     ) -> CallOutcome:
         """Run one call through the whole pipeline. Never raises (except cancellation)."""
         started = time.monotonic()
-        result, failure = await self._pipeline(call, tools, assistant, context, signal, report)
-        return CallOutcome(call, result, time.monotonic() - started, failure)
+        notes: list[Any] = []
+        result, failure = await self._pipeline(call, tools, assistant, context, signal, report, notes)
+        return CallOutcome(call, result, time.monotonic() - started, failure, notes[0] if notes else None)
 
     async def _pipeline(
         self,
@@ -131,6 +135,7 @@ class ToolRunner:
         context: LoopContext,
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
+        notes: list[Any],
     ) -> tuple[ToolResult, bool]:
         cfg = self.config
         tool = tools.get(call.name)
@@ -154,8 +159,13 @@ class ToolRunner:
                 info = ToolCallInfo(call, tool, args, assistant, context, signal)
                 verdict: BeforeToolCallResult | None = await _maybe_await(cfg.before_tool_call(info))
                 if verdict is not None:
+                    if verdict.note is not None:
+                        notes.append(verdict.note)
                     if verdict.block:
-                        return ToolResult.error(verdict.reason or BLOCKED_TEXT), False
+                        blocked = ToolResult.error(verdict.reason or BLOCKED_TEXT)
+                        if verdict.terminate:
+                            blocked.terminate = True
+                        return blocked, False
                     if verdict.args is not None:
                         args = verdict.args
         except Exception as exc:

@@ -53,6 +53,7 @@ from .events import (
     Retry,
     RunResult,
     RunSummary,
+    ToolCallNote,
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolExecutionUpdate,
@@ -304,6 +305,10 @@ class _Run:
                     steering: list[Message] = []
                     if calls:
                         async for event in self._tool_batch(message, calls):
+                            if type(event) is ToolExecutionEnd:
+                                note = self._note_event(event.tool_call_id)
+                                if note is not None:
+                                    yield note
                             yield event
                         for result in self._commit_results(len(calls)):
                             results.append(result)
@@ -550,6 +555,13 @@ class _Run:
             )
             self._commit(message)
             yield message
+
+    def _note_event(self, call_id: str) -> ToolCallNote | None:
+        """The ``tool_call_note`` of a finished call, when its ``before_tool_call`` gave one."""
+        for outcome in self.outcomes:
+            if outcome is not None and outcome.call.id == call_id and outcome.note is not None:
+                return ToolCallNote(tool_call_id=call_id, tool_name=outcome.call.name, note=outcome.note)
+        return None
 
     @staticmethod
     def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:

@@ -1,0 +1,411 @@
+"""Permission rules: ``Tool``, ``Tool(specifier)``, ``mcp__server``, ``mcp__server__tool``.
+
+Specifiers: for bash, a command (``Bash(git status)``: exactly that command;
+``Bash(npm run test:*)``: that command followed by anything); for file tools, a
+gitignore-style path pattern (``Edit(src/**)``, ``Read(./.env)``, ``Read(~/.ssh/**)``,
+``Read(//etc/**)`` for an absolute path).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from ._shell import SimpleCommand, _Lexer, _Unsupported, command_basename, possible_names, trusted_name
+
+__all__ = ["RULE_FORMS", "TOOL_FAMILIES", "Rule", "parse_rules", "rule_subject"]
+
+RULE_FORMS = (
+    "expected Tool, Tool(specifier) or mcp__server[__tool], e.g. Bash(git status), "
+    "Bash(npm run test:*), Edit(src/**), Read(./.env), mcp__github"
+)
+_RULE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+
+TOOL_FAMILIES: Mapping[str, frozenset[str]] = {
+    "edit": frozenset({"edit", "write"}),
+    "read": frozenset({"read", "grep", "find", "ls"}),
+}
+"""The tools a rule naming the key covers (``Edit(...)`` covers every file-editing tool,
+``Read(...)`` every file-reading one); any other rule names one tool."""
+
+PATH_TOOLS = frozenset({"read", "write", "edit", "grep", "find", "ls"})
+_SHELL_TOOLS = frozenset({"bash"})
+
+
+def rule_subject(tool_name: str, args: Mapping[str, Any]) -> str | None:
+    """What a rule specifier is matched against: ``command`` for bash, else ``path``
+    (``"."`` for the search and listing tools, which default to the workspace)."""
+    name = tool_name.lower()
+    if name in _SHELL_TOOLS:
+        value = args.get("command")
+        return value if isinstance(value, str) else None
+    value = args.get("path")
+    if isinstance(value, str) and value:
+        return value
+    if name in ("grep", "find", "ls"):
+        return "."
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _BashPattern:
+    words: tuple[str, ...]
+    prefix: bool
+
+
+@lru_cache(maxsize=512)
+def _bash_pattern(spec: str) -> _BashPattern:
+    text = spec.strip()
+    prefix = False
+    if text.endswith(":*"):
+        text, prefix = text[:-2].rstrip(), True
+    try:
+        toks = _Lexer(text).tokens()
+    except _Unsupported as exc:
+        raise ValueError(str(exc)) from None
+    words: list[str] = []
+    for t in toks:
+        if t.kind != "word" or t.word is None or not t.word.literal:
+            raise ValueError("a bash specifier is one simple command without operators or expansions")
+        words.append(t.word.text)
+    if words and words[-1] == "*":
+        words.pop()
+        prefix = True
+    elif words and words[-1].endswith("*") and not words[-1].endswith("\\*"):
+        words[-1] = words[-1][:-1]
+        if not words[-1]:
+            words.pop()
+        prefix = True
+    if not words:
+        raise ValueError("a bash specifier needs a command")
+    return _BashPattern(tuple(words), prefix)
+
+
+def _word_matches(pattern: str, word: str) -> bool:
+    return fnmatch.fnmatchcase(word, pattern) if any(c in pattern for c in "*?[") else word == pattern
+
+
+# Options that mean the same as a short flag, for the commands deny rules most often name.
+_FLAG_ALIASES: Mapping[str, Mapping[str, str]] = {
+    "rm": {"R": "r", "--recursive": "r", "--force": "f", "--dir": "d"},
+    "cp": {"R": "r", "--recursive": "r", "--force": "f"},
+    "git": {"--force": "f", "--force-with-lease": "f"},
+    "chmod": {"--recursive": "R"},
+    "chown": {"--recursive": "R"},
+}
+
+
+def _split_options(words: Iterable[str], name: str = "") -> tuple[set[str], set[str], list[str]]:
+    aliases = _FLAG_ALIASES.get(name, {})
+    shorts: set[str] = set()
+    longs: set[str] = set()
+    positional: list[str] = []
+    options_done = False
+    for w in words:
+        if not options_done and w == "--":
+            options_done = True
+        elif not options_done and w.startswith("--") and len(w) > 2:
+            key = w.split("=", 1)[0]
+            if key in aliases:
+                shorts.add(aliases[key])
+            else:
+                longs.update((w, key))
+        elif not options_done and re.fullmatch(r"-[A-Za-z]+", w):
+            shorts.update(aliases.get(c, c) for c in w[1:])
+        else:
+            positional.append(w)
+    return shorts, longs, positional
+
+
+def _subsequence(want: list[str], have: list[str]) -> bool:
+    it = iter(have)
+    return all(any(_word_matches(w, h) for h in it) for w in want)
+
+
+def _bash_allows(p: _BashPattern, cmd: SimpleCommand) -> bool:
+    if not cmd.resolved or cmd.writes or not cmd.words:
+        return False
+    head = p.words[0]
+    name = cmd.words[0] if "/" in head else trusted_name(cmd.words[0])
+    if name is None or not _word_matches(head, name):
+        return False
+    rest, want = cmd.words[1:], p.words[1:]
+    if p.prefix:
+        if len(rest) < len(want):
+            return False
+    elif len(rest) != len(want) or cmd.open_args:
+        return False
+    return all(_word_matches(w, r) for w, r in zip(want, rest, strict=False))
+
+
+def _bash_denies(p: _BashPattern, cmd: SimpleCommand) -> bool:
+    head = command_basename(p.words[0])
+    if not cmd.resolved or cmd.open_args:
+        names = possible_names(cmd.text)
+        names.update(command_basename(w) for w in cmd.words)
+        return any(_word_matches(head, n) for n in names)
+    if not cmd.words or not _word_matches(head, command_basename(cmd.words[0])):
+        return False
+    rest, want = cmd.words[1:], p.words[1:]
+    # literally
+    if (len(rest) >= len(want) if p.prefix else len(rest) == len(want)) and all(
+        _word_matches(w, r) for w, r in zip(want, rest, strict=False)
+    ):
+        return True
+    # options in any order, clustered or spelled out (-rf == -fr == -r -f == --recursive --force),
+    # and for prefix rules options between the words (git -C dir push --force)
+    name = command_basename(cmd.words[0])
+    want_short, want_long, want_pos = _split_options(want, name)
+    have_short, have_long, have_pos = _split_options(rest, name)
+    if not (want_short <= have_short and want_long <= have_long):
+        return False
+    if p.prefix:
+        return _subsequence(want_pos, have_pos)
+    return len(have_pos) == len(want_pos) and all(_word_matches(w, h) for w, h in zip(want_pos, have_pos, strict=True))
+
+
+# -- paths -----------------------------------------------------------------------------------
+@lru_cache(maxsize=512)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class _PathPattern:
+    pattern: str  # normalised: absolute ("/…") or workspace-relative
+    absolute: bool
+
+
+def _path_pattern(spec: str) -> _PathPattern:
+    text = spec.strip()
+    if not text:
+        raise ValueError("empty path pattern")
+    if text.startswith("//"):
+        return _PathPattern(os.path.normpath("/" + text[2:].lstrip("/")), True)
+    if text == "~" or text.startswith("~/"):
+        return _PathPattern(os.path.normpath(os.path.expanduser(text)), True)
+    anchored = text.startswith(("/", "./")) or "/" in text.rstrip("/")
+    text = text.removeprefix("./").lstrip("/").rstrip("/")
+    norm = os.path.normpath(text) if text else "."
+    if norm.startswith(".."):
+        raise ValueError("a workspace path pattern cannot leave the workspace (use //absolute or ~/ paths)")
+    if not anchored:
+        norm = "**/" + norm
+    return _PathPattern(norm, False)
+
+
+def _could_contain(p: _PathPattern, folder: str) -> bool:
+    """Whether something below ``folder`` (same form as the pattern) may match ``p``."""
+    cut = min((i for i, c in enumerate(p.pattern) if c in "*?["), default=len(p.pattern))
+    prefix = p.pattern[:cut]
+    if folder in (".", "/") or not prefix:
+        return True
+    return prefix.startswith(folder.rstrip("/") + "/")
+
+
+def _ancestors(path: str) -> list[str]:
+    """``a/b/c`` -> [a/b/c, a/b, a]; an absolute path keeps its root."""
+    out = [path]
+    while True:
+        parent = os.path.dirname(path)
+        if not parent or parent == path or parent == "/":
+            return out
+        out.append(parent)
+        path = parent
+
+
+def _path_matches(p: _PathPattern, candidates: Iterable[str]) -> bool:
+    regex = _glob_regex(p.pattern)
+    for candidate in candidates:
+        if any(regex.fullmatch(a) for a in _ancestors(candidate)):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPath:
+    """A call's path: resolved (``real``) and as written (``lexical``), both absolute, and
+    their workspace-relative forms (None when outside the workspace)."""
+
+    real: str
+    lexical: str
+    real_rel: str | None
+    lexical_rel: str | None
+
+
+def resolve_path(subject: str, root: str) -> ResolvedPath:
+    """Resolve ``subject`` against the workspace ``root`` (which must be a real path)."""
+    expanded = os.path.expanduser(subject)
+    joined = os.path.join(root, expanded)
+    lexical = os.path.normpath(joined)
+    real = os.path.realpath(joined)
+
+    def rel(p: str) -> str | None:
+        if p == root:
+            return "."
+        prefix = root.rstrip(os.sep) + os.sep
+        return p[len(prefix) :] if p.startswith(prefix) else None
+
+    return ResolvedPath(real, lexical, rel(real), rel(lexical))
+
+
+# -- rules -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A permission rule: a tool name (lowercase) and an optional specifier.
+
+    ``text`` is the rule as written and ``source`` where it came from (``user``,
+    ``project``, ``local``, ``code``, ``session``, ``flag``); neither takes part in
+    equality.
+    """
+
+    tool: str
+    specifier: str | None = None
+    text: str = field(default="", compare=False)
+    source: str = field(default="code", compare=False)
+
+    @classmethod
+    def parse(cls, text: str, source: str = "code") -> Rule:
+        """Parse a rule string; ``ValueError`` (one line naming the rule and the allowed
+        forms) for anything else."""
+        m = _RULE.match(text) if isinstance(text, str) else None
+        if m is None:
+            raise ValueError(f"Invalid permission rule {text!r}: {RULE_FORMS}")
+        tool = m.group(1).lower()
+        spec = m.group(2)
+        spec = spec.strip() if spec is not None else None
+        spec = spec or None
+        if spec is not None:
+            try:
+                if tool in _SHELL_TOOLS:
+                    _bash_pattern(spec)
+                elif tool in PATH_TOOLS or tool in TOOL_FAMILIES:
+                    _path_pattern(spec)
+                elif tool.startswith("mcp__"):
+                    raise ValueError("mcp rules take no specifier")
+            except ValueError as exc:
+                raise ValueError(f"Invalid permission rule {text!r}: {exc}; {RULE_FORMS}") from None
+        return cls(tool, spec, text.strip(), source)
+
+    def __str__(self) -> str:
+        if self.text:
+            return self.text
+        return self.tool if self.specifier is None else f"{self.tool}({self.specifier})"
+
+    def covers_tool(self, tool_name: str) -> bool:
+        """Whether this rule is about ``tool_name`` at all (case-insensitive)."""
+        name = tool_name.lower()
+        if self.tool.startswith("mcp__"):
+            server = self.tool.removesuffix("__*")
+            return name == server or name.startswith(server + "__")
+        family = TOOL_FAMILIES.get(self.tool)
+        return name in family if family is not None else name == self.tool
+
+    def allows(
+        self,
+        tool_name: str,
+        args: Mapping[str, Any],
+        root: str | None,
+        commands: list[SimpleCommand] | None = None,
+    ) -> bool:
+        """As an allow rule: whether it covers this call. For bash every simple command
+        must match; an unresolved command never does. A path must resolve inside the
+        workspace for a workspace-relative pattern."""
+        if not self.covers_tool(tool_name):
+            return False
+        if self.specifier is None:
+            return True
+        subject = rule_subject(tool_name, args)
+        if subject is None:
+            return False
+        if tool_name.lower() in _SHELL_TOOLS:
+            p = _bash_pattern(self.specifier)
+            cmds = commands if commands is not None else _commands(subject)
+            return bool(cmds) and all(_bash_allows(p, c) for c in cmds)
+        return self._path(subject, root, deny=False)
+
+    def denies(
+        self,
+        tool_name: str,
+        args: Mapping[str, Any],
+        root: str | None,
+        commands: list[SimpleCommand] | None = None,
+    ) -> bool:
+        """As a deny (or ask) rule: whether it covers this call. For bash any simple command
+        matching is enough, and an unresolved one matches on any word that might name the
+        command; paths match resolved or as written."""
+        if not self.covers_tool(tool_name):
+            return False
+        if self.specifier is None:
+            return True
+        subject = rule_subject(tool_name, args)
+        if subject is None:
+            return False
+        if tool_name.lower() in _SHELL_TOOLS:
+            p = _bash_pattern(self.specifier)
+            cmds = commands if commands is not None else _commands(subject)
+            return any(_bash_denies(p, c) for c in cmds)
+        return self._path(subject, root, deny=True, searches=tool_name.lower() == "grep")
+
+    def _path(self, subject: str, root: str | None, *, deny: bool, searches: bool = False) -> bool:
+        assert self.specifier is not None
+        p = _path_pattern(self.specifier)
+        base = root if root is not None else os.path.realpath(os.getcwd())
+        r = resolve_path(subject, base)
+        if searches and os.path.isdir(r.real):
+            # a content search of a folder reads every file below it
+            folders = (r.real, r.lexical) if p.absolute else [c for c in (r.real_rel, r.lexical_rel) if c is not None]
+            if any(_could_contain(p, folder) for folder in folders):
+                return True
+        if p.absolute:
+            return _path_matches(p, (r.real, r.lexical) if deny else (r.real,))
+        if deny:
+            return _path_matches(p, [c for c in (r.real_rel, r.lexical_rel) if c is not None])
+        # allow: the resolved path must be inside the workspace and match
+        return r.real_rel is not None and _path_matches(p, (r.real_rel,))
+
+
+def _commands(command: str) -> list[SimpleCommand]:
+    from ._shell import parse_command
+
+    return parse_command(command)
+
+
+def parse_rules(items: Iterable[str | Rule], source: str = "code") -> list[Rule]:
+    """Rules from strings or :class:`Rule` objects (``ValueError`` for a bad string)."""
+    return [r if isinstance(r, Rule) else Rule.parse(r, source) for r in items]
