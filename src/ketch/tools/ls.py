@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError
+from .workspace import Workspace, WorkspaceError, special_kind
 
 __all__ = ["LsTool"]
 
@@ -61,6 +61,15 @@ class LsTool(Tool):
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         shown = ws.display(folder)
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            return ToolResult.error(f"Folder not found: {shown}")
+        except OSError as exc:
+            return ToolResult.error(f"Cannot list {shown}: {exc.strerror or exc}.")
+        kind = special_kind(mode)
+        if kind is not None:
+            return ToolResult.error(f"{shown} is {kind}, not a folder; only folders can be listed.")
         try:
             names = await asyncio.to_thread(_list, folder)
         except FileNotFoundError:
