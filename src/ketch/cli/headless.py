@@ -4,7 +4,8 @@
 ``json`` prints the result object at the end; ``stream-json`` prints one JSON line per
 event (see :mod:`ketch.cli.wire`). The exit code says how the run ended
 (:data:`ketch.cli.wire.EXIT_CODES`). SIGINT or SIGTERM aborts the run (it still ends
-with its result, exit code 130); a second one exits at once.
+with its result, exit code 130); a second one exits at once (130), and so does SIGHUP
+(129), in both cases after ending the processes the tools started.
 
 Tool calls that need approval are asked on the terminal when stdin and stderr are
 both terminals; otherwise they are denied unless the permission mode allows them.
@@ -17,7 +18,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, NoReturn
 
 from ..llm.messages import AssistantMessage
 from ..loop.events import AgentEvent
@@ -27,7 +28,7 @@ from .factory import Built, build_agent
 from .render import compaction_note
 from .wire import Denied, Init, encode_event, encode_line, exit_code_for, make_result
 
-__all__ = ["OutputFormat", "run_headless"]
+__all__ = ["OutputFormat", "exit_now", "run_headless"]
 
 OutputFormat = Literal["text", "json", "stream-json"]
 
@@ -144,17 +145,39 @@ def _install_signals(built: Built) -> list[signal.Signals]:
     def on_signal() -> None:
         hits[0] += 1
         if hits[0] > 1:
-            os._exit(130)
+            exit_now(130)
         built.agent.abort()
 
+    def on_hangup() -> None:
+        exit_now(129)
+
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    handlers = [(signal.SIGINT, on_signal), (signal.SIGTERM, on_signal)]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps it ignored
+        handlers.append((signal.SIGHUP, on_hangup))
+    for sig, handler in handlers:
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, handler)
             installed.append(sig)
         except (NotImplementedError, RuntimeError):
             pass
     return installed
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the program at once with ``code``, after ending the tools' processes
+    (a second Ctrl-C, a hangup): nothing a tool started outlives ketch."""
+    from ..tools.bash import kill_process_groups
+
+    try:
+        kill_process_groups()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 async def run_headless(

@@ -9,23 +9,27 @@ conversation fills). Compactions of the context, automatic or by ``/compact``, a
 announced with the tokens before and after.
 
 Keys: Ctrl-C aborts the current run (a second Ctrl-C exits); Ctrl-D exits; Ctrl-T
-expands or collapses thinking. Slash commands: see :data:`HELP`.
+expands or collapses thinking. SIGTERM ends the session (exit code 143), SIGHUP exits at
+once (129); every way out first ends the processes the tools started. Slash commands: see :data:`HELP`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.model import THINKING_LEVELS
 from ..loop.events import AgentEvent
 from ..permissions import PERMISSION_MODES, Approval, PermissionRequest
+from ..tools.bash import kill_process_groups
 from .config import ConfigError, Settings, config_dir
 from .factory import Built, build_agent, build_model
-from .headless import parse_answer
+from .headless import exit_now, parse_answer
 from .render import EventRenderer, format_tokens
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ class Session:
         self.task: asyncio.Task[Any] | None = None
         self.exit_armed = False
         self.compacting = False
+        self.exit_code: int | None = None
 
     # -- pieces of the screen -------------------------------------------------------------
     def _message(self) -> str:
@@ -322,6 +327,7 @@ class Session:
             refresh_interval=0.25,
             key_bindings=bindings,
         )
+        restore = self._install_signals()
         with patch_stdout(raw=True):
             console = Console(highlight=False)
             self.renderer = EventRenderer(console)
@@ -331,7 +337,7 @@ class Session:
                 f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.gate.mode} · /help for commands"
             )
             try:
-                while True:
+                while self.exit_code is None:
                     try:
                         text = await self.prompt.prompt_async(self._message)
                     except KeyboardInterrupt:
@@ -344,8 +350,40 @@ class Session:
                     if not await self.handle(text):
                         break
             finally:
+                kill_process_groups()
+                restore()
                 await self._shutdown()
-        return 0
+        return self.exit_code or 0
+
+    def _install_signals(self) -> Callable[[], None]:
+        """SIGTERM ends the session like /exit (exit code 143); SIGHUP (the terminal is
+        gone) exits at once (129). Both end the tools' processes first."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+
+        def on_term() -> None:
+            kill_process_groups()
+            self.exit_code = 143
+            if self.agent.is_running:
+                self.agent.abort()
+            if self.prompt is not None and self.prompt.app.is_running:
+                self.prompt.app.exit(exception=EOFError())
+
+        handlers: list[tuple[signal.Signals, Callable[[], None]]] = [(signal.SIGTERM, on_term)]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            handlers.append((signal.SIGHUP, lambda: exit_now(129)))
+        for sig, handler in handlers:
+            try:
+                loop.add_signal_handler(sig, handler)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        return restore
 
     async def _shutdown(self) -> None:
         task = self.task

@@ -192,6 +192,18 @@ def _run(args: argparse.Namespace, task: str | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ketch`` command; returns the exit code."""
+    try:
+        return _main(argv)
+    finally:
+        # However the command ends (normally, by an exception, after an abort), processes
+        # the tools started and left running die with it.
+        if "ketch.tools.bash" in sys.modules:
+            from ..tools.bash import kill_process_groups
+
+            kill_process_groups()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in _COMMANDS else None
     if command == "run":

@@ -514,7 +514,11 @@ class FindTool(Tool):
             return ToolResult.error(str(exc))
         shown = ws.display(base)
         if not base.is_dir():
-            what = "is not a folder" if base.exists() else "does not exist"
+            try:
+                kind = special_kind(base.stat().st_mode)
+            except OSError:
+                return ToolResult.error(f"{shown} does not exist; give a folder to search.")
+            what = f"is {kind}, not a folder" if kind else "is not a folder"
             return ToolResult.error(f"{shown} {what}; give a folder to search.")
         found = await _in_thread(lambda stop: _find_files(base, pattern, sort == "mtime", stop), ctx)
         if sort == "mtime":
