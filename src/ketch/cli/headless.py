@@ -17,6 +17,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, NoReturn
 
@@ -138,7 +139,10 @@ def parse_answer(answer: str) -> Approval:
     return Approval.deny(answer.strip() or None)
 
 
-def _install_signals(built: Built) -> list[signal.Signals]:
+def _install_signals(built: Built) -> Callable[[], None]:
+    """SIGINT/SIGTERM abort the run, a second one exits at once, SIGHUP exits at once.
+    The handlers stay until the event loop closes; call the returned function when the
+    run is over, from then on any of these signals exits at once."""
     loop = asyncio.get_running_loop()
     hits = [0]
 
@@ -151,17 +155,19 @@ def _install_signals(built: Built) -> list[signal.Signals]:
     def on_hangup() -> None:
         exit_now(129)
 
-    installed = []
     handlers = [(signal.SIGINT, on_signal), (signal.SIGTERM, on_signal)]
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps it ignored
         handlers.append((signal.SIGHUP, on_hangup))
     for sig, handler in handlers:
         try:
             loop.add_signal_handler(sig, handler)
-            installed.append(sig)
         except (NotImplementedError, RuntimeError):
             pass
-    return installed
+
+    def run_over() -> None:
+        hits[0] = max(hits[0], 1)
+
+    return run_over
 
 
 def exit_now(code: int) -> NoReturn:
@@ -218,14 +224,12 @@ async def run_headless(
     elif output == "text":
         agent.subscribe(_TextOut(stdout, sys.stderr))
 
-    installed = _install_signals(built)
+    run_over = _install_signals(built)
     built.arm()
     try:
         result = await agent.prompt(task)
     finally:
-        loop = asyncio.get_running_loop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+        run_over()
     denials = [Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason) for d in built.gate.denials]
     final = make_result(result.summary, result.last_assistant, model_name, denials)
     if stream is not None:

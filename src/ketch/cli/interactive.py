@@ -282,13 +282,13 @@ class Session:
     def interrupt(self) -> bool:
         """Ctrl-C: abort a run, else arm exit; True when the session should exit."""
         assert self.renderer is not None
+        if self.exit_armed:
+            return True  # also while an aborted run is still winding down
         if self.agent.is_running:
             self.agent.abort()
             self.exit_armed = True
             self.renderer.note("Aborting… (Ctrl-C again exits)", "yellow")
             return False
-        if self.exit_armed:
-            return True
         self.exit_armed = True
         self.renderer.note("Press Ctrl-C again to exit (or type /exit).", "yellow")
         return False
