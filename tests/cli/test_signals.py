@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import Env, Terminal, call_reply, text_reply
+from clihelp import Env, Terminal, call_reply, lines, text_reply
 
 _CHILD = (
     "trap 'echo > term' TERM; (trap '' TERM; exec sleep 1000) & echo $! > pid.tmp && mv pid.tmp pid; "
@@ -127,6 +127,44 @@ def test_headless_normal_exit_kills_processes_left_in_the_background(env: Env, c
     pid = int((env.work / "pid").read_text())
     children.append(pid)
     _assert_gone(pid)
+
+
+def _grep_workers() -> set[int]:
+    """Live processes running grep's Python worker (children of a ketch started here)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"_grep_worker.py" in cmdline and _running(int(entry)):
+            found.add(int(entry))
+    return found
+
+
+def test_headless_sigint_stops_a_catastrophic_grep_in_the_python_fallback(env: Env, tmp_path: Path) -> None:
+    (env.work / "a.txt").write_text("a" * 64 + "b\n")
+    no_rg = tmp_path / "bin-without-rg"
+    no_rg.mkdir()
+    script = env.script([call_reply(("c1", "grep", {"pattern": "(a+)+$"})), text_reply("done")])
+    before = _grep_workers()
+    proc = env.popen("run", "-o", "stream-json", "--model", f"scripted:{script}", "go", extra={"PATH": str(no_rg)})
+    try:
+        assert _poll(lambda: bool(_grep_workers() - before), _pause), "the Python fallback never started"
+        workers = _grep_workers() - before
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 130
+    end = next(e for e in lines(stdout) if e["type"] == "tool_execution_end")
+    assert end["is_error"] is True
+    assert end["result"]["content"] == [{"type": "text", "text": "Tool execution was aborted."}]
+    assert not any(_running(pid) for pid in workers)
 
 
 # --- interactive ---------------------------------------------------------------------
