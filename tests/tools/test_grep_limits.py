@@ -79,7 +79,7 @@ async def test_abort_stops_a_catastrophic_python_search(root: Path) -> None:
 
 
 async def test_deadline_stops_a_catastrophic_python_search(root: Path) -> None:
-    grep = GrepTool(Workspace(root), ripgrep=False, timeout=0.2)
+    grep = GrepTool(Workspace(root), ripgrep=False, deadline=0.2)
     before = live_process_groups()
     result = await grep.execute({"pattern": EVIL}, ToolContext(call_id="c", tool_name="grep", signal=AbortSignal()))
     assert result.is_error
@@ -119,7 +119,7 @@ async def test_an_aborted_signal_stops_before_searching(root: Path, ripgrep: str
 
 async def test_the_deadline_applies_to_ripgrep_too(root: Path) -> None:
     assert RG is not None, "ripgrep (rg) must be installed for the test suite"
-    grep = GrepTool(Workspace(root), ripgrep=RG, timeout=0.000001)
+    grep = GrepTool(Workspace(root), ripgrep=RG, deadline=0.000001)
     before = live_process_groups()
     result = await grep.execute({"pattern": "a"}, ToolContext(call_id="c", tool_name="grep", signal=AbortSignal()))
     assert result.text.startswith("The search for 'a' timed out after 1e-06 seconds and was stopped.")

@@ -251,9 +251,9 @@ class _Child:
         return cls(proc)
 
     async def end(self, kill: bool) -> None:
-        """Kill the process group if asked (or the process still runs), reap the process."""
+        """Kill the process group if asked (and the process still runs), reap the process."""
         proc = self.proc
-        if kill or proc.returncode is None:
+        if kill and proc.returncode is None:
             # os.killpg, not proc.kill: Popen.send_signal would reap the process behind
             # the child watcher's back.
             try:
@@ -272,19 +272,19 @@ class GrepTool(Tool):
     ``ripgrep`` is the path of the ``rg`` program to use, ``False`` to always use the
     Python fallback, or ``None`` (default) to look ``rg`` up on PATH at the first call.
     The Python fallback runs in a separate process, so a pathological pattern cannot
-    freeze the agent. A search that takes longer than ``timeout`` seconds (default 30)
+    freeze the agent. A search that takes longer than ``deadline`` seconds (default 30)
     is stopped with an error; an abort of the run stops it at once.
     """
 
-    __slots__ = ("_rg", "timeout", "workspace")
+    __slots__ = ("_rg", "deadline", "workspace")
 
     def __init__(
-        self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, timeout: float = 30.0
+        self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
     ) -> None:
         super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
         self.workspace = workspace
         self._rg: str | Literal[False] | None = ripgrep
-        self.timeout = timeout
+        self.deadline = deadline
 
     def _ripgrep(self) -> str | None:
         if self._rg is None:
@@ -319,7 +319,7 @@ class GrepTool(Tool):
         formatter = _Formatter(ws, context, max_results)
         rg = self._ripgrep()
         try:
-            async with asyncio.timeout(self.timeout), ctx.signal.scope():
+            async with asyncio.timeout(self.deadline), ctx.signal.scope():
                 if rg is not None:
                     folder = base if base.is_dir() else base.parent
                     error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
@@ -327,7 +327,7 @@ class GrepTool(Tool):
                     error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter)
         except TimeoutError:
             return ToolResult.error(
-                f"The search for {pattern!r} timed out after {self.timeout:g} seconds and was stopped. Use a "
+                f"The search for {pattern!r} timed out after {self.deadline:g} seconds and was stopped. Use a "
                 "simpler pattern (nested repetition such as (a+)+ can take forever) or a narrower path or glob."
             )
         except Aborted:
