@@ -4,12 +4,17 @@
 both print ``path:line:text`` for matching lines and ``path-line-text`` for context lines,
 with ``--`` between separate groups, files in path order. Both skip ``.git``,
 ``node_modules``, ``.venv`` and cache folders and search hidden files; ripgrep also
-honours ``.gitignore`` files, the fallback does not.
+honours ``.gitignore`` files, the fallback does not. Both run as child processes in
+sessions of their own (the fallback is :mod:`ketch.tools._grep_worker`), killed on abort,
+cancellation or at the tool's deadline, so no pattern can freeze the agent. Named pipes,
+devices and sockets are skipped inside folders and refused as the search path: reading
+them could block forever.
 
 ``find`` lists files whose path, relative to the search folder, matches a glob
 (``*`` and ``?`` stay inside one path segment, ``**`` spans any number of folders,
 ``[abc]`` and ``{a,b}`` work as in shells; ``*`` also matches names starting with a dot).
-Results are sorted by path (default) or by modification time, newest first.
+Results are sorted by path (default) or by modification time, newest first. Only regular
+files (and symlinks to them) are listed.
 """
 
 from __future__ import annotations
