@@ -8,9 +8,10 @@ token, cost and context counters (``ctx``: the share of the context window the
 conversation fills). Compactions of the context, automatic or by ``/compact``, are
 announced with the tokens before and after.
 
-Keys: Ctrl-C aborts the current run (a second Ctrl-C exits); Ctrl-D exits; Ctrl-T
-expands or collapses thinking. SIGTERM ends the session (exit code 143), SIGHUP exits at
-once (129); every way out first ends the processes the tools started. Slash commands: see :data:`HELP`.
+Keys: Ctrl-C aborts the current run (a second Ctrl-C exits, also while the aborted run
+winds down); Ctrl-D exits; Ctrl-T expands or collapses thinking. SIGTERM ends the
+session (exit code 143), SIGHUP exits at once (129); every way out first ends the
+processes the tools started. Slash commands: see :data:`HELP`.
 """
 
 from __future__ import annotations
