@@ -54,3 +54,18 @@ async def test_background_processes_stay_tracked_until_killed(tmp_path: Path) ->
     finally:
         if _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_children_also_ends_groups_led_by_untracked_children() -> None:
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        assert child.pid not in live_process_groups()
+        kill_process_groups(grace=0.05)
+        assert child.poll() is None  # not tracked: left alone
+        kill_process_groups(grace=0.05, children=True)
+        assert child.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()

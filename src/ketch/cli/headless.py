@@ -176,7 +176,7 @@ def exit_now(code: int) -> NoReturn:
     from ..tools.bash import kill_process_groups
 
     try:
-        kill_process_groups()
+        kill_process_groups(children=True)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

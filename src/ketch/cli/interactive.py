@@ -351,7 +351,7 @@ class Session:
                     if not await self.handle(text):
                         break
             finally:
-                kill_process_groups()
+                kill_process_groups(children=True)
                 restore()
                 await self._shutdown()
         return self.exit_code or 0
@@ -363,7 +363,7 @@ class Session:
         installed: list[signal.Signals] = []
 
         def on_term() -> None:
-            kill_process_groups()
+            kill_process_groups(children=True)
             self.exit_code = 143
             if self.agent.is_running:
                 self.agent.abort()

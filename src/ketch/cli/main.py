@@ -217,7 +217,7 @@ def _end_tool_processes() -> None:
         except (ValueError, OSError):  # not the main thread
             pass
     try:
-        kill_process_groups()
+        kill_process_groups(children=True)
     finally:
         for sig, handler in saved.items():
             if handler is not None:

@@ -594,13 +594,42 @@ def live_process_groups() -> frozenset[int]:
     return frozenset(_LIVE_GROUPS)
 
 
-def kill_process_groups(grace: float = 1.0) -> None:
+def _child_groups() -> set[int]:
+    """Process groups led by direct children of this process (Linux; else empty)."""
+    me = str(os.getpid()).encode()
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[1] == me and fields[2] == entry.encode():
+            found.add(int(entry))
+    return found
+
+
+def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
     """End every tracked process group: SIGTERM, then SIGKILL for whatever is still alive
     after ``grace`` seconds. Synchronous and safe to call on any way out of a program
     (the command line calls it before it exits, also on a second Ctrl-C or a hangup):
-    tools' processes run in sessions of their own, so nothing else would stop them."""
-    groups = [g for g in _LIVE_GROUPS if _group_alive(g)]
+    tools' processes run in sessions of their own, so nothing else would stop them.
+
+    ``children`` also ends the groups led by direct children of this process (on Linux),
+    which covers a tool process started but not yet tracked; only a program that owns all
+    its children (the ``ketch`` command) should ask for that.
+    """
+    groups = {g for g in _LIVE_GROUPS if _group_alive(g)}
     _LIVE_GROUPS.clear()
+    if children:
+        groups |= _child_groups()
     if not groups:
         return
     for pgid in groups:
@@ -608,7 +637,7 @@ def kill_process_groups(grace: float = 1.0) -> None:
     deadline = time.monotonic() + grace
     while groups and time.monotonic() < deadline:
         time.sleep(0.01)
-        groups = [g for g in groups if _group_alive(g)]
+        groups = {g for g in groups if _group_alive(g)}
     for pgid in groups:
         _signal_group(pgid, signal.SIGKILL)
 
