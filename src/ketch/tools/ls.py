@@ -1,7 +1,8 @@
 """The ``ls`` tool: the entries of one folder, folders marked with a trailing ``/``.
 
 Hidden entries are included. Entries are sorted by name, ignoring case; at most ``limit``
-(default 500) are listed, with a note giving the total when more exist.
+(default 500) are listed, with a note giving the total when more exist. Listing a named
+pipe, device or socket is refused with a message saying what it is.
 """
 
 from __future__ import annotations
