@@ -4,7 +4,8 @@
 ``json`` prints the result object at the end; ``stream-json`` prints one JSON line per
 event (see :mod:`ketch.cli.wire`). The exit code says how the run ended
 (:data:`ketch.cli.wire.EXIT_CODES`). SIGINT or SIGTERM aborts the run (it still ends
-with its result, exit code 130); a second one exits at once.
+with its result, exit code 130); a second one exits at once (130), and so does SIGHUP
+(129), in both cases after ending the processes the tools started.
 
 Tool calls that need approval are asked on the terminal when stdin and stderr are
 both terminals; otherwise they are denied unless the permission mode allows them.
@@ -16,8 +17,9 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, NoReturn
 
 from ..llm.messages import AssistantMessage
 from ..loop.events import AgentEvent
@@ -27,7 +29,7 @@ from .factory import Built, build_agent
 from .render import compaction_note
 from .wire import Denied, Init, encode_event, encode_line, exit_code_for, make_result
 
-__all__ = ["OutputFormat", "run_headless"]
+__all__ = ["OutputFormat", "exit_now", "run_headless"]
 
 OutputFormat = Literal["text", "json", "stream-json"]
 
@@ -138,24 +140,51 @@ def parse_answer(answer: str) -> Approval:
     return Approval.deny(answer.strip() or None)
 
 
-def _install_signals(built: Built) -> list[signal.Signals]:
+def _install_signals(built: Built) -> Callable[[], None]:
+    """SIGINT/SIGTERM abort the run, a second one exits at once, SIGHUP exits at once.
+    The handlers stay until the event loop closes; call the returned function when the
+    run is over, from then on any of these signals exits at once."""
     loop = asyncio.get_running_loop()
     hits = [0]
 
     def on_signal() -> None:
         hits[0] += 1
         if hits[0] > 1:
-            os._exit(130)
+            exit_now(130)
         built.agent.abort()
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    def on_hangup() -> None:
+        exit_now(129)
+
+    handlers = [(signal.SIGINT, on_signal), (signal.SIGTERM, on_signal)]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps it ignored
+        handlers.append((signal.SIGHUP, on_hangup))
+    for sig, handler in handlers:
         try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
+            loop.add_signal_handler(sig, handler)
         except (NotImplementedError, RuntimeError):
             pass
-    return installed
+
+    def run_over() -> None:
+        hits[0] = max(hits[0], 1)
+
+    return run_over
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the program at once with ``code``, after ending the tools' processes
+    (a second Ctrl-C, a hangup): nothing a tool started outlives ketch."""
+    from ..tools.bash import kill_process_groups
+
+    try:
+        kill_process_groups(children=True)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 async def run_headless(
@@ -196,15 +225,13 @@ async def run_headless(
     elif output == "text":
         agent.subscribe(_TextOut(stdout, sys.stderr))
 
-    installed = _install_signals(built)
+    run_over = _install_signals(built)
     built.arm()
     try:
         await built.session_start("startup")
         result = await built.prompt(task)
     finally:
-        loop = asyncio.get_running_loop()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
+        run_over()
         await built.session_end("other")
     decisions = built.permissions.decisions
     denials = [

@@ -8,24 +8,29 @@ token, cost and context counters (``ctx``: the share of the context window the
 conversation fills). Compactions of the context, automatic or by ``/compact``, are
 announced with the tokens before and after.
 
-Keys: Ctrl-C aborts the current run (a second Ctrl-C exits); Ctrl-D exits; Ctrl-T
-expands or collapses thinking. Slash commands: see :data:`HELP`.
+Keys: Ctrl-C aborts the current run (a second Ctrl-C exits, also while the aborted run
+winds down); Ctrl-D exits; Ctrl-T expands or collapses thinking. SIGTERM ends the
+session (exit code 143), SIGHUP exits at once (129); every way out first ends the
+processes the tools started. Slash commands: see :data:`HELP`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm.model import THINKING_LEVELS
 from ..loop.events import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
+from ..tools.bash import kill_process_groups
 from .config import ConfigError, Settings, add_permission_rules, config_dir
 from .factory import Built, build_agent, build_model
-from .headless import parse_answer
+from .headless import exit_now, parse_answer
 from .render import EventRenderer, format_tokens
 
 if TYPE_CHECKING:
@@ -72,6 +77,7 @@ class Session:
         self.task: asyncio.Task[Any] | None = None
         self.exit_armed = False
         self.compacting = False
+        self.exit_code: int | None = None
 
     # -- pieces of the screen -------------------------------------------------------------
     def _message(self) -> str:
@@ -320,13 +326,13 @@ class Session:
     def interrupt(self) -> bool:
         """Ctrl-C: abort a run, else arm exit; True when the session should exit."""
         assert self.renderer is not None
+        if self.exit_armed:
+            return True  # also while an aborted run is still winding down
         if self.agent.is_running:
             self.agent.abort()
             self.exit_armed = True
             self.renderer.note("Aborting… (Ctrl-C again exits)", "yellow")
             return False
-        if self.exit_armed:
-            return True
         self.exit_armed = True
         self.renderer.note("Press Ctrl-C again to exit (or type /exit).", "yellow")
         return False
@@ -365,6 +371,7 @@ class Session:
             refresh_interval=0.25,
             key_bindings=bindings,
         )
+        restore = self._install_signals()
         with patch_stdout(raw=True):
             console = Console(highlight=False)
             self.renderer = EventRenderer(console)
@@ -378,7 +385,7 @@ class Session:
                 self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
             await self.built.session_start("startup")
             try:
-                while True:
+                while self.exit_code is None:
                     try:
                         text = await self.prompt.prompt_async(self._message)
                     except KeyboardInterrupt:
@@ -391,9 +398,41 @@ class Session:
                     if not await self.handle(text):
                         break
             finally:
+                kill_process_groups(children=True)
+                restore()
                 await self._shutdown()
                 await self.built.session_end("prompt_input_exit")
-        return 0
+        return self.exit_code or 0
+
+    def _install_signals(self) -> Callable[[], None]:
+        """SIGTERM ends the session like /exit (exit code 143); SIGHUP (the terminal is
+        gone) exits at once (129). Both end the tools' processes first."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+
+        def on_term() -> None:
+            kill_process_groups(children=True)
+            self.exit_code = 143
+            if self.agent.is_running:
+                self.agent.abort()
+            if self.prompt is not None and self.prompt.app.is_running:
+                self.prompt.app.exit(exception=EOFError())
+
+        handlers: list[tuple[signal.Signals, Callable[[], None]]] = [(signal.SIGTERM, on_term)]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            handlers.append((signal.SIGHUP, lambda: exit_now(129)))
+        for sig, handler in handlers:
+            try:
+                loop.add_signal_handler(sig, handler)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        return restore
 
     async def _shutdown(self) -> None:
         task = self.task

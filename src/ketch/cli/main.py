@@ -216,10 +216,43 @@ def _run(args: argparse.Namespace, task: str | None) -> int:
         )
     except ConfigError as exc:
         return _error(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C after the event loop closed
+        return 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ketch`` command; returns the exit code."""
+    try:
+        return _main(argv)
+    finally:
+        _end_tool_processes()
+
+
+def _end_tool_processes() -> None:
+    """However the command ends (normally, by an exception, after an abort), processes
+    the tools started and left running die with it. A Ctrl-C, SIGTERM or hangup arriving
+    now, with the event loop already closed, is ignored: the command is exiting anyway."""
+    if "ketch.tools.bash" not in sys.modules:
+        return
+    import signal
+
+    from ..tools.bash import kill_process_groups
+
+    saved: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        kill_process_groups(children=True)
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in _COMMANDS else None
     if command == "run":

@@ -25,6 +25,9 @@ A non-zero exit status, death by a signal, a timeout and an abort are results wi
 cancellation of the calling task, the whole process group gets SIGTERM, then SIGKILL
 after a short grace period. Background processes still holding the output pipe when
 the shell exits are left running, but the pipe is closed and their later output lost.
+Every command's process group is tracked until it is empty; :func:`kill_process_groups`
+ends those still running (the ``ketch`` command calls it on every way out, so a second
+Ctrl-C or a closed terminal leaves no orphaned tool processes behind).
 
 A call is read-only (may run concurrently with other read-only tools) only when
 :func:`is_read_only_command` says so; otherwise the tool runs alone.
@@ -67,7 +70,11 @@ __all__ = [
     "SECRET_NAME_PATTERNS",
     "BashTool",
     "is_read_only_command",
+    "kill_process_groups",
+    "live_process_groups",
     "scrub_environment",
+    "track_process_group",
+    "untrack_process_group",
 ]
 
 MAX_LINES = 2000
@@ -591,6 +598,83 @@ async def _terminate_group(proc: asyncio.subprocess.Process, grace: float) -> No
         raise
 
 
+# --- live process groups ---------------------------------------------------------------
+
+_LIVE_GROUPS: set[int] = set()
+
+
+def track_process_group(pgid: int) -> None:
+    """Remember the process group ``pgid`` (a tool's child started in a new session) so
+    that :func:`kill_process_groups` ends it when the program exits. Groups already gone
+    are forgotten on the way."""
+    for old in list(_LIVE_GROUPS):
+        try:
+            os.killpg(old, 0)
+        except ProcessLookupError:
+            _LIVE_GROUPS.discard(old)
+        except PermissionError:
+            pass
+    _LIVE_GROUPS.add(pgid)
+
+
+def untrack_process_group(pgid: int) -> None:
+    """Forget the process group ``pgid`` (its processes have ended)."""
+    _LIVE_GROUPS.discard(pgid)
+
+
+def live_process_groups() -> frozenset[int]:
+    """The tracked process groups (see :func:`track_process_group`)."""
+    return frozenset(_LIVE_GROUPS)
+
+
+def _child_groups() -> set[int]:
+    """Process groups led by direct children of this process (Linux; else empty)."""
+    me = str(os.getpid()).encode()
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[1] == me and fields[2] == entry.encode():
+            found.add(int(entry))
+    return found
+
+
+def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
+    """End every tracked process group: SIGTERM, then SIGKILL for whatever is still alive
+    after ``grace`` seconds. Synchronous and safe to call on any way out of a program
+    (the command line calls it before it exits, also on a second Ctrl-C or a hangup):
+    tools' processes run in sessions of their own, so nothing else would stop them.
+
+    ``children`` also ends the groups led by direct children of this process (on Linux),
+    which covers a tool process started but not yet tracked; only a program that owns all
+    its children (the ``ketch`` command) should ask for that.
+    """
+    groups = {g for g in _LIVE_GROUPS if _group_alive(g)}
+    _LIVE_GROUPS.clear()
+    if children:
+        groups |= _child_groups()
+    if not groups:
+        return
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while groups and time.monotonic() < deadline:
+        time.sleep(0.01)
+        groups = {g for g in groups if _group_alive(g)}
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+
+
 class _Output(asyncio.Protocol):
     """Receives the output pipe: a bounded tail in memory, everything in a log file if large."""
 
@@ -895,6 +979,7 @@ class BashTool(Tool):
             return ToolResult.error(f"Could not start {argv[0]}: {exc.strerror or exc}.")
         finally:
             os.close(write_fd)
+        track_process_group(proc.pid)
         output = _Output(ws)
         loop = asyncio.get_running_loop()
         transport, _ = await loop.connect_read_pipe(lambda: output, os.fdopen(read_fd, "rb", buffering=0))
@@ -916,6 +1001,8 @@ class BashTool(Tool):
             if not finished:
                 await _wait_closed(output, self.drain_timeout)
         finally:
+            if not _group_alive(proc.pid):
+                untrack_process_group(proc.pid)
             transport.close()
             output.close_log()
             reporter.cancel()

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import os
 from typing import Any
 
 from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError
+from .workspace import Workspace, WorkspaceError, open_regular
 
 __all__ = ["EditTool", "Match", "find_matches", "unified_diff"]
 
@@ -379,8 +380,9 @@ class EditTool(Tool):
         try:
             if path.is_dir():
                 return ToolResult.error(f"{shown} is a directory, not a file.")
-            stat = path.stat()
-            data = path.read_bytes()
+            fd, stat = open_regular(path, shown, "edited")
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
             ws.check_fresh(path, stat, data, action="edit")
         except FileNotFoundError:
             return ToolResult.error(f"File not found: {shown}. Use the write tool to create a new file.")
@@ -410,8 +412,14 @@ class EditTool(Tool):
             return ToolResult.error(f"The replacement leaves {shown} unchanged; nothing was written.")
         out = (b"\xef\xbb\xbf" if bom else b"") + updated.encode("utf-8")
         try:
-            path.write_bytes(out)
-            new_stat = path.stat()
+            fd, _ = open_regular(path, shown, "edited", write=True)
+            with os.fdopen(fd, "r+b") as f:
+                f.write(out)
+                f.truncate()
+                f.flush()
+                new_stat = os.fstat(f.fileno())
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
         except OSError as exc:
             return ToolResult.error(f"Cannot write {shown}: {exc.strerror or exc}.")
         ws.record(path, out, new_stat)

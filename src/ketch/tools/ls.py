@@ -1,7 +1,8 @@
 """The ``ls`` tool: the entries of one folder, folders marked with a trailing ``/``.
 
 Hidden entries are included. Entries are sorted by name, ignoring case; at most ``limit``
-(default 500) are listed, with a note giving the total when more exist.
+(default 500) are listed, with a note giving the total when more exist. Listing a named
+pipe, device or socket is refused with a message saying what it is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError
+from .workspace import Workspace, WorkspaceError, special_kind
 
 __all__ = ["LsTool"]
 
@@ -61,6 +62,15 @@ class LsTool(Tool):
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         shown = ws.display(folder)
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            return ToolResult.error(f"Folder not found: {shown}")
+        except OSError as exc:
+            return ToolResult.error(f"Cannot list {shown}: {exc.strerror or exc}.")
+        kind = special_kind(mode)
+        if kind is not None:
+            return ToolResult.error(f"{shown} is {kind}, not a folder; only folders can be listed.")
         try:
             names = await asyncio.to_thread(_list, folder)
         except FileNotFoundError:

@@ -5,7 +5,8 @@ line), from ``offset`` (1-based) for at most ``limit`` lines. Output stops at 20
 or 50 KB, whichever comes first, with a note saying which lines were shown and how to
 continue; a line longer than 2000 characters is cut with a note. PNG, JPEG, GIF and WebP
 files (recognised by their first bytes) come back as an image block. Binary files,
-missing files and directories are errors that say what to do instead.
+missing files and directories are errors that say what to do instead; named pipes,
+devices and sockets are refused without being opened for a blocking read.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import base64
 import difflib
 import os
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from ..llm.messages import ImageContent, TextContent
 from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError
+from .workspace import Workspace, WorkspaceError, not_regular_message, open_regular
 
 __all__ = ["MAX_BYTES", "MAX_LINES", "MAX_LINE_CHARS", "ReadTool", "sniff_image"]
 
@@ -190,20 +192,33 @@ class ReadTool(Tool):
             return ToolResult.error(_not_found(path, shown))
         except OSError as exc:
             return ToolResult.error(f"Cannot read {shown}: {exc.strerror or exc}.")
-        if path.is_dir():
+        if S_ISDIR(stat.st_mode):
             return ToolResult.error(f"{shown} is a directory, not a file. Use the ls tool to list it.")
+        if not S_ISREG(stat.st_mode):
+            return ToolResult.error(not_regular_message(shown, stat.st_mode, "read"))
         if stat.st_size > self.max_file_bytes:
             return ToolResult.error(
                 f"{shown} is {_size_text(stat.st_size)}, more than the {_size_text(self.max_file_bytes)} the "
                 "read tool loads. Use grep to find the lines you need, or bash (head, tail, sed -n) for parts."
             )
         try:
-            if stat.st_size > _THREAD_THRESHOLD:
-                data = await asyncio.to_thread(path.read_bytes)
-            else:
-                data = path.read_bytes()
+            fd, stat = open_regular(path, shown, "read")
+            with os.fdopen(fd, "rb") as f:
+                if stat.st_size > _THREAD_THRESHOLD:
+                    data = await asyncio.to_thread(f.read, self.max_file_bytes + 1)
+                else:
+                    data = f.read(self.max_file_bytes + 1)
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        except FileNotFoundError:
+            return ToolResult.error(_not_found(path, shown))
         except OSError as exc:
             return ToolResult.error(f"Cannot read {shown}: {exc.strerror or exc}.")
+        if len(data) > self.max_file_bytes:
+            return ToolResult.error(
+                f"{shown} is more than the {_size_text(self.max_file_bytes)} the read tool loads. Use grep "
+                "to find the lines you need, or bash (head, tail, sed -n) for parts."
+            )
         mime = sniff_image(data[:16])
         if mime is not None:
             return self._image(path, shown, data, mime, stat)

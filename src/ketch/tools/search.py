@@ -4,22 +4,29 @@
 both print ``path:line:text`` for matching lines and ``path-line-text`` for context lines,
 with ``--`` between separate groups, files in path order. Both skip ``.git``,
 ``node_modules``, ``.venv`` and cache folders and search hidden files; ripgrep also
-honours ``.gitignore`` files, the fallback does not.
+honours ``.gitignore`` files, the fallback does not. Both run as child processes in
+sessions of their own (the fallback is :mod:`ketch.tools._grep_worker`), killed on abort,
+cancellation or at the tool's deadline, so no pattern can freeze the agent. Named pipes,
+devices and sockets are skipped inside folders and refused as the search path: reading
+them could block forever.
 
 ``find`` lists files whose path, relative to the search folder, matches a glob
 (``*`` and ``?`` stay inside one path segment, ``**`` spans any number of folders,
 ``[abc]`` and ``{a,b}`` work as in shells; ``*`` also matches names starting with a dot).
-Results are sorted by path (default) or by modification time, newest first.
+Results are sorted by path (default) or by modification time, newest first. Only regular
+files (and symlinks to them) are listed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import re
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,8 +34,11 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from ..llm.signal import Aborted
 from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError
+from ._grep_worker import walk
+from .bash import track_process_group, untrack_process_group
+from .workspace import Workspace, WorkspaceError, special_kind
 
 __all__ = ["IGNORED_DIRS", "FindTool", "GrepTool", "glob_to_regex"]
 
@@ -39,7 +49,6 @@ IGNORED_DIRS = frozenset(
 
 MAX_LINE_CHARS = 500
 MAX_BYTES = 50 * 1024
-_MAX_FILE_BYTES = 32 * 1024 * 1024
 
 _T = TypeVar("_T")
 
@@ -109,31 +118,13 @@ def _walk(
     stop: threading.Event,
     keep: Callable[[str], bool] = lambda name: False,
     max_depth: int | None = None,
-    prefix: str = "",
-    depth: int = 1,
 ) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """Non-folder entries below ``folder`` in path order, as (relative posix path, entry).
 
     Skips :data:`IGNORED_DIRS` (unless ``keep(name)``), does not follow symlinked folders
     and does not descend below ``max_depth`` path segments.
     """
-    try:
-        with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
-        if stop.is_set():
-            return
-        rel = prefix + entry.name
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            continue
-        if not is_dir:
-            yield rel, entry
-        elif (entry.name not in IGNORED_DIRS or keep(entry.name)) and (max_depth is None or depth < max_depth):
-            yield from _walk(entry.path, stop, keep, max_depth, rel + "/", depth + 1)
+    return walk(folder, IGNORED_DIRS, stop.is_set, keep, max_depth)
 
 
 # --- grep ----------------------------------------------------------------------------
@@ -232,57 +223,52 @@ class _Formatter:
         return body
 
 
-def _grep_python(
-    base: Path,
-    regex: re.Pattern[str],
-    glob: re.Pattern[str] | None,
-    glob_has_slash: bool,
-    context: int,
-    formatter: _Formatter,
-    stop: threading.Event,
-) -> None:
-    if base.is_file():
-        files: Iterator[tuple[str, str]] = iter([(base.name, str(base))])
-        glob = None
-    else:
-        files = ((rel, entry.path) for rel, entry in _walk(str(base), stop) if not entry.is_symlink())
-    precheck = "\\A" not in regex.pattern and "\\Z" not in regex.pattern
-    for rel, full in files:
-        if stop.is_set() or formatter.done:
-            return
-        if glob is not None and not glob.match(rel if glob_has_slash else rel.rsplit("/", 1)[-1]):
-            continue
-        try:
-            with open(full, "rb") as f:
-                data = f.read(_MAX_FILE_BYTES)
-        except OSError:
-            continue
-        if b"\x00" in data[:8192]:
-            continue
-        text = data.decode("utf-8", errors="replace")
-        if precheck and regex.search(text.replace("\r\n", "\n") if "\r" in text else text) is None:
-            continue
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        hits = [i for i, line in enumerate(lines) if regex.search(line.removesuffix("\r"))]
-        if not hits:
-            continue
-        wanted: dict[int, bool] = {}
-        for i in hits:
-            for j in range(max(0, i - context), min(len(lines), i + context + 1)):
-                wanted.setdefault(j, False)
-            wanted[i] = True
-        for j in sorted(wanted):
-            formatter.add(full, j + 1, lines[j], wanted[j])
-            if formatter.done:
-                return
-
-
 def _rg_text(value: dict[str, Any]) -> str:
     if "text" in value:
         return str(value["text"])
     return base64.b64decode(value.get("bytes", "")).decode("utf-8", errors="replace")
+
+
+_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grep_worker.py")
+
+
+class _Child:
+    """A search process in a session of its own, tracked so that the program's exit
+    (see :func:`ketch.tools.bash.kill_process_groups`) ends it too."""
+
+    __slots__ = ("proc",)
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        track_process_group(proc.pid)
+
+    @classmethod
+    async def start(cls, argv: list[str], cwd: Path | None = None, stdin: bool = False) -> _Child:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=4 * 1024 * 1024,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        return cls(proc)
+
+    async def end(self, kill: bool) -> None:
+        """Kill the process group if asked (and the process still runs), reap the process."""
+        proc = self.proc
+        if kill and proc.returncode is None:
+            # os.killpg, not proc.kill: Popen.send_signal would reap the process behind
+            # the child watcher's back.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            await proc.wait()
+        finally:
+            untrack_process_group(proc.pid)
 
 
 class GrepTool(Tool):
@@ -290,14 +276,20 @@ class GrepTool(Tool):
 
     ``ripgrep`` is the path of the ``rg`` program to use, ``False`` to always use the
     Python fallback, or ``None`` (default) to look ``rg`` up on PATH at the first call.
+    The Python fallback runs in a separate process, so a pathological pattern cannot
+    freeze the agent. A search that takes longer than ``deadline`` seconds (default 30)
+    is stopped with an error; an abort of the run stops it at once.
     """
 
-    __slots__ = ("_rg", "workspace")
+    __slots__ = ("_rg", "deadline", "workspace")
 
-    def __init__(self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None) -> None:
+    def __init__(
+        self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
+    ) -> None:
         super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
         self.workspace = workspace
         self._rg: str | Literal[False] | None = ripgrep
+        self.deadline = deadline
 
     def _ripgrep(self) -> str | None:
         if self._rg is None:
@@ -320,15 +312,31 @@ class GrepTool(Tool):
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         shown = ws.display(base)
-        if not base.exists():
+        try:
+            mode = base.stat().st_mode
+        except OSError:
             return ToolResult.error(f"Path not found: {shown}")
+        kind = special_kind(mode)
+        if kind is not None:
+            return ToolResult.error(
+                f"{shown} is {kind}, not a regular file or folder; only regular files and folders can be searched."
+            )
         formatter = _Formatter(ws, context, max_results)
         rg = self._ripgrep()
-        if rg is not None:
-            folder = base if base.is_dir() else base.parent
-            error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
-        else:
-            error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter, ctx)
+        try:
+            async with asyncio.timeout(self.deadline), ctx.signal.scope():
+                if rg is not None:
+                    folder = base if base.is_dir() else base.parent
+                    error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
+                else:
+                    error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter)
+        except TimeoutError:
+            return ToolResult.error(
+                f"The search for {pattern!r} timed out after {self.deadline:g} seconds and was stopped. Use a "
+                "simpler pattern (nested repetition such as (a+)+ can take forever) or a narrower path or glob."
+            )
+        except Aborted:
+            return ToolResult.error(f"The search for {pattern!r} was aborted.")
         if error is not None:
             return ToolResult.error(error)
         details = {"matches": formatter.matches, "truncated": formatter.done, "backend": "rg" if rg else "python"}
@@ -346,16 +354,48 @@ class GrepTool(Tool):
         ignore_case: bool,
         literal: bool,
         formatter: _Formatter,
-        ctx: ToolContext,
     ) -> str | None:
+        flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
+        source = re.escape(pattern) if literal else pattern
         try:
-            flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
-            regex = re.compile(re.escape(pattern) if literal else pattern, flags)
+            re.compile(source, flags)
         except re.error as exc:
             return f"Invalid regular expression {pattern!r}: {exc}."
-        glob_re = glob_to_regex(glob) if glob else None
-        has_slash = bool(glob and "/" in glob)
-        await _in_thread(lambda stop: _grep_python(base, regex, glob_re, has_slash, context, formatter, stop), ctx)
+        request = {
+            "base": str(base),
+            "pattern": source,
+            "flags": int(flags),
+            "glob": glob_to_regex(glob).pattern if glob else None,
+            "glob_has_slash": bool(glob and "/" in glob),
+            "context": context,
+            "ignored": sorted(IGNORED_DIRS),
+            "line_chars": MAX_LINE_CHARS,
+        }
+        if not sys.executable:
+            return "The Python grep fallback cannot run: the Python interpreter's path is unknown. Install ripgrep (rg)."
+        try:
+            child = await _Child.start([sys.executable, "-I", "-S", _WORKER], stdin=True)
+        except OSError as exc:
+            return f"Could not start the Python grep fallback ({sys.executable}): {exc.strerror or exc}."
+        proc = child.proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        finished = False
+        try:
+            proc.stdin.write(json.dumps(request).encode("utf-8"))
+            proc.stdin.close()
+            while not formatter.done:
+                line = await proc.stdout.readline()
+                if not line:
+                    break
+                path, number, text, is_match = json.loads(line)
+                formatter.add(path, number, text, is_match)
+            stderr = b"" if formatter.done else await proc.stderr.read()
+            finished = not formatter.done
+        finally:
+            await child.end(kill=not finished)
+        if finished and proc.returncode:
+            message = stderr.decode("utf-8", errors="replace").strip().splitlines()
+            return f"The Python grep fallback failed: {message[-1] if message else f'exit code {proc.returncode}'}"
         return None
 
     async def _run_rg(
@@ -383,17 +423,11 @@ class GrepTool(Tool):
             argv += ["--context", str(context)]
         argv += ["--regexp", pattern, "--", str(base)]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=64 * 1024 * 1024,
-                # ripgrep matches globs that contain '/' against paths relative to its cwd.
-                cwd=folder,
-            )
+            # ripgrep matches globs that contain '/' against paths relative to its cwd.
+            child = await _Child.start(argv, cwd=folder)
         except OSError as exc:
             return f"Could not run ripgrep ({rg}): {exc.strerror or exc}."
+        proc = child.proc
         assert proc.stdout is not None and proc.stderr is not None
         decode = msgspec.json.Decoder().decode
         finished = False
@@ -413,14 +447,7 @@ class GrepTool(Tool):
             stderr = b"" if formatter.done else await proc.stderr.read()
             finished = not formatter.done
         finally:
-            if not finished and proc.returncode is None:
-                # os.kill, not proc.kill: Popen.send_signal would reap the process behind
-                # the child watcher's back.
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            await proc.wait()
+            await child.end(kill=not finished)
         if proc.returncode == 2 and formatter.matches == 0 and not formatter.done:
             message = stderr.decode("utf-8", errors="replace").strip()
             return f"ripgrep failed: {message or 'exit code 2'}"
@@ -492,7 +519,11 @@ class FindTool(Tool):
             return ToolResult.error(str(exc))
         shown = ws.display(base)
         if not base.is_dir():
-            what = "is not a folder" if base.exists() else "does not exist"
+            try:
+                kind = special_kind(base.stat().st_mode)
+            except OSError:
+                return ToolResult.error(f"{shown} does not exist; give a folder to search.")
+            what = f"is {kind}, not a folder" if kind else "is not a folder"
             return ToolResult.error(f"{shown} {what}; give a folder to search.")
         found = await _in_thread(lambda stop: _find_files(base, pattern, sort == "mtime", stop), ctx)
         if sort == "mtime":

@@ -7,16 +7,21 @@ else raises :class:`WorkspaceError` with a message naming the path and the roots
 The workspace also remembers which files the agent has read, with their modification
 time, size and a content digest. Editing or overwriting an existing file requires such a
 record that still matches the file on disk; a successful write refreshes it.
+
+Only regular files and folders are worked on. Named pipes, devices and sockets would
+block a reader (or writer) forever, so :func:`open_regular` and :func:`special_kind`
+refuse them with a message naming the path and what it is, without ever blocking.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat as _stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["FileRecord", "Workspace", "WorkspaceError", "digest"]
+__all__ = ["FileRecord", "Workspace", "WorkspaceError", "digest", "not_regular_message", "open_regular", "special_kind"]
 
 
 class WorkspaceError(Exception):
@@ -26,6 +31,74 @@ class WorkspaceError(Exception):
 def digest(data: bytes) -> bytes:
     """The content digest stored in a :class:`FileRecord`."""
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is neither a regular file nor a
+    folder (``"a named pipe (FIFO)"``, ``"a character device"``, ...), else None."""
+    if _stat.S_ISREG(mode) or _stat.S_ISDIR(mode):
+        return None
+    if _stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if _stat.S_ISCHR(mode):
+        return "a character device"
+    if _stat.S_ISBLK(mode):
+        return "a block device"
+    if _stat.S_ISSOCK(mode):
+        return "a socket"
+    if _stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a special file"
+
+
+def not_regular_message(shown: str, mode: int, verb: str) -> str:
+    """The error for a path that is not a regular file, e.g. ``notes.fifo is a named pipe
+    (FIFO), not a regular file; only regular files can be read.``"""
+    kind = "a folder" if _stat.S_ISDIR(mode) else special_kind(mode) or "not a regular file"
+    return f"{shown} is {kind}, not a regular file; only regular files can be {verb}."
+
+
+def open_regular(path: os.PathLike[str] | str, shown: str, verb: str, *, write: bool = False) -> tuple[int, os.stat_result]:
+    """Open the regular file ``path`` without blocking; returns ``(fd, stat)``.
+
+    The file is opened with ``O_NONBLOCK | O_NOFOLLOW`` (so a named pipe, a device or a
+    symlink swapped in after the path was resolved cannot block or redirect the call)
+    and checked with ``fstat`` on the open descriptor; anything but a regular file is
+    closed again and refused with :class:`WorkspaceError` (see :func:`not_regular_message`,
+    ``verb`` is e.g. ``"read"``). ``write`` opens for reading and writing, creating the
+    file if missing (never truncating: the caller does that once the file is checked).
+    ``OSError`` (missing file, permissions) propagates; a symlink at ``path`` is refused.
+    """
+    flags = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_RDWR | os.O_CREAT if write else os.O_RDONLY
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not write:
+            raise
+    else:
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        # ELOOP: a symlink appeared at the resolved path; ENXIO: a socket or a FIFO without reader.
+        try:
+            info = os.lstat(path)
+        except OSError:
+            raise exc from None
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
 
 
 class FileRecord:

@@ -2,18 +2,19 @@
 
 Parent folders are created. Overwriting an existing file requires that the agent read it
 first and that it has not changed on disk since (see :class:`~ketch.tools.workspace.Workspace`);
-new files need no read. The content is written exactly as given (UTF-8).
+new files need no read. The content is written exactly as given (UTF-8). Named pipes,
+devices and sockets are refused (without blocking), never written to.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
+import os
+from typing import Any, BinaryIO
 
 from ..loop.tool import Tool, ToolContext, ToolResult
 from .edit import unified_diff
-from .workspace import Workspace, WorkspaceError
+from .workspace import Workspace, WorkspaceError, open_regular
 
 __all__ = ["WriteTool", "count_lines"]
 
@@ -42,9 +43,11 @@ def count_lines(data: bytes) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+def _write(f: BinaryIO, data: bytes) -> None:
+    f.seek(0)
+    f.write(data)
+    f.truncate()
+    f.flush()
 
 
 def _plural(n: int, word: str) -> str:
@@ -76,14 +79,18 @@ class WriteTool(Tool):
         try:
             if path.is_dir():
                 return ToolResult.error(f"{shown} is a directory; give a file path to write.")
-            if path.exists():
-                old = path.read_bytes()
-                ws.check_fresh(path, path.stat(), old, action="overwrite")
-            if len(data) > _THREAD_THRESHOLD:
-                await asyncio.to_thread(_write, path, data)
-            else:
-                _write(path, data)
-            stat = path.stat()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            fd, stat = open_regular(path, shown, "written", write=True)
+            with os.fdopen(fd, "r+b") as f:
+                if existed:
+                    old = f.read()
+                    ws.check_fresh(path, stat, old, action="overwrite")
+                if len(data) > _THREAD_THRESHOLD:
+                    await asyncio.to_thread(_write, f, data)
+                else:
+                    _write(f, data)
+                stat = os.fstat(f.fileno())
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         except OSError as exc:
