@@ -281,7 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reconfigure is not None:  # text that cannot be encoded is shown, not a crash
             reconfigure(errors="backslashreplace")
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        try:
+            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit as exc:  # argparse: --help, usage errors
+            if exc.code is not None and not isinstance(exc.code, int):
+                raise
+            code = exc.code or 0
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return code
     except BrokenPipeError:
         silence_stdout()
         return EXIT_BROKEN_PIPE

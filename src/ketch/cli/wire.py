@@ -81,8 +81,8 @@ class _Sink(io.RawIOBase):
 class BrokenPipeGuard:
     """Stdout for a run whose reader may go away: write to :attr:`stream`. On the first
     ``BrokenPipeError`` stdout is silenced (:func:`silence_stdout`), :attr:`broken`
-    becomes true and ``on_broken`` (abort the run) is called once; later writes are
-    dropped."""
+    becomes true and ``on_broken`` (abort the run) is called; later writes are dropped
+    and call it again (so a break before the run started aborts the run too)."""
 
     __slots__ = ("_on_broken", "_out", "broken", "stream")
 
@@ -94,6 +94,7 @@ class BrokenPipeGuard:
 
     def _write(self, data: Any) -> None:
         if self.broken:
+            self._on_broken()
             return
         view = memoryview(data).cast("B")
         try:
