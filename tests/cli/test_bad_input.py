@@ -265,6 +265,7 @@ def test_bad_option_values_are_one_line_errors(env: Env, prefix: list[str], args
         (["doctor", "--timeout", "soon"], "argument --timeout: expected a finite number >= 0, got 'soon' (see ketch doctor --help)"),
         (["doctor", "--max-tokens", "0"], "argument --max-tokens: expected a positive integer, got '0' (see ketch doctor --help)"),
         (["config", "--bogus"], "unrecognized arguments: --bogus (see ketch config --help)"),
+        (["models", "--bogus"], "unrecognized arguments: --bogus (see ketch models --help)"),
     ],
 )
 def test_bad_options_of_other_commands_are_one_line_errors(env: Env, args: list[str], message: str) -> None:
