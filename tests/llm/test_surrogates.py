@@ -111,3 +111,49 @@ async def test_request_bodies_of_every_provider_carry_lone_surrogates_as_replace
         json.loads(text)
         assert "\\udce9" not in text and "\udce9" not in text
         assert text.count(GOOD) >= 3 * turns
+
+
+def test_token_estimates_of_tool_calls_with_lone_surrogates() -> None:
+    from ketch.llm.tokens import estimate_message_tokens
+
+    (_, assistant, _) = _transcript(1, {"path": BAD})
+    clean = AssistantMessage(
+        content=[TextContent(text=f"looking {GOOD}"), ToolCall(id="c0", name="ls", arguments={"path": GOOD})],
+        provider="openai",
+        api="openai-chat",
+        model="gpt-4o-mini",
+        stop_reason="tool_use",
+        timestamp=1.0,
+    )
+    assert estimate_message_tokens(assistant) == estimate_message_tokens(clean)
+
+
+def test_validation_messages_show_arguments_with_lone_surrogates() -> None:
+    from ketch.loop.validate import validate_arguments
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    _, problem = validate_arguments("count", schema, {"n": BAD})
+    assert problem == (
+        'Validation failed for tool "count":\n'
+        "  - n: expected integer, got string 'caf\\udce9'\n\n"
+        "Received arguments:\n{'n': 'caf\\udce9'}"
+    )
+    problem.encode("utf-8")  # the message itself can be sent
+
+
+async def test_a_tool_returning_lone_surrogates_gives_json_with_replacement_characters() -> None:
+    from ketch import Agent, tool
+    from ketch.testing import ScriptedModel, reply, tool_call
+
+    @tool
+    def files() -> dict[str, list[str]]:
+        """List the files."""
+        return {"files": [f"{BAD}.txt", "ok.txt"]}
+
+    agent = Agent(ScriptedModel([reply(tool_call("files", {})), "done"]), tools=[files])
+    result = await agent.prompt("list")
+    assert result.end_reason == "stop"
+    (tool_result,) = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
+    assert tool_result.content == [TextContent(text='{"files":["caf\ufffd.txt","ok.txt"]}')]
+    assert not tool_result.is_error
+    json.loads(to_json(agent.messages))
