@@ -1,11 +1,52 @@
 #!/usr/bin/env bash
-# Set up a fresh virtual environment with every test dependency, then run lint, types and tests.
+# Install what the test suite needs, set up a fresh virtual environment with every test
+# dependency, then run lint, types and tests. CI runs exactly this on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The sandbox tests (tests/security, tests/sandbox) need bubblewrap; they fail without it.
-if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else sudo -n apt-get install -y -q bubblewrap; fi
+
+# System packages the suite needs (Debian names), each with the probe that shows it is
+# installed. This is the one list: add new ones here. Nothing in the suite skips because
+# one of these is missing; a missing one is installed below, or the script stops.
+SYSTEM_PACKAGES=(
+    "ripgrep|command -v rg"                    # the grep tool's fast path
+    "bubblewrap|command -v bwrap"              # the bash tool's sandbox
+    "g++|command -v c++"                       # llama-cpp-python compiles from source
+    "python3-venv|python3 -c 'import ensurepip'"  # python3 -m venv below
+)
+
+missing=()
+for entry in "${SYSTEM_PACKAGES[@]}"; do
+    package=${entry%%|*}
+    probe=${entry#*|}
+    bash -c "$probe" >/dev/null 2>&1 || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    echo "scripts/test.sh: installing missing system packages: ${missing[*]}" >&2
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo)
+        else
+            echo "scripts/test.sh: error: the tests need these system packages: ${missing[*]};" \
+                "not root and no sudo, so install them yourself (apt-get install ${missing[*]})" >&2
+            exit 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "scripts/test.sh: error: the tests need these system packages: ${missing[*]};" \
+            "apt-get is not available, so install them with your system's package manager" >&2
+        exit 1
+    fi
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    for entry in "${SYSTEM_PACKAGES[@]}"; do
+        if ! bash -c "${entry#*|}" >/dev/null 2>&1; then
+            echo "scripts/test.sh: error: ${entry%%|*} is still missing after apt-get install" >&2
+            exit 1
+        fi
+    done
 fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'

@@ -29,6 +29,7 @@ from .llm.messages import (
     ThinkingContent,
     ToolCall,
     Usage,
+    scrub_surrogates,
 )
 from .llm.model import Context, StreamOptions, ToolSpec
 from .llm.stream import MessageBuilder, StreamEvent, guard_stream
@@ -123,6 +124,14 @@ class ScriptedRequest(msgspec.Struct, kw_only=True):
         return [t.name for t in self.tools]
 
 
+def _arguments_json(arguments: dict[str, Any]) -> bytes:
+    """Tool-call arguments as a provider sends them: JSON, a lone surrogate as U+FFFD."""
+    try:
+        return msgspec.json.encode(arguments)
+    except UnicodeEncodeError:
+        return msgspec.json.encode(scrub_surrogates(arguments))
+
+
 def _estimate_usage(context: Context, blocks: Iterable[Any]) -> Usage:
     in_chars = len(context.system_prompt)
     for m in context.messages:
@@ -135,7 +144,7 @@ def _estimate_usage(context: Context, blocks: Iterable[Any]) -> Usage:
         elif isinstance(b, ThinkingContent):
             out_chars += len(b.thinking)
         elif isinstance(b, ToolCall):
-            out_chars += len(b.name) + len(msgspec.json.encode(b.arguments))
+            out_chars += len(b.name) + len(_arguments_json(b.arguments))
     inp, out = (in_chars + 3) // 4, (out_chars + 3) // 4
     return Usage(input=inp, output=out, total_tokens=inp + out)
 
@@ -171,7 +180,7 @@ async def _play(script: Reply, builder: MessageBuilder, context: Context) -> Asy
             yield tc
             raw = block.raw_arguments
             if raw is None:
-                raw = msgspec.json.encode(block.arguments).decode() if block.arguments else ""
+                raw = _arguments_json(block.arguments).decode() if block.arguments else ""
             for piece in _chunks(raw, script.chunk_size):
                 await pause()
                 yield builder.tool_call_delta(piece, tc.index)

@@ -180,17 +180,19 @@ class Terminal:
 
     CPR = "\x1b[6n"
 
-    def __init__(self, env: Env, *args: str, extra: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Env, *args: str, extra: dict[str, str] | None = None, columns: int = 120, cwd: Path | None = None
+    ) -> None:
         import pexpect
 
-        variables = dict(env.vars, TERM="xterm-256color", COLUMNS="120", LINES="30", **(extra or {}))
+        variables = dict(env.vars, TERM="xterm-256color", COLUMNS=str(columns), LINES="30", **(extra or {}))
         self.child = pexpect.spawn(
             sys.executable,
             ["-m", "ketch", *args],
-            cwd=str(env.work),
+            cwd=str(cwd or env.work),
             env=variables,
             encoding="utf-8",
-            dimensions=(30, 120),
+            dimensions=(30, columns),
             timeout=20,
         )
         self.seen = ""

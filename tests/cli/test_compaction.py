@@ -143,7 +143,7 @@ def test_config_shows_compaction_and_window(env: Env) -> None:
     proc = env.run("run", "go", extra={"KETCH_CONTEXT_WINDOW": "0"})
     assert (proc.returncode, proc.stderr) == (
         2,
-        "ketch: environment KETCH_CONTEXT_WINDOW: context_window must be at least 1\n",
+        "ketch: environment KETCH_CONTEXT_WINDOW: context_window must be a positive integer, got 0\n",
     )
 
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
+import pytest
 from clihelp import Env, Terminal, call_reply, text_reply
+from rich.cells import cell_len
+
+from ketch.cli.interactive import banner, shorten_path
 
 
 def _start(env: Env, terminals: list[Terminal], script: str, *args: str) -> Terminal:
@@ -189,6 +194,66 @@ def test_ctrl_d_exits(env: Env, terminals: list[Terminal]) -> None:
     term = _start(env, terminals, env.script([]))
     term.ctrl("d")
     assert term.wait_exit() == 0
+
+
+def _deep_workspace(env: Env) -> Path:
+    """A workspace whose path is over 400 characters long, ending in ``the-workspace``."""
+    deep = env.work
+    while len(str(deep)) < 400:
+        deep = deep / ("nested-directory-" * 3)
+    deep = deep / "the-workspace"
+    deep.mkdir(parents=True)
+    return deep
+
+
+@pytest.mark.parametrize("columns", [120, 60])
+def test_banner_fits_the_terminal_however_long_the_workspace_path(
+    env: Env, terminals: list[Terminal], columns: int
+) -> None:
+    deep = _deep_workspace(env)
+    term = Terminal(env, "--model", f"scripted:{env.script([])}", columns=columns, cwd=deep)
+    terminals.append(term)
+    term.expect("ketch · ")
+    middle = term.expect("/help for commands")
+    shown = "ketch · " + middle + "/help for commands"
+    assert middle.startswith("scripted:scripted-model · ")
+    assert middle.endswith("the-workspace · permission mode default · ")
+    assert "\n" not in shown and "\r" not in shown
+    assert "…" in middle and str(deep) not in middle
+    if columns == 120:
+        assert cell_len(shown) == 119  # the path is shortened to fill the line exactly
+    term.expect("›")
+    term.ctrl("d")
+    assert term.wait_exit() == 0
+
+
+def test_banner_shortens_the_path_in_the_middle_and_uses_tilde_for_home() -> None:
+    home = Path("/home/someone")
+    assert (
+        banner("openai:gpt-5", home / "src" / "ketch", "default", 120, home=home)
+        == "ketch · openai:gpt-5 · ~/src/ketch · permission mode default · /help for commands"
+    )
+    assert banner("openai:gpt-5", home, "plan", 120, home=home).startswith("ketch · openai:gpt-5 · ~ · ")
+    long = Path("/" + "/".join(f"dir{i:03d}" for i in range(60)))
+    line = banner("local:smollm2", long, "default", 100, home=home)
+    assert cell_len(line) == 99
+    assert line.startswith("ketch · local:smollm2 · /dir000/")
+    assert line.endswith("/dir059 · permission mode default · /help for commands")
+    assert "…" in line
+    # Too narrow for the fixed parts: the path still keeps its last characters.
+    assert banner("m:x", long, "default", 20, home=home) == (
+        "ketch · m:x · …r058/dir059 · permission mode default · /help for commands"
+    )
+
+
+def test_shorten_path_counts_terminal_cells() -> None:
+    assert shorten_path("/short", 10) == "/short"
+    assert shorten_path("/abcdefghij/klmnopqrst", 10) == "…lmnopqrst"
+    assert shorten_path("/abcdefghij/klmnopqrst" * 2, 30) == "/abcdefgh…bcdefghij/klmnopqrst"
+    wide = "/データ/" * 10
+    short = shorten_path(wide, 31)
+    assert cell_len(short) in (30, 31) and short.startswith("/デ") and short.endswith("ータ/")
+    assert shorten_path("/anything", 1) == "…"
 
 
 def test_typing_while_working_steers_or_queues_a_follow_up(env: Env, terminals: list[Terminal]) -> None:

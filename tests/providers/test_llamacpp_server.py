@@ -175,7 +175,7 @@ class TurnTools:
 
 
 async def test_full_agent_run(llama_server: LlamaServer) -> None:
-    loop = pytest.importorskip("ketch.loop")
+    import ketch.loop as loop
     seen: list[dict[str, Any]] = []
 
     async def get_weather(args: dict[str, Any], ctx: Any) -> str:

@@ -7,7 +7,6 @@ was found.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from .args import OneLineParser
 from .config import ConfigError, load_settings
 from .factory import key_source, register_providers
 
@@ -73,7 +73,7 @@ def model_rows(provider: str | None = None) -> list[ModelRow]:
 
 def models_command(argv: Sequence[str]) -> int:
     """Run ``ketch models``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="ketch models", description="List known models and which have keys.")
+    parser = OneLineParser(prog="ketch models", description="List known models and which have keys.")
     parser.add_argument("--provider", help="only this provider's models")
     parser.add_argument("--all", action="store_true", help="list models of providers without a key too")
     parser.add_argument("--json", action="store_true", help="one JSON array of every model")

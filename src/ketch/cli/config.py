@@ -57,6 +57,7 @@ trusted. Environment variables: ``KETCH_MODEL``,
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -83,6 +84,7 @@ __all__ = [
     "project_config_files",
     "project_root",
     "redact",
+    "redact_url",
     "trust_project",
 ]
 
@@ -112,8 +114,9 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
 
     def __repr__(self) -> str:
         key = "***" if self.api_key else None
+        url = None if self.base_url is None else redact_url(self.base_url)
         return (
-            f"ProviderConfig(base_url={self.base_url!r}, api_key_env={self.api_key_env!r}, "
+            f"ProviderConfig(base_url={url!r}, api_key_env={self.api_key_env!r}, "
             f"api_key={key!r}, api={self.api!r})"
         )
 
@@ -288,12 +291,18 @@ def _read(path: Path) -> _File:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         return msgspec.convert(raw, _File)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: values nested too deeply") from None
 
 
 _FILE_SCALARS = (
@@ -449,16 +458,14 @@ def _validate(settings: Settings) -> None:
             f"{where('permission_mode')}: unknown permission mode {settings.permission_mode!r}; "
             "expected one of default, accept_edits, plan, bypass (or accept-edits)"
         ) from None
-    if settings.max_turns is not None and settings.max_turns < 1:
-        raise ConfigError(f"{where('max_turns')}: max_turns must be at least 1")
-    if settings.max_budget_usd is not None and settings.max_budget_usd < 0:
-        raise ConfigError(f"{where('max_budget_usd')}: max_budget_usd must not be negative")
-    if settings.max_tokens is not None and settings.max_tokens < 1:
-        raise ConfigError(f"{where('max_tokens')}: max_tokens must be at least 1")
-    if settings.context_window is not None and settings.context_window < 1:
-        raise ConfigError(f"{where('context_window')}: context_window must be at least 1")
-    if settings.temperature is not None and settings.temperature < 0:
-        raise ConfigError(f"{where('temperature')}: temperature must not be negative")
+    for name in ("max_turns", "max_tokens", "context_window"):
+        number = getattr(settings, name)
+        if number is not None and number < 1:
+            raise ConfigError(f"{where(name)}: {name} must be a positive integer, got {number!r}")
+    for name in ("max_budget_usd", "temperature"):
+        number = getattr(settings, name)
+        if number is not None and not (math.isfinite(number) and number >= 0):
+            raise ConfigError(f"{where(name)}: {name} must be a finite number >= 0, got {number!r}")
 
 
 def _array_end(text: str, start: int) -> int:
@@ -540,6 +547,14 @@ def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the credentials of its authority (``user:password@``) shown as ``***@``."""
+    return _USERINFO.sub(r"\1***@", url, count=1)
 
 
 def redact(secret: str | None) -> str:

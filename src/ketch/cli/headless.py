@@ -27,7 +27,16 @@ from ..permissions import Approval, PermissionRequest
 from .config import Settings
 from .factory import Built, build_agent
 from .render import compaction_note
-from .wire import Denied, Init, encode_event, encode_line, exit_code_for, make_result
+from .wire import (
+    EXIT_BROKEN_PIPE,
+    BrokenPipeGuard,
+    Denied,
+    Init,
+    encode_event,
+    encode_line,
+    exit_code_for,
+    make_result,
+)
 
 __all__ = ["OutputFormat", "exit_now", "run_headless"]
 
@@ -206,7 +215,8 @@ async def run_headless(
     agent = built.agent
     model = agent.model
     model_name = f"{model.provider}:{model.id}"
-    stdout = sys.stdout.buffer
+    guard = BrokenPipeGuard(sys.stdout.buffer, agent.abort)  # the reader went away: stop
+    stdout = guard.stream
     stream: _StreamJsonOut | None = None
     if output == "stream-json":
         stream = _StreamJsonOut(stdout)
@@ -247,7 +257,7 @@ async def run_headless(
         stdout.flush()
     else:
         reason = result.end_reason
-        if reason != "stop":
+        if reason != "stop" and not guard.broken:
             detail = f": {result.summary.error}" if result.summary.error else ""
             sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")
-    return exit_code_for(result.end_reason)
+    return EXIT_BROKEN_PIPE if guard.broken else exit_code_for(result.end_reason)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.formatted_text import StyleAndTextTuples
 
-__all__ = ["HELP", "Session", "run_interactive"]
+__all__ = ["HELP", "Session", "banner", "run_interactive", "shorten_path"]
 
 HELP = """\
 Commands:
@@ -60,6 +60,46 @@ PROMPT = "› "
 PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
 SCOPE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project  [l] local › "
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def shorten_path(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells: the middle replaced by ``…``, keeping
+    more of the end (the directory's own name) than of the start (none when narrow)."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"
+    keep = width - 1
+    head = keep // 3 if keep >= 24 else 0
+    tail = keep - head
+    while head + tail > 0 and cell_len(text[:head]) + cell_len(text[len(text) - tail :]) > keep:
+        if tail > head * 2:
+            tail -= 1
+        else:
+            head -= 1
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def banner(model: str, root: Path, mode: str, width: int, home: Path | None = None) -> str:
+    """The start line of a session, at most ``width - 1`` cells wide when it can be: the
+    working directory is written with ``~`` for the home directory and shortened in the
+    middle to fit; the other parts are kept whole."""
+    from rich.cells import cell_len
+
+    where = str(root)
+    try:
+        home = Path.home() if home is None else home
+        relative = root.relative_to(home)
+    except (RuntimeError, KeyError, ValueError):
+        pass
+    else:
+        where = "~" if relative == Path() else f"~/{relative}"
+    head = f"ketch · {model} · "
+    tail = f" · permission mode {mode} · /help for commands"
+    room = width - 1 - cell_len(head) - cell_len(tail)
+    return head + shorten_path(where, max(room, min(cell_len(root.name) + 2, 40), 12)) + tail
 
 
 class Session:
@@ -377,9 +417,9 @@ class Session:
             self.renderer = EventRenderer(console)
             self.agent.subscribe(self.renderer)
             m = self.agent.model
-            self.renderer.note(
-                f"ketch · {m.provider}:{m.id} · {self.root} · permission mode {self.permissions.mode} · /help for commands"
-            )
+            text = banner(f"{m.provider}:{m.id}", self.root, self.permissions.mode, console.width)
+            # soft_wrap: never break the line; a terminal too narrow for it wraps it itself.
+            console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
             if self.built.hooks is not None:
                 renderer = self.renderer
                 self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")

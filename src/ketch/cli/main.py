@@ -10,13 +10,19 @@
     ketch config                the effective settings and where they come from
 
 Exit codes: 0 success, 1 error, 2 usage or configuration error, 3 max turns reached,
-4 budget exhausted, 130 aborted.
+4 budget exhausted, 130 aborted, 141 stdout closed early (the reader went away, as in
+``ketch run … | head``: the run is aborted and the command exits quietly, like a Unix tool
+stopped by SIGPIPE).
+
+Text that is not valid UTF-8 (the task on stdin, command-line arguments) is decoded with
+U+FFFD for the bad bytes and one warning line on stderr; the rest is kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,9 +30,11 @@ from typing import Any
 
 from ..llm.model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
+from .args import OneLineParser, finite_non_negative, positive_int
 from .config import TRUST_ENV, ConfigError, Settings, load_settings
+from .wire import EXIT_BROKEN_PIPE, silence_stdout
 
-__all__ = ["EXIT_USAGE", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_USAGE", "main"]
 
 EXIT_USAGE = 2
 _COMMANDS = ("run", "models", "doctor", "config")
@@ -43,27 +51,13 @@ exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
 """
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
     parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
-    parser.add_argument("--max-turns", type=_positive_int, help="stop after this many model calls")
-    parser.add_argument("--max-budget-usd", type=_non_negative, help="stop once the run cost this much")
-    parser.add_argument("--max-tokens", type=_positive_int, help="output token limit per model call")
-    parser.add_argument("--temperature", type=_non_negative, help="sampling temperature (0 is greedy)")
+    parser.add_argument("--max-turns", type=positive_int, help="stop after this many model calls")
+    parser.add_argument("--max-budget-usd", type=finite_non_negative, help="stop once the run cost this much")
+    parser.add_argument("--max-tokens", type=positive_int, help="output token limit per model call")
+    parser.add_argument("--temperature", type=finite_non_negative, help="sampling temperature (0 is greedy)")
     parser.add_argument("--system-prompt", help="replace the default system prompt")
     parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
     parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
@@ -90,7 +84,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="no automatic context management (no summaries of older history; /compact is off)",
     )
     parser.add_argument(
-        "--context-window", type=_positive_int, metavar="TOKENS", help="use this context window instead of the model's"
+        "--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's"
     )
     parser.add_argument(
         "-o", "--output", choices=("text", "json", "stream-json"), default="text", help="headless output format"
@@ -98,7 +92,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="ketch",
         description="ketch: a coding agent in your terminal.",
         epilog=_EPILOG,
@@ -110,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ketch run", description="Run one task headless.")
+    parser = OneLineParser(prog="ketch run", description="Run one task headless.")
     _add_run_options(parser)
     parser.add_argument("task", help="the task, or '-' to read it from stdin")
     return parser
@@ -154,6 +148,89 @@ def _ask_trust(root: Path, widening: list[str]) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(what: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        sys.stderr.write(f"ketch: warning: {what} is not valid UTF-8; the invalid bytes were replaced with U+FFFD\n")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable bytes of an argument, kept by Python
+    as surrogate escapes) decoded with U+FFFD instead."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "replace")
+
+
+def _clean_args(args: argparse.Namespace) -> None:
+    """Decode the text arguments that are not valid UTF-8 with replacement (one warning).
+    ``--cwd`` is a path and is kept as given."""
+    changed = False
+    for name, value in vars(args).items():
+        if name == "cwd":
+            continue
+        if isinstance(value, str):
+            clean = _valid_text(value)
+            changed = changed or clean is not value
+            setattr(args, name, clean)
+        elif isinstance(value, list):
+            cleaned = [_valid_text(v) if isinstance(v, str) else v for v in value]
+            changed = changed or any(a is not b for a, b in zip(cleaned, value, strict=True))
+            setattr(args, name, cleaned)
+    if changed:
+        _warn_once("a command-line argument")
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_once("the task on stdin")
+        return data.decode("utf-8", "replace")
+
+
+def _check_model(settings: Settings, tool_choice: str | None) -> None:
+    """Fail before the run when the chosen provider needs a key and has none, or when
+    ``--tool-choice`` names no tool of the run."""
+    from .factory import BUILTIN_TOOLS, api_key_for, choose_model, register_providers
+
+    if tool_choice is not None:
+        tools = BUILTIN_TOOLS if settings.tools is None else tuple(settings.tools)
+        allowed = ("auto", "required", "none", *tools)
+        if tool_choice not in allowed:
+            raise ConfigError(f"--tool-choice {tool_choice!r}: expected one of {', '.join(allowed)}")
+    spec, _ = choose_model(settings)
+    if spec.startswith("scripted:"):
+        return
+    from ..llm.registry import get_provider
+    from ..llm.resolve import parse_spec
+
+    register_providers(settings.providers)
+    try:
+        provider, _ = parse_spec(spec)
+    except ValueError:
+        return  # building the model reports it
+    info = get_provider(provider)
+    if info is None or not info.requires_key or api_key_for(provider, settings) is not None:
+        return
+    configured = settings.providers.get(provider)
+    names = [configured.api_key_env] if configured is not None and configured.api_key_env else []
+    names += [n for n in info.api_key_env if n not in names]
+    where = f"set {' or '.join(names)}" if names else f"set api_key under [providers.{provider}] in the config"
+    raise ConfigError(f"no API key for provider {provider!r} (model {spec}): {where}")
+
+
 def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
     root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
     if not root.is_dir():
@@ -179,14 +256,17 @@ def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings,
     return settings, root
 
 
-def _run(args: argparse.Namespace, task: str | None) -> int:
+def _run(args: argparse.Namespace) -> int:
+    _clean_args(args)
+    task = args.task
     interactive = task is None and sys.stdin.isatty() and sys.stderr.isatty()
     try:
         settings, root = _settings(args, ask=interactive)
+        _check_model(settings, args.tool_choice)
     except ConfigError as exc:
         return _error(str(exc))
     if task == "-" or (task is None and not sys.stdin.isatty()):
-        task = sys.stdin.read()
+        task = _read_stdin()
         if not task.strip():
             return _error("no task on stdin")
         interactive_approval = False
@@ -253,11 +333,33 @@ def _end_tool_processes() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        os.getcwd()
+    except OSError as exc:
+        return _error(f"the current directory is gone ({exc.strerror}): cd to an existing directory")
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # text that cannot be encoded is shown, not a crash
+            reconfigure(errors="backslashreplace")
+    try:
+        try:
+            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit as exc:  # argparse: --help, usage errors
+            if exc.code is not None and not isinstance(exc.code, int):
+                raise
+            code = exc.code or 0
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in _COMMANDS else None
     if command == "run":
         args = _run_parser().parse_args(argv[1:])
-        return _run(args, args.task)
+        return _run(args)
     if command == "models":
         from .catalog import models_command
 
@@ -271,5 +373,5 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return config_command(argv[1:])
     args = _parser().parse_args(argv)
-    return _run(args, args.task)
+    return _run(args)
 

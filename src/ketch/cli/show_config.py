@@ -1,14 +1,15 @@
-"""``ketch config``: the effective settings, where each comes from, keys redacted."""
+"""``ketch config``: the effective settings, where each comes from, keys redacted (and
+the credentials of a ``base_url``: ``https://***@host/v1``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import ConfigError, config_dir, load_settings, redact
+from .args import OneLineParser
+from .config import ConfigError, config_dir, load_settings, redact, redact_url
 from .factory import api_key_for, choose_model, key_source
 
 __all__ = ["config_command"]
@@ -29,7 +30,7 @@ _SHOWN = (
 
 def config_command(argv: Sequence[str]) -> int:
     """Run ``ketch config``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="ketch config", description="Show the effective settings.")
+    parser = OneLineParser(prog="ketch config", description="Show the effective settings.")
     parser.add_argument("-C", "--cwd", help="working directory (for the project config)")
     args = parser.parse_args(argv)
     root = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
@@ -72,6 +73,6 @@ def config_command(argv: Sequence[str]) -> int:
         else:
             line = f"  {name:<12} key {redact(secret)}" + (f" from {source}" if source else "")
         if cfg is not None and cfg.base_url:
-            line += f"  base_url {cfg.base_url}"
+            line += f"  base_url {redact_url(cfg.base_url)}"
         out.write(line + "\n")
     return 0

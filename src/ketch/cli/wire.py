@@ -12,28 +12,103 @@ slimmed:
 - ``agent_end`` carries the ``summary`` only.
 
 Every message appears in full in its ``message_end`` line (user and tool-result messages
-also in ``message_start``). ``json`` writes only the ``result`` object.
+also in ``message_start``). ``json`` writes only the ``result`` object. A lone surrogate
+in a string (JSON cannot carry one) is written as U+FFFD.
+
+When the reader of stdout goes away (``ketch run … | head``), :class:`BrokenPipeGuard`
+aborts the run and the command exits with :data:`EXIT_BROKEN_PIPE`, without a traceback.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import io
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import msgspec
 
-from ..llm.messages import AssistantMessage, ToolCall, Usage
+from ..llm.messages import AssistantMessage, ToolCall, Usage, scrub_surrogates
 from ..loop.events import AgentEvent, RunSummary
 from ..permissions import Decision
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_CODES",
+    "BrokenPipeGuard",
     "Init",
     "Result",
     "encode_event",
     "encode_line",
     "exit_code_for",
     "make_result",
+    "silence_stdout",
 ]
+
+EXIT_BROKEN_PIPE = 141
+"""Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
+tool that SIGPIPE stopped."""
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at ``/dev/null``, so that nothing more written to stdout
+    (the interpreter's final flush included) fails once its reader is gone."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+class _Sink(io.RawIOBase):
+    def __init__(self, guard: BrokenPipeGuard) -> None:
+        self._guard = guard
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        self._guard._write(data)
+        return size
+
+
+class BrokenPipeGuard:
+    """Stdout for a run whose reader may go away: write to :attr:`stream`. On the first
+    ``BrokenPipeError`` stdout is silenced (:func:`silence_stdout`), :attr:`broken`
+    becomes true and ``on_broken`` (abort the run) is called; later writes are dropped
+    and call it again (so a break before the run started aborts the run too)."""
+
+    __slots__ = ("_on_broken", "_out", "broken", "stream")
+
+    def __init__(self, out: BinaryIO, on_broken: Callable[[], object]) -> None:
+        self._out = out
+        self._on_broken = on_broken
+        self.broken = False
+        self.stream: BinaryIO = io.BufferedWriter(_Sink(self))
+
+    def _write(self, data: Any) -> None:
+        if self.broken:
+            self._on_broken()
+            return
+        view = memoryview(data).cast("B")
+        try:
+            # A pipe whose reader leaves during a long write takes part of it and returns
+            # the count; writing the rest raises BrokenPipeError.
+            while view:
+                written = self._out.write(view)
+                view = view[written if written is not None else len(view) :]
+            self._out.flush()
+        except BrokenPipeError:
+            self.broken = True
+            silence_stdout()
+            self._on_broken()
 
 EXIT_CODES: dict[str, int] = {
     "stop": 0,
@@ -233,7 +308,10 @@ def encode_event(event: AgentEvent) -> Any:
 
 def encode_line(obj: Any, buffer: bytearray) -> bytearray:
     """Encode ``obj`` as one JSON line into ``buffer`` (reused between calls)."""
-    _encoder.encode_into(obj, buffer)
+    try:
+        _encoder.encode_into(obj, buffer)
+    except UnicodeEncodeError:
+        _encoder.encode_into(scrub_surrogates(msgspec.to_builtins(obj, enc_hook=_fallback)), buffer)
     buffer.extend(b"\n")
     return buffer
 

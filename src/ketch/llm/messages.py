@@ -8,10 +8,15 @@ messages a ``role`` tag, so any list of them round-trips through :func:`to_json`
 Applications add their own UI-only message kinds by subclassing :class:`CustomMessage`
 with a tag of their choice; they are registered automatically and round-trip like the
 built-in kinds, but the default conversion drops them before a model sees them.
+
+JSON cannot carry a lone surrogate (a string of undecodable bytes that Python keeps as
+surrogate escapes, such as a file name that is not UTF-8): :func:`to_json` writes each
+one as U+FFFD, as does every JSON encoder of ketch (:func:`scrub_surrogates`).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, ClassVar, Literal, TypeAlias
 
@@ -34,6 +39,7 @@ __all__ = [
     "from_dict",
     "from_json",
     "message_text",
+    "scrub_surrogates",
     "to_dict",
     "to_json",
 ]
@@ -257,8 +263,33 @@ def from_dict(data: dict[str, Any]) -> Message:
 
 
 def to_json(messages: Message | list[Message]) -> bytes:
-    """Encode one message or a list of messages as JSON bytes."""
-    return _encoder.encode(messages)
+    """Encode one message or a list of messages as JSON bytes (a lone surrogate in a
+    string becomes U+FFFD)."""
+    try:
+        return _encoder.encode(messages)
+    except UnicodeEncodeError:
+        return _encoder.encode(scrub_surrogates(messages))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD,
+    so that it can be encoded as JSON. Dicts, lists and tuples are copied (tuples as
+    lists), ``msgspec`` structs become their builtin form, other values stay as they are.
+
+    Meant for the rare retry after an encoder refused a value with
+    ``UnicodeEncodeError``: the first attempt costs nothing extra."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_surrogates(v) for v in value]
+    if isinstance(value, msgspec.Struct):
+        return scrub_surrogates(msgspec.to_builtins(value))
+    return value
 
 
 def from_json(data: bytes | str) -> Any:

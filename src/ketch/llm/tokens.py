@@ -25,6 +25,7 @@ from .messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    scrub_surrogates,
 )
 
 __all__ = [
@@ -84,7 +85,11 @@ def _block_tokens(block: Any) -> int:
     if cls is ThinkingContent:
         return estimate_text_tokens(block.thinking) or (1 if block.signature else 0)
     if cls is ToolCall:
-        return max(1, (len(block.name) + len(_json.encode(block.arguments)) + 3) // 4)
+        try:
+            size = len(_json.encode(block.arguments))
+        except UnicodeEncodeError:  # a lone surrogate: sent as U+FFFD
+            size = len(_json.encode(scrub_surrogates(block.arguments)))
+        return max(1, (len(block.name) + size + 3) // 4)
     if cls is ImageContent:
         return IMAGE_TOKENS
     return 0

@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
-from ..llm.messages import AssistantMessage, ImageContent, Message, TextContent
+from ..llm.messages import AssistantMessage, ImageContent, Message, TextContent, scrub_surrogates
 from ..llm.model import ToolSpec
 from ..llm.signal import AbortSignal
 
@@ -216,6 +216,8 @@ def to_tool_result(value: Any) -> ToolResult:
         return ToolResult(content=list(value))
     try:
         text = _json.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate, e.g. a file name that is not UTF-8
+        text = _json.encode(scrub_surrogates(value)).decode()
     except (TypeError, msgspec.EncodeError):
         text = str(value)
     return ToolResult(content=[TextContent(text=text)], details=value)

@@ -147,14 +147,14 @@ _encoder = msgspec.json.Encoder()
 def _json(value: Any) -> str:
     try:
         return _encoder.encode(value).decode()
-    except (TypeError, msgspec.EncodeError):
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
         return repr(value)
 
 
 def _pretty_json(value: Any) -> str:
     try:
         return msgspec.json.format(_encoder.encode(value), indent=2).decode()
-    except (TypeError, msgspec.EncodeError):
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
         return repr(value)
 
 

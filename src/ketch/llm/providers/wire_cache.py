@@ -40,7 +40,7 @@ import msgspec
 
 from ..handoff import Preparer
 from ..lists import extend_with_room
-from ..messages import Message, ToolResultMessage
+from ..messages import Message, ToolResultMessage, scrub_surrogates
 
 __all__ = ["Converter", "Fold", "WireCache", "WireItems", "encode_body"]
 
@@ -54,7 +54,16 @@ _MIN_CACHED = 8  # shorter transcripts are converted afresh (measured: faster be
 # plus their JSON, about the size of the requests).
 _BUDGET = 100_000
 
-_encode = msgspec.json.encode
+
+
+def _encode(value: Any) -> bytes:
+    """``msgspec.json.encode``; a lone surrogate in a string (JSON has none) becomes U+FFFD."""
+    try:
+        return msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        return msgspec.json.encode(scrub_surrogates(value))
+
+
 # Carried JSON from this size on is sent as a piece of its own rather than copied in.
 _SPLIT = 1 << 16
 _MARK = msgspec.Raw(b"\x00")

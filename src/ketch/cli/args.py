@@ -1,0 +1,47 @@
+"""Argument parsing for the ``ketch`` commands: one-line errors and typed option values.
+
+A bad option value ends the command with exit code 2 and one line on stderr that names
+the option, the bad value and what is allowed (``ketch: argument --max-turns: expected a
+positive integer, got 'banana' (see ketch run --help)``), never argparse's usage block
+or the name of an internal function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import NoReturn
+
+__all__ = ["OneLineParser", "finite_non_negative", "positive_int"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose errors are one line and exit with 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line (and where the help is) and exit with code 2."""
+        sys.stderr.write(f"ketch: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def finite_non_negative(text: str) -> float:
+    """A finite number of at least 0 (not ``nan`` or ``inf``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
