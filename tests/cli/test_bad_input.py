@@ -234,7 +234,7 @@ BAD_OPTIONS = [
     ),
     (
         ["--permission-mode", "x"],
-        "argument --permission-mode: invalid choice: 'x' (choose from 'default', 'accept-edits', 'bypass', 'plan')",
+        "argument --permission-mode: invalid choice: 'x' (choose from 'default', 'accept_edits', 'plan', 'bypass', 'accept-edits')",
     ),
     (["--output", "x"], "argument -o/--output: invalid choice: 'x' (choose from 'text', 'json', 'stream-json')"),
     (["--max-turns", "banana"], "argument --max-turns: expected a positive integer, got 'banana'"),
