@@ -65,9 +65,13 @@ from .tool import Tool, ToolResult
 
 __all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
 
-_BLOCK_EVENTS: frozenset[type] = frozenset(
-    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallDelta, ToolCallEnd}
+# Block events that only change the partial message; a tool call's start and end are
+# also tracked, so an aborted message can drop the call whose arguments were cut off.
+_UPDATE_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
 )
+
+ABORTED_REQUEST_TEXT = "Request was aborted"
 
 DEFAULT_WINDOW = 128_000
 """Context window assumed for models that do not say (``model.info.context_window``)."""
@@ -126,6 +130,12 @@ class RunStream:
     def signal(self) -> AbortSignal:
         """The run's abort signal."""
         return self._run.signal
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages the run has committed so far, in order (at the end, the same list
+        as :attr:`RunResult.messages`); also valid for a run closed before its end."""
+        return self._run.new_messages
 
 
 def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
@@ -230,6 +240,8 @@ class _Run:
                         yield TurnStart(turn=self.turn)
                     first = False
                     for queued in pending:
+                        if self.signal.aborted:
+                            break  # the rest stays uncommitted: its owner puts it back
                         self._commit(queued)
                         yield MessageStart(message=queued)
                         yield MessageEnd(message=queued)
@@ -246,9 +258,18 @@ class _Run:
                         final: AssistantMessage | None = None
                         partial: AssistantMessage | None = None
                         broke: Exception | None = None
+                        unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
-                                if type(update) in _BLOCK_EVENTS:
+                                if type(update) in _UPDATE_EVENTS:
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif type(update) is ToolCallStart:
+                                    unfinished.add(update.index)
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif type(update) is ToolCallEnd:
+                                    unfinished.discard(update.index)
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
                                 elif type(update) is StreamStart:
@@ -264,6 +285,7 @@ class _Run:
                                 elif type(update) is StreamRetry:
                                     if update.discard_partial:
                                         partial = None
+                                        unfinished.clear()
                                     yield _retry(update)
                         except Exception as exc:
                             broke = exc
@@ -272,6 +294,8 @@ class _Run:
                             if aclose is not None:
                                 await aclose()
                         final = self._stream_result(final, partial, broke)
+                        if unfinished and final is partial and final.stop_reason == "aborted":
+                            _drop_unfinished_calls(final, unfinished)
                         if self._compact_and_retry(final, reason):
                             reason = "overflow"
                             yield Retry(
@@ -294,7 +318,13 @@ class _Run:
                     self.summary.turns += 1
                     self.summary.usage.add(message.usage)
                     if message.stop_reason == "error" or message.stop_reason == "aborted":
-                        yield TurnEnd(turn=self.turn, message=message, tool_results=[])
+                        closed: list[ToolResultMessage] = []
+                        if message.stop_reason == "aborted":
+                            for result in self._close_aborted_calls(message):
+                                closed.append(result)
+                                yield MessageStart(message=result)
+                                yield MessageEnd(message=result)
+                        yield TurnEnd(turn=self.turn, message=message, tool_results=closed)
                         self._end(message.stop_reason, message.error_message)
                         return
 
@@ -336,6 +366,9 @@ class _Run:
                         continue
                     break
 
+                if self.signal.aborted:
+                    self._end("aborted", "aborted")
+                    return
                 follow_ups = await self._poll(cfg.get_follow_up_messages)
                 if follow_ups:
                     pending = follow_ups
@@ -396,7 +429,9 @@ class _Run:
         return None
 
     async def _poll(self, getter: Any) -> list[Message]:
-        if getter is None:
+        """Take queued messages from ``getter``; none once the run is aborted (an aborted
+        run leaves its queues alone)."""
+        if getter is None or self.signal.aborted:
             return []
         got = getter()
         if inspect.isawaitable(got):
@@ -469,6 +504,17 @@ class _Run:
         commits an error message as the turn's assistant message and leaves
         ``self.stream`` None."""
         self.stream = None
+        if self.signal.aborted:
+            # Aborted before the call: end the turn as the model would, without calling it.
+            m = self.model
+            aborted = AssistantMessage(
+                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
+            )
+            self._commit(aborted)
+            self.assistant = aborted
+            yield MessageStart(message=aborted)
+            yield MessageEnd(message=aborted)
+            return
         try:
             messages = self.ctx.messages
             if self.cfg.transform_context is not None:
@@ -531,6 +577,23 @@ class _Run:
             self.outcomes[i] = outcome
             yield self._end_event(outcome)
 
+    def _close_aborted_calls(self, message: AssistantMessage) -> Iterator[ToolResultMessage]:
+        """Error results for the complete tool calls of an aborted message (none of them
+        ran), committed in call order as they are handed out, so the transcript pairs
+        every call with a result for any provider."""
+        calls = message.tool_calls
+        if not calls:
+            return
+        self.summary.tool_calls += len(calls)
+        self.summary.tool_errors += len(calls)
+        for call in calls:
+            stopped = stopped_result("aborted")
+            result = ToolResultMessage(
+                tool_call_id=call.id, tool_name=call.name, content=stopped.blocks, is_error=True
+            )
+            self._commit(result)
+            yield result
+
     def _commit_results(self, n: int) -> Iterator[ToolResultMessage]:
         """The result messages of the batch's ``n`` calls, in call order, each committed
         as it is handed out."""
@@ -560,6 +623,14 @@ class _Run:
             is_error=outcome.result.is_error,
             duration=outcome.duration,
         )
+
+
+def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:
+    """Remove the tool calls whose arguments were still streaming when the response was
+    aborted: their JSON is cut off and they never were a complete request."""
+    message.content = [
+        b for i, b in enumerate(message.content) if not (i in unfinished and type(b) is ToolCall)
+    ]
 
 
 def _noop() -> None:
