@@ -548,3 +548,26 @@ async def test_agent_transcript_closes_the_calls_of_an_aborted_response() -> Non
     assert (closing.tool_call_id, closing.tool_name, closing.is_error) == ("c1", "noop", True)
     assert ended == [agent.messages] and result.messages == agent.messages
     assert agent.state.pending_tool_calls == frozenset()
+
+
+async def test_a_cancelled_run_requeues_what_it_drained_and_did_not_commit() -> None:
+    model = ScriptedModel(["a1", "a2"])
+    agent = Agent(model, follow_up_mode="all")
+    agent.follow_up("f1")
+    agent.follow_up("f2")
+    waiting = asyncio.Event()
+
+    async def hold(ev: Any) -> None:
+        if ends("f1")(ev):
+            waiting.set()
+            await asyncio.Event().wait()
+
+    agent.subscribe(hold)
+    task = asyncio.ensure_future(agent.prompt("hi"))
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert agent.phase.kind == "cancelled"
+    assert said(agent.messages) == [("user", "hi"), ("assistant", "a1"), ("user", "f1")]
+    assert said(agent.follow_ups.peek()) == [("user", "f2")]

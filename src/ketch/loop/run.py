@@ -627,7 +627,15 @@ class _Run:
 
 def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:
     """Remove the tool calls whose arguments were still streaming when the response was
-    aborted: their JSON is cut off and they never were a complete request."""
+    aborted (a ``toolcall_start`` without its ``toolcall_end``).
+
+    Such a call never was a complete request: its arguments are a cut-off JSON fragment
+    (kept as ``raw_arguments``, which the OpenAI adapters replay verbatim as the call's
+    arguments, invalid JSON a strict server may refuse), and a provider may not even have
+    sent its id yet. Keeping it with a result would record an action the model never finished
+    asking for. OpenAI Chat streams end every call only when the response finishes, so
+    there an abort drops every call of the response.
+    """
     message.content = [
         b for i, b in enumerate(message.content) if not (i in unfinished and type(b) is ToolCall)
     ]
