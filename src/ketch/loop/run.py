@@ -261,28 +261,30 @@ class _Run:
                         unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
-                                if type(update) in _UPDATE_EVENTS:
+                                kind = type(update)
+                                if kind in _UPDATE_EVENTS:
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                elif type(update) is ToolCallStart:
-                                    unfinished.add(update.index)
+                                elif kind is ToolCallStart:
+                                    unfinished.add(update.index)  # type: ignore[union-attr]
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                elif type(update) is ToolCallEnd:
-                                    unfinished.discard(update.index)
+                                elif kind is ToolCallEnd:
+                                    unfinished.discard(update.index)  # type: ignore[union-attr]
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                elif type(update) is StreamStart:
+                                elif kind is StreamStart:
                                     if partial is None:
-                                        yield MessageStart(message=update.partial)
-                                    partial = update.partial
-                                elif type(update) is StreamDone:
-                                    final = update.message
+                                        yield MessageStart(message=update.partial)  # type: ignore[union-attr]
+                                    partial = update.partial  # type: ignore[union-attr]
+                                elif kind is StreamDone:
+                                    final = update.message  # type: ignore[union-attr]
                                     break
-                                elif type(update) is StreamError:
-                                    final = update.error
+                                elif kind is StreamError:
+                                    final = update.error  # type: ignore[union-attr]
                                     break
-                                elif type(update) is StreamRetry:
+                                elif kind is StreamRetry:
+                                    assert type(update) is StreamRetry
                                     if update.discard_partial:
                                         partial = None
                                         unfinished.clear()
