@@ -571,3 +571,28 @@ async def test_a_cancelled_run_requeues_what_it_drained_and_did_not_commit() -> 
     assert agent.phase.kind == "cancelled"
     assert said(agent.messages) == [("user", "hi"), ("assistant", "a1"), ("user", "f1")]
     assert said(agent.follow_ups.peek()) == [("user", "f2")]
+
+
+async def test_steering_drained_during_tools_then_aborted_is_requeued() -> None:
+    async def quick(args: dict[str, Any], ctx: Any) -> str:
+        agent.steer("s1")
+        agent.steer("s2")
+        return "quick"
+
+    model = ScriptedModel([reply(tool_call("quick", id="q"), tool_call("later", id="z")), "answer"])
+    agent = Agent(
+        model,
+        tools=[Tool("quick", "", None, quick, sequential=True), noop("later")],
+        steering_mode="all",
+        steering_during_tools="interrupt",
+    )
+    abort_once(agent, lambda ev: ev.type == "tool_execution_end" and ev.tool_call_id == "z")
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [
+        ("user", "hi"), ("assistant", ""),
+        ("tool_result", "quick"), ("tool_result", "Skipped due to queued user message."),
+    ]  # fmt: skip
+    assert result.end_reason == "aborted"
+    assert said(agent.steering.peek()) == [("user", "s1"), ("user", "s2")]
+    result = await agent.prompt("next")
+    assert said(result.messages) == [("user", "next"), ("user", "s1"), ("user", "s2"), ("assistant", "answer")]
