@@ -250,8 +250,24 @@ class _Run:
                     # One model call; on a context overflow, compact once and call once more.
                     reason: ContextReason = "request"
                     while True:
-                        async for event in self._open_stream(reason):
-                            yield event
+                        if (
+                            cfg.transform_context is None
+                            and cfg.context_manager is None
+                            and cfg.convert_to_llm is None
+                            and cfg.get_api_key is None
+                            and not self.signal.aborted
+                        ):
+                            # Nothing to run before the call: no async generator needed.
+                            self.stream = None
+                            try:
+                                self.stream = self.model.stream(*self._plain_request())
+                            except Exception as exc:
+                                failed = self._request_failed(exc)
+                                yield MessageStart(message=failed)
+                                yield MessageEnd(message=failed)
+                        else:
+                            async for event in self._open_stream(reason):
+                                yield event
                         stream = self.stream
                         if stream is None:
                             break
@@ -500,6 +516,21 @@ class _Run:
         )
         return Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
 
+    def _plain_request(self) -> tuple[Context, StreamOptions]:
+        """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
+        ``get_api_key`` are configured."""
+        options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
+        messages = self.ctx.view.build(self.ctx.messages)
+        return Context(system_prompt=self.ctx.system_prompt, messages=messages, tools=self.tool_specs), options
+
+    def _request_failed(self, exc: Exception) -> AssistantMessage:
+        """Commit an error message for a model call that could not start, as the turn's
+        assistant message."""
+        failed = self._error_message(exception_text(exc))
+        self._commit(failed)
+        self.assistant = failed
+        return failed
+
     async def _open_stream(self, reason: ContextReason) -> AsyncGenerator[AgentEvent, None]:
         """Start one model call: transform and manage the context (yielding the context
         manager's events), then request the stream into ``self.stream``. A failure here
@@ -529,9 +560,7 @@ class _Run:
                         yield item
             self.stream = self.model.stream(*await self._request(messages))
         except Exception as exc:
-            failed = self._error_message(exception_text(exc))
-            self._commit(failed)
-            self.assistant = failed
+            failed = self._request_failed(exc)
             yield MessageStart(message=failed)
             yield MessageEnd(message=failed)
 
