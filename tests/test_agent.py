@@ -344,3 +344,255 @@ async def test_structured_result_parse() -> None:
     assert (await agent.prompt("weather?")).parse(Weather) == Weather(city="Oslo", temp=3.5)
     with pytest.raises(StructuredOutputError, match="temp"):
         (await agent.prompt("again")).parse(Weather)
+
+
+# -- abort: drained messages, closed tool calls ------------------------------------------------
+
+
+def said(messages: Any) -> list[tuple[str, str]]:
+    """Role and text of each message (an aborted assistant message shows as 'aborted')."""
+    out = []
+    for m in messages:
+        if isinstance(m, AssistantMessage) and m.stop_reason == "aborted":
+            out.append(("assistant", "aborted:" + m.text))
+        elif isinstance(m.content, str):
+            out.append((m.role, m.content))
+        else:
+            out.append((m.role, "".join(getattr(b, "text", "") for b in m.content)))
+    return out
+
+
+def abort_once(agent: Agent, when: Any, then: Any = None) -> Any:
+    """Subscribe a listener that aborts the run the first time ``when(event)`` holds."""
+    fired: list[bool] = []
+
+    def listener(ev: Any) -> None:
+        if not fired and when(ev):
+            fired.append(True)
+            agent.abort()
+            if then is not None:
+                then()
+
+    return agent.subscribe(listener)
+
+
+def ends(text: str) -> Any:
+    return lambda ev: ev.type == "message_end" and said([ev.message]) == [("user", text)]
+
+
+async def test_abort_between_steering_messages_in_all_mode_requeues_the_rest() -> None:
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, steering_mode="all")
+    agent.steer("s1")
+    agent.steer("s2")
+    stop = abort_once(agent, ends("s1"))
+    result = await agent.prompt("hi")
+    # s1 is committed, s2 is not, and no model call starts once aborted.
+    assert said(result.messages) == said(agent.messages) == [("user", "hi"), ("user", "s1"), ("assistant", "aborted:")]
+    assert (result.end_reason, len(model.requests)) == ("aborted", 0)
+    assert said(agent.steering.peek()) == [("user", "s2")]
+    stop()
+    agent.steer("s3")
+    result = await agent.prompt("next")
+    assert said(result.messages) == [("user", "next"), ("user", "s2"), ("user", "s3"), ("assistant", "answer")]
+    assert not agent.has_queued_messages()
+
+
+async def test_abort_between_steering_messages_of_a_later_turn() -> None:
+    model = ScriptedModel([reply(tool_call("noop", id="c1")), "answer"])
+    agent = Agent(model, tools=[noop()], steering_mode="all")
+
+    def steer_during_tool(ev: Any) -> None:
+        if ev.type == "tool_execution_start":
+            agent.steer("s1")
+            agent.steer("s2")
+
+    agent.subscribe(steer_during_tool)
+    abort_once(agent, ends("s1"), then=lambda: agent.steer("s3"))
+    events: list[str] = []
+    agent.subscribe(lambda ev: events.append(describe(ev)) if ev.type != "message_update" else None)
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [
+        ("user", "hi"), ("assistant", ""), ("tool_result", "ok"), ("user", "s1"), ("assistant", "aborted:"),
+    ]  # fmt: skip
+    assert events[-8:] == [
+        "turn_end", "turn_start", "message_start:user", "message_end:user",
+        "message_start:assistant", "message_end:assistant", "turn_end", "agent_end",
+    ]  # fmt: skip
+    assert len(model.requests) == 1
+    assert said(agent.steering.peek()) == [("user", "s2"), ("user", "s3")]
+    result = await agent.prompt("next")
+    assert said(result.messages) == [("user", "next"), ("user", "s2"), ("user", "s3"), ("assistant", "answer")]
+    assert [t for _, t in said(agent.messages)].count("s2") == 1
+
+
+async def test_abort_before_the_first_queued_message_is_committed_requeues_all_in_order() -> None:
+    model = ScriptedModel([reply(tool_call("noop", id="c1")), "answer"])
+    agent = Agent(model, tools=[noop()], steering_mode="all")
+
+    def steer_during_tool(ev: Any) -> None:
+        if ev.type == "tool_execution_start":
+            agent.steer("s1")
+            agent.steer("s2")
+
+    agent.subscribe(steer_during_tool)
+    abort_once(agent, lambda ev: ev.type == "turn_start" and ev.turn == 2, then=lambda: agent.steer("s3"))
+    result = await agent.prompt("hi")
+    assert said(result.messages)[-1] == ("assistant", "aborted:")
+    assert ("user", "s1") not in said(agent.messages)
+    assert said(agent.steering.peek()) == [("user", "s1"), ("user", "s2"), ("user", "s3")]
+    result = await agent.prompt("next")
+    assert said(result.messages) == [
+        ("user", "next"), ("user", "s1"), ("user", "s2"), ("user", "s3"), ("assistant", "answer"),
+    ]  # fmt: skip
+
+
+async def test_abort_before_the_first_model_call_keeps_steering_queued() -> None:
+    for mode in ("one_at_a_time", "all"):
+        model = ScriptedModel(["a1", "a2", "a3"])
+        agent = Agent(model, steering_mode=mode)  # type: ignore[arg-type]
+        agent.steer("s1")
+        agent.steer("s2")
+        stop = abort_once(agent, ends("hi"))
+        result = await agent.prompt("hi")
+        assert said(result.messages) == [("user", "hi"), ("assistant", "aborted:")], mode
+        assert len(model.requests) == 0, mode
+        assert said(agent.steering.peek()) == [("user", "s1"), ("user", "s2")], mode
+        stop()
+        await agent.prompt("next")
+        users = [t for role, t in said(agent.messages) if role == "user"]
+        assert users == ["hi", "next", "s1", "s2"], mode
+        assert not agent.has_queued_messages(), mode
+
+
+async def test_abort_after_a_steering_message_in_one_at_a_time_mode() -> None:
+    model = ScriptedModel(["a1", "a2"])
+    agent = Agent(model)
+    agent.steer("s1")
+    agent.steer("s2")
+    stop = abort_once(agent, ends("s1"))
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [("user", "hi"), ("user", "s1"), ("assistant", "aborted:")]
+    assert len(model.requests) == 0
+    assert said(agent.steering.peek()) == [("user", "s2")]
+    stop()
+    agent.steer("s3")
+    result = await agent.prompt("next")
+    assert said(result.messages) == [
+        ("user", "next"), ("user", "s2"), ("assistant", "a1"), ("user", "s3"), ("assistant", "a2"),
+    ]  # fmt: skip
+
+
+async def test_abort_between_follow_ups_requeues_the_rest_before_newer_ones() -> None:
+    model = ScriptedModel(["a1", "a2", "a3"])
+    agent = Agent(model, follow_up_mode="all")
+    agent.follow_up("f1")
+    agent.follow_up("f2")
+    stop = abort_once(agent, ends("f1"), then=lambda: agent.follow_up("f3"))
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [("user", "hi"), ("assistant", "a1"), ("user", "f1"), ("assistant", "aborted:")]
+    assert len(model.requests) == 1
+    assert said(agent.follow_ups.peek()) == [("user", "f2"), ("user", "f3")]
+    stop()
+    result = await agent.prompt("next")
+    assert said(result.messages) == [
+        ("user", "next"), ("assistant", "a2"), ("user", "f2"), ("user", "f3"), ("assistant", "a3"),
+    ]  # fmt: skip
+    assert not agent.has_queued_messages()
+
+
+async def test_abort_before_a_drained_follow_up_is_committed_requeues_it() -> None:
+    model = ScriptedModel(["a1", "a2", "a3"])
+    agent = Agent(model)
+    agent.follow_up("f1")
+    agent.follow_up("f2")
+    stop = abort_once(agent, lambda ev: ev.type == "turn_start" and ev.turn == 2)
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [("user", "hi"), ("assistant", "a1"), ("assistant", "aborted:")]
+    assert said(agent.follow_ups.peek()) == [("user", "f1"), ("user", "f2")]
+    stop()
+    await agent.prompt("next")
+    users = [t for role, t in said(agent.messages) if role == "user"]
+    assert users == ["hi", "next", "f1", "f2"]
+
+
+async def test_the_same_message_queued_twice_is_requeued_once_when_one_was_committed() -> None:
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, steering_mode="all")
+    twice = UserMessage(content="again")
+    agent.steer(twice)
+    agent.steer(twice)
+    stop = abort_once(agent, ends("again"))
+    await agent.prompt("hi")
+    assert agent.steering.peek() == [twice]
+    stop()
+    await agent.prompt("next")
+    assert [t for _, t in said(agent.messages)].count("again") == 2
+
+
+async def test_agent_transcript_closes_the_calls_of_an_aborted_response() -> None:
+    model = ScriptedModel(
+        [reply("Reading.", tool_call("noop", id="c1"), tool_call("noop", {"x": "long value"}, id="c2"), chunk_size=3)]
+    )
+    agent = Agent(model, tools=[noop()])
+    abort_once(agent, lambda ev: ev.type == "message_update" and ev.event.type == "toolcall_delta")
+    ended: list[Any] = []
+    agent.subscribe(lambda ev: ended.append(ev.messages) if ev.type == "agent_end" else None)
+    result = await agent.prompt("go")
+    assert said(agent.messages) == [
+        ("user", "go"), ("assistant", "aborted:Reading."), ("tool_result", "Tool execution was aborted."),
+    ]  # fmt: skip
+    assistant, closing = agent.messages[1], agent.messages[2]
+    assert isinstance(assistant, AssistantMessage) and isinstance(closing, ToolResultMessage)
+    assert [(c.id, c.name, c.arguments) for c in assistant.tool_calls] == [("c1", "noop", {})]
+    assert (closing.tool_call_id, closing.tool_name, closing.is_error) == ("c1", "noop", True)
+    assert ended == [agent.messages] and result.messages == agent.messages
+    assert agent.state.pending_tool_calls == frozenset()
+
+
+async def test_a_cancelled_run_requeues_what_it_drained_and_did_not_commit() -> None:
+    model = ScriptedModel(["a1", "a2"])
+    agent = Agent(model, follow_up_mode="all")
+    agent.follow_up("f1")
+    agent.follow_up("f2")
+    waiting = asyncio.Event()
+
+    async def hold(ev: Any) -> None:
+        if ends("f1")(ev):
+            waiting.set()
+            await asyncio.Event().wait()
+
+    agent.subscribe(hold)
+    task = asyncio.ensure_future(agent.prompt("hi"))
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert agent.phase.kind == "cancelled"
+    assert said(agent.messages) == [("user", "hi"), ("assistant", "a1"), ("user", "f1")]
+    assert said(agent.follow_ups.peek()) == [("user", "f2")]
+
+
+async def test_steering_drained_during_tools_then_aborted_is_requeued() -> None:
+    async def quick(args: dict[str, Any], ctx: Any) -> str:
+        agent.steer("s1")
+        agent.steer("s2")
+        return "quick"
+
+    model = ScriptedModel([reply(tool_call("quick", id="q"), tool_call("later", id="z")), "answer"])
+    agent = Agent(
+        model,
+        tools=[Tool("quick", "", None, quick, sequential=True), noop("later")],
+        steering_mode="all",
+        steering_during_tools="interrupt",
+    )
+    abort_once(agent, lambda ev: ev.type == "tool_execution_end" and ev.tool_call_id == "z")
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [
+        ("user", "hi"), ("assistant", ""),
+        ("tool_result", "quick"), ("tool_result", "Skipped due to queued user message."),
+    ]  # fmt: skip
+    assert result.end_reason == "aborted"
+    assert said(agent.steering.peek()) == [("user", "s1"), ("user", "s2")]
+    result = await agent.prompt("next")
+    assert said(result.messages) == [("user", "next"), ("user", "s1"), ("user", "s2"), ("assistant", "answer")]

@@ -313,12 +313,36 @@ class Agent:
     def _drain_follow_ups(self) -> list[Message]:
         return self._drain(self.follow_ups)
 
-    def _restore_inflight(self) -> None:
+    def _restore_inflight(self, committed: Sequence[Message]) -> None:
+        """Put drained messages the run did not commit back at the front of their queue.
+
+        ``committed`` is the loop's own record of what the run committed (its new
+        messages). The loop commits drained messages in the order they were drained, so
+        when the same message object was queued twice, the earlier drain is the committed
+        one.
+        """
+        inflight = self._inflight
+        if not inflight:
+            return
+        self._inflight = []
+        wanted = {id(m) for _, m in inflight}
+        counts: dict[int, int] = {}
+        for m in committed:
+            key = id(m)
+            if key in wanted:
+                counts[key] = counts.get(key, 0) + 1
         for queue in (self.steering, self.follow_ups):
-            back = [m for q, m in self._inflight if q is queue]
+            back: list[Message] = []
+            for q, m in inflight:
+                if q is not queue:
+                    continue
+                left = counts.get(id(m), 0)
+                if left:
+                    counts[id(m)] = left - 1
+                else:
+                    back.append(m)
             if back:
                 queue.push_front(back)
-        self._inflight = []
 
     # -- running ----------------------------------------------------------------------------
     async def prompt(
@@ -467,7 +491,7 @@ class Agent:
         finally:
             if result is None and stream is not None:
                 await stream.aclose()
-            self._restore_inflight()
+            self._restore_inflight(stream.messages if stream is not None else ())
             self._running = False
             self._signal = None
             self._streaming = None
@@ -508,8 +532,6 @@ class Agent:
                 self._phase = Phase("step_finished", self._phase.step)
                 if message.error_message and message.stop_reason == "error":
                     self._error = message.error_message
-            elif self._inflight:
-                self._inflight = [(q, m) for q, m in self._inflight if m is not message]
         elif kind == "turn_start":
             self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
         elif kind == "tool_execution_start":

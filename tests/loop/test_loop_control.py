@@ -579,3 +579,28 @@ async def test_function_model_sees_repaired_transcript() -> None:
     ]
     await run_loop("b", LoopContext(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
     assert seen == [["user", "assistant", "tool_result", "user"]]
+
+
+async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> None:
+    # Both ways of starting a call: at once, and after an API key callback.
+    class NoKey:
+        provider = api = id = "nokey"
+        calls = 0
+
+        def stream(self, context: Any, options: Any = None) -> Any:
+            NoKey.calls += 1
+            raise RuntimeError("No API key for provider: nokey")
+
+    for extra in ({}, {"get_api_key": lambda provider: None}):
+        NoKey.calls = 0
+        stream = run_loop("hi", LoopContext(), LoopConfig(model=NoKey(), **extra))  # type: ignore[arg-type]
+        events = await collect(stream)
+        result = await stream.result()
+        assert [describe(e) for e in events] == [
+            "agent_start", "turn_start", "message_start:user", "message_end:user",
+            "message_start:assistant", "message_end:assistant", "turn_end", "agent_end",
+        ]  # fmt: skip
+        last = result.messages[-1]
+        assert isinstance(last, AssistantMessage)
+        assert (last.stop_reason, last.error_message) == ("error", "RuntimeError: No API key for provider: nokey")
+        assert (result.end_reason, NoKey.calls) == ("error", 1)

@@ -236,6 +236,13 @@ class LoopConfig:
     with ``max_tool_concurrency``; ``tool_execution="sequential"`` forces one at a time.
     ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
     calls not yet started.
+
+    Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
+    messages to commit. Once the run is aborted they are not called, and the abort is
+    checked before each message they returned is committed: a message the run took but
+    did not commit (an abort, ``max_turns`` or another stop control ended it first) is
+    absent from the run's messages, and putting it back is up to the caller (the
+    :class:`~ketch.Agent` does).
     """
 
     model: Model

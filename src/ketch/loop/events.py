@@ -9,6 +9,8 @@ Canonical orders (u = user, a = assistant, tr = tool result)::
                 message_start/end(tr1), message_start/end(tr2) (call order), turn_end,
                 turn_start, message_start(a2) …
     continue:   no user events.
+    aborted:    … message_end(a, stop_reason "aborted"), message_start/end(tr) closing
+                each complete call of that message (call order), turn_end, agent_end.
 """
 
 from __future__ import annotations

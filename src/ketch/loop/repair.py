@@ -40,17 +40,25 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
     - user, tool-result and completed assistant messages pass through unchanged;
     - a custom message with a ``to_llm()`` method contributes what it returns (a message,
       a list of messages, or None); other custom messages are dropped;
-    - an aborted assistant message keeps its text (thinking and unfinished tool calls
-      are dropped, and so are the text's provider signatures, which belong to a response
-      that never completed) and is followed by a user note ``[Request interrupted by
-      user]``, so the model learns its previous response was cut off;
+    - an aborted assistant message keeps its text (thinking and tool calls are dropped,
+      and so are the text's provider signatures, which belong to a response that never
+      completed) and is followed by a user note ``[Request interrupted by user]``, so the
+      model learns its previous response was cut off; the error results that close its
+      tool calls in the transcript are dropped with the calls;
     - an assistant message that failed (``stop_reason == "error"``) is dropped.
     """
     out: list[Message] = []
     append = out.append
+    dropped: set[str] | None = None  # ids of the calls of the aborted message just seen
     for m in messages:
         cls = type(m)
-        if cls is UserMessage or cls is ToolResultMessage:
+        if cls is ToolResultMessage:
+            if dropped is not None and m.tool_call_id in dropped:  # type: ignore[attr-defined]
+                continue
+            append(m)
+            continue
+        dropped = None
+        if cls is UserMessage:
             append(m)
         elif cls is AssistantMessage:
             assert isinstance(m, AssistantMessage)
@@ -67,6 +75,8 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
                         timestamp=m.timestamp,
                     ))
                 append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
+                ids = {b.id for b in m.content if type(b) is ToolCall}
+                dropped = ids or None
                 continue
             append(m)
         else:

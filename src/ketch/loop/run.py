@@ -66,9 +66,13 @@ from .tool import Tool, ToolResult
 
 __all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
 
-_BLOCK_EVENTS: frozenset[type] = frozenset(
-    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallDelta, ToolCallEnd}
+# Block events that only change the partial message; a tool call's start and end are
+# also tracked, so an aborted message can drop the call whose arguments were cut off.
+_UPDATE_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
 )
+
+ABORTED_REQUEST_TEXT = "Request was aborted"
 
 DEFAULT_WINDOW = 128_000
 """Context window assumed for models that do not say (``model.info.context_window``)."""
@@ -127,6 +131,12 @@ class RunStream:
     def signal(self) -> AbortSignal:
         """The run's abort signal."""
         return self._run.signal
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages the run has committed so far, in order (at the end, the same list
+        as :attr:`RunResult.messages`); also valid for a run closed before its end."""
+        return self._run.new_messages
 
 
 def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
@@ -231,6 +241,8 @@ class _Run:
                         yield TurnStart(turn=self.turn)
                     first = False
                     for queued in pending:
+                        if self.signal.aborted:
+                            break  # the rest stays uncommitted: its owner puts it back
                         self._commit(queued)
                         yield MessageStart(message=queued)
                         yield MessageEnd(message=queued)
@@ -239,32 +251,60 @@ class _Run:
                     # One model call; on a context overflow, compact once and call once more.
                     reason: ContextReason = "request"
                     while True:
-                        async for event in self._open_stream(reason):
-                            yield event
+                        if (
+                            cfg.transform_context is None
+                            and cfg.context_manager is None
+                            and cfg.convert_to_llm is None
+                            and cfg.get_api_key is None
+                            and not self.signal.aborted
+                        ):
+                            # Nothing to run before the call: no async generator needed.
+                            self.stream = None
+                            try:
+                                self.stream = self.model.stream(*self._plain_request())
+                            except Exception as exc:
+                                failed = self._request_failed(exc)
+                                yield MessageStart(message=failed)
+                                yield MessageEnd(message=failed)
+                        else:
+                            async for event in self._open_stream(reason):
+                                yield event
                         stream = self.stream
                         if stream is None:
                             break
                         final: AssistantMessage | None = None
                         partial: AssistantMessage | None = None
                         broke: Exception | None = None
+                        unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
-                                if type(update) in _BLOCK_EVENTS:
+                                kind = type(update)
+                                if kind in _UPDATE_EVENTS:
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                elif type(update) is StreamStart:
+                                elif kind is ToolCallStart:
+                                    unfinished.add(update.index)  # type: ignore[union-attr]
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif kind is ToolCallEnd:
+                                    unfinished.discard(update.index)  # type: ignore[union-attr]
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif kind is StreamStart:
                                     if partial is None:
-                                        yield MessageStart(message=update.partial)
-                                    partial = update.partial
-                                elif type(update) is StreamDone:
-                                    final = update.message
+                                        yield MessageStart(message=update.partial)  # type: ignore[union-attr]
+                                    partial = update.partial  # type: ignore[union-attr]
+                                elif kind is StreamDone:
+                                    final = update.message  # type: ignore[union-attr]
                                     break
-                                elif type(update) is StreamError:
-                                    final = update.error
+                                elif kind is StreamError:
+                                    final = update.error  # type: ignore[union-attr]
                                     break
-                                elif type(update) is StreamRetry:
+                                elif kind is StreamRetry:
+                                    assert type(update) is StreamRetry
                                     if update.discard_partial:
                                         partial = None
+                                        unfinished.clear()
                                     yield _retry(update)
                         except Exception as exc:
                             broke = exc
@@ -273,6 +313,8 @@ class _Run:
                             if aclose is not None:
                                 await aclose()
                         final = self._stream_result(final, partial, broke)
+                        if unfinished and final is partial and final.stop_reason == "aborted":
+                            _drop_unfinished_calls(final, unfinished)
                         if self._compact_and_retry(final, reason):
                             reason = "overflow"
                             yield Retry(
@@ -295,7 +337,13 @@ class _Run:
                     self.summary.turns += 1
                     self.summary.usage.add(message.usage)
                     if message.stop_reason == "error" or message.stop_reason == "aborted":
-                        yield TurnEnd(turn=self.turn, message=message, tool_results=[])
+                        closed: list[ToolResultMessage] = []
+                        if message.stop_reason == "aborted":
+                            for result in self._close_aborted_calls(message):
+                                closed.append(result)
+                                yield MessageStart(message=result)
+                                yield MessageEnd(message=result)
+                        yield TurnEnd(turn=self.turn, message=message, tool_results=closed)
                         self._end(message.stop_reason, message.error_message)
                         return
 
@@ -341,6 +389,9 @@ class _Run:
                         continue
                     break
 
+                if self.signal.aborted:
+                    self._end("aborted", "aborted")
+                    return
                 follow_ups = await self._poll(cfg.get_follow_up_messages)
                 if follow_ups:
                     pending = follow_ups
@@ -401,7 +452,9 @@ class _Run:
         return None
 
     async def _poll(self, getter: Any) -> list[Message]:
-        if getter is None:
+        """Take queued messages from ``getter``; none once the run is aborted (an aborted
+        run leaves its queues alone)."""
+        if getter is None or self.signal.aborted:
             return []
         got = getter()
         if inspect.isawaitable(got):
@@ -468,12 +521,38 @@ class _Run:
         )
         return Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
 
+    def _plain_request(self) -> tuple[Context, StreamOptions]:
+        """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
+        ``get_api_key`` are configured."""
+        options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
+        messages = self.ctx.view.build(self.ctx.messages)
+        return Context(system_prompt=self.ctx.system_prompt, messages=messages, tools=self.tool_specs), options
+
+    def _request_failed(self, exc: Exception) -> AssistantMessage:
+        """Commit an error message for a model call that could not start, as the turn's
+        assistant message."""
+        failed = self._error_message(exception_text(exc))
+        self._commit(failed)
+        self.assistant = failed
+        return failed
+
     async def _open_stream(self, reason: ContextReason) -> AsyncGenerator[AgentEvent, None]:
         """Start one model call: transform and manage the context (yielding the context
         manager's events), then request the stream into ``self.stream``. A failure here
         commits an error message as the turn's assistant message and leaves
         ``self.stream`` None."""
         self.stream = None
+        if self.signal.aborted:
+            # Aborted before the call: end the turn as the model would, without calling it.
+            m = self.model
+            aborted = AssistantMessage(
+                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
+            )
+            self._commit(aborted)
+            self.assistant = aborted
+            yield MessageStart(message=aborted)
+            yield MessageEnd(message=aborted)
+            return
         try:
             messages = self.ctx.messages
             if self.cfg.transform_context is not None:
@@ -486,9 +565,7 @@ class _Run:
                         yield item
             self.stream = self.model.stream(*await self._request(messages))
         except Exception as exc:
-            failed = self._error_message(exception_text(exc))
-            self._commit(failed)
-            self.assistant = failed
+            failed = self._request_failed(exc)
             yield MessageStart(message=failed)
             yield MessageEnd(message=failed)
 
@@ -536,6 +613,23 @@ class _Run:
             self.outcomes[i] = outcome
             yield self._end_event(outcome)
 
+    def _close_aborted_calls(self, message: AssistantMessage) -> Iterator[ToolResultMessage]:
+        """Error results for the complete tool calls of an aborted message (none of them
+        ran), committed in call order as they are handed out, so the transcript pairs
+        every call with a result for any provider."""
+        calls = message.tool_calls
+        if not calls:
+            return
+        self.summary.tool_calls += len(calls)
+        self.summary.tool_errors += len(calls)
+        for call in calls:
+            stopped = stopped_result("aborted")
+            result = ToolResultMessage(
+                tool_call_id=call.id, tool_name=call.name, content=stopped.blocks, is_error=True
+            )
+            self._commit(result)
+            yield result
+
     def _commit_results(self, n: int) -> Iterator[ToolResultMessage]:
         """The result messages of the batch's ``n`` calls, in call order, each committed
         as it is handed out."""
@@ -572,6 +666,22 @@ class _Run:
             is_error=outcome.result.is_error,
             duration=outcome.duration,
         )
+
+
+def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:
+    """Remove the tool calls whose arguments were still streaming when the response was
+    aborted (a ``toolcall_start`` without its ``toolcall_end``).
+
+    Such a call never was a complete request: its arguments are a cut-off JSON fragment
+    (kept as ``raw_arguments``, which the OpenAI adapters replay verbatim as the call's
+    arguments, invalid JSON a strict server may refuse), and a provider may not even have
+    sent its id yet. Keeping it with a result would record an action the model never finished
+    asking for. OpenAI Chat streams end every call only when the response finishes, so
+    there an abort drops every call of the response.
+    """
+    message.content = [
+        b for i, b in enumerate(message.content) if not (i in unfinished and type(b) is ToolCall)
+    ]
 
 
 def _noop() -> None:
