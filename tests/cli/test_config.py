@@ -313,3 +313,32 @@ def test_interactive_session_untrusted_answer_keeps_the_safe_settings(env: Env, 
     term.sendline("/exit")
     assert term.wait_exit() == 0
     assert not (env.xdg / "ketch" / "trusted_projects.json").exists()
+
+
+def test_sandbox_settings_from_the_user_and_an_untrusted_project(env: Env) -> None:
+    """Turning the sandbox off is the user's choice (then bash is unsandboxed, said once,
+    and plan mode denies it); an untrusted project cannot turn it off or open the network."""
+    script = env.script([call_reply(("c1", "bash", {"command": "touch made"})), "done"])
+    path = env.project_config('[sandbox]\nenabled = false\nnetwork = true\nenv_allow = ["AWS_*"]\n')
+    proc = env.run("run", "-o", "stream-json", "--permission-mode", "plan", "--model", f"scripted:{script}", "go")
+    assert proc.returncode == 0, proc.stderr
+    listed = f"sandbox.enabled = false ({path}); sandbox.network = true ({path}); sandbox.env_allow ({path})"
+    assert proc.stderr == (
+        f"ketch: ignored settings of the untrusted project {env.work}: {listed} "
+        "(trust it with --trust-project or KETCH_TRUST_PROJECT=1)\n"
+    )
+    end = next(e for e in lines(proc.stdout) if e["type"] == "tool_execution_end")
+    assert end["result"]["content"][0]["text"].startswith("touch: cannot touch 'made': Read-only file system")
+
+    path.unlink()
+    env.user_config("[sandbox]\nenabled = false\n")
+    proc = env.run("run", "-o", "stream-json", "--permission-mode", "plan", "--model", f"scripted:{script}", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (
+        "ketch: warning: bash commands run without a sandbox (the sandbox is turned off in the "
+        "configuration); every bash command needs approval\n"
+    )
+    end = next(e for e in lines(proc.stdout) if e["type"] == "tool_execution_end")
+    assert end["is_error"] is True
+    assert end["result"]["content"][0]["text"].startswith("Permission denied: plan mode allows read-only tools only")
+    assert not (env.work / "made").exists()

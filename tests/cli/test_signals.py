@@ -1,10 +1,13 @@
 """Every way out of the ``ketch`` command ends the processes its tools started.
 
 A scripted model asks bash to start a long-lived child that ignores SIGTERM (so only
-ketch's own clean-up, not the bash tool's graceful stop, can end it in time) and to write
-its pid to a file; the shell writes ``term`` when it receives SIGTERM, which tells the
-test that the first Ctrl-C reached the running tool. Then the signals are sent and the
-child must be gone once ketch has exited.
+ketch's own clean-up, not the bash tool's graceful stop, can end it in time), named with
+a marker the test finds in ``/proc`` (inside the sandbox the child has a pid of its own
+namespace), and to write a file once it started; unsandboxed, the shell writes ``term``
+when it receives SIGTERM, which tells the test that the first Ctrl-C reached the running
+tool. Then the signals are sent and the child must be gone once ketch has exited. Every
+test runs twice: with bash in the OS sandbox (the default) and with the sandbox turned
+off in the user's configuration.
 """
 
 from __future__ import annotations
@@ -19,10 +22,36 @@ from pathlib import Path
 import pytest
 from clihelp import Env, Terminal, call_reply, lines, text_reply
 
+_MARKER = "ketch-signal-test-child"
 _CHILD = (
-    "trap 'echo > term' TERM; (trap '' TERM; exec sleep 1000) & echo $! > pid.tmp && mv pid.tmp pid; "
+    f"trap 'echo > term' TERM; (trap '' TERM; exec -a {_MARKER}-TOKEN sleep 1000) & echo $! > pid.tmp && mv pid.tmp pid; "
     "while kill -0 $! 2>/dev/null; do wait $!; done"
 )
+
+
+@pytest.fixture(params=[True, False], ids=["sandboxed", "unsandboxed"])
+def sandboxed(request: pytest.FixtureRequest, env: Env) -> bool:
+    """Whether bash runs in the OS sandbox; off through the user's configuration."""
+    if not request.param:
+        env.user_config("[sandbox]\nenabled = false\n")
+    return bool(request.param)
+
+
+def _marked(token: str) -> list[int]:
+    """Live processes whose command line starts with this test's child marker."""
+    found = []
+    marker = f"{_MARKER}-{token}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if cmdline.split(b"\0", 1)[0] == marker and _running(int(entry)):
+            found.append(int(entry))
+    return found
 
 
 def _running(pid: int) -> bool:
@@ -63,15 +92,18 @@ def children() -> Iterator[list[int]]:
 
 
 def _script(env: Env) -> str:
-    return env.script([call_reply(("c1", "bash", {"command": _CHILD})), text_reply("done")])
+    token = env.work.parent.name
+    command = _CHILD.replace("TOKEN", token)
+    return env.script([call_reply(("c1", "bash", {"command": command})), text_reply("done")])
 
 
 def _child_pid(env: Env, step: Callable[[], None], children: list[int]) -> int:
     pid_file = env.work / "pid"
     assert _poll(pid_file.exists, step), "the tool never started its child"
-    pid = int(pid_file.read_text())
+    token = env.work.parent.name
+    assert _poll(lambda: len(_marked(token)) == 1, step), "the child is not running"
+    (pid,) = _marked(token)
     children.append(pid)
-    assert _running(pid)
     return pid
 
 
@@ -92,12 +124,15 @@ def _wait(proc: subprocess.Popen[str]) -> int:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_headless_second_signal_kills_the_tool_processes(env: Env, children: list[int], sig: signal.Signals) -> None:
+def test_headless_second_signal_kills_the_tool_processes(
+    env: Env, children: list[int], sig: signal.Signals, sandboxed: bool
+) -> None:
     proc = _headless(env, _script(env))
     try:
         pid = _child_pid(env, _pause, children)
         proc.send_signal(sig)
-        assert _poll((env.work / "term").exists, _pause), "the first signal did not reach the tool"
+        if not sandboxed:  # in the sandbox the tool's shell dies with the sandbox, no trap runs
+            assert _poll((env.work / "term").exists, _pause), "the first signal did not reach the tool"
         proc.send_signal(sig)
         assert _wait(proc) == 130
     finally:
@@ -106,7 +141,7 @@ def test_headless_second_signal_kills_the_tool_processes(env: Env, children: lis
     _assert_gone(pid)
 
 
-def test_headless_hangup_kills_the_tool_processes(env: Env, children: list[int]) -> None:
+def test_headless_hangup_kills_the_tool_processes(env: Env, children: list[int], sandboxed: bool) -> None:
     proc = _headless(env, _script(env))
     try:
         pid = _child_pid(env, _pause, children)
@@ -118,15 +153,17 @@ def test_headless_hangup_kills_the_tool_processes(env: Env, children: list[int])
     _assert_gone(pid)
 
 
-def test_headless_normal_exit_kills_processes_left_in_the_background(env: Env, children: list[int]) -> None:
-    command = "(trap '' TERM; exec sleep 1000) > /dev/null 2>&1 & echo $! > pid.tmp && mv pid.tmp pid"
+def test_headless_normal_exit_kills_processes_left_in_the_background(
+    env: Env, children: list[int], sandboxed: bool
+) -> None:
+    token = env.work.parent.name
+    command = f"(trap '' TERM; exec -a {_MARKER}-{token} sleep 1000) > /dev/null 2>&1 & echo $! > pid.tmp && mv pid.tmp pid"
     script = env.script([call_reply(("c1", "bash", {"command": command})), text_reply("started it")])
     proc = env.run("run", "--permission-mode", "bypass", "--model", f"scripted:{script}", "go")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "started it\n"
-    pid = int((env.work / "pid").read_text())
-    children.append(pid)
-    _assert_gone(pid)
+    assert (env.work / "pid").exists()
+    assert _marked(token) == []
 
 
 def _grep_workers() -> set[int]:
@@ -198,17 +235,20 @@ def _interactive(env: Env, terminals: list[Terminal], children: list[int]) -> tu
 
 
 def test_interactive_ctrl_c_twice_kills_the_tool_processes(
-    env: Env, terminals: list[Terminal], children: list[int]
+    env: Env, terminals: list[Terminal], children: list[int], sandboxed: bool
 ) -> None:
     term, pid = _interactive(env, terminals, children)
     term.ctrl("c")
-    assert _poll((env.work / "term").exists, _drain(term)), "Ctrl-C did not reach the tool"
+    if not sandboxed:  # in the sandbox the tool's shell dies with the sandbox, no trap runs
+        assert _poll((env.work / "term").exists, _drain(term)), "Ctrl-C did not reach the tool"
     term.ctrl("c")
     assert term.wait_exit() == 0
     _assert_gone(pid)
 
 
-def test_interactive_hangup_kills_the_tool_processes(env: Env, terminals: list[Terminal], children: list[int]) -> None:
+def test_interactive_hangup_kills_the_tool_processes(
+    env: Env, terminals: list[Terminal], children: list[int], sandboxed: bool
+) -> None:
     term, pid = _interactive(env, terminals, children)
     term.child.kill(signal.SIGHUP)
     assert term.wait_exit() == 129
@@ -216,7 +256,7 @@ def test_interactive_hangup_kills_the_tool_processes(env: Env, terminals: list[T
 
 
 def test_interactive_sigterm_ends_the_session_and_the_tool_processes(
-    env: Env, terminals: list[Terminal], children: list[int]
+    env: Env, terminals: list[Terminal], children: list[int], sandboxed: bool
 ) -> None:
     term, pid = _interactive(env, terminals, children)
     term.child.kill(signal.SIGTERM)

@@ -118,6 +118,19 @@ async def test_accept_edits_asks_for_edits_outside_the_workspace(tmp_path: Path)
     assert results == [(True, NO_APPROVER.format(tool="edit", mode="accept_edits")), (False, "edit ok")]
 
 
+async def test_accept_edits_asks_for_edits_of_protected_paths(tmp_path: Path) -> None:
+    """An edit of .git/config or .ketch could turn a later command into code execution."""
+    ws = tmp_path / "ws"
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / "src").mkdir()
+    (ws / "link").symlink_to(ws / ".git")
+    engine = PermissionEngine("accept_edits", root=ws)
+    paths = [".git/config", ".git/hooks/pre-commit", ".ketch/config.toml", "src/../.git/config", "link/config", "src/a.py"]
+    _, results, _ = await _run(engine, [tool_call("write", {"path": p}) for p in paths])
+    asked = (True, NO_APPROVER.format(tool="write", mode="accept_edits"))
+    assert results == [asked, asked, asked, asked, asked, (False, "write ok")]
+
+
 async def test_deny_wins_in_every_mode_and_ask_comes_before_the_mode(tmp_path: Path) -> None:
     for mode in ("default", "accept_edits", "plan", "bypass"):
         engine = PermissionEngine(mode, deny=["Read(secret)"], ask=["Bash(git push:*)"], root=tmp_path)

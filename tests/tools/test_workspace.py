@@ -229,7 +229,10 @@ async def test_the_tools_work_through_the_loop(root: Path) -> None:
     (root / "f.txt").write_text("hello\n")
     model = ScriptedModel(
         [
-            reply(tool_call("read", {"path": "f.txt"}), tool_call("ls", {}), tool_call("bash", {"command": "ls"})),
+            reply(tool_call("read", {"path": "f.txt"}), tool_call("ls", {})),
+            # not beside ls: while a sandboxed command runs, absent protected paths
+            # (.git, .ketch) exist as empty read-only placeholders (see the README)
+            reply(tool_call("bash", {"command": "ls"})),
             reply(tool_call("edit", {"path": "f.txt", "old_string": "hello", "new_string": "bye"})),
             reply(tool_call("bash", {"command": "cat f.txt; exit 4"}), tool_call("read", {"path": "f.txt", "offset": 0})),
             "done",

@@ -128,6 +128,12 @@ class _Permissions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny: list[str] = msgspec.field(default_factory=list)
 
 
+class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool | None = None
+    network: bool | None = None
+    env_allow: list[str] = msgspec.field(default_factory=list)
+
+
 class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     thinking: str | None = None
@@ -142,6 +148,7 @@ class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     hooks: dict[str, Any] | None = None
+    sandbox: _Sandbox = msgspec.field(default_factory=_Sandbox)
 
 
 @dataclass(slots=True)
@@ -152,7 +159,10 @@ class Settings:
     ``context_window`` replaces the model's context window in tokens. ``allow``, ``ask``
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
-    (each spec's ``origin`` names its file). ``ignored`` lists the settings of an untrusted project that were left out.
+    (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
+    sandbox, with the network when ``sandbox_network`` and the extra variables named by
+    ``sandbox_env_allow``. ``ignored`` lists the settings of an untrusted project that
+    were left out.
     """
 
     model: str | None = None
@@ -171,6 +181,9 @@ class Settings:
     deny: list[Rule] = field(default_factory=list)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     hooks: list[HookSpec] = field(default_factory=list)
+    sandbox: bool = True
+    sandbox_network: bool = False
+    sandbox_env_allow: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     project_root: Path | None = None
@@ -268,6 +281,12 @@ def _widening(data: _File) -> list[str]:
                 found.append(f"providers.{name}.{attr}")
     if data.hooks:
         found.append("hooks")
+    if data.sandbox.enabled is False:
+        found.append("sandbox.enabled = false")
+    if data.sandbox.network:
+        found.append("sandbox.network = true")
+    if data.sandbox.env_allow:
+        found.append("sandbox.env_allow")
     return found
 
 
@@ -281,7 +300,7 @@ def _narrowed(data: _File) -> _File:
         for name, p in data.providers.items()
     }
     fields = {f: getattr(data, f) for f in data.__struct_fields__}
-    fields.update(permissions=narrowed_perms, providers=providers, hooks=None)
+    fields.update(permissions=narrowed_perms, providers=providers, hooks=None, sandbox=_Sandbox())
     return _File(**fields)
 
 
@@ -321,6 +340,16 @@ _FLAG_NAMES = {"compaction": "--no-compaction"}
 
 
 def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None:
+    box = data.sandbox
+    if box.enabled is not None:
+        settings.sandbox = box.enabled
+        settings.sources["sandbox"] = origin
+    if box.network is not None:
+        settings.sandbox_network = box.network
+        settings.sources["sandbox_network"] = origin
+    if box.env_allow:
+        settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)
+        settings.sources["sandbox_env_allow"] = origin
     if data.hooks is not None:
         try:
             settings.hooks.extend(parse_hooks(data.hooks, origin))

@@ -182,10 +182,12 @@ def build_tools(
     *,
     write_allowed: Callable[[], bool] | None = None,
     secret_names: Sequence[str] = (),
+    settings: Settings | None = None,
 ) -> list[Tool]:
     """The built-in coding tools rooted at ``root``, optionally only those in ``names``;
-    bash runs in the OS sandbox when one is usable, writable when ``write_allowed()``,
-    and never sees the variables named in ``secret_names``."""
+    bash runs in the OS sandbox when one is usable (and ``settings.sandbox`` is on),
+    writable when ``write_allowed()``, and never sees the variables named in
+    ``secret_names``."""
     wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
     unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
     if unknown:
@@ -194,9 +196,17 @@ def build_tools(
         return []
     from ..tools.builtins import coding_tools
 
-    by_name = {
-        t.name: t for t in coding_tools(root, write_allowed=write_allowed or (lambda: True), secret_names=secret_names)
-    }
+    enabled = settings is None or settings.sandbox
+    tools = coding_tools(
+        root,
+        write_allowed=write_allowed or (lambda: True),
+        secret_names=secret_names,
+        sandbox="default" if enabled else None,
+        unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
+        network=settings is not None and settings.sandbox_network,
+        env_allow=settings.sandbox_env_allow if settings is not None else (),
+    )
+    by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]
 
 
@@ -264,6 +274,14 @@ class Built:
     window: int = DEFAULT_WINDOW
     hooks: HookRunner | None = None
 
+    @property
+    def sandbox_warning(self) -> str | None:
+        """Why bash runs without the OS sandbox (so every bash call needs approval), or
+        None when it runs sandboxed or there is no bash tool."""
+        from ..tools.bash import BashTool
+
+        return next((t.sandbox_warning for t in self.agent.tools if isinstance(t, BashTool)), None)
+
     async def prompt(self, text: str) -> RunResult:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
         if self.hooks is not None:
@@ -329,7 +347,9 @@ def build_agent(
     def mode() -> str:
         return permissions.mode if permissions is not None else settings.permission_mode
 
-    tools = build_tools(root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names)
+    tools = build_tools(
+        root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings
+    )
     runner: HookRunner | None = None
     specs = settings.hooks if hooks is None else hooks
     if specs:

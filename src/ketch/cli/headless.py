@@ -237,6 +237,8 @@ async def run_headless(
 
     run_over = _install_signals(built)
     built.arm()
+    if built.sandbox_warning is not None:
+        sys.stderr.write(f"ketch: warning: {built.sandbox_warning}\n")
     try:
         await built.session_start("startup")
         result = await built.prompt(task)

@@ -420,6 +420,8 @@ class Session:
             text = banner(f"{m.provider}:{m.id}", self.root, self.permissions.mode, console.width)
             # soft_wrap: never break the line; a terminal too narrow for it wraps it itself.
             console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
+            if self.built.sandbox_warning is not None:
+                self.renderer.note(f"warning: {self.built.sandbox_warning}", "yellow")
             if self.built.hooks is not None:
                 renderer = self.renderer
                 self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")

@@ -25,6 +25,9 @@ _SHOWN = (
     "allow",
     "ask",
     "deny",
+    "sandbox",
+    "sandbox_network",
+    "sandbox_env_allow",
 )
 
 

@@ -287,6 +287,7 @@ class PermissionEngine:
             return "other"
 
     def _inside(self, tool: Tool, args: dict[str, Any]) -> bool:
+        """Whether the call's path resolves inside the workspace."""
         subject = rule_subject(tool.name, args)
         if subject is None:
             return False
@@ -373,9 +374,21 @@ class PermissionEngine:
                 return Verdict("allow", source)
             return Verdict("deny", source, PLAN_DENIED.format(tool=tool.name))
         if mode == "accept_edits":
-            if sandboxed or (kind == "edit" and self._inside(tool, args)):
+            if sandboxed or (kind == "edit" and self._inside(tool, args) and not self._protected(tool, args)):
                 return Verdict("allow", source)
         return None
+
+    def _protected(self, tool: Tool, args: dict[str, Any]) -> bool:
+        """Whether the call's path is one the sandbox keeps read-only (``.git/config``,
+        ``.git/hooks``, ``.ketch``, …): an edit there could turn a later command into code
+        execution, so ``accept_edits`` asks for it."""
+        from ..sandbox import protected_path
+
+        subject = rule_subject(tool.name, args)
+        if subject is None:
+            return False
+        root = self.root if self.root is not None else os.path.realpath(os.getcwd())
+        return protected_path(root, os.path.expanduser(subject)) is not None
 
     def request_for(self, tool: Tool, args: dict[str, Any], reason: str = "") -> PermissionRequest:
         """The :class:`PermissionRequest` an approver gets for this call."""

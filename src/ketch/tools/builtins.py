@@ -34,6 +34,7 @@ def coding_tools(
     network: bool = False,
     protected: Iterable[str] = DEFAULT_PROTECTED,
     env_allow: Iterable[str] = (),
+    unsandboxed_reason: str | None = None,
 ) -> list[Tool]:
     """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
 
@@ -50,7 +51,8 @@ def coding_tools(
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
     permission mode is not plan"); ``network``, ``protected`` and ``env_allow`` are
-    passed to :class:`~ketch.tools.bash.BashTool`.
+    passed to :class:`~ketch.tools.bash.BashTool`. ``unsandboxed_reason`` says why a
+    ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
     """
     workspace = root if isinstance(root, Workspace) else Workspace(root)
     for extra in allowed_roots:
@@ -59,7 +61,7 @@ def coding_tools(
     search: list[Tool] = [GrepTool(workspace, ripgrep=ripgrep), FindTool(workspace), LsTool(workspace)]
     if read_only:
         return [read, *search]
-    reason = None
+    reason = unsandboxed_reason
     if sandbox == "default":
         sandbox = default_sandbox()
         reason = sandbox_unavailable_reason() if sandbox is None else None
