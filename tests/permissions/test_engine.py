@@ -340,3 +340,16 @@ async def test_always_answers_remember_one_rule_per_simple_command(tmp_path: Pat
         "user",
         "user",
     ]
+
+
+async def test_decisions_are_on_the_run_result(tmp_path: Path) -> None:
+    engine = PermissionEngine("plan", root=tmp_path)
+    calls = [tool_call("read", {"path": "a"}, id="r1"), tool_call("write", {"path": "b"}, id="w1")]
+    log: list[str] = []
+    agent = Agent(ScriptedModel([reply(*calls), "done"]), tools=_tools(log), before_tool_call=engine.before_tool_call)
+    result = await agent.prompt("go")
+    assert [(n.tool_call_id, n.tool_name, n.note) for n in result.tool_call_notes] == [
+        ("r1", "read", engine.decisions[0]),
+        ("w1", "write", engine.decisions[1]),
+    ]
+    assert [(d.decided_by, d.outcome) for d in engine.decisions] == [("mode plan", "allow"), ("mode plan", "deny")]

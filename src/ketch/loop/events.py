@@ -78,10 +78,13 @@ class RunError(Exception):
 
 
 class RunResult(msgspec.Struct, kw_only=True):
-    """What a run produced: its new messages and its summary."""
+    """What a run produced: its new messages and its summary; ``tool_call_notes`` are the
+    run's ``tool_call_note`` events (what ``before_tool_call`` reported about each call,
+    e.g. the permission engine's decisions), in order."""
 
     messages: list[Message]
     summary: RunSummary
+    tool_call_notes: list[ToolCallNote] = msgspec.field(default_factory=list)
 
     @property
     def end_reason(self) -> EndReason:

@@ -183,6 +183,7 @@ class _Run:
         self.model = config.model
         self.thinking = config.thinking
         self.new_messages: list[Message] = []
+        self.notes: list[ToolCallNote] = []
         self.summary = RunSummary()
         self.result: RunResult | None = None
         self.runner = ToolRunner(config)
@@ -356,6 +357,7 @@ class _Run:
                             if type(event) is ToolExecutionEnd:
                                 note = self._note_event(event.tool_call_id)
                                 if note is not None:
+                                    self.notes.append(note)
                                     yield note
                             yield event
                         for result in self._commit_results(len(calls)):
@@ -427,7 +429,7 @@ class _Run:
 
     def _agent_end(self, started: float) -> AgentEnd:
         self.summary.duration = time.monotonic() - started
-        self.result = RunResult(messages=self.new_messages, summary=self.summary)
+        self.result = RunResult(messages=self.new_messages, summary=self.summary, tool_call_notes=self.notes)
         return AgentEnd(messages=self.new_messages, summary=self.summary)
 
     def _error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
