@@ -41,13 +41,13 @@ def _version() -> str:
         return "unknown"
 
 
-_MAIN_ARGUMENTS = ("command", "path", "file_path", "pattern", "query", "url")
-_CALL_LINE_CHARS = 120
+_MAIN_ARGUMENTS = ("command", "pattern", "path", "file_path", "query", "url")
+_CALL_LINE_CHARS = 72
 
 
 def _tool_call_line(name: str, args: Any) -> str:
     """``→ <tool> <main argument>`` on one line: the argument is the first of
-    ``command``, ``path``, ``file_path``, ``pattern``, ``query`` or ``url`` (else the first
+    ``command``, ``pattern``, ``path``, ``file_path``, ``query`` or ``url`` (else the first
     string argument), its first line, shortened to fit; an ``ls`` of the root shows ``.``."""
     main = ""
     if isinstance(args, dict):

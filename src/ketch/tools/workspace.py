@@ -5,7 +5,7 @@ followed) and must end up inside the root or one of the extra allowed roots; any
 else raises :class:`WorkspaceError` with a message naming the path and the roots.
 ``.``, ``./``, the root's absolute path and absolute paths inside it all work; so does a
 path that starts with the root's own folder name (``myproj`` or ``myproj/src`` in
-``/x/myproj``, also written ``/myproj/src``) when no such entry exists in the root.
+``/x/myproj``, also written ``/myproj/src``) when the root holds no entry of that name.
 
 The workspace also remembers which files the agent has read, with their modification
 time, size and a content digest. Editing or overwriting an existing file requires such a
@@ -127,6 +127,8 @@ class Workspace:
             if not parts or os.path.lexists(os.sep + parts[0]):
                 return None
         if not parts or parts[0] != self.root.name or not parts[0]:
+            return None
+        if os.path.lexists(os.path.join(self.root, parts[0])):  # a real entry of that name wins
             return None
         return os.path.normpath(os.path.join(self.root, *parts[1:]))
 
