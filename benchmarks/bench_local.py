@@ -11,15 +11,20 @@ and greedy sampling, and must generate the same tokens. ketch is timed as a call
 it: from the first ``text_delta`` event to the ``done`` event of ``LocalModel.stream``
 (worker thread, event loop and event objects included); bare ``Llama.generate`` from its
 first token to its last. Tokens per second count the tokens after the first, so prompt
-evaluation is left out of both. The two alternate, each run evaluating the prompt
-afresh; the table gives medians (min-max). Nothing here is a test.
+evaluation is left out of both. The two alternate, each sample in a fresh process (a
+warm-up run, then the measured one): two llama.cpp models used from different threads of
+one process slow each other down, as their OpenMP thread pools then oversubscribe the
+cores. The table gives medians (min-max) and the median of the paired ratios. Nothing
+here is a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -73,55 +78,78 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
+async def child(kind: str, tokens: int, threads: int | None) -> None:
+    """One sample in this process: a warm-up run, then a measured run; prints JSON."""
+    import llama_cpp
+
+    model = local.LocalModel("smollm2", n_threads=threads)
+    stats = await model.load()
+    if kind == "ketch":
+        await run_ketch(model, tokens)
+        rate, text = await run_ketch(model, tokens)
+    else:
+        loaded = model._loaded
+        assert loaded is not None
+        # The prompt exactly as the provider renders and tokenizes it.
+        request = model._request(loaded, Context(messages=[UserMessage(content=PROMPT)]), StreamOptions())
+        prompt_tokens = loaded.llama.tokenize(request.prompt.encode(), add_bos=loaded.add_bos, special=True)
+        await model.unload()
+        bare = llama_cpp.Llama(
+            model_path=stats.path,
+            n_ctx=model.n_ctx,
+            n_threads=model.n_threads,
+            n_threads_batch=model.n_threads,
+            verbose=False,
+        )
+        run_bare(bare, prompt_tokens, tokens)
+        rate, text = run_bare(bare, prompt_tokens, tokens)
+        bare.close()
+    print(json.dumps({"rate": rate, "text": text, "threads": model.n_threads, "model": stats.description}))
+
+
+def sample(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", kind, "--tokens", str(args.tokens)]
+    if args.threads is not None:
+        command += ["--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(done.stderr or done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--child", choices=["ketch", "bare"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    import llama_cpp
-
-    model = local.LocalModel("smollm2", n_threads=args.threads)
-    stats = await model.load()
-    loaded = model._loaded
-    assert loaded is not None
-    # The prompt exactly as the provider renders and tokenizes it.
-    request = model._request(loaded, Context(messages=[UserMessage(content=PROMPT)]), StreamOptions())
-    prompt_tokens = loaded.llama.tokenize(request.prompt.encode(), add_bos=loaded.add_bos, special=True)
-    bare = llama_cpp.Llama(
-        model_path=stats.path,
-        n_ctx=model.n_ctx,
-        n_threads=model.n_threads,
-        n_threads_batch=model.n_threads,
-        verbose=False,
-    )
-    # Warm-up, and the check that both generate the same tokens.
-    _, ketch_text = await run_ketch(model, args.tokens)
-    _, bare_text = run_bare(bare, prompt_tokens, args.tokens)
-    if ketch_text != bare_text:
-        print("warning: ketch and bare Llama generated different text", file=sys.stderr)
+    if args.child:
+        await child(args.child, args.tokens, args.threads)
+        return
     ketch_rates: list[float] = []
     bare_rates: list[float] = []
     ratios: list[float] = []
+    texts: set[str] = set()
+    info: dict[str, Any] = {}
     for rep in range(args.reps):
-        if rep % 2:
-            b, _ = run_bare(bare, prompt_tokens, args.tokens)
-            k, _ = await run_ketch(model, args.tokens)
-        else:
-            k, _ = await run_ketch(model, args.tokens)
-            b, _ = run_bare(bare, prompt_tokens, args.tokens)
-        ketch_rates.append(k)
-        bare_rates.append(b)
-        ratios.append(k / b)
-    print(f"model: {stats.description or stats.path}; threads: {model.n_threads}; {args.tokens} tokens, greedy")
-    print(f"{args.reps} alternating runs, median (min-max)\n")
+        order = ("bare", "ketch") if rep % 2 else ("ketch", "bare")
+        got = {kind: sample(kind, args) for kind in order}
+        info = got["ketch"]
+        ketch_rates.append(got["ketch"]["rate"])
+        bare_rates.append(got["bare"]["rate"])
+        ratios.append(got["ketch"]["rate"] / got["bare"]["rate"])
+        texts.update((got["ketch"]["text"], got["bare"]["text"]))
+    if len(texts) != 1:
+        print("warning: ketch and bare Llama generated different text", file=sys.stderr)
+    print(f"model: {info['model']}; threads: {info['threads']}; {args.tokens} tokens, greedy, same text: {len(texts) == 1}")
+    print(f"{args.reps} alternating runs, each in a fresh process; median (min-max)\n")
     print("| generator | tokens/s |")
     print("|---|---|")
     print(f"| bare `llama_cpp.Llama.generate` | {summary(bare_rates)} |")
     print(f"| ketch `LocalModel.stream` | {summary(ketch_rates)} |")
     print(f"| ketch / bare (paired) | {statistics.median(ratios) * 100:.1f}% |")
-    bare.close()
 
 
 if __name__ == "__main__":
