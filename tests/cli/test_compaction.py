@@ -299,7 +299,7 @@ def test_text_output_announces_compactions_on_a_terminal(env: Env, terminals: li
     script = env.script(READS)
     term = Terminal(env, "run", "--model", f"scripted:{script}", "--tools", "read", "--context-window", "200", "read both")
     terminals.append(term)
-    term.expect(r"→ read\(path='b\.txt'\)")
+    term.expect(r"→ read b\.txt")
     term.expect(r"⇣ context compacted \(automatic\): 182 → 92 tokens · 3 messages summarised · \$0\.0012")
     term.expect("Both files read.")
     assert term.wait_exit() == 0

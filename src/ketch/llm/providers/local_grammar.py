@@ -9,6 +9,12 @@ Schemas are translated with llama.cpp's own converter (``llama_cpp.llama_grammar
 imported only when a grammar is built. What it cannot translate falls back to "any
 JSON object", so a call still parses (its arguments are then checked by the loop).
 Keywords it ignores (``minimum``, ``maximum`` …) are not enforced by the grammar.
+
+A call whose token budget is known can be bounded (``token_budget``): every free string
+of the arguments (no ``maxLength``, ``enum``, ``const``, ``pattern`` or ``format``) gets a
+maximum length such that the whole call fits the budget even at the worst case of one
+six-character escape (six tokens) per character. Numbers are bounded by the converter, so a
+call whose arguments hold no arrays and no free-form objects always ends within the budget.
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ import msgspec
 
 from ..model import ToolSpec
 
-__all__ = ["ANY_OBJECT_GRAMMAR", "json_schema_grammar", "tool_call_grammar"]
+__all__ = ["ANY_OBJECT_GRAMMAR", "CALL_OVERHEAD_TOKENS", "bounded_string_length", "json_schema_grammar", "tool_call_grammar"]
+
+CALL_OVERHEAD_TOKENS = 96
+"""Tokens kept, in a bounded call, for the JSON around the strings: the name, keys,
+punctuation, spaces and numbers (each number is at most 17 characters)."""
+
+_TOKENS_PER_CHAR = 6  # a string character written as an escape: backslash, u, four hex digits
 
 # JSON string characters: no raw control characters, only valid escapes.
 _CHAR_RULE = (
@@ -115,15 +127,57 @@ def _object_rule(conv: _Converter) -> str:
     return name
 
 
-def tool_call_grammar(tools: Sequence[ToolSpec]) -> str:
+def _is_free_string(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if kind != "string" and not (isinstance(kind, list) and "string" in kind):
+        return False
+    return not any(key in node for key in ("maxLength", "enum", "const", "pattern", "format"))
+
+
+def _free_strings(node: Any) -> int:
+    if isinstance(node, list):
+        return sum(_free_strings(x) for x in node)
+    if not isinstance(node, dict):
+        return 0
+    own = 1 if _is_free_string(node) else 0
+    return own + sum(_free_strings(v) for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
+
+
+def _bound_strings(node: Any, limit: int) -> Any:
+    if isinstance(node, list):
+        return [_bound_strings(x, limit) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        k: (v if k in ("enum", "const", "default", "examples") else _bound_strings(v, limit)) for k, v in node.items()
+    }
+    if _is_free_string(node):
+        out["maxLength"] = max(limit, int(node.get("minLength", 0)))
+    return out
+
+
+def bounded_string_length(tools: Sequence[ToolSpec], token_budget: int) -> int:
+    """The longest free string a call of ``tools`` may hold to end within ``token_budget``
+    tokens (at least 8 characters)."""
+    strings = max((_free_strings(t.parameters) for t in tools), default=0)
+    room = max(token_budget - CALL_OVERHEAD_TOKENS, 0)
+    return max(room // (_TOKENS_PER_CHAR * max(strings, 1)), 8)
+
+
+def tool_call_grammar(tools: Sequence[ToolSpec], *, token_budget: int | None = None) -> str:
     """A GBNF grammar (root ``root``) for exactly one call of one of ``tools``:
-    ``{"name": "<name>", "arguments": {...}}`` with arguments following the tool's schema."""
+    ``{"name": "<name>", "arguments": {...}}`` with arguments following the tool's schema.
+    With ``token_budget``, free strings are bounded so that the call fits it (see the
+    module documentation)."""
     if not tools:
         raise ValueError("tool_call_grammar needs at least one tool")
+    limit = bounded_string_length(tools, token_budget) if token_budget is not None else None
     conv = _Converter()
     alternatives: list[str] = []
     for i, tool in enumerate(tools):
         params = tool.parameters if isinstance(tool.parameters, dict) else {}
+        if limit is not None:
+            params = _bound_strings(params, limit)
         args = conv.add(f"t{i}-args", params, f"tool{i}") if params else None
         if args is None:
             args = _object_rule(conv)

@@ -1,0 +1,44 @@
+"""``ketch run -o text`` on a terminal: one dim ``→ <tool> <main argument>`` line on stderr
+per tool call as it starts, before the answer."""
+
+from __future__ import annotations
+
+import re
+
+from clihelp import Env, Terminal, call_reply, text_reply
+
+
+def test_each_tool_call_shows_one_line_with_its_main_argument(env: Env, terminals: list[Terminal]) -> None:
+    (env.work / "src").mkdir()
+    (env.work / "notes.txt").write_text("hello\n")
+    long_name = "d" * 150
+    script = env.script(
+        [
+            call_reply(("c1", "ls", {})),
+            call_reply(("c2", "ls", {"path": "src", "limit": 5})),
+            call_reply(("c3", "read", {"path": "notes.txt"})),
+            call_reply(("c4", "grep", {"pattern": "hel+o\nsecond line", "path": "."})),
+            call_reply(("c5", "find", {"pattern": long_name})),
+            text_reply("Done."),
+        ]
+    )
+    term = Terminal(env, "run", "--model", f"scripted:{script}", "look around")
+    terminals.append(term)
+    term.expect("Done.")
+    assert term.wait_exit() == 0
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in term.seen.splitlines()]
+    calls = [line for line in shown if line.startswith("→")]
+    assert calls == [
+        "→ ls .",
+        "→ ls src",
+        "→ read notes.txt",
+        "→ grep hel+o …",
+        f"→ find {'d' * 72} …",
+    ]
+    assert shown.index("→ find " + "d" * 72 + " …") < shown.index("Done.")
+
+
+def test_without_a_terminal_stderr_stays_quiet(env: Env) -> None:
+    script = env.script([call_reply(("c1", "ls", {"path": "."})), text_reply("Done.")])
+    proc = env.run("run", "--model", f"scripted:{script}", "look")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Done.\n", "")
