@@ -550,10 +550,21 @@ def _group_alive(pgid: int) -> bool:
         return True
     if not sys.platform.startswith("linux"):
         return True
+    stats = _proc_stats()
+    if stats is None:
+        return True
+    group = str(pgid).encode()
+    return any(fields[2] == group and fields[0] not in (b"Z", b"X") for _, fields in stats)
+
+
+def _proc_stats() -> list[tuple[str, list[bytes]]] | None:
+    """Each process's pid and the fields of ``/proc/PID/stat`` after its name (state,
+    parent, group, …); None when ``/proc`` cannot be read."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return True
+        return None
+    found: list[tuple[str, list[bytes]]] = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -563,9 +574,9 @@ def _group_alive(pgid: int) -> bool:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if len(fields) > 2:
+            found.append((entry, fields))
+    return found
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -630,23 +641,7 @@ def live_process_groups() -> frozenset[int]:
 def _child_groups() -> set[int]:
     """Process groups led by direct children of this process (Linux; else empty)."""
     me = str(os.getpid()).encode()
-    found: set[int] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[1] == me and fields[2] == entry.encode():
-            found.add(int(entry))
-    return found
+    return {int(pid) for pid, fields in _proc_stats() or () if fields[1] == me and fields[2] == pid.encode()}
 
 
 def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
