@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ketch.llm.signal import AbortSignal
 from ketch.loop.tool import ToolContext
-from ketch.tools.bash import BashTool, kill_process_groups, live_process_groups
+from ketch.tools.bash import BashTool, kill_process_groups, live_process_groups, start_process_group
 from ketch.tools.workspace import Workspace
 
 
@@ -69,3 +69,31 @@ def test_children_also_ends_groups_led_by_untracked_children() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def _with_token(token: str) -> list[int]:
+    """Live processes whose command line contains ``token``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _running(int(entry)):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def test_a_cancellation_while_the_process_starts_leaves_nothing_running(tmp_path: Path) -> None:
+    token = f"ketch-start-race-{os.getpid()}-{tmp_path.name}"
+    task = asyncio.create_task(start_process_group("/bin/sh", "-c", f"exec -a {token} sleep 1000"))
+    await asyncio.sleep(0)  # the process is spawned; its start is still being awaited
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the start was not cancelled")
+    assert _with_token(token) == []

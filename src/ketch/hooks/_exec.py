@@ -135,8 +135,8 @@ async def _run_command(
     spec: HookSpec, payload: bytes, cwd: str, env: Mapping[str, str], event: str
 ) -> HookRun:
     assert isinstance(spec.handler, str)
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             "/bin/sh",
             "-c",
             spec.handler,
@@ -147,8 +147,20 @@ async def _run_command(
             env=dict(env),
             start_new_session=True,
         )
+    )
+    try:
+        proc = await asyncio.shield(spawn)
     except OSError as exc:
         return HookRun(spec, error=f"could not start: {exc.strerror or exc}")
+    except asyncio.CancelledError:
+        # Cancelled while the process was being started: it may be running already, and
+        # nothing else knows about it. Stop it, then go on cancelling.
+        try:
+            started = await spawn
+        except OSError:
+            raise asyncio.CancelledError from None
+        await _stop(started)
+        raise
     try:
         async with asyncio.timeout(spec.timeout):
             out, err = await proc.communicate(payload)

@@ -73,6 +73,7 @@ __all__ = [
     "kill_process_groups",
     "live_process_groups",
     "scrub_environment",
+    "start_process_group",
     "track_process_group",
     "untrack_process_group",
 ]
@@ -628,6 +629,25 @@ def track_process_group(pgid: int) -> None:
     _LIVE_GROUPS.add(pgid)
 
 
+async def start_process_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(*argv, **kwargs)`` in a new session, tracked (see
+    :func:`track_process_group`). A cancellation that arrives while the process is being
+    started does not leave it running unseen: its group is killed and reaped first."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, start_new_session=True, **kwargs))
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        try:
+            started = await spawn
+        except OSError:
+            raise asyncio.CancelledError from None
+        _signal_group(started.pid, signal.SIGKILL)
+        await started.wait()
+        raise
+    track_process_group(proc.pid)
+    return proc
+
+
 def untrack_process_group(pgid: int) -> None:
     """Forget the process group ``pgid`` (its processes have ended)."""
     _LIVE_GROUPS.discard(pgid)
@@ -960,21 +980,17 @@ class BashTool(Tool):
         ws, timeout = self.workspace, limit
         read_fd, write_fd = os.pipe()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=write_fd,
-                stderr=write_fd,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
+            proc = await start_process_group(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd, env=env
             )
         except OSError as exc:
             os.close(read_fd)
             return ToolResult.error(f"Could not start {argv[0]}: {exc.strerror or exc}.")
+        except BaseException:
+            os.close(read_fd)
+            raise
         finally:
             os.close(write_fd)
-        track_process_group(proc.pid)
         output = _Output(ws)
         loop = asyncio.get_running_loop()
         transport, _ = await loop.connect_read_pipe(lambda: output, os.fdopen(read_fd, "rb", buffering=0))

@@ -37,7 +37,7 @@ import msgspec
 from ..llm.signal import Aborted
 from ..loop.tool import Tool, ToolContext, ToolResult
 from ._grep_worker import walk
-from .bash import track_process_group, untrack_process_group
+from .bash import start_process_group, untrack_process_group
 from .workspace import Workspace, WorkspaceError, special_kind
 
 __all__ = ["IGNORED_DIRS", "FindTool", "GrepTool", "glob_to_regex"]
@@ -240,18 +240,16 @@ class _Child:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        track_process_group(proc.pid)
 
     @classmethod
     async def start(cls, argv: list[str], cwd: Path | None = None, stdin: bool = False) -> _Child:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await start_process_group(
             *argv,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=4 * 1024 * 1024,
             cwd=cwd,
-            start_new_session=True,
         )
         return cls(proc)
 
