@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -345,3 +346,22 @@ def test_headless_run_in_a_terminal_asks_on_the_terminal(env: Env, terminals: li
     term.expect('"type":"result","end_reason":"stop"')
     assert term.wait_exit() == 0
     assert sorted(p.name for p in env.work.iterdir()) == ["a.txt"]
+
+
+def test_headless_run_in_a_terminal_notifies_hooks_when_it_asks(env: Env, terminals: list[Terminal]) -> None:
+    log = env.home / "notifications.txt"
+    hook = env.home / "notify.sh"
+    hook.write_text(f"#!/bin/sh\ncat >> {log}\necho >> {log}\n")
+    hook.chmod(0o755)
+    env.user_config(f'[[hooks.Notification]]\n[[hooks.Notification.hooks]]\ncommand = "{hook}"\n')
+    script = env.script([call_reply(("c1", "write", {"path": "a.txt", "content": "x\n"})), text_reply("finished")])
+    term = Terminal(env, "run", "-o", "stream-json", "--model", f"scripted:{script}", "make a file")
+    terminals.append(term)
+    term.expect("ketch wants to run write a.txt")
+    term.sendline("y")
+    term.expect('"type":"result","end_reason":"stop"')
+    assert term.wait_exit() == 0
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert [(e["hook_event_name"], e["message"], e["notification_type"]) for e in events] == [
+        ("Notification", "ketch needs your permission to use write", "permission_prompt")
+    ]

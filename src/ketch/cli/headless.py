@@ -227,12 +227,14 @@ async def run_headless(
     interactive_approval: bool = False,
 ) -> int:
     """Run ``task`` once and write the output; returns the exit code."""
-    built = build_agent(
-        settings,
-        root,
-        approver=_ask_on_terminal if interactive_approval else None,
-        tool_choice=tool_choice,
-    )
+    built: Built | None = None
+
+    async def ask(request: PermissionRequest) -> Approval:
+        if built is not None and built.hooks is not None:
+            built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
+        return await _ask_on_terminal(request)
+
+    built = build_agent(settings, root, approver=ask if interactive_approval else None, tool_choice=tool_choice)
     agent = built.agent
     model = agent.model
     model_name = f"{model.provider}:{model.id}"
