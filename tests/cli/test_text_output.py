@@ -42,3 +42,35 @@ def test_without_a_terminal_stderr_stays_quiet(env: Env) -> None:
     script = env.script([call_reply(("c1", "ls", {"path": "."})), text_reply("Done.")])
     proc = env.run("run", "--model", f"scripted:{script}", "look")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Done.\n", "")
+
+
+def test_each_tool_result_shows_its_first_lines_under_the_call(env: Env, terminals: list[Terminal]) -> None:
+    (env.work / "src").mkdir()
+    (env.work / "notes.txt").write_text("".join(f"line {i}\n" for i in range(1, 7)))
+    script = env.script(
+        [
+            call_reply(("c1", "ls", {})),
+            call_reply(("c2", "read", {"path": "notes.txt"})),
+            call_reply(("c3", "read", {"path": "missing.txt"})),
+            text_reply("Done."),
+        ]
+    )
+    term = Terminal(env, "run", "--model", f"scripted:{script}", "look around")
+    terminals.append(term)
+    term.expect("Done.")
+    assert term.wait_exit() == 0
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in term.seen.splitlines()]
+    start = shown.index("→ ls .")
+    assert shown[start : shown.index("Done.")] == [
+        "→ ls .",
+        "  ⎿ notes.txt",
+        "    src/",
+        "→ read notes.txt",
+        "  ⎿      1\tline 1",
+        "         2\tline 2",
+        "         3\tline 3",
+        "         4\tline 4",
+        "    … +2 lines",
+        "→ read missing.txt",
+        "  ⎿ error: File not found: missing.txt",
+    ]

@@ -227,15 +227,14 @@ def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
     )
 
 
-def embedded_system_prompt(tools: Sequence[Tool]) -> str:
-    """The system prompt of the embedded 135M model when none is configured: short, paths
-    relative to ``.`` (the absolute root is left out, so that the model cannot copy it),
-    and one example call when the ``ls`` tool is offered."""
-    names = {t.name for t in tools}
-    example = ' Use a tool when asked, like {"name": "ls", "arguments": {"path": "."}}.' if "ls" in names else ""
+def embedded_system_prompt() -> str:
+    """The system prompt of the embedded 135M model when none is configured: short, no
+    absolute path (the model would copy it into calls), no example call (the model
+    repeats it as its answer), and the one instruction that made its answers after a
+    tool complete most often (3 of 4 sample folders, against 1 of 4 before)."""
     return (
-        "You are ketch, a helpful assistant working in the user's current directory, \".\"."
-        f"{example} After a tool result, answer by repeating its lines."
+        "You are ketch, a helpful assistant in the current directory. "
+        "When a tool returns a result, copy every line of it into your answer."
     )
 
 
@@ -429,7 +428,7 @@ def build_agent(
     if settings.system_prompt is not None:
         system_prompt = settings.system_prompt
     elif embedded:
-        system_prompt = embedded_system_prompt(tools)
+        system_prompt = embedded_system_prompt()
     else:
         system_prompt = default_system_prompt(root, tools)
     agent = Agent(

@@ -75,9 +75,24 @@ def _tool_call_line(name: str, args: Any) -> str:
     return f"→ {name} {main}" if main else f"→ {name}"
 
 
+_PREVIEW_LINES = 4
+
+
+def _result_preview(text: str, is_error: bool) -> list[str]:
+    """The first lines of a tool's result, indented under its call line (``  ⎿ …``), at
+    most :data:`_PREVIEW_LINES` of them and each cut to fit, then ``… +N lines``."""
+    lines = text.splitlines() or ["(no output)"]
+    shown = [line if len(line) <= _CALL_LINE_CHARS else line[:_CALL_LINE_CHARS].rstrip() + " …" for line in lines[:_PREVIEW_LINES]]
+    if len(lines) > _PREVIEW_LINES:
+        shown.append(f"… +{len(lines) - _PREVIEW_LINES} lines")
+    mark = "  ⎿ error: " if is_error else "  ⎿ "
+    return [(mark if i == 0 else "    ") + line for i, line in enumerate(shown)]
+
+
 class _TextOut:
     """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
-    starts (:func:`_tool_call_line`, e.g. ``→ ls .``) and context compactions to stderr."""
+    starts (:func:`_tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
+    it ends (:func:`_result_preview`) and context compactions to stderr."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -106,6 +121,11 @@ class _TextOut:
         elif kind == "tool_execution_start" and self._show_tools:
             line = _tool_call_line(event.tool_name, event.args)  # type: ignore[union-attr]
             self._err.write(f"\x1b[2m{line}\x1b[0m\n")
+            self._err.flush()
+        elif kind == "tool_execution_end" and self._show_tools:
+            end: Any = event
+            preview = _result_preview(end.result.text, end.is_error)
+            self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in preview))
             self._err.flush()
         elif kind == "compaction_end" and self._show_tools:
             self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]
