@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -338,7 +340,7 @@ def test_headless_run_in_a_terminal_asks_on_the_terminal(env: Env, terminals: li
     term = Terminal(env, "run", "-o", "stream-json", "--model", f"scripted:{script}", "make files")
     terminals.append(term)
     term.expect("ketch wants to run write a.txt")
-    term.expect(r"\[y\] allow once  \[a\] always \(write\) this session  \[n\] deny \(optionally: n <reason>\)")
+    term.expect(r"\[y\] allow once  \[a\] always \(write\)  \[n\] deny \(optionally: n <reason>\)")
     term.sendline("y")
     term.expect("ketch wants to run bash touch b.txt")
     term.sendline("n not today")
@@ -365,3 +367,26 @@ def test_headless_run_in_a_terminal_notifies_hooks_when_it_asks(env: Env, termin
     assert [(e["hook_event_name"], e["message"], e["notification_type"]) for e in events] == [
         ("Notification", "ketch needs your permission to use write", "permission_prompt")
     ]
+
+
+def test_headless_run_in_a_terminal_saves_an_always_rule_where_the_user_picks(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script(
+        [
+            call_reply(("c1", "write", {"path": "a.txt", "content": "x\n"})),
+            call_reply(("c2", "write", {"path": "b.txt", "content": "y\n"})),
+            text_reply("finished"),
+        ]
+    )
+    term = Terminal(env, "run", "-o", "stream-json", "--model", f"scripted:{script}", "make files")
+    terminals.append(term)
+    term.expect("ketch wants to run write a.txt")
+    term.sendline("a")
+    term.expect(r"Save the rule: \[s\] this session only  \[u\] user  \[p\] project  \[l\] local")
+    term.sendline("u")
+    user = env.xdg / "ketch" / "config.toml"
+    term.expect(f"ketch: saved allow rule write to {re.escape(str(user))}")
+    between = term.expect('"type":"result","end_reason":"stop"')
+    assert "wants to run" not in between  # b.txt is covered by the saved rule
+    assert term.wait_exit() == 0
+    assert tomllib.loads(user.read_text()) == {"permissions": {"allow": ["write"]}}
+    assert sorted(p.name for p in env.work.iterdir()) == ["a.txt", "b.txt"]

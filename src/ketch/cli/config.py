@@ -73,6 +73,7 @@ from ..llm.model import THINKING_LEVELS
 from ..permissions import Rule, parse_mode
 
 __all__ = [
+    "SAVE_RULE_PROMPT",
     "ConfigError",
     "ProviderConfig",
     "Settings",
@@ -85,6 +86,7 @@ __all__ = [
     "project_root",
     "redact",
     "redact_url",
+    "save_allow_rules",
     "trust_project",
 ]
 
@@ -520,6 +522,30 @@ def _array_end(text: str, start: int) -> int:
                 return i + 1
         i += 1
     return -1
+
+
+SAVE_RULE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project  [l] local"
+"""The question after an "always" answer: where the allow rule goes."""
+
+
+def save_allow_rules(choice: str, rules: list[str], project_root: Path) -> tuple[str, bool]:
+    """Save ``rules`` where the answer ``choice`` to :data:`SAVE_RULE_PROMPT` says (``u``
+    the user config, ``p`` the project's ``.ketch/config.toml``, ``l`` its
+    ``.ketch/config.local.toml``; anything else: this session only). Returns the line to
+    show the user, and whether it reports a failure (the rules then hold for the session)."""
+    targets = {
+        "u": config_dir() / "config.toml",
+        "p": project_root / ".ketch" / "config.toml",
+        "l": project_root / ".ketch" / "config.local.toml",
+    }
+    path = targets.get(choice.strip().lower()[:1])
+    if path is None:
+        return f"allowed for this session: {', '.join(rules)}", False
+    try:
+        add_permission_rules(path, "allow", rules)
+    except ConfigError as exc:
+        return f"{exc} (allowed for this session only)", True
+    return f"saved allow rule {', '.join(rules)} to {path}", False
 
 
 def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Literal, NoReturn
 from ..llm.messages import AssistantMessage
 from ..loop.events import AgentEvent
 from ..permissions import Approval, PermissionRequest
-from .config import Settings
+from .config import SAVE_RULE_PROMPT, Settings, save_allow_rules
 from .factory import Built, build_agent
 from .render import compaction_note
 from .wire import (
@@ -150,14 +150,9 @@ class _StreamJsonOut:
         self.write(encode_event(event))
 
 
-async def _ask_on_terminal(request: PermissionRequest) -> Approval:
-    """Ask on stderr and read the answer from the terminal on stdin."""
-    subject = f" {request.subject}" if request.subject else ""
-    always = ", ".join(str(r) for r in request.suggested_rules) or "no rule fits: once"
-    sys.stderr.write(
-        f"\nketch wants to run {request.tool_name}{subject}\n"
-        f"  [y] allow once  [a] always ({always}) this session  [n] deny (optionally: n <reason>)\n> "
-    )
+async def _terminal_line(prompt: str) -> str:
+    """Write ``prompt`` on stderr and read one answer line from the terminal on stdin."""
+    sys.stderr.write(prompt)
     sys.stderr.flush()
     loop = asyncio.get_running_loop()
     fd = sys.stdin.fileno()
@@ -170,10 +165,28 @@ async def _ask_on_terminal(request: PermissionRequest) -> Approval:
 
     loop.add_reader(fd, readable)
     try:
-        answer = (await line).strip()
+        return (await line).strip()
     finally:
         loop.remove_reader(fd)
-    return parse_answer(answer)
+
+
+async def _ask_on_terminal(request: PermissionRequest, project_root: Path) -> Approval:
+    """Ask on stderr and read the answer from the terminal on stdin; after "always", ask
+    where to save the rule(s) (:func:`~ketch.cli.config.save_allow_rules`)."""
+    subject = f" {request.subject}" if request.subject else ""
+    always = ", ".join(str(r) for r in request.suggested_rules) or "no rule fits: once"
+    answer = parse_answer(
+        await _terminal_line(
+            f"\nketch wants to run {request.tool_name}{subject}\n"
+            f"  [y] allow once  [a] always ({always})  [n] deny (optionally: n <reason>)\n> "
+        )
+    )
+    if answer.decision == "always" and request.suggested_rules:
+        choice = await _terminal_line(f"{SAVE_RULE_PROMPT}\n> ")
+        shown, _ = save_allow_rules(choice, [str(r) for r in request.suggested_rules], project_root)
+        sys.stderr.write(f"ketch: {shown}\n")
+        sys.stderr.flush()
+    return answer
 
 
 def parse_answer(answer: str) -> Approval:
@@ -252,7 +265,7 @@ async def run_headless(
     async def ask(request: PermissionRequest) -> Approval:
         if built is not None and built.hooks is not None:
             built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
-        return await _ask_on_terminal(request)
+        return await _ask_on_terminal(request, settings.project_root or root)
 
     built = build_agent(settings, root, approver=ask if interactive_approval else None, tool_choice=tool_choice)
     agent = built.agent

@@ -28,7 +28,7 @@ from ..llm.model import THINKING_LEVELS
 from ..loop.events import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
 from ..tools.bash import kill_process_groups
-from .config import ConfigError, Settings, add_permission_rules, config_dir
+from .config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
 from .factory import Built, build_agent, build_model
 from .headless import exit_now, parse_answer
 from .render import EventRenderer, format_tokens
@@ -58,7 +58,7 @@ Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
 
 PROMPT = "› "
 PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
-SCOPE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project  [l] local › "
+SCOPE_PROMPT = f"{SAVE_RULE_PROMPT} › "
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -177,24 +177,9 @@ class Session:
     def _save_rules(self, request: PermissionRequest, choice: str) -> None:
         r = self.renderer
         assert r is not None
-        word = choice.strip().lower()[:1]
-        root = self.settings.project_root or self.root
-        targets = {
-            "u": config_dir() / "config.toml",
-            "p": root / ".ketch" / "config.toml",
-            "l": root / ".ketch" / "config.local.toml",
-        }
         rules = [str(rule) for rule in request.suggested_rules]
-        path = targets.get(word)
-        if path is None:
-            r.note(f"allowed for this session: {', '.join(rules)}")
-            return
-        try:
-            add_permission_rules(path, "allow", rules)
-        except ConfigError as exc:
-            r.note(f"{exc} (allowed for this session only)", "red")
-            return
-        r.note(f"saved allow rule {', '.join(rules)} to {path}")
+        line, failed = save_allow_rules(choice, rules, self.settings.project_root or self.root)
+        r.note(line, "red" if failed else "dim")
 
     def _show_request(self, request: PermissionRequest) -> None:
         r = self.renderer
