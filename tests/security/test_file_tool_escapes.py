@@ -372,3 +372,28 @@ def test_an_approved_edit_of_a_protected_path_runs_no_code_outside(
     if mode in ("default", "accept_edits"):
         assert [tool for tool in reply["asked"] if tool in EDIT_TOOLS] == edits
     assert not os.path.lexists(os.path.join(targets.outside, "ran"))
+
+
+# --- the search processes' environment --------------------------------------------------------
+
+FAKE_RG = """#!/bin/sh
+# Stands in for ripgrep: reports every variable of its environment as a match.
+exec python3 -I -S -c '
+import json, os
+for name, value in sorted(os.environ.items()):
+    line = name + "=" + value
+    print(json.dumps({"type": "match", "data": {"path": {"text": "env"}, "line_number": 1, "lines": {"text": line}}}))
+'
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_grep_search_process_gets_no_key(probe: Probe, targets: Targets, mode: str) -> None:
+    """The grep tool's child process (ripgrep, here a stand-in that prints its environment
+    as matches) gets the scrubbed tool environment, not the agent's."""
+    fake = targets.world.base / "fake-rg"
+    fake.write_text(FAKE_RG)
+    fake.chmod(0o755)
+    targets.world.reset_baseline()
+    reply = _run(probe, "grep-child-environment", mode, [("grep", {"pattern": "x"}, StartsWith(False, "env:1:"))], ripgrep=str(fake))
+    assert "env:1:PATH=" in reply["results"][0][2]
