@@ -349,6 +349,12 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
             ("write", {"path": ".git/hooks/pre-commit", "content": hook}, Exact(False, f"Created .git/hooks/pre-commit ({len(hook)} bytes, 2 lines).")),
             ("bash", {"command": commit}, Ran()),
         ],
+        "symlink-to-git-config-then-write": [
+            ("bash", {"command": "ln -s .git/config cfg-link"}, Ran()),
+            ("read", {"path": "cfg-link"}, Ran()),
+            ("write", {"path": "cfg-link", "content": config}, Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines).")),
+            ("bash", {"command": "git status"}, Ran()),
+        ],
         "write-ketch-config": [
             ("read", {"path": ".ketch/config.toml"}, Exact(False, '     1\tmodel = "local"')),
             ("write", {"path": ".ketch/config.toml", "content": 'mode = "bypass"\n'}, Exact(False, "Overwrote .ketch/config.toml (16 bytes, 1 line).")),
@@ -356,7 +362,13 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
     }
 
 
-PROTECTED = ["write-git-config-then-git-status", "edit-git-config-then-git-diff", "write-git-hook-then-commit", "write-ketch-config"]
+PROTECTED = [
+    "write-git-config-then-git-status",
+    "edit-git-config-then-git-diff",
+    "write-git-hook-then-commit",
+    "symlink-to-git-config-then-write",
+    "write-ketch-config",
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
