@@ -16,6 +16,7 @@ result or event, and each result is exactly what is asserted.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,3 +410,33 @@ def test_the_grep_search_process_gets_no_key(probe: Probe, targets: Targets, mod
     targets.world.reset_baseline()
     reply = _run(probe, "grep-child-environment", mode, [("grep", {"pattern": "x"}, StartsWith(False, "env:1:"))], ripgrep=str(fake))
     assert "env:1:PATH=" in reply["results"][0][2]
+
+
+# --- known gap ------------------------------------------------------------------------------
+
+
+def test_git_commondir_is_not_protected(runner: Runner, targets: Targets) -> None:
+    """Known gap, not counted (see the README): ``.git/commondir`` is not a protected path.
+    Written in ``accept_edits`` mode without a question (by the write tool, or by bash in
+    the sandbox), it points git at another common directory whose ``config`` sets
+    ``core.fsmonitor``, so the user's next ``git status`` outside ketch runs the command.
+    Inside the sandbox the command is contained. A placeholder directory (as for other
+    absent protected paths) would break git (``failed to read .git/commondir``); a
+    read-only placeholder file holding ``.`` would not. Flip these assertions once fixed."""
+    ran = os.path.join(targets.base, "RAN")
+    config = f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch {ran}\n"
+    reply = runner.run_agent(
+        targets.world.ws,
+        "accept_edits",
+        [
+            ("bash", {"command": "mkdir -p evil/objects evil/refs"}),
+            ("write", {"path": "evil/config", "content": config}),
+            ("write", {"path": ".git/commondir", "content": "../evil\n"}),
+            ("bash", {"command": "git status"}),
+        ],
+    )
+    assert reply["asked"] == []
+    assert [r[1] for r in reply["results"]] == [False, False, False, False]
+    assert not os.path.exists(ran)  # the sandbox contained git status
+    subprocess.run(["git", "status"], cwd=targets.world.ws, capture_output=True, check=False)
+    assert os.path.exists(ran)  # the user's own git status did not
