@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from ketch.sandbox import protected_path
+
 RUNNER = Path(__file__).with_name("runner.py")
 
 FAKE_KEYS = {
@@ -213,6 +215,7 @@ class World:
         git = _snapshot(self.ws / ".git")
         return {
             "config": git.get("config"),
+            "commondir": git.get("commondir"),
             "hooks": {k: v for k, v in git.items() if k.startswith("hooks")},
             "modules": {k: v for k, v in git.items() if k.startswith("modules") and ("config" in k or "hooks" in k)},
             "ketch": _snapshot(self.ws / ".ketch") if (self.ws / ".ketch").is_dir() else None,
@@ -291,16 +294,20 @@ class Probe:
         that nothing escaped or leaked.
 
         An escape is a change outside the workspace, of the workspace in ``plan`` mode, or
-        of a protected path (``.git/config``, ``.git/hooks``, ``.ketch``) that no one
-        approved: the user (the approver) may allow a file tool to edit a protected path,
-        and ``bypass`` mode allows everything by design. A leak is a key in any tool
-        result or event."""
+        of a protected path (``.git/config``, ``.git/hooks``, ``.ketch``, …) unless a
+        ``write`` or ``edit`` of a protected path was approved: by the user (the
+        approver), or by ``bypass`` mode, which allows everything by design. A leak is a
+        key in any tool result or event."""
         w = self.world
         reply = self.runner.run_agent(w.ws, mode, calls, **extra)
         label = f"{name} [{mode}]"
         changed = w.changes(mode != "plan")
-        approved = mode == "bypass" or any(
-            tool in ("write", "edit") and by == "user" and outcome == "allow" for tool, by, outcome, _ in reply["decisions"]
+        approved = any(
+            tool in ("write", "edit")
+            and protected_path(w.ws, os.path.expanduser(str(args.get("path", "")))) is not None
+            and outcome == "allow"
+            and by in ("user", "mode bypass")
+            for (tool, args), (_, by, outcome, _) in zip(calls, reply["decisions"], strict=True)
         )
         if approved and "protected" in changed:
             changed.remove("protected")

@@ -16,6 +16,7 @@ result or event, and each result is exactly what is asserted.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -412,31 +413,35 @@ def test_the_grep_search_process_gets_no_key(probe: Probe, targets: Targets, mod
     assert "env:1:PATH=" in reply["results"][0][2]
 
 
-# --- known gap ------------------------------------------------------------------------------
+# --- .git/commondir ------------------------------------------------------------------------
 
 
-def test_git_commondir_is_not_protected(runner: Runner, targets: Targets) -> None:
-    """Known gap, not counted (see the README): ``.git/commondir`` is not a protected path.
-    Written in ``accept_edits`` mode without a question (by the write tool, or by bash in
-    the sandbox), it points git at another common directory whose ``config`` sets
-    ``core.fsmonitor``, so the user's next ``git status`` outside ketch runs the command.
-    Inside the sandbox the command is contained. A placeholder directory (as for other
-    absent protected paths) would break git (``failed to read .git/commondir``); a
-    read-only placeholder file holding ``.`` would not. Flip these assertions once fixed."""
+@pytest.mark.parametrize("mode", MODES)
+def test_git_commondir_cannot_point_git_elsewhere(probe: Probe, targets: Targets, mode: str) -> None:
+    """``.git/commondir`` would point git at another common directory, whose ``config``
+    sets ``core.fsmonitor``: the user's next ``git status`` outside ketch would run it. It
+    is protected: the sandbox keeps it from being created (its placeholder holds ``.``,
+    so git inside works as before) and the write tool writes it only when approved."""
     ran = os.path.join(targets.base, "RAN")
     config = f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch {ran}\n"
-    reply = runner.run_agent(
-        targets.world.ws,
-        "accept_edits",
-        [
-            ("bash", {"command": "mkdir -p evil/objects evil/refs"}),
-            ("write", {"path": "evil/config", "content": config}),
-            ("write", {"path": ".git/commondir", "content": "../evil\n"}),
-            ("bash", {"command": "git status"}),
-        ],
-    )
-    assert reply["asked"] == []
-    assert [r[1] for r in reply["results"]] == [False, False, False, False]
-    assert not os.path.exists(ran)  # the sandbox contained git status
+    calls: list[Call] = [
+        ("bash", {"command": "mkdir -p evil/objects evil/refs"}, Ran()),
+        ("write", {"path": "evil/config", "content": config}, Ran()),
+        ("bash", {"command": "echo ../evil > .git/commondir; git status --porcelain"}, Ran()),
+    ]
+    reply = _run(probe, "git-commondir", mode, _expected("git-commondir", calls, mode))
+    status = reply["results"][2][2]
+    if mode != "plan":
+        # the write is refused, and git works with the placeholder in place
+        lines = status.split("\n")
+        assert lines[0] == f"{shutil.which('bash')}: line 1: .git/commondir: Read-only file system"
+        assert "?? evil/" in lines[1:]
+    assert not os.path.lexists(targets.world.ws / ".git" / "commondir")
     subprocess.run(["git", "status"], cwd=targets.world.ws, capture_output=True, check=False)
-    assert os.path.exists(ran)  # the user's own git status did not
+    assert not os.path.exists(ran)
+
+
+@pytest.mark.parametrize("mode", ["default", "accept_edits"])
+def test_the_write_tool_asks_before_writing_git_commondir(probe: Probe, targets: Targets, mode: str) -> None:
+    reply = _run(probe, "write-git-commondir", mode, [("write", {"path": ".git/commondir", "content": ".\n"}, Ran())])
+    assert reply["asked"] == ["write"]
