@@ -1,6 +1,7 @@
-"""Fixtures of the sandbox security suite: a ketch stand-in process holding fake keys,
-a workspace with a git repository and protected files, targets outside it, and a tally
-of attempts, escapes and leaked keys printed at the end of the run."""
+"""Fixtures of the security suite: a ketch stand-in process holding fake keys (running
+bash calls, or whole agent runs with the file tools and the permission engine), a
+workspace with a git repository and protected files, targets outside it, and a tally of
+attempts, escapes and leaked keys printed at the end of the run."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ketch.sandbox import protected_path
 
 RUNNER = Path(__file__).with_name("runner.py")
 
@@ -51,7 +54,7 @@ TALLY = Tally()
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TALLY.attempts:
         terminalreporter.write_line(
-            f"sandbox security suite: {TALLY.attempts} attempts, {len(TALLY.escapes)} escapes, "
+            f"security suite: {TALLY.attempts} attempts, {len(TALLY.escapes)} escapes, "
             f"{len(TALLY.leaks)} keys leaked"
         )
         for name in TALLY.escapes:
@@ -96,6 +99,21 @@ class Runner:
             "network": network,
             "secret_names": PROVIDER_KEY_NAMES,
             **extra,
+        }
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def run_agent(
+        self, workspace: Path, mode: str, calls: list[tuple[str, dict[str, Any]]], **extra: Any
+    ) -> dict[str, Any]:
+        """One agent run in the stand-in (see runner.py): ``calls`` made one per turn in
+        permission ``mode``, every question answered yes."""
+        assert self.proc.stdin is not None
+        request = {
+            "agent": {"mode": mode, "calls": calls, **extra},
+            "workspace": str(workspace),
+            "secret_names": PROVIDER_KEY_NAMES,
         }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
@@ -197,6 +215,7 @@ class World:
         git = _snapshot(self.ws / ".git")
         return {
             "config": git.get("config"),
+            "commondir": git.get("commondir"),
             "hooks": {k: v for k, v in git.items() if k.startswith("hooks")},
             "modules": {k: v for k, v in git.items() if k.startswith("modules") and ("config" in k or "hooks" in k)},
             "ketch": _snapshot(self.ws / ".ketch") if (self.ws / ".ketch").is_dir() else None,
@@ -267,6 +286,43 @@ class Probe:
         assert reply["sandboxed"] is True
         assert not changed, f"{label} changed {changed}; output:\n{reply['text']}"
         assert not leaked, f"{label} leaked a key; output:\n{reply['text']}"
+        return reply
+
+
+    def agent_attempt(self, name: str, mode: str, calls: list[tuple[str, dict[str, Any]]], **extra: Any) -> dict[str, Any]:
+        """Run one escape attempt as an agent run in permission ``mode``; record and assert
+        that nothing escaped or leaked.
+
+        An escape is a change outside the workspace, of the workspace in ``plan`` mode, or
+        of a protected path (``.git/config``, ``.git/hooks``, ``.ketch``, …) unless a
+        ``write`` or ``edit`` of a protected path was approved: by the user (the
+        approver), or by ``bypass`` mode, which allows everything by design. A leak is a
+        key in any tool result or event."""
+        w = self.world
+        reply = self.runner.run_agent(w.ws, mode, calls, **extra)
+        label = f"{name} [{mode}]"
+        changed = w.changes(mode != "plan")
+        approved = any(
+            tool in ("write", "edit")
+            and protected_path(w.ws, os.path.expanduser(str(args.get("path", "")))) is not None
+            and outcome == "allow"
+            and by in ("user", "mode bypass")
+            for (tool, args), (_, by, outcome, _) in zip(calls, reply["decisions"], strict=True)
+        )
+        if approved and "protected" in changed:
+            changed.remove("protected")
+        if not self.runner.alive():
+            changed.append("the ketch process was killed")
+        seen = reply["events"] + "".join(text for _, _, text in reply["results"])
+        leaked = [v for v in SECRET_VALUES if v in seen]
+        TALLY.attempts += 1
+        if changed:
+            TALLY.escapes.append(f"{label}: {', '.join(changed)}")
+        if leaked:
+            TALLY.leaks.append(label)
+        assert reply["sandboxed"] is True
+        assert not changed, f"{label} changed {changed}; results:\n{reply['results']}"
+        assert not leaked, f"{label} leaked a key; results:\n{reply['results']}"
         return reply
 
 

@@ -1,8 +1,15 @@
-"""A stand-in for the ketch process: runs bash tool calls sent as JSON lines on stdin.
+"""A stand-in for the ketch process: runs tool calls sent as JSON lines on stdin.
 
 Started by the security suite with fake API keys in its *initial* environment (what
 ``/proc/<pid>/environ`` shows), it runs each request through the real bash tool with the
 machine's default sandbox and answers one JSON line per request.
+
+A request with an ``agent`` key instead runs a whole agent loop: the coding tools of
+:func:`ketch.tools.builtins.coding_tools` (bash in the same sandbox, writable unless the
+mode is ``plan``), a :class:`~ketch.permissions.PermissionEngine` in the given mode whose
+approver allows every call it is asked about, and a scripted model making the given tool
+calls one per turn. The answer holds every tool result, every decision, the calls the
+approver was asked about and all events as JSON.
 """
 
 from __future__ import annotations
@@ -11,12 +18,57 @@ import asyncio
 import json
 import os
 import sys
+from typing import Any
 
+import msgspec
+
+from ketch import Agent
 from ketch.llm.signal import AbortSignal
 from ketch.loop.tool import ToolContext
-from ketch.sandbox import default_sandbox, sandbox_unavailable_reason
+from ketch.permissions import Approval, PermissionEngine, PermissionRequest
+from ketch.sandbox import Sandbox, default_sandbox, sandbox_unavailable_reason
+from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools.bash import BashTool
+from ketch.tools.builtins import coding_tools
 from ketch.tools.workspace import Workspace
+
+
+async def run_agent(request: dict[str, Any], sandbox: Sandbox | None) -> dict[str, Any]:
+    """One agent run (see the module docstring)."""
+    spec = request["agent"]
+    asked: list[str] = []
+
+    async def approve_everything(req: PermissionRequest) -> Approval:
+        asked.append(req.tool_name)
+        return Approval.once()
+
+    engine = PermissionEngine(spec["mode"], approver=approve_everything, root=request["workspace"])
+    tools = coding_tools(
+        request["workspace"],
+        sandbox=sandbox,
+        write_allowed=lambda: engine.mode != "plan",
+        secret_names=request.get("secret_names", ()),
+        ripgrep=spec.get("ripgrep"),
+        bash_timeout=30,
+    )
+    bash = next(t for t in tools if t.name == "bash")
+    model = ScriptedModel([*(reply(tool_call(name, args)) for name, args in spec["calls"]), "done"])
+    events: list[Any] = []
+    agent = Agent(model, tools=tools, before_tool_call=engine.before_tool_call)
+    agent.subscribe(events.append)
+    result = await agent.prompt("go")
+    results = [
+        [m.tool_name, m.is_error, m.text]  # type: ignore[attr-defined]
+        for m in result.messages
+        if m.role == "tool_result"
+    ]
+    return {
+        "results": results,
+        "decisions": [[d.tool_name, d.decided_by, d.outcome, d.asked] for d in engine.decisions],
+        "asked": asked,
+        "events": msgspec.json.encode(events, enc_hook=repr).decode(),
+        "sandboxed": getattr(bash, "sandboxed", False),
+    }
 
 
 async def main() -> None:
@@ -24,6 +76,9 @@ async def main() -> None:
     print(json.dumps({"ready": True, "pid": os.getpid(), "reason": sandbox_unavailable_reason()}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
+        if "agent" in request:
+            print(json.dumps(await run_agent(request, sandbox)), flush=True)
+            continue
         write = bool(request["write"])
         tool = BashTool(
             Workspace(request["workspace"]),

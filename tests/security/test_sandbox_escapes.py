@@ -62,6 +62,9 @@ PROTECTED_WRITES = {
     "git-diff-driver": "git config diff.evil.textconv 'touch {outside}/ran'; echo '* diff=evil' > .gitattributes",
     "git-hook": "echo 'touch {outside}/ran' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
     "git-hooks-replace": "rm -rf .git/hooks; mkdir .git/hooks && echo x > .git/hooks/post-checkout",
+    "git-commondir": "mkdir -p evil/objects evil/refs && "
+    "printf '[core]\\n\\tfsmonitor = touch {outside}/ran\\n' > evil/config && echo ../evil > .git/commondir",
+    "git-commondir-rename": "echo ../evil > c && mv c .git/commondir",
     "git-dir-rename": "mv .git .git-old && mkdir .git && cp -r .git-old/. .git/ && echo x >> .git/config",
     "git-dir-delete": "rm -rf .git && git init -q . && git config core.fsmonitor x",
     "submodule-config": "echo '[core] fsmonitor = x' >> .git/modules/lib/config",
@@ -158,7 +161,7 @@ def test_a_denied_write_tells_the_model_why(probe: Probe) -> None:
 
 def test_a_protected_path_denial_names_the_protected_paths(probe: Probe) -> None:
     reply = probe.attempt("protected-hint", "echo x >> .git/config", write=True)
-    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .ketch, … are read-only, even inside the workspace]")
+    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, … are read-only, even inside the workspace]")
 
 
 def test_a_hard_link_made_before_the_sandbox_is_not_contained(runner: Runner, world: World) -> None:

@@ -28,7 +28,9 @@ class BubblewrapSandbox:
     are bound read-only on top and every directory between them and the workspace is made
     a mount point, so they can be neither written nor renamed away. A protected path that
     does not exist yet gets an empty read-only placeholder directory while the command
-    runs (removed by :meth:`release`), so it cannot be created either. Without
+    runs (removed by :meth:`release`), so it cannot be created either; the placeholder of
+    a file git reads when present is a file instead (``commondir`` holding ``.``, which
+    names the git directory itself, so git works as without it). Without
     ``policy.write`` everything is read-only.
 
     ``bwrap`` is the path of the program (default: looked up on ``PATH``).
@@ -183,7 +185,7 @@ class BubblewrapSandbox:
                     return
                 if current not in self._placeholders:
                     try:
-                        os.mkdir(current)
+                        _make_placeholder(current)
                     except OSError:
                         return
                     self._placeholders[current] = 0
@@ -210,6 +212,26 @@ class BubblewrapSandbox:
                 continue
             self._placeholders.pop(path, None)
             try:
-                os.rmdir(path)
+                if os.path.basename(path) in _FILE_PLACEHOLDERS:
+                    os.unlink(path)
+                else:
+                    os.rmdir(path)
             except OSError:
                 pass
+
+
+_FILE_PLACEHOLDERS: dict[str, bytes] = {"commondir": b".\n"}
+"""Absent protected paths whose placeholder is a file with this content: git fails on a
+``commondir`` it cannot read, and ``.`` (the git directory itself) changes nothing."""
+
+
+def _make_placeholder(path: str) -> None:
+    content = _FILE_PLACEHOLDERS.get(os.path.basename(path))
+    if content is None:
+        os.mkdir(path)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)

@@ -11,13 +11,15 @@ from typing import Protocol, runtime_checkable
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
     ".git/hooks",
+    ".git/commondir",
     ".ketch",
     ".git/modules/**/config",
     ".git/modules/**/hooks",
 )
 """Workspace-relative paths that stay read-only even when the workspace is writable:
-git's configuration and hooks (also those of submodules, which ``git status`` runs in)
-and ketch's project settings."""
+git's configuration and hooks (also those of submodules, which ``git status`` runs in),
+``.git/commondir`` (which would point git at another directory's configuration and
+hooks) and ketch's project settings."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ Matching tries, in order, and stops at the first level that finds anything:
 A match found leniently is mapped back to the exact bytes of the file, so text outside it
 is never touched. More than one match is an error unless ``replace_all`` is set. The
 replacement uses the line ending of the matched text (or of the file) and a UTF-8 BOM is
-kept.
+kept. A file with more than one hard link is refused: the edit is made in place, so it
+would change the file's other names too (which may lie outside the workspace).
 """
 
 from __future__ import annotations
@@ -380,7 +381,7 @@ class EditTool(Tool):
         try:
             if path.is_dir():
                 return ToolResult.error(f"{shown} is a directory, not a file.")
-            fd, stat = open_regular(path, shown, "edited")
+            fd, stat = open_regular(path, shown, "edited", single_link=True)
             with os.fdopen(fd, "rb") as f:
                 data = f.read()
             ws.check_fresh(path, stat, data, action="edit")
@@ -412,7 +413,7 @@ class EditTool(Tool):
             return ToolResult.error(f"The replacement leaves {shown} unchanged; nothing was written.")
         out = (b"\xef\xbb\xbf" if bom else b"") + updated.encode("utf-8")
         try:
-            fd, _ = open_regular(path, shown, "edited", write=True)
+            fd, _ = open_regular(path, shown, "edited", write=True, single_link=True)
             with os.fdopen(fd, "r+b") as f:
                 f.write(out)
                 f.truncate()

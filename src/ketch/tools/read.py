@@ -6,7 +6,9 @@ or 50 KB, whichever comes first, with a note saying which lines were shown and h
 continue; a line longer than 2000 characters is cut with a note. PNG, JPEG, GIF and WebP
 files (recognised by their first bytes) come back as an image block. Binary files,
 missing files and directories are errors that say what to do instead; named pipes,
-devices and sockets are refused without being opened for a blocking read.
+devices and sockets are refused without being opened for a blocking read. A file with
+more than one hard link is read like any other (only writing it is refused, see
+:func:`~ketch.tools.workspace.hard_link_message`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import msgspec
 
 from ..llm.signal import Aborted
 from ..loop.tool import Tool, ToolContext, ToolResult
+from ..sandbox import tool_environment
 from ._grep_worker import walk
 from .bash import start_process_group, untrack_process_group
 from .workspace import Workspace, WorkspaceError, special_kind
@@ -234,7 +235,8 @@ _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grep_worker
 
 class _Child:
     """A search process in a session of its own, tracked so that the program's exit
-    (see :func:`ketch.tools.bash.kill_process_groups`) ends it too."""
+    (see :func:`ketch.tools.bash.kill_process_groups`) ends it too. It gets the scrubbed
+    :func:`~ketch.sandbox.tool_environment`, never the agent's keys."""
 
     __slots__ = ("proc",)
 
@@ -250,6 +252,7 @@ class _Child:
             stderr=asyncio.subprocess.PIPE,
             limit=4 * 1024 * 1024,
             cwd=cwd,
+            env=tool_environment(),
         )
         return cls(proc)
 

@@ -14,6 +14,11 @@ record that still matches the file on disk; a successful write refreshes it.
 Only regular files and folders are worked on. Named pipes, devices and sockets would
 block a reader (or writer) forever, so :func:`open_regular` and :func:`special_kind`
 refuse them with a message naming the path and what it is, without ever blocking.
+
+A file with more than one hard link is one file under several names, possibly some
+outside the workspace (a link made there cannot be told apart from the original), so
+the tools that write in place refuse it (``open_regular(..., single_link=True)``, see
+:func:`hard_link_message`). Reading one is allowed.
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ import stat as _stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["FileRecord", "Workspace", "WorkspaceError", "digest", "not_regular_message", "open_regular", "special_kind"]
+__all__ = [
+    "FileRecord",
+    "Workspace",
+    "WorkspaceError",
+    "digest",
+    "hard_link_message",
+    "not_regular_message",
+    "open_regular",
+    "special_kind",
+]
 
 
 class WorkspaceError(Exception):
@@ -61,7 +75,19 @@ def not_regular_message(shown: str, mode: int, verb: str) -> str:
     return f"{shown} is {kind}, not a regular file; only regular files can be {verb}."
 
 
-def open_regular(path: os.PathLike[str] | str, shown: str, verb: str, *, write: bool = False) -> tuple[int, os.stat_result]:
+def hard_link_message(shown: str, links: int) -> str:
+    """The error for writing a file with ``links`` (more than one) hard links, e.g.
+    ``notes.txt has 2 hard links; writing it would also change the other links, ...``."""
+    return (
+        f"{shown} has {links} hard links; writing it would also change the other links, which may lie "
+        f"outside the workspace. To change only this name, write the new content to another file and "
+        f"rename it over {shown}."
+    )
+
+
+def open_regular(
+    path: os.PathLike[str] | str, shown: str, verb: str, *, write: bool = False, single_link: bool = False
+) -> tuple[int, os.stat_result]:
     """Open the regular file ``path`` without blocking; returns ``(fd, stat)``.
 
     The file is opened with ``O_NONBLOCK | O_NOFOLLOW`` (so a named pipe, a device or a
@@ -71,6 +97,9 @@ def open_regular(path: os.PathLike[str] | str, shown: str, verb: str, *, write: 
     ``verb`` is e.g. ``"read"``). ``write`` opens for reading and writing, creating the
     file if missing (never truncating: the caller does that once the file is checked).
     ``OSError`` (missing file, permissions) propagates; a symlink at ``path`` is refused.
+    ``single_link`` also refuses a file with more than one hard link (checked on the open
+    descriptor, see :func:`hard_link_message`): writing it in place would change the
+    other names too.
     """
     flags = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     flags |= os.O_RDWR | os.O_CREAT if write else os.O_RDONLY
@@ -97,6 +126,8 @@ def open_regular(path: os.PathLike[str] | str, shown: str, verb: str, *, write: 
         info = os.fstat(fd)
         if not _stat.S_ISREG(info.st_mode):
             raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+        if single_link and info.st_nlink > 1:
+            raise WorkspaceError(hard_link_message(shown, info.st_nlink))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

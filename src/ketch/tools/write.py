@@ -3,7 +3,9 @@
 Parent folders are created. Overwriting an existing file requires that the agent read it
 first and that it has not changed on disk since (see :class:`~ketch.tools.workspace.Workspace`);
 new files need no read. The content is written exactly as given (UTF-8). Named pipes,
-devices and sockets are refused (without blocking), never written to.
+devices and sockets are refused (without blocking), never written to; so is a file with
+more than one hard link, since writing it in place would change its other names too
+(which may lie outside the workspace).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class WriteTool(Tool):
                 return ToolResult.error(f"{shown} is a directory; give a file path to write.")
             path.parent.mkdir(parents=True, exist_ok=True)
             existed = path.exists()
-            fd, stat = open_regular(path, shown, "written", write=True)
+            fd, stat = open_regular(path, shown, "written", write=True, single_link=True)
             with os.fdopen(fd, "r+b") as f:
                 if existed:
                     old = f.read()
