@@ -64,3 +64,14 @@ def plain(message: Any) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(message)
     data.pop("timestamp")
     return data
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (Linux ``/proc``; a zombie waiting for its reaper
+    does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from clihelp import Env, Terminal, call_reply, lines, text_reply
 
+from support import running
+
 _MARKER = "ketch-signal-test-child"
 _CHILD = (
     f"trap 'echo > term' TERM; (trap '' TERM; exec -a {_MARKER}-TOKEN sleep 1000) & echo $! > pid.tmp && mv pid.tmp pid; "
@@ -49,19 +51,9 @@ def _marked(token: str) -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if cmdline.split(b"\0", 1)[0] == marker and _running(int(entry)):
+        if cmdline.split(b"\0", 1)[0] == marker and running(int(entry)):
             found.append(int(entry))
     return found
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for its reaper does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def _poll(condition: Callable[[], bool], step: Callable[[], None]) -> bool:
@@ -87,7 +79,7 @@ def children() -> Iterator[list[int]]:
         yield pids
     finally:
         for pid in pids:
-            if _running(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -108,7 +100,7 @@ def _child_pid(env: Env, step: Callable[[], None], children: list[int]) -> int:
 
 
 def _assert_gone(pid: int) -> None:
-    assert _poll(lambda: not _running(pid), _pause), f"the tool's child {pid} outlived ketch"
+    assert _poll(lambda: not running(pid), _pause), f"the tool's child {pid} outlived ketch"
 
 
 # --- headless ------------------------------------------------------------------------
@@ -177,7 +169,7 @@ def _grep_workers() -> set[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if b"_grep_worker.py" in cmdline and _running(int(entry)):
+        if b"_grep_worker.py" in cmdline and running(int(entry)):
             found.add(int(entry))
     return found
 
@@ -201,7 +193,7 @@ def test_headless_sigint_stops_a_catastrophic_grep_in_the_python_fallback(env: E
     end = next(e for e in lines(stdout) if e["type"] == "tool_execution_end")
     assert end["is_error"] is True
     assert end["result"]["content"] == [{"type": "text", "text": "Tool execution was aborted."}]
-    assert not any(_running(pid) for pid in workers)
+    assert not any(running(pid) for pid in workers)
 
 
 # --- interactive ---------------------------------------------------------------------

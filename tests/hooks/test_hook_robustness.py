@@ -16,6 +16,7 @@ from ketch.context import ContextManager
 from ketch.hooks import HookNotice, HookRunner
 from ketch.llm import ToolResultMessage
 from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+from support import running
 
 
 def tool_results_seen(model: ScriptedModel) -> list[str]:
@@ -23,20 +24,10 @@ def tool_results_seen(model: ScriptedModel) -> list[str]:
     return ["".join(b.text for b in m.content) for m in last if isinstance(m, ToolResultMessage)]  # type: ignore[union-attr]
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
 def gone_soon(pid: int) -> bool:
     """Wait (bounded) for a SIGKILLed process to disappear."""
     deadline = time.monotonic() + 10
-    while alive(pid):
+    while running(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)

@@ -18,18 +18,9 @@ from ketch.loop.tool import ToolContext, ToolResult
 from ketch.tools.bash import BashTool, is_read_only_command, scrub_environment
 from ketch.tools.read import ReadTool
 from ketch.tools.workspace import Workspace
+from support import running
 
 needs_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _read_text(path: str) -> str:
@@ -211,7 +202,7 @@ async def test_timeout_kills_the_whole_process_group(bash: BashTool, root: Path)
         "started\n\n[Command timed out after 1 second and was killed with all its processes.]"
     )
     assert result.details["timed_out"] is True
-    assert not _alive(int((root / "child.pid").read_text()))
+    assert not running(int((root / "child.pid").read_text()))
 
 
 @needs_proc
@@ -219,7 +210,7 @@ async def test_processes_ignoring_sigterm_get_sigkill(workspace: Workspace, root
     tool = BashTool(workspace, kill_grace=0.2)
     result = await _run(tool, command="trap '' TERM; sleep 30 & echo $! > child.pid; wait", timeout=1)
     assert result.details["timed_out"] is True
-    assert not _alive(int((root / "child.pid").read_text()))
+    assert not running(int((root / "child.pid").read_text()))
 
 
 @needs_proc
@@ -230,7 +221,7 @@ async def test_abort_signal_kills_the_process_group(bash: BashTool, root: Path) 
     async def report(chunk: Any) -> None:
         if "started" in chunk and not signal.aborted:
             pids.append(int((root / "child.pid").read_text()))
-            assert _alive(pids[0])
+            assert running(pids[0])
             signal.abort()
 
     result = await _run(
@@ -239,7 +230,7 @@ async def test_abort_signal_kills_the_process_group(bash: BashTool, root: Path) 
     assert result.is_error
     assert result.text == "started\n\n[Command aborted; it was killed with all its processes.]"
     assert result.details["aborted"] is True
-    assert pids and not _alive(pids[0])
+    assert pids and not running(pids[0])
 
 
 @needs_proc
@@ -255,11 +246,11 @@ async def test_task_cancellation_kills_the_process_group(bash: BashTool, root: P
     )
     await started.wait()
     pid = int((root / "child.pid").read_text())
-    assert _alive(pid)
+    assert running(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not _alive(pid)
+    assert not running(pid)
 
 
 async def test_an_already_aborted_signal_does_not_start_the_command(bash: BashTool, root: Path) -> None:
@@ -282,7 +273,7 @@ async def test_background_process_holding_the_output_is_left_running(workspace: 
             "ok\n\n[Background processes still held the output open when the shell exited; their later "
             "output is lost. Redirect background output to a file: cmd > log 2>&1 &]"
         )
-        assert _alive(pid)
+        assert running(pid)
     finally:
         import os
         import signal as signals

@@ -16,6 +16,7 @@ from ketch.loop.tool import ToolContext, ToolResult
 from ketch.tools.bash import live_process_groups
 from ketch.tools.search import GrepTool
 from ketch.tools.workspace import Workspace
+from support import running
 
 RG = shutil.which("rg")
 EVIL = "(a+)+$"
@@ -48,15 +49,6 @@ def _worker_pids() -> set[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
 async def test_abort_stops_a_catastrophic_python_search(root: Path) -> None:
     signal = AbortSignal()
     grep = GrepTool(Workspace(root), ripgrep=False)
@@ -74,7 +66,7 @@ async def test_abort_stops_a_catastrophic_python_search(root: Path) -> None:
     assert isinstance(result, ToolResult)
     assert result.is_error
     assert result.text == "The search for '(a+)+$' was aborted."
-    assert not any(_running(pid) for pid in workers)
+    assert not any(running(pid) for pid in workers)
     assert not workers & live_process_groups()
 
 
@@ -104,7 +96,7 @@ async def test_cancelling_the_call_kills_the_worker(root: Path) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not any(_running(pid) for pid in workers)
+    assert not any(running(pid) for pid in workers)
     assert not workers & live_process_groups()
 
 

@@ -11,15 +11,7 @@ from ketch.llm.signal import AbortSignal
 from ketch.loop.tool import ToolContext
 from ketch.tools.bash import BashTool, kill_process_groups, live_process_groups, start_process_group
 from ketch.tools.workspace import Workspace
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+from support import running
 
 
 async def _bash(root: Path, command: str) -> None:
@@ -42,17 +34,17 @@ async def test_background_processes_stay_tracked_until_killed(tmp_path: Path) ->
     shell = int((tmp_path / "shell").read_text())
     pid = int((tmp_path / "pid").read_text())
     try:
-        assert _running(pid)
+        assert running(pid)
         assert shell in live_process_groups()  # the group is named after the shell
         kill_process_groups(grace=0.05)  # SIGTERM is ignored: SIGKILL ends it
         for _ in range(3000):  # bounded: until the kernel has removed it
-            if not _running(pid):
+            if not running(pid):
                 break
             await asyncio.sleep(0.01)
-        assert not _running(pid)
+        assert not running(pid)
         assert live_process_groups() == frozenset()
     finally:
-        if _running(pid):
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -75,7 +67,7 @@ def _with_token(token: str) -> list[int]:
     """Live processes whose command line contains ``token``."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _running(int(entry)):
+        if entry.isdigit() and running(int(entry)):
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
                     if token.encode() in f.read():
