@@ -70,6 +70,25 @@ class Env:
         )
 
 
+def make_env(tmp_path: Path) -> Env:
+    """A clean environment under ``tmp_path``: no provider keys, HOME and XDG_CONFIG_HOME
+    of its own, an empty workspace."""
+    import os
+
+    home, xdg, work = tmp_path / "home", tmp_path / "xdg", tmp_path / "work"
+    for d in (home, xdg, work):
+        d.mkdir()
+    variables = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(xdg),
+        "PYTHONPATH": SRC,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    return Env(home, xdg, work.resolve(), variables)
+
+
 def lines(stdout: str) -> list[dict[str, Any]]:
     """The JSON objects of a stream-json output."""
     return [json.loads(line) for line in stdout.splitlines()]

@@ -4,7 +4,6 @@ permission question waits, and a prompt a UserPromptSubmit hook blocks."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,25 +14,14 @@ from hookkit import write_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 
-from clihelp import SRC, Env, Terminal
+from clihelp import Env, Terminal, make_env
 
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[tuple[Env, list[Terminal]]]:
-    home, xdg, work = tmp_path / "home", tmp_path / "xdg", tmp_path / "work"
-    for d in (home, xdg, work):
-        d.mkdir()
-    variables = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(xdg),
-        "PYTHONPATH": SRC,
-        "LANG": "C.UTF-8",
-        "PYTHONIOENCODING": "utf-8",
-    }
     started: list[Terminal] = []
     try:
-        yield Env(home, xdg, work.resolve(), variables), started
+        yield make_env(tmp_path), started
     finally:
         for terminal in started:
             terminal.close()

@@ -346,18 +346,7 @@ class Rule:
         """As an allow rule: whether it covers this call. For bash every simple command
         must match; an unresolved command never does. A path must resolve inside the
         workspace for a workspace-relative pattern."""
-        if not self.covers_tool(tool_name):
-            return False
-        if self.specifier is None:
-            return True
-        subject = rule_subject(tool_name, args)
-        if subject is None:
-            return False
-        if tool_name.lower() in _SHELL_TOOLS:
-            p = _bash_pattern(self.specifier)
-            cmds = commands if commands is not None else _commands(subject)
-            return bool(cmds) and all(_bash_allows(p, c) for c in cmds)
-        return self._path(subject, root, deny=False)
+        return self._matches(tool_name, args, root, commands, deny=False)
 
     def denies(
         self,
@@ -369,6 +358,19 @@ class Rule:
         """As a deny (or ask) rule: whether it covers this call. For bash any simple command
         matching is enough, and an unresolved one matches on any word that might name the
         command; paths match resolved or as written."""
+        return self._matches(tool_name, args, root, commands, deny=True)
+
+    def _matches(
+        self,
+        tool_name: str,
+        args: Mapping[str, Any],
+        root: str | None,
+        commands: list[SimpleCommand] | None,
+        *,
+        deny: bool,
+    ) -> bool:
+        """:meth:`allows` (every simple command must match) or :meth:`denies` (any one is
+        enough; paths also match as written, and grep also by the folders it searches)."""
         if not self.covers_tool(tool_name):
             return False
         if self.specifier is None:
@@ -379,8 +381,10 @@ class Rule:
         if tool_name.lower() in _SHELL_TOOLS:
             p = _bash_pattern(self.specifier)
             cmds = commands if commands is not None else _commands(subject)
-            return any(_bash_denies(p, c) for c in cmds)
-        return self._path(subject, root, deny=True, searches=tool_name.lower() == "grep")
+            if deny:
+                return any(_bash_denies(p, c) for c in cmds)
+            return bool(cmds) and all(_bash_allows(p, c) for c in cmds)
+        return self._path(subject, root, deny=deny, searches=deny and tool_name.lower() == "grep")
 
     def _path(self, subject: str, root: str | None, *, deny: bool, searches: bool = False) -> bool:
         assert self.specifier is not None
