@@ -18,7 +18,7 @@ from typing import Any
 
 from ketch import Agent, LoopConfig, LoopContext, Tool, run_loop
 from ketch.llm import Usage
-from ketch.llm.model import Context, StreamOptions
+from ketch.llm.model import Request, StreamOptions
 from ketch.llm.stream import MessageBuilder, StreamEvent
 from ketch.testing import ScriptedModel, reply, tool_call
 
@@ -41,7 +41,7 @@ class MinimalModel:
     def __init__(self, turns: int) -> None:
         self.left = turns
 
-    async def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         b = MessageBuilder(provider="minimal", api="minimal", model="minimal")
         yield b.start()
         if self.left > 0:

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from ketch.llm.messages import UserMessage
-from ketch.llm.model import Context, StreamOptions
+from ketch.llm.model import Request, StreamOptions
 from ketch.llm.providers import local
 
 PROMPT = "Write a long story about a dragon who learns to read."
@@ -39,7 +39,7 @@ PROMPT = "Write a long story about a dragon who learns to read."
 
 async def run_ketch(model: local.LocalModel, tokens: int) -> tuple[float, str]:
     """Tokens per second after the first, as seen by a consumer of ``stream``."""
-    context = Context(messages=[UserMessage(content=PROMPT)])
+    context = Request(messages=[UserMessage(content=PROMPT)])
     options = StreamOptions(max_tokens=tokens, temperature=0.0)
     first = last = 0.0
     text: list[str] = []
@@ -92,7 +92,7 @@ async def child(kind: str, tokens: int, threads: int | None) -> None:
         loaded = model._loaded
         assert loaded is not None
         # The prompt exactly as the provider renders and tokenizes it.
-        request = model._request(loaded, Context(messages=[UserMessage(content=PROMPT)]), StreamOptions())
+        request = model._request(loaded, Request(messages=[UserMessage(content=PROMPT)]), StreamOptions())
         prompt_tokens = loaded.llama.tokenize(request.prompt.encode(), add_bos=loaded.add_bos, special=True)
         await model.unload()
         bare = llama_cpp.Llama(

@@ -31,7 +31,7 @@ from .llm.messages import (
     Usage,
     scrub_surrogates,
 )
-from .llm.model import Context, StreamOptions, ToolSpec
+from .llm.model import Request, StreamOptions, ToolSpec
 from .llm.stream import MessageBuilder, StreamEvent, guard_stream
 
 __all__ = [
@@ -132,7 +132,7 @@ def _arguments_json(arguments: dict[str, Any]) -> bytes:
         return msgspec.json.encode(scrub_surrogates(arguments))
 
 
-def _estimate_usage(context: Context, blocks: Iterable[Any]) -> Usage:
+def _estimate_usage(context: Request, blocks: Iterable[Any]) -> Usage:
     in_chars = len(context.system_prompt)
     for m in context.messages:
         for b in getattr(m, "content", ()):
@@ -154,7 +154,7 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or []
 
 
-async def _play(script: Reply, builder: MessageBuilder, context: Context) -> AsyncIterator[StreamEvent]:
+async def _play(script: Reply, builder: MessageBuilder, context: Request) -> AsyncIterator[StreamEvent]:
     async def pause() -> None:
         if script.delay > 0:
             await asyncio.sleep(script.delay)
@@ -237,7 +237,7 @@ class _RecordingModel:
         """Model id reported on messages."""
         return self._id
 
-    def _record(self, context: Context, options: StreamOptions) -> None:
+    def _record(self, context: Request, options: StreamOptions) -> None:
         self.requests.append(
             ScriptedRequest(
                 system_prompt=context.system_prompt,
@@ -287,16 +287,16 @@ class ScriptedModel(_RecordingModel):
         if self._queue:
             raise AssertionError(f"{len(self._queue)} scripted response(s) were never requested")
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream the next scripted reply."""
         options = options or StreamOptions()
-        self._record(context, options)
+        self._record(request, options)
         builder = self._builder()
         script = self._queue.popleft() if self._queue else None
-        return guard_stream(self._produce(script, builder, context), builder, options.signal)
+        return guard_stream(self._produce(script, builder, request), builder, options.signal)
 
     async def _produce(
-        self, script: Reply | None, builder: MessageBuilder, context: Context
+        self, script: Reply | None, builder: MessageBuilder, context: Request
     ) -> AsyncIterator[StreamEvent]:
         if script is None:
             yield builder.start()
@@ -306,7 +306,7 @@ class ScriptedModel(_RecordingModel):
             yield ev
 
 
-Responder: TypeAlias = Callable[[Context, StreamOptions], "Scripted | Awaitable[Scripted]"]
+Responder: TypeAlias = Callable[[Request, StreamOptions], "Scripted | Awaitable[Scripted]"]
 
 
 class FunctionModel(_RecordingModel):
@@ -327,15 +327,15 @@ class FunctionModel(_RecordingModel):
         super().__init__(provider=provider, api=api, id=id)
         self._fn = fn
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream the reply computed for this request."""
         options = options or StreamOptions()
-        self._record(context, options)
+        self._record(request, options)
         builder = self._builder()
-        return guard_stream(self._produce(context, options, builder), builder, options.signal)
+        return guard_stream(self._produce(request, options, builder), builder, options.signal)
 
     async def _produce(
-        self, context: Context, options: StreamOptions, builder: MessageBuilder
+        self, context: Request, options: StreamOptions, builder: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
         result = self._fn(context, options)
         if inspect.isawaitable(result):

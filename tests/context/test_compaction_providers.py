@@ -39,7 +39,7 @@ from test_handoff_matrix import (
 
 from ketch.context import ContextManager, ContextSummary
 from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm import Context, Message, StreamOptions, ToolCall, ToolResultMessage, UserMessage
+from ketch.llm import Message, Request, StreamOptions, ToolCall, ToolResultMessage, UserMessage
 from ketch.llm.tokens import estimate_message_tokens
 from ketch.loop import LoopConfig, LoopContext, Tool, ToolContext, run_loop
 from ketch.testing import FunctionModel
@@ -65,7 +65,7 @@ def weather_tool() -> Tool:
 
 
 def summariser() -> FunctionModel:
-    def respond(context: Context, options: StreamOptions) -> str:
+    def respond(context: Request, options: StreamOptions) -> str:
         assert context.system_prompt == SUMMARY_SYSTEM_PROMPT
         assert options.thinking == "off"
         return f"<analysis>four cities, one call each</analysis>\n<summary>\n{SUMMARY}\n</summary>"

@@ -10,12 +10,12 @@ import pytest
 from ketch.agent import Agent
 from ketch.llm.fallback import FallbackModel
 from ketch.llm.messages import UserMessage
-from ketch.llm.model import Context, Model, StreamOptions, complete
+from ketch.llm.model import Model, Request, StreamOptions, complete
 from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import MessageBuilder, StreamEvent
 from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply
 
-CTX = Context(messages=[UserMessage(content="hi", timestamp=1.0)])
+CTX = Request(messages=[UserMessage(content="hi", timestamp=1.0)])
 
 
 def scripted(name: str, *replies: Any) -> ScriptedModel:
@@ -159,7 +159,7 @@ class AbortingModel:
 
     provider, api, id = "x", "x-api", "x-model"
 
-    async def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         assert options is not None and options.signal is not None
         builder = MessageBuilder(provider="x", api="x-api", model="x-model")
         yield builder.start()
@@ -183,7 +183,7 @@ class RaisingModel:
         self.emit_start = emit_start
         self.exc = exc
 
-    async def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         if self.emit_start:
             yield MessageBuilder(provider="r", api="r-api", model="r-model").start()
         if self.exc is not None:
@@ -218,7 +218,7 @@ async def test_api_key_only_goes_to_the_primary_provider() -> None:
     seen: list[tuple[str, str | None]] = []
 
     def responder(name: str, fail: bool) -> Any:
-        def fn(context: Context, options: StreamOptions) -> Any:
+        def fn(context: Request, options: StreamOptions) -> Any:
             seen.append((name, options.api_key))
             return error_reply("e", kind="server") if fail else "ok"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.model import Context, StreamOptions
+from ketch.llm.model import Request, StreamOptions
 from ketch.llm.registry import ModelInfo, get_info, list_providers, register_model, register_provider
 from ketch.llm.resolve import get_model, model_class, parse_spec, register_api
 from ketch.llm.stream import StreamEvent
@@ -41,7 +41,7 @@ class FakeModel:
         self.headers = headers
         self.extra = extra
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         raise NotImplementedError
 
 
@@ -55,7 +55,7 @@ class MinimalModel:
         self.provider = info.provider
         self.api = info.api
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         raise NotImplementedError
 
 

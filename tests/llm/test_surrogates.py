@@ -12,8 +12,8 @@ import pytest
 
 from ketch.llm import (
     AssistantMessage,
-    Context,
     Message,
+    Request,
     StreamOptions,
     TextContent,
     ToolCall,
@@ -104,7 +104,7 @@ async def test_request_bodies_of_every_provider_carry_lone_surrogates_as_replace
     # Long enough for the wire cache to keep the converted messages' JSON, then grown by
     # one turn so the second request reuses it.
     for turns in (4, 5):
-        context = Context(system_prompt=f"Work in /home/{BAD}.", messages=_transcript(turns))
+        context = Request(system_prompt=f"Work in /home/{BAD}.", messages=_transcript(turns))
         _request, pieces, _headers, _secrets = await model._prepare(context, StreamOptions())
         data = b"".join(bytes(p) for p in pieces)
         text = data.decode("utf-8")

@@ -16,10 +16,10 @@ from loopback import recorded_reply as sse
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
     Cost,
     ImageContent,
     MessageBuilder,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -117,12 +117,12 @@ def cost(usage: Usage, p: Pricing) -> Cost:
     return c
 
 
-def body_for(context: Context, options: StreamOptions | None = None, **kwargs: Any) -> dict[str, Any]:
+def body_for(context: Request, options: StreamOptions | None = None, **kwargs: Any) -> dict[str, Any]:
     kwargs.setdefault("cache_retention", "none")
     return build_request(kwargs.pop("info", SONNET), context, options or StreamOptions(), **kwargs)
 
 
-HELLO = Context(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
+HELLO = Request(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
 SAME = {"provider": "anthropic", "api": "anthropic-messages", "model": "claude-sonnet-4-5"}
 
 
@@ -289,7 +289,7 @@ async def test_a_transcript_starting_with_an_assistant_turn_gets_a_user_turn_fir
     # A trimmed history can start with the assistant; the Messages API wants the user first.
     loopback.queue(sse(an.TEXT))
     greeting = AssistantMessage(content=[TextContent(text="Hello, how can I help?")], provider="anthropic", model="m")
-    context = Context(messages=[greeting, UserMessage(content="Hi")])
+    context = Request(messages=[greeting, UserMessage(content="Hi")])
     await complete(model_for(loopback, cache_retention="none"), context)
     assert loopback.requests[0].json["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]},
@@ -310,7 +310,7 @@ def test_minimal_request_body() -> None:
 
 def test_temperature_and_max_tokens_without_thinking() -> None:
     body = body_for(
-        Context(messages=[UserMessage(content="Hi")], tools=[WEATHER]),
+        Request(messages=[UserMessage(content="Hi")], tools=[WEATHER]),
         StreamOptions(temperature=0.2, max_tokens=100, tool_choice="get_weather"),
         stream=False,
     )
@@ -367,7 +367,7 @@ def test_adaptive_thinking_sends_an_effort() -> None:
 
 
 def test_forcing_a_tool_turns_thinking_off() -> None:
-    context = Context(messages=[UserMessage(content="Hi")], tools=[WEATHER])
+    context = Request(messages=[UserMessage(content="Hi")], tools=[WEATHER])
     for choice in ("required", "get_weather"):
         body = body_for(context, StreamOptions(thinking="high", tool_choice=choice, temperature=0.5))
         assert "thinking" not in body
@@ -387,7 +387,7 @@ def test_structured_output_json_schema_mode() -> None:
 
 
 def test_structured_output_tool_mode_forces_the_schema_tool() -> None:
-    context = Context(messages=[UserMessage(content="Jane Doe, jane@x.org")], tools=[WEATHER])
+    context = Request(messages=[UserMessage(content="Jane Doe, jane@x.org")], tools=[WEATHER])
     body = body_for(context, StreamOptions(response_format=CONTACT, thinking="high"), structured_output="tool")
     assert body["tools"] == [
         *convert_tools([WEATHER]),
@@ -406,7 +406,7 @@ def test_cache_markers() -> None:
     assert cache_control("none") is None
     assert cache_control("short") == EPHEMERAL
     assert cache_control("long") == {"type": "ephemeral", "ttl": "1h"}
-    context = Context(
+    context = Request(
         system_prompt="Sys",
         messages=[
             UserMessage(content="q"),
@@ -424,7 +424,7 @@ def test_cache_markers() -> None:
         {"type": "thinking", "thinking": "t", "signature": "s"},
     ]
     assert "cache_control" not in body["tools"][0]
-    no_system = body_for(Context(messages=context.messages, tools=[WEATHER]), cache_retention="short")
+    no_system = body_for(Request(messages=context.messages, tools=[WEATHER]), cache_retention="short")
     assert no_system["tools"][-1]["cache_control"] == EPHEMERAL
     assert "system" not in no_system
     system_only = body_for(context, cache_retention="short", cache_last_message=False)
@@ -679,7 +679,7 @@ async def test_thinking_with_signature_then_text(loopback: LoopbackServer) -> No
 
     # The same model gets its thinking back verbatim on the next turn.
     loopback.queue(sse(an.TEXT))
-    follow = Context(messages=[*HELLO.messages, message, UserMessage(content="Why?")])
+    follow = Request(messages=[*HELLO.messages, message, UserMessage(content="Why?")])
     await run(model_for(loopback), follow, StreamOptions(thinking="medium"))
     assert loopback.requests[1].json["messages"][1] == {
         "role": "assistant",
@@ -714,7 +714,7 @@ async def test_redacted_thinking(loopback: LoopbackServer) -> None:
     ]
     assert message.model == "claude-3-7-sonnet-latest"
     loopback.queue(sse(an.TEXT))
-    await run(model_for(loopback, info=info), Context(messages=[*HELLO.messages, message, UserMessage(content="ok")]))
+    await run(model_for(loopback, info=info), Request(messages=[*HELLO.messages, message, UserMessage(content="ok")]))
     assert loopback.requests[1].json["messages"][1]["content"][:2] == [
         {"type": "redacted_thinking", "data": an.REDACTED_DATA},
         {"type": "thinking", "thinking": "Some of my reasoning was flagged.", "signature": "ErUBCkYIBRgCIkDz"},
@@ -723,7 +723,7 @@ async def test_redacted_thinking(loopback: LoopbackServer) -> None:
 
 async def test_parallel_tool_calls_accumulate_input_json(loopback: LoopbackServer) -> None:
     loopback.queue(sse(an.PARALLEL_TOOLS))
-    context = Context(messages=[UserMessage(content="Weather in SF and Munich?")], tools=[WEATHER])
+    context = Request(messages=[UserMessage(content="Weather in SF and Munich?")], tools=[WEATHER])
     seen: list[tuple[int, dict[str, Any]]] = []
     events = []
     async for e in model_for(loopback).stream(context):
@@ -770,7 +770,7 @@ async def test_usage_from_message_start_overwritten_by_message_delta_with_cost(l
 async def test_structured_output_through_the_forced_tool_is_text(loopback: LoopbackServer) -> None:
     loopback.queue(sse(an.FORMAT_TOOL))
     model = model_for(loopback, structured_output="tool")
-    events = await run(model, Context(messages=[UserMessage(content="Jane Doe")]), StreamOptions(response_format=CONTACT))
+    events = await run(model, Request(messages=[UserMessage(content="Jane Doe")]), StreamOptions(response_format=CONTACT))
     assert trace(events) == [
         ("start",),
         ("text_start", 0),
@@ -810,7 +810,7 @@ async def test_non_streaming_response(loopback: LoopbackServer) -> None:
 
 async def test_exact_request_for_a_representative_context(loopback: LoopbackServer) -> None:
     loopback.queue(sse(an.TEXT))
-    context = Context(
+    context = Request(
         system_prompt="You are a weather assistant.",
         messages=[
             UserMessage(
@@ -915,7 +915,7 @@ async def test_messages_from_other_models_lose_thinking_and_get_valid_ids(loopba
         stop_reason="tool_use",
     )
     failed = AssistantMessage(content=[TextContent(text="half")], stop_reason="error", **SAME)
-    context = Context(
+    context = Request(
         messages=[
             UserMessage(content="Rome and Oslo?"),
             foreign,

@@ -17,11 +17,11 @@ from loopback import body_reply as error
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
     Cost,
     CustomMessage,
     ImageContent,
     MessageBuilder,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -142,7 +142,7 @@ def cost(info: ModelInfo, usage: Usage) -> Cost:
     return c
 
 
-HELLO = Context(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
+HELLO = Request(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
 
 
 # -- schemas ------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ HELLO = Context(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
 
 def test_a_transcript_starting_with_a_model_turn_gets_a_user_turn_first() -> None:
     greeting = AssistantMessage(content=[TextContent(text="Hello!")], provider="google", model="m")
-    body = build_request(Context(messages=[greeting, UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
+    body = build_request(Request(messages=[greeting, UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
     assert body["contents"] == [
         {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]},
         {"role": "model", "parts": [{"text": "Hello!"}]},
@@ -484,12 +484,12 @@ def test_thinking_levels_map_to_thinking_config(
 
 
 def test_minimal_request_body() -> None:
-    body = build_request(Context(messages=[UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
+    body = build_request(Request(messages=[UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
     assert body == {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}
 
 
 def test_request_body_options_and_structured_output() -> None:
-    context = Context(system_prompt="Answer in JSON.", messages=[UserMessage(content="Hi")], tools=[WEATHER])
+    context = Request(system_prompt="Answer in JSON.", messages=[UserMessage(content="Hi")], tools=[WEATHER])
     answer = {"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": False}
     options = StreamOptions(
         temperature=0.2,
@@ -521,7 +521,7 @@ def test_request_body_options_and_structured_output() -> None:
     assert raw["responseJsonSchema"] == answer and "responseSchema" not in raw
     # A tool choice needs tools; a format without a schema only asks for JSON.
     bare = build_request(
-        Context(messages=[UserMessage(content="Hi")]),
+        Request(messages=[UserMessage(content="Hi")]),
         StreamOptions(tool_choice="none", response_format={"name": "x"}),
         info=NO_THINKING,
     )
@@ -803,7 +803,7 @@ async def test_thinking_with_signature_then_text_usage_and_cost(loopback: Loopba
 
 async def test_parallel_function_calls_in_one_chunk(loopback: LoopbackServer) -> None:
     loopback.queue(sse(gs.PARALLEL_CALLS))
-    context = Context(messages=[UserMessage(content="Paris?")], tools=[WEATHER])
+    context = Request(messages=[UserMessage(content="Paris?")], tools=[WEATHER])
     events: list[Any] = []
     partials: list[dict[str, Any]] = []
     async for event in model_for(loopback).stream(context, StreamOptions(tool_choice="auto")):
@@ -849,7 +849,7 @@ async def test_a_call_turn_replays_with_its_id_and_signature_after_a_json_round_
     loopback.queue(sse(gs.CALL_WITH_ID), sse(gs.TEXT))
     model = model_for(loopback, "gemini-3-pro-preview", info=GEMINI3)
     question = UserMessage(content="What is here?")
-    events = await run(model, Context(messages=[question], tools=[lister]), StreamOptions(thinking="high"))
+    events = await run(model, Request(messages=[question], tools=[lister]), StreamOptions(thinking="high"))
     turn = final(events)
     assert trace(events)[-4:] == [
         ("toolcall_start", 1),
@@ -859,7 +859,7 @@ async def test_a_call_turn_replays_with_its_id_and_signature_after_a_json_round_
     ]
     result = ToolResultMessage(tool_call_id="wq6f0y2k", tool_name="list_files", content=[TextContent(text="a.txt")])
     history = from_json(to_json([question, turn, result]))
-    await run(model, Context(messages=history, tools=[lister]), StreamOptions(thinking="high"))
+    await run(model, Request(messages=history, tools=[lister]), StreamOptions(thinking="high"))
     assert loopback.requests[1].json == {
         "contents": [
             {"role": "user", "parts": [{"text": "What is here?"}]},
@@ -991,7 +991,7 @@ async def test_exact_request_for_a_representative_context(loopback: LoopbackServ
             },
         },
     )
-    context = Context(
+    context = Request(
         system_prompt="You are a careful assistant.",
         messages=[
             UserMessage(content=[TextContent(text="What is in this picture?"), ImageContent(data="iVBORw0KGgo=")]),
@@ -1094,7 +1094,7 @@ async def test_turns_of_other_models_lose_thinking_and_signatures(loopback: Loop
     )
     failed = AssistantMessage(content=[TextContent(text="half")], stop_reason="error", provider="google", api="gemini")
     history = [UserMessage(content="Weather in Rome?"), failed, foreign, UserMessage(content="Go on")]
-    await run(model_for(loopback), Context(messages=history, tools=[WEATHER]))
+    await run(model_for(loopback), Request(messages=history, tools=[WEATHER]))
     expected_model_turn = {
         "role": "model",
         "parts": [
@@ -1115,7 +1115,7 @@ async def test_turns_of_other_models_lose_thinking_and_signatures(loopback: Loop
         missing,
     ]
     # Gemini 3 rejects unsigned calls in the current turn: they get the placeholder.
-    await run(model_for(loopback, "gemini-3-pro-preview", info=GEMINI3), Context(messages=history, tools=[WEATHER]))
+    await run(model_for(loopback, "gemini-3-pro-preview", info=GEMINI3), Request(messages=history, tools=[WEATHER]))
     signed = loopback.requests[1].json["contents"][1]["parts"][1]
     assert signed == {
         "functionCall": {"name": "get_weather", "args": {"city": "Rome"}},

@@ -30,9 +30,9 @@ from loopback import LoopbackServer, Reply, sse
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
     Message,
     Model,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -674,7 +674,7 @@ async def turn(model: Model, messages: list[Message], *, abort_at: str | None = 
     request once the streamed text reads exactly that."""
     signal = AbortSignal()
     final: AssistantMessage | None = None
-    context = Context(system_prompt=SYSTEM, messages=list(messages), tools=[WEATHER])
+    context = Request(system_prompt=SYSTEM, messages=list(messages), tools=[WEATHER])
     async for event in model.stream(context, StreamOptions(signal=signal)):
         if abort_at is not None and event.type == "text_delta" and event.partial.text == abort_at:
             signal.abort()
@@ -986,7 +986,7 @@ LONG_TOOL = "mcp__weather_service__get_current_conditions"
 async def _continue(server: LoopbackServer, target: str, transcript: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
     wire = WIRES[target]
     server.queue(wire.reply("resp_68af9999aaaa0000" if target == RESPONSES else "rid-next", text=DONE))
-    context = Context(system_prompt=SYSTEM, messages=transcript, tools=tools)
+    context = Request(system_prompt=SYSTEM, messages=transcript, tools=tools)
     answer = await complete_turn(wire.model(server.url), context)
     assert (answer.stop_reason, answer.text) == ("stop", DONE)
     body: dict[str, Any] = server.requests[-1].json
@@ -994,7 +994,7 @@ async def _continue(server: LoopbackServer, target: str, transcript: list[Messag
     return body
 
 
-async def complete_turn(model: Model, context: Context) -> AssistantMessage:
+async def complete_turn(model: Model, context: Request) -> AssistantMessage:
     final: AssistantMessage | None = None
     async for event in model.stream(context):
         if event.type == "done":
@@ -1016,7 +1016,7 @@ async def test_long_generated_gemini_ids_stay_distinct(loopback: LoopbackServer,
     loopback.queue(gemini.reply(RID_CALLS[GEMINI], calls=[Call(None, LONG_TOOL, {"city": "Paris"}),
                                                           Call(None, LONG_TOOL, {"city": "Oslo"})]))
     transcript: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
-    first = await complete_turn(gemini.model(loopback.url), Context(messages=list(transcript), tools=[spec]))
+    first = await complete_turn(gemini.model(loopback.url), Request(messages=list(transcript), tools=[spec]))
     assert [c.id for c in first.tool_calls] == [f"{LONG_TOOL}_{RID_CALLS[GEMINI]}_0", f"{LONG_TOOL}_{RID_CALLS[GEMINI]}_1"]
     transcript += [first, result(first.tool_calls[0], PARIS, 2.0), result(first.tool_calls[1], "3°C, snow", 2.1),
                    UserMessage(content="Thanks.", timestamp=3.0)]
@@ -1037,7 +1037,7 @@ async def test_ids_a_server_reuses_across_turns_become_unique(loopback: Loopback
     transcript: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
     for n, city in enumerate(("Paris", "München")):
         loopback.queue(chat.reply(f"chatcmpl-{n}", calls=[Call(None, "get_weather", {"city": city})]))
-        reply = await complete_turn(model, Context(messages=list(transcript), tools=[WEATHER]))
+        reply = await complete_turn(model, Request(messages=list(transcript), tools=[WEATHER]))
         assert [c.id for c in reply.tool_calls] == ["call_0"]
         transcript += [reply, result(reply.tool_calls[0], f"{city}: mild", 2.0 + n)]
     transcript.append(UserMessage(content="Thanks.", timestamp=9.0))
@@ -1062,7 +1062,7 @@ async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackS
     messages: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
     signal = AbortSignal()
     aborted: AssistantMessage | None = None
-    context = Context(system_prompt=SYSTEM, messages=list(messages), tools=[WEATHER])
+    context = Request(system_prompt=SYSTEM, messages=list(messages), tools=[WEATHER])
     async for event in model.stream(context, StreamOptions(signal=signal)):
         if event.type == "toolcall_delta":
             signal.abort()
@@ -1199,7 +1199,7 @@ async def test_recorded_fixture_transcripts_continue_on_every_protocol(loopback:
     wire = WIRES[target]
     loopback.queue(wire.reply("resp_68af9999aaaa0000" if target == RESPONSES else "rid-next", text=DONE))
     model = wire.model(loopback.url)
-    answer = await complete_turn(model, Context(system_prompt=SYSTEM, messages=transcript, tools=[WEATHER, TIME]))
+    answer = await complete_turn(model, Request(system_prompt=SYSTEM, messages=transcript, tools=[WEATHER, TIME]))
     assert (answer.stop_reason, answer.text) == ("stop", DONE)
     body = loopback.requests[-1].json
     VALIDATORS[target](body)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, Reply, json_reply, sse, sse_reply
 
-from ketch.llm import Context, StreamOptions, UserMessage, to_json
+from ketch.llm import Request, StreamOptions, UserMessage, to_json
 from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPExchange, HTTPModel
 from ketch.llm.providers.gemini import GeminiModel
@@ -23,7 +23,7 @@ from support import final, run, trace
 KEY = "sk-test-Q7vX2mZ9kL4pW8rT1yB6nC3dF5gH0jKs"
 ONE_SHOT = RetryPolicy(max_attempts=1)
 QUICK = RetryPolicy(max_attempts=3, base_delay=0.0, jitter=0.0)
-HELLO = Context(messages=[UserMessage(content="Hi")])
+HELLO = Request(messages=[UserMessage(content="Hi")])
 
 
 def chat(server: LoopbackServer, **kwargs: Any) -> OpenAIChatModel:

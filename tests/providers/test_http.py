@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, Reply, sse_reply
 
-from ketch.llm import AbortSignal, Context, StreamOptions, UserMessage
+from ketch.llm import AbortSignal, Request, StreamOptions, UserMessage
 from ketch.llm.http import (
     Deadline,
     SSEBatch,
@@ -172,7 +172,7 @@ def _done_stream(text: str) -> Reply:
 async def test_sequential_requests_reuse_one_connection(loopback: LoopbackServer) -> None:
     loopback.queue(_done_stream("a"), _done_stream("b"), _done_stream("c"))
     model = OpenAIChatModel("m", base_url=loopback.url, api_key="k", retry=NO_RETRY)
-    ctx = Context(messages=[UserMessage(content="hi")])
+    ctx = Request(messages=[UserMessage(content="hi")])
     texts = []
     for _ in range(3):
         events = [ev async for ev in model.stream(ctx)]
@@ -189,7 +189,7 @@ async def test_cancelling_the_consumer_closes_the_connection(loopback: LoopbackS
     got_text = asyncio.Event()
 
     async def consume() -> None:
-        async for ev in model.stream(Context(messages=[UserMessage(content="hi")])):
+        async for ev in model.stream(Request(messages=[UserMessage(content="hi")])):
             seen.append(ev.type)
             if ev.type == "text_delta":
                 got_text.set()
@@ -208,7 +208,7 @@ def _text(text: str) -> dict[str, Any]:
     return {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
 
 
-HI = Context(messages=[UserMessage(content="hi")])
+HI = Request(messages=[UserMessage(content="hi")])
 _STOP = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
 
 

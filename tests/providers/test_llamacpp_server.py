@@ -18,7 +18,7 @@ import pytest
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
+    Request,
     StreamOptions,
     TextContent,
     ToolResultMessage,
@@ -37,8 +37,8 @@ WEATHER = ToolSpec(
     description="Get the current weather for a city",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-STORY = Context(messages=[UserMessage(content="Write a long story about a dragon who learns to bake bread.")])
-ASK_WEATHER = Context(messages=[UserMessage(content="What is the weather in Paris?")], tools=[WEATHER])
+STORY = Request(messages=[UserMessage(content="Write a long story about a dragon who learns to bake bread.")])
+ASK_WEATHER = Request(messages=[UserMessage(content="What is the weather in Paris?")], tools=[WEATHER])
 
 
 def model_for(server: LlamaServer, **kwargs: Any) -> OpenAIChatModel:
@@ -130,7 +130,7 @@ async def test_tool_round_trip(llama_server: LlamaServer) -> None:
         first,
         ToolResultMessage(tool_call_id=call.id, tool_name=call.name, content=[TextContent(text="Sunny, 21 C")]),
     ]
-    context = Context(messages=history, tools=[WEATHER])
+    context = Request(messages=history, tools=[WEATHER])
     final = await complete(model, context, StreamOptions(max_tokens=8, temperature=0, tool_choice="none"))
     assert final.stop_reason in ("stop", "length"), final.error_message
     assert final.text.strip() != ""
@@ -142,7 +142,7 @@ async def test_null_tool_call_content_is_what_this_server_rejects(llama_server: 
     model = model_for(llama_server)
     first = await complete(model, ASK_WEATHER, StreamOptions(max_tokens=20, temperature=0, tool_choice="get_weather"))
     [call] = first.tool_calls
-    context = Context(
+    context = Request(
         messages=[
             *ASK_WEATHER.messages,
             first,
@@ -167,11 +167,11 @@ class TurnTools:
         self.provider, self.api, self.id = model.provider, model.api, model.id
         self.calls = 0
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         self.calls += 1
         choice = "get_weather" if self.calls == 1 else "none"
         opts = msgspec.structs.replace(options or StreamOptions(), tool_choice=choice, max_tokens=20, temperature=0)
-        return self.inner.stream(context, opts)
+        return self.inner.stream(request, opts)
 
 
 async def test_full_agent_run(llama_server: LlamaServer) -> None:

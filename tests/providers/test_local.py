@@ -25,7 +25,7 @@ from ketch.llm.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ketch.llm.model import Context, StreamOptions, ToolSpec
+from ketch.llm.model import Request, StreamOptions, ToolSpec
 from ketch.llm.providers.local import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -84,8 +84,8 @@ def model() -> LocalModel:
     return LocalModel("smollm2", n_ctx=N_CTX)
 
 
-def ask(text: str, tools: list[ToolSpec] | None = None, system: str = "") -> Context:
-    return Context(system_prompt=system, messages=[UserMessage(content=text)], tools=tools or [])
+def ask(text: str, tools: list[ToolSpec] | None = None, system: str = "") -> Request:
+    return Request(system_prompt=system, messages=[UserMessage(content=text)], tools=tools or [])
 
 
 def options(**kw: Any) -> StreamOptions:
@@ -94,7 +94,7 @@ def options(**kw: Any) -> StreamOptions:
     return StreamOptions(**kw)
 
 
-async def events_of(model: LocalModel, context: Context, opts: StreamOptions) -> list[Any]:
+async def events_of(model: LocalModel, context: Request, opts: StreamOptions) -> list[Any]:
     return [event async for event in model.stream(context, opts)]
 
 
@@ -269,7 +269,7 @@ async def test_response_format_gives_schema_valid_json(model: LocalModel) -> Non
 
 async def test_transcript_with_calls_results_and_images(model: LocalModel) -> None:
     call = ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris", "unit": "celsius"})
-    context = Context(
+    context = Request(
         system_prompt="Answer briefly.",
         messages=[
             UserMessage(

@@ -12,8 +12,8 @@ from loopback import LoopbackServer, Reply, json_reply, sse_reply, text_reply
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
     ImageContent,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -31,7 +31,7 @@ from ketch.llm.registry import ModelInfo, Pricing
 from ketch.llm.retry import NO_RETRY, RetryPolicy
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, multiplier=2.0, max_delay=1.0, jitter=0)
-HI = Context(messages=[UserMessage(content="hi", timestamp=0)])
+HI = Request(messages=[UserMessage(content="hi", timestamp=0)])
 WEATHER = ToolSpec(
     name="get_weather",
     description="Weather for a city",
@@ -106,7 +106,7 @@ def make(server: LoopbackServer, **kwargs: Any) -> OpenAIChatModel:
     return OpenAIChatModel(kwargs.pop("id", "gpt-test"), **kwargs)
 
 
-async def run(model: OpenAIChatModel, context: Context = HI, options: StreamOptions | None = None) -> list[Any]:
+async def run(model: OpenAIChatModel, context: Request = HI, options: StreamOptions | None = None) -> list[Any]:
     return [ev async for ev in model.stream(context, options)]
 
 
@@ -125,7 +125,7 @@ async def run_aborting_on(model: OpenAIChatModel, kind: str) -> list[Any]:
 async def test_streamed_text_events_request_and_message(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(delta("Hel"), delta("lo"), delta(finish="stop"), usage_chunk(10, 2)))
     model = make(loopback)
-    ctx = Context(system_prompt="Be brief.", messages=[UserMessage(content="hi", timestamp=0)])
+    ctx = Request(system_prompt="Be brief.", messages=[UserMessage(content="hi", timestamp=0)])
     events = await run(model, ctx, StreamOptions(max_tokens=50, temperature=0.5))
     assert [summary(e) for e in events] == [
         ("start",),
@@ -206,7 +206,7 @@ async def test_streamed_tool_calls(loopback: LoopbackServer) -> None:
             delta(finish="tool_calls"),
         )
     )
-    events = await run(make(loopback), Context(messages=[UserMessage(content="w")], tools=[WEATHER]))
+    events = await run(make(loopback), Request(messages=[UserMessage(content="w")], tools=[WEATHER]))
     assert [summary(e) for e in events] == [
         ("start",),
         ("text_start", 0),
@@ -381,7 +381,7 @@ async def test_tools_with_auto_choice_unstreamed_when_endpoint_cannot_stream_the
         )
     )
     model = OpenAIChatModel.preset("llama-cpp-python", "smol", base_url=loopback.url + "/v1", retry=FAST)
-    events = await run(model, Context(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(max_tokens=30))
+    events = await run(model, Request(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(max_tokens=30))
     assert [summary(e) for e in events] == [
         ("start",),
         ("toolcall_start", 0),
@@ -401,7 +401,7 @@ async def test_tools_with_auto_choice_unstreamed_when_endpoint_cannot_stream_the
 async def test_forced_tool_still_streams_on_that_endpoint(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(tool_delta(0, id="c", name="get_weather", args="{}"), delta(finish="tool_calls")))
     model = OpenAIChatModel.preset("llama-cpp-python", "smol", base_url=loopback.url + "/v1", retry=FAST)
-    await run(model, Context(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(tool_choice="get_weather"))
+    await run(model, Request(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(tool_choice="get_weather"))
     body = loopback.requests[0].json
     assert body["stream"] is True
     assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
@@ -444,7 +444,7 @@ async def test_message_conversion(loopback: LoopbackServer) -> None:
         ),
         UserMessage(content="and now?"),
     ]
-    await run(make(loopback), Context(system_prompt="sys", messages=messages))
+    await run(make(loopback), Request(system_prompt="sys", messages=messages))
     assert loopback.requests[0].json["messages"] == [
         {"role": "system", "content": "sys"},
         {
@@ -487,7 +487,7 @@ async def test_compatible_endpoints_send_empty_content_with_tool_calls(loopback:
         AssistantMessage(content=[ToolCall(id="c1", name="get_weather", arguments={})], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id="c1", tool_name="get_weather", content=[TextContent(text="Sunny")]),
     ]
-    await run(make(loopback, compat=PRESETS["llamacpp"].compat), Context(messages=messages))
+    await run(make(loopback, compat=PRESETS["llamacpp"].compat), Request(messages=messages))
     assert loopback.requests[0].json["messages"][1] == {
         "role": "assistant",
         "content": "",
@@ -503,13 +503,13 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
         AssistantMessage(content=[ToolCall(id=long_id, name="f", arguments={})], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id=long_id, tool_name="f", content=[TextContent(text="r")]),
     ]
-    await run(make(loopback), Context(messages=messages))
+    await run(make(loopback), Request(messages=messages))
     sent = loopback.requests[0].json["messages"]
     expected = "call_abc_fc_" + "x" * 28
     assert sent[1]["tool_calls"][0]["id"] == expected
     assert sent[2]["tool_call_id"] == expected
 
-    await run(make(loopback, compat=PRESETS["mistral"].compat), Context(messages=messages))
+    await run(make(loopback, compat=PRESETS["mistral"].compat), Request(messages=messages))
     sent = loopback.requests[1].json["messages"]
     new_id = sent[1]["tool_calls"][0]["id"]
     assert len(new_id) == 9 and new_id.isalnum()
@@ -519,7 +519,7 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
 async def test_images_replaced_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("ok"))
     info = ModelInfo(id="gpt-test", provider="openai", api="openai-chat", name="GPT Test", input_modalities=("text",))
-    ctx = Context(messages=[UserMessage(content=[TextContent(text="see"), ImageContent(data="QUJD")])])
+    ctx = Request(messages=[UserMessage(content=[TextContent(text="see"), ImageContent(data="QUJD")])])
     await run(make(loopback, info=info), ctx)
     assert loopback.requests[0].json["messages"][0]["content"] == [
         {"type": "text", "text": "see"},
@@ -530,7 +530,7 @@ async def test_images_replaced_for_a_text_only_model(loopback: LoopbackServer) -
 async def test_structured_output_and_tool_choice_mapping(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("{}"), text_stream("{}"), text_stream("{}"))
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    ctx = Context(messages=[UserMessage(content="w")], tools=[WEATHER])
+    ctx = Request(messages=[UserMessage(content="w")], tools=[WEATHER])
     model = make(loopback)
     await run(model, ctx, StreamOptions(response_format={"name": "answer", "schema": schema}, tool_choice="none"))
     await run(model, ctx, StreamOptions(tool_choice="required"))
@@ -558,7 +558,7 @@ async def test_thinking_levels_map_to_reasoning_effort(loopback: LoopbackServer,
         thinking={"low": "low", "medium": "medium", "high": "high"},
         thinking_style="effort",
     )
-    await run(make(loopback, info=info, id="o-test"), Context(system_prompt="s", messages=[UserMessage(content="w")]), StreamOptions(thinking=level))  # type: ignore[arg-type]
+    await run(make(loopback, info=info, id="o-test"), Request(system_prompt="s", messages=[UserMessage(content="w")]), StreamOptions(thinking=level))  # type: ignore[arg-type]
     body = loopback.requests[0].json
     assert body.get("reasoning_effort") == expected
     assert body["messages"][0] == {"role": "developer", "content": "s"}
@@ -566,7 +566,7 @@ async def test_thinking_levels_map_to_reasoning_effort(loopback: LoopbackServer,
 
 async def test_no_reasoning_effort_for_models_without_reasoning(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("ok"))
-    await run(make(loopback), Context(system_prompt="s", messages=[UserMessage(content="w")]), StreamOptions(thinking="high"))
+    await run(make(loopback), Request(system_prompt="s", messages=[UserMessage(content="w")]), StreamOptions(thinking="high"))
     body = loopback.requests[0].json
     assert "reasoning_effort" not in body
     assert body["messages"][0] == {"role": "system", "content": "s"}
@@ -941,7 +941,7 @@ async def test_pre_aborted_signal_sends_nothing(loopback: LoopbackServer) -> Non
 async def test_aborted_message_can_be_sent_back(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("fine"))
     aborted = AssistantMessage(content=[TextContent(text="half")], stop_reason="aborted")
-    ctx = Context(messages=[UserMessage(content="a"), aborted, UserMessage(content="b")])
+    ctx = Request(messages=[UserMessage(content="a"), aborted, UserMessage(content="b")])
     message = await complete(make(loopback), ctx)
     assert message.text == "fine"
     assert loopback.requests[0].json["messages"] == [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]

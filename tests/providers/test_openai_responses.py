@@ -16,11 +16,11 @@ from loopback import recorded_reply as sse
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
-    Context,
     Cost,
     CustomMessage,
     ImageContent,
     MessageBuilder,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -91,7 +91,7 @@ def model_for(server: LoopbackServer, **kwargs: Any) -> OpenAIResponsesModel:
 
 
 
-HELLO = Context(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
+HELLO = Request(system_prompt="Be brief.", messages=[UserMessage(content="Hi")])
 
 
 # -- conversion: messages -----------------------------------------------------------------
@@ -270,7 +270,7 @@ def test_tools_and_tool_choice() -> None:
 
 
 def test_minimal_request_body() -> None:
-    assert build_request("gpt-4.1", Context(messages=[UserMessage(content="Hi")]), StreamOptions()) == {
+    assert build_request("gpt-4.1", Request(messages=[UserMessage(content="Hi")]), StreamOptions()) == {
         "model": "gpt-4.1",
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
         "store": False,
@@ -279,7 +279,7 @@ def test_minimal_request_body() -> None:
 
 
 def test_request_body_options() -> None:
-    context = Context(system_prompt="Answer in JSON.", messages=[UserMessage(content="Hi")], tools=[WEATHER])
+    context = Request(system_prompt="Answer in JSON.", messages=[UserMessage(content="Hi")], tools=[WEATHER])
     options = StreamOptions(
         temperature=0.2,
         max_tokens=500,
@@ -524,7 +524,7 @@ async def test_parallel_function_calls_with_argument_deltas(loopback: LoopbackSe
     events: list[Any] = []
     partials: list[dict[str, Any]] = []
     model = model_for(loopback)
-    async for event in model.stream(Context(messages=[UserMessage(content="Paris?")], tools=[WEATHER])):
+    async for event in model.stream(Request(messages=[UserMessage(content="Paris?")], tools=[WEATHER])):
         events.append(event)
         if event.type == "toolcall_delta" and event.index == 1:
             partials.append(dict(event.partial.content[1].arguments))
@@ -606,8 +606,8 @@ async def test_non_streaming_response(loopback: LoopbackServer) -> None:
 # -- the request on the wire ------------------------------------------------------------
 
 
-def representative_context() -> Context:
-    return Context(
+def representative_context() -> Request:
+    return Request(
         system_prompt="You are a careful assistant.",
         messages=[
             UserMessage(
@@ -695,7 +695,7 @@ async def test_exact_request_for_a_representative_context(loopback: LoopbackServ
 async def test_a_streamed_turn_replays_verbatim_after_a_json_round_trip(loopback: LoopbackServer) -> None:
     loopback.queue(sse(rs.PARALLEL_CALLS), sse(rs.TEXT))
     model = model_for(loopback)
-    context = Context(messages=[UserMessage(content="Paris?")], tools=[WEATHER])
+    context = Request(messages=[UserMessage(content="Paris?")], tools=[WEATHER])
     turn = final(await run(model, context))
     restored = from_json(to_json(turn))
     context.messages += [
@@ -1048,7 +1048,7 @@ async def test_registry_info_is_used_when_none_is_given(loopback: LoopbackServer
 
 async def test_messages_from_other_models_are_cleaned_before_conversion(loopback: LoopbackServer) -> None:
     loopback.queue(sse(rs.TEXT))
-    context = Context(
+    context = Request(
         messages=[
             UserMessage(content="Weather in Oslo and Rome?"),
             AssistantMessage(
@@ -1096,7 +1096,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
 async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(sse(rs.TEXT))
     info = ModelInfo(id="gpt-5", provider="openai", api="openai-responses", name="Text only", input_modalities=("text",))
-    context = Context(
+    context = Request(
         messages=[
             UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
             AssistantMessage(
@@ -1178,7 +1178,7 @@ async def test_get_model_builds_this_adapter_and_unknown_models_may_take_images(
     known = get_model("openai:gpt-5", base_url=loopback.url + "/v1", api_key=KEY, retry=ONE_SHOT)
     unknown = get_model("openai:gpt-next", base_url=loopback.url + "/v1", api_key=KEY, retry=ONE_SHOT)
     assert type(known) is OpenAIResponsesModel and type(unknown) is OpenAIResponsesModel
-    context = Context(messages=[UserMessage(content=[ImageContent(url="https://example.com/a.png")])])
+    context = Request(messages=[UserMessage(content=[ImageContent(url="https://example.com/a.png")])])
     await run(known, context, StreamOptions(thinking="medium"))
     await run(unknown, context, StreamOptions(thinking="medium"))
     image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"}

@@ -19,9 +19,9 @@ import pytest
 
 from ketch.llm import (
     AssistantMessage,
-    Context,
     ImageContent,
     Message,
+    Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
@@ -143,7 +143,7 @@ def transcript(provider: str, api: str) -> list[Message]:
 
 
 def _body(model: HTTPModel, messages: list[Message], system: str = SYSTEM) -> dict[str, Any]:
-    context = Context(system_prompt=system, messages=messages, tools=TOOLS)
+    context = Request(system_prompt=system, messages=messages, tools=TOOLS)
     return model.build_request(context, StreamOptions(), "k").body
 
 
@@ -557,7 +557,7 @@ async def test_long_requests_are_sent_as_msgspec_encodes_them(loopback: Any, nam
     grown: list[Message] = []
     for i, message in enumerate(messages):
         grown.append(message)
-        context = Context(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
+        context = Request(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
         events = [event async for event in model.stream(context)]
         assert events[-1].type == "error", i
     for i, received in enumerate(loopback.requests):
@@ -589,7 +589,7 @@ async def test_requests_are_sent_as_msgspec_encodes_them(loopback: Any, name: st
         if i == len(messages) - 1:
             options = StreamOptions(extra={key: replaced})
         cases.append(options)
-        context = Context(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
+        context = Request(system_prompt=SYSTEM, messages=grown, tools=TOOLS)
         events = [event async for event in model.stream(context, options)]
         assert events[-1].type == "error", i
     assert len(loopback.requests) == len(bodies) == len(messages)
@@ -609,7 +609,7 @@ async def test_a_body_over_a_megabyte_arrives_whole_without_a_warning(loopback: 
         messages += [_same("openai", "openai-chat", [TextContent(text=f"Seen {i}.")]), UserMessage(content="And?")]
     model = _chat(retry=RetryPolicy(max_attempts=1), **({} if cached else {"rewrite": lambda body: None}))
     model.base_url = loopback.url  # no replies are queued: the request fails once it is sent
-    context = Context(system_prompt=SYSTEM, messages=messages, tools=TOOLS)
+    context = Request(system_prompt=SYSTEM, messages=messages, tools=TOOLS)
     pieces = encode_body(model.build_request(context, StreamOptions(), "k").body)
     assert len(pieces) == (3 if cached else 1)
     with warnings.catch_warnings(record=True) as caught:

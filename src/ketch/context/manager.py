@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..llm.messages import Message, UserMessage
-from ..llm.model import Context, Model, StreamOptions, complete
+from ..llm.model import Model, Request, StreamOptions, complete
 from ..llm.tokens import ContextMeter, estimate_message_tokens
 from ..loop.config import ContextRequest, Projection
 from ..loop.events import CompactionEnd, CompactionStart
@@ -214,7 +214,7 @@ class ContextManager:
         )
         self.summary_calls += 1
         answer = await complete(
-            model, Context(system_prompt=SUMMARY_SYSTEM_PROMPT, messages=[UserMessage(content=prompt)]), options
+            model, Request(system_prompt=SUMMARY_SYSTEM_PROMPT, messages=[UserMessage(content=prompt)]), options
         )
         cost = answer.usage.cost.total
         used = answer.usage

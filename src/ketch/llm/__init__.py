@@ -26,7 +26,7 @@ from .messages import (
     to_dict,
     to_json,
 )
-from .model import Context, Model, StreamOptions, ThinkingLevel, ToolSpec, complete
+from .model import Model, Request, StreamOptions, ThinkingLevel, ToolSpec, complete
 from .signal import Aborted, AbortSignal
 from .stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
 
@@ -60,7 +60,6 @@ __all__ = [
     "Aborted",
     "AssistantMessage",
     "ContentBlock",
-    "Context",
     "Cost",
     "CustomMessage",
     "ErrorKind",
@@ -71,6 +70,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelInfo",
+    "Request",
     "StopReason",
     "StreamEvent",
     "StreamOptions",

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import msgspec
 
 from .errors import FAILOVER_KINDS, exception_text
-from .model import Context, Model, StreamOptions
+from .model import Model, Request, StreamOptions
 from .stream import MessageBuilder, StreamDone, StreamError, StreamEvent, StreamRetry, StreamStart
 
 __all__ = ["FallbackModel"]
@@ -65,7 +65,7 @@ class FallbackModel:
         chain = ", ".join(f"{m.provider}:{m.id}" for m in self.models)
         return f"FallbackModel([{chain}])"
 
-    async def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response, moving down the chain on failover errors."""
         opts = options if options is not None else _NO_OPTIONS
         signal = opts.signal
@@ -83,7 +83,7 @@ class FallbackModel:
             held: StreamStart | None = None
             shown = False
             terminal: StreamDone | StreamError | None = None
-            inner = model.stream(context, model_opts)
+            inner = model.stream(request, model_opts)
             try:
                 async for event in inner:
                     if type(event) is StreamDone or type(event) is StreamError:

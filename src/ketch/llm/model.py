@@ -1,6 +1,6 @@
 """The model interface: what a request looks like and what a model must do with it.
 
-A :class:`Model` turns a :class:`Context` plus :class:`StreamOptions` into an async
+A :class:`Model` turns a :class:`Request` plus :class:`StreamOptions` into an async
 iterator of :data:`~ketch.llm.stream.StreamEvent`. It never raises for request or
 runtime failures: those end the stream with a :class:`~ketch.llm.stream.StreamError`.
 """
@@ -18,8 +18,8 @@ from .stream import StreamDone, StreamError, StreamEvent
 
 __all__ = [
     "THINKING_LEVELS",
-    "Context",
     "Model",
+    "Request",
     "StreamOptions",
     "ThinkingLevel",
     "ToolChoice",
@@ -42,7 +42,7 @@ class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
     parameters: dict[str, Any]
 
 
-class Context(msgspec.Struct, kw_only=True):
+class Request(msgspec.Struct, kw_only=True):
     """Everything a model sees in one request."""
 
     system_prompt: str = ""
@@ -99,7 +99,7 @@ class Model(Protocol):
     @property
     def id(self) -> str: ...
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response. Never raises for request or runtime failures."""
         ...
 
@@ -108,14 +108,14 @@ ModelFactory: TypeAlias = Callable[[str], Model]
 
 
 async def complete(
-    model: Model, context: Context, options: StreamOptions | None = None
+    model: Model, request: Request, options: StreamOptions | None = None
 ) -> AssistantMessage:
     """Run :meth:`Model.stream` to the end and return the final message.
 
     Failures come back as a message with ``stop_reason`` ``error`` or ``aborted``.
     """
     final: AssistantMessage | None = None
-    async for event in model.stream(context, options):
+    async for event in model.stream(request, options):
         if type(event) is StreamDone:
             final = event.message
         elif type(event) is StreamError:

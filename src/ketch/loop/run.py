@@ -21,7 +21,7 @@ import msgspec
 
 from ..llm.errors import exception_text
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from ..llm.model import Context, StreamOptions, ToolSpec
+from ..llm.model import Request, StreamOptions, ToolSpec
 from ..llm.signal import AbortSignal, AbortWaiter, take_pending_cancel
 from ..llm.stream import (
     StreamDone,
@@ -507,7 +507,7 @@ class _Run:
             self.ctx.messages[:] = projection.commit
         yield self.ctx.messages if projection.messages is projection.commit else projection.messages
 
-    async def _request(self, messages: list[Message]) -> tuple[Context, StreamOptions]:
+    async def _request(self, messages: list[Message]) -> tuple[Request, StreamOptions]:
         """The request for ``messages``: converted, repaired, with this turn's options and key."""
         cfg = self.cfg
         if cfg.convert_to_llm is not None:
@@ -521,14 +521,14 @@ class _Run:
         options = msgspec.structs.replace(
             options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
         )
-        return Context(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
+        return Request(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
 
-    def _plain_request(self) -> tuple[Context, StreamOptions]:
+    def _plain_request(self) -> tuple[Request, StreamOptions]:
         """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
         ``get_api_key`` are configured."""
         options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
         messages = self.ctx.view.build(self.ctx.messages)
-        return Context(system_prompt=self.ctx.system_prompt, messages=messages, tools=self.tool_specs), options
+        return Request(system_prompt=self.ctx.system_prompt, messages=messages, tools=self.tool_specs), options
 
     def _request_failed(self, exc: Exception) -> AssistantMessage:
         """Commit an error message for a model call that could not start, as the turn's

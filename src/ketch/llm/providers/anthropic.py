@@ -59,7 +59,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Context, StreamOptions, ToolSpec
+from ..model import Request, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, lookup, thinking_budget_tokens
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
@@ -284,7 +284,7 @@ def _thinking_settings(
 
 def build_request(
     info: ModelInfo,
-    context: Context,
+    context: Request,
     options: StreamOptions,
     *,
     cache_retention: CacheRetention = "short",
@@ -698,7 +698,7 @@ class AnthropicModel(HTTPModel):
         self._images = info is None or "image" in info.input_modalities
         self._wire_cache = WireCache()
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
         extra = options.extra if options is not None else None
         if options is not None and extra and not _OPTION_KEYS.isdisjoint(extra):
@@ -709,9 +709,9 @@ class AnthropicModel(HTTPModel):
                 cache = {**options.cache, **cache}
                 del fields["cache"]
             options = _Options(**fields, cache=cache)
-        return super().stream(context, options)
+        return super().stream(request, options)
 
-    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
         images = self._images
         converted = None
@@ -725,7 +725,7 @@ class AnthropicModel(HTTPModel):
                 ),
                 lambda messages: convert_messages(messages, images=images),
             )
-            context = Context(system_prompt=context.system_prompt, messages=[], tools=context.tools)
+            context = Request(system_prompt=context.system_prompt, messages=[], tools=context.tools)
         else:
             messages = prepare_messages(
                 context.messages,
@@ -734,7 +734,7 @@ class AnthropicModel(HTTPModel):
                 model=self.id,
                 normalize_id=normalize_tool_call_id,
             )
-            context = Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools)
+            context = Request(system_prompt=context.system_prompt, messages=messages, tools=context.tools)
         cache = options.cache if type(options) is _Options else {}
         retention = cache.get("cache_retention", self.cache_retention)
         body = build_request(

@@ -48,7 +48,7 @@ from ..http import (
     redact_text,
     secrets_from_env,
 )
-from ..model import Context, StreamOptions
+from ..model import Request, StreamOptions
 from ..registry import ModelInfo, default_info, list_providers, lookup
 from ..retry import RetryPolicy
 from ..signal import Aborted, AbortSignal
@@ -193,7 +193,7 @@ class HTTPModel:
         return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
 
     # -- what adapters implement -----------------------------------------------------
-    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """The request for ``context``. ``api_key`` is the resolved key (None when the
         endpoint needs none)."""
         raise NotImplementedError
@@ -216,13 +216,13 @@ class HTTPModel:
         return classify_response(status, body, headers)
 
     # -- the Model interface ---------------------------------------------------------
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
         opts = options if options is not None else _DEFAULT_OPTIONS
         builder = MessageBuilder(
             provider=self.provider, api=self.api, model=self.id, pricing=self.info.pricing.apply
         )
-        return self._produce(context, opts, builder)
+        return self._produce(request, opts, builder)
 
     def resolve_api_key(self, options: StreamOptions | None = None) -> str | None:
         """The key a request would use: explicit, then per-request, then environment."""
@@ -245,7 +245,7 @@ class HTTPModel:
         return self._client_timeout
 
     async def _prepare(
-        self, context: Context, options: StreamOptions
+        self, context: Request, options: StreamOptions
     ) -> tuple[HTTPRequest, list[bytes | memoryview], dict[str, str], _Secrets]:
         key = self.resolve_api_key(options)
         if key is None and self.requires_key:
@@ -299,7 +299,7 @@ class HTTPModel:
             await result
 
     async def _produce(
-        self, context: Context, options: StreamOptions, builder: MessageBuilder
+        self, context: Request, options: StreamOptions, builder: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
         # This generator keeps the stream protocol itself (what guard_stream does for
         # other producers), so events reach the consumer in one hand-off: one start,

@@ -49,7 +49,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Context, StreamOptions, ToolSpec
+from ..model import Request, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, thinking_budget_tokens
 from ..retry import parse_retry_after
 from ..stream import MessageBuilder, StreamEvent
@@ -495,7 +495,7 @@ def _placeholder(info: ModelInfo) -> bool:
 
 
 def build_request(
-    context: Context,
+    context: Request,
     options: StreamOptions,
     *,
     info: ModelInfo,
@@ -868,7 +868,7 @@ class GeminiModel(HTTPModel):
         self.json_schema = json_schema
         self._wire_cache = WireCache()
 
-    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/models/{id}:streamGenerateContent?alt=sse`` (or
         ``:generateContent``) with the transcript prepared for this model."""
         if self.rewrite is None:

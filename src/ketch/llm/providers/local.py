@@ -72,7 +72,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Context, StreamOptions, ToolSpec
+from ..model import Request, StreamOptions, ToolSpec
 from ..registry import ModelInfo, Pricing
 from ..stream import MessageBuilder, StreamEvent, guard_stream
 from .local_grammar import ANY_OBJECT_GRAMMAR, json_schema_grammar, tool_call_grammar
@@ -773,13 +773,13 @@ class LocalModel:
         self._loaded = None
         return self.count_tokens(text)  # unloaded meanwhile: load it again
 
-    def stream(self, context: Context, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
         opts = options if options is not None else _DEFAULT_OPTIONS
         builder = MessageBuilder(provider=self.provider, api=self.api, model=self.id)
-        return guard_stream(self._produce(context, opts, builder), builder, opts.signal)
+        return guard_stream(self._produce(request, opts, builder), builder, opts.signal)
 
-    def _request(self, loaded: _Loaded, context: Context, options: StreamOptions) -> _Request:
+    def _request(self, loaded: _Loaded, context: Request, options: StreamOptions) -> _Request:
         choice = options.tool_choice or "auto"
         tools = list(context.tools) if choice != "none" else []
         if tools and choice not in ("auto", "required"):
@@ -819,7 +819,7 @@ class LocalModel:
         )
 
     async def _produce(
-        self, context: Context, options: StreamOptions, builder: MessageBuilder
+        self, context: Request, options: StreamOptions, builder: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
         yield builder.start()
         await self.load()
@@ -924,7 +924,7 @@ async def benchmark(
     model = model if model is not None else LocalModel("default")
     stats = await model.load()
     final: AssistantMessage | None = None
-    context = Context(messages=[UserMessage(content=prompt)])
+    context = Request(messages=[UserMessage(content=prompt)])
     async for event in model.stream(context, StreamOptions(max_tokens=max_tokens, temperature=0.0)):
         if event.type == "done":
             final = event.message

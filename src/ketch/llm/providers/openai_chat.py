@@ -30,7 +30,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Context, StreamOptions, ThinkingLevel
+from ..model import Request, StreamOptions, ThinkingLevel
 from ..registry import clamp_thinking
 from ..stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
@@ -283,7 +283,7 @@ class OpenAIChatModel(HTTPModel):
         return cls(id, **kwargs)
 
     # -- request ---------------------------------------------------------------------
-    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """The Chat Completions request for ``context``."""
         compat = self.compat
         body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(context)}
@@ -340,7 +340,7 @@ class OpenAIChatModel(HTTPModel):
         elif isinstance(value, str):
             body["reasoning_effort"] = value
 
-    def convert_messages(self, context: Context) -> list[dict[str, Any]]:
+    def convert_messages(self, context: Request) -> list[dict[str, Any]]:
         """The ``messages`` array for ``context`` (system prompt first). The list is
         new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat

@@ -49,7 +49,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Context, StreamOptions, ToolSpec
+from ..model import Request, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, default_info, lookup
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
@@ -253,7 +253,7 @@ def convert_tool_choice(choice: str) -> str | dict[str, str]:
 
 def build_request(
     model_id: str,
-    context: Context,
+    context: Request,
     options: StreamOptions,
     *,
     effort: str | None = None,
@@ -692,7 +692,7 @@ class OpenAIResponsesModel(HTTPModel):
         _level, value = clamp_thinking(self.info, options.thinking)
         return None if value is None else str(value)
 
-    def build_request(self, context: Context, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
         images = self._images
         if self.rewrite is None:
@@ -717,7 +717,7 @@ class OpenAIResponsesModel(HTTPModel):
             )
         body = build_request(
             self.id,
-            Context(system_prompt=context.system_prompt, messages=messages, tools=context.tools),
+            Request(system_prompt=context.system_prompt, messages=messages, tools=context.tools),
             options,
             effort=self.reasoning_effort(options),
             reasoning=self.info.reasoning or bool(self.info.thinking),
