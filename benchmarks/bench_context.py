@@ -54,7 +54,7 @@ async def run() -> dict[str, float]:
         tokens = sum(estimate_message_tokens(m) for m in context.messages)
         if turn["n"] > TURNS:
             return Reply(blocks=[], usage=Usage(input=tokens, output=1))
-        call = ToolCall(id=f"c{turn['n']}", name="tail_log", arguments={"file": f"app{turn['n'] % 7}.log"})
+        call = ToolCall(id=f"c{turn['n']}", name="tail_log", args={"file": f"app{turn['n'] % 7}.log"})
         return Reply(blocks=[call], usage=Usage(input=tokens, output=20))
 
     def summarize(context: Any, options: Any) -> str:

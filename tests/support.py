@@ -36,7 +36,7 @@ def trace(events: list[Any]) -> list[tuple[Any, ...]]:
         elif t in ("text_end", "thinking_end"):
             out.append((t, e.index, e.content))
         elif t == "toolcall_end":
-            out.append((t, e.index, e.tool_call.id, e.tool_call.name, e.tool_call.arguments))
+            out.append((t, e.index, e.tool_call.id, e.tool_call.name, e.tool_call.args))
         elif t == "retry":
             out.append((t, e.attempt, e.max_attempts, e.delay, e.error_kind, e.error_message, e.discard_partial))
         elif t == "done":

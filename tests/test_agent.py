@@ -544,7 +544,7 @@ async def test_agent_transcript_closes_the_calls_of_an_aborted_response() -> Non
     ]  # fmt: skip
     assistant, closing = agent.messages[1], agent.messages[2]
     assert isinstance(assistant, AssistantMessage) and isinstance(closing, ToolResultMessage)
-    assert [(c.id, c.name, c.arguments) for c in assistant.tool_calls] == [("c1", "noop", {})]
+    assert [(c.id, c.name, c.args) for c in assistant.tool_calls] == [("c1", "noop", {})]
     assert (closing.tool_call_id, closing.tool_name, closing.is_error) == ("c1", "noop", True)
     assert ended == [agent.messages] and result.messages == agent.messages
     assert agent.state.pending_tool_calls == frozenset()

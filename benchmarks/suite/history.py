@@ -42,7 +42,7 @@ def transcript(n: int) -> list[Any]:
     i = 0
     while len(out) + 4 <= n:
         out.append(UserMessage(content=f"Question {i}: what is {i} plus {i + 1}? Please use the tool."))
-        call = ToolCall(id=f"call_{i}", name="add", arguments={"a": i, "b": i + 1})
+        call = ToolCall(id=f"call_{i}", name="add", args={"a": i, "b": i + 1})
         out.append(
             AssistantMessage(
                 content=[call],

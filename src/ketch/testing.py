@@ -71,10 +71,10 @@ class Reply(msgspec.Struct, kw_only=True):
 Scripted: TypeAlias = "str | Reply | AssistantMessage"
 
 
-def tool_call(name: str, arguments: dict[str, Any] | None = None, *, id: str | None = None, raw: str | None = None) -> ToolCall:
+def tool_call(name: str, args: dict[str, Any] | None = None, *, id: str | None = None, raw: str | None = None) -> ToolCall:
     """A scripted tool call. ``raw`` sends these exact argument characters instead of
-    encoding ``arguments`` (to script malformed JSON)."""
-    call = ToolCall(id=id or f"call_{next(_ids)}", name=name, arguments=arguments or {})
+    encoding ``args`` (to script malformed JSON)."""
+    call = ToolCall(id=id or f"call_{next(_ids)}", name=name, args=args or {})
     if raw is not None:
         call.raw_arguments = raw
     return call
@@ -144,7 +144,7 @@ def _estimate_usage(context: Request, blocks: Iterable[Any]) -> Usage:
         elif isinstance(b, ThinkingContent):
             out_chars += len(b.thinking)
         elif isinstance(b, ToolCall):
-            out_chars += len(b.name) + len(_arguments_json(b.arguments))
+            out_chars += len(b.name) + len(_arguments_json(b.args))
     inp, out = (in_chars + 3) // 4, (out_chars + 3) // 4
     return Usage(input=inp, output=out, total_tokens=inp + out)
 
@@ -180,7 +180,7 @@ async def _play(script: Reply, builder: MessageBuilder, context: Request) -> Asy
             yield tc
             raw = block.raw_arguments
             if raw is None:
-                raw = _arguments_json(block.arguments).decode() if block.arguments else ""
+                raw = _arguments_json(block.args).decode() if block.args else ""
             for piece in _chunks(raw, script.chunk_size):
                 await pause()
                 yield builder.tool_call_delta(piece, tc.index)

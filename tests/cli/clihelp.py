@@ -117,7 +117,7 @@ def text_reply(text: str, **extra: Any) -> dict[str, Any]:
 
 def call_reply(*calls: tuple[str, str, dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """A scripted reply with tool calls ``(id, name, arguments)``."""
-    return {"blocks": [{"type": "tool_call", "id": i, "name": n, "arguments": a} for i, n, a in calls], **extra}
+    return {"blocks": [{"type": "tool_call", "id": i, "name": n, "args": a} for i, n, a in calls], **extra}
 
 
 class FakeServer:

@@ -78,7 +78,7 @@ def test_a_closed_stdout_aborts_the_run_before_its_tools_run(env: Env, output: s
             {
                 "blocks": [
                     {"type": "text", "text": "Writing the file."},
-                    {"type": "tool_call", "id": "c1", "name": "write", "arguments": {"path": "f.txt", "content": "x"}},
+                    {"type": "tool_call", "id": "c1", "name": "write", "args": {"path": "f.txt", "content": "x"}},
                 ]
             },
             text_reply("done"),

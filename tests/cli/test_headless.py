@@ -49,7 +49,7 @@ def test_stream_json_events_in_order(env: Env) -> None:
             {
                 "blocks": [
                     {"type": "thinking", "thinking": "Let me look"},
-                    {"type": "tool_call", "id": "c1", "name": "ls", "arguments": {"path": "."}},
+                    {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}},
                 ],
                 "chunk_size": 100,
             },
@@ -107,7 +107,7 @@ def test_stream_json_events_in_order(env: Env) -> None:
     assert events[11]["event"] == {
         "type": "toolcall_end",
         "index": 1,
-        "tool_call": {"type": "tool_call", "id": "c1", "name": "ls", "arguments": {"path": "."}},
+        "tool_call": {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}},
     }
     assert "partial" not in proc.stdout
     note = {

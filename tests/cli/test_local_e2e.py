@@ -83,7 +83,7 @@ def test_local_model_calls_a_tool_in_the_workspace(env: Env) -> None:
     assert assistant["stop_reason"] == "tool_use"
     [call] = [b for b in assistant["content"] if b["type"] == "tool_call"]
     assert call["name"] == "ls" and call["id"] == call_id
-    assert set(call.get("arguments", {})) <= {"path", "limit"}  # the schema's keys, if any
+    assert set(call.get("args", {})) <= {"path", "limit"}  # the schema's keys, if any
     tool_result = next(e["message"] for e in events if e["type"] == "message_end" and e["message"]["role"] == "tool_result")
     assert (tool_result["tool_call_id"], tool_result["tool_name"]) == (call_id, "ls")
     request = next(e for e in events if e["type"] == "message_start" and e["message"]["role"] == "user")

@@ -166,7 +166,7 @@ async def test_cut_inside_a_turn_continues(server: LoopbackServer, protocol: str
     assert transcript[0].summary == SUMMARY
     kept: list[Message] = transcript[1:]
     assert [type(m).__name__ for m in kept[:2]] == ["AssistantMessage", "ToolResultMessage"]
-    assert [b.arguments for b in kept[0].content if isinstance(b, ToolCall)] == [{"city": "Rome"}]  # type: ignore[attr-defined]
+    assert [b.args for b in kept[0].content if isinstance(b, ToolCall)] == [{"city": "Rome"}]  # type: ignore[attr-defined]
 
     for i, rest in ((3, []), (4, ["assistant:tool_use", "user:tool_result"])):
         body = server.requests[i].json

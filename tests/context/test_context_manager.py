@@ -32,7 +32,7 @@ from ketch.testing import FunctionModel, Reply, ScriptedModel, tool_call
 
 
 def call_turn(i: int, name: str = "read", out: str = "x" * 40, args: dict[str, Any] | None = None) -> list[Message]:
-    call = ToolCall(id=f"c{i}", name=name, arguments=args if args is not None else {"path": f"f{i}.py"})
+    call = ToolCall(id=f"c{i}", name=name, args=args if args is not None else {"path": f"f{i}.py"})
     return [
         AssistantMessage(content=[call], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id=f"c{i}", tool_name=name, content=[TextContent(text=out)]),

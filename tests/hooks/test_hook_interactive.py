@@ -54,7 +54,7 @@ if event == "UserPromptSubmit" and "secret" in data["prompt"]:
         )
     )
     replies: list[Any] = [
-        {"blocks": [{"type": "tool_call", "id": "c1", "name": "write", "arguments": {"path": "a.txt", "content": "x\n"}}]},
+        {"blocks": [{"type": "tool_call", "id": "c1", "name": "write", "args": {"path": "a.txt", "content": "x\n"}}]},
         {"blocks": [{"type": "text", "text": "all done"}]},
     ]
     script = env.script(replies)

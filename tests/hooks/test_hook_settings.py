@@ -177,7 +177,7 @@ if data["hook_event_name"] == "SessionStart":
     )
     (work / ".ketch" / "config.toml").write_text(config)
     script = home / "script.json"
-    script.write_text(json.dumps([{"blocks": [{"type": "tool_call", "id": "c1", "name": "ls", "arguments": {}}]}, "no listing then"]))
+    script.write_text(json.dumps([{"blocks": [{"type": "tool_call", "id": "c1", "name": "ls", "args": {}}]}, "no listing then"]))
     proc = _ketch(work, home, "run", "--model", f"scripted:{script}", "-o", "stream-json", "what is here?")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -258,7 +258,7 @@ with open({str(log)!r}, "a") as f:
 def long_transcript() -> list[Any]:
     msgs: list[Any] = [UserMessage(content="start the task")]
     for i in range(10):
-        call = ToolCall(id=f"c{i}", name="read", arguments={"path": f"f{i}.py"})
+        call = ToolCall(id=f"c{i}", name="read", args={"path": f"f{i}.py"})
         msgs.append(AssistantMessage(content=[call], stop_reason="tool_use"))
         msgs.append(ToolResultMessage(tool_call_id=f"c{i}", tool_name="read", content=[TextContent(text="x" * 400)]))
     return msgs

@@ -63,7 +63,7 @@ def test_same_model_history_passes_by_identity() -> None:
             ThinkingContent(thinking="plan", signature="sig-1"),
             ThinkingContent(thinking="", signature="r", redacted=True),
             TextContent(text="calling", signature="ts"),
-            ToolCall(id="toolu_1", name="f", arguments={"a": 1}, signature="x"),
+            ToolCall(id="toolu_1", name="f", args={"a": 1}, signature="x"),
         ),
         result("toolu_1"),
         asst(TextContent(text="done")),
@@ -75,7 +75,7 @@ def test_same_model_history_passes_by_identity() -> None:
 
 
 def test_cross_model_assistant_is_cleaned() -> None:
-    call = ToolCall(id="call_1|fc.9", name="f", arguments={"a": 1}, signature="fc_sig")
+    call = ToolCall(id="call_1|fc.9", name="f", args={"a": 1}, signature="fc_sig")
     foreign = asst(
         ThinkingContent(thinking="readable", signature="s"),
         ThinkingContent(thinking="", signature="enc"),
@@ -93,7 +93,7 @@ def test_cross_model_assistant_is_cleaned() -> None:
         asst(
             TextContent(text="plain"),
             TextContent(text="signed"),
-            ToolCall(id="call_1_fc_9", name="f", arguments={"a": 1}),
+            ToolCall(id="call_1_fc_9", name="f", args={"a": 1}),
             origin=OTHER,
         ),
         result("call_1_fc_9"),
@@ -234,7 +234,7 @@ def test_inputs_are_never_mutated() -> None:
         asst(
             ThinkingContent(thinking="t", signature="s"),
             TextContent(text="x", signature="y"),
-            ToolCall(id="id.1", name="f", arguments={"k": [1]}, signature="z"),
+            ToolCall(id="id.1", name="f", args={"k": [1]}, signature="z"),
             origin=OTHER,
         ),
         result("id.1"),

@@ -45,7 +45,7 @@ SAMPLES = [
             ThinkingContent(thinking="hmm", signature="sig=="),
             ThinkingContent(thinking="", signature="opaque", redacted=True),
             TextContent(text="answer", signature="ts"),
-            ToolCall(id="c1", name="add", arguments={"a": 1, "b": [1, 2]}, signature="th"),
+            ToolCall(id="c1", name="add", args={"a": 1, "b": [1, 2]}, signature="th"),
             ToolCall(id="c2", name="bad", raw_arguments='{"a":', parse_error="invalid JSON"),
         ],
         provider="anthropic",
@@ -123,10 +123,10 @@ def test_builder_tool_call_partials_never_missing() -> None:
         ev = b.tool_call_delta(piece, start.index)
         call = ev.partial.content[start.index]
         assert isinstance(call, ToolCall)
-        seen.append(dict(call.arguments))
+        seen.append(dict(call.args))
     assert seen == [{}, {}, {"city": "Par"}, {"city": "Paris"}]
     end = b.tool_call_end(start.index)
-    assert end.tool_call.arguments == {"city": "Paris"}
+    assert end.tool_call.args == {"city": "Paris"}
     done = b.done()
     assert done.reason == "tool_use"
 

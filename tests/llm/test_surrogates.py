@@ -38,7 +38,7 @@ def _transcript(turns: int, args: dict[str, Any] | None = None) -> list[Message]
         messages.append(UserMessage(content=[TextContent(text=f"list {BAD} {i}")], timestamp=1.0))
         messages.append(
             AssistantMessage(
-                content=[TextContent(text=f"looking {BAD}"), ToolCall(id=f"c{i}", name="ls", arguments=args or {"path": "."})],
+                content=[TextContent(text=f"looking {BAD}"), ToolCall(id=f"c{i}", name="ls", args=args or {"path": "."})],
                 provider="openai",
                 api="openai-chat",
                 model="gpt-4o-mini",
@@ -69,7 +69,7 @@ def test_to_json_writes_lone_surrogates_as_replacement_characters() -> None:
     data = to_json(messages)
     decoded = from_json(data)
     assert decoded[0].content[0].text == f"list {GOOD} 0"
-    assert decoded[1].content[1].arguments == {"path": GOOD}
+    assert decoded[1].content[1].args == {"path": GOOD}
     assert decoded[2].content[0].text == f"{GOOD}.txt\nplain.txt"
     clean = scrub_surrogates(msgspec.to_builtins(messages))
     assert json.loads(data) == clean
@@ -118,7 +118,7 @@ def test_token_estimates_of_tool_calls_with_lone_surrogates() -> None:
 
     (_, assistant, _) = _transcript(1, {"path": BAD})
     clean = AssistantMessage(
-        content=[TextContent(text=f"looking {GOOD}"), ToolCall(id="c0", name="ls", arguments={"path": GOOD})],
+        content=[TextContent(text=f"looking {GOOD}"), ToolCall(id="c0", name="ls", args={"path": GOOD})],
         provider="openai",
         api="openai-chat",
         model="gpt-4o-mini",

@@ -107,7 +107,7 @@ async def test_abort_after_one_complete_call_closes_it_and_drops_the_streaming_o
     closing = ("tool_result", "c1", "read", [TextContent(text=ABORTED)], True)
     assert [shape(m) for m in result.messages] == [
         ("user", "go"),
-        ("assistant", "aborted", [ToolCall(id="c1", name="read", arguments={"path": "a.txt"})]),
+        ("assistant", "aborted", [ToolCall(id="c1", name="read", args={"path": "a.txt"})]),
         closing,
     ]
     assert labels(events) == [
@@ -173,8 +173,8 @@ async def test_closing_results_follow_the_call_order_of_the_kept_calls() -> None
             "aborted",
             [
                 TextContent(text="Reading."),
-                ToolCall(id="c1", name="read", arguments={"path": "a"}),
-                ToolCall(id="c2", name="read", arguments={"path": "b"}),
+                ToolCall(id="c1", name="read", args={"path": "a"}),
+                ToolCall(id="c2", name="read", args={"path": "b"}),
             ],
         ),
         ("tool_result", "c1", "read", [TextContent(text=ABORTED)], True),

@@ -166,7 +166,7 @@ def test_assistant_blocks_replay_thinking_signatures_verbatim() -> None:
             TextContent(text=""),
             TextContent(text=" "),
             TextContent(text="Checking."),
-            ToolCall(id="toolu_01", name="get_weather", arguments={"city": "Oslo"}),
+            ToolCall(id="toolu_01", name="get_weather", args={"city": "Oslo"}),
             ToolCall(id="toolu_02", name="get_weather", raw_arguments='{"city": Oslo', parse_error="invalid JSON"),
         ],
         **SAME,
@@ -505,7 +505,7 @@ def test_null_fields_from_compatible_servers_are_accepted() -> None:
     ]
     events = [e for p in payloads for e in state.feed(p)]
     assert trace(events)[-1] == ("done", "tool_use")
-    assert b.message.content == [ThinkingContent(thinking=""), ToolCall(id="t1", name="f", arguments={})]
+    assert b.message.content == [ThinkingContent(thinking=""), ToolCall(id="t1", name="f", args={})]
     assert b.message.usage == Usage(input=3, total_tokens=3)
 
 
@@ -730,7 +730,7 @@ async def test_parallel_tool_calls_accumulate_input_json(loopback: LoopbackServe
         events.append(e)
         if e.type == "toolcall_delta":
             block = e.partial.content[e.index]
-            seen.append((e.index, dict(block.arguments)))
+            seen.append((e.index, dict(block.args)))
     sf = {"city": "San Francisco, CA", "unit": "fahrenheit"}
     assert trace(events) == [
         ("start",),
@@ -751,8 +751,8 @@ async def test_parallel_tool_calls_accumulate_input_json(loopback: LoopbackServe
     message = final(events)
     assert message.stop_reason == "tool_use"
     assert message.tool_calls == [
-        ToolCall(id="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="get_weather", arguments=sf),
-        ToolCall(id="toolu_01VGKkxjCn1dcfpX3Bbpx6jo", name="get_weather", arguments={"city": "München"}),
+        ToolCall(id="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="get_weather", args=sf),
+        ToolCall(id="toolu_01VGKkxjCn1dcfpX3Bbpx6jo", name="get_weather", args={"city": "München"}),
     ]
 
 
@@ -802,7 +802,7 @@ async def test_non_streaming_response(loopback: LoopbackServer) -> None:
         "done",
     ]
     assert final(events).tool_calls == [
-        ToolCall(id="toolu_01A09q90qw90lq917835lq9", name="get_weather", arguments={"city": "Paris"})
+        ToolCall(id="toolu_01A09q90qw90lq917835lq9", name="get_weather", args={"city": "Paris"})
     ]
     assert loopback.requests[0].json["stream"] is False
     assert loopback.requests[0].headers["Accept"] == "application/json"
@@ -825,8 +825,8 @@ async def test_exact_request_for_a_representative_context(loopback: LoopbackServ
                     ThinkingContent(thinking="Paris and Munich.", signature="EqQBsig-1"),
                     ThinkingContent(thinking="", redacted=True, signature="EmwKredacted"),
                     TextContent(text="Checking both."),
-                    ToolCall(id="toolu_01A", name="get_weather", arguments={"city": "Paris"}),
-                    ToolCall(id="toolu_01B", name="get_weather", arguments={"city": "München"}),
+                    ToolCall(id="toolu_01A", name="get_weather", args={"city": "Paris"}),
+                    ToolCall(id="toolu_01B", name="get_weather", args={"city": "München"}),
                 ],
                 stop_reason="tool_use",
                 **SAME,
@@ -906,8 +906,8 @@ async def test_messages_from_other_models_lose_thinking_and_get_valid_ids(loopba
         content=[
             ThinkingContent(thinking="OpenAI reasoning", signature='{"id":"rs_1","encrypted_content":"e"}'),
             TextContent(text="Let me look.", signature='{"id":"msg_1"}'),
-            ToolCall(id="call_abc|fc_123", name="get_weather", arguments={"city": "Rome"}, signature="fc_123"),
-            ToolCall(id="call_def", name="get_weather", arguments={"city": "Oslo"}),
+            ToolCall(id="call_abc|fc_123", name="get_weather", args={"city": "Rome"}, signature="fc_123"),
+            ToolCall(id="call_def", name="get_weather", args={"city": "Oslo"}),
         ],
         provider="openai",
         api="openai-responses",

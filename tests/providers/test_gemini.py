@@ -336,10 +336,10 @@ def test_model_turns_replay_thoughts_signatures_and_gemini_call_ids() -> None:
             ToolCall(
                 id="get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0",
                 name="get_weather",
-                arguments={"city": "Oslo"},
+                args={"city": "Oslo"},
                 signature="sig-call",
             ),
-            ToolCall(id="wq6f0y2k", name="get_time", arguments={}),
+            ToolCall(id="wq6f0y2k", name="get_time", args={}),
         ],
         provider="google",
         api="gemini",
@@ -386,7 +386,7 @@ def test_calls_from_another_api_are_sent_without_ids_and_custom_messages_are_ski
         text: str
 
     turn = AssistantMessage(
-        content=[ToolCall(id="call_abc", name="get_weather", arguments={"city": "Rome"})],
+        content=[ToolCall(id="call_abc", name="get_weather", args={"city": "Rome"})],
         provider="openai",
         api="openai-responses",
         model="gpt-5",
@@ -402,12 +402,12 @@ def test_signature_placeholder_goes_on_the_first_unsigned_call_of_each_turn() ->
     unsigned = AssistantMessage(
         content=[
             TextContent(text="Two lookups."),
-            ToolCall(id="a_0", name="a", arguments={}),
-            ToolCall(id="b_1", name="b", arguments={}),
+            ToolCall(id="a_0", name="a", args={}),
+            ToolCall(id="b_1", name="b", args={}),
         ]
     )
     signed = AssistantMessage(
-        content=[ToolCall(id="a_0", name="a", arguments={}, signature="real"), ToolCall(id="b_1", name="b")]
+        content=[ToolCall(id="a_0", name="a", args={}, signature="real"), ToolCall(id="b_1", name="b")]
     )
     contents = convert_messages([unsigned, signed], signature_placeholder=True)
     assert contents == [
@@ -666,8 +666,8 @@ def test_signatures_attach_to_the_block_their_part_belongs_to() -> None:
         ThinkingContent(thinking="Thinking", signature="sig-1"),
         TextContent(text="", signature="sig-2"),
         TextContent(text="Answer more", signature="sig-3"),
-        ToolCall(id="f_r1_0", name="f", arguments={}),
-        ToolCall(id="f_r1_1", name="f", arguments={"n": 1}),
+        ToolCall(id="f_r1_0", name="f", args={}),
+        ToolCall(id="f_r1_1", name="f", args={"n": 1}),
     ]
 
 
@@ -809,7 +809,7 @@ async def test_parallel_function_calls_in_one_chunk(loopback: LoopbackServer) ->
     async for event in model_for(loopback).stream(context, StreamOptions(tool_choice="auto")):
         events.append(event)
         if event.type == "toolcall_delta":
-            partials.append(dict(event.partial.content[event.index].arguments))
+            partials.append(dict(event.partial.content[event.index].args))
     assert trace(events) == [
         ("start",),
         ("toolcall_start", 0),
@@ -827,10 +827,10 @@ async def test_parallel_function_calls_in_one_chunk(loopback: LoopbackServer) ->
         ToolCall(
             id="get_weather_qpc2afWVFJK4vr0Pq6WiyAU_0",
             name="get_weather",
-            arguments={"city": "Paris", "unit": "c"},
+            args={"city": "Paris", "unit": "c"},
             signature="CikBcsjafFK168IbtVtoxVV0Tsn8O+eU45rzJahz",
         ),
-        ToolCall(id="get_time_qpc2afWVFJK4vr0Pq6WiyAU_1", name="get_time", arguments={"tz": "Europe/Paris"}),
+        ToolCall(id="get_time_qpc2afWVFJK4vr0Pq6WiyAU_1", name="get_time", args={"tz": "Europe/Paris"}),
     ]
     usage = Usage(input=83, output=118, total_tokens=201)
     usage.cost = cost(FLASH, usage)
@@ -1002,7 +1002,7 @@ async def test_exact_request_for_a_representative_context(loopback: LoopbackServ
                     ToolCall(
                         id="search_b3TOaKmUOsOx1dkPhPG-wQ4_0",
                         name="search",
-                        arguments={"query": "cat"},
+                        args={"query": "cat"},
                         signature="EqQBCkgIARABGAI=",
                     ),
                 ],
@@ -1086,7 +1086,7 @@ async def test_turns_of_other_models_lose_thinking_and_signatures(loopback: Loop
         content=[
             ThinkingContent(thinking="Anthropic thoughts", signature="EqQBCkgIARABGAIiQL"),
             TextContent(text="Checking.", signature='{"id":"msg_1"}'),
-            ToolCall(id="toolu_01", name="get_weather", arguments={"city": "Rome"}, signature="fc_1"),
+            ToolCall(id="toolu_01", name="get_weather", args={"city": "Rome"}, signature="fc_1"),
         ],
         provider="anthropic",
         api="anthropic-messages",

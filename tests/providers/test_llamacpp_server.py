@@ -101,7 +101,7 @@ async def test_forced_tool_call_streams(llama_server: LlamaServer) -> None:
     assert message.stop_reason == "tool_use"
     [call] = message.tool_calls
     assert call.name == "get_weather"
-    assert list(call.arguments) == ["city"] and isinstance(call.arguments["city"], str)
+    assert list(call.args) == ["city"] and isinstance(call.args["city"], str)
     assert call.parse_error is None
 
 

@@ -106,9 +106,9 @@ def assert_valid_call(call: ToolCall, tools: list[ToolSpec]) -> None:
     specs = {t.name: t for t in tools}
     assert call.name in specs
     assert call.parse_error is None
-    value, issues = check_arguments(specs[call.name].parameters, call.arguments)
+    value, issues = check_arguments(specs[call.name].parameters, call.args)
     assert issues == []
-    assert value == call.arguments
+    assert value == call.args
 
 
 # -- text ----------------------------------------------------------------------------
@@ -180,7 +180,7 @@ async def test_forced_tool_call_is_schema_valid(model: LocalModel) -> None:
     assert call.id.startswith("call_")
     assert_valid_call(call, tools)
     streamed = "".join(e.delta for e in events if e.type == "toolcall_delta")
-    assert msgspec.json.decode(streamed) == call.arguments
+    assert msgspec.json.decode(streamed) == call.args
     assert events[-2].tool_call == call
     assert message.usage.output > 0
 
@@ -268,7 +268,7 @@ async def test_response_format_gives_schema_valid_json(model: LocalModel) -> Non
 
 
 async def test_transcript_with_calls_results_and_images(model: LocalModel) -> None:
-    call = ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris", "unit": "celsius"})
+    call = ToolCall(id="call_1", name="get_weather", args={"city": "Paris", "unit": "celsius"})
     context = Request(
         system_prompt="Answer briefly.",
         messages=[
@@ -495,11 +495,11 @@ async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
     assert isinstance(call_message, AssistantMessage) and isinstance(tool_result, ToolResultMessage)
     assert isinstance(answer, AssistantMessage)
     [call] = call_message.tool_calls
-    assert calls == [call.arguments]
+    assert calls == [call.args]
     assert_valid_call(call, [WEATHER])
     assert tool_result.tool_call_id == call.id
     assert tool_result.is_error is False
-    assert tool_result.text == f"It is sunny and 21 degrees in {call.arguments['city']}."
+    assert tool_result.text == f"It is sunny and 21 degrees in {call.args['city']}."
     assert answer.tool_calls == []
     assert answer.text != ""
     assert result.summary.turns == 2
@@ -573,4 +573,4 @@ async def test_forced_call_ends_within_its_budget_whatever_the_model_writes(mode
     assert done.message.usage.output <= 160
     [call] = done.message.tool_calls
     assert_valid_call(call, [WEATHER])
-    assert len(call.arguments["city"]) <= bounded_string_length([WEATHER], 160)
+    assert len(call.args["city"]) <= bounded_string_length([WEATHER], 160)

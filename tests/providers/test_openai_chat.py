@@ -89,7 +89,7 @@ def summary(ev: Any) -> tuple[Any, ...]:
     if t in ("text_start", "thinking_start", "toolcall_start", "text_end", "thinking_end"):
         return (t, ev.index)
     if t == "toolcall_end":
-        return (t, ev.index, ev.tool_call.name, ev.tool_call.arguments)
+        return (t, ev.index, ev.tool_call.name, ev.tool_call.args)
     if t == "retry":
         return (t, ev.attempt, ev.max_attempts, ev.delay, ev.error_kind, ev.error_message, ev.discard_partial)
     if t == "done":
@@ -223,8 +223,8 @@ async def test_streamed_tool_calls(loopback: LoopbackServer) -> None:
     ]
     message = events[-1].message
     assert message.tool_calls == [
-        ToolCall(id="call_a", name="get_weather", arguments={"city": "Paris"}),
-        ToolCall(id="call_b", name="get_weather", arguments={"city": "Rome"}),
+        ToolCall(id="call_a", name="get_weather", args={"city": "Paris"}),
+        ToolCall(id="call_b", name="get_weather", args={"city": "Rome"}),
     ]
     assert loopback.requests[0].json["tools"] == [
         {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": WEATHER.parameters}}
@@ -244,7 +244,7 @@ async def test_partial_tool_arguments_are_parsed_as_they_stream(loopback: Loopba
     seen = []
     async for ev in make(loopback).stream(HI):
         if ev.type == "toolcall_delta":
-            seen.append(dict(ev.partial.content[ev.index].arguments))
+            seen.append(dict(ev.partial.content[ev.index].args))
     assert seen == [{"city": "Par"}, {"city": "Paris"}]
 
 
@@ -259,14 +259,14 @@ async def test_repeated_id_and_name_in_every_chunk_is_one_call(loopback: Loopbac
         )
     )
     events = await run(make(loopback))
-    assert events[-1].message.tool_calls == [ToolCall(id="call_x", name="get_weather", arguments={"city": "Oslo"})]
+    assert events[-1].message.tool_calls == [ToolCall(id="call_x", name="get_weather", args={"city": "Oslo"})]
 
 
 async def test_invalid_tool_arguments_are_kept_raw(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(tool_delta(0, id="c1", name="f", args="{not json"), delta(finish="tool_calls")))
     events = await run(make(loopback))
     [call] = events[-1].message.tool_calls
-    assert (call.arguments, call.raw_arguments) == ({}, "{not json")
+    assert (call.args, call.raw_arguments) == ({}, "{not json")
     assert call.parse_error is not None and call.parse_error.startswith("invalid JSON")
 
 
@@ -422,8 +422,8 @@ async def test_message_conversion(loopback: LoopbackServer) -> None:
             content=[
                 ThinkingContent(thinking="secret reasoning"),
                 TextContent(text="Checking."),
-                ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"}),
-                ToolCall(id="call_2", name="shot", arguments={}),
+                ToolCall(id="call_1", name="get_weather", args={"city": "Paris"}),
+                ToolCall(id="call_2", name="shot", args={}),
             ],
             provider="openai",
             model="gpt-test",
@@ -437,10 +437,10 @@ async def test_message_conversion(loopback: LoopbackServer) -> None:
         ),
         Note(text="ui only"),
         AssistantMessage(content=[TextContent(text="half")], stop_reason="error", error_message="boom"),
-        AssistantMessage(content=[ToolCall(id="call_3", name="get_weather", arguments={})], stop_reason="aborted"),
+        AssistantMessage(content=[ToolCall(id="call_3", name="get_weather", args={})], stop_reason="aborted"),
         ToolResultMessage(tool_call_id="call_3", tool_name="get_weather", content=[TextContent(text="orphan")]),
         AssistantMessage(
-            content=[ToolCall(id="call_4", name="get_weather", arguments={"city": "Oslo"})], stop_reason="tool_use"
+            content=[ToolCall(id="call_4", name="get_weather", args={"city": "Oslo"})], stop_reason="tool_use"
         ),
         UserMessage(content="and now?"),
     ]
@@ -484,7 +484,7 @@ async def test_compatible_endpoints_send_empty_content_with_tool_calls(loopback:
     loopback.queue(text_stream("ok"))
     messages = [
         UserMessage(content="w"),
-        AssistantMessage(content=[ToolCall(id="c1", name="get_weather", arguments={})], stop_reason="tool_use"),
+        AssistantMessage(content=[ToolCall(id="c1", name="get_weather", args={})], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id="c1", tool_name="get_weather", content=[TextContent(text="Sunny")]),
     ]
     await run(make(loopback, compat=PRESETS["llamacpp"].compat), Request(messages=messages))
@@ -500,7 +500,7 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
     long_id = "call_abc|fc_" + "x" * 60
     messages = [
         UserMessage(content="w"),
-        AssistantMessage(content=[ToolCall(id=long_id, name="f", arguments={})], stop_reason="tool_use"),
+        AssistantMessage(content=[ToolCall(id=long_id, name="f", args={})], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id=long_id, tool_name="f", content=[TextContent(text="r")]),
     ]
     await run(make(loopback), Request(messages=messages))

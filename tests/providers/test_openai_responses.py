@@ -133,11 +133,11 @@ def test_assistant_items_replay_reasoning_text_and_calls_with_their_ids() -> Non
             ThinkingContent(thinking="", signature=reasoning_signature("rs_2", "gAAAA-enc2")),
             TextContent(text="Checking.", signature=text_signature("msg_1", "commentary")),
             TextContent(text=""),
-            ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"}, signature="fc_1"),
+            ToolCall(id="call_1", name="get_weather", args={"city": "Oslo"}, signature="fc_1"),
             ToolCall(
                 id="call_2",
                 name="get_weather",
-                arguments={},
+                args={},
                 raw_arguments='{"city": Oslo}',
                 parse_error="invalid JSON",
                 signature="fc_2",
@@ -176,7 +176,7 @@ def test_foreign_signatures_are_never_sent_as_provider_ids() -> None:
             ThinkingContent(thinking="json, wrong id", signature='{"id":"x_1","encrypted_content":"e"}'),
             TextContent(text="Hello.", signature="sig-from-elsewhere"),
             TextContent(text="Again.", signature='["msg_1"]'),
-            ToolCall(id="toolu_01", name="get_weather", arguments={"city": "Rome"}, signature="gemini-thought"),
+            ToolCall(id="toolu_01", name="get_weather", args={"city": "Rome"}, signature="gemini-thought"),
         ],
         provider="anthropic",
         api="anthropic-messages",
@@ -402,7 +402,7 @@ def test_items_delivered_whole_and_unknown_events_are_handled() -> None:
     ]
     assert message.content == [
         ThinkingContent(thinking="A\n\nB", signature='{"id":"rs_1"}'),
-        ToolCall(id="c1", name="f", arguments={"a": 1}, signature="fc_1"),
+        ToolCall(id="c1", name="f", args={"a": 1}, signature="fc_1"),
         TextContent(text="late", signature='{"id":"msg_1"}'),
     ]
     assert message.response_id == "resp_1"
@@ -527,7 +527,7 @@ async def test_parallel_function_calls_with_argument_deltas(loopback: LoopbackSe
     async for event in model.stream(Request(messages=[UserMessage(content="Paris?")], tools=[WEATHER])):
         events.append(event)
         if event.type == "toolcall_delta" and event.index == 1:
-            partials.append(dict(event.partial.content[1].arguments))
+            partials.append(dict(event.partial.content[1].args))
     assert trace(events) == [
         ("start",),
         ("thinking_start", 0),
@@ -548,8 +548,8 @@ async def test_parallel_function_calls_with_argument_deltas(loopback: LoopbackSe
     message = final(events)
     assert message.content == [
         ThinkingContent(thinking="", signature='{"id":"rs_68af2d3e11223344","encrypted_content":"gAAAAABor_Y2FsbHMtcmVhc29uaW5n"}'),
-        ToolCall(id="call_Wq3bN0pK", name="get_weather", arguments={"city": "Paris", "unit": "c"}, signature="fc_68af2d3e55667788"),
-        ToolCall(id="call_Ty7mZ2xR", name="get_time", arguments={"tz": "Europe/Paris"}, signature="fc_68af2d3e99aabbcc"),
+        ToolCall(id="call_Wq3bN0pK", name="get_weather", args={"city": "Paris", "unit": "c"}, signature="fc_68af2d3e55667788"),
+        ToolCall(id="call_Ty7mZ2xR", name="get_time", args={"tz": "Europe/Paris"}, signature="fc_68af2d3e99aabbcc"),
     ]
     assert (message.stop_reason, message.usage.input, message.usage.output) == ("tool_use", 310, 96)
 
@@ -595,7 +595,7 @@ async def test_non_streaming_response(loopback: LoopbackServer) -> None:
     assert message.content == [
         ThinkingContent(thinking="**Plan**\n\nLook up the weather.", signature='{"id":"rs_68af6071aa","encrypted_content":"gAAAAABor_bm9uLXN0cmVhbWluZw=="}'),
         TextContent(text="Checking the weather.", signature='{"id":"msg_68af6071bb"}'),
-        ToolCall(id="call_Nn1", name="get_weather", arguments={"city": "Oslo"}, signature="fc_68af6071cc"),
+        ToolCall(id="call_Nn1", name="get_weather", args={"city": "Oslo"}, signature="fc_68af6071cc"),
     ]
     assert (message.usage.input, message.usage.cache_read, message.usage.output) == (372, 128, 80)
     assert message.response_id == "resp_68af60718293a4b5"
@@ -623,7 +623,7 @@ def representative_context() -> Request:
                         signature=reasoning_signature("rs_01", "gAAAAABenc01"),
                     ),
                     TextContent(text="That is Oslo. Checking.", signature=text_signature("msg_01")),
-                    ToolCall(id="call_01", name="get_weather", arguments={"city": "Oslo"}, signature="fc_01"),
+                    ToolCall(id="call_01", name="get_weather", args={"city": "Oslo"}, signature="fc_01"),
                 ],
                 provider="openai",
                 api="openai-responses",
@@ -1055,7 +1055,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
                 content=[
                     ThinkingContent(thinking="mini's reasoning", signature=reasoning_signature("rs_m", "enc-m")),
                     TextContent(text="Looking.", signature=text_signature("msg_m")),
-                    ToolCall(id="call_m", name="get_weather", arguments={"city": "Oslo"}, signature="fc_m"),
+                    ToolCall(id="call_m", name="get_weather", args={"city": "Oslo"}, signature="fc_m"),
                 ],
                 provider="openai",
                 api="openai-responses",
@@ -1066,7 +1066,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
             AssistantMessage(
                 content=[
                     ThinkingContent(thinking="Claude thinks", signature="EqQBCkgIARAB"),
-                    ToolCall(id="toolu_01|abc", name="get_weather", arguments={"city": "Rome"}),
+                    ToolCall(id="toolu_01|abc", name="get_weather", args={"city": "Rome"}),
                 ],
                 provider="anthropic",
                 api="anthropic-messages",
@@ -1100,7 +1100,7 @@ async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServ
         messages=[
             UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
             AssistantMessage(
-                content=[ToolCall(id="call_1", name="shot", arguments={})],
+                content=[ToolCall(id="call_1", name="shot", args={})],
                 provider="openai", api="openai-responses", model="gpt-5", stop_reason="tool_use",
             ),
             ToolResultMessage(tool_call_id="call_1", tool_name="shot", content=[ImageContent(data="BBBB")]),
@@ -1138,7 +1138,7 @@ def test_null_fields_from_compatible_servers_are_accepted() -> None:
     assert events[-1] == ("done", "tool_use")
     assert message.content == [
         ThinkingContent(thinking="", signature='{"id":"rs_1"}'),
-        ToolCall(id="c", name="f", arguments={}, signature="fc_1"),
+        ToolCall(id="c", name="f", args={}, signature="fc_1"),
     ]
     assert (message.usage.input, message.usage.output, message.usage.cache_read) == (5, 2, 0)
 

@@ -203,7 +203,7 @@ def test_calls_waiting_for_a_result_get_one_until_it_arrives() -> None:
     model = _chat()
     messages: list[Message] = [
         UserMessage(content="Hi"),
-        _same("openai", "openai-chat", [ToolCall(id="c1", name="add", arguments={"a": 1})]),
+        _same("openai", "openai-chat", [ToolCall(id="c1", name="add", args={"a": 1})]),
     ]
     first = _body(model, messages)["messages"]
     messages.append(_result("c1", "2"))

@@ -7,7 +7,7 @@ an object with the fields of :class:`ketch.testing.Reply`::
 
     [
       {"blocks": [{"type": "thinking", "thinking": "Let me look."},
-                  {"type": "tool_call", "id": "c1", "name": "ls", "arguments": {"path": "."}}]},
+                  {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}}]},
       {"blocks": [{"type": "text", "text": "Done."}],
        "usage": {"input": 10, "output": 2, "total_tokens": 12, "cost": {"total": 0.5}}},
       {"hang": true},

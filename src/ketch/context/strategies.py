@@ -19,7 +19,7 @@ CLEARED_TOOL_RESULT = "[tool result cleared to save context]"
 
 def _call_key(m: ToolResultMessage, calls: dict[str, ToolCall]) -> str:
     call = calls.get(m.tool_call_id)
-    args = msgspec.json.encode(call.arguments).decode() if call is not None else m.tool_call_id
+    args = msgspec.json.encode(call.args).decode() if call is not None else m.tool_call_id
     return f"{m.tool_name}:{args}"
 
 

@@ -170,7 +170,7 @@ def serialize(messages: Sequence[Message]) -> str:
                 lines.append(f"[Assistant]: {text}")
             calls = m.tool_calls
             if calls:
-                lines.append("[Assistant tool calls]: " + "; ".join(f"{c.name}({_arg_text(c.arguments)})" for c in calls))
+                lines.append("[Assistant tool calls]: " + "; ".join(f"{c.name}({_arg_text(c.args)})" for c in calls))
         elif type(m) is ToolResultMessage:
             assert isinstance(m, ToolResultMessage)
             prefix = "[Tool error]" if m.is_error else "[Tool result]"
@@ -234,7 +234,7 @@ def file_lists(messages: Sequence[Message], previous: ContextSummary | None) -> 
         for call in m.content:
             if type(call) is not ToolCall:
                 continue
-            path = call.arguments.get("path") or call.arguments.get("file_path")
+            path = call.args.get("path") or call.args.get("file_path")
             if not isinstance(path, str):
                 continue
             if call.name in _WRITE_TOOLS:

@@ -87,15 +87,16 @@ class ImageContent(msgspec.Struct, tag="image", tag_field="type", kw_only=True, 
 class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, omit_defaults=True):
     """A request from the model to run a tool.
 
-    When the model sent arguments that are not valid JSON, ``arguments`` is ``{}`` and
-    ``raw_arguments`` / ``parse_error`` keep what was received and why it failed.
+    ``args`` are the call's arguments. When the model sent arguments that are not valid
+    JSON, ``args`` is ``{}`` and ``raw_arguments`` / ``parse_error`` keep what was
+    received and why it failed.
     """
 
     type: ClassVar[Literal["tool_call"]] = "tool_call"
 
     id: str
     name: str
-    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
     signature: str | None = None
     raw_arguments: str | None = None
     parse_error: str | None = None

@@ -408,7 +408,7 @@ class MessageBuilder:
     def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:
         """Open a tool call; arguments follow as JSON fragments."""
         content = self.message.content
-        content.append(ToolCall(id=id, name=name, arguments={}, signature=signature))
+        content.append(ToolCall(id=id, name=name, args={}, signature=signature))
         index = len(content) - 1
         self._open[index] = "tool_call"
         self._args[index] = ""
@@ -421,12 +421,12 @@ class MessageBuilder:
             raise _wrong_block(index, "tool call")
         text = self._args.get(index, "") + delta
         self._args[index] = text
-        block.arguments = parse_partial_json(text)
+        block.args = parse_partial_json(text)
         return ToolCallDelta(index=index, delta=delta, partial=self.message)
 
-    def tool_call_end(self, index: int, *, arguments: dict[str, Any] | None = None) -> ToolCallEnd:
-        """Close the call at ``index``; ``arguments`` given whole replace the streamed JSON."""
-        block = self._finish_tool_call(index, arguments)
+    def tool_call_end(self, index: int, *, args: dict[str, Any] | None = None) -> ToolCallEnd:
+        """Close the call at ``index``; ``args`` given whole replace the streamed JSON."""
+        block = self._finish_tool_call(index, args)
         self._open.pop(index, None)
         return ToolCallEnd(index=index, tool_call=block, partial=self.message)
 
@@ -437,16 +437,16 @@ class MessageBuilder:
             raise _wrong_block(index, "tool call")
         block.id = id
 
-    def _finish_tool_call(self, index: int, arguments: dict[str, Any] | None) -> ToolCall:
+    def _finish_tool_call(self, index: int, args: dict[str, Any] | None) -> ToolCall:
         block = self.message.content[index]
         if type(block) is not ToolCall:
             raise _wrong_block(index, "tool call")
         raw = self._args.pop(index, "")
-        if arguments is not None:
-            block.arguments = arguments
+        if args is not None:
+            block.args = args
             return block
         parsed, error = parse_tool_arguments(raw)
-        block.arguments = parsed
+        block.args = parsed
         if error is not None:
             block.raw_arguments = raw
             block.parse_error = error

@@ -86,9 +86,9 @@ def _block_tokens(block: Any) -> int:
         return estimate_text_tokens(block.thinking) or (1 if block.signature else 0)
     if cls is ToolCall:
         try:
-            size = len(_json.encode(block.arguments))
+            size = len(_json.encode(block.args))
         except UnicodeEncodeError:  # a lone surrogate: sent as U+FFFD
-            size = len(_json.encode(scrub_surrogates(block.arguments)))
+            size = len(_json.encode(scrub_surrogates(block.args)))
         return max(1, (len(block.name) + size + 3) // 4)
     if cls is ImageContent:
         return IMAGE_TOKENS

@@ -98,7 +98,7 @@ class ToolRunner:
         if tool is None:
             return False
         try:
-            return tool.is_sequential(call.arguments)
+            return tool.is_sequential(call.args)
         except Exception:
             return True
 
@@ -149,7 +149,7 @@ class ToolRunner:
                 malformed_arguments_message(call.name, call.parse_error, call.raw_arguments or "")
             ), True
         try:
-            args = call.arguments
+            args = call.args
             if tool.prepare_arguments is not None:
                 args = await _maybe_await(tool.prepare_arguments(args))
             args, problem = validate_arguments(tool.name, tool.parameters, args)

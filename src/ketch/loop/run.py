@@ -610,7 +610,7 @@ class _Run:
     async def _truncated_calls(self, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
         """Calls cut off by the output limit: each gets an error result without running."""
         for i, call in enumerate(calls):
-            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
             outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
             self.outcomes[i] = outcome
             yield self._end_event(outcome)
@@ -754,7 +754,7 @@ class _Batch:
             call = calls[0]
             tool = run.tools.get(call.name)
             if tool is None or not tool.reports_progress:
-                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                 outcome = await self._call_here(call)
                 self.outcomes[0] = outcome
                 runner.record(outcome)
@@ -771,7 +771,7 @@ class _Batch:
                     i = next_i
                     next_i += 1
                     call = calls[i]
-                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                     self._start(i, sequential[i])
                 if not self.tasks:
                     break
@@ -809,7 +809,7 @@ class _Batch:
             if skip_rest:
                 for i in range(next_i, n):
                     call = calls[i]
-                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                     outcome = CallOutcome(call, stopped_result("skipped"), 0.0, False)
                     self.outcomes[i] = outcome
                     yield run._end_event(outcome)
@@ -866,7 +866,7 @@ class _Batch:
         async def report(partial: Any) -> None:
             if i not in self.finished:
                 queue.put(
-                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.arguments, partial=partial)
+                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
                 )
 
         try:
@@ -913,7 +913,7 @@ class _Batch:
             yield run._end_event(outcome)
         for i in range(next_i, len(self.calls)):
             call = self.calls[i]
-            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
             outcome = CallOutcome(call, stopped_result("aborted"), 0.0, False)
             self.outcomes[i] = outcome
             yield run._end_event(outcome)

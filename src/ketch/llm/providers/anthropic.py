@@ -177,7 +177,7 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
                     "type": "tool_use",
                     "id": normalize_tool_call_id(block.id),
                     "name": block.name,
-                    "input": block.arguments,
+                    "input": block.args,
                 }
             )
     return blocks
@@ -582,7 +582,7 @@ class AnthropicStreamState:
             return [b.thinking_end(index)]
         given = slot.initial if not slot.streamed and isinstance(slot.initial, dict) and slot.initial else None
         if what == _TOOL:
-            return [b.tool_call_end(index, arguments=given)]
+            return [b.tool_call_end(index, args=given)]
         if given is not None:
             return [b.text_delta(msgspec.json.encode(given).decode(), index), b.text_end(index)]
         return [b.text_end(index)]
@@ -633,7 +633,7 @@ def parse_response(body: bytes, builder: MessageBuilder, format_tool: str | None
             call = b.tool_call_start(block.id or "", block.name or "")
             events.append(call)
             arguments = block.input if isinstance(block.input, dict) else {}
-            events.append(b.tool_call_end(call.index, arguments=arguments))
+            events.append(b.tool_call_end(call.index, args=arguments))
     events.append(b.done(_final_reason(message.stop_reason, format_tool, b)))
     return events
 

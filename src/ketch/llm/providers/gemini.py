@@ -330,7 +330,7 @@ def _model_parts(
                 continue
             part = {"text": block.thinking, "thought": True}
         elif type(block) is ToolCall:
-            call: dict[str, Any] = {"name": block.name, "args": block.arguments}
+            call: dict[str, Any] = {"name": block.name, "args": block.args}
             if native and not _is_generated_id(block):
                 call["id"] = block.id
                 call_ids.add(block.id)
@@ -786,7 +786,7 @@ class GeminiStreamState:
             start = b.tool_call_start(call_id, call.name, signature=signature)
             out.append(start)
             out.append(b.tool_call_delta(_encode(args).decode(), start.index))
-            out.append(b.tool_call_end(start.index, arguments=args))
+            out.append(b.tool_call_end(start.index, args=args))
             return
         text = part.text
         if text is None:

@@ -412,7 +412,7 @@ def _turns(system: str, messages: list[Message]) -> list[dict[str, str]]:
                 if type(block) is TextContent and block.text:
                     parts.append(block.text)
                 elif type(block) is ToolCall:
-                    parts.append(_call_json(block.name, block.arguments))
+                    parts.append(_call_json(block.name, block.args))
             if parts:
                 add("assistant", "\n".join(parts))
         elif type(message) is ToolResultMessage:
@@ -908,7 +908,7 @@ class LocalModel:
         if text_index >= 0:
             yield builder.text_end(text_index)
         if call_index >= 0 and call is not None:
-            yield builder.tool_call_end(call_index, arguments=call.arguments())
+            yield builder.tool_call_end(call_index, args=call.arguments())
         yield builder.done("length" if outcome.reason == "length" else None)
 
 

@@ -623,4 +623,4 @@ def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bo
 def _arguments_text(call: ToolCall) -> str:
     if call.raw_arguments is not None and call.parse_error is not None:
         return call.raw_arguments
-    return msgspec.json.encode(call.arguments).decode()
+    return msgspec.json.encode(call.args).decode()

@@ -178,7 +178,7 @@ def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> No
                 reasoning["encrypted_content"] = encrypted
             out.append(reasoning)
         elif type(block) is ToolCall:
-            arguments = block.raw_arguments if block.raw_arguments is not None else _encode(block.arguments).decode()
+            arguments = block.raw_arguments if block.raw_arguments is not None else _encode(block.args).decode()
             call: dict[str, Any] = {
                 "type": "function_call",
                 "call_id": block.id,
