@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from ..llm.messages import AssistantMessage
 from ..loop.events import AgentEvent
@@ -32,6 +32,7 @@ from .wire import (
     BrokenPipeGuard,
     Denied,
     Init,
+    OutputFormat,
     encode_event,
     encode_line,
     exit_code_for,
@@ -40,7 +41,6 @@ from .wire import (
 
 __all__ = ["OutputFormat", "exit_now", "run_headless"]
 
-OutputFormat = Literal["text", "json", "stream-json"]
 
 
 def _version() -> str:

@@ -32,7 +32,7 @@ from ..llm.model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
 from .args import OneLineParser, finite_non_negative, positive_int
 from .config import TRUST_ENV, ConfigError, Settings, load_settings
-from .wire import EXIT_BROKEN_PIPE, silence_stdout
+from .wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_USAGE", "main"]
 
@@ -87,7 +87,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's"
     )
     parser.add_argument(
-        "-o", "--output", choices=("text", "json", "stream-json"), default="text", help="headless output format"
+        "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="headless output format"
     )
 
 

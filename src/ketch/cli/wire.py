@@ -25,7 +25,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, TypeAlias, get_args
 
 import msgspec
 
@@ -36,8 +36,10 @@ from ..permissions import Decision
 __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_CODES",
+    "OUTPUT_FORMATS",
     "BrokenPipeGuard",
     "Init",
+    "OutputFormat",
     "Result",
     "encode_event",
     "encode_line",
@@ -45,6 +47,10 @@ __all__ = [
     "make_result",
     "silence_stdout",
 ]
+
+OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+"""The headless output formats (``ketch run -o``)."""
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 
 EXIT_BROKEN_PIPE = 141
 """Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
@@ -261,7 +267,7 @@ def _slim(event: Any) -> Any:
         return _ThinkingDelta(index=event.index, delta=event.delta)
     if kind == "toolcall_delta":
         block = event.partial.content[event.index]
-        return _ToolDelta(index=event.index, delta=event.delta, arguments=block.arguments)
+        return _ToolDelta(index=event.index, delta=event.delta, arguments=block.args)
     if kind == "text_start":
         return _TextStart(index=event.index)
     if kind == "thinking_start":

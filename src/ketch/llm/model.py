@@ -8,7 +8,7 @@ runtime failures: those end the stream with a :class:`~ketch.llm.stream.StreamEr
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import msgspec
 
@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
-THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "minimal", "low", "medium", "high", "xhigh")
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+"""Every thinking level, in order of effort (derived from :data:`ThinkingLevel`)."""
 
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 """``auto``, ``none``, ``required``, or the name of one tool to force."""

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 import msgspec
 
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 PermissionMode: TypeAlias = Literal["default", "accept_edits", "plan", "bypass"]
-PERMISSION_MODES: tuple[PermissionMode, ...] = ("default", "accept_edits", "plan", "bypass")
+PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 _MODE_ALIASES = {"accept-edits": "accept_edits"}
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal, TypeAlias, Unpack
+from typing import Any, Literal, TypeAlias, Unpack, get_args
 
 import msgspec
 
@@ -93,6 +93,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 CacheRetention: TypeAlias = Literal["none", "short", "long"]
 """Prompt caching: off, the default 5-minute cache, or the 1-hour cache."""
+_CACHE_RETENTIONS: tuple[CacheRetention, ...] = get_args(CacheRetention)
 
 IMAGE_OMITTED = "(image omitted: this model does not accept images)"
 """Sent in place of an image to a model that does not accept images."""
@@ -741,7 +742,7 @@ class AnthropicModel(HTTPModel):
             self.info,
             context,
             options,
-            cache_retention=retention if retention in ("none", "short", "long") else self.cache_retention,
+            cache_retention=retention if retention in _CACHE_RETENTIONS else self.cache_retention,
             cache_last_message=bool(cache.get("cache_last_message", self.cache_last_message)),
             structured_output=self.structured_output,
             stream=self.streaming,

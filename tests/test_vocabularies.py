@@ -1,0 +1,26 @@
+"""Each vocabulary is written once: the tuple a program iterates is the Literal's arguments."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from ketch.cli.wire import OUTPUT_FORMATS, OutputFormat
+from ketch.llm.model import THINKING_LEVELS, ThinkingLevel
+from ketch.llm.providers.anthropic import _CACHE_RETENTIONS, CacheRetention
+from ketch.permissions import PERMISSION_MODES, PermissionMode
+
+
+def test_thinking_levels_are_the_literal_in_order_of_effort() -> None:
+    assert THINKING_LEVELS == get_args(ThinkingLevel) == ("off", "minimal", "low", "medium", "high", "xhigh")
+
+
+def test_permission_modes_are_the_literal() -> None:
+    assert PERMISSION_MODES == get_args(PermissionMode) == ("default", "accept_edits", "plan", "bypass")
+
+
+def test_output_formats_are_the_literal() -> None:
+    assert OUTPUT_FORMATS == get_args(OutputFormat) == ("text", "json", "stream-json")
+
+
+def test_cache_retentions_are_the_literal() -> None:
+    assert _CACHE_RETENTIONS == get_args(CacheRetention) == ("none", "short", "long")
