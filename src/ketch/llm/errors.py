@@ -168,6 +168,13 @@ def error_for_kind(kind: str) -> type[ModelError]:
 
 
 def exception_text(exc: BaseException) -> str:
-    """How an exception is reported in messages and events: ``Type: message``, or the
-    type name alone when the message is empty."""
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    """How an exception is reported wherever ketch turns one into text (model errors,
+    tool error results, a run's error): ``Type: message`` as the last line of a Python
+    traceback reads, or the type name alone when the message is empty or cannot be
+    rendered (a failing ``__str__`` never raises out of here)."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{name}: {text}" if text else name
