@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
-from ketch.llm.stream import MessageBuilder, StreamRetry
+from ketch.llm.stream import MessageBuilder, Retry
 from ketch.loop import (
     LoopConfig,
     LoopContext,
@@ -452,7 +452,7 @@ async def test_retry_events_are_forwarded() -> None:
             ev = b.text_start()
             yield ev
             yield b.text_delta("lost", ev.index)
-            yield StreamRetry(attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded",
+            yield Retry(attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded",
                               error_message="busy", discard_partial=True)
             b.reset()
             yield b.start()

@@ -3,7 +3,7 @@
 The first model streams; when it fails with a kind that another model might not
 share (rate limits, overload, timeouts, network and server errors:
 :data:`~ketch.llm.errors.FAILOVER_KINDS`), the chain moves on. Between two models the
-stream carries a :class:`~ketch.llm.stream.StreamRetry` with ``delay`` 0 and
+stream carries a :class:`~ketch.llm.stream.Retry` with ``delay`` 0 and
 ``discard_partial`` true when the failed model had already streamed something; the
 next model then streams with its own :class:`~ketch.llm.stream.StreamStart`. A model's
 ``StreamStart`` is held back until it streams anything else, so a model that fails
@@ -23,7 +23,7 @@ import msgspec
 
 from .errors import FAILOVER_KINDS, exception_text
 from .model import Model, Request, StreamOptions
-from .stream import MessageBuilder, StreamDone, StreamError, StreamEvent, StreamRetry, StreamStart
+from .stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart
 
 __all__ = ["FallbackModel"]
 
@@ -122,7 +122,7 @@ class FallbackModel:
                 and not (signal is not None and signal.aborted)
             ):
                 failed = terminal.error
-                yield StreamRetry(
+                yield Retry(
                     attempt=index + 1,
                     max_attempts=len(models),
                     delay=0.0,

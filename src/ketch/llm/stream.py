@@ -1,7 +1,7 @@
 """The provider-neutral streaming protocol.
 
 A model stream yields :data:`StreamEvent` values: one :class:`StreamStart`, then block
-events (``text_*``, ``thinking_*``, ``toolcall_*``), optionally :class:`StreamRetry`
+events (``text_*``, ``thinking_*``, ``toolcall_*``), optionally :class:`Retry`
 when a provider retries, and exactly one terminal :class:`StreamDone` or
 :class:`StreamError`. Every event carries ``partial``, the live assistant message being
 assembled, so consumers never rebuild it themselves.
@@ -33,10 +33,10 @@ from .signal import AbortSignal, AbortWaiter
 
 __all__ = [
     "MessageBuilder",
+    "Retry",
     "StreamDone",
     "StreamError",
     "StreamEvent",
-    "StreamRetry",
     "StreamStart",
     "TextDelta",
     "TextEnd",
@@ -152,7 +152,7 @@ class ToolCallEnd(_Event, tag="toolcall_end"):
     partial: AssistantMessage
 
 
-class StreamRetry(_Event, tag="retry"):
+class Retry(_Event, tag="retry"):
     """The provider will retry after ``delay`` seconds.
 
     When ``discard_partial`` is true, content already streamed is void: the next
@@ -198,7 +198,7 @@ StreamEvent: TypeAlias = (
     | ToolCallStart
     | ToolCallDelta
     | ToolCallEnd
-    | StreamRetry
+    | Retry
     | StreamDone
     | StreamError
 )
@@ -519,13 +519,13 @@ async def guard_stream(
                 if started:
                     continue
                 started = True
-            elif not started and type(event) is not StreamRetry:
+            elif not started and type(event) is not Retry:
                 started = True
                 yield builder.start()
             yield event
             if type(event) is StreamDone or type(event) is StreamError:
                 return
-            if type(event) is StreamRetry and event.discard_partial:
+            if type(event) is Retry and event.discard_partial:
                 started = False
     finally:
         waiting.close()

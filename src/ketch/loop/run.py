@@ -23,11 +23,11 @@ from ..llm.errors import exception_text
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Request, StreamOptions, ToolSpec
 from ..llm.signal import AbortSignal, AbortWaiter, take_pending_cancel
+from ..llm.stream import Retry as StreamRetry
 from ..llm.stream import (
     StreamDone,
     StreamError,
     StreamEvent,
-    StreamRetry,
     StreamStart,
     TextDelta,
     TextEnd,

@@ -52,7 +52,7 @@ from ..model import Request, StreamOptions
 from ..registry import ModelInfo, default_info, list_providers, lookup
 from ..retry import RetryPolicy
 from ..signal import Aborted, AbortSignal
-from ..stream import MessageBuilder, StreamDone, StreamEvent, StreamRetry
+from ..stream import MessageBuilder, Retry, StreamDone, StreamEvent
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
@@ -443,7 +443,7 @@ class HTTPModel:
                             error.args = (error.message,)
                         raise error from None
                     discard = bool(builder.message.content)
-                    yield StreamRetry(
+                    yield Retry(
                         attempt=attempt,
                         max_attempts=policy.max_attempts,
                         delay=delay,
