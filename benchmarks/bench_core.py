@@ -37,6 +37,7 @@ class MinimalModel:
     """Emits the fewest events a tool-call turn can have, so the loop's own cost shows."""
 
     provider = api = id = "minimal"
+    context_window = 128_000
 
     def __init__(self, turns: int) -> None:
         self.left = turns

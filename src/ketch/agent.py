@@ -32,7 +32,7 @@ from .llm.signal import AbortSignal
 from .llm.tokens import ContextUsage
 from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
 from .loop.events import AgentEvent, MessageUpdate, RunResult
-from .loop.run import DEFAULT_WINDOW, RunStream, continue_loop, run_loop
+from .loop.run import RunStream, continue_loop, run_loop
 from .loop.tool import Tool
 
 __all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
@@ -265,8 +265,7 @@ class Agent:
 
     def context_usage(self) -> ContextUsage:
         """How full the model's context window is with the current transcript."""
-        info = getattr(self.model, "info", None)
-        window = getattr(info, "context_window", None) or DEFAULT_WINDOW
+        window = self.model.context_window
         context = self._context
         if context.messages is not self._messages:
             context = self._context = LoopContext(messages=self._messages)

@@ -31,7 +31,7 @@ from .llm.messages import (
     Usage,
     scrub_surrogates,
 )
-from .llm.model import Request, StreamOptions, ToolSpec
+from .llm.model import DEFAULT_CONTEXT_WINDOW, Request, StreamOptions, ToolSpec
 from .llm.stream import MessageBuilder, StreamEvent, guard_stream
 
 __all__ = [
@@ -216,10 +216,12 @@ def _as_reply(item: Scripted) -> Reply:
 class _RecordingModel:
     """Shared parts of the scripted models: identity, request log, streaming."""
 
-    def __init__(self, *, provider: str, api: str, id: str) -> None:
+    def __init__(self, *, provider: str, api: str, id: str, context_window: int = DEFAULT_CONTEXT_WINDOW) -> None:
         self._provider = provider
         self._api = api
         self._id = id
+        self._window = context_window
+        self._window_override: int | None = None
         self.requests: list[ScriptedRequest] = []
 
     @property
@@ -236,6 +238,15 @@ class _RecordingModel:
     def id(self) -> str:
         """Model id reported on messages."""
         return self._id
+
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens (``context_window=`` given, else the default)."""
+        return self._window_override or self._window
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override :attr:`context_window` (None: the constructor's again)."""
+        self._window_override = window
 
     def _record(self, context: Request, options: StreamOptions) -> None:
         self.requests.append(
@@ -269,8 +280,9 @@ class ScriptedModel(_RecordingModel):
         provider: str = "scripted",
         api: str = "scripted",
         id: str = "scripted-model",
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
-        super().__init__(provider=provider, api=api, id=id)
+        super().__init__(provider=provider, api=api, id=id, context_window=context_window)
         self._queue: deque[Reply] = deque(_as_reply(r) for r in replies)
 
     def add(self, *replies: Scripted) -> None:
@@ -310,7 +322,7 @@ Responder: TypeAlias = Callable[[Request, StreamOptions], "Scripted | Awaitable[
 
 
 class FunctionModel(_RecordingModel):
-    """A model whose reply is computed by ``fn(context, options)``, sync or async.
+    """A model whose reply is computed by ``fn(request, options)``, sync or async.
 
     ``fn`` returns a string, a :class:`Reply` or an :class:`AssistantMessage`; an
     exception it raises becomes an error reply.
@@ -323,8 +335,9 @@ class FunctionModel(_RecordingModel):
         provider: str = "function",
         api: str = "function",
         id: str = "function-model",
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
-        super().__init__(provider=provider, api=api, id=id)
+        super().__init__(provider=provider, api=api, id=id, context_window=context_window)
         self._fn = fn
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:

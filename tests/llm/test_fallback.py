@@ -158,6 +158,7 @@ class AbortingModel:
     stream resolves as an abort, but a model may not)."""
 
     provider, api, id = "x", "x-api", "x-model"
+    context_window = 128_000
 
     async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         assert options is not None and options.signal is not None
@@ -178,6 +179,7 @@ async def test_eligible_error_after_abort_does_not_fail_over() -> None:
 
 class RaisingModel:
     provider, api, id = "r", "r-api", "r-model"
+    context_window = 128_000
 
     def __init__(self, emit_start: bool, exc: Exception | None) -> None:
         self.emit_start = emit_start

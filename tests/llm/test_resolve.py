@@ -41,6 +41,10 @@ class FakeModel:
         self.headers = headers
         self.extra = extra
 
+    @property
+    def context_window(self) -> int:
+        return self.info.context_window
+
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         raise NotImplementedError
 
@@ -54,6 +58,10 @@ class MinimalModel:
         self.api_key = api_key
         self.provider = info.provider
         self.api = info.api
+
+    @property
+    def context_window(self) -> int:
+        return self.info.context_window
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         raise NotImplementedError

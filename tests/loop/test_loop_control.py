@@ -445,6 +445,7 @@ async def test_retry_events_are_forwarded() -> None:
     class FlakyModel:
         provider = api = "flaky"
         id = "flaky"
+        context_window = 128_000
 
         async def stream(self, context: Any, options: Any = None) -> Any:
             b = MessageBuilder(provider="flaky", api="flaky", model="flaky")
@@ -478,6 +479,7 @@ async def test_retry_events_are_forwarded() -> None:
 async def test_broken_model_stream_raising_becomes_error() -> None:
     class Broken:
         provider = api = id = "broken"
+        context_window = 128_000
 
         async def stream(self, context: Any, options: Any = None) -> Any:
             raise RuntimeError("adapter bug")
@@ -490,6 +492,7 @@ async def test_broken_model_stream_raising_becomes_error() -> None:
 async def test_model_stream_raising_mid_message_keeps_the_partial_message() -> None:
     class Breaks:
         provider = api = id = "breaks"
+        context_window = 128_000
 
         async def stream(self, context: Any, options: Any = None) -> Any:
             b = MessageBuilder(provider="breaks", api="breaks", model="breaks")
@@ -520,6 +523,7 @@ async def test_model_stream_raising_mid_message_keeps_the_partial_message() -> N
 async def test_stream_without_terminal_event_is_error() -> None:
     class Truncated:
         provider = api = id = "t"
+        context_window = 128_000
 
         async def stream(self, context: Any, options: Any = None) -> Any:
             b = MessageBuilder()
@@ -585,6 +589,7 @@ async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> N
     # Both ways of starting a call: at once, and after an API key callback.
     class NoKey:
         provider = api = id = "nokey"
+        context_window = 128_000
         calls = 0
 
         def stream(self, context: Any, options: Any = None) -> Any:

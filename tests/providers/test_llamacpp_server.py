@@ -165,6 +165,7 @@ class TurnTools:
     def __init__(self, model: OpenAIChatModel) -> None:
         self.inner = model
         self.provider, self.api, self.id = model.provider, model.api, model.id
+        self.context_window = model.context_window
         self.calls = 0
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:

@@ -11,9 +11,9 @@ Its sampling is greedy with a fixed seed (the local provider's defaults), so the
 task in the same folder gives the same answer every time.
 
 Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.ContextManager`
-sized by :func:`context_window` (the ``context_window`` setting, else the embedded
-model's ``n_ctx``, else the model's registry window) with :func:`context_reserve` tokens
-kept free for the answer.
+sized by :func:`context_window` (the model's ``context_window``: the ``context_window``
+setting when given, else the embedded model's ``n_ctx`` or the model's registry window)
+with :func:`context_reserve` tokens kept free for the answer.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from typing import Any
 from ..agent import Agent
 from ..context import ContextManager, default_reserve
 from ..hooks import HookNotice, HookRunner, HookSpec
-from ..llm.model import Model, StreamOptions
+from ..llm.model import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
 from ..llm.tokens import ContextUsage
 from ..loop.config import NextTurn, TurnInfo
 from ..loop.events import RunResult
-from ..loop.run import DEFAULT_WINDOW
 from ..loop.tool import Tool
 from ..permissions import Approver, PermissionEngine
 from .config import ConfigError, ProviderConfig, Settings
@@ -248,15 +247,14 @@ def _is_embedded(model: Model) -> bool:
 
 
 def context_window(model: Model, settings: Settings) -> int:
-    """The context window in tokens: the ``context_window`` setting, else the model's
-    ``n_ctx`` (the embedded model), else its registry info, else 128k."""
+    """The context window in tokens: ``model.context_window``, after the ``context_window``
+    setting (when the user gave one) is set on the model, so that the loop, the agent and
+    the command give one answer."""
     if settings.context_window:
-        return settings.context_window
-    n_ctx = getattr(model, "n_ctx", None)
-    if isinstance(n_ctx, int) and n_ctx > 0:
-        return n_ctx
-    window = getattr(getattr(model, "info", None), "context_window", None)
-    return window if isinstance(window, int) and window > 0 else DEFAULT_WINDOW
+        if not isinstance(model, SettableContextWindow):
+            return settings.context_window  # a model that cannot take it: the command still honours it
+        model.set_context_window(settings.context_window)
+    return model.context_window
 
 
 def context_reserve(window: int, max_tokens: int | None) -> int:
@@ -298,7 +296,7 @@ class Built:
     root: Path
     tool_choice: _FirstCallToolChoice | None
     context_manager: ContextManager | None = None
-    window: int = DEFAULT_WINDOW
+    window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
 
     @property

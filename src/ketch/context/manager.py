@@ -32,8 +32,6 @@ from .summary import (
 
 __all__ = ["ContextManager", "PreCompact", "default_reserve"]
 
-DEFAULT_WINDOW = 128_000
-
 
 def default_reserve(window: int) -> int:
     """Tokens kept free for the response: ``clamp(0.13 * window, 4096, 16384)``, and never
@@ -82,7 +80,7 @@ class _Estimate:
 class ContextManager:
     """Keeps requests inside the model's context window.
 
-    ``window`` defaults to the model's (``model.info.context_window``); ``reserve`` to
+    ``window`` defaults to the model's (``model.context_window``); ``reserve`` to
     :func:`default_reserve`; ``keep_recent_tokens`` (the newest part kept verbatim by a
     summary) to ``clamp(threshold / 4, 2000, 20000)``. ``summary_model`` writes the
     summaries (default: the agent's model, always with thinking off).
@@ -119,7 +117,7 @@ class ContextManager:
 
     def limits(self, model: Model) -> tuple[int, int]:
         """``(window, threshold)`` for ``model``."""
-        window = self.window or getattr(getattr(model, "info", None), "context_window", None) or DEFAULT_WINDOW
+        window = self.window or model.context_window
         reserve = self.reserve if self.reserve is not None else default_reserve(window)
         return window, max(1, window - reserve)
 

@@ -45,6 +45,7 @@ class FallbackModel:
         self.failover_kinds = frozenset(failover_kinds)
         self.last_model: Model | None = None
         """The model that produced the last final message (None before the first)."""
+        self._window_override: int | None = None
 
     @property
     def provider(self) -> str:
@@ -60,6 +61,16 @@ class FallbackModel:
     def id(self) -> str:
         """The primary model's id."""
         return self.models[0].id
+
+    @property
+    def context_window(self) -> int:
+        """The user's setting, else the smallest window of the chain (a request must fit
+        whichever model ends up serving it)."""
+        return self._window_override or min(m.context_window for m in self.models)
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override :attr:`context_window` (None: the chain's smallest again)."""
+        self._window_override = window
 
     def __repr__(self) -> str:
         chain = ", ".join(f"{m.provider}:{m.id}" for m in self.models)

@@ -17,9 +17,11 @@ from .signal import AbortSignal
 from .stream import StreamDone, StreamError, StreamEvent
 
 __all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
     "THINKING_LEVELS",
     "Model",
     "Request",
+    "SettableContextWindow",
     "StreamOptions",
     "ThinkingLevel",
     "ToolChoice",
@@ -30,6 +32,10 @@ __all__ = [
 ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every thinking level, in order of effort (derived from :data:`ThinkingLevel`)."""
+
+DEFAULT_CONTEXT_WINDOW = 128_000
+"""The context window (tokens) assumed for a model nothing is known about: the one
+default every part of ketch uses (registry entries, unknown models, test doubles)."""
 
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 """``auto``, ``none``, ``required``, or the name of one tool to force."""
@@ -88,7 +94,10 @@ class Model(Protocol):
     """A language model reachable through the stream protocol.
 
     ``provider`` names who serves it (``openai``, ``anthropic``, ``local`` …), ``api``
-    the wire protocol, ``id`` the model id sent to the provider.
+    the wire protocol, ``id`` the model id sent to the provider. ``context_window`` is
+    the one answer to "how many tokens fit in a request" that the loop, the agent, the
+    compactor and the command all read (a registry model's listed window, the local
+    model's ``n_ctx``, :data:`DEFAULT_CONTEXT_WINDOW` for a model nothing is known about).
     """
 
     @property
@@ -100,8 +109,27 @@ class Model(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens."""
+        ...
+
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response. Never raises for request or runtime failures."""
+        ...
+
+
+@runtime_checkable
+class SettableContextWindow(Protocol):
+    """A model whose context window the user may set (every model ketch ships).
+
+    ``set_context_window(n)`` makes :attr:`Model.context_window` answer ``n`` (a user
+    setting for a model the registry does not know, or knows wrong);
+    ``set_context_window(None)`` restores the model's own answer.
+    """
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override the context window (None: the model's own again)."""
         ...
 
 

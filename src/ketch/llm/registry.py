@@ -28,7 +28,7 @@ from typing import Any, Literal
 import msgspec
 
 from .messages import Usage
-from .model import THINKING_LEVELS, ThinkingLevel
+from .model import DEFAULT_CONTEXT_WINDOW, THINKING_LEVELS, ThinkingLevel
 
 __all__ = [
     "DEFAULT_THINKING_BUDGETS",
@@ -88,7 +88,7 @@ class ModelInfo(msgspec.Struct, kw_only=True, frozen=True):
     api: str
     base_url: str = ""
     name: str = ""
-    context_window: int = 128_000
+    context_window: int = DEFAULT_CONTEXT_WINDOW
     max_output_tokens: int = 16_384
     input_modalities: tuple[Literal["text", "image"], ...] = ("text",)
     pricing: Pricing = Pricing()

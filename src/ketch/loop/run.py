@@ -64,7 +64,7 @@ from .execute import CallOutcome, StopKind, ToolRunner, stopped_result, truncate
 from .repair import default_convert_to_llm, repair_messages
 from .tool import Tool, ToolResult
 
-__all__ = ["DEFAULT_WINDOW", "RunStream", "continue_loop", "run_loop"]
+__all__ = ["RunStream", "continue_loop", "run_loop"]
 
 # Block events that only change the partial message; a tool call's start and end are
 # also tracked, so an aborted message can drop the call whose arguments were cut off.
@@ -74,8 +74,6 @@ _UPDATE_EVENTS: frozenset[type] = frozenset(
 
 ABORTED_REQUEST_TEXT = "Request was aborted"
 
-DEFAULT_WINDOW = 128_000
-"""Context window assumed for models that do not say (``model.info.context_window``)."""
 
 
 ContextReason = Literal["request", "overflow"]
@@ -439,9 +437,7 @@ class _Run:
         )
 
     def _usage(self) -> ContextUsage:
-        info = getattr(self.model, "info", None)
-        window = getattr(info, "context_window", None) or DEFAULT_WINDOW
-        return self.ctx.meter.measure(self.ctx.messages, window)
+        return self.ctx.meter.measure(self.ctx.messages, self.model.context_window)
 
     def _stop_before_call(self) -> EndReason | None:
         cfg = self.cfg

@@ -179,6 +179,7 @@ class HTTPModel:
         # Limits are enforced only from real data, never from the defaults of an unknown model.
         self._known_info = info is not None and _describes_model(info)
         self._window = info.context_window if info is not None and self._known_info else None
+        self._window_override: int | None = None
         self.headers = dict(headers) if headers else {}
         self.retry = retry if retry is not None else RetryPolicy()
         self.idle_timeout = idle_timeout
@@ -191,6 +192,16 @@ class HTTPModel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
+
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens: the user's setting, else the registry's (the
+        default for a model the registry does not list)."""
+        return self._window_override or self.info.context_window
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override :attr:`context_window` (None: the registry's again)."""
+        self._window_override = window
 
     # -- what adapters implement -----------------------------------------------------
     def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:

@@ -716,12 +716,23 @@ class LocalModel:
             max_output_tokens=min(info.max_output_tokens, n_ctx),
             pricing=Pricing(),
         )
+        self._window_override: int | None = None
         self._loaded: _Loaded | None = None
         self.last_stats: GenerationStats | None = None
         """Timing of the latest response this model finished (None before the first)."""
 
     def __repr__(self) -> str:
         return f"LocalModel(id={self.id!r}, n_ctx={self.n_ctx})"
+
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens: the user's setting, else ``n_ctx``."""
+        return self._window_override or self.n_ctx
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override :attr:`context_window` for accounting (None: ``n_ctx`` again); the
+        model still loads with ``n_ctx``."""
+        self._window_override = window
 
     @property
     def path(self) -> str:
