@@ -26,7 +26,16 @@ from .messages import (
     to_dict,
     to_json,
 )
-from .model import Model, Request, StreamOptions, ThinkingLevel, ToolSpec, complete
+from .model import (
+    DEFAULT_CONTEXT_WINDOW,
+    Model,
+    Request,
+    SettableContextWindow,
+    StreamOptions,
+    ThinkingLevel,
+    ToolSpec,
+    complete,
+)
 from .signal import Aborted, AbortSignal
 from .stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
 
@@ -56,6 +65,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module, __name__), name)
 
 __all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
     "AbortSignal",
     "Aborted",
     "AssistantMessage",
@@ -71,6 +81,7 @@ __all__ = [
     "ModelError",
     "ModelInfo",
     "Request",
+    "SettableContextWindow",
     "StopReason",
     "StreamEvent",
     "StreamOptions",
