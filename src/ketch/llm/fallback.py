@@ -23,7 +23,7 @@ import msgspec
 
 from .errors import FAILOVER_KINDS, exception_text
 from .model import Model, Request, StreamOptions
-from .stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart
+from .stream import AsyncClosable, MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart
 
 __all__ = ["FallbackModel"]
 
@@ -114,10 +114,9 @@ class FallbackModel:
                     held = builder.start()
                 terminal = builder.error(exception_text(exc))
             finally:
-                aclose = getattr(inner, "aclose", None)
-                if aclose is not None:
+                if isinstance(inner, AsyncClosable):
                     try:
-                        await aclose()
+                        await inner.aclose()
                     except Exception:
                         pass
             if terminal is None:

@@ -14,8 +14,8 @@ messages and aborts into ``aborted`` messages that keep the partial content.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar, Literal, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 
 import jiter
 import msgspec
@@ -32,6 +32,7 @@ from .messages import (
 from .signal import AbortSignal, AbortWaiter
 
 __all__ = [
+    "AsyncClosable",
     "MessageBuilder",
     "Retry",
     "StreamDone",
@@ -51,6 +52,16 @@ __all__ = [
     "parse_partial_json",
     "parse_tool_arguments",
 ]
+
+
+@runtime_checkable
+class AsyncClosable(Protocol):
+    """A stream that can be closed before its end (async generators can): whoever stops
+    reading a model's stream early closes it, so the producer's cleanup runs now."""
+
+    def aclose(self) -> Awaitable[Any]:
+        """Close the stream (runs the producer's ``finally`` blocks)."""
+        ...
 
 
 class _Event(msgspec.Struct, tag_field="type", kw_only=True):
@@ -544,9 +555,8 @@ def _describe(
 
 
 async def _close(producer: Producer) -> None:
-    aclose = getattr(producer, "aclose", None)
-    if aclose is not None:
+    if isinstance(producer, AsyncClosable):
         try:
-            await aclose()
+            await producer.aclose()
         except Exception:
             pass

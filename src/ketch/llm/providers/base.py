@@ -52,7 +52,7 @@ from ..model import Request, StreamOptions
 from ..registry import ModelInfo, default_info, list_providers, lookup
 from ..retry import RetryPolicy
 from ..signal import Aborted, AbortSignal
-from ..stream import MessageBuilder, Retry, StreamDone, StreamEvent
+from ..stream import AsyncClosable, MessageBuilder, Retry, StreamDone, StreamEvent
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
@@ -563,9 +563,8 @@ async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
 
 
 async def _aclose(iterator: object) -> None:
-    aclose = getattr(iterator, "aclose", None)
-    if aclose is not None:
-        await aclose()
+    if isinstance(iterator, AsyncClosable):
+        await iterator.aclose()
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:
