@@ -132,9 +132,9 @@ def _arguments_json(arguments: dict[str, Any]) -> bytes:
         return msgspec.json.encode(scrub_surrogates(arguments))
 
 
-def _estimate_usage(context: Request, blocks: Iterable[Any]) -> Usage:
-    in_chars = len(context.system_prompt)
-    for m in context.messages:
+def _estimate_usage(request: Request, blocks: Iterable[Any]) -> Usage:
+    in_chars = len(request.system_prompt)
+    for m in request.messages:
         for b in getattr(m, "content", ()):
             in_chars += len(getattr(b, "text", "") or getattr(b, "thinking", ""))
     out_chars = 0
@@ -154,7 +154,7 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or []
 
 
-async def _play(script: Reply, builder: MessageBuilder, context: Request) -> AsyncIterator[StreamEvent]:
+async def _play(script: Reply, builder: MessageBuilder, request: Request) -> AsyncIterator[StreamEvent]:
     async def pause() -> None:
         if script.delay > 0:
             await asyncio.sleep(script.delay)
@@ -185,7 +185,7 @@ async def _play(script: Reply, builder: MessageBuilder, context: Request) -> Asy
                 await pause()
                 yield builder.tool_call_delta(piece, tc.index)
             yield builder.tool_call_end(tc.index)
-    usage = script.usage or _estimate_usage(context, script.blocks)
+    usage = script.usage or _estimate_usage(request, script.blocks)
     builder.set_usage(
         input=usage.input, output=usage.output, cache_read=usage.cache_read, cache_write=usage.cache_write
     )
@@ -248,12 +248,12 @@ class _RecordingModel:
         """Override :attr:`context_window` (None: the constructor's again)."""
         self._window_override = window
 
-    def _record(self, context: Request, options: StreamOptions) -> None:
+    def _record(self, request: Request, options: StreamOptions) -> None:
         self.requests.append(
             ScriptedRequest(
-                system_prompt=context.system_prompt,
-                messages=list(context.messages),
-                tools=list(context.tools),
+                system_prompt=request.system_prompt,
+                messages=list(request.messages),
+                tools=list(request.tools),
                 options=options,
             )
         )
@@ -308,13 +308,13 @@ class ScriptedModel(_RecordingModel):
         return guard_stream(self._produce(script, builder, request), builder, options.signal)
 
     async def _produce(
-        self, script: Reply | None, builder: MessageBuilder, context: Request
+        self, script: Reply | None, builder: MessageBuilder, request: Request
     ) -> AsyncIterator[StreamEvent]:
         if script is None:
             yield builder.start()
             yield builder.error("no more scripted responses", kind="invalid_request")
             return
-        async for ev in _play(script, builder, context):
+        async for ev in _play(script, builder, request):
             yield ev
 
 
@@ -348,10 +348,10 @@ class FunctionModel(_RecordingModel):
         return guard_stream(self._produce(request, options, builder), builder, options.signal)
 
     async def _produce(
-        self, context: Request, options: StreamOptions, builder: MessageBuilder
+        self, request: Request, options: StreamOptions, builder: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
-        result = self._fn(context, options)
+        result = self._fn(request, options)
         if inspect.isawaitable(result):
             result = await result
-        async for ev in _play(_as_reply(result), builder, context):
+        async for ev in _play(_as_reply(result), builder, request):
             yield ev

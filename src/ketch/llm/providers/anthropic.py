@@ -285,7 +285,7 @@ def _thinking_settings(
 
 def build_request(
     info: ModelInfo,
-    context: Request,
+    request: Request,
     options: StreamOptions,
     *,
     cache_retention: CacheRetention = "short",
@@ -304,11 +304,11 @@ def build_request(
     here (:class:`~ketch.llm.providers.base.HTTPModel` merges it into the body).
     """
     marker = cache_control(cache_retention)
-    messages = convert_messages(context.messages, images=images) if converted is None else converted
+    messages = convert_messages(request.messages, images=images) if converted is None else converted
     if messages and messages[0]["role"] == "assistant":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
-    tools = convert_tools(context.tools)
-    choice = options.tool_choice if context.tools else None
+    tools = convert_tools(request.tools)
+    choice = options.tool_choice if request.tools else None
     fmt = options.response_format
     format_tool: str | None = None
     output_config: dict[str, Any] = {}
@@ -330,8 +330,8 @@ def build_request(
         output_config["effort"] = effort
 
     body: dict[str, Any] = {"model": info.id, "max_tokens": max_tokens, "stream": stream}
-    if context.system_prompt:
-        system: dict[str, Any] = {"type": "text", "text": context.system_prompt}
+    if request.system_prompt:
+        system: dict[str, Any] = {"type": "text", "text": request.system_prompt}
         if marker is not None:
             system["cache_control"] = dict(marker)
         body["system"] = [system]
@@ -712,35 +712,35 @@ class AnthropicModel(HTTPModel):
             options = _Options(**fields, cache=cache)
         return super().stream(request, options)
 
-    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
         images = self._images
         converted = None
         if self.rewrite is None:
             # A rewrite hook may change the body in place, so it gets freshly converted items.
             converted = self._wire_cache.convert(
-                context.messages,
+                request.messages,
                 (images, self.provider, self.api, self.id),
                 lambda: Preparer(
                     provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_tool_call_id
                 ),
                 lambda messages: convert_messages(messages, images=images),
             )
-            context = Request(system_prompt=context.system_prompt, messages=[], tools=context.tools)
+            request = Request(system_prompt=request.system_prompt, messages=[], tools=request.tools)
         else:
             messages = prepare_messages(
-                context.messages,
+                request.messages,
                 provider=self.provider,
                 api=self.api,
                 model=self.id,
                 normalize_id=normalize_tool_call_id,
             )
-            context = Request(system_prompt=context.system_prompt, messages=messages, tools=context.tools)
+            request = Request(system_prompt=request.system_prompt, messages=messages, tools=request.tools)
         cache = options.cache if type(options) is _Options else {}
         retention = cache.get("cache_retention", self.cache_retention)
         body = build_request(
             self.info,
-            context,
+            request,
             options,
             cache_retention=retention if retention in _CACHE_RETENTIONS else self.cache_retention,
             cache_last_message=bool(cache.get("cache_last_message", self.cache_last_message)),

@@ -204,8 +204,8 @@ class HTTPModel:
         self._window_override = window
 
     # -- what adapters implement -----------------------------------------------------
-    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
-        """The request for ``context``. ``api_key`` is the resolved key (None when the
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The request for ``request``. ``api_key`` is the resolved key (None when the
         endpoint needs none)."""
         raise NotImplementedError
 

@@ -495,7 +495,7 @@ def _placeholder(info: ModelInfo) -> bool:
 
 
 def build_request(
-    context: Request,
+    request: Request,
     options: StreamOptions,
     *,
     info: ModelInfo,
@@ -512,15 +512,15 @@ def build_request(
     """
     if contents is None:
         contents = convert_messages(
-            context.messages if messages is None else messages, signature_placeholder=_placeholder(info)
+            request.messages if messages is None else messages, signature_placeholder=_placeholder(info)
         )
     if contents and contents[0].get("role") == "model":
         contents.insert(0, {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]})
     body: dict[str, Any] = {"contents": contents}
-    if context.system_prompt:
-        body["systemInstruction"] = {"parts": [{"text": context.system_prompt}]}
-    if context.tools:
-        body["tools"] = convert_tools(context.tools, json_schema=json_schema)
+    if request.system_prompt:
+        body["systemInstruction"] = {"parts": [{"text": request.system_prompt}]}
+    if request.tools:
+        body["tools"] = convert_tools(request.tools, json_schema=json_schema)
         if options.tool_choice is not None:
             body["toolConfig"] = convert_tool_choice(options.tool_choice)
     config: dict[str, Any] = {}
@@ -868,14 +868,14 @@ class GeminiModel(HTTPModel):
         self.json_schema = json_schema
         self._wire_cache = WireCache()
 
-    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/models/{id}:streamGenerateContent?alt=sse`` (or
         ``:generateContent``) with the transcript prepared for this model."""
         if self.rewrite is None:
             # A rewrite hook may change the body in place, so it gets freshly converted items.
             placeholder = _placeholder(self.info)
             contents: list[dict[str, Any]] | None = self._wire_cache.convert_folded(
-                context.messages,
+                request.messages,
                 (placeholder, self.provider, self.api, self.id),
                 lambda: Preparer(provider=self.provider, api=self.api, model=self.id),
                 lambda: _Fold(placeholder),
@@ -883,9 +883,9 @@ class GeminiModel(HTTPModel):
             messages = None
         else:
             contents = None
-            messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
+            messages = prepare_messages(request.messages, provider=self.provider, api=self.api, model=self.id)
         body = build_request(
-            context,
+            request,
             options,
             info=self.info,
             messages=messages,

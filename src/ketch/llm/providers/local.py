@@ -790,9 +790,9 @@ class LocalModel:
         builder = MessageBuilder(provider=self.provider, api=self.api, model=self.id)
         return guard_stream(self._produce(request, opts, builder), builder, opts.signal)
 
-    def _request(self, loaded: _Loaded, context: Request, options: StreamOptions) -> _Request:
+    def _request(self, loaded: _Loaded, request: Request, options: StreamOptions) -> _Request:
         choice = options.tool_choice or "auto"
-        tools = list(context.tools) if choice != "none" else []
+        tools = list(request.tools) if choice != "none" else []
         if tools and choice not in ("auto", "required"):
             tools = [t for t in tools if t.name == choice]
             if not tools:
@@ -808,11 +808,11 @@ class LocalModel:
             schema = options.response_format.get("schema", options.response_format)
             grammar = json_schema_grammar(schema if isinstance(schema, dict) else {})
             mode = "json"
-        system = context.system_prompt
+        system = request.system_prompt
         if tools:
             section = _tools_section(tools)
             system = f"{system}\n\n{section}" if system else section
-        messages = prepare_messages(context.messages, provider=self.provider, api=self.api, model=self.id)
+        messages = prepare_messages(request.messages, provider=self.provider, api=self.api, model=self.id)
         prompt = _render(loaded, _turns(system, messages))
         extra = options.extra or {}
         sampling: dict[str, Any] = {"repeat_penalty": DEFAULT_REPEAT_PENALTY}

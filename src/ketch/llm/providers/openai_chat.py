@@ -283,22 +283,22 @@ class OpenAIChatModel(HTTPModel):
         return cls(id, **kwargs)
 
     # -- request ---------------------------------------------------------------------
-    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
-        """The Chat Completions request for ``context``."""
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The Chat Completions request for ``request``."""
         compat = self.compat
-        body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(context)}
+        body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(request)}
         if options.max_tokens is not None:
             body[compat.max_tokens_field] = options.max_tokens
         if options.temperature is not None:
             body["temperature"] = options.temperature
         choice = options.tool_choice
-        if context.tools:
+        if request.tools:
             body["tools"] = [
                 {
                     "type": "function",
                     "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
                 }
-                for t in context.tools
+                for t in request.tools
             ]
             # Explicit even for "auto": some servers read a missing tool_choice as "none".
             body["tool_choice"] = (
@@ -307,7 +307,7 @@ class OpenAIChatModel(HTTPModel):
                 else {"type": "function", "function": {"name": choice}}
             )
         stream = compat.streaming and (
-            compat.stream_tool_choice_auto or not context.tools or choice not in (None, "auto")
+            compat.stream_tool_choice_auto or not request.tools or choice not in (None, "auto")
         )
         body["stream"] = stream
         if stream and compat.stream_usage:
@@ -340,8 +340,8 @@ class OpenAIChatModel(HTTPModel):
         elif isinstance(value, str):
             body["reasoning_effort"] = value
 
-    def convert_messages(self, context: Request) -> list[dict[str, Any]]:
-        """The ``messages`` array for ``context`` (system prompt first). The list is
+    def convert_messages(self, request: Request) -> list[dict[str, Any]]:
+        """The ``messages`` array for ``request`` (system prompt first). The list is
         new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat
         images_ok = not self._known_info or "image" in self.info.input_modalities
@@ -349,21 +349,21 @@ class OpenAIChatModel(HTTPModel):
         if self.rewrite is None:
             # A rewrite hook may change the body in place, so it gets freshly converted items.
             out = self._wire_cache.convert(
-                context.messages,
+                request.messages,
                 (compat, images_ok, self.provider, self.api, self.id),
                 lambda: Preparer(provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id),
                 lambda messages: self._convert(messages, images_ok),
             )
         else:
             messages = prepare_messages(
-                context.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
+                request.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
             )
             out = self._convert(messages, images_ok)
-        if context.system_prompt:
+        if request.system_prompt:
             role = compat.system_role
             if role == "auto":
                 role = "developer" if self.info.thinking else "system"
-            out.insert(0, {"role": role, "content": context.system_prompt})
+            out.insert(0, {"role": role, "content": request.system_prompt})
         return out
 
     def _convert(self, messages: list[Message], images_ok: bool) -> list[dict[str, Any]]:

@@ -253,7 +253,7 @@ def convert_tool_choice(choice: str) -> str | dict[str, str]:
 
 def build_request(
     model_id: str,
-    context: Request,
+    request: Request,
     options: StreamOptions,
     *,
     effort: str | None = None,
@@ -263,7 +263,7 @@ def build_request(
     prompt_cache: bool = True,
     converted: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of one request for ``context`` (its messages already prepared).
+    """The JSON body of one request for ``request`` (its messages already prepared).
 
     ``effort`` is the provider's reasoning effort (already clamped for the model), or
     None to send none. ``reasoning`` says the model reasons, so its encrypted reasoning
@@ -274,13 +274,13 @@ def build_request(
     :class:`~ketch.llm.providers.base.HTTPModel`.)
     """
     body: dict[str, Any] = {"model": model_id}
-    if context.system_prompt:
-        body["instructions"] = context.system_prompt
-    body["input"] = convert_messages(context.messages, images=images) if converted is None else converted
+    if request.system_prompt:
+        body["instructions"] = request.system_prompt
+    body["input"] = convert_messages(request.messages, images=images) if converted is None else converted
     body["store"] = False
     body["stream"] = stream
-    if context.tools:
-        body["tools"] = convert_tools(context.tools)
+    if request.tools:
+        body["tools"] = convert_tools(request.tools)
         if options.tool_choice is not None:
             body["tool_choice"] = convert_tool_choice(options.tool_choice)
     if options.max_tokens is not None:
@@ -692,13 +692,13 @@ class OpenAIResponsesModel(HTTPModel):
         _level, value = clamp_thinking(self.info, options.thinking)
         return None if value is None else str(value)
 
-    def build_request(self, context: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
         images = self._images
         if self.rewrite is None:
             # A rewrite hook may change the body in place, so it gets freshly converted items.
             converted = self._wire_cache.convert(
-                context.messages,
+                request.messages,
                 (images, self.provider, self.api, self.id),
                 lambda: Preparer(
                     provider=self.provider, api=self.api, model=self.id, normalize_id=openai_responses_tool_id
@@ -709,7 +709,7 @@ class OpenAIResponsesModel(HTTPModel):
         else:
             converted = None
             messages = prepare_messages(
-                context.messages,
+                request.messages,
                 provider=self.provider,
                 api=self.api,
                 model=self.id,
@@ -717,7 +717,7 @@ class OpenAIResponsesModel(HTTPModel):
             )
         body = build_request(
             self.id,
-            Request(system_prompt=context.system_prompt, messages=messages, tools=context.tools),
+            Request(system_prompt=request.system_prompt, messages=messages, tools=request.tools),
             options,
             effort=self.reasoning_effort(options),
             reasoning=self.info.reasoning or bool(self.info.thinking),
