@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import get_args
 
 from ketch.cli.wire import OUTPUT_FORMATS, OutputFormat
-from ketch.llm.model import THINKING_LEVELS, ThinkingLevel
+from ketch.llm.model import THINKING_LEVELS, TOOL_CHOICE_MODES, ThinkingLevel, ToolChoiceMode
 from ketch.llm.providers.anthropic import _CACHE_RETENTIONS, CacheRetention
 from ketch.permissions import PERMISSION_MODES, PermissionMode
 
@@ -24,3 +24,7 @@ def test_output_formats_are_the_literal() -> None:
 
 def test_cache_retentions_are_the_literal() -> None:
     assert _CACHE_RETENTIONS == get_args(CacheRetention) == ("none", "short", "long")
+
+
+def test_tool_choice_modes_are_the_literal() -> None:
+    assert TOOL_CHOICE_MODES == get_args(ToolChoiceMode) == ("auto", "none", "required")

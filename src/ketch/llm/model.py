@@ -19,12 +19,14 @@ from .stream import StreamDone, StreamError, StreamEvent
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "THINKING_LEVELS",
+    "TOOL_CHOICE_MODES",
     "Model",
     "Request",
     "SettableContextWindow",
     "StreamOptions",
     "ThinkingLevel",
     "ToolChoice",
+    "ToolChoiceMode",
     "ToolSpec",
     "complete",
 ]
@@ -37,7 +39,11 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 """The context window (tokens) assumed for a model nothing is known about: the one
 default every part of ketch uses (registry entries, unknown models, test doubles)."""
 
-ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
+ToolChoiceMode: TypeAlias = Literal["auto", "none", "required"]
+"""The tool choices that are not a tool's name."""
+TOOL_CHOICE_MODES: tuple[ToolChoiceMode, ...] = get_args(ToolChoiceMode)
+
+ToolChoice: TypeAlias = ToolChoiceMode | str
 """``auto``, ``none``, ``required``, or the name of one tool to force."""
 
 

@@ -49,7 +49,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ..model import Request, StreamOptions, ToolSpec
+from ..model import TOOL_CHOICE_MODES, Request, StreamOptions, ToolSpec
 from ..registry import ModelInfo, clamp_thinking, default_info, lookup
 from ..stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
@@ -246,7 +246,7 @@ def convert_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
 
 def convert_tool_choice(choice: str) -> str | dict[str, str]:
     """``auto``/``none``/``required`` as they are; any other value forces that tool."""
-    if choice in ("auto", "none", "required"):
+    if choice in TOOL_CHOICE_MODES:
         return choice
     return {"type": "function", "name": choice}
 
