@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from ketch.llm import FallbackModel, Request, StreamOptions
 from ketch.llm.signal import AbortSignal
-from ketch.llm.stream import AsyncClosable, MessageBuilder, StreamEvent, guard_stream
+from ketch.llm.stream import AsyncClosable, MessageBuilder, StreamEvent, guard_stream, is_closable
 from ketch.testing import ScriptedModel
 
 
@@ -55,6 +55,7 @@ def test_async_generators_are_closable_plain_iterators_are_not() -> None:
     assert isinstance(Events(builder), AsyncClosable)
     assert not isinstance(Unclosable(builder), AsyncClosable)
     assert not isinstance(iter(()), AsyncClosable)
+    assert [is_closable(s) for s in (_gen(), Events(builder), Unclosable(builder), iter(()))] == [True, True, False, False]
 
 
 async def test_guard_stream_closes_a_closable_producer_on_abort() -> None:

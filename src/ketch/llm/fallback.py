@@ -23,7 +23,7 @@ import msgspec
 
 from .errors import FAILOVER_KINDS, exception_text
 from .model import Model, Request, StreamOptions
-from .stream import AsyncClosable, MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart
+from .stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart, is_closable
 
 __all__ = ["FallbackModel"]
 
@@ -114,7 +114,7 @@ class FallbackModel:
                     held = builder.start()
                 terminal = builder.error(exception_text(exc))
             finally:
-                if isinstance(inner, AsyncClosable):
+                if is_closable(inner):
                     try:
                         await inner.aclose()
                     except Exception:

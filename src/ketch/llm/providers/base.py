@@ -52,7 +52,7 @@ from ..model import Request, StreamOptions
 from ..registry import ModelInfo, default_info, list_providers, lookup
 from ..retry import RetryPolicy
 from ..signal import Aborted, AbortSignal
-from ..stream import AsyncClosable, MessageBuilder, Retry, StreamDone, StreamEvent
+from ..stream import MessageBuilder, Retry, StreamDone, StreamEvent, is_closable
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
@@ -563,7 +563,7 @@ async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
 
 
 async def _aclose(iterator: object) -> None:
-    if isinstance(iterator, AsyncClosable):
+    if is_closable(iterator):
         await iterator.aclose()
 
 
