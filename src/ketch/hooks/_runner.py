@@ -109,7 +109,7 @@ class HookRunner:
     ``max_stop_continuations`` times in a row.
 
     Attach to an :class:`~ketch.agent.Agent` with ``Agent(..., **runner.agent_config())``
-    (and ``ContextManager(pre_compact=runner.pre_compact)``); send prompts through
+    (and ``Compactor(pre_compact=runner.pre_compact)``); send prompts through
     :meth:`prompt` for UserPromptSubmit. The permission engine calls :meth:`pre_tool_use`.
     """
 
@@ -479,7 +479,7 @@ class HookRunner:
         return PromptCheck(blocked, reason if blocked else None, outcome.context, outcome)
 
     async def prompt(
-        self, agent: Agent, text: str, *, images: Sequence[ImageContent] | None = None
+        self, agent: Agent[Any], text: str, *, images: Sequence[ImageContent] | None = None
     ) -> RunResult:
         """``agent.prompt(text)`` through UserPromptSubmit hooks. A blocked prompt is not
         sent: the result has no messages, ``end_reason`` ``stop_guard`` and the error
