@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from .._schema import validate_arguments
 from ..llm.messages import ImageContent, Message, TextContent, UserMessage
 from ..loop.config import (
     AfterToolCall,
@@ -29,7 +30,6 @@ from ..loop.config import (
 )
 from ..loop.events import RunResult, RunSummary
 from ..loop.tool import ToolResult
-from ..loop.validate import validate_arguments
 from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
 from ._exec import HookOutcome, merge, run_hook
 from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
