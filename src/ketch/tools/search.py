@@ -35,11 +35,11 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from ..llm.signal import Aborted
-from ..loop.tool import Tool, ToolContext, ToolResult
+from ..loop.tool import ToolContext, ToolResult
 from ..sandbox import tool_environment
 from ._grep_worker import walk
 from .bash import start_process_group, untrack_process_group
-from .workspace import Workspace, WorkspaceError, special_kind
+from .workspace import Workspace, WorkspaceTool, special_kind
 
 __all__ = ["IGNORED_DIRS", "FindTool", "GrepTool", "glob_to_regex"]
 
@@ -272,7 +272,7 @@ class _Child:
             untrack_process_group(proc.pid)
 
 
-class GrepTool(Tool):
+class GrepTool(WorkspaceTool):
     """The ``grep`` tool (concurrency-safe). See the module docstring.
 
     ``ripgrep`` is the path of the ``rg`` program to use, ``False`` to always use the
@@ -282,13 +282,12 @@ class GrepTool(Tool):
     is stopped with an error; an abort of the run stops it at once.
     """
 
-    __slots__ = ("_rg", "deadline", "workspace")
+    __slots__ = ("_rg", "deadline")
 
     def __init__(
         self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
     ) -> None:
-        super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
 
@@ -308,11 +307,10 @@ class GrepTool(Tool):
         max_results = args.get("max_results") or 100
         ignore_case = bool(args.get("ignore_case"))
         literal = bool(args.get("literal"))
-        try:
-            base = ws.resolve(args["path"]) if args.get("path") else ws.root
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(base)
+        located = self.locate(args.get("path"), default_root=True)
+        if isinstance(located, ToolResult):
+            return located
+        base, shown = located
         try:
             mode = base.stat().st_mode
         except OSError:
@@ -495,14 +493,13 @@ def _find_files(base: Path, pattern: str, by_mtime: bool, stop: threading.Event)
     return found
 
 
-class FindTool(Tool):
+class FindTool(WorkspaceTool):
     """The ``find`` tool (concurrency-safe). See the module docstring."""
 
-    __slots__ = ("workspace",)
+    __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """List files matching ``args["pattern"]``."""
@@ -514,11 +511,10 @@ class FindTool(Tool):
         if sort not in ("path", "mtime"):
             return ToolResult.error(f"sort must be 'path' or 'mtime', got {sort!r}.")
         limit = args.get("limit") or 200
-        try:
-            base = ws.resolve(args["path"]) if args.get("path") else ws.root
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(base)
+        located = self.locate(args.get("path"), default_root=True)
+        if isinstance(located, ToolResult):
+            return located
+        base, shown = located
         if not base.is_dir():
             try:
                 kind = special_kind(base.stat().st_mode)
