@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -159,6 +159,17 @@ _GREP_PARAMETERS: dict[str, Any] = {
     "required": ["pattern"],
     "additionalProperties": False,
 }
+
+
+class _Query(NamedTuple):
+    """What one grep call searches for, as both backends take it."""
+
+    pattern: str
+    base: Path
+    glob: str | None
+    context: int
+    ignore_case: bool
+    literal: bool
 
 
 class _Formatter:
@@ -321,14 +332,15 @@ class GrepTool(WorkspaceTool):
                 f"{shown} is {kind}, not a regular file or folder; only regular files and folders can be searched."
             )
         formatter = _Formatter(ws, context, max_results)
+        query = _Query(pattern, base, glob, context, ignore_case, literal)
         rg = self._ripgrep()
         try:
             async with asyncio.timeout(self.deadline), ctx.signal.scope():
                 if rg is not None:
                     folder = base if base.is_dir() else base.parent
-                    error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
+                    error = await self._run_rg(rg, query, formatter, folder)
                 else:
-                    error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter)
+                    error = await self._run_python(query, formatter)
         except TimeoutError:
             return ToolResult.error(
                 f"The search for {pattern!r} timed out after {self.deadline:g} seconds and was stopped. Use a "
@@ -344,16 +356,8 @@ class GrepTool(WorkspaceTool):
             return ToolResult(content=f"No matches for {pattern!r} in {shown}{where}.", details=details)
         return ToolResult(content=formatter.text(), details=details)
 
-    async def _run_python(
-        self,
-        pattern: str,
-        base: Path,
-        glob: str | None,
-        context: int,
-        ignore_case: bool,
-        literal: bool,
-        formatter: _Formatter,
-    ) -> str | None:
+    async def _run_python(self, query: _Query, formatter: _Formatter) -> str | None:
+        pattern, base, glob, context, ignore_case, literal = query
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         source = re.escape(pattern) if literal else pattern
         try:
@@ -397,18 +401,8 @@ class GrepTool(WorkspaceTool):
             return f"The Python grep fallback failed: {message[-1] if message else f'exit code {proc.returncode}'}"
         return None
 
-    async def _run_rg(
-        self,
-        rg: str,
-        pattern: str,
-        base: Path,
-        glob: str | None,
-        context: int,
-        ignore_case: bool,
-        literal: bool,
-        formatter: _Formatter,
-        folder: Path,
-    ) -> str | None:
+    async def _run_rg(self, rg: str, query: _Query, formatter: _Formatter, folder: Path) -> str | None:
+        pattern, base, glob, context, ignore_case, literal = query
         argv = [rg, "--json", "--no-config", "--hidden", "--crlf", "--sort=path", "--no-messages"]
         for name in sorted(IGNORED_DIRS):
             argv += ["--glob", f"!{name}"]
