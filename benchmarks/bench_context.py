@@ -1,7 +1,7 @@
 """Long-conversation benchmark: 2,000 tool turns with large outputs on a 32k-token window.
 
 Run: ``python benchmarks/bench_context.py``. Reports how many summary calls the default
-ContextManager made and the time its per-request accounting and projection cost at
+Compactor made and the time its per-request accounting and projection cost at
 turn 100 and at turn 2,000 (which must not grow with the history).
 """
 
@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ketch import Agent, Tool
-from ketch.context import ContextManager
+from ketch.context import Compactor
 from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import ToolCall, Usage
 from ketch.llm.tokens import estimate_message_tokens
@@ -26,7 +26,7 @@ WINDOW = 32_000
 OUTPUT = "log line with some content 0123456789\n" * 150  # ~5.8k chars, ~1.5k tokens
 
 
-class TimedManager(ContextManager):
+class TimedManager(Compactor):
     """Records the wall time of every ``manage`` call, by agent turn."""
 
     def __init__(self, **kw: Any) -> None:

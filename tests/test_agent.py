@@ -98,7 +98,7 @@ async def test_prompt_while_running_raises() -> None:
     with pytest.raises(RuntimeError, match=r"^Agent is already running\. Use steer\(\) or follow_up\(\)"):
         await agent.prompt("again")
     with pytest.raises(RuntimeError, match="^Agent is already running. Wait for completion before continuing.$"):
-        await agent.continue_()
+        await agent.continue_loop()
     gate.set()
     await task
     await agent.wait_for_idle()
@@ -155,7 +155,7 @@ async def test_abort_restores_drained_uncommitted_queue_messages() -> None:
     agent.abort()
     result = await task
     assert result.end_reason == "aborted"
-    assert agent.phase.kind == "cancelled"
+    assert agent.phase.kind == "aborted"
     assert agent.follow_ups.peek()[0].content[0].text == "later"  # type: ignore[attr-defined]
 
 
@@ -168,7 +168,7 @@ async def test_drained_follow_up_is_restored_when_run_ends_before_commit() -> No
     assert result.end_reason == "max_turns"
     assert [m.content[0].text for m in agent.follow_ups.peek()] == ["queued"]  # type: ignore[attr-defined]
     model.add("two")
-    result = await agent.continue_()
+    result = await agent.continue_loop()
     assert result.text == "two"
     assert not agent.has_queued_messages()
     assert [m.role for m in agent.messages] == ["user", "assistant", "user", "assistant"]
@@ -193,16 +193,16 @@ async def test_continue_from_assistant_tail() -> None:
     agent = Agent(model)
     await agent.prompt("hi")
     with pytest.raises(ValueError, match="^Cannot continue from message role: assistant$"):
-        await agent.continue_()
+        await agent.continue_loop()
     agent.steer("one more thing")
-    result = await agent.continue_()
+    result = await agent.continue_loop()
     assert result.text == "steered answer"
 
 
 async def test_continue_errors() -> None:
     agent = Agent(ScriptedModel())
     with pytest.raises(ValueError, match="^Cannot continue: no messages in context$"):
-        await agent.continue_()
+        await agent.continue_loop()
 
 
 async def test_continue_after_tool_result() -> None:
@@ -217,7 +217,7 @@ async def test_continue_after_tool_result() -> None:
             ToolResultMessage(tool_call_id="1", tool_name="x", content=[TextContent(text="r")]),
         ],
     )
-    result = await agent.continue_()
+    result = await agent.continue_loop()
     assert result.text == "resumed"
 
 
@@ -226,7 +226,7 @@ async def test_inject() -> None:
     agent = Agent(model)
     assert await agent.inject("queued") == "queued"
     assert len(agent.follow_ups) == 1
-    agent.clear_follow_ups()
+    agent.follow_ups.clear()
     await agent.prompt("hi")
     assert await agent.inject("resume please") == "resumed"
     await agent.wait_for_idle()
@@ -291,8 +291,8 @@ async def test_prompt_sync_inside_loop_raises() -> None:
 
 
 def test_unknown_option_is_clear_error() -> None:
-    with pytest.raises(TypeError, match="^Agent\\(\\) got unknown option\\(s\\): max_turn$"):
-        Agent(ScriptedModel(), max_turn=3)
+    with pytest.raises(TypeError, match="^Agent.__init__\\(\\) got an unexpected keyword argument 'max_turn'$"):
+        Agent(ScriptedModel(), max_turn=3)  # type: ignore[call-arg]
 
 
 async def test_abort_when_idle_is_noop() -> None:
@@ -319,16 +319,47 @@ async def test_abort_mid_tool_no_leaks(no_leaked_tasks: None) -> None:
     assert agent.state.pending_tool_calls == frozenset()
 
 
-async def test_tools_see_the_agent_through_their_context() -> None:
+async def test_tools_see_the_agents_deps_through_their_context() -> None:
     seen: list[Any] = []
 
     async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
         seen.append((ctx.state, ctx.call_id, ctx.tool_name, len(ctx.messages)))
         return "ok"
 
+    deps = {"db": "conn"}
+    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)], deps=deps)
+    assert agent.deps is deps
+    await agent.prompt("go")
+    assert seen == [(deps, "c1", "i", 2)]
+
+
+async def test_tools_get_no_deps_when_the_agent_has_none() -> None:
+    seen: list[Any] = []
+
+    async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
+        seen.append(ctx.state)
+        return "ok"
+
     agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)])
     await agent.prompt("go")
-    assert seen == [(agent, "c1", "i", 2)]
+    assert seen == [None]
+
+
+def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
+    import dataclasses
+    import inspect
+
+    from ketch import LoopConfig
+
+    params = inspect.signature(Agent.__init__).parameters
+    agent_only = {"self", "model", "system_prompt", "tools", "messages", "options", "steering_mode", "follow_up_mode", "deps"}
+    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "state"}
+    fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
+    assert set(params) - agent_only == set(fields) - loop_only
+    for name in set(params) - agent_only:
+        field = fields[name]
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        assert params[name].default == default, name
 
 
 async def test_structured_result_parse() -> None:
@@ -568,7 +599,7 @@ async def test_a_cancelled_run_requeues_what_it_drained_and_did_not_commit() -> 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert agent.phase.kind == "cancelled"
+    assert agent.phase.kind == "aborted"
     assert said(agent.messages) == [("user", "hi"), ("assistant", "a1"), ("user", "f1")]
     assert said(agent.follow_ups.peek()) == [("user", "f2")]
 
@@ -596,3 +627,29 @@ async def test_steering_drained_during_tools_then_aborted_is_requeued() -> None:
     assert said(agent.steering.peek()) == [("user", "s1"), ("user", "s2")]
     result = await agent.prompt("next")
     assert said(result.messages) == [("user", "next"), ("user", "s1"), ("user", "s2"), ("assistant", "answer")]
+
+
+
+async def test_clearing_a_queue_during_a_run_drops_what_the_run_took_too() -> None:
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, steering_mode="all")
+    agent.steer("s1")
+    agent.steer("s2")
+    # the run took s1 and s2; at s1's commit the steering queue is cleared and the run
+    # aborted: s2, taken but not committed, does not come back
+    abort_once(agent, ends("s1"), then=agent.steering.clear)
+    result = await agent.prompt("hi")
+    assert said(result.messages) == [("user", "hi"), ("user", "s1"), ("assistant", "aborted:")]
+    assert agent.steering.peek() == []
+    assert not agent.has_queued_messages()
+
+
+async def test_clear_queues_during_a_run_drops_what_the_run_took_from_both_queues() -> None:
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, steering_mode="all")
+    agent.steer("s1")
+    agent.steer("s2")
+    agent.follow_up("f1")
+    abort_once(agent, ends("s1"), then=agent.clear_queues)
+    await agent.prompt("hi")
+    assert (agent.steering.peek(), agent.follow_ups.peek()) == ([], [])

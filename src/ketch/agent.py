@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Generic, Literal, TypeAlias, TypeVar, cast
 
 import msgspec
 
@@ -30,7 +29,24 @@ from .llm.messages import (
 from .llm.model import Model, StreamOptions, ThinkingLevel
 from .llm.signal import AbortSignal
 from .llm.tokens import ContextUsage
-from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
+from .loop.config import (
+    LENGTH_RECOVERY_PROMPT,
+    AfterToolCall,
+    AfterToolCallResult,
+    BeforeToolCall,
+    BeforeToolCallResult,
+    ContextManager,
+    ContextRequest,
+    LoopConfig,
+    LoopContext,
+    MaybeAwaitable,
+    Middleware,
+    NextTurn,
+    Projection,
+    StopDecision,
+    StopInfo,
+    TurnInfo,
+)
 from .loop.events import AgentEvent, MessageUpdate, RunResult
 from .loop.run import RunStream, continue_loop, run_loop
 from .loop.tool import Tool
@@ -39,26 +55,28 @@ __all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
 
 log = logging.getLogger("ketch.agent")
 
+Deps = TypeVar("Deps")
+
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
 PhaseKind: TypeAlias = Literal[
-    "starting", "llm_in_flight", "step_finished", "tool_executing", "idle", "done", "cancelled", "error"
+    "starting", "llm_in_flight", "turn_finished", "tool_executing", "idle", "done", "aborted", "error"
 ]
 Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
-_TERMINAL = frozenset({"done", "cancelled", "error"})
+_TERMINAL = frozenset({"done", "aborted", "error"})
 
 
 class Phase(msgspec.Struct, frozen=True):
-    """Where the agent is: ``kind`` and the 1-based step (model call) number.
+    """Where the agent is: ``kind`` and the 1-based turn (model call) number.
 
-    ``done``, ``cancelled`` and ``error`` are terminal and stay until the next run.
+    ``done``, ``aborted`` and ``error`` are terminal and stay until the next run.
     """
 
     kind: PhaseKind
-    step: int
+    turn: int
 
     @property
     def is_terminal(self) -> bool:
-        """True for ``done``, ``cancelled`` and ``error``."""
+        """True for ``done``, ``aborted`` and ``error``."""
         return self.kind in _TERMINAL
 
 
@@ -77,13 +95,19 @@ class AgentState:
 
 
 class MessageQueue:
-    """A FIFO of queued messages drained one at a time or all at once."""
+    """A FIFO of queued messages drained one at a time or all at once.
 
-    __slots__ = ("_items", "mode")
+    The queue remembers what a run took from it until the run settles: messages the run
+    did not commit (it was aborted or stopped first) go back to the front. :meth:`clear`
+    drops both the queued messages and that record, so nothing cleared comes back.
+    """
+
+    __slots__ = ("_items", "_taken", "mode")
 
     def __init__(self, mode: QueueMode = "one_at_a_time") -> None:
         self.mode: QueueMode = mode
         self._items: deque[Message] = deque()
+        self._taken: list[Message] = []
 
     def push(self, message: Message) -> None:
         """Queue a message at the back."""
@@ -100,24 +124,35 @@ class MessageQueue:
         if self.mode == "all":
             items = list(self._items)
             self._items.clear()
-            return items
-        return [self._items.popleft()]
+        else:
+            items = [self._items.popleft()]
+        self._taken.extend(items)
+        return items
 
     def peek(self) -> list[Message]:
         """The queued messages, oldest first, without removing them."""
         return list(self._items)
 
     def clear(self) -> None:
-        """Drop every queued message."""
+        """Drop every queued message, and those a running run took but has not committed."""
         self._items.clear()
+        self._taken.clear()
+
+    def _settle(self, committed: dict[int, int]) -> None:
+        """Put back what the run took and did not commit; ``committed`` counts by identity."""
+        taken, self._taken = self._taken, []
+        back: list[Message] = []
+        for m in taken:
+            left = committed.get(id(m), 0)
+            if left:
+                committed[id(m)] = left - 1
+            else:
+                back.append(m)
+        if back:
+            self.push_front(back)
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-@functools.cache
-def _config_fields() -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(LoopConfig))
 
 
 def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
@@ -151,12 +186,13 @@ def _resolve(model: Model | str) -> Model:
     return model
 
 
-class Agent:
+class Agent(Generic[Deps]):
     """A stateful agent around the stateless loop.
 
-    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. Any other
-    keyword is a :class:`~ketch.loop.LoopConfig` field (stop controls, hooks, tool
-    execution settings) and is kept on :attr:`config`.
+    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. The other
+    keywords are the :class:`~ketch.loop.LoopConfig` fields of the same names (stop
+    controls, hooks, tool execution settings), kept on :attr:`config`; ``deps`` is your
+    own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``).
     """
 
     def __init__(
@@ -170,13 +206,54 @@ class Agent:
         options: StreamOptions | None = None,
         steering_mode: QueueMode = "one_at_a_time",
         follow_up_mode: QueueMode = "one_at_a_time",
-        **config: Any,
+        deps: Deps | None = None,
+        max_turns: int | None = None,
+        max_budget_usd: float | None = None,
+        stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = (),
+        on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None,
+        length_recoveries: int = 3,
+        length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT,
+        tool_execution: Literal["parallel", "sequential"] = "parallel",
+        max_tool_concurrency: int = 16,
+        steering_during_tools: Literal["wait", "interrupt"] = "wait",
+        max_tool_errors: int | None = None,
+        tool_timeout: float | None = None,
+        tool_abort_grace: float = 5.0,
+        transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None,
+        convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None,
+        get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None,
+        before_tool_call: Callable[[BeforeToolCall], MaybeAwaitable[BeforeToolCallResult | None]] | None = None,
+        after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None,
+        middlewares: Sequence[Middleware] = (),
+        prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
+        context_manager: ContextManager | None = None,
     ) -> None:
-        resolved = _resolve(model)
-        unknown = set(config).difference(_config_fields()) if config else None
-        if unknown:
-            raise TypeError(f"Agent() got unknown option(s): {', '.join(sorted(unknown))}")
-        self.config = LoopConfig(model=resolved, thinking=thinking, options=options or StreamOptions(), **config)
+        self.config: LoopConfig = LoopConfig(
+            model=_resolve(model),
+            thinking=thinking,
+            options=options or StreamOptions(),
+            max_turns=max_turns,
+            max_budget_usd=max_budget_usd,
+            stop_when=stop_when,
+            on_stop=on_stop,
+            length_recoveries=length_recoveries,
+            length_recovery_prompt=length_recovery_prompt,
+            tool_execution=tool_execution,
+            max_tool_concurrency=max_tool_concurrency,
+            steering_during_tools=steering_during_tools,
+            max_tool_errors=max_tool_errors,
+            tool_timeout=tool_timeout,
+            tool_abort_grace=tool_abort_grace,
+            transform_context=transform_context,
+            convert_to_llm=convert_to_llm,
+            get_api_key=get_api_key,
+            before_tool_call=before_tool_call,
+            after_tool_call=after_tool_call,
+            middlewares=middlewares,
+            prepare_next_turn=prepare_next_turn,
+            context_manager=context_manager,
+            state=deps,
+        )
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)
@@ -193,8 +270,12 @@ class Agent:
         self._error: str | None = None
         self._usage = Usage()
         self._phase = Phase("idle", 0)
-        self._inflight: list[tuple[MessageQueue, Message]] = []
         self._background: asyncio.Task[RunResult] | None = None
+
+    @property
+    def deps(self) -> Deps | None:
+        """Your object handed to tools as ``ctx.deps`` (``None`` when not given)."""
+        return cast("Deps | None", self.config.state)
 
     # -- configuration ------------------------------------------------------------------
     @property
@@ -246,7 +327,7 @@ class Agent:
 
     @property
     def phase(self) -> Phase:
-        """The current phase and step, read atomically."""
+        """The current phase and turn, read atomically."""
         return self._phase
 
     @property
@@ -280,68 +361,25 @@ class Agent:
         """Queue a message to run when the agent would otherwise stop."""
         self.follow_ups.push(UserMessage(content=message) if isinstance(message, str) else message)
 
-    def clear_steering(self) -> None:
-        """Drop queued steering messages."""
-        self.steering.clear()
-        self._inflight = [(q, m) for q, m in self._inflight if q is not self.steering]
-
-    def clear_follow_ups(self) -> None:
-        """Drop queued follow-up messages."""
-        self.follow_ups.clear()
-        self._inflight = [(q, m) for q, m in self._inflight if q is not self.follow_ups]
-
     def clear_queues(self) -> None:
-        """Drop every queued message, including ones drained by a run being aborted."""
+        """Drop every queued message, including ones taken by a run being aborted."""
         self.steering.clear()
         self.follow_ups.clear()
-        self._inflight = []
 
     def has_queued_messages(self) -> bool:
         """True when steering or follow-up messages are queued."""
         return bool(self.steering) or bool(self.follow_ups)
 
-    def _drain(self, queue: MessageQueue) -> list[Message]:
-        drained = queue.drain()
-        if drained:
-            self._inflight.extend((queue, m) for m in drained)
-        return drained
-
-    def _drain_steering(self) -> list[Message]:
-        return self._drain(self.steering)
-
-    def _drain_follow_ups(self) -> list[Message]:
-        return self._drain(self.follow_ups)
-
-    def _restore_inflight(self, committed: Sequence[Message]) -> None:
-        """Put drained messages the run did not commit back at the front of their queue.
-
-        ``committed`` is the loop's own record of what the run committed (its new
-        messages). The loop commits drained messages in the order they were drained, so
-        when the same message object was queued twice, the earlier drain is the committed
-        one.
-        """
-        inflight = self._inflight
-        if not inflight:
-            return
-        self._inflight = []
-        wanted = {id(m) for _, m in inflight}
+    def _settle_queues(self, committed: Sequence[Message]) -> None:
+        """Put queued messages the run took but did not commit back at the front of their
+        queue. ``committed`` is the loop's record of the run's new messages; the loop
+        commits taken messages in the order taken, so of two takes of one message object
+        the earlier is the committed one."""
         counts: dict[int, int] = {}
         for m in committed:
-            key = id(m)
-            if key in wanted:
-                counts[key] = counts.get(key, 0) + 1
-        for queue in (self.steering, self.follow_ups):
-            back: list[Message] = []
-            for q, m in inflight:
-                if q is not queue:
-                    continue
-                left = counts.get(id(m), 0)
-                if left:
-                    counts[id(m)] = left - 1
-                else:
-                    back.append(m)
-            if back:
-                queue.push_front(back)
+            counts[id(m)] = counts.get(id(m), 0) + 1
+        self.steering._settle(counts)
+        self.follow_ups._settle(counts)
 
     # -- running ----------------------------------------------------------------------------
     async def prompt(
@@ -356,7 +394,7 @@ class Agent:
         messages = _as_messages(input, images)
         return await self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig))
 
-    async def continue_(self) -> RunResult:
+    async def continue_loop(self) -> RunResult:
         """Continue from the transcript: after a tool result or user message, or from an
         assistant tail using queued steering, then follow-ups."""
         if self._running:
@@ -364,10 +402,10 @@ class Agent:
         if not self._messages:
             raise ValueError("Cannot continue: no messages in context")
         if isinstance(self._messages[-1], AssistantMessage):
-            queued = self._drain(self.steering)
+            queued = self.steering.drain()
             skip = True
             if not queued:
-                queued = self._drain(self.follow_ups)
+                queued = self.follow_ups.drain()
                 skip = False
             if not queued:
                 raise ValueError("Cannot continue from message role: assistant")
@@ -401,7 +439,7 @@ class Agent:
         """
         manager = self.config.context_manager
         if manager is None:
-            raise RuntimeError("compact() needs a context manager: Agent(..., context_manager=ContextManager())")
+            raise RuntimeError("compact() needs a context manager: Agent(..., context_manager=Compactor())")
         if self._running:
             raise RuntimeError("Agent is already running. Wait for completion before compacting.")
         self._running = True
@@ -466,9 +504,8 @@ class Agent:
         self._phase = Phase("starting", 0)
         config = dataclasses.replace(
             self.config,
-            get_steering_messages=self._drain_steering,
-            get_follow_up_messages=self._drain_follow_ups,
-            state=self.config.state if self.config.state is not None else self,
+            get_steering_messages=self.steering.drain,
+            get_follow_up_messages=self.follow_ups.drain,
         )
         context = self._context
         if context.messages is not self._messages:
@@ -490,19 +527,19 @@ class Agent:
         finally:
             if result is None and stream is not None:
                 await stream.aclose()
-            self._restore_inflight(stream.messages if stream is not None else ())
+            self._settle_queues(stream.messages if stream is not None else ())
             self._running = False
             self._signal = None
             self._streaming = None
             self._pending = frozenset()
-            step = self._phase.step
+            turn = self._phase.turn
             if result is None:
-                self._phase = Phase("cancelled", step)
+                self._phase = Phase("aborted", turn)
             else:
                 reason = result.end_reason
                 self._usage.add(result.usage)
-                kind: PhaseKind = "cancelled" if reason == "aborted" else "error" if reason == "error" else "done"
-                self._phase = Phase(kind, step)
+                kind: PhaseKind = "aborted" if reason == "aborted" else "error" if reason == "error" else "done"
+                self._phase = Phase(kind, turn)
             self._idle.set()
 
     async def _notify(self, event: AgentEvent) -> None:
@@ -523,19 +560,19 @@ class Agent:
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
                 self._streaming = message
-                self._phase = Phase("llm_in_flight", self._phase.step)
+                self._phase = Phase("llm_in_flight", self._phase.turn)
         elif kind == "message_end":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
                 self._streaming = None
-                self._phase = Phase("step_finished", self._phase.step)
+                self._phase = Phase("turn_finished", self._phase.turn)
                 if message.error_message and message.stop_reason == "error":
                     self._error = message.error_message
         elif kind == "turn_start":
             self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
         elif kind == "tool_execution_start":
             self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
-            self._phase = Phase("tool_executing", self._phase.step)
+            self._phase = Phase("tool_executing", self._phase.turn)
         elif kind == "tool_execution_end":
             self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
         elif kind == "retry":
@@ -546,7 +583,7 @@ class Agent:
             summary = event.summary  # type: ignore[union-attr]
             if summary.error and summary.end_reason != "aborted":
                 self._error = summary.error
-            self._phase = Phase("idle", self._phase.step)
+            self._phase = Phase("idle", self._phase.turn)
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"

@@ -14,7 +14,7 @@ from ketch.cli.config import Settings
 from ketch.cli.factory import build_agent, context_reserve
 from ketch.cli.interactive import Session
 from ketch.cli.render import EventRenderer
-from ketch.context import ContextManager, ContextSummary
+from ketch.context import Compactor, ContextSummary
 from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm.messages import UserMessage, message_text
 from ketch.llm.providers.local import LocalModel
@@ -161,7 +161,7 @@ async def test_agent_gets_a_context_manager_sized_for_its_model(tmp_path: Path) 
     scripted = ScriptedModel(["x"])
     built = build_agent(Settings(), tmp_path, approver=None, model=scripted, environ={})
     manager = built.agent.config.context_manager
-    assert isinstance(manager, ContextManager) and manager is built.context_manager
+    assert isinstance(manager, Compactor) and manager is built.context_manager
     assert (built.window, manager.window, manager.reserve) == (128_000, 128_000, 16_384)
 
     local = LocalModel("smollm2", n_ctx=2048)

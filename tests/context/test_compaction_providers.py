@@ -1,7 +1,7 @@
 """A compacted transcript continues on every wire protocol.
 
 The loop runs a tool-using conversation on each real adapter against the loopback
-server (recorded-format streams), :class:`ketch.context.ContextManager` compacts it
+server (recorded-format streams), :class:`ketch.context.Compactor` compacts it
 with a summary written by a :class:`ketch.testing.FunctionModel`, and the requests sent
 after the compaction are checked: the summary comes first as a user-side message, the
 kept messages follow with every call paired with its result, and the body passes the
@@ -37,7 +37,7 @@ from test_handoff_matrix import (
     call_ids,
 )
 
-from ketch.context import ContextManager, ContextSummary
+from ketch.context import Compactor, ContextSummary
 from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import Message, Request, StreamOptions, ToolCall, ToolResultMessage, UserMessage
 from ketch.llm.tokens import estimate_message_tokens
@@ -145,7 +145,7 @@ async def test_cut_inside_a_turn_continues(server: LoopbackServer, protocol: str
         wire.reply(rid(protocol, 5), text="All four are done.", tokens=500),
     )
     summariser_model = summariser()
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=110, summary_model=summariser_model)
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=110, summary_model=summariser_model)
     context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
     prompt = UserMessage(content="Check the weather in Paris, Oslo, Rome and Lima, one city per call.")
     stream = run_loop(prompt, context, LoopConfig(model=wire.model(server.url), context_manager=manager))
@@ -232,7 +232,7 @@ async def test_compacted_transcript_continues_on_every_protocol(server: Loopback
     follow_up = UserMessage(content=FOLLOW_UP)
     keep = sum(estimate_message_tokens(m) for m in [*context.messages[1:], follow_up])
     summariser_model = summariser()
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=keep, summary_model=summariser_model)
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=keep, summary_model=summariser_model)
     config = LoopConfig(model=b.model(server.url), context_manager=manager)
     second = await run_loop(follow_up, context, config).result()
     assert second.end_reason == "stop"
@@ -274,7 +274,7 @@ async def test_cut_at_a_user_message_continues(server: LoopbackServer, protocol:
     prompt = UserMessage(content=FOLLOW_UP)
     rome = f"Rome: {REPORT}"
     keep = estimate_message_tokens(prompt) + estimate_message_tokens(UserMessage(content=rome)) + 5
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=keep, summary_model=summariser())
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=keep, summary_model=summariser())
     outcome = await run_loop(prompt, context, LoopConfig(model=model, context_manager=manager)).result()
     assert outcome.end_reason == "stop"
     assert [m.role for m in context.messages] == ["context_summary", "user", "assistant", "tool_result", "assistant"]
@@ -311,7 +311,7 @@ async def test_compaction_after_a_context_overflow_continues(server: LoopbackSer
         json_reply(OVERFLOW_BODIES[protocol], status=400),
         wire.reply(rid(protocol, 4), text="Both done.", tokens=100),
     )
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=100, summary_model=summariser())
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=100, summary_model=summariser())
     context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
     stream = run_loop("Weather in Paris, then Oslo?", context,
                       LoopConfig(model=wire.model(server.url), context_manager=manager))

@@ -1,4 +1,4 @@
-"""The default ContextManager: strategies, cut points, summaries, triggers, breaker, no-repeat."""
+"""The default Compactor: strategies, cut points, summaries, triggers, breaker, no-repeat."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from ketch.agent import Agent
 from ketch.context import (
     CLEARED_TOOL_RESULT,
-    ContextManager,
+    Compactor,
     ContextSummary,
     clear_old_tool_results,
     find_cut,
@@ -46,7 +46,7 @@ def transcript(turns: int, out: str = "x" * 400) -> list[Message]:
     return msgs
 
 
-async def run_manage(manager: ContextManager, messages: list[Message], model: Any, reason: str = "request",
+async def run_manage(manager: Compactor, messages: list[Message], model: Any, reason: str = "request",
                      instructions: str | None = None) -> tuple[list[Any], Projection]:
     items = [i async for i in manager.manage(messages, ContextRequest(reason, model, AbortSignal(), "", instructions))]  # type: ignore[arg-type]
     assert type(items[-1]) is Projection
@@ -102,7 +102,7 @@ def test_cut_at_user_message_is_not_split() -> None:
 
 
 async def test_under_threshold_is_untouched() -> None:
-    manager = ContextManager(window=100_000)
+    manager = Compactor(window=100_000)
     msgs = transcript(3)
     events, projection = await run_manage(manager, msgs, summarizer())
     assert events == [] and projection.messages is msgs and projection.commit is None
@@ -111,7 +111,7 @@ async def test_under_threshold_is_untouched() -> None:
 
 async def test_cheap_strategy_projection_is_transient() -> None:
     msgs = transcript(20)  # ~20 * 100 tokens of tool output
-    manager = ContextManager(window=2000, reserve=500, keep_tool_results=3)
+    manager = Compactor(window=2000, reserve=500, keep_tool_results=3)
     events, projection = await run_manage(manager, msgs, summarizer())
     assert events == [] and projection.commit is None
     cleared = [m for m in projection.messages if isinstance(m, ToolResultMessage) and m.text == CLEARED_TOOL_RESULT]
@@ -123,7 +123,7 @@ async def test_cheap_strategy_projection_is_transient() -> None:
 async def test_summary_compaction_commits_summary_and_recent() -> None:
     msgs = transcript(30, out="y" * 2000)
     msgs.append(UserMessage(content=[TextContent(text="look"), ImageContent(data="aGk=")]))
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=1200)
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=1200)
     model = summarizer()
     events, projection = await run_manage(manager, msgs, model)
     assert [e.type for e in events] == ["compaction_start", "compaction_end"]
@@ -146,7 +146,7 @@ async def test_summary_compaction_commits_summary_and_recent() -> None:
 
 async def test_split_turn_gets_turn_context_and_update_uses_previous_summary() -> None:
     msgs = transcript(30, out="y" * 2000)
-    manager = ContextManager(window=4000, reserve=1000, keep_recent_tokens=1200, keep_tool_results=100)
+    manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=1200, keep_tool_results=100)
     model = summarizer()
     _, projection = await run_manage(manager, msgs, model)
     first_prompt = model.requests[0].messages[0].content[0].text  # type: ignore[attr-defined]
@@ -169,7 +169,7 @@ async def test_manual_compact_with_instructions_and_pre_compact() -> None:
         seen.append((info.reason, info.instructions))
         return "mention f9.py"
 
-    manager = ContextManager(window=100_000, keep_recent_tokens=300, pre_compact=pre)
+    manager = Compactor(window=100_000, keep_recent_tokens=300, pre_compact=pre)
     model = summarizer()
     _, projection = await run_manage(manager, msgs, model, reason="manual", instructions="focus on tests")
     assert seen == [("manual", "focus on tests")]
@@ -179,7 +179,7 @@ async def test_manual_compact_with_instructions_and_pre_compact() -> None:
 
 
 async def test_pre_compact_veto() -> None:
-    manager = ContextManager(window=100_000, keep_recent_tokens=300, pre_compact=lambda info: False)
+    manager = Compactor(window=100_000, keep_recent_tokens=300, pre_compact=lambda info: False)
     msgs = transcript(10)
     events, projection = await run_manage(manager, msgs, summarizer(), reason="manual")
     assert events == [] and projection.commit is None and manager.summary_calls == 0
@@ -187,7 +187,7 @@ async def test_pre_compact_veto() -> None:
 
 async def test_circuit_breaker_falls_back_to_cheap_strategies() -> None:
     failing = ScriptedModel([])  # every summary call fails: "no more scripted responses"
-    manager = ContextManager(window=3000, reserve=500, keep_recent_tokens=600, max_failures=3)
+    manager = Compactor(window=3000, reserve=500, keep_recent_tokens=600, max_failures=3)
     msgs = transcript(40, out="y" * 2000)
     for attempt in range(5):
         events, projection = await run_manage(manager, msgs, failing)
@@ -224,7 +224,7 @@ async def test_no_repeat_summaries_over_long_conversation() -> None:
         return "z" * 2000
 
     model = FunctionModel(respond)
-    manager = ContextManager(window=8000)
+    manager = Compactor(window=8000)
     agent = Agent(model, tools=[Tool("read", "", None, read)], context_manager=manager)
     compactions: list[Any] = []
     agent.subscribe(lambda ev: compactions.append(ev) if ev.type == "compaction_end" else None)
@@ -248,7 +248,7 @@ async def test_reactive_overflow_with_real_manager() -> None:
         return error_reply("prompt is too long", kind="context_overflow") if calls["n"] == 1 else "ok"
 
     history = transcript(12)
-    agent = Agent(FunctionModel(respond), messages=history, context_manager=ContextManager(window=1_000_000))
+    agent = Agent(FunctionModel(respond), messages=history, context_manager=Compactor(window=1_000_000))
     result = await agent.prompt("continue")
     assert result.text == "ok"
     assert isinstance(agent.messages[0], ContextSummary)

@@ -12,7 +12,7 @@ from typing import Any
 from hookkit import START, TEXT_END, bash_tool, recorded, runner, tool_turn, write_script
 
 from ketch.agent import Agent
-from ketch.context import ContextManager
+from ketch.context import Compactor
 from ketch.hooks import HookNotice, HookRunner
 from ketch.llm import ToolResultMessage
 from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
@@ -158,7 +158,7 @@ async def test_crashing_python_hooks_never_escape_a_run(tmp_path: Path) -> None:
     hooks.add("PostToolUse", lambda e: 42)
     calls: list[dict[str, Any]] = []
     model = ScriptedModel([reply(tool_call("bash", {"command": "ls"}, id="c1")), "done"])
-    manager = ContextManager(window=100_000, pre_compact=hooks.pre_compact, summary_model=FunctionModel(lambda c, o: "<summary>s</summary>"))
+    manager = Compactor(window=100_000, pre_compact=hooks.pre_compact, summary_model=FunctionModel(lambda c, o: "<summary>s</summary>"))
     agent = Agent(model, tools=[bash_tool(calls)], context_manager=manager, **hooks.agent_config())
     labels = recorded(agent)
     await hooks.session_start()

@@ -9,7 +9,7 @@ from typing import Any
 from hookkit import START, TEXT_END, py_script, read_json, read_lines, recorded, runner, write_script
 
 from ketch.agent import Agent
-from ketch.context import ContextManager
+from ketch.context import Compactor
 from ketch.hooks import HookNotice
 from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
 from ketch.loop import LoopContext, StopDecision, StopInfo
@@ -271,7 +271,7 @@ async def test_pre_compact_hooks_run_before_a_compaction(tmp_path: Path) -> None
     triggers: list[tuple[str, str]] = []
     hooks.add("PreCompact", lambda e: triggers.append((e["trigger"], e["custom_instructions"])))
     summaries = FunctionModel(lambda context, options: "<summary>## Goal\nfinish</summary>")
-    manager = ContextManager(window=100_000, keep_recent_tokens=300, pre_compact=hooks.pre_compact, summary_model=summaries)
+    manager = Compactor(window=100_000, keep_recent_tokens=300, pre_compact=hooks.pre_compact, summary_model=summaries)
     agent = Agent(ScriptedModel([]), messages=long_transcript(), context_manager=manager)
     events = recorded(agent)
     assert await agent.compact("keep the API decisions") is True

@@ -129,7 +129,7 @@ def test_token_estimates_of_tool_calls_with_lone_surrogates() -> None:
 
 
 def test_validation_messages_show_arguments_with_lone_surrogates() -> None:
-    from ketch.loop.validate import validate_arguments
+    from ketch._schema import validate_arguments
 
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     _, problem = validate_arguments("count", schema, {"n": BAD})

@@ -257,7 +257,7 @@ class Point(msgspec.Struct):
 
 
 def test_a_schema_from_the_tool_decorator_converts() -> None:
-    from ketch.tools.schema import function_schema
+    from ketch._schema import function_schema
 
     def plot(points: list[Point], label: str | None = None, style: str = "line") -> str:
         """Plot points.

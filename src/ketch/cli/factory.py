@@ -10,7 +10,7 @@ to a 135M model (:func:`embedded_system_prompt`), and after a call forced by
 Its sampling is greedy with a fixed seed (the local provider's defaults), so the same
 task in the same folder gives the same answer every time.
 
-Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.ContextManager`
+Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.Compactor`
 sized by :func:`context_window` (the model's ``context_window``: the ``context_window``
 setting when given, else the embedded model's ``n_ctx`` or the model's registry window)
 with :func:`context_reserve` tokens kept free for the answer.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import Agent
-from ..context import ContextManager, default_reserve
+from ..context import Compactor, default_reserve
 from ..hooks import HookNotice, HookRunner, HookSpec
 from ..llm.model import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
 from ..llm.tokens import ContextUsage
@@ -289,13 +289,13 @@ class _FirstCallToolChoice:
 class Built:
     """What :func:`build_agent` assembled."""
 
-    agent: Agent
+    agent: Agent[None]
     permissions: PermissionEngine
     spec: str
     spec_reason: str
     root: Path
     tool_choice: _FirstCallToolChoice | None
-    context_manager: ContextManager | None = None
+    context_manager: Compactor | None = None
     window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
 
@@ -401,7 +401,7 @@ def build_agent(
         chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
         config["prepare_next_turn"] = chooser
 
-    manager = ContextManager() if settings.compaction else None
+    manager = Compactor() if settings.compaction else None
     if manager is not None:
         config["context_manager"] = manager
 

@@ -1,6 +1,6 @@
-"""The default :class:`ContextManager`: projection, summary compaction, overflow recovery.
+"""The default context manager, :class:`Compactor`: projection, summary compaction, overflow recovery.
 
-Before every request the loop asks :meth:`ContextManager.manage`. Under the threshold
+Before every request the loop asks :meth:`Compactor.manage`. Under the threshold
 (window minus a reserve) nothing happens. Over it, cheap transient strategies run first
 (clear old tool results, trim long old text); if the request is still too large, an LLM
 writes a structured summary of the older part of the transcript, which is committed:
@@ -30,7 +30,7 @@ from .summary import (
     summary_prompt,
 )
 
-__all__ = ["ContextManager", "PreCompact", "default_reserve"]
+__all__ = ["Compactor", "PreCompact", "default_reserve"]
 
 
 def default_reserve(window: int) -> int:
@@ -77,8 +77,8 @@ class _Estimate:
         return self._total
 
 
-class ContextManager:
-    """Keeps requests inside the model's context window.
+class Compactor:
+    """The default :class:`~ketch.loop.ContextManager`: keeps requests inside the model's context window.
 
     ``window`` defaults to the model's (``model.context_window``); ``reserve`` to
     :func:`default_reserve`; ``keep_recent_tokens`` (the newest part kept verbatim by a

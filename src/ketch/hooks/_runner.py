@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from .._schema import validate_arguments
 from ..llm.messages import ImageContent, Message, TextContent, UserMessage
 from ..loop.config import (
     AfterToolCall,
@@ -29,7 +30,6 @@ from ..loop.config import (
 )
 from ..loop.events import RunResult, RunSummary
 from ..loop.tool import ToolResult
-from ..loop.validate import validate_arguments
 from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
 from ._exec import HookOutcome, merge, run_hook
 from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
@@ -109,7 +109,7 @@ class HookRunner:
     ``max_stop_continuations`` times in a row.
 
     Attach to an :class:`~ketch.agent.Agent` with ``Agent(..., **runner.agent_config())``
-    (and ``ContextManager(pre_compact=runner.pre_compact)``); send prompts through
+    (and ``Compactor(pre_compact=runner.pre_compact)``); send prompts through
     :meth:`prompt` for UserPromptSubmit. The permission engine calls :meth:`pre_tool_use`.
     """
 
@@ -479,7 +479,7 @@ class HookRunner:
         return PromptCheck(blocked, reason if blocked else None, outcome.context, outcome)
 
     async def prompt(
-        self, agent: Agent, text: str, *, images: Sequence[ImageContent] | None = None
+        self, agent: Agent[Any], text: str, *, images: Sequence[ImageContent] | None = None
     ) -> RunResult:
         """``agent.prompt(text)`` through UserPromptSubmit hooks. A blocked prompt is not
         sent: the result has no messages, ``end_reason`` ``stop_guard`` and the error

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+from .._schema import malformed_arguments_message, validate_arguments
 from ..llm.messages import AssistantMessage, ToolCall
 from ..llm.signal import AbortSignal
 from .config import (
@@ -30,7 +31,6 @@ from .config import (
     ToolCallInfo,
 )
 from .tool import Tool, ToolContext, ToolResult, to_tool_result
-from .validate import malformed_arguments_message, validate_arguments
 
 __all__ = [
     "ABORTED_TEXT",

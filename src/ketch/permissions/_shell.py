@@ -237,13 +237,8 @@ class _Lexer:
                         self.i += 2
                         continue
                     if d == "`" or d == "$":
-                        lit, body = self._dollar_or_backtick(in_quotes=True)
-                        if body is not None:
-                            inner.append(body)
-                        if lit is None:
+                        if not self._expansion(text, inner, in_quotes=True):
                             literal = False
-                            continue
-                        text.append(lit)
                         continue
                     text.append(d)
                     self.i += 1
@@ -251,13 +246,8 @@ class _Lexer:
             if c == "$" or c == "`":
                 if s.startswith("$'", self.i) or s.startswith('$"', self.i):
                     raise _Unsupported("ANSI-C or locale quoting")
-                lit, body = self._dollar_or_backtick(in_quotes=False)
-                if body is not None:
-                    inner.append(body)
-                if lit is None:
+                if not self._expansion(text, inner, in_quotes=False):
                     literal = False
-                    continue
-                text.append(lit)
                 continue
             if c == "{" and self._brace_expansion():
                 raise _Unsupported("brace expansion")
@@ -283,6 +273,17 @@ class _Lexer:
                     return "," in body or ".." in body
             j += 1
         return False
+
+    def _expansion(self, text: list[str], inner: list[str], *, in_quotes: bool) -> bool:
+        """At ``$`` or a backtick: appends its literal text to ``text`` and any substitution
+        body to ``inner``; False when it is an expansion (the word is not literal)."""
+        lit, body = self._dollar_or_backtick(in_quotes=in_quotes)
+        if body is not None:
+            inner.append(body)
+        if lit is None:
+            return False
+        text.append(lit)
+        return True
 
     def _dollar_or_backtick(self, *, in_quotes: bool) -> tuple[str | None, str | None]:
         """At ``$`` or a backtick: (literal text or None for an expansion, substitution body)."""

@@ -6,8 +6,8 @@ sharing one workspace; it is imported on first use.
 
 from typing import TYPE_CHECKING, Any
 
+from .._schema import Param
 from .decorator import FunctionTool, tool
-from .schema import Param
 
 if TYPE_CHECKING:
     from .builtins import coding_tools

@@ -406,16 +406,24 @@ class _Scanner:
             if c == '"':
                 self.i += 1
                 return
-            if c == "\\":
-                self._add(s[self.i + 1 : self.i + 2])
-                self.i += 2
-            elif c == "$":
-                self._dollar()
-            elif c == "`":
-                self._backtick()
+            if c in "\\$`":
+                self._escape_or_expansion(c, quoted=True)
             else:
                 self._add(c)
                 self.i += 1
+
+    def _escape_or_expansion(self, c: str, *, quoted: bool) -> None:
+        """At a backslash, ``$`` or backtick ``c``: take it in (outside quotes a
+        backslash-newline joins the lines)."""
+        if c == "$":
+            self._dollar()
+        elif c == "`":
+            self._backtick()
+        else:
+            escaped = self.s[self.i + 1 : self.i + 2]
+            if quoted or escaped != "\n":
+                self._add(escaped)
+            self.i += 2
 
     def _target(self) -> str:
         s = self.s
@@ -497,14 +505,8 @@ class _Scanner:
                 self.i = end + 1
             elif c == '"':
                 self._double_quoted()
-            elif c == "\\":
-                if s[self.i + 1 : self.i + 2] != "\n":
-                    self._add(s[self.i + 1 : self.i + 2])
-                self.i += 2
-            elif c == "$":
-                self._dollar()
-            elif c == "`":
-                self._backtick()
+            elif c in "\\$`":
+                self._escape_or_expansion(c, quoted=False)
             elif c == "#" and self.word is None:
                 end = s.find("\n", self.i)
                 self.i = len(s) if end == -1 else end

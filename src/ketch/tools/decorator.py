@@ -15,7 +15,7 @@
     async def fetch_url(url: str, ctx: ToolContext) -> str: ...
 
 The name defaults to the function name and the description to the docstring's first
-paragraph; the parameter schema comes from the type hints (see :mod:`ketch.tools.schema`).
+paragraph; the parameter schema comes from the type hints (built by ``ketch._schema``).
 A parameter annotated :class:`~ketch.loop.tool.ToolContext` receives the call's context
 and is not shown to the model. Sync functions run in a worker thread so they never
 block the event loop; a sync function that is still running when its call is cancelled
@@ -35,8 +35,8 @@ import types
 from collections.abc import Callable
 from typing import Any, Literal, overload
 
+from .._schema import FunctionSchema, function_schema
 from ..loop.tool import Tool, ToolContext, ToolResult, to_tool_result
-from .schema import FunctionSchema, function_schema
 
 __all__ = ["FunctionTool", "tool"]
 
@@ -73,7 +73,7 @@ class FunctionTool(Tool):
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@tool needs a function, got {fn!r}")
-        signature = function_schema(fn, description=description)
+        signature = function_schema(fn, description=description, context_type=ToolContext)
         super().__init__(
             name or signature.name,
             signature.description,

@@ -23,8 +23,8 @@ import difflib
 import os
 from typing import Any
 
-from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError, open_regular
+from ..loop.tool import ToolContext, ToolResult
+from .workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 __all__ = ["EditTool", "Match", "find_matches", "unified_diff"]
 
@@ -349,14 +349,13 @@ def _closest_line(text: str, old: str) -> str:
     return f"\nThe most similar line is line {number}: {lines[number - 1].rstrip()}"
 
 
-class EditTool(Tool):
+class EditTool(WorkspaceTool):
     """The ``edit`` tool (sequential). See the module docstring for the matching rules."""
 
-    __slots__ = ("workspace",)
+    __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("edit", _DESCRIPTION, _PARAMETERS, label="Edit", sequential=True)
-        self.workspace = workspace
+        super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, label="Edit", sequential=True)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Replace ``old_string`` with ``new_string`` in the file at ``args["path"]``."""
@@ -366,11 +365,10 @@ class EditTool(Tool):
         replace_all = args.get("replace_all", False)
         if not isinstance(old, str) or not isinstance(new, str):
             return ToolResult.error("old_string and new_string must both be strings.")
-        try:
-            path = ws.resolve(args.get("path", ""))
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(path)
+        located = self.locate(args.get("path", ""))
+        if isinstance(located, ToolResult):
+            return located
+        path, shown = located
         if old == "":
             return ToolResult.error(
                 "old_string is empty. Give the exact text to replace (to insert text, include a "

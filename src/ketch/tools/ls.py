@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError, special_kind
+from ..loop.tool import ToolContext, ToolResult
+from .workspace import Workspace, WorkspaceTool, special_kind
 
 __all__ = ["LsTool"]
 
@@ -44,24 +44,21 @@ def _list(folder: Path) -> list[str]:
     return names
 
 
-class LsTool(Tool):
+class LsTool(WorkspaceTool):
     """The ``ls`` tool (concurrency-safe). See the module docstring."""
 
-    __slots__ = ("workspace",)
+    __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """List the folder ``args.get("path")``."""
-        ws = self.workspace
         limit = args.get("limit") or 500
-        try:
-            folder = ws.resolve(args["path"]) if args.get("path") else ws.root
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(folder)
+        located = self.locate(args.get("path"), default_root=True)
+        if isinstance(located, ToolResult):
+            return located
+        folder, shown = located
         try:
             mode = os.stat(folder).st_mode
         except FileNotFoundError:

@@ -22,8 +22,8 @@ from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from ..llm.messages import ImageContent, TextContent
-from ..loop.tool import Tool, ToolContext, ToolResult
-from .workspace import Workspace, WorkspaceError, not_regular_message, open_regular
+from ..loop.tool import ToolContext, ToolResult
+from .workspace import Workspace, WorkspaceError, WorkspaceTool, not_regular_message, open_regular
 
 __all__ = ["MAX_BYTES", "MAX_LINES", "MAX_LINE_CHARS", "ReadTool", "sniff_image"]
 
@@ -157,14 +157,14 @@ def _not_found(path: Path, shown: str) -> str:
     return message
 
 
-class ReadTool(Tool):
+class ReadTool(WorkspaceTool):
     """The ``read`` tool (concurrency-safe). See the module docstring for its behaviour.
 
     Images larger than ``max_image_bytes`` and files larger than ``max_file_bytes`` are
     refused with an error suggesting other tools.
     """
 
-    __slots__ = ("max_file_bytes", "max_image_bytes", "workspace")
+    __slots__ = ("max_file_bytes", "max_image_bytes")
 
     def __init__(
         self,
@@ -173,21 +173,21 @@ class ReadTool(Tool):
         max_image_bytes: int = 5 * 1024 * 1024,
         max_file_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        super().__init__("read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False)
         self.max_image_bytes = max_image_bytes
         self.max_file_bytes = max_file_bytes
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Read the file named by ``args["path"]``."""
-        ws = self.workspace
+        located = self.locate(args.get("path", ""))
+        if isinstance(located, ToolResult):
+            return located
+        path, shown = located
         try:
-            path = ws.resolve(args.get("path", ""))
             offset = _positive_int(args, "offset") or 1
             limit = _positive_int(args, "limit") or MAX_LINES
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
-        shown = ws.display(path)
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -229,7 +229,7 @@ class ReadTool(Tool):
         else:
             result = _render(data, shown, offset, limit)
         if not result.is_error:
-            ws.record(path, data, stat)
+            self.workspace.record(path, data, stat)
             result.details["path"] = str(path)
         return result
 

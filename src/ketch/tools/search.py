@@ -30,16 +30,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
 from ..llm.signal import Aborted
-from ..loop.tool import Tool, ToolContext, ToolResult
+from ..loop.tool import ToolContext, ToolResult
 from ..sandbox import tool_environment
 from ._grep_worker import walk
 from .bash import start_process_group, untrack_process_group
-from .workspace import Workspace, WorkspaceError, special_kind
+from .workspace import Workspace, WorkspaceTool, special_kind
 
 __all__ = ["IGNORED_DIRS", "FindTool", "GrepTool", "glob_to_regex"]
 
@@ -161,6 +161,17 @@ _GREP_PARAMETERS: dict[str, Any] = {
 }
 
 
+class _Query(NamedTuple):
+    """What one grep call searches for, as both backends take it."""
+
+    pattern: str
+    base: Path
+    glob: str | None
+    context: int
+    ignore_case: bool
+    literal: bool
+
+
 class _Formatter:
     """Turns match and context records into the output text, stopping at the limits."""
 
@@ -272,7 +283,7 @@ class _Child:
             untrack_process_group(proc.pid)
 
 
-class GrepTool(Tool):
+class GrepTool(WorkspaceTool):
     """The ``grep`` tool (concurrency-safe). See the module docstring.
 
     ``ripgrep`` is the path of the ``rg`` program to use, ``False`` to always use the
@@ -282,13 +293,12 @@ class GrepTool(Tool):
     is stopped with an error; an abort of the run stops it at once.
     """
 
-    __slots__ = ("_rg", "deadline", "workspace")
+    __slots__ = ("_rg", "deadline")
 
     def __init__(
         self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
     ) -> None:
-        super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
 
@@ -308,11 +318,10 @@ class GrepTool(Tool):
         max_results = args.get("max_results") or 100
         ignore_case = bool(args.get("ignore_case"))
         literal = bool(args.get("literal"))
-        try:
-            base = ws.resolve(args["path"]) if args.get("path") else ws.root
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(base)
+        located = self.locate(args.get("path"), default_root=True)
+        if isinstance(located, ToolResult):
+            return located
+        base, shown = located
         try:
             mode = base.stat().st_mode
         except OSError:
@@ -323,14 +332,15 @@ class GrepTool(Tool):
                 f"{shown} is {kind}, not a regular file or folder; only regular files and folders can be searched."
             )
         formatter = _Formatter(ws, context, max_results)
+        query = _Query(pattern, base, glob, context, ignore_case, literal)
         rg = self._ripgrep()
         try:
             async with asyncio.timeout(self.deadline), ctx.signal.scope():
                 if rg is not None:
                     folder = base if base.is_dir() else base.parent
-                    error = await self._run_rg(rg, pattern, base, glob, context, ignore_case, literal, formatter, folder)
+                    error = await self._run_rg(rg, query, formatter, folder)
                 else:
-                    error = await self._run_python(pattern, base, glob, context, ignore_case, literal, formatter)
+                    error = await self._run_python(query, formatter)
         except TimeoutError:
             return ToolResult.error(
                 f"The search for {pattern!r} timed out after {self.deadline:g} seconds and was stopped. Use a "
@@ -346,16 +356,8 @@ class GrepTool(Tool):
             return ToolResult(content=f"No matches for {pattern!r} in {shown}{where}.", details=details)
         return ToolResult(content=formatter.text(), details=details)
 
-    async def _run_python(
-        self,
-        pattern: str,
-        base: Path,
-        glob: str | None,
-        context: int,
-        ignore_case: bool,
-        literal: bool,
-        formatter: _Formatter,
-    ) -> str | None:
+    async def _run_python(self, query: _Query, formatter: _Formatter) -> str | None:
+        pattern, base, glob, context, ignore_case, literal = query
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         source = re.escape(pattern) if literal else pattern
         try:
@@ -399,18 +401,8 @@ class GrepTool(Tool):
             return f"The Python grep fallback failed: {message[-1] if message else f'exit code {proc.returncode}'}"
         return None
 
-    async def _run_rg(
-        self,
-        rg: str,
-        pattern: str,
-        base: Path,
-        glob: str | None,
-        context: int,
-        ignore_case: bool,
-        literal: bool,
-        formatter: _Formatter,
-        folder: Path,
-    ) -> str | None:
+    async def _run_rg(self, rg: str, query: _Query, formatter: _Formatter, folder: Path) -> str | None:
+        pattern, base, glob, context, ignore_case, literal = query
         argv = [rg, "--json", "--no-config", "--hidden", "--crlf", "--sort=path", "--no-messages"]
         for name in sorted(IGNORED_DIRS):
             argv += ["--glob", f"!{name}"]
@@ -495,14 +487,13 @@ def _find_files(base: Path, pattern: str, by_mtime: bool, stop: threading.Event)
     return found
 
 
-class FindTool(Tool):
+class FindTool(WorkspaceTool):
     """The ``find`` tool (concurrency-safe). See the module docstring."""
 
-    __slots__ = ("workspace",)
+    __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
-        self.workspace = workspace
+        super().__init__(workspace, "find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """List files matching ``args["pattern"]``."""
@@ -514,11 +505,10 @@ class FindTool(Tool):
         if sort not in ("path", "mtime"):
             return ToolResult.error(f"sort must be 'path' or 'mtime', got {sort!r}.")
         limit = args.get("limit") or 200
-        try:
-            base = ws.resolve(args["path"]) if args.get("path") else ws.root
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(base)
+        located = self.locate(args.get("path"), default_root=True)
+        if isinstance(located, ToolResult):
+            return located
+        base, shown = located
         if not base.is_dir():
             try:
                 kind = special_kind(base.stat().st_mode)

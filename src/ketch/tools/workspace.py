@@ -28,6 +28,9 @@ import os
 import stat as _stat
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from ..loop.tool import Tool, ToolResult
 
 __all__ = [
     "FileRecord",
@@ -285,3 +288,30 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace(root={str(self.root)!r})"
+
+
+class WorkspaceTool(Tool):
+    """Base of the built-in tools that work on files of a :class:`Workspace` (``workspace``).
+
+    ``options`` are :class:`~ketch.loop.Tool`'s keyword arguments.
+    """
+
+    __slots__ = ("workspace",)
+
+    def __init__(
+        self, workspace: Workspace, name: str, description: str, parameters: dict[str, Any], **options: Any
+    ) -> None:
+        super().__init__(name, description, parameters, **options)
+        self.workspace = workspace
+
+    def locate(self, path: Any, *, default_root: bool = False) -> tuple[Path, str] | ToolResult:
+        """``path`` resolved in the workspace and its display form, or the error result.
+
+        With ``default_root``, a missing or empty ``path`` means the workspace root.
+        """
+        ws = self.workspace
+        try:
+            resolved = ws.resolve(path) if path or not default_root else ws.root
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        return resolved, ws.display(resolved)

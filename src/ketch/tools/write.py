@@ -14,9 +14,9 @@ import asyncio
 import os
 from typing import Any, BinaryIO
 
-from ..loop.tool import Tool, ToolContext, ToolResult
+from ..loop.tool import ToolContext, ToolResult
 from .edit import unified_diff
-from .workspace import Workspace, WorkspaceError, open_regular
+from .workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 __all__ = ["WriteTool", "count_lines"]
 
@@ -56,14 +56,13 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-class WriteTool(Tool):
+class WriteTool(WorkspaceTool):
     """The ``write`` tool (sequential). See the module docstring for its behaviour."""
 
-    __slots__ = ("workspace",)
+    __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("write", _DESCRIPTION, _PARAMETERS, label="Write", sequential=True)
-        self.workspace = workspace
+        super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, label="Write", sequential=True)
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``."""
@@ -71,11 +70,10 @@ class WriteTool(Tool):
         content = args.get("content")
         if not isinstance(content, str):
             return ToolResult.error("content must be a string with the complete file content.")
-        try:
-            path = ws.resolve(args.get("path", ""))
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        shown = ws.display(path)
+        located = self.locate(args.get("path", ""))
+        if isinstance(located, ToolResult):
+            return located
+        path, shown = located
         data = content.encode("utf-8")
         old: bytes | None = None
         try:

@@ -44,15 +44,6 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
-__all__ = [
-    "Issue",
-    "IssueKind",
-    "check_arguments",
-    "format_issues",
-    "malformed_arguments_message",
-    "validate_arguments",
-]
-
 IssueKind: TypeAlias = Literal["missing", "type", "value", "unknown"]
 PathSegment: TypeAlias = str | int
 Path: TypeAlias = tuple[PathSegment, ...]
@@ -397,29 +388,10 @@ class _Compiler:
         tests = tuple(_TYPE_TESTS[n] for n in names)
         expected = _join_names(names)
         coercible = tuple(n for n in names if n != "null")
+        # An integral float becomes an int only where "integer" is the one type allowed.
+        integral = names == ["integer"]
 
-        if len(tests) == 1:
-            test = tests[0]
-            name = names[0]
-
-            def single(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
-                if test(value):
-                    if name == "integer" and type(value) is float:
-                        return int(value)
-                    return value
-                if coerce:
-                    out = _coerce_to(value, name)
-                    if out is not _MISSING:
-                        return out
-                _issue(issues, "type", parent, key, f"expected {expected}, got {_describe(value)}")
-                return value
-
-            return single
-
-        def multi(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
-            for test in tests:
-                if test(value):
-                    return value
+        def mismatch(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
             if coerce:
                 for n in coercible:
                     out = _coerce_to(value, n)
@@ -427,6 +399,22 @@ class _Compiler:
                         return out
             _issue(issues, "type", parent, key, f"expected {expected}, got {_describe(value)}")
             return value
+
+        if len(tests) == 1:  # the common case, kept free of the loop
+            test = tests[0]
+
+            def single(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
+                if test(value):
+                    return int(value) if integral and type(value) is float else value
+                return mismatch(value, parent, key, issues, coerce)
+
+            return single
+
+        def multi(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
+            for test in tests:
+                if test(value):
+                    return value
+            return mismatch(value, parent, key, issues, coerce)
 
         return multi
 
@@ -639,16 +627,16 @@ class _Compiler:
         rest = self.compile(items_schema) if items_schema is not None else _accept
         n_prefix = len(prefix)
         has_items = bool(prefix) or rest is not _accept
+        sizes = _sizes(min_items, max_items, "have", "item")
 
         def arr(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
             t = type(value)
             if t is not list and t is not tuple:
                 return value
             n = len(value)
-            if min_items is not None and n < min_items:
-                _issue(issues, "value", parent, key, f"must have at least {_plural(min_items, 'item')}")
-            if max_items is not None and n > max_items:
-                _issue(issues, "value", parent, key, f"must have at most {_plural(max_items, 'item')}")
+            for lower, limit, message in sizes:
+                if n < limit if lower else n > limit:
+                    _issue(issues, "value", parent, key, message)
             out = value
             if has_items:
                 here = _here(parent, key)
@@ -688,15 +676,15 @@ class _Compiler:
                 pattern = re.compile(pattern_text)
             except re.error:
                 pattern = None
+        sizes = _sizes(min_len, max_len, "be", "character", " long")
 
         def string(value: Any, parent: Path, key: Any, issues: list[Issue], coerce: bool) -> Any:
             if type(value) is not str:
                 return value
             n = len(value)
-            if min_len is not None and n < min_len:
-                _issue(issues, "value", parent, key, f"must be at least {_plural(min_len, 'character')} long")
-            if max_len is not None and n > max_len:
-                _issue(issues, "value", parent, key, f"must be at most {_plural(max_len, 'character')} long")
+            for lower, limit, message in sizes:
+                if n < limit if lower else n > limit:
+                    _issue(issues, "value", parent, key, message)
             if pattern is not None and pattern.search(value) is None:
                 _issue(issues, "value", parent, key, f"must match pattern {_json(pattern_text)}")
             return value
@@ -735,6 +723,19 @@ class _Compiler:
 
 
 _sorted_encoder = msgspec.json.Encoder(order="sorted")
+
+# A length limit: (whether it is the lower one, the limit, the message when it is broken).
+_Size: TypeAlias = tuple[bool, Any, str]
+
+
+def _sizes(low: Any, high: Any, verb: str, unit: str, tail: str = "") -> tuple[_Size, ...]:
+    """``minItems``/``minLength``-style limits with their messages (``must have at least 2 items``)."""
+    sizes: list[_Size] = []
+    if low is not None:
+        sizes.append((True, low, f"must {verb} at least {_plural(low, unit)}{tail}"))
+    if high is not None:
+        sizes.append((False, high, f"must {verb} at most {_plural(high, unit)}{tail}"))
+    return tuple(sizes)
 
 
 def _bound_test(op: str, limit: float) -> Callable[[Any], bool]:

@@ -1,4 +1,8 @@
-"""Tool-argument validation and coercion: exact messages, every issue, no mutation."""
+"""Tool-argument validation and coercion: exact messages, every issue, no mutation.
+
+White-box tests of the private ``ketch._schema`` package (the validator the loop runs on
+every tool call); the loop-level behaviour is covered through ``run_loop`` in tests/loop.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ketch.loop.validate import Issue, check_arguments, malformed_arguments_message, validate_arguments
+from ketch._schema import Issue, check_arguments, malformed_arguments_message, validate_arguments
 
 WEATHER: dict[str, Any] = {
     "type": "object",

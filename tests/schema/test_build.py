@@ -1,4 +1,8 @@
-"""Schemas from type hints, docstring parsing, and conversion of JSON back to Python types."""
+"""Schemas from type hints, docstring parsing, and conversion of JSON back to Python types.
+
+White-box tests of the private ``ketch._schema`` package, which ``@tool`` (``ketch.tools``)
+builds on; ``ToolContext`` is passed as the injected ``context_type`` as the decorator does.
+"""
 
 import dataclasses
 import datetime
@@ -9,16 +13,34 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired, Optional, Required, TypedDict, Union
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    NotRequired,
+    Optional,
+    Required,
+    TypedDict,
+    TypeVar,
+    Union,
+)
 
 import annotated_types as at
 import msgspec
 import pydantic
 import pytest
 
+from ketch._schema import (
+    Docstring,
+    Param,
+    converter_for,
+    function_schema,
+    parse_docstring,
+    type_schema,
+    validate_arguments,
+)
 from ketch.loop.tool import ToolContext
-from ketch.loop.validate import validate_arguments
-from ketch.tools.schema import Docstring, Param, converter_for, function_schema, parse_docstring, type_schema
 
 
 class Color(enum.Enum):
@@ -307,7 +329,7 @@ def test_unsupported_types_raise() -> None:
     with pytest.raises(TypeError, match=r"unsupported type for a tool schema: <class 'bytes'>"):
         type_schema(bytes)
     with pytest.raises(TypeError, match="ToolContext is only allowed as a direct parameter annotation"):
-        type_schema(list[ToolContext])
+        type_schema(list[ToolContext], context_type=ToolContext)
 
 
 # --------------------------------------------------------------------------- docstrings
@@ -403,7 +425,7 @@ def weather(
 
 
 def test_function_schema() -> None:
-    fs = function_schema(weather)
+    fs = function_schema(weather, context_type=ToolContext)
     assert fs.name == "weather"
     assert fs.description == "Get the weather forecast."
     assert fs.context_param == "ctx"
@@ -527,8 +549,35 @@ def test_bind_positional_only_and_context() -> None:
     def f(ctx: ToolContext, a: int, b: int = 5, /, *, c: int = 0) -> None:
         return None
 
-    fs = function_schema(f)
+    fs = function_schema(f, context_type=ToolContext)
     assert fs.bind({"a": 1, "c": 2}, "CTX") == (["CTX", 1, 5], {"c": 2})
+
+
+T = TypeVar("T")
+
+
+class Injected(Generic[T]):
+    """A generic context class, as a deps-typed ``ToolContext[Deps]`` is."""
+
+
+def test_the_context_type_is_given_by_the_caller_and_may_be_subscripted() -> None:
+    def f(ctx: Injected[int], a: int) -> None:
+        return None
+
+    fs = function_schema(f, context_type=Injected)
+    assert fs.context_param == "ctx"
+    assert fs.parameters == {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    assert fs.bind({"a": 1}, "CTX") == ([], {"a": 1, "ctx": "CTX"})
+    with pytest.raises(TypeError, match="^Injected is only allowed as a direct parameter annotation$"):
+        type_schema(list[Injected[int]], context_type=Injected)
+    # Without a context type it is an ordinary (unsupported) annotation.
+    with pytest.raises(TypeError, match="^unsupported type for a tool schema: "):
+        function_schema(f)
 
 
 def test_plain_json_types_need_no_conversion() -> None:
@@ -569,8 +618,8 @@ def test_schema_validation_and_binding_round_trip() -> None:
 def test_pydantic_is_not_imported_for_plain_functions() -> None:
     code = (
         "import sys\n"
-        "from ketch.tools.schema import function_schema\n"
-        "from ketch.tools.decorator import tool\n"
+        "from ketch._schema import function_schema\n"
+        "from ketch.tools import tool\n"
         "def f(a: int, b: list[str] | None = None) -> str:\n"
         "    return ''\n"
         "function_schema(f)\n"
@@ -579,3 +628,19 @@ def test_pydantic_is_not_imported_for_plain_functions() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "False\n"
+
+
+def test_the_loop_loads_only_the_validator() -> None:
+    code = (
+        "import sys\n"
+        "import ketch, ketch.loop\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ketch._schema')))\n"
+        "from ketch.tools import Param\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ketch._schema')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "['ketch._schema', 'ketch._schema._validate']",
+        "['ketch._schema', 'ketch._schema._build', 'ketch._schema._docstring', 'ketch._schema._function',"
+        " 'ketch._schema._validate']",
+    ]
