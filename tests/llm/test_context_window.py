@@ -12,7 +12,7 @@ import pytest
 from ketch import Agent
 from ketch.cli.config import Settings
 from ketch.cli.factory import build_agent, context_window
-from ketch.context import ContextManager
+from ketch.context import Compactor
 from ketch.llm import FallbackModel, Model, Request, StreamOptions, get_model
 from ketch.llm.model import DEFAULT_CONTEXT_WINDOW, SettableContextWindow
 from ketch.llm.providers.local import LocalModel
@@ -56,7 +56,7 @@ async def windows(model: Model, settings: Settings, tmp_path: Path) -> list[int]
         built.agent.context_usage().window,
         Agent(model).context_usage().window,
         manager.limits(model)[0],
-        ContextManager().limits(model)[0],
+        Compactor().limits(model)[0],
         *seen,
     ]
 
