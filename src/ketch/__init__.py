@@ -42,8 +42,8 @@ from .llm import (
 )
 from .loop import (
     AgentEvent,
+    Conversation,
     LoopConfig,
-    LoopContext,
     RunError,
     RunResult,
     StopDecision,
@@ -66,10 +66,10 @@ __all__ = [
     "AgentState",
     "AssistantMessage",
     "Context",
+    "Conversation",
     "CustomMessage",
     "ImageContent",
     "LoopConfig",
-    "LoopContext",
     "Message",
     "Model",
     "ModelError",

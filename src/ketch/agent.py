@@ -30,7 +30,7 @@ from .llm.messages import (
 from .llm.model import Model, StreamOptions, ThinkingLevel
 from .llm.signal import AbortSignal
 from .llm.tokens import ContextUsage
-from .loop.config import ContextRequest, LoopConfig, LoopContext, Projection
+from .loop.config import ContextRequest, Conversation, LoopConfig, Projection
 from .loop.events import AgentEvent, MessageUpdate, RunResult
 from .loop.run import DEFAULT_WINDOW, RunStream, continue_loop, run_loop
 from .loop.tool import Tool
@@ -180,7 +180,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)
-        self._context = LoopContext(messages=self._messages)
+        self._context = Conversation(messages=self._messages)
         self.steering = MessageQueue(steering_mode)
         self.follow_ups = MessageQueue(follow_up_mode)
         self._listeners: list[Listener] = []
@@ -269,7 +269,7 @@ class Agent:
         window = getattr(info, "context_window", None) or DEFAULT_WINDOW
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = LoopContext(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages)
         return context.meter.measure(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
@@ -456,7 +456,7 @@ class Agent:
             return asyncio.run(self.prompt(input, images=images))
         raise RuntimeError("prompt_sync() cannot be used inside a running event loop; use 'await agent.prompt()'")
 
-    async def _run(self, start: Callable[[LoopConfig, LoopContext, AbortSignal], RunStream]) -> RunResult:
+    async def _run(self, start: Callable[[LoopConfig, Conversation, AbortSignal], RunStream]) -> RunResult:
         self._running = True
         self._idle.clear()
         signal = AbortSignal()
@@ -473,7 +473,7 @@ class Agent:
         )
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = LoopContext(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages)
         context.system_prompt = self.system_prompt
         context.tools = list(self.tools)
         result: RunResult | None = None

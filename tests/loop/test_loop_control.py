@@ -10,8 +10,8 @@ import pytest
 from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
 from ketch.llm.stream import MessageBuilder, StreamRetry
 from ketch.loop import (
+    Conversation,
     LoopConfig,
-    LoopContext,
     NextTurn,
     StopDecision,
     Tool,
@@ -38,7 +38,7 @@ def looping_model(n: int = 10) -> ScriptedModel:
 
 async def test_max_turns() -> None:
     model = looping_model()
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), LoopConfig(model=model, max_turns=3)).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), LoopConfig(model=model, max_turns=3)).result()
     assert result.end_reason == "max_turns"
     assert result.summary.turns == 3
     assert len(model.requests) == 3
@@ -50,7 +50,7 @@ async def test_max_budget() -> None:
     usage = Usage(input=1, output=1, total_tokens=2, cost=Cost(total=0.4))
     model = ScriptedModel([reply(tool_call("noop"), usage=usage) for _ in range(5)])
     cfg = LoopConfig(model=model, max_budget_usd=1.0)
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.end_reason == "max_budget"
     assert result.summary.turns == 3
     assert result.cost == pytest.approx(1.2)
@@ -59,7 +59,7 @@ async def test_max_budget() -> None:
 async def test_stop_when_after_tools() -> None:
     model = ScriptedModel([reply(tool_call("noop")), reply(tool_call("final")), "never"])
     cfg = LoopConfig(model=model, stop_when=[stop_after_tool("final")])
-    result = await run_loop("go", LoopContext(tools=[noop_tool(), noop_tool("final")]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool(), noop_tool("final")]), cfg).result()
     assert result.end_reason == "stop"
     assert result.summary.turns == 2
     assert isinstance(result.messages[-1], ToolResultMessage)
@@ -73,7 +73,7 @@ async def test_stop_when_predicates_or_composed_async() -> None:
 
     model = looping_model()
     cfg = LoopConfig(model=model, stop_when=[lambda t: False, after_two])
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.summary.turns == 2
 
 
@@ -86,7 +86,7 @@ async def test_on_stop_continue_then_allow() -> None:
         return decisions.pop(0)
 
     model = ScriptedModel(["first", "second"])
-    result = await run_loop("go", LoopContext(), LoopConfig(model=model, on_stop=on_stop)).result()
+    result = await run_loop("go", Conversation(), LoopConfig(model=model, on_stop=on_stop)).result()
     assert infos == [1, 2]
     assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
     assert result.messages[2].content[0].text == "check your work"  # type: ignore[attr-defined]
@@ -96,13 +96,13 @@ async def test_on_stop_continue_then_allow() -> None:
 async def test_on_stop_block_without_message_counts_as_allow() -> None:
     model = ScriptedModel(["only"])
     cfg = LoopConfig(model=model, on_stop=lambda info: StopDecision(action="continue"))
-    result = await run_loop("go", LoopContext(), cfg).result()
+    result = await run_loop("go", Conversation(), cfg).result()
     assert (result.end_reason, result.summary.turns) == ("stop", 1)
 
 
 async def test_on_stop_escalate() -> None:
     cfg = LoopConfig(model=ScriptedModel(["lazy answer"]), on_stop=lambda i: StopDecision.escalate("tests not run"))
-    result = await run_loop("go", LoopContext(), cfg).result()
+    result = await run_loop("go", Conversation(), cfg).result()
     assert (result.end_reason, result.summary.error) == ("stop_guard", "tests not run")
     with pytest.raises(Exception, match="Run ended with stop_guard: tests not run"):
         result.raise_for_error()
@@ -116,7 +116,7 @@ async def test_prepare_next_turn_switches_model_and_thinking() -> None:
         return NextTurn(model=second, thinking="high")
 
     cfg = LoopConfig(model=first, prepare_next_turn=prepare)
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.text == "from second"
     assert second.requests[0].options.thinking == "high"
 
@@ -136,7 +136,7 @@ class Queue:
 async def test_initial_steering_reaches_first_call() -> None:
     model = ScriptedModel(["ok"])
     cfg = LoopConfig(model=model, get_steering_messages=Queue(["also this"]))
-    events = await collect(run_loop("hi", LoopContext(), cfg))
+    events = await collect(run_loop("hi", Conversation(), cfg))
     assert [m.role for m in model.requests[0].messages] == ["user", "user"]
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels[:7] == [
@@ -168,7 +168,7 @@ async def test_steering_between_turns_wait_mode_finishes_batch() -> None:
     tools = [Tool("first", "", None, first, sequential=True), Tool("second", "", None, second)]
     model = ScriptedModel([reply(tool_call("first"), tool_call("second")), "ack"])
     cfg = LoopConfig(model=model, get_steering_messages=steer_q)
-    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    result = await run_loop("go", Conversation(tools=tools), cfg).result()
     assert ran == ["first", "second"]
     assert [m.role for m in result.messages] == [
         "user", "assistant", "tool_result", "tool_result", "user", "assistant",
@@ -207,7 +207,7 @@ async def test_steering_interrupt_mode_skips_and_cancels() -> None:
         [reply(tool_call("long", id="l"), tool_call("quick", id="q"), tool_call("later", id="z")), "ok"]
     )
     cfg = LoopConfig(model=model, get_steering_messages=steer_q, steering_during_tools="interrupt")
-    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    result = await run_loop("go", Conversation(tools=tools), cfg).result()
     assert cancelled == ["long"]
     results = [(m.tool_call_id, m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)]
     assert results == [
@@ -222,7 +222,7 @@ async def test_follow_ups_when_model_would_stop() -> None:
     model = ScriptedModel(["one", "two", "three"])
     follow = Queue(["next"], ["and another"])
     cfg = LoopConfig(model=model, get_follow_up_messages=follow)
-    events = await collect(run_loop("hi", LoopContext(), cfg))
+    events = await collect(run_loop("hi", Conversation(), cfg))
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
@@ -238,7 +238,7 @@ async def test_follow_ups_when_model_would_stop() -> None:
 async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
     signal = AbortSignal()
     model = ScriptedModel([reply("partial answer", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model), signal)
     events = []
     async for ev in stream:
         events.append(ev)
@@ -255,7 +255,7 @@ async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
 async def test_abort_from_another_task_while_waiting(no_leaked_tasks: None) -> None:
     signal = AbortSignal()
     model = ScriptedModel([reply("abc", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model), signal)
     streamed = asyncio.Event()
 
     async def consume() -> Any:
@@ -293,7 +293,7 @@ async def test_abort_mid_tool_closes_calls(no_leaked_tasks: None) -> None:
 
     tools = [Tool("hang", "", None, hang), Tool("trigger", "", None, trigger), Tool("after", "", None, hang, sequential=True)]
     model = ScriptedModel([reply(tool_call("hang", id="h"), tool_call("trigger", id="t"), tool_call("after", id="a"))])
-    stream = run_loop("go", LoopContext(tools=tools), LoopConfig(model=model), signal)
+    stream = run_loop("go", Conversation(tools=tools), LoopConfig(model=model), signal)
     events = await collect(stream)
     result = await stream.result()
     assert result.end_reason == "aborted"
@@ -330,7 +330,7 @@ async def test_abort_of_a_lone_call_that_cannot_report_progress(no_leaked_tasks:
 
     assert hang.reports_progress is False
     model = ScriptedModel([reply(tool_call("hang", id="h")), "unused"])
-    stream = run_loop("go", LoopContext(tools=[hang]), LoopConfig(model=model), signal)
+    stream = run_loop("go", Conversation(tools=[hang]), LoopConfig(model=model), signal)
 
     async def abort_when_started() -> None:
         await started.wait()
@@ -371,7 +371,7 @@ async def test_a_lone_call_that_swallows_the_abort_leaves_no_cancellation_behind
 
     aborter = asyncio.create_task(abort_when_started())
     model = ScriptedModel([reply(tool_call("stubborn", id="s")), "unused"])
-    result = await run_loop("go", LoopContext(tools=[stubborn]), LoopConfig(model=model), signal).result()
+    result = await run_loop("go", Conversation(tools=[stubborn]), LoopConfig(model=model), signal).result()
     await aborter
     assert (result.end_reason, result.messages[-1].text) == ("aborted", "kept going")  # type: ignore[attr-defined]
     task = asyncio.current_task()
@@ -400,7 +400,7 @@ async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() 
 
     async def consume() -> list[Any]:
         runner.append(asyncio.current_task())
-        return await collect(run_loop("go", LoopContext(tools=[where, where_with_progress]), LoopConfig(model=model)))
+        return await collect(run_loop("go", Conversation(tools=[where, where_with_progress]), LoopConfig(model=model)))
 
     events = await consume()
     assert seen[0] is runner[0]
@@ -412,7 +412,7 @@ async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() 
 async def test_pre_aborted_signal() -> None:
     signal = AbortSignal()
     signal.abort()
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel(["x"])), signal).result()
+    result = await run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["x"])), signal).result()
     last = result.messages[-1]
     assert isinstance(last, AssistantMessage)
     assert (last.stop_reason, last.content) == ("aborted", [])
@@ -421,7 +421,7 @@ async def test_pre_aborted_signal() -> None:
 async def test_external_cancellation_emits_agent_end_and_propagates(no_leaked_tasks: None) -> None:
     events: list[str] = []
     model = ScriptedModel([reply("abc", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model))
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model))
     streamed = asyncio.Event()
 
     async def consume() -> None:
@@ -462,7 +462,7 @@ async def test_retry_events_are_forwarded() -> None:
             yield b.text_end(ev.index)
             yield b.done()
 
-    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=FlakyModel())))  # type: ignore[arg-type]
+    events = await collect(run_loop("hi", Conversation(), LoopConfig(model=FlakyModel())))  # type: ignore[arg-type]
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
@@ -483,7 +483,7 @@ async def test_broken_model_stream_raising_becomes_error() -> None:
             raise RuntimeError("adapter bug")
             yield  # pragma: no cover
 
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=Broken())).result()  # type: ignore[arg-type]
+    result = await run_loop("hi", Conversation(), LoopConfig(model=Broken())).result()  # type: ignore[arg-type]
     assert (result.end_reason, result.summary.error) == ("error", "RuntimeError: adapter bug")
 
 
@@ -499,7 +499,7 @@ async def test_model_stream_raising_mid_message_keeps_the_partial_message() -> N
             yield b.text_delta("half", ev.index)
             raise RuntimeError("adapter bug")
 
-    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=Breaks())))  # type: ignore[arg-type]
+    events = await collect(run_loop("hi", Conversation(), LoopConfig(model=Breaks())))  # type: ignore[arg-type]
     assert [describe(e) for e in events] == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
         "message_start:assistant", "message_update", "message_update",
@@ -525,13 +525,13 @@ async def test_stream_without_terminal_event_is_error() -> None:
             b = MessageBuilder()
             yield b.start()
 
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=Truncated())).result()  # type: ignore[arg-type]
+    result = await run_loop("hi", Conversation(), LoopConfig(model=Truncated())).result()  # type: ignore[arg-type]
     assert (result.end_reason, result.summary.error) == ("error", "stream ended without a terminal event")
 
 
 async def test_interrupted_response_is_told_to_model() -> None:
     signal = AbortSignal()
-    ctx = LoopContext()
+    ctx = Conversation()
     model = ScriptedModel([reply("half an ans", hang=True), "sorry, continuing"])
     stream = run_loop("hi", ctx, LoopConfig(model=model), signal)
     async for ev in stream:
@@ -577,7 +577,7 @@ async def test_function_model_sees_repaired_transcript() -> None:
         UserMessage(content="a"),
         AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
     ]
-    await run_loop("b", LoopContext(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
+    await run_loop("b", Conversation(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
     assert seen == [["user", "assistant", "tool_result", "user"]]
 
 
@@ -593,7 +593,7 @@ async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> N
 
     for extra in ({}, {"get_api_key": lambda provider: None}):
         NoKey.calls = 0
-        stream = run_loop("hi", LoopContext(), LoopConfig(model=NoKey(), **extra))  # type: ignore[arg-type]
+        stream = run_loop("hi", Conversation(), LoopConfig(model=NoKey(), **extra))  # type: ignore[arg-type]
         events = await collect(stream)
         result = await stream.result()
         assert [describe(e) for e in events] == [

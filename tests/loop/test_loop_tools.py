@@ -9,8 +9,8 @@ from ketch.llm import ToolResultMessage
 from ketch.loop import (
     AfterToolCallResult,
     BeforeToolCallResult,
+    Conversation,
     LoopConfig,
-    LoopContext,
     Tool,
     ToolResult,
     run_loop,
@@ -47,7 +47,7 @@ async def test_sequential_config_runs_one_at_a_time() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", {"k": "1"}), tool_call("a", {"k": "2"})), "done"])
     cfg = LoopConfig(model=model, tool_execution="sequential")
-    await run_loop("go", LoopContext(tools=[rec.tool("a")]), cfg).result()
+    await run_loop("go", Conversation(tools=[rec.tool("a")]), cfg).result()
     assert rec.log == ["start 1", "end 1", "start 2", "end 2"]
 
 
@@ -63,7 +63,7 @@ async def test_parallel_runs_concurrently() -> None:
 
     tools = [rec.tool("a", wait=True), Tool("rel", "", None, releaser)]
     model = ScriptedModel([reply(tool_call("a", {"k": "1"}), tool_call("rel")), "done"])
-    await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert rec.log == ["start 1", "release", "end 1"]
 
 
@@ -86,7 +86,7 @@ async def test_barrier_tool_blocks_everything_behind_it() -> None:
     model = ScriptedModel(
         [reply(tool_call("safe", {"k": "1"}), tool_call("barrier"), tool_call("safe", {"k": "2"})), "done"]
     )
-    await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert order == ["safe 1", "barrier start", "barrier end", "safe 2"]
     del rec
 
@@ -103,7 +103,7 @@ async def test_sequential_decided_per_call() -> None:
     schema = {"type": "object", "properties": {"k": {"type": "string"}}}
     t = Tool("m", "", schema, maybe, sequential=lambda a: a.get("k") == "w")
     model = ScriptedModel([reply(tool_call("m", {"k": "r1"}), tool_call("m", {"k": "r2"}), tool_call("m", {"k": "w"})), "ok"])
-    await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     assert order == ["start r1", "start r2", "end r1", "end r2", "start w", "end w"]
 
 
@@ -122,7 +122,7 @@ async def test_concurrency_limit() -> None:
 
     t = Tool("w", "", None, work)
     model = ScriptedModel([reply(*[tool_call("w") for _ in range(6)]), "ok"])
-    await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, max_tool_concurrency=2)).result()
+    await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, max_tool_concurrency=2)).result()
     assert peak == 2
 
 
@@ -130,7 +130,7 @@ async def test_terminate_all_stops_after_batch() -> None:
     rec = Recorder()
     t = rec.tool("fin", result=ToolResult(content="final", terminate=True))
     model = ScriptedModel([reply(tool_call("fin"), tool_call("fin"))])
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     assert result.end_reason == "stop"
     assert result.summary.turns == 1
     model.assert_complete()
@@ -140,7 +140,7 @@ async def test_terminate_needs_every_result() -> None:
     rec = Recorder()
     tools = [rec.tool("fin", result=ToolResult(content="final", terminate=True)), rec.tool("other")]
     model = ScriptedModel([reply(tool_call("fin"), tool_call("other")), "after"])
-    result = await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert result.summary.turns == 2
     assert result.text == "after"
 
@@ -157,7 +157,7 @@ async def test_terminate_still_runs_follow_ups() -> None:
 
     model = ScriptedModel([reply(tool_call("fin")), "answered follow-up"])
     cfg = LoopConfig(model=model, get_follow_up_messages=follow_ups)
-    result = await run_loop("go", LoopContext(tools=[t]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[t]), cfg).result()
     assert result.text == "answered follow-up"
     assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "user", "assistant"]
 
@@ -165,7 +165,7 @@ async def test_terminate_still_runs_follow_ups() -> None:
 async def test_length_stop_with_tool_calls_runs_none() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c1"), stop_reason="length"), "retry"])
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
     assert rec.log == []
     assert results_of(result.messages) == [
         (
@@ -180,7 +180,7 @@ async def test_length_stop_with_tool_calls_runs_none() -> None:
 
 async def test_length_recovery_injects_continue_at_most_three_times() -> None:
     model = ScriptedModel([reply("part", stop_reason="length") for _ in range(4)])
-    result = await run_loop("go", LoopContext(), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(), LoopConfig(model=model)).result()
     assert result.summary.turns == 4
     injected = [m.content[0].text for m in result.messages[1:] if m.role == "user"]  # type: ignore[attr-defined]
     assert injected == [LoopConfig.__dataclass_fields__["length_recovery_prompt"].default] * 3
@@ -193,7 +193,7 @@ async def test_circuit_breaker() -> None:
 
     t = Tool("bad", "", None, bad)
     model = ScriptedModel([reply(tool_call("bad")) for _ in range(3)] + ["giving up"])
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, max_tool_errors=2)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, max_tool_errors=2)).result()
     assert [r[1] for r in results_of(result.messages)] == [
         "nope",
         "nope",
@@ -220,7 +220,7 @@ async def test_before_tool_call_blocks_and_rewrites() -> None:
     model = ScriptedModel(
         [reply(tool_call("e", {"k": "deny"}, id="a"), tool_call("e", {"k": "why"}, id="b"), tool_call("e", {"k": "x"}, id="c")), "ok"]
     )
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, before_tool_call=before)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, before_tool_call=before)).result()
     assert results_of(result.messages) == [
         ("a", "Tool execution was blocked", True),
         ("b", "not allowed here", True),
@@ -239,7 +239,7 @@ async def test_after_tool_call_overrides_per_field() -> None:
 
     model = ScriptedModel([reply(tool_call("t", id="c")), "ok"])
     cfg = LoopConfig(model=model, after_tool_call=after)
-    result = await run_loop("go", LoopContext(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
     assert (tr.text, tr.is_error, tr.details) == ("changed", True, {"d": 1})
@@ -262,7 +262,7 @@ async def test_hook_exceptions_become_error_results() -> None:
             before(call)
 
     cfg = LoopConfig(model=model, before_tool_call=before_once, after_tool_call=after)
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), cfg).result()
     assert results_of(result.messages) == [("c", "before broke", True), ("d", "after broke", True)]
     assert result.text == "ok"
 
@@ -285,7 +285,7 @@ async def test_middlewares_wrap_outermost_first() -> None:
 
     model = ScriptedModel([reply(tool_call("t", {})), "ok"])
     cfg = LoopConfig(model=model, middlewares=[mw("outer"), mw("inner")])
-    await run_loop("go", LoopContext(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
     assert order == ["outer in", "inner in", "tool ['inner', 'outer']", "inner out", "outer out"]
 
 
@@ -296,14 +296,14 @@ async def test_tool_timeout() -> None:
 
     model = ScriptedModel([reply(tool_call("h", id="c")), "ok"])
     tool = Tool("h", "", None, hang, timeout=0.01)
-    result = await run_loop("go", LoopContext(tools=[tool]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[tool]), LoopConfig(model=model)).result()
     assert results_of(result.messages) == [("c", 'Tool "h" timed out after 0.01s', True)]
 
 
 async def test_malformed_arguments() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c", raw='{"k": "x')), "ok"])
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
     (tr,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
     assert tr.is_error
     assert tr.text.startswith('Tool "a" received malformed JSON arguments: ')
@@ -314,7 +314,7 @@ async def test_malformed_arguments() -> None:
 async def test_tool_events_have_durations_and_ids() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c9")), "ok"])
-    events = await collect(run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)))
+    events = await collect(run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)))
     (end,) = [e for e in events if e.type == "tool_execution_end"]
     assert (end.tool_call_id, end.tool_name, end.is_error) == ("c9", "a", False)
     assert end.duration >= 0
@@ -338,7 +338,7 @@ async def test_schema_validation_errors_reach_the_model() -> None:
         [reply(tool_call("weather", {"days": "abc", "citty": "Paris"}, id="a"),
                tool_call("weather", {"days": "3", "city": "Oslo"}, id="b")), "ok"]
     )
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     (bad, good) = results_of(result.messages)
     assert bad == (
         "a",

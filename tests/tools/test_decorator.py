@@ -11,7 +11,7 @@ import pytest
 
 from ketch.llm import ImageContent, TextContent, ToolResultMessage
 from ketch.llm.signal import AbortSignal
-from ketch.loop import LoopConfig, LoopContext, run_loop
+from ketch.loop import Conversation, LoopConfig, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
 from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools.decorator import FunctionTool, tool
@@ -303,7 +303,7 @@ async def test_through_the_loop_arguments_are_validated_coerced_and_converted() 
             "done",
         ]
     )
-    result = await run_loop("go", LoopContext(tools=[weather]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[weather]), LoopConfig(model=model)).result()
     tool_results = [(m.tool_call_id, m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)]
     assert calls == [(Place(city="Oslo"), 3, Unit.C)]
     assert tool_results == [

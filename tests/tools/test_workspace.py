@@ -11,7 +11,7 @@ import pytest
 
 from ketch.llm import ToolResultMessage
 from ketch.llm.signal import AbortSignal
-from ketch.loop import LoopConfig, LoopContext, run_loop
+from ketch.loop import Conversation, LoopConfig, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
 from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools.builtins import coding_tools
@@ -238,7 +238,7 @@ async def test_the_tools_work_through_the_loop(root: Path) -> None:
             "done",
         ]
     )
-    context = LoopContext(tools=coding_tools(root))
+    context = Conversation(tools=coding_tools(root))
     await run_loop("go", context, LoopConfig(model=model)).result()
     results = [(m.text, m.is_error) for m in context.messages if isinstance(m, ToolResultMessage)]
     assert results[:3] == [("     1\thello", False), ("f.txt", False), ("f.txt", False)]

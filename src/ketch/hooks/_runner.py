@@ -256,7 +256,7 @@ class HookRunner:
 
     def stop_requested(self, info: TurnInfo) -> bool:
         """A ``stop_when`` predicate: True (once) after a tool hook said ``"continue": false``."""
-        key = id(info.context)
+        key = id(info.conversation)
         if key not in self._stops:
             return False
         del self._stops[key]
@@ -278,7 +278,7 @@ class HookRunner:
         if outcome.context:
             self._tool_context[call.tool_call.id] = outcome.context
         if outcome.stop:
-            self._request_stop(call.context, outcome.stop_reason)
+            self._request_stop(call.conversation, outcome.stop_reason)
         if outcome.decision is None and outcome.updated_input is None and not outcome.stop:
             return None
         return HookVerdict(
@@ -373,7 +373,7 @@ class HookRunner:
                 data["tool_response"] = response
             outcome = await self.fire(event, data)
             if outcome.stop:
-                self._request_stop(info.context, outcome.stop_reason)
+                self._request_stop(info.conversation, outcome.stop_reason)
             if outcome.blocked:
                 additions.append(FEEDBACK_TEXT.format(event=event, text=outcome.reason))
             if outcome.context:
@@ -411,7 +411,7 @@ class HookRunner:
     async def _stop(self, event: HookEvent, info: StopInfo, extra: dict[str, Any]) -> StopDecision | None:
         if not self.has(event):
             return None
-        continued = self._continuations(info.context.messages)
+        continued = self._continuations(info.conversation.messages)
         data = {"stop_hook_active": continued > 0, "last_assistant_message": info.message.text, **extra}
         outcome = await self.fire(event, data)
         if outcome.stop or not outcome.blocked:

@@ -28,8 +28,8 @@ __all__ = [
     "BeforeToolCallResult",
     "ContextManager",
     "ContextRequest",
+    "Conversation",
     "LoopConfig",
-    "LoopContext",
     "Middleware",
     "NextTurn",
     "Projection",
@@ -50,11 +50,12 @@ LENGTH_RECOVERY_PROMPT = (
 
 
 @dataclass(slots=True)
-class LoopContext:
-    """What the loop works on. ``messages`` is appended to in place as messages commit.
+class Conversation:
+    """What the loop works on: the system prompt, the transcript and the tools.
 
-    Reuse one context across runs on the same transcript: it keeps the model's view of
-    the history up to date incrementally.
+    ``messages`` is appended to in place as messages commit. Reuse one conversation
+    across runs on the same transcript: it keeps the model's view of the history
+    (``view``) and the window accounting (``meter``) up to date incrementally.
     """
 
     system_prompt: str = ""
@@ -72,7 +73,7 @@ class ToolCallInfo:
     tool: Tool
     args: dict[str, Any]
     assistant_message: AssistantMessage
-    context: LoopContext
+    conversation: Conversation
     signal: AbortSignal
 
 
@@ -105,7 +106,7 @@ class AfterToolCall:
     args: dict[str, Any]
     result: ToolResult
     assistant_message: AssistantMessage
-    context: LoopContext
+    conversation: Conversation
 
 
 class AfterToolCallResult(msgspec.Struct, kw_only=True):
@@ -124,7 +125,7 @@ class TurnInfo:
     turn: int
     message: AssistantMessage
     tool_results: list[ToolResultMessage]
-    context: LoopContext
+    conversation: Conversation
     new_messages: list[Message]
     usage: Usage
 
@@ -148,7 +149,7 @@ class StopInfo:
 
     turn: int
     message: AssistantMessage
-    context: LoopContext
+    conversation: Conversation
 
 
 class StopDecision(msgspec.Struct, kw_only=True):

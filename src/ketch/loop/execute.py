@@ -25,8 +25,8 @@ from .config import (
     AfterToolCall,
     AfterToolCallResult,
     BeforeToolCallResult,
+    Conversation,
     LoopConfig,
-    LoopContext,
     ToolCallInfo,
 )
 from .tool import Tool, ToolContext, ToolResult, to_tool_result
@@ -117,14 +117,14 @@ class ToolRunner:
         call: ToolCall,
         tools: dict[str, Tool],
         assistant: AssistantMessage,
-        context: LoopContext,
+        conversation: Conversation,
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
     ) -> CallOutcome:
         """Run one call through the whole pipeline. Never raises (except cancellation)."""
         started = time.monotonic()
         notes: list[Any] = []
-        result, failure = await self._pipeline(call, tools, assistant, context, signal, report, notes)
+        result, failure = await self._pipeline(call, tools, assistant, conversation, signal, report, notes)
         return CallOutcome(call, result, time.monotonic() - started, failure, notes[0] if notes else None)
 
     async def _pipeline(
@@ -132,7 +132,7 @@ class ToolRunner:
         call: ToolCall,
         tools: dict[str, Tool],
         assistant: AssistantMessage,
-        context: LoopContext,
+        conversation: Conversation,
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
         notes: list[Any],
@@ -156,7 +156,7 @@ class ToolRunner:
             if problem is not None:
                 return ToolResult.error(problem), True
             if cfg.before_tool_call is not None:
-                info = ToolCallInfo(call, tool, args, assistant, context, signal)
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
                 verdict: BeforeToolCallResult | None = await _maybe_await(cfg.before_tool_call(info))
                 if verdict is not None:
                     if verdict.note is not None:
@@ -172,7 +172,7 @@ class ToolRunner:
             return ToolResult.error(_exc_text(exc)), True
 
         try:
-            result = await self._execute(tool, call, args, assistant, context, signal, report)
+            result = await self._execute(tool, call, args, assistant, conversation, signal, report)
             failure = result.is_error
         except TimeoutError:
             timeout = tool.timeout if tool.timeout is not None else cfg.tool_timeout
@@ -182,7 +182,7 @@ class ToolRunner:
 
         if cfg.after_tool_call is not None:
             try:
-                after = AfterToolCall(call, tool, args, result, assistant, context)
+                after = AfterToolCall(call, tool, args, result, assistant, conversation)
                 override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(after))
             except Exception as exc:
                 return ToolResult.error(_exc_text(exc)), True
@@ -201,7 +201,7 @@ class ToolRunner:
         call: ToolCall,
         args: dict[str, Any],
         assistant: AssistantMessage,
-        context: LoopContext,
+        conversation: Conversation,
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
     ) -> ToolResult:
@@ -210,7 +210,7 @@ class ToolRunner:
             tool_name=tool.name,
             signal=signal,
             report=report,
-            messages=context.messages,
+            messages=conversation.messages,
             assistant_message=assistant,
             state=self.config.state,
         )
@@ -221,7 +221,7 @@ class ToolRunner:
         run: Callable[[dict[str, Any]], Awaitable[ToolResult]] = innermost
         middlewares = self.config.middlewares
         if middlewares:
-            info = ToolCallInfo(call, tool, args, assistant, context, signal)
+            info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
             for mw in reversed(middlewares):
                 run = _wrap(mw, info, run)
         timeout = tool.timeout if tool.timeout is not None else self.config.tool_timeout

@@ -40,7 +40,7 @@ from ..llm.stream import (
     ToolCallStart,
 )
 from ..llm.tokens import ContextUsage
-from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
+from .config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
     AgentEvent,
@@ -149,35 +149,35 @@ def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
 
 def run_loop(
     prompts: str | Message | Sequence[Message],
-    context: LoopContext,
+    conversation: Conversation,
     config: LoopConfig,
     signal: AbortSignal | None = None,
 ) -> RunStream:
-    """Start a run with new prompt messages. ``context.messages`` is appended to in place."""
-    run = _Run(context, config, signal)
+    """Start a run with new prompt messages. ``conversation.messages`` is appended to in place."""
+    run = _Run(conversation, config, signal)
     return RunStream(run, run.events(_as_messages(prompts)))
 
 
-def continue_loop(context: LoopContext, config: LoopConfig, signal: AbortSignal | None = None) -> RunStream:
+def continue_loop(conversation: Conversation, config: LoopConfig, signal: AbortSignal | None = None) -> RunStream:
     """Continue from the current transcript without new prompts (e.g. after a retryable error).
 
     Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
     message.
     """
-    if not context.messages:
+    if not conversation.messages:
         raise ValueError("Cannot continue: no messages in context")
-    last = context.messages[-1]
+    last = conversation.messages[-1]
     if isinstance(last, AssistantMessage):
         raise ValueError("Cannot continue from message role: assistant")
-    run = _Run(context, config, signal)
+    run = _Run(conversation, config, signal)
     return RunStream(run, run.events(None))
 
 
 class _Run:
     """State of one run. Only :meth:`events` is used from outside."""
 
-    def __init__(self, context: LoopContext, config: LoopConfig, signal: AbortSignal | None) -> None:
-        self.ctx = context
+    def __init__(self, conversation: Conversation, config: LoopConfig, signal: AbortSignal | None) -> None:
+        self.ctx = conversation
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()
         self.model = config.model
@@ -188,7 +188,7 @@ class _Run:
         self.result: RunResult | None = None
         self.runner = ToolRunner(config)
         self.turn = 0
-        self._set_tools(context.tools)
+        self._set_tools(conversation.tools)
         self.assistant: AssistantMessage | None = None
         self.stream: AsyncIterator[StreamEvent] | None = None
         self.batch: list[CallOutcome] = []
