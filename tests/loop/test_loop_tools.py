@@ -12,6 +12,7 @@ from ketch.loop import (
     Conversation,
     LoopConfig,
     Tool,
+    ToolCallInfo,
     ToolResult,
     run_loop,
 )
@@ -233,8 +234,8 @@ async def test_after_tool_call_overrides_per_field() -> None:
     async def t_run(args: dict[str, Any], ctx: Any) -> ToolResult:
         return ToolResult(content="orig", details={"d": 1})
 
-    def after(info: Any) -> AfterToolCallResult:
-        assert info.result.text == "orig"
+    def after(call: ToolCallInfo, result: ToolResult) -> AfterToolCallResult:
+        assert (call.tool_call.id, call.args, result.text) == ("c", {}, "orig")
         return AfterToolCallResult(content="changed", is_error=True)
 
     model = ScriptedModel([reply(tool_call("t", id="c")), "ok"])
@@ -249,7 +250,7 @@ async def test_hook_exceptions_become_error_results() -> None:
     def before(call: Any) -> None:
         raise ValueError("before broke")
 
-    def after(info: Any) -> None:
+    def after(call: Any, result: Any) -> None:
         raise ValueError("after broke")
 
     rec = Recorder()

@@ -19,7 +19,6 @@ import msgspec
 
 from ..llm.messages import ImageContent, Message, TextContent, UserMessage
 from ..loop.config import (
-    AfterToolCall,
     AfterToolCallResult,
     BeforeToolCallResult,
     StopDecision,
@@ -347,11 +346,10 @@ class HookRunner:
                     return result  # type: ignore[no-any-return]
         return BeforeToolCallResult(args=info.args) if updated else None
 
-    async def after_tool_call(self, info: AfterToolCall) -> AfterToolCallResult | None:
+    async def after_tool_call(self, info: ToolCallInfo, result: ToolResult) -> AfterToolCallResult | None:
         """``after_tool_call``: PostToolUse (PostToolUseFailure for an error result).
         A block (exit 2 or ``decision: block``) adds its reason to the result the model
         reads; additional context (also a PreToolUse hook's) is added after it."""
-        result = info.result
         additions: list[str] = []
         earlier = self._tool_context.pop(info.tool_call.id, None)
         if earlier:

@@ -1,9 +1,7 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
 from .config import (
-    AfterToolCall,
     AfterToolCallResult,
-    BeforeToolCall,
     BeforeToolCallResult,
     ContextManager,
     ContextRequest,
@@ -42,12 +40,10 @@ from .run import RunStream, continue_loop, run_loop
 from .tool import Tool, ToolContext, ToolResult
 
 __all__ = [
-    "AfterToolCall",
     "AfterToolCallResult",
     "AgentEnd",
     "AgentEvent",
     "AgentStart",
-    "BeforeToolCall",
     "BeforeToolCallResult",
     "CompactionEnd",
     "CompactionStart",

@@ -22,9 +22,7 @@ from .tool import Tool, ToolResult
 
 __all__ = [
     "LENGTH_RECOVERY_PROMPT",
-    "AfterToolCall",
     "AfterToolCallResult",
-    "BeforeToolCall",
     "BeforeToolCallResult",
     "ContextManager",
     "ContextRequest",
@@ -67,7 +65,11 @@ class Conversation:
 
 @dataclass(slots=True, frozen=True)
 class ToolCallInfo:
-    """One tool call as hooks and middlewares see it."""
+    """One tool call as hooks and middlewares see it.
+
+    ``before_tool_call`` gets it with the validated ``args`` about to be executed;
+    ``after_tool_call`` gets it (with the arguments the tool ran with) and the result.
+    """
 
     tool_call: ToolCall
     tool: Tool
@@ -75,10 +77,6 @@ class ToolCallInfo:
     assistant_message: AssistantMessage
     conversation: Conversation
     signal: AbortSignal
-
-
-BeforeToolCall: TypeAlias = ToolCallInfo
-"""Argument of ``before_tool_call``: the validated ``args`` about to be executed."""
 
 
 class BeforeToolCallResult(msgspec.Struct, kw_only=True):
@@ -95,18 +93,6 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     args: dict[str, Any] | None = None
     terminate: bool = False
     note: Any = None
-
-
-@dataclass(slots=True, frozen=True)
-class AfterToolCall:
-    """Argument of ``after_tool_call``: the call and its result before any override."""
-
-    tool_call: ToolCall
-    tool: Tool
-    args: dict[str, Any]
-    result: ToolResult
-    assistant_message: AssistantMessage
-    conversation: Conversation
 
 
 class AfterToolCallResult(msgspec.Struct, kw_only=True):
@@ -269,8 +255,8 @@ class LoopConfig:
     get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None
     get_steering_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
     get_follow_up_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
-    before_tool_call: Callable[[BeforeToolCall], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
-    after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None
+    before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
+    after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None
     middlewares: Sequence[Middleware] = ()
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None

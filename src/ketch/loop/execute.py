@@ -22,7 +22,6 @@ from typing import Any, Literal
 from ..llm.messages import AssistantMessage, ToolCall
 from ..llm.signal import AbortSignal
 from .config import (
-    AfterToolCall,
     AfterToolCallResult,
     BeforeToolCallResult,
     Conversation,
@@ -182,8 +181,8 @@ class ToolRunner:
 
         if cfg.after_tool_call is not None:
             try:
-                after = AfterToolCall(call, tool, args, result, assistant, conversation)
-                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(after))
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(info, result))
             except Exception as exc:
                 return ToolResult.error(_exc_text(exc)), True
             if override is not None:
