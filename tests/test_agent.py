@@ -319,16 +319,23 @@ async def test_abort_mid_tool_no_leaks(no_leaked_tasks: None) -> None:
     assert agent.state.pending_tool_calls == frozenset()
 
 
-async def test_tools_see_the_agent_through_their_context() -> None:
+async def test_tools_see_the_agents_deps_through_their_context() -> None:
     seen: list[Any] = []
 
-    async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
-        seen.append((ctx.state, ctx.call_id, ctx.tool_name, len(ctx.messages)))
+    async def inspect_deps(args: dict[str, Any], ctx: Any) -> str:
+        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, len(ctx.messages)))
         return "ok"
 
-    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)])
+    deps = {"db": "handle"}
+    tools = [Tool("i", "", None, inspect_deps)]
+    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=tools, deps=deps)
     await agent.prompt("go")
-    assert seen == [(agent, "c1", "i", 2)]
+    assert seen == [(deps, "c1", "i", 2)]
+
+    seen.clear()
+    plain = Agent(ScriptedModel([reply(tool_call("i", id="c2")), "done"]), tools=tools)
+    await plain.prompt("go")
+    assert seen == [(None, "c2", "i", 2)]  # no deps given: None, not the agent
 
 
 async def test_structured_result_parse() -> None:

@@ -456,7 +456,7 @@ class Agent:
             return asyncio.run(self.prompt(input, images=images))
         raise RuntimeError("prompt_sync() cannot be used inside a running event loop; use 'await agent.prompt()'")
 
-    async def _run(self, start: Callable[[LoopConfig, Conversation, AbortSignal], RunStream]) -> RunResult:
+    async def _run(self, start: Callable[[LoopConfig[Any], Conversation, AbortSignal], RunStream]) -> RunResult:
         self._running = True
         self._idle.clear()
         signal = AbortSignal()
@@ -469,7 +469,6 @@ class Agent:
             self.config,
             get_steering_messages=self._drain_steering,
             get_follow_up_messages=self._drain_follow_ups,
-            state=self.config.state if self.config.state is not None else self,
         )
         context = self._context
         if context.messages is not self._messages:

@@ -13,6 +13,7 @@ from ketch.loop import (
     LoopConfig,
     Tool,
     ToolCallInfo,
+    ToolContext,
     ToolResult,
     run_loop,
 )
@@ -353,3 +354,26 @@ async def test_schema_validation_errors_reach_the_model() -> None:
     )
     assert good == ("b", "sunny", False)
     assert rec.log == ["{'days': 3, 'city': 'Oslo'}"]
+
+
+async def test_tools_get_the_configs_deps_typed() -> None:
+    class Deps:
+        def __init__(self, user: str) -> None:
+            self.user = user
+
+    seen: list[Any] = []
+
+    async def whoami(args: dict[str, Any], ctx: ToolContext[Deps]) -> str:
+        seen.append(ctx.deps)
+        return ctx.deps.user
+
+    deps = Deps("ada")
+    cfg = LoopConfig[Deps](model=ScriptedModel([reply(tool_call("w", id="c")), "ok"]), deps=deps)
+    result = await run_loop("go", Conversation(tools=[Tool("w", "", None, whoami)]), cfg).result()
+    assert results_of(result.messages) == [("c", "ada", False)]
+    assert seen == [deps]
+
+    seen.clear()
+    plain = LoopConfig(model=ScriptedModel([reply(tool_call("w", id="d")), "ok"]))
+    await run_loop("go", Conversation(tools=[Tool("w", "", None, lambda a, ctx: seen.append(ctx.deps))]), plain).result()
+    assert seen == [None]

@@ -183,6 +183,24 @@ async def test_context_parameter_receives_the_context_and_is_hidden() -> None:
     assert reports == ["step 0", "step 1"]
 
 
+async def test_parametrised_context_annotation_receives_the_deps() -> None:
+    class Deps:
+        user = "ada"
+
+    @tool
+    async def whoami(greeting: str, ctx: ToolContext[Deps]) -> str:
+        return f"{greeting}, {ctx.deps.user}"
+
+    assert whoami.parameters == {
+        "type": "object",
+        "properties": {"greeting": {"type": "string"}},
+        "required": ["greeting"],
+        "additionalProperties": False,
+    }
+    ctx = ToolContext(call_id="call_1", tool_name="whoami", signal=AbortSignal(), deps=Deps())
+    assert (await whoami.execute({"greeting": "hi"}, ctx)).text == "hi, ada"
+
+
 async def test_optional_context_annotation_in_a_sync_tool() -> None:
     @tool
     def named(ctx: ToolContext | None = None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -18,7 +18,7 @@ from ..llm.model import Model, StreamOptions, ThinkingLevel
 from ..llm.signal import AbortSignal
 from ..llm.tokens import ContextMeter
 from .repair import LLMView
-from .tool import Tool, ToolResult
+from .tool import Deps, Tool, ToolResult
 
 __all__ = [
     "LENGTH_RECOVERY_PROMPT",
@@ -214,8 +214,12 @@ Middleware: TypeAlias = Callable[
 
 
 @dataclass(slots=True, kw_only=True)
-class LoopConfig:
+class LoopConfig(Generic[Deps]):
     """How the loop runs. Only ``model`` is required.
+
+    ``deps`` is the application's own object (a database handle, the current user,
+    settings), handed to every tool call as ``ToolContext.deps``; ``None`` unless given.
+    Type it by parametrising: ``LoopConfig[MyDeps](model=..., deps=MyDeps(...))``.
 
     Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
     ``stop_when`` predicates after each turn's tools (any true ends the run),
@@ -261,7 +265,7 @@ class LoopConfig:
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
     skip_initial_steering_poll: bool = False
-    state: Any = None
+    deps: Deps = None  # type: ignore[assignment]  # None unless given
 
 
 def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:

@@ -85,7 +85,7 @@ class ToolRunner:
 
     __slots__ = ("_failures", "config")
 
-    def __init__(self, config: LoopConfig) -> None:
+    def __init__(self, config: LoopConfig[Any]) -> None:
         self.config = config
         self._failures: dict[str, int] = {}
 
@@ -211,7 +211,7 @@ class ToolRunner:
             report=report,
             messages=conversation.messages,
             assistant_message=assistant,
-            state=self.config.state,
+            deps=self.config.deps,
         )
 
         async def innermost(final_args: dict[str, Any]) -> ToolResult:

@@ -150,7 +150,7 @@ def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
 def run_loop(
     prompts: str | Message | Sequence[Message],
     conversation: Conversation,
-    config: LoopConfig,
+    config: LoopConfig[Any],
     signal: AbortSignal | None = None,
 ) -> RunStream:
     """Start a run with new prompt messages. ``conversation.messages`` is appended to in place."""
@@ -158,7 +158,7 @@ def run_loop(
     return RunStream(run, run.events(_as_messages(prompts)))
 
 
-def continue_loop(conversation: Conversation, config: LoopConfig, signal: AbortSignal | None = None) -> RunStream:
+def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None = None) -> RunStream:
     """Continue from the current transcript without new prompts (e.g. after a retryable error).
 
     Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
@@ -176,7 +176,7 @@ def continue_loop(conversation: Conversation, config: LoopConfig, signal: AbortS
 class _Run:
     """State of one run. Only :meth:`events` is used from outside."""
 
-    def __init__(self, conversation: Conversation, config: LoopConfig, signal: AbortSignal | None) -> None:
+    def __init__(self, conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None) -> None:
         self.ctx = conversation
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -32,6 +32,7 @@ from ..llm.model import ToolSpec
 from ..llm.signal import AbortSignal
 
 __all__ = [
+    "Deps",
     "ExecuteFn",
     "Tool",
     "ToolContext",
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 ResultContent: TypeAlias = list[TextContent | ImageContent]
+
+Deps = TypeVar("Deps")
+"""The type of the application's dependencies (``LoopConfig.deps``, ``ToolContext.deps``)."""
 
 
 class ToolResult(msgspec.Struct, kw_only=True):
@@ -78,15 +82,17 @@ class ToolResult(msgspec.Struct, kw_only=True):
         return cls(content=[TextContent(text=message)], details=details, is_error=True)
 
 
-class ToolContext:
+class ToolContext(Generic[Deps]):
     """What a running tool may use besides its arguments.
 
     ``signal`` is aborted when the run is aborted or the call is cancelled;
     ``report(partial)`` emits a ``tool_execution_update`` event with a partial result
-    or progress value; ``messages`` is the transcript as the model saw it.
+    or progress value; ``messages`` is the transcript as the model saw it; ``deps`` is
+    the run's ``LoopConfig.deps`` (the application's dependencies: a database handle,
+    the current user; ``None`` unless given). Annotate it as ``ToolContext[MyDeps]``.
     """
 
-    __slots__ = ("_report", "assistant_message", "call_id", "messages", "signal", "state", "tool_name")
+    __slots__ = ("_report", "assistant_message", "call_id", "deps", "messages", "signal", "tool_name")
 
     def __init__(
         self,
@@ -97,14 +103,14 @@ class ToolContext:
         report: Callable[[Any], Awaitable[None]] | None = None,
         messages: Sequence[Message] = (),
         assistant_message: AssistantMessage | None = None,
-        state: Any = None,
+        deps: Deps = None,  # type: ignore[assignment]  # None unless the run has deps
     ) -> None:
         self.call_id = call_id
         self.tool_name = tool_name
         self.signal = signal
         self.messages = messages
         self.assistant_message = assistant_message
-        self.state = state
+        self.deps = deps
         self._report = report
 
     async def report(self, partial: Any) -> None:
@@ -116,7 +122,7 @@ class ToolContext:
         return f"ToolContext(call_id={self.call_id!r}, tool_name={self.tool_name!r})"
 
 
-ExecuteFn: TypeAlias = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+ExecuteFn: TypeAlias = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]
 
 
 class Tool:
@@ -165,7 +171,7 @@ class Tool:
         self.strict = strict
         self.reports_progress = reports_progress
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""
         if self._execute is None:
             raise NotImplementedError(f"Tool {self.name!r} has no execute function")

@@ -91,7 +91,7 @@ class FunctionTool(Tool):
         self.signature = signature
         self._is_async = _is_async_callable(fn)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Convert ``args``, call the function (sync ones in a thread), return its result."""
         positional, keywords = self.signature.bind(args, ctx)
         if self._is_async:

@@ -358,7 +358,7 @@ class EditTool(Tool):
         super().__init__("edit", _DESCRIPTION, _PARAMETERS, label="Edit", sequential=True)
         self.workspace = workspace
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Replace ``old_string`` with ``new_string`` in the file at ``args["path"]``."""
         ws = self.workspace
         old = args.get("old_string")

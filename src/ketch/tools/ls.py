@@ -53,7 +53,7 @@ class LsTool(Tool):
         super().__init__("ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
         self.workspace = workspace
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """List the folder ``args.get("path")``."""
         ws = self.workspace
         limit = args.get("limit") or 500

@@ -178,7 +178,7 @@ class ReadTool(Tool):
         self.max_image_bytes = max_image_bytes
         self.max_file_bytes = max_file_bytes
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Read the file named by ``args["path"]``."""
         ws = self.workspace
         try:

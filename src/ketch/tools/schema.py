@@ -879,6 +879,7 @@ def _is_context_annotation(tp: Any) -> bool:
     if _is_union(base):
         arms = [a for a in typing.get_args(base) if a is not _NONE_TYPE]
         return len(arms) == 1 and _is_context_annotation(arms[0])
+    base = typing.get_origin(base) or base  # ToolContext[Deps]
     return isinstance(base, type) and issubclass(base, ToolContext)
 
 

@@ -101,7 +101,7 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("(?s:" + _translate(pattern) + r")\Z")
 
 
-async def _in_thread(fn: Callable[[threading.Event], _T], ctx: ToolContext) -> _T:
+async def _in_thread(fn: Callable[[threading.Event], _T], ctx: ToolContext[Any]) -> _T:
     """Run ``fn(stop)`` in a worker thread; ``stop`` is set on abort or cancellation."""
     stop = threading.Event()
     remove = ctx.signal.add_callback(stop.set)
@@ -297,7 +297,7 @@ class GrepTool(Tool):
             self._rg = shutil.which("rg") or False
         return self._rg or None
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Search for ``args["pattern"]``."""
         ws = self.workspace
         pattern = args.get("pattern")
@@ -504,7 +504,7 @@ class FindTool(Tool):
         super().__init__("find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
         self.workspace = workspace
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """List files matching ``args["pattern"]``."""
         ws = self.workspace
         pattern = args.get("pattern")

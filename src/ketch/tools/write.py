@@ -65,7 +65,7 @@ class WriteTool(Tool):
         super().__init__("write", _DESCRIPTION, _PARAMETERS, label="Write", sequential=True)
         self.workspace = workspace
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``."""
         ws = self.workspace
         content = args.get("content")
