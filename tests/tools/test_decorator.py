@@ -77,6 +77,7 @@ def test_bare_decorator_builds_a_tool() -> None:
     }
     assert forecast.spec.name == "forecast"
     assert forecast.sequential is False
+    assert forecast.read_only is False
     assert forecast.interrupt == "block"
     assert forecast.timeout is None
     assert forecast.label is None
@@ -92,7 +93,13 @@ def test_decorator_options() -> None:
     def pick(args: dict[str, Any]) -> bool:
         return bool(args.get("write"))
 
-    @tool(name="shell", description="Run a command.", sequential=pick, interrupt="cancel", timeout=5.0, label="Shell", strict=True)
+    def reads(args: dict[str, Any]) -> bool:
+        return not args.get("write")
+
+    @tool(
+        name="shell", description="Run a command.", sequential=pick, read_only=reads,
+        interrupt="cancel", timeout=5.0, label="Shell", strict=True,
+    )
     async def run_command(command: str, write: bool = False) -> str:
         """Docstring that the explicit description replaces."""
         return command
@@ -105,6 +112,8 @@ def test_decorator_options() -> None:
     assert run_command.strict is True
     assert run_command.is_sequential({"command": "ls", "write": True}) is True
     assert run_command.is_sequential({"command": "ls"}) is False
+    assert run_command.is_read_only({"command": "ls", "write": True}) is False
+    assert run_command.is_read_only({"command": "ls"}) is True
 
 
 async def test_execute_converts_arguments_and_returns_a_result() -> None:

@@ -180,6 +180,9 @@ def test_coding_tools_names_and_concurrency_declarations(root: Path) -> None:
     assert by_name["bash"].is_sequential({"command": "git status && ls -la"}) is False
     assert by_name["bash"].is_sequential({"command": "rm -rf build"}) is True
     assert by_name["bash"].is_sequential({"command": "cat a > b"}) is True
+    # what permissions read: only the file readers declare themselves read-only
+    assert [t.name for t in tools if t.is_read_only({})] == ["read", "grep", "find", "ls"]
+    assert by_name["bash"].is_read_only({"command": "git status"}) is False
 
 
 def test_coding_tools_read_only_leaves_out_mutating_tools(root: Path) -> None:

@@ -5,6 +5,10 @@ A tool is a name, a description, a JSON schema for its arguments and an async
 
 - ``sequential``: the tool is not concurrency-safe; it runs alone, and nothing after it
   in the batch starts before it ends. A callable decides per call from the arguments.
+  This is scheduling only; it says nothing about what the call changes.
+- ``read_only``: the call changes nothing (no files, no processes, no remote state), so
+  a permission policy may let it run without asking. A callable decides per call from
+  the arguments. Default False: a tool that does not say is assumed to change things.
 - ``interrupt``: ``"cancel"`` lets steering cancel a running call (in the loop's
   ``"interrupt"`` steering mode); ``"block"`` (default) lets it finish.
 - ``timeout``: seconds before the call is cancelled and reported as timed out.
@@ -136,6 +140,7 @@ class Tool:
         "name",
         "parameters",
         "prepare_arguments",
+        "read_only",
         "reports_progress",
         "sequential",
         "strict",
@@ -151,6 +156,7 @@ class Tool:
         *,
         label: str | None = None,
         sequential: bool | Callable[[dict[str, Any]], bool] = False,
+        read_only: bool | Callable[[dict[str, Any]], bool] = False,
         interrupt: Literal["block", "cancel"] = "block",
         timeout: float | None = None,
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -165,6 +171,7 @@ class Tool:
         self._execute = execute
         self.label = label
         self.sequential = sequential
+        self.read_only = read_only
         self.interrupt = interrupt
         self.timeout = timeout
         self.prepare_arguments = prepare_arguments
@@ -184,6 +191,11 @@ class Tool:
         """Whether this call must run alone (not concurrency-safe)."""
         seq = self.sequential
         return seq(args) if callable(seq) else bool(seq)
+
+    def is_read_only(self, args: dict[str, Any]) -> bool:
+        """Whether this call changes nothing (``read_only``, decided for ``args``)."""
+        ro = self.read_only
+        return ro(args) if callable(ro) else bool(ro)
 
     @property
     def spec(self) -> ToolSpec:

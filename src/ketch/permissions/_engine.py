@@ -282,7 +282,7 @@ class PermissionEngine:
         if name in self.edit_tools:
             return "edit"
         try:
-            return "other" if tool.is_sequential(args) else "read"
+            return "read" if tool.is_read_only(args) else "other"
         except Exception:
             return "other"
 

@@ -50,7 +50,7 @@ class LsTool(Tool):
     __slots__ = ("workspace",)
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
+        super().__init__("ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False, read_only=True)
         self.workspace = workspace
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:

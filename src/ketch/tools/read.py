@@ -173,7 +173,7 @@ class ReadTool(Tool):
         max_image_bytes: int = 5 * 1024 * 1024,
         max_file_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        super().__init__("read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False)
+        super().__init__("read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False, read_only=True)
         self.workspace = workspace
         self.max_image_bytes = max_image_bytes
         self.max_file_bytes = max_file_bytes

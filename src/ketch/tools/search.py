@@ -287,7 +287,7 @@ class GrepTool(Tool):
     def __init__(
         self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
     ) -> None:
-        super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
+        super().__init__("grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False, read_only=True)
         self.workspace = workspace
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
@@ -501,7 +501,7 @@ class FindTool(Tool):
     __slots__ = ("workspace",)
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__("find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
+        super().__init__("find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False, read_only=True)
         self.workspace = workspace
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
