@@ -18,6 +18,7 @@ from ketch.permissions import (
     HookVerdict,
     PermissionEngine,
     PermissionRequest,
+    SandboxedTool,
     Verdict,
     args_digest,
 )
@@ -403,3 +404,16 @@ async def test_decisions_are_on_the_run_result(tmp_path: Path) -> None:
         ("w1", "write", engine.decisions[1]),
     ]
     assert [(d.decided_by, d.outcome) for d in engine.decisions] == [("mode plan", "allow"), ("mode plan", "deny")]
+
+
+def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
+    from ketch.tools.bash import BashTool
+    from ketch.tools.workspace import Workspace
+
+    bash = BashTool(Workspace(tmp_path), unsandboxed_reason="no sandbox here")
+    assert isinstance(bash, SandboxedTool) and bash.sandboxed is False
+    assert isinstance(_Bash([], True), SandboxedTool)
+    assert not isinstance(Tool("bash"), SandboxedTool)  # says nothing: never judged sandboxed
+    engine = PermissionEngine("plan", root=tmp_path)
+    assert engine.check(Tool("bash"), {"command": "ls"}).outcome == "deny"
+    assert engine.check(_Bash([], True), {"command": "ls"}) == Verdict("allow", "mode plan")

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
 
@@ -36,6 +36,7 @@ __all__ = [
     "PermissionMode",
     "PermissionRequest",
     "PreToolUseHook",
+    "SandboxedTool",
     "Verdict",
     "args_digest",
     "parse_mode",
@@ -81,6 +82,19 @@ class PreToolUseHook(Protocol):
 
     async def pre_tool_use(self, call: ToolCallInfo) -> HookVerdict | None:
         """The verdict for ``call``, or None for no opinion."""
+        ...
+
+
+@runtime_checkable
+class SandboxedTool(Protocol):
+    """A tool that says whether its commands run inside an OS sandbox (the bash tool does).
+
+    ``accept_edits`` and ``plan`` let a sandboxed bash call run without asking.
+    """
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run sandboxed."""
         ...
 
 
@@ -368,7 +382,7 @@ class PermissionEngine:
         source = f"mode {mode}"
         if kind == "read" or mode == "bypass":
             return Verdict("allow", source)
-        sandboxed = kind == "bash" and bool(getattr(tool, "sandboxed", False))
+        sandboxed = kind == "bash" and isinstance(tool, SandboxedTool) and tool.sandboxed
         if mode == "plan":
             if sandboxed:
                 return Verdict("allow", source)
