@@ -108,6 +108,13 @@ async def test_on_stop_escalate() -> None:
         result.raise_for_error()
 
 
+async def test_on_stop_escalate_without_a_reason() -> None:
+    assert StopDecision.escalate() == StopDecision(action="escalate")
+    cfg = LoopConfig(model=ScriptedModel(["lazy answer"]), on_stop=lambda i: StopDecision.escalate())
+    result = await run_loop("go", Conversation(), cfg).result()
+    assert (result.end_reason, result.summary.error) == ("stop_guard", "on_stop escalated")
+
+
 async def test_prepare_next_turn_switches_model_and_thinking() -> None:
     second = ScriptedModel(["from second"], id="second")
     first = ScriptedModel([reply(tool_call("noop"))], id="first")

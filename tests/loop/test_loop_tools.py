@@ -231,6 +231,63 @@ async def test_before_tool_call_blocks_and_rewrites() -> None:
     assert seen == [{"k": "rewritten"}]
 
 
+async def test_before_tool_call_constructors() -> None:
+    assert BeforeToolCallResult.blocked() == BeforeToolCallResult(block=True)
+    assert BeforeToolCallResult.blocked("no", stop=True) == BeforeToolCallResult(block=True, reason="no", stop=True)
+    assert BeforeToolCallResult.with_args({"k": 1}) == BeforeToolCallResult(args={"k": 1})
+
+    async def echo(args: dict[str, Any], ctx: Any) -> str:
+        return f"ran {args['k']}"
+
+    def before(call: ToolCallInfo) -> BeforeToolCallResult:
+        if call.tool_call.id == "a":
+            return BeforeToolCallResult.blocked()
+        return BeforeToolCallResult.with_args({"k": "rewritten"})
+
+    schema = {"type": "object", "properties": {"k": {"type": "string"}}}
+    model = ScriptedModel([reply(tool_call("e", {"k": "x"}, id="a"), tool_call("e", {"k": "y"}, id="b")), "ok"])
+    cfg = LoopConfig(model=model, before_tool_call=before)
+    result = await run_loop("go", Conversation(tools=[Tool("e", "", schema, echo)]), cfg).result()
+    assert results_of(result.messages) == [("a", "Tool execution was blocked", True), ("b", "ran rewritten", False)]
+
+
+async def test_blocked_with_stop_ends_the_run_after_the_batch() -> None:
+    """A block with ``stop`` ends the run after this batch even though the batch's other
+    call ran and returned normally (a tool result's ``terminate`` needs every result)."""
+    rec = Recorder()
+
+    def before(call: ToolCallInfo) -> BeforeToolCallResult | None:
+        return BeforeToolCallResult.blocked("stopped by policy", stop=True) if call.tool_call.id == "b" else None
+
+    model = ScriptedModel([reply(tool_call("a", id="a"), tool_call("a", id="b")), "never requested"])
+    cfg = LoopConfig(model=model, before_tool_call=before)
+    events = await collect(run_loop("go", Conversation(tools=[rec.tool("a")]), cfg))
+    end = events[-1]
+    assert end.type == "agent_end"
+    assert (end.summary.end_reason, end.summary.turns) == ("stop", 1)
+    assert results_of(end.messages) == [("a", "a ok", False), ("b", "stopped by policy", True)]
+    assert [e.type for e in events[-3:]] == ["message_end", "turn_end", "agent_end"]
+    assert len(model.requests) == 1
+
+
+async def test_after_tool_call_none_details_clears_and_unset_keeps() -> None:
+    async def t_run(args: dict[str, Any], ctx: Any) -> ToolResult:
+        return ToolResult(content="orig", details={"d": 1})
+
+    def after(call: ToolCallInfo, result: ToolResult) -> AfterToolCallResult:
+        if call.tool_call.id == "clear":
+            return AfterToolCallResult(details=None)
+        if call.tool_call.id == "swap":
+            return AfterToolCallResult(details={"d": 2})
+        return AfterToolCallResult(content="kept details")
+
+    model = ScriptedModel([reply(tool_call("t", id="clear"), tool_call("t", id="swap"), tool_call("t", id="keep")), "ok"])
+    cfg = LoopConfig(model=model, after_tool_call=after)
+    result = await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    got = [(m.tool_call_id, m.text, m.details) for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert got == [("clear", "orig", None), ("swap", "orig", {"d": 2}), ("keep", "kept details", {"d": 1})]
+
+
 async def test_after_tool_call_overrides_per_field() -> None:
     async def t_run(args: dict[str, Any], ctx: Any) -> ToolResult:
         return ToolResult(content="orig", details={"d": 1})

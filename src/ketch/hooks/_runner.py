@@ -318,22 +318,20 @@ class HookRunner:
             reason = verdict.reason or "no reason given"
             if verdict.stop:
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(
-                    block=True, reason=STOPPED_TEXT.format(reason=verdict.stop_reason or reason)
-                )
+                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason))
             if verdict.decision == "deny":
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(block=True, reason=DENIED_TEXT.format(reason=reason))
+                return BeforeToolCallResult.blocked(DENIED_TEXT.format(reason=reason))
             if verdict.updated_input is not None:
                 args, problem = validate_arguments(info.tool.name, info.tool.parameters, verdict.updated_input)
                 if problem is not None:
                     self._tool_context.pop(call_id, None)
-                    return BeforeToolCallResult(block=True, reason=f"A PreToolUse hook's updatedInput is invalid: {problem}")
+                    return BeforeToolCallResult.blocked(f"A PreToolUse hook's updatedInput is invalid: {problem}")
                 info = dataclasses.replace(info, args=args)
                 updated = True
             if verdict.decision == "ask" and then is None:
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(block=True, reason=NO_APPROVER_TEXT.format(reason=reason))
+                return BeforeToolCallResult.blocked(NO_APPROVER_TEXT.format(reason=reason))
         if then is not None:
             result = then(info)
             if inspect.isawaitable(result):
@@ -344,7 +342,7 @@ class HookRunner:
                     return result  # type: ignore[no-any-return]
                 if result.args is not None:
                     return result  # type: ignore[no-any-return]
-        return BeforeToolCallResult(args=info.args) if updated else None
+        return BeforeToolCallResult.with_args(info.args) if updated else None
 
     async def after_tool_call(self, info: ToolCallInfo, result: ToolResult) -> AfterToolCallResult | None:
         """``after_tool_call``: PostToolUse (PostToolUseFailure for an error result).

@@ -82,24 +82,36 @@ class ToolCallInfo:
 class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     """``block`` the call (with ``reason``), or replace its arguments with ``args``.
 
-    ``terminate`` (with ``block``) asks the loop to stop after this batch, like a tool
-    result's ``terminate``; ``note`` is anything worth reporting about the decision (a
-    permission decision, say): the loop emits it as a ``tool_call_note`` event just before
-    the call's ``tool_execution_end``.
+    Build with :meth:`blocked` or :meth:`with_args`. ``stop`` (with ``block``) ends the
+    run after this batch, whatever the batch's other calls returned; ``note`` is anything
+    worth reporting about the decision (a permission decision, say): the loop emits it as
+    a ``tool_call_note`` event just before the call's ``tool_execution_end``.
     """
 
     block: bool = False
     reason: str | None = None
     args: dict[str, Any] | None = None
-    terminate: bool = False
+    stop: bool = False
     note: Any = None
+
+    @classmethod
+    def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:
+        """Do not run the call: its result is an error with ``reason`` (a generic text
+        when None). ``stop`` also ends the run after this batch."""
+        return cls(block=True, reason=reason, stop=stop, note=note)
+
+    @classmethod
+    def with_args(cls, args: dict[str, Any], *, note: Any = None) -> BeforeToolCallResult:
+        """Run the call with ``args`` instead of the model's arguments."""
+        return cls(args=args, note=note)
 
 
 class AfterToolCallResult(msgspec.Struct, kw_only=True):
-    """Per-field overrides of a tool result; ``None`` keeps the original field."""
+    """Per-field overrides of a tool result; ``None`` keeps the original field, except
+    for ``details``, where leaving it unset keeps the original and ``None`` clears it."""
 
     content: list[Any] | str | None = None
-    details: Any = None
+    details: Any = msgspec.UNSET
     is_error: bool | None = None
     terminate: bool | None = None
 
@@ -160,8 +172,9 @@ class StopDecision(msgspec.Struct, kw_only=True):
         return cls(action="continue", message=message)
 
     @classmethod
-    def escalate(cls, reason: str) -> StopDecision:
-        """End the run as an error (``stop_guard``) with ``reason``."""
+    def escalate(cls, reason: str | None = None) -> StopDecision:
+        """End the run as an error (``stop_guard``) with ``reason`` (``"on_stop escalated"``
+        when None)."""
         return cls(action="escalate", reason=reason)
 
     def injected(self) -> Message | None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import msgspec
+
 from ..llm.messages import AssistantMessage, ToolCall
 from ..llm.signal import AbortSignal
 from .config import (
@@ -66,18 +68,26 @@ def _exc_text(exc: BaseException) -> str:
 
 
 class CallOutcome:
-    """A finished call: its result, whether it counts as a failure, and its duration."""
+    """A finished call: its result, whether it counts as a failure, and its duration;
+    ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop)."""
 
-    __slots__ = ("call", "counts_as_failure", "duration", "note", "result")
+    __slots__ = ("call", "counts_as_failure", "duration", "note", "result", "stop")
 
     def __init__(
-        self, call: ToolCall, result: ToolResult, duration: float, counts_as_failure: bool, note: Any = None
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        duration: float,
+        counts_as_failure: bool,
+        note: Any = None,
+        stop: bool = False,
     ) -> None:
         self.call = call
         self.result = result
         self.duration = duration
         self.counts_as_failure = counts_as_failure
-        self.note = note  # what ``before_tool_call`` reported (BeforeToolCallResult.note)
+        self.note = note
+        self.stop = stop
 
 
 class ToolRunner:
@@ -122,9 +132,11 @@ class ToolRunner:
     ) -> CallOutcome:
         """Run one call through the whole pipeline. Never raises (except cancellation)."""
         started = time.monotonic()
-        notes: list[Any] = []
-        result, failure = await self._pipeline(call, tools, assistant, conversation, signal, report, notes)
-        return CallOutcome(call, result, time.monotonic() - started, failure, notes[0] if notes else None)
+        result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
+        duration = time.monotonic() - started
+        if verdict is None:
+            return CallOutcome(call, result, duration, failure)
+        return CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
 
     async def _pipeline(
         self,
@@ -134,65 +146,63 @@ class ToolRunner:
         conversation: Conversation,
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
-        notes: list[Any],
-    ) -> tuple[ToolResult, bool]:
+    ) -> tuple[ToolResult, bool, BeforeToolCallResult | None]:
+        """The call's result, whether it counts as a failure, and the ``before_tool_call``
+        verdict (None when there was none)."""
         cfg = self.config
         tool = tools.get(call.name)
         if tool is None:
-            return ToolResult.error(f'Tool "{call.name}" not found'), True
+            return ToolResult.error(f'Tool "{call.name}" not found'), True, None
         limit = cfg.max_tool_errors
         if limit is not None and self._failures.get(call.name, 0) >= limit:
-            return ToolResult.error(f'Tool "{call.name}" disabled after {limit} consecutive errors'), False
+            return ToolResult.error(f'Tool "{call.name}" disabled after {limit} consecutive errors'), False, None
         if call.parse_error is not None:
-            return ToolResult.error(
-                malformed_arguments_message(call.name, call.parse_error, call.raw_arguments or "")
-            ), True
+            text = malformed_arguments_message(call.name, call.parse_error, call.raw_arguments or "")
+            return ToolResult.error(text), True, None
+        verdict: BeforeToolCallResult | None = None
         try:
             args = call.arguments
             if tool.prepare_arguments is not None:
                 args = await _maybe_await(tool.prepare_arguments(args))
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
-                return ToolResult.error(problem), True
+                return ToolResult.error(problem), True, None
             if cfg.before_tool_call is not None:
                 info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
-                verdict: BeforeToolCallResult | None = await _maybe_await(cfg.before_tool_call(info))
+                verdict = await _maybe_await(cfg.before_tool_call(info))
                 if verdict is not None:
-                    if verdict.note is not None:
-                        notes.append(verdict.note)
                     if verdict.block:
                         blocked = ToolResult.error(verdict.reason or BLOCKED_TEXT)
-                        if verdict.terminate:
-                            blocked.terminate = True
-                        return blocked, False
+                        blocked.terminate = verdict.stop
+                        return blocked, False, verdict
                     if verdict.args is not None:
                         args = verdict.args
         except Exception as exc:
-            return ToolResult.error(_exc_text(exc)), True
+            return ToolResult.error(_exc_text(exc)), True, verdict
 
         try:
             result = await self._execute(tool, call, args, assistant, conversation, signal, report)
             failure = result.is_error
         except TimeoutError:
             timeout = tool.timeout if tool.timeout is not None else cfg.tool_timeout
-            return ToolResult.error(f'Tool "{call.name}" timed out after {timeout:g}s'), True
+            return ToolResult.error(f'Tool "{call.name}" timed out after {timeout:g}s'), True, verdict
         except Exception as exc:
-            return ToolResult.error(_exc_text(exc)), True
+            return ToolResult.error(_exc_text(exc)), True, verdict
 
         if cfg.after_tool_call is not None:
             try:
                 info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
                 override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(info, result))
             except Exception as exc:
-                return ToolResult.error(_exc_text(exc)), True
+                return ToolResult.error(_exc_text(exc)), True, verdict
             if override is not None:
                 result = ToolResult(
                     content=override.content if override.content is not None else result.content,
-                    details=override.details if override.details is not None else result.details,
+                    details=result.details if override.details is msgspec.UNSET else override.details,
                     is_error=override.is_error if override.is_error is not None else result.is_error,
                     terminate=override.terminate if override.terminate is not None else result.terminate,
                 )
-        return result, failure
+        return result, failure, verdict
 
     async def _execute(
         self,

@@ -364,7 +364,7 @@ class _Run:
                             results.append(result)
                             yield MessageStart(message=result)
                             yield MessageEnd(message=result)
-                        terminate = all(o.result.terminate for o in self.batch)
+                        terminate = all(o.result.terminate for o in self.batch) or any(o.stop for o in self.batch)
                         steering = self.batch_steering
                     yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
                     if self.batch_aborted or self.signal.aborted:

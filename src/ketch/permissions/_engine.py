@@ -445,9 +445,7 @@ class PermissionEngine:
         if stop:
             self._stopped = (call.assistant_message, reason or STOPPED)
         if outcome == "deny":
-            return BeforeToolCallResult(
-                block=True, reason=reason or USER_DENIED, note=decision, terminate=stop
-            )
+            return BeforeToolCallResult.blocked(reason or USER_DENIED, stop=stop, note=decision)
         return BeforeToolCallResult(args=new_args, note=decision)
 
     async def _decide(
