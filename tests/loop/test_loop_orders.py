@@ -200,7 +200,7 @@ async def test_tool_exception_becomes_error_result() -> None:
     result = await run_loop("hi", Conversation(tools=[Tool("boom", "", None, boom)]), LoopConfig(model=model)).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
-    assert (tr.text, tr.is_error) == ("disk on fire", True)
+    assert (tr.text, tr.is_error) == ("RuntimeError: disk on fire", True)
     assert result.text == "recovered"
     assert result.summary.tool_errors == 1
 

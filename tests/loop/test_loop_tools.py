@@ -197,8 +197,8 @@ async def test_circuit_breaker() -> None:
     model = ScriptedModel([reply(tool_call("bad")) for _ in range(3)] + ["giving up"])
     result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, max_tool_errors=2)).result()
     assert [r[1] for r in results_of(result.messages)] == [
-        "nope",
-        "nope",
+        "RuntimeError: nope",
+        "RuntimeError: nope",
         'Tool "bad" disabled after 2 consecutive errors',
     ]
 
@@ -322,7 +322,7 @@ async def test_hook_exceptions_become_error_results() -> None:
 
     cfg = LoopConfig(model=model, before_tool_call=before_once, after_tool_call=after)
     result = await run_loop("go", Conversation(tools=[rec.tool("a")]), cfg).result()
-    assert results_of(result.messages) == [("c", "before broke", True), ("d", "after broke", True)]
+    assert results_of(result.messages) == [("c", "ValueError: before broke", True), ("d", "ValueError: after broke", True)]
     assert result.text == "ok"
 
 

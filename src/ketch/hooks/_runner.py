@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from ..llm.errors import exception_text
 from ..llm.messages import ImageContent, Message, TextContent, UserMessage
 from ..loop.config import (
     AfterToolCallResult,
@@ -389,7 +390,7 @@ class HookRunner:
         except TimeoutError:
             raise
         except Exception as exc:
-            return ToolResult.error(str(exc) or type(exc).__name__)
+            return ToolResult.error(exception_text(exc))
 
     # -- stopping --------------------------------------------------------------------------
     def _continuations(self, messages: Sequence[Message]) -> int:

@@ -3,7 +3,8 @@
 Per call: unknown tool -> circuit breaker -> malformed arguments -> ``prepare_arguments``
 -> schema validation -> ``before_tool_call`` -> middlewares (outermost first) -> execute
 (with timeout, cancellation and progress) -> ``after_tool_call``. Every failure becomes
-an error :class:`ToolResult`; nothing raises out of a call.
+an error :class:`ToolResult`; nothing raises out of a call. An exception's text is
+:func:`ketch.llm.errors.exception_text` (``Type: message``), as for model errors.
 
 The scheduler starts calls in order (FIFO, never skipping ahead): a concurrency-safe
 call starts while nothing unsafe runs and the limit allows; an unsafe (sequential) call
@@ -21,6 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..llm.errors import exception_text
 from ..llm.messages import AssistantMessage, ToolCall
 from ..llm.signal import AbortSignal
 from .config import (
@@ -60,11 +62,6 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
-
-
-def _exc_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
 
 
 class CallOutcome:
@@ -178,7 +175,7 @@ class ToolRunner:
                     if verdict.args is not None:
                         args = verdict.args
         except Exception as exc:
-            return ToolResult.error(_exc_text(exc)), True, verdict
+            return ToolResult.error(exception_text(exc)), True, verdict
 
         try:
             result = await self._execute(tool, call, args, assistant, conversation, signal, report)
@@ -187,14 +184,14 @@ class ToolRunner:
             timeout = tool.timeout if tool.timeout is not None else cfg.tool_timeout
             return ToolResult.error(f'Tool "{call.name}" timed out after {timeout:g}s'), True, verdict
         except Exception as exc:
-            return ToolResult.error(_exc_text(exc)), True, verdict
+            return ToolResult.error(exception_text(exc)), True, verdict
 
         if cfg.after_tool_call is not None:
             try:
                 info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
                 override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(info, result))
             except Exception as exc:
-                return ToolResult.error(_exc_text(exc)), True, verdict
+                return ToolResult.error(exception_text(exc)), True, verdict
             if override is not None:
                 result = ToolResult(
                     content=override.content if override.content is not None else result.content,
