@@ -313,36 +313,25 @@ class Agent:
     def _drain_follow_ups(self) -> list[Message]:
         return self._drain(self.follow_ups)
 
-    def _restore_inflight(self, committed: Sequence[Message]) -> None:
-        """Put drained messages the run did not commit back at the front of their queue.
-
-        ``committed`` is the loop's own record of what the run committed (its new
-        messages). The loop commits drained messages in the order they were drained, so
-        when the same message object was queued twice, the earlier drain is the committed
-        one.
-        """
+    def _restore_inflight(self, uncommitted: Sequence[Message]) -> None:
+        """Put the drained messages the run did not commit back at the front of their
+        queue, in order. ``uncommitted`` is the loop's report of them
+        (:attr:`RunStream.uncommitted`); a message whose queue was cleared meanwhile
+        (no longer in flight) stays dropped."""
         inflight = self._inflight
-        if not inflight:
-            return
         self._inflight = []
-        wanted = {id(m) for _, m in inflight}
-        counts: dict[int, int] = {}
-        for m in committed:
-            key = id(m)
-            if key in wanted:
-                counts[key] = counts.get(key, 0) + 1
+        if not uncommitted or not inflight:
+            return
+        back: dict[int, list[Message]] = {}
+        for m in uncommitted:
+            for i, (queue, drained) in enumerate(inflight):
+                if drained is m:
+                    del inflight[i]
+                    back.setdefault(id(queue), []).append(m)
+                    break
         for queue in (self.steering, self.follow_ups):
-            back: list[Message] = []
-            for q, m in inflight:
-                if q is not queue:
-                    continue
-                left = counts.get(id(m), 0)
-                if left:
-                    counts[id(m)] = left - 1
-                else:
-                    back.append(m)
-            if back:
-                queue.push_front(back)
+            if id(queue) in back:
+                queue.push_front(back[id(queue)])
 
     # -- running ----------------------------------------------------------------------------
     async def prompt(
@@ -490,7 +479,7 @@ class Agent:
         finally:
             if result is None and stream is not None:
                 await stream.aclose()
-            self._restore_inflight(stream.messages if stream is not None else ())
+            self._restore_inflight(stream.uncommitted if stream is not None else ())
             self._running = False
             self._signal = None
             self._streaming = None

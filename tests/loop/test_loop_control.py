@@ -242,6 +242,60 @@ async def test_follow_ups_when_model_would_stop() -> None:
     ]
 
 
+async def test_result_reports_queued_messages_taken_but_not_committed() -> None:
+    # max_turns ends the run after the follow-ups were taken at the would-be end
+    follow = Queue(["f1", "f2"])
+    cfg = LoopConfig(model=ScriptedModel(["one"]), max_turns=1, get_follow_up_messages=follow)
+    stream = run_loop("hi", Conversation(), cfg)
+    result = await stream.result()
+    assert result.end_reason == "max_turns"
+    assert [m.content[0].text for m in result.uncommitted] == ["f1", "f2"]  # type: ignore[attr-defined]
+    assert stream.uncommitted is not result.uncommitted and stream.uncommitted == result.uncommitted
+    assert [m.role for m in result.messages] == ["user", "assistant"]
+
+    # committed queued messages are not reported; the order is the order taken
+    steer = Queue(["s1"], [], ["s2"])
+    follow = Queue(["f1"])
+    model = ScriptedModel([reply(tool_call("noop")), "two", "three"])
+    cfg = LoopConfig(model=model, max_turns=2, get_steering_messages=steer, get_follow_up_messages=follow)
+    result = await run_loop("hi", Conversation(tools=[noop_tool()]), cfg).result()
+    texts = [m.content[0].text for m in result.messages if m.role == "user"]  # type: ignore[attr-defined]
+    assert texts == ["hi", "s1"]
+    assert [m.content[0].text for m in result.uncommitted] == ["s2"]  # type: ignore[attr-defined]
+
+    # a normal end leaves nothing uncommitted
+    result = await run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["ok"]), get_steering_messages=Queue(["s"]))).result()
+    assert result.uncommitted == [] and [m.role for m in result.messages] == ["user", "user", "assistant"]
+
+
+async def test_steering_taken_during_an_aborted_batch_is_reported_uncommitted(no_leaked_tasks: None) -> None:
+    signal = AbortSignal()
+
+    async def slow(args: dict[str, Any], ctx: Any) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    async def quick(args: dict[str, Any], ctx: Any) -> str:
+        return "ok"
+
+    def steer_then_abort() -> list[Any]:
+        signal.abort()  # the user steers, then aborts before the batch ends
+        return [UserMessage(content="now")]
+
+    tools = [Tool("slow", "", None, slow), Tool("quick", "", None, quick)]
+    model = ScriptedModel([reply(tool_call("quick"), tool_call("slow")), "unused"])
+    cfg = LoopConfig(
+        model=model,
+        get_steering_messages=steer_then_abort,
+        steering_during_tools="interrupt",
+        skip_initial_steering_poll=True,
+    )
+    result = await run_loop("go", Conversation(tools=tools), cfg, signal).result()
+    assert result.end_reason == "aborted"
+    assert [m.content[0].text for m in result.uncommitted] == ["now"]  # type: ignore[attr-defined]
+    assert [m.content[0].text for m in result.messages if m.role == "user"] == ["go"]  # type: ignore[attr-defined]
+
+
 async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
     signal = AbortSignal()
     model = ScriptedModel([reply("partial answer", hang=True)])

@@ -245,7 +245,8 @@ class LoopConfig(Generic[Deps]):
     messages to commit. Once the run is aborted they are not called, and the abort is
     checked before each message they returned is committed: a message the run took but
     did not commit (an abort, ``max_turns`` or another stop control ended it first) is
-    absent from the run's messages, and putting it back is up to the caller (the
+    absent from the run's messages and listed in ``RunResult.uncommitted`` (and
+    ``RunStream.uncommitted``); putting it back is up to the caller (the
     :class:`~ketch.Agent` does).
     """
 

@@ -17,14 +17,15 @@ import asyncio
 import dataclasses
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from ..llm.errors import exception_text
-from ..llm.messages import AssistantMessage, ToolCall
-from ..llm.signal import AbortSignal
+from ..llm.messages import AssistantMessage, Message, ToolCall
+from ..llm.signal import AbortSignal, AbortWaiter, take_pending_cancel
 from .config import (
     AfterToolCallResult,
     BeforeToolCallResult,
@@ -32,6 +33,7 @@ from .config import (
     LoopConfig,
     ToolCallInfo,
 )
+from .events import AgentEvent, ToolCallNote, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from .tool import Tool, ToolContext, ToolResult, to_tool_result
 from .validate import malformed_arguments_message, validate_arguments
 
@@ -39,8 +41,11 @@ __all__ = [
     "ABORTED_TEXT",
     "BLOCKED_TEXT",
     "SKIPPED_TEXT",
+    "BatchResult",
     "CallOutcome",
+    "ToolBatch",
     "ToolRunner",
+    "stopped_result",
     "truncated_call_text",
 ]
 
@@ -254,3 +259,318 @@ def stopped_result(kind: StopKind) -> ToolResult:
     """The error result for a call that was aborted, skipped, or cancelled by steering."""
     text = {"aborted": ABORTED_TEXT, "skipped": SKIPPED_TEXT, "interrupted": INTERRUPTED_TEXT}[kind]
     return ToolResult.error(text)
+
+
+# -- the batch scheduler -------------------------------------------------------------------
+
+
+class BatchResult(NamedTuple):
+    """What one batch of tool calls produced."""
+
+    outcomes: list[CallOutcome]
+    """Every call's outcome, in call order."""
+    notes: list[ToolCallNote]
+    """The ``tool_call_note`` events the batch emitted, in order."""
+    steering: list[Message]
+    """Steering messages taken during the batch (``steering_during_tools="interrupt"``)."""
+    aborted: bool
+    """An abort stopped the batch (or came as its only call finished)."""
+
+    @property
+    def stop(self) -> bool:
+        """The run should stop after this batch: every result asked to ``terminate``, or
+        a ``before_tool_call`` blocked a call with ``stop``."""
+        outcomes = self.outcomes
+        return all(o.result.terminate for o in outcomes) or any(o.stop for o in outcomes)
+
+
+def _noop() -> None:
+    return None
+
+
+async def _no_progress(partial: Any) -> None:
+    return None
+
+
+class _Inbox:
+    """What running calls send the batch: a FIFO with one waiting reader."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def pop(self) -> Any:
+        return self._items.popleft()
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
+class ToolBatch:
+    """Schedules the calls of one assistant message and streams their events.
+
+    Iterate :meth:`events`, then read :meth:`result`. Calls start in order (see the
+    module docstring); ``tool_execution_end`` events come in completion order, each
+    preceded by the call's ``tool_call_note`` when its ``before_tool_call`` gave one.
+    Calls of a message cut off by the output limit are not run: each gets an error result.
+    """
+
+    def __init__(
+        self,
+        runner: ToolRunner,
+        tools: dict[str, Tool],
+        conversation: Conversation,
+        message: AssistantMessage,
+        signal: AbortSignal,
+        poll_steering: Callable[[], Awaitable[list[Message]]],
+    ) -> None:
+        self.runner = runner
+        self.tools = tools
+        self.conversation = conversation
+        self.message = message
+        self.calls = message.tool_calls
+        self.signal = signal
+        self.poll_steering = poll_steering
+        self._outcomes: list[CallOutcome | None] = [None] * len(self.calls)
+        self._notes: list[ToolCallNote] = []
+        self._steering: list[Message] = []
+        self._aborted = False
+        self._done = False
+        self._queue = _Inbox()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._signals: dict[int, AbortSignal] = {}
+        self._stop_kind: dict[int, StopKind] = {}
+        self._finished: set[int] = set()
+        self._unsafe_running = False
+
+    def result(self) -> BatchResult:
+        """What the batch produced; valid once :meth:`events` is exhausted."""
+        assert self._done, "the batch has not finished"
+        outcomes = [o for o in self._outcomes if o is not None]
+        return BatchResult(outcomes, self._notes, self._steering, self._aborted)
+
+    async def events(self) -> AsyncGenerator[AgentEvent, None]:
+        """Run the batch, yielding its events."""
+        if self.message.stop_reason == "length":
+            events = self._truncated()
+        else:
+            events = self._scheduled()
+        async for event in events:
+            yield event
+        self._done = True
+
+    def _ended(self, i: int, outcome: CallOutcome) -> Iterator[AgentEvent]:
+        """Record call ``i``'s outcome; its note (if any) and ``tool_execution_end``."""
+        self._outcomes[i] = outcome
+        call = outcome.call
+        if outcome.note is not None:
+            note = ToolCallNote(tool_call_id=call.id, tool_name=call.name, note=outcome.note)
+            self._notes.append(note)
+            yield note
+        result = outcome.result
+        yield ToolExecutionEnd(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            result=result,
+            is_error=result.is_error,
+            duration=outcome.duration,
+        )
+
+    async def _truncated(self) -> AsyncGenerator[AgentEvent, None]:
+        """Calls cut off by the output limit: each gets an error result without running."""
+        for i, call in enumerate(self.calls):
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
+            for event in self._ended(i, outcome):
+                yield event
+
+    def _can_start(self, sequential: bool) -> bool:
+        if not self._tasks:
+            return True
+        return (
+            not sequential
+            and not self._unsafe_running
+            and len(self._tasks) < self.runner.config.max_tool_concurrency
+        )
+
+    async def _scheduled(self) -> AsyncGenerator[AgentEvent, None]:
+        calls, n, runner, signal = self.calls, len(self.calls), self.runner, self.signal
+        if n == 1 and not signal.aborted:
+            call = calls[0]
+            tool = self.tools.get(call.name)
+            if tool is None or not tool.reports_progress:
+                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                outcome = await self._call_here(call)
+                runner.record(outcome)
+                for event in self._ended(0, outcome):
+                    yield event
+                return
+        sequential = [runner.is_sequential(c, self.tools) for c in calls]
+        next_i = 0
+        skip_rest = False
+        interrupt = runner.config.steering_during_tools == "interrupt"
+        waiter = AbortWaiter(signal)
+        try:
+            while True:
+                while next_i < n and not skip_rest and not signal.aborted and self._can_start(sequential[next_i]):
+                    i = next_i
+                    next_i += 1
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    self._start(i, sequential[i])
+                if not self._tasks:
+                    break
+                aborted = signal.aborted
+                if not aborted:
+                    waiter.active = True
+                    try:
+                        item = await self._queue.get()
+                    except asyncio.CancelledError:
+                        if not waiter.caused_cancel():
+                            raise
+                        aborted = True
+                    finally:
+                        waiter.active = False
+                if aborted:
+                    async for event in self._abort(next_i):
+                        yield event
+                    return
+                match item:
+                    case ToolExecutionUpdate():
+                        yield item
+                    case (int() as i, CallOutcome() as outcome):
+                        self._tasks.pop(i, None)
+                        if sequential[i]:
+                            self._unsafe_running = False
+                        runner.record(outcome)
+                        for event in self._ended(i, outcome):
+                            yield event
+                        if interrupt and not skip_rest and (next_i < n or self._tasks):
+                            steering = await self.poll_steering()
+                            if steering:
+                                self._steering = steering
+                                skip_rest = True
+                                self._interrupt_running()
+            if skip_rest:
+                for i in range(next_i, n):
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+                    for event in self._ended(i, CallOutcome(call, stopped_result("skipped"), 0.0, False)):
+                        yield event
+            elif signal.aborted and next_i < n:
+                async for event in self._abort(next_i):
+                    yield event
+        finally:
+            waiter.close()
+            for task in self._tasks.values():
+                task.cancel()
+
+    async def _call_here(self, call: ToolCall) -> CallOutcome:
+        """Run the batch's only call in the loop's own task (it cannot report progress,
+        so nothing has to stream meanwhile). An abort cancels it like a started task."""
+        signal = self.signal
+        waiter = AbortWaiter(signal)
+        started = time.monotonic()
+        waiter.active = True
+        try:
+            outcome = await self.runner.run_call(
+                call, self.tools, self.message, self.conversation, signal, _no_progress
+            )
+        except asyncio.CancelledError:
+            if not waiter.caused_cancel():
+                raise
+            self._aborted = True
+            return CallOutcome(call, stopped_result("aborted"), time.monotonic() - started, False)
+        finally:
+            waiter.active = False
+            waiter.close()
+        if waiter.cancelled:
+            self._aborted = True  # the abort came as the call finished (or the call ignored it)
+            await take_pending_cancel(waiter.caused_cancel)
+        return outcome
+
+    def _start(self, i: int, sequential: bool) -> None:
+        call = self.calls[i]
+        tool = self.tools.get(call.name)
+        if tool is not None and tool.interrupt == "cancel":
+            # Its own signal, so steering can cancel this call alone.
+            signal = AbortSignal()
+            remove = self.signal.add_callback(signal.abort)
+            self._signals[i] = signal
+        else:
+            signal, remove = self.signal, _noop
+        if sequential:
+            self._unsafe_running = True
+        self._tasks[i] = asyncio.create_task(self._call(i, call, signal, remove))
+
+    async def _call(self, i: int, call: ToolCall, signal: AbortSignal, remove: Callable[[], None]) -> None:
+        queue = self._queue
+        started = time.monotonic()
+
+        async def report(partial: Any) -> None:
+            if i not in self._finished:
+                queue.put(
+                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.arguments, partial=partial)
+                )
+
+        try:
+            outcome = await self.runner.run_call(call, self.tools, self.message, self.conversation, signal, report)
+        except asyncio.CancelledError:
+            kind = self._stop_kind.get(i, "aborted")
+            outcome = CallOutcome(call, stopped_result(kind), time.monotonic() - started, False)
+        finally:
+            self._finished.add(i)
+            remove()
+        queue.put((i, outcome))
+
+    def _interrupt_running(self) -> None:
+        for i, task in self._tasks.items():
+            tool = self.tools.get(self.calls[i].name)
+            if tool is not None and tool.interrupt == "cancel":
+                self._stop_kind[i] = "interrupted"
+                self._signals[i].abort("interrupted")
+                task.cancel()
+
+    async def _abort(self, next_i: int) -> AsyncGenerator[AgentEvent, None]:
+        """Cancel running calls, give them a bounded time to stop, close every call."""
+        self._aborted = True
+        running = dict(self._tasks)
+        for i, task in running.items():
+            self._stop_kind.setdefault(i, "aborted")
+            task.cancel()
+        if running:
+            await asyncio.wait(running.values(), timeout=self.runner.config.tool_abort_grace)
+        while self._queue:
+            match self._queue.pop():
+                case (int() as i, CallOutcome() as outcome):
+                    self._tasks.pop(i, None)
+                    for event in self._ended(i, outcome):
+                        yield event
+                case _:
+                    pass  # a progress report that came too late
+        for i in list(self._tasks):
+            self._tasks.pop(i)
+            for event in self._ended(i, CallOutcome(self.calls[i], stopped_result("aborted"), 0.0, False)):
+                yield event
+        for i in range(next_i, len(self.calls)):
+            call = self.calls[i]
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
+            for event in self._ended(i, CallOutcome(call, stopped_result("aborted"), 0.0, False)):
+                yield event
