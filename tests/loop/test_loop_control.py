@@ -13,6 +13,7 @@ from ketch.loop import (
     Conversation,
     LoopConfig,
     NextTurn,
+    Retry,
     StopDecision,
     Tool,
     ToolContext,
@@ -501,7 +502,9 @@ async def test_external_cancellation_emits_agent_end_and_propagates(no_leaked_ta
 
 
 async def test_retry_events_are_forwarded() -> None:
-    attempts = {"n": 0}
+    sent_retry = StreamRetry(
+        attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded", error_message="busy", discard_partial=True
+    )
 
     class FlakyModel:
         provider = api = "flaky"
@@ -513,8 +516,7 @@ async def test_retry_events_are_forwarded() -> None:
             ev = b.text_start()
             yield ev
             yield b.text_delta("lost", ev.index)
-            yield StreamRetry(attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded",
-                              error_message="busy", discard_partial=True)
+            yield sent_retry
             b.reset()
             yield b.start()
             ev = b.text_start()
@@ -531,9 +533,10 @@ async def test_retry_events_are_forwarded() -> None:
         "turn_end", "agent_end",
     ]
     retry = next(e for e in events if e.type == "retry")
+    assert retry is sent_retry  # the stream's own event, not a copy
+    assert Retry is StreamRetry
     assert (retry.error_kind, retry.discard_partial) == ("overloaded", True)
     assert events[-1].messages[-1].text == "kept"
-    del attempts
 
 
 async def test_broken_model_stream_raising_becomes_error() -> None:
