@@ -623,7 +623,7 @@ def test_repair_fills_missing_and_drops_orphans() -> None:
         ("assistant", None), ("tool_result", "1"), ("tool_result", "2"), ("user", None),
     ]
     assert repaired[1].is_error  # type: ignore[attr-defined]
-    assert repaired[1].text == "Tool result missing (conversation was truncated or interrupted)."  # type: ignore[attr-defined]
+    assert repaired[1].text == "No result provided"  # type: ignore[attr-defined]  # llm.handoff.MISSING_TOOL_RESULT
     valid = [u, a, ToolResultMessage(tool_call_id="1", tool_name="x"), r2]
     assert repair_messages(valid) is valid
 
@@ -643,6 +643,27 @@ async def test_function_model_sees_repaired_transcript() -> None:
     ]
     await run_loop("b", Conversation(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
     assert seen == [["user", "assistant", "tool_result", "user"]]
+
+
+async def test_the_loop_and_the_adapters_repair_a_missing_result_with_one_text() -> None:
+    from ketch.llm import ToolCall
+    from ketch.llm.handoff import MISSING_TOOL_RESULT, prepare_messages
+
+    sent: list[Any] = []
+
+    def respond(context: Any, options: Any) -> str:
+        sent.extend(context.messages)
+        return "fine"
+
+    broken = [
+        UserMessage(content="a"),
+        AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
+    ]
+    direct = prepare_messages([*broken, UserMessage(content="b")], provider="p", api="a", model="m")
+    await run_loop("b", Conversation(messages=list(broken)), LoopConfig(model=FunctionModel(respond))).result()
+    through_loop = sent[2]
+    assert (through_loop.role, through_loop.text, through_loop.is_error) == ("tool_result", MISSING_TOOL_RESULT, True)
+    assert (direct[2].text, direct[2].is_error) == (MISSING_TOOL_RESULT, True)  # type: ignore[attr-defined]
 
 
 async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> None:

@@ -48,7 +48,7 @@ from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
 from ketch.llm.providers.openai_responses import OpenAIResponsesModel
 from ketch.llm.retry import NO_RETRY
 from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
-from ketch.loop.repair import INTERRUPTED_NOTE, MISSING_RESULT_TEXT
+from ketch.loop.repair import INTERRUPTED_NOTE
 
 CHAT = "openai-chat"
 RESPONSES = "openai-responses"
@@ -743,12 +743,12 @@ def seen_ids(source: str, x: Expect) -> tuple[str, str, str]:
 class Expect:
     """What differs between continuations of one source's transcript."""
 
-    loop: bool  # through run_loop (interruption note, the loop's missing-result text)
+    loop: bool  # through run_loop (interruption note)
     own: bool  # the target is the model that wrote the transcript
     missing: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.missing = MISSING_RESULT_TEXT if self.loop else MISSING_TOOL_RESULT
+        self.missing = MISSING_TOOL_RESULT  # one text, through the loop or not
 
 
 def expected_anthropic(source: str, x: Expect) -> dict[str, Any]:
