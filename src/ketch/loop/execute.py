@@ -280,12 +280,28 @@ class BatchResult(NamedTuple):
     def stop(self) -> bool:
         """The run should stop after this batch: every result asked to ``terminate``, or
         a ``before_tool_call`` blocked a call with ``stop``."""
-        outcomes = self.outcomes
-        return all(o.result.terminate for o in outcomes) or any(o.stop for o in outcomes)
+        every = True
+        for o in self.outcomes:
+            if o.stop:
+                return True
+            if not o.result.terminate:
+                every = False
+        return every
 
 
 def _noop() -> None:
     return None
+
+
+def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
+    result = outcome.result
+    return ToolExecutionEnd(
+        tool_call_id=outcome.call.id,
+        tool_name=outcome.call.name,
+        result=result,
+        is_error=result.is_error,
+        duration=outcome.duration,
+    )
 
 
 async def _no_progress(partial: Any) -> None:
@@ -332,12 +348,34 @@ class ToolBatch:
     Calls of a message cut off by the output limit are not run: each gets an error result.
     """
 
+    __slots__ = (
+        "_aborted",
+        "_done",
+        "_finished",
+        "_notes",
+        "_outcomes",
+        "_queue",
+        "_signals",
+        "_steering",
+        "_stop_kind",
+        "_tasks",
+        "_unsafe_running",
+        "calls",
+        "conversation",
+        "message",
+        "poll_steering",
+        "runner",
+        "signal",
+        "tools",
+    )
+
     def __init__(
         self,
         runner: ToolRunner,
         tools: dict[str, Tool],
         conversation: Conversation,
         message: AssistantMessage,
+        calls: list[ToolCall],
         signal: AbortSignal,
         poll_steering: Callable[[], Awaitable[list[Message]]],
     ) -> None:
@@ -345,19 +383,20 @@ class ToolBatch:
         self.tools = tools
         self.conversation = conversation
         self.message = message
-        self.calls = message.tool_calls
+        self.calls = calls
         self.signal = signal
         self.poll_steering = poll_steering
-        self._outcomes: list[CallOutcome | None] = [None] * len(self.calls)
+        self._outcomes: list[CallOutcome | None] = [None] * len(calls)
         self._notes: list[ToolCallNote] = []
         self._steering: list[Message] = []
         self._aborted = False
         self._done = False
-        self._queue = _Inbox()
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._signals: dict[int, AbortSignal] = {}
-        self._stop_kind: dict[int, StopKind] = {}
-        self._finished: set[int] = set()
+        # What calls running in tasks need (set up by _scheduled when it starts tasks).
+        self._queue: _Inbox
+        self._tasks: dict[int, asyncio.Task[None]]
+        self._signals: dict[int, AbortSignal]
+        self._stop_kind: dict[int, StopKind]
+        self._finished: set[int]
         self._unsafe_running = False
 
     def result(self) -> BatchResult:
@@ -366,32 +405,26 @@ class ToolBatch:
         outcomes = [o for o in self._outcomes if o is not None]
         return BatchResult(outcomes, self._notes, self._steering, self._aborted)
 
-    async def events(self) -> AsyncGenerator[AgentEvent, None]:
-        """Run the batch, yielding its events."""
-        if self.message.stop_reason == "length":
-            events = self._truncated()
-        else:
-            events = self._scheduled()
-        async for event in events:
-            yield event
-        self._done = True
+    def events(self) -> AsyncGenerator[AgentEvent, None]:
+        """Run the batch, yielding its events (one generator, no extra hand-off per event)."""
+        return self._truncated() if self.message.stop_reason == "length" else self._scheduled()
 
     def _ended(self, i: int, outcome: CallOutcome) -> Iterator[AgentEvent]:
         """Record call ``i``'s outcome; its note (if any) and ``tool_execution_end``."""
-        self._outcomes[i] = outcome
-        call = outcome.call
-        if outcome.note is not None:
-            note = ToolCallNote(tool_call_id=call.id, tool_name=call.name, note=outcome.note)
-            self._notes.append(note)
+        note = self._record(i, outcome)
+        if note is not None:
             yield note
-        result = outcome.result
-        yield ToolExecutionEnd(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            result=result,
-            is_error=result.is_error,
-            duration=outcome.duration,
-        )
+        yield _end_event(outcome)
+
+    def _record(self, i: int, outcome: CallOutcome) -> ToolCallNote | None:
+        """Record call ``i``'s outcome; its ``tool_call_note`` when ``before_tool_call`` gave one."""
+        self._outcomes[i] = outcome
+        if outcome.note is None:
+            return None
+        call = outcome.call
+        note = ToolCallNote(tool_call_id=call.id, tool_name=call.name, note=outcome.note)
+        self._notes.append(note)
+        return note
 
     async def _truncated(self) -> AsyncGenerator[AgentEvent, None]:
         """Calls cut off by the output limit: each gets an error result without running."""
@@ -400,6 +433,7 @@ class ToolBatch:
             outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
             for event in self._ended(i, outcome):
                 yield event
+        self._done = True
 
     def _can_start(self, sequential: bool) -> bool:
         if not self._tasks:
@@ -419,9 +453,17 @@ class ToolBatch:
                 yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments)
                 outcome = await self._call_here(call)
                 runner.record(outcome)
-                for event in self._ended(0, outcome):
-                    yield event
+                note = self._record(0, outcome)
+                if note is not None:
+                    yield note
+                self._done = True
+                yield _end_event(outcome)
                 return
+        self._queue = _Inbox()
+        self._tasks = {}
+        self._signals = {}
+        self._stop_kind = {}
+        self._finished = set()
         sequential = [runner.is_sequential(c, self.tools) for c in calls]
         next_i = 0
         skip_rest = False
@@ -451,6 +493,7 @@ class ToolBatch:
                 if aborted:
                     async for event in self._abort(next_i):
                         yield event
+                    self._done = True
                     return
                 match item:
                     case ToolExecutionUpdate():
@@ -460,8 +503,10 @@ class ToolBatch:
                         if sequential[i]:
                             self._unsafe_running = False
                         runner.record(outcome)
-                        for event in self._ended(i, outcome):
-                            yield event
+                        note = self._record(i, outcome)
+                        if note is not None:
+                            yield note
+                        yield _end_event(outcome)
                         if interrupt and not skip_rest and (next_i < n or self._tasks):
                             steering = await self.poll_steering()
                             if steering:
@@ -477,6 +522,7 @@ class ToolBatch:
             elif signal.aborted and next_i < n:
                 async for event in self._abort(next_i):
                     yield event
+            self._done = True
         finally:
             waiter.close()
             for task in self._tasks.values():

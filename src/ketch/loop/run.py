@@ -71,6 +71,12 @@ DEFAULT_WINDOW = 128_000
 
 ContextReason = Literal["request", "overflow"]
 
+# Stream events that only change the partial message; a tool call's start and end are
+# also tracked, so an aborted message can drop the call whose arguments were cut off.
+_UPDATE_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
+)
+
 
 class _Opened(NamedTuple):
     """The start of one model call: its ``stream``, or (``stream`` None) the assistant
@@ -265,7 +271,12 @@ class _Run:
                             and cfg.get_api_key is None
                             and not signal.aborted
                         ):
-                            opened = self._open_plain()  # nothing to await first: no generator
+                            # Nothing to await before the call: no generator, no hand-off.
+                            failed: AssistantMessage | None = None
+                            try:
+                                stream = self.model.stream(*self._plain_request())
+                            except Exception as exc:
+                                stream, failed = None, self._error_message(exception_text(exc))
                         else:
                             opened = _Opened(None)
                             async for item in self._open(reason):
@@ -274,9 +285,9 @@ class _Run:
                                         opened = item
                                     case _:
                                         yield item
-                        stream = opened.stream
+                            stream, failed = opened
                         if stream is None:
-                            message = opened.failed
+                            message = failed
                             assert message is not None
                             self._commit(message)
                             yield MessageStart(message=message)
@@ -289,12 +300,11 @@ class _Run:
                         unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
+                                if type(update) in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                    continue
                                 match update:
-                                    case TextDelta() | ThinkingDelta() | ToolCallDelta() | TextStart() | TextEnd() | (
-                                        ThinkingStart() | ThinkingEnd()
-                                    ):
-                                        if partial is not None:
-                                            yield MessageUpdate(message=partial, event=update)
                                     case ToolCallStart():
                                         unfinished.add(update.index)
                                         if partial is not None:
@@ -363,7 +373,7 @@ class _Run:
                     batch: BatchResult | None = None
                     if calls:
                         tools = ToolBatch(
-                            self.runner, self.tools, self.conversation, message, signal, self._poll_steering
+                            self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
                         )
                         async for event in tools.events():
                             yield event
@@ -507,7 +517,8 @@ class _Run:
         """Start one model call: transform and manage the context (yielding the context
         manager's events), then request the stream. Ends by yielding the :class:`_Opened`
         call: its stream, or the message ending the turn when the run was aborted before
-        the call or the request could not be made."""
+        the call or the request could not be made. (With nothing to run before the call,
+        :meth:`events` makes it inline.)"""
         if self.signal.aborted:
             # Aborted before the call: end the turn as the model would, without calling it.
             m = self.model
@@ -530,13 +541,6 @@ class _Run:
         except Exception as exc:
             opened = _Opened(None, self._error_message(exception_text(exc)))
         yield opened
-
-    def _open_plain(self) -> _Opened:
-        """:meth:`_open` for the transcript itself, when nothing has to run before the call."""
-        try:
-            return _Opened(self.model.stream(*self._plain_request()))
-        except Exception as exc:
-            return _Opened(None, self._error_message(exception_text(exc)))
 
     async def _manage_context(self, reason: ContextReason, messages: list[Message]) -> AsyncGenerator[Any, None]:
         """Run the context manager; yields its events, then the messages to send (a list)."""
