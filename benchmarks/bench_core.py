@@ -16,7 +16,7 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ketch import Agent, LoopConfig, LoopContext, Tool, run_loop
+from ketch import Agent, Conversation, LoopConfig, Tool, run_loop
 from ketch.llm import Usage
 from ketch.llm.model import Request, StreamOptions
 from ketch.llm.stream import MessageBuilder, StreamEvent
@@ -59,7 +59,7 @@ class MinimalModel:
 
 
 async def _loop_per_turn(turns: int) -> float:
-    context = LoopContext(tools=[NOOP])
+    context = Conversation(tools=[NOOP])
     config = LoopConfig(model=MinimalModel(turns))  # type: ignore[arg-type]
     gc.collect()
     start = time.perf_counter()

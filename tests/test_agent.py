@@ -322,27 +322,20 @@ async def test_abort_mid_tool_no_leaks(no_leaked_tasks: None) -> None:
 async def test_tools_see_the_agents_deps_through_their_context() -> None:
     seen: list[Any] = []
 
-    async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
-        seen.append((ctx.state, ctx.call_id, ctx.tool_name, len(ctx.messages)))
+    async def inspect_deps(args: dict[str, Any], ctx: Any) -> str:
+        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, len(ctx.messages)))
         return "ok"
 
-    deps = {"db": "conn"}
-    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)], deps=deps)
-    assert agent.deps is deps
+    deps = {"db": "handle"}
+    tools = [Tool("i", "", None, inspect_deps)]
+    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=tools, deps=deps)
     await agent.prompt("go")
     assert seen == [(deps, "c1", "i", 2)]
 
-
-async def test_tools_get_no_deps_when_the_agent_has_none() -> None:
-    seen: list[Any] = []
-
-    async def inspect_state(args: dict[str, Any], ctx: Any) -> str:
-        seen.append(ctx.state)
-        return "ok"
-
-    agent = Agent(ScriptedModel([reply(tool_call("i", id="c1")), "done"]), tools=[Tool("i", "", None, inspect_state)])
-    await agent.prompt("go")
-    assert seen == [None]
+    seen.clear()
+    plain = Agent(ScriptedModel([reply(tool_call("i", id="c2")), "done"]), tools=tools)
+    await plain.prompt("go")
+    assert seen == [(None, "c2", "i", 2)]  # no deps given: None, not the agent
 
 
 def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
@@ -353,7 +346,7 @@ def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
 
     params = inspect.signature(Agent.__init__).parameters
     agent_only = {"self", "model", "system_prompt", "tools", "messages", "options", "steering_mode", "follow_up_mode", "deps"}
-    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "state"}
+    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "deps"}
     fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
     assert set(params) - agent_only == set(fields) - loop_only
     for name in set(params) - agent_only:

@@ -42,8 +42,8 @@ from .llm import (
 )
 from .loop import (
     AgentEvent,
+    Conversation,
     LoopConfig,
-    LoopContext,
     RunError,
     RunResult,
     StopDecision,
@@ -65,10 +65,10 @@ __all__ = [
     "AgentEvent",
     "AgentState",
     "AssistantMessage",
+    "Conversation",
     "CustomMessage",
     "ImageContent",
     "LoopConfig",
-    "LoopContext",
     "Message",
     "Model",
     "ModelError",

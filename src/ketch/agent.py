@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Generic, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Generic, Literal, TypeAlias
 
 import msgspec
 
@@ -31,31 +31,28 @@ from .llm.signal import AbortSignal
 from .llm.tokens import ContextUsage
 from .loop.config import (
     LENGTH_RECOVERY_PROMPT,
-    AfterToolCall,
     AfterToolCallResult,
-    BeforeToolCall,
     BeforeToolCallResult,
     ContextManager,
     ContextRequest,
+    Conversation,
     LoopConfig,
-    LoopContext,
     MaybeAwaitable,
     Middleware,
     NextTurn,
     Projection,
     StopDecision,
     StopInfo,
+    ToolCallInfo,
     TurnInfo,
 )
 from .loop.events import AgentEvent, MessageUpdate, RunResult
 from .loop.run import RunStream, continue_loop, run_loop
-from .loop.tool import Tool
+from .loop.tool import Deps, Tool, ToolResult
 
 __all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
 
 log = logging.getLogger("ketch.agent")
-
-Deps = TypeVar("Deps")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
 PhaseKind: TypeAlias = Literal[
@@ -138,15 +135,15 @@ class MessageQueue:
         self._items.clear()
         self._taken.clear()
 
-    def _settle(self, committed: dict[int, int]) -> None:
-        """Put back what the run took and did not commit; ``committed`` counts by identity."""
+    def _settle(self, uncommitted: dict[int, int]) -> None:
+        """Put back what the run took and did not commit (``uncommitted`` counts them by
+        identity); forget the rest."""
         taken, self._taken = self._taken, []
         back: list[Message] = []
         for m in taken:
-            left = committed.get(id(m), 0)
+            left = uncommitted.get(id(m), 0)
             if left:
-                committed[id(m)] = left - 1
-            else:
+                uncommitted[id(m)] = left - 1
                 back.append(m)
         if back:
             self.push_front(back)
@@ -206,7 +203,7 @@ class Agent(Generic[Deps]):
         options: StreamOptions | None = None,
         steering_mode: QueueMode = "one_at_a_time",
         follow_up_mode: QueueMode = "one_at_a_time",
-        deps: Deps | None = None,
+        deps: Deps = None,  # type: ignore[assignment]  # None unless given
         max_turns: int | None = None,
         max_budget_usd: float | None = None,
         stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = (),
@@ -222,13 +219,13 @@ class Agent(Generic[Deps]):
         transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None,
         convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None,
         get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None,
-        before_tool_call: Callable[[BeforeToolCall], MaybeAwaitable[BeforeToolCallResult | None]] | None = None,
-        after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None,
+        before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None,
+        after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None,
         middlewares: Sequence[Middleware] = (),
         prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
         context_manager: ContextManager | None = None,
     ) -> None:
-        self.config: LoopConfig = LoopConfig(
+        self.config: LoopConfig[Deps] = LoopConfig(
             model=_resolve(model),
             thinking=thinking,
             options=options or StreamOptions(),
@@ -252,12 +249,12 @@ class Agent(Generic[Deps]):
             middlewares=middlewares,
             prepare_next_turn=prepare_next_turn,
             context_manager=context_manager,
-            state=deps,
+            deps=deps,
         )
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)
-        self._context = LoopContext(messages=self._messages)
+        self._context = Conversation(messages=self._messages)
         self.steering = MessageQueue(steering_mode)
         self.follow_ups = MessageQueue(follow_up_mode)
         self._listeners: list[Listener] = []
@@ -273,9 +270,9 @@ class Agent(Generic[Deps]):
         self._background: asyncio.Task[RunResult] | None = None
 
     @property
-    def deps(self) -> Deps | None:
+    def deps(self) -> Deps:
         """Your object handed to tools as ``ctx.deps`` (``None`` when not given)."""
-        return cast("Deps | None", self.config.state)
+        return self.config.deps
 
     # -- configuration ------------------------------------------------------------------
     @property
@@ -349,7 +346,7 @@ class Agent(Generic[Deps]):
         window = self.model.context_window
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = LoopContext(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages)
         return context.meter.measure(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
@@ -370,13 +367,13 @@ class Agent(Generic[Deps]):
         """True when steering or follow-up messages are queued."""
         return bool(self.steering) or bool(self.follow_ups)
 
-    def _settle_queues(self, committed: Sequence[Message]) -> None:
-        """Put queued messages the run took but did not commit back at the front of their
-        queue. ``committed`` is the loop's record of the run's new messages; the loop
-        commits taken messages in the order taken, so of two takes of one message object
-        the earlier is the committed one."""
+    def _settle_queues(self, uncommitted: Sequence[Message]) -> None:
+        """Put the queued messages the run took but did not commit back at the front of
+        their queue, in order. ``uncommitted`` is the loop's report of them
+        (:attr:`~ketch.loop.RunStream.uncommitted`); a message whose queue was cleared
+        meanwhile stays dropped."""
         counts: dict[int, int] = {}
-        for m in committed:
+        for m in uncommitted:
             counts[id(m)] = counts.get(id(m), 0) + 1
         self.steering._settle(counts)
         self.follow_ups._settle(counts)
@@ -493,7 +490,7 @@ class Agent(Generic[Deps]):
             return asyncio.run(self.prompt(input, images=images))
         raise RuntimeError("prompt_sync() cannot be used inside a running event loop; use 'await agent.prompt()'")
 
-    async def _run(self, start: Callable[[LoopConfig, LoopContext, AbortSignal], RunStream]) -> RunResult:
+    async def _run(self, start: Callable[[LoopConfig[Any], Conversation, AbortSignal], RunStream]) -> RunResult:
         self._running = True
         self._idle.clear()
         signal = AbortSignal()
@@ -509,7 +506,7 @@ class Agent(Generic[Deps]):
         )
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = LoopContext(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages)
         context.system_prompt = self.system_prompt
         context.tools = list(self.tools)
         result: RunResult | None = None
@@ -527,7 +524,7 @@ class Agent(Generic[Deps]):
         finally:
             if result is None and stream is not None:
                 await stream.aclose()
-            self._settle_queues(stream.messages if stream is not None else ())
+            self._settle_queues(stream.uncommitted if stream is not None else ())
             self._running = False
             self._signal = None
             self._streaming = None

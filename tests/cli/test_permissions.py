@@ -32,7 +32,7 @@ PLAN_TEXT = (
 
 
 def _tools(log: list[str]) -> list[Tool]:
-    def make(name: str, sequential: Any) -> Tool:
+    def make(name: str, sequential: Any, read_only: bool = False) -> Tool:
         async def run(args: dict[str, Any], ctx: Any) -> str:
             log.append(f"{name}:{args}")
             return f"{name} ok"
@@ -43,12 +43,13 @@ def _tools(log: list[str]) -> list[Tool]:
             {"type": "object", "properties": {"path": {"type": "string"}, "command": {"type": "string"}}},
             run,
             sequential=sequential,
+            read_only=read_only,
         )
 
     def bash_mutates(args: dict[str, Any]) -> bool:
         return not str(args.get("command", "")).startswith(("ls", "git status"))
 
-    return [make("read", False), make("edit", True), make("write", True), make("bash", bash_mutates)]
+    return [make("read", False, read_only=True), make("edit", True), make("write", True), make("bash", bash_mutates)]
 
 
 async def _run(gate: PermissionEngine, calls: list[Any]) -> tuple[list[str], list[tuple[str, bool, str]]]:
@@ -332,6 +333,6 @@ def test_check_is_a_pure_policy() -> None:
     def broken(args: dict[str, Any]) -> bool:
         raise RuntimeError("classifier failed")
 
-    read.sequential = broken
+    read.read_only = broken
     assert gate.check(read, {"path": "x"}) == Verdict("ask", "mode default")
     assert repr(gate) == "PermissionEngine(mode='default', allow=['bash(git *)'], ask=[], deny=[])"

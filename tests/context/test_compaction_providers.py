@@ -41,7 +41,7 @@ from ketch.context import Compactor, ContextSummary
 from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import Message, Request, StreamOptions, ToolCall, ToolResultMessage, UserMessage
 from ketch.llm.tokens import estimate_message_tokens
-from ketch.loop import LoopConfig, LoopContext, Tool, ToolContext, run_loop
+from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
 from ketch.testing import FunctionModel
 
 SUMMARY = "## Goal\nWeather for Paris, Oslo, Rome and Lima.\n\n## Progress\n- [x] Paris: 18°C"
@@ -146,7 +146,7 @@ async def test_cut_inside_a_turn_continues(server: LoopbackServer, protocol: str
     )
     summariser_model = summariser()
     manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=110, summary_model=summariser_model)
-    context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
+    context = Conversation(system_prompt=SYSTEM, tools=[weather_tool()])
     prompt = UserMessage(content="Check the weather in Paris, Oslo, Rome and Lima, one city per call.")
     stream = run_loop(prompt, context, LoopConfig(model=wire.model(server.url), context_manager=manager))
     events = [e.type async for e in stream]
@@ -224,7 +224,7 @@ async def test_compacted_transcript_continues_on_every_protocol(server: Loopback
         a.reply(rid(source, 2), text=ANSWER, tokens=3500),
         b.reply(rid(target, 3), text="Rome is warm.", tokens=300),
     )
-    context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
+    context = Conversation(system_prompt=SYSTEM, tools=[weather_tool()])
     first = await run_loop("Weather in Paris and Oslo?", context, LoopConfig(model=a.model(server.url))).result()
     assert first.end_reason == "stop"
     assert [m.role for m in context.messages] == ["user", "assistant", "tool_result", "tool_result", "assistant"]
@@ -268,7 +268,7 @@ async def test_cut_at_a_user_message_continues(server: LoopbackServer, protocol:
         wire.reply(rid(protocol, 2), calls=[call(protocol, 2, "Rome")], tokens=3500),
         wire.reply(rid(protocol, 3), text="Rome is warm.", tokens=300),
     )
-    context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
+    context = Conversation(system_prompt=SYSTEM, tools=[weather_tool()])
     model = wire.model(server.url)
     await run_loop("Weather in Paris and Oslo, from memory?", context, LoopConfig(model=model)).result()
     prompt = UserMessage(content=FOLLOW_UP)
@@ -312,7 +312,7 @@ async def test_compaction_after_a_context_overflow_continues(server: LoopbackSer
         wire.reply(rid(protocol, 4), text="Both done.", tokens=100),
     )
     manager = Compactor(window=4000, reserve=1000, keep_recent_tokens=100, summary_model=summariser())
-    context = LoopContext(system_prompt=SYSTEM, tools=[weather_tool()])
+    context = Conversation(system_prompt=SYSTEM, tools=[weather_tool()])
     stream = run_loop("Weather in Paris, then Oslo?", context,
                       LoopConfig(model=wire.model(server.url), context_manager=manager))
     kinds = [e.type async for e in stream]

@@ -12,7 +12,7 @@ from ketch.agent import Agent
 from ketch.context import Compactor
 from ketch.hooks import HookNotice
 from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from ketch.loop import LoopContext, StopDecision, StopInfo
+from ketch.loop import Conversation, StopDecision, StopInfo
 from ketch.testing import FunctionModel, ScriptedModel
 
 
@@ -117,7 +117,7 @@ async def test_subagent_stop_entry(tmp_path: Path) -> None:
     hooks.add("SubagentStop", write_script(tmp_path, "sub.sh", f"cat > {seen}\necho 'cite sources' >&2\nexit 2\n"), matcher="researcher")
     calls: list[dict[str, Any]] = []
     hooks.add("SubagentStop", lambda e: calls.append(e) or None)
-    info = StopInfo(1, AssistantMessage(content=[TextContent(text="found it")]), LoopContext())
+    info = StopInfo(1, AssistantMessage(content=[TextContent(text="found it")]), Conversation())
     decision = await hooks.subagent_stop(info, agent_id="a1", agent_type="researcher", agent_transcript_path="/sub.jsonl")
     assert decision == StopDecision.continue_with(decision.message)  # type: ignore[union-attr,arg-type]
     assert isinstance(decision.message, UserMessage)  # type: ignore[union-attr]

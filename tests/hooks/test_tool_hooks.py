@@ -314,7 +314,7 @@ async def test_post_tool_use_exit_0_plain_stdout_is_ignored(tmp_path: Path) -> N
 async def test_post_tool_use_failure_for_error_results_and_raising_tools(tmp_path: Path) -> None:
     seen = tmp_path / "failure.json"
     hook = write_script(tmp_path, "fail.sh", f"cat > {seen}\necho '{{\"hookSpecificOutput\": {{\"additionalContext\": \"try ls -a\"}}}}'\n")
-    for kw, error in (({"fail": "no such dir"}, "no such dir"), ({"raises": "boom"}, "boom")):
+    for kw, error in (({"fail": "no such dir"}, "no such dir"), ({"raises": "boom"}, "RuntimeError: boom")):
         hooks = runner(tmp_path)
         hooks.add("PostToolUseFailure", hook)
         hooks.add("PostToolUse", lambda e: {"decision": "block", "reason": "never for failures"})

@@ -20,7 +20,7 @@ from ketch.llm import (
     ToolResultMessage,
     UserMessage,
 )
-from ketch.loop import LoopConfig, LoopContext, Tool, default_convert_to_llm, run_loop
+from ketch.loop import Conversation, LoopConfig, Tool, default_convert_to_llm, run_loop
 from ketch.testing import ScriptedModel, reply, tool_call
 from support import describe
 
@@ -73,7 +73,7 @@ STREAMED_TOOL_TURN = [
 async def test_abort_while_the_only_tool_call_streams_drops_it() -> None:
     ran: list[str] = []
     signal = AbortSignal()
-    ctx = LoopContext(tools=[read_tool(ran)])
+    ctx = Conversation(tools=[read_tool(ran)])
     model = ScriptedModel([reply("Let me look.", tool_call("read", {"path": "notes.txt"}, id="c1"), chunk_size=4)])
     stream = run_loop("go", ctx, LoopConfig(model=model), signal)
     events = await abort_on(stream, signal, delta_of_call(1))
@@ -90,7 +90,7 @@ async def test_abort_while_the_only_tool_call_streams_drops_it() -> None:
 async def test_abort_after_one_complete_call_closes_it_and_drops_the_streaming_one() -> None:
     ran: list[str] = []
     signal = AbortSignal()
-    ctx = LoopContext(tools=[read_tool(ran)])
+    ctx = Conversation(tools=[read_tool(ran)])
     model = ScriptedModel(
         [
             reply(
@@ -135,7 +135,7 @@ async def test_abort_after_one_complete_call_closes_it_and_drops_the_streaming_o
 
 async def test_abort_during_text_commits_no_results() -> None:
     signal = AbortSignal()
-    ctx = LoopContext(tools=[read_tool([])])
+    ctx = Conversation(tools=[read_tool([])])
     model = ScriptedModel([reply("I will read", tool_call("read", {"path": "a"}, id="c1"), chunk_size=4)])
     stream = run_loop("go", ctx, LoopConfig(model=model), signal)
     events = await abort_on(stream, signal, lambda ev: ev.type == "message_update" and ev.event.type == "text_delta")
@@ -151,7 +151,7 @@ async def test_abort_during_text_commits_no_results() -> None:
 async def test_closing_results_follow_the_call_order_of_the_kept_calls() -> None:
     # Text, two complete calls, a third cut off: the text and both calls stay.
     signal = AbortSignal()
-    ctx = LoopContext(tools=[read_tool([])])
+    ctx = Conversation(tools=[read_tool([])])
     model = ScriptedModel(
         [
             reply(
@@ -196,7 +196,7 @@ async def test_abort_between_queued_messages_commits_no_more_and_calls_no_model(
     signal = AbortSignal()
     model = ScriptedModel([reply(tool_call("read", {"path": "a"}, id="c1")), "unused"])
     cfg = LoopConfig(model=model, get_steering_messages=Queue([], ["s1", "s2"]))
-    stream = run_loop("go", LoopContext(tools=[read_tool([])]), cfg, signal)
+    stream = run_loop("go", Conversation(tools=[read_tool([])]), cfg, signal)
     events = await abort_on(
         stream, signal, lambda ev: ev.type == "message_end" and shape(ev.message) == ("user", "s1")
     )
@@ -225,7 +225,7 @@ async def test_abort_before_the_first_model_call_leaves_queued_messages_untaken(
 
     model = ScriptedModel(["unused"])
     cfg = LoopConfig(model=model, get_steering_messages=steering)
-    stream = run_loop("go", LoopContext(), cfg, signal)
+    stream = run_loop("go", Conversation(), cfg, signal)
     events = await abort_on(stream, signal, lambda ev: ev.type == "message_end")
     result = await stream.result()
     assert [shape(m) for m in result.messages] == [("user", "go"), ("assistant", "aborted", [])]

@@ -12,8 +12,8 @@ from ketch.loop import (
     CompactionEnd,
     CompactionStart,
     ContextRequest,
+    Conversation,
     LoopConfig,
-    LoopContext,
     Projection,
     run_loop,
 )
@@ -43,7 +43,7 @@ class FakeManager:
 async def test_projection_is_transient() -> None:
     model = ScriptedModel(["ok"])
     history: list[Message] = [UserMessage(content="old"), AssistantMessage(content=[TextContent(text="old answer")])]
-    ctx = LoopContext(messages=history)
+    ctx = Conversation(messages=history)
     await run_loop("new", ctx, LoopConfig(model=model, context_manager=FakeManager())).result()
     assert [m.content[0].text for m in model.requests[0].messages] == ["new"]  # type: ignore[attr-defined]
     assert len(ctx.messages) == 4
@@ -53,7 +53,7 @@ async def test_overflow_compacts_once_and_retries_same_request() -> None:
     manager = FakeManager()
     model = ScriptedModel([error_reply("prompt is too long", kind="context_overflow"), "fits now"])
     history: list[Message] = [UserMessage(content="a"), AssistantMessage(content=[TextContent(text="b")])]
-    ctx = LoopContext(messages=history)
+    ctx = Conversation(messages=history)
     stream = run_loop("c", ctx, LoopConfig(model=model, context_manager=manager))
     events = await collect(stream)
     result = await stream.result()
@@ -70,7 +70,7 @@ async def test_overflow_compacts_once_and_retries_same_request() -> None:
 
 async def test_second_overflow_ends_run() -> None:
     model = ScriptedModel([error_reply("too long", kind="context_overflow"), error_reply("still too long", kind="context_overflow")])
-    result = await run_loop("c", LoopContext(), LoopConfig(model=model, context_manager=FakeManager())).result()
+    result = await run_loop("c", Conversation(), LoopConfig(model=model, context_manager=FakeManager())).result()
     assert result.end_reason == "error"
     last = result.messages[-1]
     assert isinstance(last, AssistantMessage)
@@ -79,7 +79,7 @@ async def test_second_overflow_ends_run() -> None:
 
 async def test_overflow_without_manager_is_plain_error() -> None:
     model = ScriptedModel([error_reply("too long", kind="context_overflow")])
-    result = await run_loop("c", LoopContext(), LoopConfig(model=model)).result()
+    result = await run_loop("c", Conversation(), LoopConfig(model=model)).result()
     assert (result.end_reason, len(model.requests)) == ("error", 1)
 
 
@@ -111,7 +111,7 @@ def test_estimates_latin_and_cjk() -> None:
 
 async def test_turn_end_reports_context_usage() -> None:
     model = ScriptedModel([reply("ok", usage=Usage(input=50, output=5))])
-    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=model)))
+    events = await collect(run_loop("hi", Conversation(), LoopConfig(model=model)))
     (turn_end,) = [e for e in events if e.type == "turn_end"]
     assert turn_end.context is not None
     assert (turn_end.context.tokens, turn_end.context.window) == (55, 128_000)
@@ -142,7 +142,7 @@ async def test_summary_cost_counts_towards_the_run() -> None:
             yield Projection(messages=messages)
 
     model = ScriptedModel(["ok"])
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=model, context_manager=CostlyManager())).result()
+    result = await run_loop("hi", Conversation(), LoopConfig(model=model, context_manager=CostlyManager())).result()
     assert result.cost == 0.25
 
 
@@ -165,6 +165,6 @@ async def test_summary_tokens_and_cost_count_towards_the_run() -> None:
 
     model = ScriptedModel([reply("ok", usage=Usage(input=50, output=5, total_tokens=55))])
     config = LoopConfig(model=model, context_manager=SummarizingManager())
-    result = await run_loop("hi", LoopContext(), config).result()
+    result = await run_loop("hi", Conversation(), config).result()
     usage = result.summary.usage
     assert (usage.input, usage.output, usage.total_tokens, result.cost) == (950, 105, 1055, 0.5)

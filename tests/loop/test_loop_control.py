@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
-from ketch.llm.stream import MessageBuilder, Retry
+from ketch.llm.stream import MessageBuilder
+from ketch.llm.stream import Retry as StreamRetry
 from ketch.loop import (
+    Conversation,
     LoopConfig,
-    LoopContext,
     NextTurn,
+    Retry,
     StopDecision,
     Tool,
     ToolContext,
@@ -38,7 +40,7 @@ def looping_model(n: int = 10) -> ScriptedModel:
 
 async def test_max_turns() -> None:
     model = looping_model()
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), LoopConfig(model=model, max_turns=3)).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), LoopConfig(model=model, max_turns=3)).result()
     assert result.end_reason == "max_turns"
     assert result.summary.turns == 3
     assert len(model.requests) == 3
@@ -50,7 +52,7 @@ async def test_max_budget() -> None:
     usage = Usage(input=1, output=1, total_tokens=2, cost=Cost(total=0.4))
     model = ScriptedModel([reply(tool_call("noop"), usage=usage) for _ in range(5)])
     cfg = LoopConfig(model=model, max_budget_usd=1.0)
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.end_reason == "max_budget"
     assert result.summary.turns == 3
     assert result.cost == pytest.approx(1.2)
@@ -59,7 +61,7 @@ async def test_max_budget() -> None:
 async def test_stop_when_after_tools() -> None:
     model = ScriptedModel([reply(tool_call("noop")), reply(tool_call("final")), "never"])
     cfg = LoopConfig(model=model, stop_when=[stop_after_tool("final")])
-    result = await run_loop("go", LoopContext(tools=[noop_tool(), noop_tool("final")]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool(), noop_tool("final")]), cfg).result()
     assert result.end_reason == "stop"
     assert result.summary.turns == 2
     assert isinstance(result.messages[-1], ToolResultMessage)
@@ -73,7 +75,7 @@ async def test_stop_when_predicates_or_composed_async() -> None:
 
     model = looping_model()
     cfg = LoopConfig(model=model, stop_when=[lambda t: False, after_two])
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.summary.turns == 2
 
 
@@ -86,7 +88,7 @@ async def test_on_stop_continue_then_allow() -> None:
         return decisions.pop(0)
 
     model = ScriptedModel(["first", "second"])
-    result = await run_loop("go", LoopContext(), LoopConfig(model=model, on_stop=on_stop)).result()
+    result = await run_loop("go", Conversation(), LoopConfig(model=model, on_stop=on_stop)).result()
     assert infos == [1, 2]
     assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
     assert result.messages[2].content[0].text == "check your work"  # type: ignore[attr-defined]
@@ -96,16 +98,23 @@ async def test_on_stop_continue_then_allow() -> None:
 async def test_on_stop_block_without_message_counts_as_allow() -> None:
     model = ScriptedModel(["only"])
     cfg = LoopConfig(model=model, on_stop=lambda info: StopDecision(action="continue"))
-    result = await run_loop("go", LoopContext(), cfg).result()
+    result = await run_loop("go", Conversation(), cfg).result()
     assert (result.end_reason, result.summary.turns) == ("stop", 1)
 
 
 async def test_on_stop_escalate() -> None:
     cfg = LoopConfig(model=ScriptedModel(["lazy answer"]), on_stop=lambda i: StopDecision.escalate("tests not run"))
-    result = await run_loop("go", LoopContext(), cfg).result()
+    result = await run_loop("go", Conversation(), cfg).result()
     assert (result.end_reason, result.summary.error) == ("stop_guard", "tests not run")
     with pytest.raises(Exception, match="Run ended with stop_guard: tests not run"):
         result.raise_for_error()
+
+
+async def test_on_stop_escalate_without_a_reason() -> None:
+    assert StopDecision.escalate() == StopDecision(action="escalate")
+    cfg = LoopConfig(model=ScriptedModel(["lazy answer"]), on_stop=lambda i: StopDecision.escalate())
+    result = await run_loop("go", Conversation(), cfg).result()
+    assert (result.end_reason, result.summary.error) == ("stop_guard", "on_stop escalated")
 
 
 async def test_prepare_next_turn_switches_model_and_thinking() -> None:
@@ -116,7 +125,7 @@ async def test_prepare_next_turn_switches_model_and_thinking() -> None:
         return NextTurn(model=second, thinking="high")
 
     cfg = LoopConfig(model=first, prepare_next_turn=prepare)
-    result = await run_loop("go", LoopContext(tools=[noop_tool()]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[noop_tool()]), cfg).result()
     assert result.text == "from second"
     assert second.requests[0].options.thinking == "high"
 
@@ -136,7 +145,7 @@ class Queue:
 async def test_initial_steering_reaches_first_call() -> None:
     model = ScriptedModel(["ok"])
     cfg = LoopConfig(model=model, get_steering_messages=Queue(["also this"]))
-    events = await collect(run_loop("hi", LoopContext(), cfg))
+    events = await collect(run_loop("hi", Conversation(), cfg))
     assert [m.role for m in model.requests[0].messages] == ["user", "user"]
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels[:7] == [
@@ -168,7 +177,7 @@ async def test_steering_between_turns_wait_mode_finishes_batch() -> None:
     tools = [Tool("first", "", None, first, sequential=True), Tool("second", "", None, second)]
     model = ScriptedModel([reply(tool_call("first"), tool_call("second")), "ack"])
     cfg = LoopConfig(model=model, get_steering_messages=steer_q)
-    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    result = await run_loop("go", Conversation(tools=tools), cfg).result()
     assert ran == ["first", "second"]
     assert [m.role for m in result.messages] == [
         "user", "assistant", "tool_result", "tool_result", "user", "assistant",
@@ -207,7 +216,7 @@ async def test_steering_interrupt_mode_skips_and_cancels() -> None:
         [reply(tool_call("long", id="l"), tool_call("quick", id="q"), tool_call("later", id="z")), "ok"]
     )
     cfg = LoopConfig(model=model, get_steering_messages=steer_q, steering_during_tools="interrupt")
-    result = await run_loop("go", LoopContext(tools=tools), cfg).result()
+    result = await run_loop("go", Conversation(tools=tools), cfg).result()
     assert cancelled == ["long"]
     results = [(m.tool_call_id, m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)]
     assert results == [
@@ -222,7 +231,7 @@ async def test_follow_ups_when_model_would_stop() -> None:
     model = ScriptedModel(["one", "two", "three"])
     follow = Queue(["next"], ["and another"])
     cfg = LoopConfig(model=model, get_follow_up_messages=follow)
-    events = await collect(run_loop("hi", LoopContext(), cfg))
+    events = await collect(run_loop("hi", Conversation(), cfg))
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
@@ -235,10 +244,64 @@ async def test_follow_ups_when_model_would_stop() -> None:
     ]
 
 
+async def test_result_reports_queued_messages_taken_but_not_committed() -> None:
+    # max_turns ends the run after the follow-ups were taken at the would-be end
+    follow = Queue(["f1", "f2"])
+    cfg = LoopConfig(model=ScriptedModel(["one"]), max_turns=1, get_follow_up_messages=follow)
+    stream = run_loop("hi", Conversation(), cfg)
+    result = await stream.result()
+    assert result.end_reason == "max_turns"
+    assert [m.content[0].text for m in result.uncommitted] == ["f1", "f2"]  # type: ignore[attr-defined]
+    assert stream.uncommitted is not result.uncommitted and stream.uncommitted == result.uncommitted
+    assert [m.role for m in result.messages] == ["user", "assistant"]
+
+    # committed queued messages are not reported; the order is the order taken
+    steer = Queue(["s1"], [], ["s2"])
+    follow = Queue(["f1"])
+    model = ScriptedModel([reply(tool_call("noop")), "two", "three"])
+    cfg = LoopConfig(model=model, max_turns=2, get_steering_messages=steer, get_follow_up_messages=follow)
+    result = await run_loop("hi", Conversation(tools=[noop_tool()]), cfg).result()
+    texts = [m.content[0].text for m in result.messages if m.role == "user"]  # type: ignore[attr-defined]
+    assert texts == ["hi", "s1"]
+    assert [m.content[0].text for m in result.uncommitted] == ["s2"]  # type: ignore[attr-defined]
+
+    # a normal end leaves nothing uncommitted
+    result = await run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["ok"]), get_steering_messages=Queue(["s"]))).result()
+    assert result.uncommitted == [] and [m.role for m in result.messages] == ["user", "user", "assistant"]
+
+
+async def test_steering_taken_during_an_aborted_batch_is_reported_uncommitted(no_leaked_tasks: None) -> None:
+    signal = AbortSignal()
+
+    async def slow(args: dict[str, Any], ctx: Any) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    async def quick(args: dict[str, Any], ctx: Any) -> str:
+        return "ok"
+
+    def steer_then_abort() -> list[Any]:
+        signal.abort()  # the user steers, then aborts before the batch ends
+        return [UserMessage(content="now")]
+
+    tools = [Tool("slow", "", None, slow), Tool("quick", "", None, quick)]
+    model = ScriptedModel([reply(tool_call("quick"), tool_call("slow")), "unused"])
+    cfg = LoopConfig(
+        model=model,
+        get_steering_messages=steer_then_abort,
+        steering_during_tools="interrupt",
+        skip_initial_steering_poll=True,
+    )
+    result = await run_loop("go", Conversation(tools=tools), cfg, signal).result()
+    assert result.end_reason == "aborted"
+    assert [m.content[0].text for m in result.uncommitted] == ["now"]  # type: ignore[attr-defined]
+    assert [m.content[0].text for m in result.messages if m.role == "user"] == ["go"]  # type: ignore[attr-defined]
+
+
 async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
     signal = AbortSignal()
     model = ScriptedModel([reply("partial answer", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model), signal)
     events = []
     async for ev in stream:
         events.append(ev)
@@ -255,7 +318,7 @@ async def test_abort_mid_stream_keeps_partial(no_leaked_tasks: None) -> None:
 async def test_abort_from_another_task_while_waiting(no_leaked_tasks: None) -> None:
     signal = AbortSignal()
     model = ScriptedModel([reply("abc", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model), signal)
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model), signal)
     streamed = asyncio.Event()
 
     async def consume() -> Any:
@@ -293,7 +356,7 @@ async def test_abort_mid_tool_closes_calls(no_leaked_tasks: None) -> None:
 
     tools = [Tool("hang", "", None, hang), Tool("trigger", "", None, trigger), Tool("after", "", None, hang, sequential=True)]
     model = ScriptedModel([reply(tool_call("hang", id="h"), tool_call("trigger", id="t"), tool_call("after", id="a"))])
-    stream = run_loop("go", LoopContext(tools=tools), LoopConfig(model=model), signal)
+    stream = run_loop("go", Conversation(tools=tools), LoopConfig(model=model), signal)
     events = await collect(stream)
     result = await stream.result()
     assert result.end_reason == "aborted"
@@ -330,7 +393,7 @@ async def test_abort_of_a_lone_call_that_cannot_report_progress(no_leaked_tasks:
 
     assert hang.reports_progress is False
     model = ScriptedModel([reply(tool_call("hang", id="h")), "unused"])
-    stream = run_loop("go", LoopContext(tools=[hang]), LoopConfig(model=model), signal)
+    stream = run_loop("go", Conversation(tools=[hang]), LoopConfig(model=model), signal)
 
     async def abort_when_started() -> None:
         await started.wait()
@@ -371,7 +434,7 @@ async def test_a_lone_call_that_swallows_the_abort_leaves_no_cancellation_behind
 
     aborter = asyncio.create_task(abort_when_started())
     model = ScriptedModel([reply(tool_call("stubborn", id="s")), "unused"])
-    result = await run_loop("go", LoopContext(tools=[stubborn]), LoopConfig(model=model), signal).result()
+    result = await run_loop("go", Conversation(tools=[stubborn]), LoopConfig(model=model), signal).result()
     await aborter
     assert (result.end_reason, result.messages[-1].text) == ("aborted", "kept going")  # type: ignore[attr-defined]
     task = asyncio.current_task()
@@ -400,7 +463,7 @@ async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() 
 
     async def consume() -> list[Any]:
         runner.append(asyncio.current_task())
-        return await collect(run_loop("go", LoopContext(tools=[where, where_with_progress]), LoopConfig(model=model)))
+        return await collect(run_loop("go", Conversation(tools=[where, where_with_progress]), LoopConfig(model=model)))
 
     events = await consume()
     assert seen[0] is runner[0]
@@ -412,7 +475,7 @@ async def test_a_lone_call_that_cannot_report_progress_runs_in_the_loops_task() 
 async def test_pre_aborted_signal() -> None:
     signal = AbortSignal()
     signal.abort()
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel(["x"])), signal).result()
+    result = await run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["x"])), signal).result()
     last = result.messages[-1]
     assert isinstance(last, AssistantMessage)
     assert (last.stop_reason, last.content) == ("aborted", [])
@@ -421,7 +484,7 @@ async def test_pre_aborted_signal() -> None:
 async def test_external_cancellation_emits_agent_end_and_propagates(no_leaked_tasks: None) -> None:
     events: list[str] = []
     model = ScriptedModel([reply("abc", hang=True)])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model))
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model))
     streamed = asyncio.Event()
 
     async def consume() -> None:
@@ -440,7 +503,9 @@ async def test_external_cancellation_emits_agent_end_and_propagates(no_leaked_ta
 
 
 async def test_retry_events_are_forwarded() -> None:
-    attempts = {"n": 0}
+    sent_retry = StreamRetry(
+        attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded", error_message="busy", discard_partial=True
+    )
 
     class FlakyModel:
         provider = api = "flaky"
@@ -453,8 +518,7 @@ async def test_retry_events_are_forwarded() -> None:
             ev = b.text_start()
             yield ev
             yield b.text_delta("lost", ev.index)
-            yield Retry(attempt=1, max_attempts=2, delay=0.0, error_kind="overloaded",
-                              error_message="busy", discard_partial=True)
+            yield sent_retry
             b.reset()
             yield b.start()
             ev = b.text_start()
@@ -463,7 +527,7 @@ async def test_retry_events_are_forwarded() -> None:
             yield b.text_end(ev.index)
             yield b.done()
 
-    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=FlakyModel())))  # type: ignore[arg-type]
+    events = await collect(run_loop("hi", Conversation(), LoopConfig(model=FlakyModel())))  # type: ignore[arg-type]
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
@@ -471,9 +535,10 @@ async def test_retry_events_are_forwarded() -> None:
         "turn_end", "agent_end",
     ]
     retry = next(e for e in events if e.type == "retry")
+    assert retry is sent_retry  # the stream's own event, not a copy
+    assert Retry is StreamRetry
     assert (retry.error_kind, retry.discard_partial) == ("overloaded", True)
     assert events[-1].messages[-1].text == "kept"
-    del attempts
 
 
 async def test_broken_model_stream_raising_becomes_error() -> None:
@@ -485,7 +550,7 @@ async def test_broken_model_stream_raising_becomes_error() -> None:
             raise RuntimeError("adapter bug")
             yield  # pragma: no cover
 
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=Broken())).result()  # type: ignore[arg-type]
+    result = await run_loop("hi", Conversation(), LoopConfig(model=Broken())).result()  # type: ignore[arg-type]
     assert (result.end_reason, result.summary.error) == ("error", "RuntimeError: adapter bug")
 
 
@@ -502,7 +567,7 @@ async def test_model_stream_raising_mid_message_keeps_the_partial_message() -> N
             yield b.text_delta("half", ev.index)
             raise RuntimeError("adapter bug")
 
-    events = await collect(run_loop("hi", LoopContext(), LoopConfig(model=Breaks())))  # type: ignore[arg-type]
+    events = await collect(run_loop("hi", Conversation(), LoopConfig(model=Breaks())))  # type: ignore[arg-type]
     assert [describe(e) for e in events] == [
         "agent_start", "turn_start", "message_start:user", "message_end:user",
         "message_start:assistant", "message_update", "message_update",
@@ -529,13 +594,13 @@ async def test_stream_without_terminal_event_is_error() -> None:
             b = MessageBuilder()
             yield b.start()
 
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=Truncated())).result()  # type: ignore[arg-type]
+    result = await run_loop("hi", Conversation(), LoopConfig(model=Truncated())).result()  # type: ignore[arg-type]
     assert (result.end_reason, result.summary.error) == ("error", "stream ended without a terminal event")
 
 
 async def test_interrupted_response_is_told_to_model() -> None:
     signal = AbortSignal()
-    ctx = LoopContext()
+    ctx = Conversation()
     model = ScriptedModel([reply("half an ans", hang=True), "sorry, continuing"])
     stream = run_loop("hi", ctx, LoopConfig(model=model), signal)
     async for ev in stream:
@@ -563,7 +628,7 @@ def test_repair_fills_missing_and_drops_orphans() -> None:
         ("assistant", None), ("tool_result", "1"), ("tool_result", "2"), ("user", None),
     ]
     assert repaired[1].is_error  # type: ignore[attr-defined]
-    assert repaired[1].text == "Tool result missing (conversation was truncated or interrupted)."  # type: ignore[attr-defined]
+    assert repaired[1].text == "No result provided"  # type: ignore[attr-defined]  # llm.handoff.MISSING_TOOL_RESULT
     valid = [u, a, ToolResultMessage(tool_call_id="1", tool_name="x"), r2]
     assert repair_messages(valid) is valid
 
@@ -581,8 +646,29 @@ async def test_function_model_sees_repaired_transcript() -> None:
         UserMessage(content="a"),
         AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
     ]
-    await run_loop("b", LoopContext(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
+    await run_loop("b", Conversation(messages=broken), LoopConfig(model=FunctionModel(respond))).result()
     assert seen == [["user", "assistant", "tool_result", "user"]]
+
+
+async def test_the_loop_and_the_adapters_repair_a_missing_result_with_one_text() -> None:
+    from ketch.llm import ToolCall
+    from ketch.llm.handoff import MISSING_TOOL_RESULT, prepare_messages
+
+    sent: list[Any] = []
+
+    def respond(context: Any, options: Any) -> str:
+        sent.extend(context.messages)
+        return "fine"
+
+    broken = [
+        UserMessage(content="a"),
+        AssistantMessage(content=[ToolCall(id="1", name="x")], stop_reason="tool_use"),
+    ]
+    direct = prepare_messages([*broken, UserMessage(content="b")], provider="p", api="a", model="m")
+    await run_loop("b", Conversation(messages=list(broken)), LoopConfig(model=FunctionModel(respond))).result()
+    through_loop = sent[2]
+    assert (through_loop.role, through_loop.text, through_loop.is_error) == ("tool_result", MISSING_TOOL_RESULT, True)
+    assert (direct[2].text, direct[2].is_error) == (MISSING_TOOL_RESULT, True)  # type: ignore[attr-defined]
 
 
 async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> None:
@@ -598,7 +684,7 @@ async def test_a_model_call_that_cannot_start_ends_the_run_with_its_error() -> N
 
     for extra in ({}, {"get_api_key": lambda provider: None}):
         NoKey.calls = 0
-        stream = run_loop("hi", LoopContext(), LoopConfig(model=NoKey(), **extra))  # type: ignore[arg-type]
+        stream = run_loop("hi", Conversation(), LoopConfig(model=NoKey(), **extra))  # type: ignore[arg-type]
         events = await collect(stream)
         result = await stream.result()
         assert [describe(e) for e in events] == [

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ketch.llm import AssistantMessage, TextContent, ToolResultMessage, UserMessage
-from ketch.loop import LoopConfig, LoopContext, Tool, ToolResult, continue_loop, run_loop
+from ketch.loop import Conversation, LoopConfig, Tool, ToolResult, continue_loop, run_loop
 from ketch.testing import ScriptedModel, error_reply, reply, tool_call
 from support import collect, describe
 
@@ -22,7 +22,7 @@ def echo_tool(name: str = "echo", **kw: Any) -> Tool:
 
 async def test_text_only_order() -> None:
     model = ScriptedModel(["Hello there"])
-    ctx = LoopContext(system_prompt="sys")
+    ctx = Conversation(system_prompt="sys")
     stream = run_loop("hi", ctx, LoopConfig(model=model))
     events = await collect(stream)
     labels = [describe(e) for e in events if e.type != "message_update"]
@@ -61,7 +61,7 @@ async def test_tool_turn_order_parallel() -> None:
 
     tools = [Tool("slow", "", None, slow), Tool("fast", "", None, fast)]
     model = ScriptedModel([reply(tool_call("slow", id="c1"), tool_call("fast", id="c2")), "done"])
-    stream = run_loop("go", LoopContext(tools=tools), LoopConfig(model=model))
+    stream = run_loop("go", Conversation(tools=tools), LoopConfig(model=model))
     events = await collect(stream)
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
@@ -98,7 +98,7 @@ async def test_tool_turn_order_parallel() -> None:
 
 
 async def test_continue_has_no_user_events() -> None:
-    ctx = LoopContext(messages=[UserMessage(content="hi")])
+    ctx = Conversation(messages=[UserMessage(content="hi")])
     events = await collect(continue_loop(ctx, LoopConfig(model=ScriptedModel(["ok"]))))
     labels = [describe(e) for e in events if e.type != "message_update"]
     assert labels == [
@@ -114,15 +114,15 @@ async def test_continue_has_no_user_events() -> None:
 async def test_continue_errors_are_immediate() -> None:
     cfg = LoopConfig(model=ScriptedModel())
     with pytest.raises(ValueError, match="^Cannot continue: no messages in context$"):
-        continue_loop(LoopContext(), cfg)
-    ctx = LoopContext(messages=[UserMessage(content="hi"), AssistantMessage(content=[TextContent(text="x")])])
+        continue_loop(Conversation(), cfg)
+    ctx = Conversation(messages=[UserMessage(content="hi"), AssistantMessage(content=[TextContent(text="x")])])
     with pytest.raises(ValueError, match="^Cannot continue from message role: assistant$"):
         continue_loop(ctx, cfg)
 
 
 async def test_model_error_ends_run_with_error() -> None:
     model = ScriptedModel([error_reply("upstream exploded", "partial", kind="server")])
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=model))
+    stream = run_loop("hi", Conversation(), LoopConfig(model=model))
     events = await collect(stream)
     assert [describe(e) for e in events if e.type != "message_update"][-3:] == [
         "message_end:assistant",
@@ -138,7 +138,7 @@ async def test_model_error_ends_run_with_error() -> None:
 
 
 async def test_exhausted_script_is_an_error_message() -> None:
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel())).result()
+    result = await run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel())).result()
     assert result.end_reason == "error"
     assert result.summary.error == "no more scripted responses"
 
@@ -148,7 +148,7 @@ async def test_usage_and_cost_totals() -> None:
 
     u = Usage(input=10, output=5, total_tokens=15, cost=Cost(input=0.01, output=0.02, total=0.03))
     model = ScriptedModel([reply(tool_call("echo"), usage=u), reply("done", usage=u)])
-    result = await run_loop("hi", LoopContext(tools=[echo_tool()]), LoopConfig(model=model)).result()
+    result = await run_loop("hi", Conversation(tools=[echo_tool()]), LoopConfig(model=model)).result()
     assert (result.usage.input, result.usage.output, result.usage.total_tokens) == (20, 10, 30)
     assert result.cost == pytest.approx(0.06)
 
@@ -158,7 +158,7 @@ async def test_tool_result_content_and_details() -> None:
         return ToolResult(content="visible", details={"hidden": 1})
 
     model = ScriptedModel([reply(tool_call("t", id="c1")), "ok"])
-    result = await run_loop("hi", LoopContext(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)).result()
+    result = await run_loop("hi", Conversation(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
     assert (tr.text, tr.details, tr.is_error) == ("visible", {"hidden": 1}, False)
@@ -169,7 +169,7 @@ async def test_json_return_value_is_encoded() -> None:
         return {"sum": 3, "items": [1, 2]}
 
     model = ScriptedModel([reply(tool_call("t")), "ok"])
-    result = await run_loop("hi", LoopContext(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)).result()
+    result = await run_loop("hi", Conversation(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
     assert tr.text == '{"sum":3,"items":[1,2]}'
@@ -182,7 +182,7 @@ async def test_tool_progress_updates() -> None:
         return "done"
 
     model = ScriptedModel([reply(tool_call("t", id="c1")), "ok"])
-    events = await collect(run_loop("hi", LoopContext(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)))
+    events = await collect(run_loop("hi", Conversation(tools=[Tool("t", "", None, run)]), LoopConfig(model=model)))
     tool_events = [(e.type, getattr(e, "partial", None)) for e in events if e.type.startswith("tool_execution")]
     assert tool_events == [
         ("tool_execution_start", None),
@@ -197,17 +197,17 @@ async def test_tool_exception_becomes_error_result() -> None:
         raise RuntimeError("disk on fire")
 
     model = ScriptedModel([reply(tool_call("boom")), "recovered"])
-    result = await run_loop("hi", LoopContext(tools=[Tool("boom", "", None, boom)]), LoopConfig(model=model)).result()
+    result = await run_loop("hi", Conversation(tools=[Tool("boom", "", None, boom)]), LoopConfig(model=model)).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
-    assert (tr.text, tr.is_error) == ("disk on fire", True)
+    assert (tr.text, tr.is_error) == ("RuntimeError: disk on fire", True)
     assert result.text == "recovered"
     assert result.summary.tool_errors == 1
 
 
 async def test_unknown_tool() -> None:
     model = ScriptedModel([reply(tool_call("nope")), "ok"])
-    result = await run_loop("hi", LoopContext(), LoopConfig(model=model)).result()
+    result = await run_loop("hi", Conversation(), LoopConfig(model=model)).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
     assert (tr.text, tr.is_error) == ('Tool "nope" not found', True)
@@ -217,7 +217,7 @@ async def test_hook_exception_in_transform_context_is_error_message() -> None:
     def transform(messages: Any, signal: Any) -> Any:
         raise ValueError("bad transform")
 
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel(["x"]), transform_context=transform))
+    stream = run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["x"]), transform_context=transform))
     events = await collect(stream)
     result = await stream.result()
     assert result.end_reason == "error"
@@ -234,7 +234,7 @@ async def test_hook_exception_in_steering_poll_ends_run() -> None:
     def steering() -> Any:
         raise RuntimeError("queue broke")
 
-    stream = run_loop("hi", LoopContext(), LoopConfig(model=ScriptedModel(["x"]), get_steering_messages=steering))
+    stream = run_loop("hi", Conversation(), LoopConfig(model=ScriptedModel(["x"]), get_steering_messages=steering))
     events = await collect(stream)
     result = await stream.result()
     assert result.end_reason == "error"
@@ -251,7 +251,7 @@ async def test_get_api_key_called_before_every_call() -> None:
         return f"key-{len(calls)}"
 
     model = ScriptedModel([reply(tool_call("echo")), "done"])
-    await run_loop("hi", LoopContext(tools=[echo_tool()]), LoopConfig(model=model, get_api_key=key)).result()
+    await run_loop("hi", Conversation(tools=[echo_tool()]), LoopConfig(model=model, get_api_key=key)).result()
     assert calls == ["scripted", "scripted"]
     assert [r.options.api_key for r in model.requests] == ["key-1", "key-2"]
 
@@ -262,7 +262,7 @@ async def test_convert_to_llm_drops_custom_messages() -> None:
     class Note(CustomMessage, tag="test_note"):
         text: str
 
-    ctx = LoopContext(messages=[Note(text="ui only")])
+    ctx = Conversation(messages=[Note(text="ui only")])
     model = ScriptedModel(["ok"])
     await run_loop("hi", ctx, LoopConfig(model=model)).result()
     assert [m.role for m in model.requests[0].messages] == ["user"]

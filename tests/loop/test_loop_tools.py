@@ -9,9 +9,11 @@ from ketch.llm import ToolResultMessage
 from ketch.loop import (
     AfterToolCallResult,
     BeforeToolCallResult,
+    Conversation,
     LoopConfig,
-    LoopContext,
     Tool,
+    ToolCallInfo,
+    ToolContext,
     ToolResult,
     run_loop,
 )
@@ -47,7 +49,7 @@ async def test_sequential_config_runs_one_at_a_time() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", {"k": "1"}), tool_call("a", {"k": "2"})), "done"])
     cfg = LoopConfig(model=model, tool_execution="sequential")
-    await run_loop("go", LoopContext(tools=[rec.tool("a")]), cfg).result()
+    await run_loop("go", Conversation(tools=[rec.tool("a")]), cfg).result()
     assert rec.log == ["start 1", "end 1", "start 2", "end 2"]
 
 
@@ -63,7 +65,7 @@ async def test_parallel_runs_concurrently() -> None:
 
     tools = [rec.tool("a", wait=True), Tool("rel", "", None, releaser)]
     model = ScriptedModel([reply(tool_call("a", {"k": "1"}), tool_call("rel")), "done"])
-    await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert rec.log == ["start 1", "release", "end 1"]
 
 
@@ -86,7 +88,7 @@ async def test_barrier_tool_blocks_everything_behind_it() -> None:
     model = ScriptedModel(
         [reply(tool_call("safe", {"k": "1"}), tool_call("barrier"), tool_call("safe", {"k": "2"})), "done"]
     )
-    await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert order == ["safe 1", "barrier start", "barrier end", "safe 2"]
     del rec
 
@@ -103,7 +105,7 @@ async def test_sequential_decided_per_call() -> None:
     schema = {"type": "object", "properties": {"k": {"type": "string"}}}
     t = Tool("m", "", schema, maybe, sequential=lambda a: a.get("k") == "w")
     model = ScriptedModel([reply(tool_call("m", {"k": "r1"}), tool_call("m", {"k": "r2"}), tool_call("m", {"k": "w"})), "ok"])
-    await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     assert order == ["start r1", "start r2", "end r1", "end r2", "start w", "end w"]
 
 
@@ -122,7 +124,7 @@ async def test_concurrency_limit() -> None:
 
     t = Tool("w", "", None, work)
     model = ScriptedModel([reply(*[tool_call("w") for _ in range(6)]), "ok"])
-    await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, max_tool_concurrency=2)).result()
+    await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, max_tool_concurrency=2)).result()
     assert peak == 2
 
 
@@ -130,7 +132,7 @@ async def test_terminate_all_stops_after_batch() -> None:
     rec = Recorder()
     t = rec.tool("fin", result=ToolResult(content="final", terminate=True))
     model = ScriptedModel([reply(tool_call("fin"), tool_call("fin"))])
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     assert result.end_reason == "stop"
     assert result.summary.turns == 1
     model.assert_complete()
@@ -140,7 +142,7 @@ async def test_terminate_needs_every_result() -> None:
     rec = Recorder()
     tools = [rec.tool("fin", result=ToolResult(content="final", terminate=True)), rec.tool("other")]
     model = ScriptedModel([reply(tool_call("fin"), tool_call("other")), "after"])
-    result = await run_loop("go", LoopContext(tools=tools), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=tools), LoopConfig(model=model)).result()
     assert result.summary.turns == 2
     assert result.text == "after"
 
@@ -157,7 +159,7 @@ async def test_terminate_still_runs_follow_ups() -> None:
 
     model = ScriptedModel([reply(tool_call("fin")), "answered follow-up"])
     cfg = LoopConfig(model=model, get_follow_up_messages=follow_ups)
-    result = await run_loop("go", LoopContext(tools=[t]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[t]), cfg).result()
     assert result.text == "answered follow-up"
     assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "user", "assistant"]
 
@@ -165,7 +167,7 @@ async def test_terminate_still_runs_follow_ups() -> None:
 async def test_length_stop_with_tool_calls_runs_none() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c1"), stop_reason="length"), "retry"])
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
     assert rec.log == []
     assert results_of(result.messages) == [
         (
@@ -180,7 +182,7 @@ async def test_length_stop_with_tool_calls_runs_none() -> None:
 
 async def test_length_recovery_injects_continue_at_most_three_times() -> None:
     model = ScriptedModel([reply("part", stop_reason="length") for _ in range(4)])
-    result = await run_loop("go", LoopContext(), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(), LoopConfig(model=model)).result()
     assert result.summary.turns == 4
     injected = [m.content[0].text for m in result.messages[1:] if m.role == "user"]  # type: ignore[attr-defined]
     assert injected == [LoopConfig.__dataclass_fields__["length_recovery_prompt"].default] * 3
@@ -193,10 +195,10 @@ async def test_circuit_breaker() -> None:
 
     t = Tool("bad", "", None, bad)
     model = ScriptedModel([reply(tool_call("bad")) for _ in range(3)] + ["giving up"])
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, max_tool_errors=2)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, max_tool_errors=2)).result()
     assert [r[1] for r in results_of(result.messages)] == [
-        "nope",
-        "nope",
+        "RuntimeError: nope",
+        "RuntimeError: nope",
         'Tool "bad" disabled after 2 consecutive errors',
     ]
 
@@ -220,7 +222,7 @@ async def test_before_tool_call_blocks_and_rewrites() -> None:
     model = ScriptedModel(
         [reply(tool_call("e", {"k": "deny"}, id="a"), tool_call("e", {"k": "why"}, id="b"), tool_call("e", {"k": "x"}, id="c")), "ok"]
     )
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model, before_tool_call=before)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model, before_tool_call=before)).result()
     assert results_of(result.messages) == [
         ("a", "Tool execution was blocked", True),
         ("b", "not allowed here", True),
@@ -229,17 +231,74 @@ async def test_before_tool_call_blocks_and_rewrites() -> None:
     assert seen == [{"k": "rewritten"}]
 
 
+async def test_before_tool_call_constructors() -> None:
+    assert BeforeToolCallResult.blocked() == BeforeToolCallResult(block=True)
+    assert BeforeToolCallResult.blocked("no", stop=True) == BeforeToolCallResult(block=True, reason="no", stop=True)
+    assert BeforeToolCallResult.with_args({"k": 1}) == BeforeToolCallResult(args={"k": 1})
+
+    async def echo(args: dict[str, Any], ctx: Any) -> str:
+        return f"ran {args['k']}"
+
+    def before(call: ToolCallInfo) -> BeforeToolCallResult:
+        if call.tool_call.id == "a":
+            return BeforeToolCallResult.blocked()
+        return BeforeToolCallResult.with_args({"k": "rewritten"})
+
+    schema = {"type": "object", "properties": {"k": {"type": "string"}}}
+    model = ScriptedModel([reply(tool_call("e", {"k": "x"}, id="a"), tool_call("e", {"k": "y"}, id="b")), "ok"])
+    cfg = LoopConfig(model=model, before_tool_call=before)
+    result = await run_loop("go", Conversation(tools=[Tool("e", "", schema, echo)]), cfg).result()
+    assert results_of(result.messages) == [("a", "Tool execution was blocked", True), ("b", "ran rewritten", False)]
+
+
+async def test_blocked_with_stop_ends_the_run_after_the_batch() -> None:
+    """A block with ``stop`` ends the run after this batch even though the batch's other
+    call ran and returned normally (a tool result's ``terminate`` needs every result)."""
+    rec = Recorder()
+
+    def before(call: ToolCallInfo) -> BeforeToolCallResult | None:
+        return BeforeToolCallResult.blocked("stopped by policy", stop=True) if call.tool_call.id == "b" else None
+
+    model = ScriptedModel([reply(tool_call("a", id="a"), tool_call("a", id="b")), "never requested"])
+    cfg = LoopConfig(model=model, before_tool_call=before)
+    events = await collect(run_loop("go", Conversation(tools=[rec.tool("a")]), cfg))
+    end = events[-1]
+    assert end.type == "agent_end"
+    assert (end.summary.end_reason, end.summary.turns) == ("stop", 1)
+    assert results_of(end.messages) == [("a", "a ok", False), ("b", "stopped by policy", True)]
+    assert [e.type for e in events[-3:]] == ["message_end", "turn_end", "agent_end"]
+    assert len(model.requests) == 1
+
+
+async def test_after_tool_call_none_details_clears_and_unset_keeps() -> None:
+    async def t_run(args: dict[str, Any], ctx: Any) -> ToolResult:
+        return ToolResult(content="orig", details={"d": 1})
+
+    def after(call: ToolCallInfo, result: ToolResult) -> AfterToolCallResult:
+        if call.tool_call.id == "clear":
+            return AfterToolCallResult(details=None)
+        if call.tool_call.id == "swap":
+            return AfterToolCallResult(details={"d": 2})
+        return AfterToolCallResult(content="kept details")
+
+    model = ScriptedModel([reply(tool_call("t", id="clear"), tool_call("t", id="swap"), tool_call("t", id="keep")), "ok"])
+    cfg = LoopConfig(model=model, after_tool_call=after)
+    result = await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    got = [(m.tool_call_id, m.text, m.details) for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert got == [("clear", "orig", None), ("swap", "orig", {"d": 2}), ("keep", "kept details", {"d": 1})]
+
+
 async def test_after_tool_call_overrides_per_field() -> None:
     async def t_run(args: dict[str, Any], ctx: Any) -> ToolResult:
         return ToolResult(content="orig", details={"d": 1})
 
-    def after(info: Any) -> AfterToolCallResult:
-        assert info.result.text == "orig"
+    def after(call: ToolCallInfo, result: ToolResult) -> AfterToolCallResult:
+        assert (call.tool_call.id, call.args, result.text) == ("c", {}, "orig")
         return AfterToolCallResult(content="changed", is_error=True)
 
     model = ScriptedModel([reply(tool_call("t", id="c")), "ok"])
     cfg = LoopConfig(model=model, after_tool_call=after)
-    result = await run_loop("go", LoopContext(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    result = await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
     tr = result.messages[2]
     assert isinstance(tr, ToolResultMessage)
     assert (tr.text, tr.is_error, tr.details) == ("changed", True, {"d": 1})
@@ -249,7 +308,7 @@ async def test_hook_exceptions_become_error_results() -> None:
     def before(call: Any) -> None:
         raise ValueError("before broke")
 
-    def after(info: Any) -> None:
+    def after(call: Any, result: Any) -> None:
         raise ValueError("after broke")
 
     rec = Recorder()
@@ -262,8 +321,8 @@ async def test_hook_exceptions_become_error_results() -> None:
             before(call)
 
     cfg = LoopConfig(model=model, before_tool_call=before_once, after_tool_call=after)
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), cfg).result()
-    assert results_of(result.messages) == [("c", "before broke", True), ("d", "after broke", True)]
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), cfg).result()
+    assert results_of(result.messages) == [("c", "ValueError: before broke", True), ("d", "ValueError: after broke", True)]
     assert result.text == "ok"
 
 
@@ -285,7 +344,7 @@ async def test_middlewares_wrap_outermost_first() -> None:
 
     model = ScriptedModel([reply(tool_call("t", {})), "ok"])
     cfg = LoopConfig(model=model, middlewares=[mw("outer"), mw("inner")])
-    await run_loop("go", LoopContext(tools=[Tool("t", "", None, t_run)]), cfg).result()
+    await run_loop("go", Conversation(tools=[Tool("t", "", None, t_run)]), cfg).result()
     assert order == ["outer in", "inner in", "tool ['inner', 'outer']", "inner out", "outer out"]
 
 
@@ -296,14 +355,14 @@ async def test_tool_timeout() -> None:
 
     model = ScriptedModel([reply(tool_call("h", id="c")), "ok"])
     tool = Tool("h", "", None, hang, timeout=0.01)
-    result = await run_loop("go", LoopContext(tools=[tool]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[tool]), LoopConfig(model=model)).result()
     assert results_of(result.messages) == [("c", 'Tool "h" timed out after 0.01s', True)]
 
 
 async def test_malformed_arguments() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c", raw='{"k": "x')), "ok"])
-    result = await run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)).result()
     (tr,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
     assert tr.is_error
     assert tr.text.startswith('Tool "a" received malformed JSON arguments: ')
@@ -314,7 +373,7 @@ async def test_malformed_arguments() -> None:
 async def test_tool_events_have_durations_and_ids() -> None:
     rec = Recorder()
     model = ScriptedModel([reply(tool_call("a", id="c9")), "ok"])
-    events = await collect(run_loop("go", LoopContext(tools=[rec.tool("a")]), LoopConfig(model=model)))
+    events = await collect(run_loop("go", Conversation(tools=[rec.tool("a")]), LoopConfig(model=model)))
     (end,) = [e for e in events if e.type == "tool_execution_end"]
     assert (end.tool_call_id, end.tool_name, end.is_error) == ("c9", "a", False)
     assert end.duration >= 0
@@ -338,7 +397,7 @@ async def test_schema_validation_errors_reach_the_model() -> None:
         [reply(tool_call("weather", {"days": "abc", "citty": "Paris"}, id="a"),
                tool_call("weather", {"days": "3", "city": "Oslo"}, id="b")), "ok"]
     )
-    result = await run_loop("go", LoopContext(tools=[t]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[t]), LoopConfig(model=model)).result()
     (bad, good) = results_of(result.messages)
     assert bad == (
         "a",
@@ -352,3 +411,26 @@ async def test_schema_validation_errors_reach_the_model() -> None:
     )
     assert good == ("b", "sunny", False)
     assert rec.log == ["{'days': 3, 'city': 'Oslo'}"]
+
+
+async def test_tools_get_the_configs_deps_typed() -> None:
+    class Deps:
+        def __init__(self, user: str) -> None:
+            self.user = user
+
+    seen: list[Any] = []
+
+    async def whoami(args: dict[str, Any], ctx: ToolContext[Deps]) -> str:
+        seen.append(ctx.deps)
+        return ctx.deps.user
+
+    deps = Deps("ada")
+    cfg = LoopConfig[Deps](model=ScriptedModel([reply(tool_call("w", id="c")), "ok"]), deps=deps)
+    result = await run_loop("go", Conversation(tools=[Tool("w", "", None, whoami)]), cfg).result()
+    assert results_of(result.messages) == [("c", "ada", False)]
+    assert seen == [deps]
+
+    seen.clear()
+    plain = LoopConfig(model=ScriptedModel([reply(tool_call("w", id="d")), "ok"]))
+    await run_loop("go", Conversation(tools=[Tool("w", "", None, lambda a, ctx: seen.append(ctx.deps))]), plain).result()
+    assert seen == [None]

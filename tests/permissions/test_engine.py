@@ -18,6 +18,8 @@ from ketch.permissions import (
     HookVerdict,
     PermissionEngine,
     PermissionRequest,
+    SandboxedTool,
+    Verdict,
     args_digest,
 )
 from ketch.testing import ScriptedModel, reply, tool_call
@@ -39,15 +41,16 @@ class _Bash(Tool):
 
 
 def _tools(log: list[str], *, sandboxed: bool = False) -> list[Tool]:
-    def make(name: str, sequential: bool) -> Tool:
+    def make(name: str, read_only: bool) -> Tool:
         async def run(args: dict[str, Any], ctx: Any) -> str:
             log.append(f"{name}:{args.get('path')}")
             return f"{name} ok"
 
         props = {"path": {"type": "string"}, "content": {"type": "string"}}
-        return Tool(name, name, {"type": "object", "properties": props}, run, sequential=sequential)
+        schema = {"type": "object", "properties": props}
+        return Tool(name, name, schema, run, sequential=not read_only, read_only=read_only)
 
-    return [make("read", False), make("edit", True), make("write", True), _Bash(log, sandboxed)]
+    return [make("read", True), make("edit", False), make("write", False), _Bash(log, sandboxed)]
 
 
 async def _run(engine: PermissionEngine, calls: list[Any], *, sandboxed: bool = False) -> tuple[list[str], list[tuple[bool, str]], list[Any]]:
@@ -109,6 +112,54 @@ async def test_each_mode(mode: str, sandboxed: bool, expected: list[str], tmp_pa
             got.append("ask")
     assert got == expected
     assert len(engine.decisions) == 4
+
+
+async def test_read_only_not_sequential_decides_what_runs_without_asking(tmp_path: Path) -> None:
+    """A tool that must run alone but changes nothing runs in default mode; one that may
+    run in parallel but changes things asks: scheduling plays no part in permissions."""
+    log: list[str] = []
+
+    async def run(args: dict[str, Any], ctx: Any) -> str:
+        log.append(args["q"])
+        return "ok"
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    lookup = Tool("lookup", "", schema, run, sequential=True, read_only=True)
+    post = Tool("post", "", schema, run, sequential=False)
+    engine = PermissionEngine("default", root=tmp_path)
+    model = ScriptedModel([reply(tool_call("lookup", {"q": "a"}, id="l"), tool_call("post", {"q": "b"}, id="p")), "done"])
+    events: list[Any] = []
+    agent = Agent(model, tools=[lookup, post], before_tool_call=engine.before_tool_call)
+    agent.subscribe(events.append)
+    result = await agent.prompt("go")
+    results = [(m.tool_call_id, m.is_error, m.text) for m in result.messages if m.role == "tool_result"]  # type: ignore[attr-defined]
+    assert results == [("l", False, "ok"), ("p", True, NO_APPROVER.format(tool="post", mode="default"))]
+    assert log == ["a"]
+    assert _decided(engine) == [("lookup", "mode default", "allow"), ("post", "no approver", "deny")]
+    # still scheduled as sequential: the lookup ends before the post starts
+    order = [(e.type, e.tool_call_id) for e in events if e.type in ("tool_execution_start", "tool_execution_end")]
+    assert order == [
+        ("tool_execution_start", "l"),
+        ("tool_execution_end", "l"),
+        ("tool_execution_start", "p"),
+        ("tool_execution_end", "p"),
+    ]
+
+
+def test_read_only_as_a_function_of_the_arguments(tmp_path: Path) -> None:
+    def only_gets(args: dict[str, Any]) -> bool:
+        return args.get("method") == "GET"
+
+    http = Tool("http", read_only=only_gets)
+    engine = PermissionEngine("default", root=tmp_path)
+    assert engine.check(http, {"method": "GET"}) == Verdict("allow", "mode default")
+    assert engine.check(http, {"method": "POST"}) == Verdict("ask", "mode default")
+    assert engine.check(http, {}) == Verdict("ask", "mode default")
+    plan = PermissionEngine("plan", root=tmp_path)
+    assert plan.check(http, {"method": "GET"}) == Verdict("allow", "mode plan")
+    assert plan.check(http, {"method": "POST"}).outcome == "deny"
+    assert (http.is_read_only({"method": "GET"}), http.is_read_only({"method": "PUT"})) == (True, False)
+    assert (Tool("t").read_only, Tool("t").is_read_only({})) == (False, False)
 
 
 async def test_accept_edits_asks_for_edits_outside_the_workspace(tmp_path: Path) -> None:
@@ -353,3 +404,16 @@ async def test_decisions_are_on_the_run_result(tmp_path: Path) -> None:
         ("w1", "write", engine.decisions[1]),
     ]
     assert [(d.decided_by, d.outcome) for d in engine.decisions] == [("mode plan", "allow"), ("mode plan", "deny")]
+
+
+def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
+    from ketch.tools.bash import BashTool
+    from ketch.tools.workspace import Workspace
+
+    bash = BashTool(Workspace(tmp_path), unsandboxed_reason="no sandbox here")
+    assert isinstance(bash, SandboxedTool) and bash.sandboxed is False
+    assert isinstance(_Bash([], True), SandboxedTool)
+    assert not isinstance(Tool("bash"), SandboxedTool)  # says nothing: never judged sandboxed
+    engine = PermissionEngine("plan", root=tmp_path)
+    assert engine.check(Tool("bash"), {"command": "ls"}).outcome == "deny"
+    assert engine.check(_Bash([], True), {"command": "ls"}) == Verdict("allow", "mode plan")

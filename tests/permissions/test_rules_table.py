@@ -235,7 +235,7 @@ def _tool(name: str, sandboxed: bool) -> Tool:
     if name == "bash":
         return _Bash(sandboxed)
     read_only = name in ("read", "grep", "find", "ls")
-    return Tool(name, sequential=not read_only)
+    return Tool(name, sequential=not read_only, read_only=read_only)
 
 
 def _args(row: Row, root: Path) -> dict[str, Any]:

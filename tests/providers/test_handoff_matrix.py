@@ -47,8 +47,8 @@ from ketch.llm.providers.gemini import SKIP_SIGNATURE, GeminiModel
 from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
 from ketch.llm.providers.openai_responses import OpenAIResponsesModel
 from ketch.llm.retry import NO_RETRY
-from ketch.loop import LoopConfig, LoopContext, Tool, ToolContext, run_loop
-from ketch.loop.repair import INTERRUPTED_NOTE, MISSING_RESULT_TEXT
+from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
+from ketch.loop.repair import INTERRUPTED_NOTE
 
 CHAT = "openai-chat"
 RESPONSES = "openai-responses"
@@ -743,12 +743,12 @@ def seen_ids(source: str, x: Expect) -> tuple[str, str, str]:
 class Expect:
     """What differs between continuations of one source's transcript."""
 
-    loop: bool  # through run_loop (interruption note, the loop's missing-result text)
+    loop: bool  # through run_loop (interruption note)
     own: bool  # the target is the model that wrote the transcript
     missing: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.missing = MISSING_RESULT_TEXT if self.loop else MISSING_TOOL_RESULT
+        self.missing = MISSING_TOOL_RESULT  # one text, through the loop or not
 
 
 def expected_anthropic(source: str, x: Expect) -> dict[str, Any]:
@@ -970,7 +970,7 @@ async def test_continue_through_the_loop(loopback: LoopbackServer, source: str, 
     wire = WIRES[target]
     loopback.queue(wire.reply("resp_68af9999aaaa0000" if target == RESPONSES else "rid-next", text=DONE))
     tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, unused_weather)
-    context = LoopContext(system_prompt=SYSTEM, messages=transcript[:-1], tools=[tool])
+    context = Conversation(system_prompt=SYSTEM, messages=transcript[:-1], tools=[tool])
     outcome = await run_loop(transcript[-1], context, LoopConfig(model=wire.model(loopback.url))).result()
     assert outcome.end_reason == "stop"
     assert [m.role for m in outcome.messages] == ["user", "assistant"]
@@ -1073,7 +1073,7 @@ async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackS
     assert aborted.content[1].signature == '{"id":"msg_68afab00000000011"}'
 
     loopback.queue(wire.reply("resp_68afab0000000002", text=DONE))
-    loop_context = LoopContext(system_prompt=SYSTEM, messages=[*messages, aborted], tools=[])
+    loop_context = Conversation(system_prompt=SYSTEM, messages=[*messages, aborted], tools=[])
     await run_loop(UserMessage(content=AGAIN, timestamp=3.0), loop_context, LoopConfig(model=model)).result()
     body = loopback.requests[-1].json
     assert body["input"] == [

@@ -185,7 +185,7 @@ async def test_full_agent_run(llama_server: LlamaServer) -> None:
 
     tool = loop.Tool("get_weather", WEATHER.description, WEATHER.parameters, get_weather)
     model = TurnTools(model_for(llama_server))
-    context = loop.LoopContext(messages=[], tools=[tool])
+    context = loop.Conversation(messages=[], tools=[tool])
     run = loop.run_loop("What is the weather in Paris?", context, loop.LoopConfig(model=model, max_turns=3, length_recoveries=0))
     result = await run.result()
     roles = [m.role for m in result.messages]

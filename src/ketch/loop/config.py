@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import msgspec
 
@@ -18,18 +18,16 @@ from ..llm.model import Model, StreamOptions, ThinkingLevel
 from ..llm.signal import AbortSignal
 from ..llm.tokens import ContextMeter
 from .repair import LLMView
-from .tool import Tool, ToolResult
+from .tool import Deps, Tool, ToolResult
 
 __all__ = [
     "LENGTH_RECOVERY_PROMPT",
-    "AfterToolCall",
     "AfterToolCallResult",
-    "BeforeToolCall",
     "BeforeToolCallResult",
     "ContextManager",
     "ContextRequest",
+    "Conversation",
     "LoopConfig",
-    "LoopContext",
     "Middleware",
     "NextTurn",
     "Projection",
@@ -50,11 +48,12 @@ LENGTH_RECOVERY_PROMPT = (
 
 
 @dataclass(slots=True)
-class LoopContext:
-    """What the loop works on. ``messages`` is appended to in place as messages commit.
+class Conversation:
+    """What the loop works on: the system prompt, the transcript and the tools.
 
-    Reuse one context across runs on the same transcript: it keeps the model's view of
-    the history up to date incrementally.
+    ``messages`` is appended to in place as messages commit. Reuse one conversation
+    across runs on the same transcript: it keeps the model's view of the history
+    (``view``) and the window accounting (``meter``) up to date incrementally.
     """
 
     system_prompt: str = ""
@@ -66,53 +65,53 @@ class LoopContext:
 
 @dataclass(slots=True, frozen=True)
 class ToolCallInfo:
-    """One tool call as hooks and middlewares see it."""
+    """One tool call as hooks and middlewares see it.
+
+    ``before_tool_call`` gets it with the validated ``args`` about to be executed;
+    ``after_tool_call`` gets it (with the arguments the tool ran with) and the result.
+    """
 
     tool_call: ToolCall
     tool: Tool
     args: dict[str, Any]
     assistant_message: AssistantMessage
-    context: LoopContext
+    conversation: Conversation
     signal: AbortSignal
-
-
-BeforeToolCall: TypeAlias = ToolCallInfo
-"""Argument of ``before_tool_call``: the validated ``args`` about to be executed."""
 
 
 class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     """``block`` the call (with ``reason``), or replace its arguments with ``args``.
 
-    ``terminate`` (with ``block``) asks the loop to stop after this batch, like a tool
-    result's ``terminate``; ``note`` is anything worth reporting about the decision (a
-    permission decision, say): the loop emits it as a ``tool_call_note`` event just before
-    the call's ``tool_execution_end``.
+    Build with :meth:`blocked` or :meth:`with_args`. ``stop`` (with ``block``) ends the
+    run after this batch, whatever the batch's other calls returned; ``note`` is anything
+    worth reporting about the decision (a permission decision, say): the loop emits it as
+    a ``tool_call_note`` event just before the call's ``tool_execution_end``.
     """
 
     block: bool = False
     reason: str | None = None
     args: dict[str, Any] | None = None
-    terminate: bool = False
+    stop: bool = False
     note: Any = None
 
+    @classmethod
+    def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:
+        """Do not run the call: its result is an error with ``reason`` (a generic text
+        when None). ``stop`` also ends the run after this batch."""
+        return cls(block=True, reason=reason, stop=stop, note=note)
 
-@dataclass(slots=True, frozen=True)
-class AfterToolCall:
-    """Argument of ``after_tool_call``: the call and its result before any override."""
-
-    tool_call: ToolCall
-    tool: Tool
-    args: dict[str, Any]
-    result: ToolResult
-    assistant_message: AssistantMessage
-    context: LoopContext
+    @classmethod
+    def with_args(cls, args: dict[str, Any], *, note: Any = None) -> BeforeToolCallResult:
+        """Run the call with ``args`` instead of the model's arguments."""
+        return cls(args=args, note=note)
 
 
 class AfterToolCallResult(msgspec.Struct, kw_only=True):
-    """Per-field overrides of a tool result; ``None`` keeps the original field."""
+    """Per-field overrides of a tool result; ``None`` keeps the original field, except
+    for ``details``, where leaving it unset keeps the original and ``None`` clears it."""
 
     content: list[Any] | str | None = None
-    details: Any = None
+    details: Any = msgspec.UNSET
     is_error: bool | None = None
     terminate: bool | None = None
 
@@ -124,7 +123,7 @@ class TurnInfo:
     turn: int
     message: AssistantMessage
     tool_results: list[ToolResultMessage]
-    context: LoopContext
+    conversation: Conversation
     new_messages: list[Message]
     usage: Usage
 
@@ -148,7 +147,7 @@ class StopInfo:
 
     turn: int
     message: AssistantMessage
-    context: LoopContext
+    conversation: Conversation
 
 
 class StopDecision(msgspec.Struct, kw_only=True):
@@ -173,8 +172,9 @@ class StopDecision(msgspec.Struct, kw_only=True):
         return cls(action="continue", message=message)
 
     @classmethod
-    def escalate(cls, reason: str) -> StopDecision:
-        """End the run as an error (``stop_guard``) with ``reason``."""
+    def escalate(cls, reason: str | None = None) -> StopDecision:
+        """End the run as an error (``stop_guard``) with ``reason`` (``"on_stop escalated"``
+        when None)."""
         return cls(action="escalate", reason=reason)
 
     def injected(self) -> Message | None:
@@ -227,8 +227,12 @@ Middleware: TypeAlias = Callable[
 
 
 @dataclass(slots=True, kw_only=True)
-class LoopConfig:
+class LoopConfig(Generic[Deps]):
     """How the loop runs. Only ``model`` is required.
+
+    ``deps`` is the application's own object (a database handle, the current user,
+    settings), handed to every tool call as ``ToolContext.deps``; ``None`` unless given.
+    Type it by parametrising: ``LoopConfig[MyDeps](model=..., deps=MyDeps(...))``.
 
     Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
     ``stop_when`` predicates after each turn's tools (any true ends the run),
@@ -241,7 +245,8 @@ class LoopConfig:
     messages to commit. Once the run is aborted they are not called, and the abort is
     checked before each message they returned is committed: a message the run took but
     did not commit (an abort, ``max_turns`` or another stop control ended it first) is
-    absent from the run's messages, and putting it back is up to the caller (the
+    absent from the run's messages and listed in ``RunResult.uncommitted`` (and
+    ``RunStream.uncommitted``); putting it back is up to the caller (the
     :class:`~ketch.Agent` does).
     """
 
@@ -268,13 +273,13 @@ class LoopConfig:
     get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None
     get_steering_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
     get_follow_up_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
-    before_tool_call: Callable[[BeforeToolCall], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
-    after_tool_call: Callable[[AfterToolCall], MaybeAwaitable[AfterToolCallResult | None]] | None = None
+    before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
+    after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None
     middlewares: Sequence[Middleware] = ()
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
     skip_initial_steering_poll: bool = False
-    state: Any = None
+    deps: Deps = None  # type: ignore[assignment]  # None unless given
 
 
 def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:

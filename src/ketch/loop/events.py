@@ -11,6 +11,10 @@ Canonical orders (u = user, a = assistant, tr = tool result)::
     continue:   no user events.
     aborted:    … message_end(a, stop_reason "aborted"), message_start/end(tr) closing
                 each complete call of that message (call order), turn_end, agent_end.
+
+``retry`` is the model stream's own retry event (:class:`ketch.llm.stream.Retry`),
+passed on as it is; the loop emits one of its own before compacting away a context
+overflow (``error_kind="context_overflow"``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 import msgspec
 
 from ..llm.messages import AssistantMessage, Message, ToolResultMessage, Usage
-from ..llm.stream import StreamEvent
+from ..llm.stream import Retry, StreamEvent
 from ..llm.tokens import ContextUsage
 from .tool import ToolResult
 
@@ -80,11 +84,17 @@ class RunError(Exception):
 class RunResult(msgspec.Struct, kw_only=True):
     """What a run produced: its new messages and its summary; ``tool_call_notes`` are the
     run's ``tool_call_note`` events (what ``before_tool_call`` reported about each call,
-    e.g. the permission engine's decisions), in order."""
+    e.g. the permission engine's decisions), in order.
+
+    ``uncommitted`` are the queued messages the run took (from ``get_steering_messages``
+    and ``get_follow_up_messages``) but did not commit, because an abort or a stop
+    control ended it first, in the order taken: putting them back is up to the caller.
+    """
 
     messages: list[Message]
     summary: RunSummary
     tool_call_notes: list[ToolCallNote] = msgspec.field(default_factory=list)
+    uncommitted: list[Message] = msgspec.field(default_factory=list)
 
     @property
     def end_reason(self) -> EndReason:
@@ -229,22 +239,6 @@ class ToolCallNote(_Event, tag="tool_call_note"):
     tool_call_id: str
     tool_name: str
     note: Any
-
-
-class Retry(_Event, tag="retry"):
-    """The model request is retried after ``delay`` seconds.
-
-    With ``discard_partial`` the streaming message so far is void; a new
-    ``message_start`` follows.
-    """
-
-    type: ClassVar[Literal["retry"]] = "retry"
-    attempt: int
-    max_attempts: int
-    delay: float
-    error_kind: str
-    error_message: str
-    discard_partial: bool
 
 
 class CompactionStart(_Event, tag="compaction_start"):

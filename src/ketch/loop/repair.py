@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..llm.handoff import MISSING_TOOL_RESULT
 from ..llm.lists import extend_with_room
 from ..llm.messages import (
     AssistantMessage,
@@ -24,14 +25,12 @@ from ..llm.messages import (
 
 __all__ = [
     "INTERRUPTED_NOTE",
-    "MISSING_RESULT_TEXT",
     "LLMView",
     "default_convert_to_llm",
     "repair_messages",
 ]
 
 INTERRUPTED_NOTE = "[Request interrupted by user]"
-MISSING_RESULT_TEXT = "Tool result missing (conversation was truncated or interrupted)."
 
 
 def default_convert_to_llm(messages: list[Message]) -> list[Message]:
@@ -98,11 +97,18 @@ def repair_messages(messages: list[Message]) -> list[Message]:
 
     After each assistant message with tool calls, the run of tool results that follows
     is reordered to the call order; a result missing for a call is replaced by an error
-    result (``MISSING_RESULT_TEXT``); results matching no call of that message, and
-    duplicates, are dropped. Returns ``messages`` itself when nothing needed fixing.
+    result whose text is :data:`ketch.llm.handoff.MISSING_TOOL_RESULT` (the one text for
+    a missing result, also used by the provider adapters); results matching no call of
+    that message, and duplicates, are dropped. Returns ``messages`` itself when nothing
+    needed fixing.
     """
-    if not _needs_repair(messages):
-        return messages
+    if not _scan(messages)[0]:
+        return _repaired(messages)
+    return messages
+
+
+def _repaired(messages: list[Message]) -> list[Message]:
+    """:func:`repair_messages` for a transcript known to need it (one pass)."""
     out: list[Message] = []
     i, n = 0, len(messages)
     while i < n:
@@ -128,7 +134,7 @@ def repair_messages(messages: list[Message]) -> list[Message]:
                 found = ToolResultMessage(
                     tool_call_id=call.id,
                     tool_name=call.name,
-                    content=[TextContent(text=MISSING_RESULT_TEXT)],
+                    content=[TextContent(text=MISSING_TOOL_RESULT)],
                     is_error=True,
                     timestamp=m.timestamp,
                 )
@@ -164,10 +170,6 @@ def _scan(messages: list[Message], start: int = 0) -> tuple[bool, int]:
             expected = []
         pos = 0
     return pos == len(expected), boundary
-
-
-def _needs_repair(messages: list[Message]) -> bool:
-    return not _scan(messages)[0]
 
 
 class LLMView:
@@ -209,4 +211,4 @@ class LLMView:
         if valid:
             self._boundary = boundary
             return self._out
-        return repair_messages(self._out)
+        return _repaired(self._out)

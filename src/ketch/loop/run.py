@@ -1,11 +1,13 @@
 """The stateless loop: :func:`run_loop` and :func:`continue_loop`.
 
-Read :meth:`_Run.events` top to bottom: each turn transforms and converts the transcript,
-resolves the API key, streams the assistant message, runs its tool calls, emits
-``turn_end``, lets ``prepare_next_turn`` change what comes next, checks the stop
+Read :meth:`_Run.events` top to bottom: each turn commits what is queued, makes one
+model call (transform, context manager, conversion, API key, then the stream, read
+inline), runs the assistant message's tool calls as one :class:`~.execute.ToolBatch`,
+emits ``turn_end``, lets ``prepare_next_turn`` change what comes next, checks the stop
 controls and polls steering. When the model stops without tool calls and nothing is
-queued, follow-ups are polled, then ``on_stop`` decides. Every run ends with exactly one
-``agent_end``; no model, tool or hook failure escapes it.
+queued, follow-ups are polled, then ``on_stop`` decides. Each step hands what it
+produced to the next as a value. Every run ends with exactly one ``agent_end``; no
+model, tool or hook failure escapes it.
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from ..llm.errors import exception_text
 from ..llm.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from ..llm.model import Request, StreamOptions, ToolSpec
-from ..llm.signal import AbortSignal, AbortWaiter, take_pending_cancel
-from ..llm.stream import Retry as StreamRetry
+from ..llm.signal import AbortSignal
 from ..llm.stream import (
     StreamDone,
     StreamError,
@@ -38,9 +38,10 @@ from ..llm.stream import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    is_closable,
 )
 from ..llm.tokens import ContextUsage
-from .config import ContextRequest, LoopConfig, LoopContext, Projection, StopInfo, TurnInfo
+from .config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo
 from .events import (
     AgentEnd,
     AgentEvent,
@@ -54,23 +55,14 @@ from .events import (
     RunResult,
     RunSummary,
     ToolCallNote,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
     TurnEnd,
     TurnStart,
 )
-from .execute import CallOutcome, StopKind, ToolRunner, stopped_result, truncated_call_text
+from .execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
 from .repair import default_convert_to_llm, repair_messages
-from .tool import Tool, ToolResult
+from .tool import Tool
 
 __all__ = ["RunStream", "continue_loop", "run_loop"]
-
-# Block events that only change the partial message; a tool call's start and end are
-# also tracked, so an aborted message can drop the call whose arguments were cut off.
-_UPDATE_EVENTS: frozenset[type] = frozenset(
-    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
-)
 
 ABORTED_REQUEST_TEXT = "Request was aborted"
 
@@ -78,16 +70,20 @@ ABORTED_REQUEST_TEXT = "Request was aborted"
 
 ContextReason = Literal["request", "overflow"]
 
+# Stream events that only change the partial message; a tool call's start and end are
+# also tracked, so an aborted message can drop the call whose arguments were cut off.
+_UPDATE_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
+)
 
-def _retry(event: StreamRetry) -> Retry:
-    return Retry(
-        attempt=event.attempt,
-        max_attempts=event.max_attempts,
-        delay=event.delay,
-        error_kind=event.error_kind,
-        error_message=event.error_message,
-        discard_partial=event.discard_partial,
-    )
+
+class _Opened(NamedTuple):
+    """The start of one model call: its ``stream``, or (``stream`` None) the assistant
+    message that ends the turn without one (aborted before the call, or the request
+    could not be made)."""
+
+    stream: AsyncIterator[StreamEvent] | None
+    failed: AssistantMessage | None = None
 
 
 async def _maybe(value: Any) -> Any:
@@ -136,6 +132,13 @@ class RunStream:
         as :attr:`RunResult.messages`); also valid for a run closed before its end."""
         return self._run.new_messages
 
+    @property
+    def uncommitted(self) -> list[Message]:
+        """The queued messages the run took and has not committed, in the order taken
+        (at the end, :attr:`RunResult.uncommitted`); also valid for a run closed before
+        its end."""
+        return self._run.uncommitted
+
 
 def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
     if isinstance(prompts, str):
@@ -147,55 +150,55 @@ def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
 
 def run_loop(
     prompts: str | Message | Sequence[Message],
-    context: LoopContext,
-    config: LoopConfig,
+    conversation: Conversation,
+    config: LoopConfig[Any],
     signal: AbortSignal | None = None,
 ) -> RunStream:
-    """Start a run with new prompt messages. ``context.messages`` is appended to in place."""
-    run = _Run(context, config, signal)
+    """Start a run with new prompt messages. ``conversation.messages`` is appended to in place."""
+    run = _Run(conversation, config, signal)
     return RunStream(run, run.events(_as_messages(prompts)))
 
 
-def continue_loop(context: LoopContext, config: LoopConfig, signal: AbortSignal | None = None) -> RunStream:
+def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None = None) -> RunStream:
     """Continue from the current transcript without new prompts (e.g. after a retryable error).
 
     Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
     message.
     """
-    if not context.messages:
+    if not conversation.messages:
         raise ValueError("Cannot continue: no messages in context")
-    last = context.messages[-1]
+    last = conversation.messages[-1]
     if isinstance(last, AssistantMessage):
         raise ValueError("Cannot continue from message role: assistant")
-    run = _Run(context, config, signal)
+    run = _Run(conversation, config, signal)
     return RunStream(run, run.events(None))
 
 
 class _Run:
-    """State of one run. Only :meth:`events` is used from outside."""
+    """State of one run. Only :meth:`events` is used from outside.
 
-    def __init__(self, context: LoopContext, config: LoopConfig, signal: AbortSignal | None) -> None:
-        self.ctx = context
+    What the run accumulates lives here (the committed ``new_messages``, the ``notes``,
+    the ``summary``, the queued messages taken but not yet committed); what one step
+    produces for the next is passed as a value.
+    """
+
+    def __init__(self, conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None) -> None:
+        self.conversation = conversation
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()
         self.model = config.model
         self.thinking = config.thinking
         self.new_messages: list[Message] = []
+        self.uncommitted: list[Message] = []
         self.notes: list[ToolCallNote] = []
         self.summary = RunSummary()
         self.result: RunResult | None = None
         self.runner = ToolRunner(config)
         self.turn = 0
-        self._set_tools(context.tools)
-        self.assistant: AssistantMessage | None = None
-        self.stream: AsyncIterator[StreamEvent] | None = None
-        self.batch: list[CallOutcome] = []
-        self.outcomes: list[CallOutcome | None] = []
-        self.batch_steering: list[Message] = []
-        self.batch_aborted = False
+        self._set_tools(conversation.tools)
 
     def _set_tools(self, tools: Sequence[Tool]) -> None:
-        self.ctx.tools = tools
+        self.conversation.tools = tools
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
 
@@ -204,8 +207,17 @@ class _Run:
         self.summary.error = error
 
     def _commit(self, message: Message) -> None:
-        self.ctx.messages.append(message)
+        self.conversation.messages.append(message)
         self.new_messages.append(message)
+
+    def _commit_pending(self, message: Message) -> None:
+        """Commit a message about to start a turn; a queued one is no longer uncommitted."""
+        self._commit(message)
+        taken = self.uncommitted
+        for i, m in enumerate(taken):
+            if m is message:
+                del taken[i]
+                break
 
     async def events(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
         """The loop itself: all events of the run, ending with exactly one ``agent_end``.
@@ -220,6 +232,7 @@ class _Run:
         yield AgentStart()
         try:
             cfg = self.cfg
+            signal = self.signal
             self.turn = 1
             yield TurnStart(turn=1)
             for prompt in prompts or ():
@@ -240,14 +253,14 @@ class _Run:
                         yield TurnStart(turn=self.turn)
                     first = False
                     for queued in pending:
-                        if self.signal.aborted:
+                        if signal.aborted:
                             break  # the rest stays uncommitted: its owner puts it back
-                        self._commit(queued)
+                        self._commit_pending(queued)
                         yield MessageStart(message=queued)
                         yield MessageEnd(message=queued)
                     pending = []
 
-                    # One model call; on a context overflow, compact once and call once more.
+                    # -- one model call; on a context overflow, compact once and call once more
                     reason: ContextReason = "request"
                     while True:
                         if (
@@ -255,84 +268,90 @@ class _Run:
                             and cfg.context_manager is None
                             and cfg.convert_to_llm is None
                             and cfg.get_api_key is None
-                            and not self.signal.aborted
+                            and not signal.aborted
                         ):
-                            # Nothing to run before the call: no async generator needed.
-                            self.stream = None
+                            # Nothing to await before the call: no generator, no hand-off.
+                            failed: AssistantMessage | None = None
                             try:
-                                self.stream = self.model.stream(*self._plain_request())
+                                stream = self.model.stream(*self._plain_request())
                             except Exception as exc:
-                                failed = self._request_failed(exc)
-                                yield MessageStart(message=failed)
-                                yield MessageEnd(message=failed)
+                                stream, failed = None, self._error_message(exception_text(exc))
                         else:
-                            async for event in self._open_stream(reason):
-                                yield event
-                        stream = self.stream
+                            opened = _Opened(None)
+                            async for item in self._open(reason):
+                                match item:
+                                    case _Opened():
+                                        opened = item
+                                    case _:
+                                        yield item
+                            stream, failed = opened
                         if stream is None:
+                            message = failed
+                            assert message is not None
+                            self._commit(message)
+                            yield MessageStart(message=message)
+                            yield MessageEnd(message=message)
                             break
+                        # The stream, read inline (its chunks are the hot path).
                         final: AssistantMessage | None = None
                         partial: AssistantMessage | None = None
                         broke: Exception | None = None
                         unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
-                                kind = type(update)
-                                if kind in _UPDATE_EVENTS:
+                                if type(update) in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                elif kind is ToolCallStart:
-                                    unfinished.add(update.index)  # type: ignore[union-attr]
-                                    if partial is not None:
-                                        yield MessageUpdate(message=partial, event=update)
-                                elif kind is ToolCallEnd:
-                                    unfinished.discard(update.index)  # type: ignore[union-attr]
-                                    if partial is not None:
-                                        yield MessageUpdate(message=partial, event=update)
-                                elif kind is StreamStart:
-                                    if partial is None:
-                                        yield MessageStart(message=update.partial)  # type: ignore[union-attr]
-                                    partial = update.partial  # type: ignore[union-attr]
-                                elif kind is StreamDone:
-                                    final = update.message  # type: ignore[union-attr]
-                                    break
-                                elif kind is StreamError:
-                                    final = update.error  # type: ignore[union-attr]
-                                    break
-                                elif kind is StreamRetry:
-                                    assert type(update) is StreamRetry
-                                    if update.discard_partial:
-                                        partial = None
-                                        unfinished.clear()
-                                    yield _retry(update)
+                                    continue
+                                match update:
+                                    case ToolCallStart():
+                                        unfinished.add(update.index)
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    case ToolCallEnd():
+                                        unfinished.discard(update.index)
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    case StreamStart():
+                                        if partial is None:
+                                            yield MessageStart(message=update.partial)
+                                        partial = update.partial
+                                    case StreamDone():
+                                        final = update.message
+                                        break
+                                    case StreamError():
+                                        final = update.error
+                                        break
+                                    case Retry():
+                                        if update.discard_partial:
+                                            partial = None
+                                            unfinished.clear()
+                                        yield update
                         except Exception as exc:
                             broke = exc
                         finally:
-                            aclose = getattr(stream, "aclose", None)
-                            if aclose is not None:
-                                await aclose()
-                        final = self._stream_result(final, partial, broke)
-                        if unfinished and final is partial and final.stop_reason == "aborted":
-                            _drop_unfinished_calls(final, unfinished)
-                        if self._compact_and_retry(final, reason):
+                            if is_closable(stream):
+                                await stream.aclose()
+                        message = self._stream_result(final, partial, broke)
+                        if unfinished and message is partial and message.stop_reason == "aborted":
+                            _drop_unfinished_calls(message, unfinished)
+                        if self._compact_and_retry(message, reason):
                             reason = "overflow"
                             yield Retry(
                                 attempt=1,
                                 max_attempts=2,
                                 delay=0.0,
                                 error_kind="context_overflow",
-                                error_message=final.error_message or "context overflow",
+                                error_message=message.error_message or "context overflow",
                                 discard_partial=True,
                             )
                             continue
-                        if partial is not final:
-                            yield MessageStart(message=final)
-                        self._commit(final)
-                        self.assistant = final
-                        yield MessageEnd(message=final)
+                        if partial is not message:
+                            yield MessageStart(message=message)
+                        self._commit(message)
+                        yield MessageEnd(message=message)
                         break
-                    message = self.assistant
-                    assert message is not None
+
                     self.summary.turns += 1
                     self.summary.usage.add(message.usage)
                     if message.stop_reason == "error" or message.stop_reason == "aborted":
@@ -346,31 +365,31 @@ class _Run:
                         self._end(message.stop_reason, message.error_message)
                         return
 
+                    # -- the message's tool calls, as one batch
                     calls = message.tool_calls
                     results: list[ToolResultMessage] = []
-                    terminate = False
-                    steering: list[Message] = []
+                    batch: BatchResult | None = None
                     if calls:
-                        async for event in self._tool_batch(message, calls):
-                            if type(event) is ToolExecutionEnd:
-                                note = self._note_event(event.tool_call_id)
-                                if note is not None:
-                                    self.notes.append(note)
-                                    yield note
+                        tools = ToolBatch(
+                            self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
+                        )
+                        async for event in tools.events():
                             yield event
-                        for result in self._commit_results(len(calls)):
+                        batch = tools.result()
+                        self.notes.extend(batch.notes)
+                        for result in self._commit_results(batch.outcomes):
                             results.append(result)
                             yield MessageStart(message=result)
                             yield MessageEnd(message=result)
-                        terminate = all(o.result.terminate for o in self.batch)
-                        steering = self.batch_steering
                     yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
-                    if self.batch_aborted or self.signal.aborted:
+                    if (batch is not None and batch.aborted) or signal.aborted:
                         self._end("aborted", "aborted")
                         return
 
                     if cfg.prepare_next_turn is not None or cfg.stop_when:
-                        info = TurnInfo(self.turn, message, results, self.ctx, self.new_messages, self.summary.usage)
+                        info = TurnInfo(
+                            self.turn, message, results, self.conversation, self.new_messages, self.summary.usage
+                        )
                         if cfg.prepare_next_turn is not None:
                             await self._prepare_next_turn(info)
                         for predicate in cfg.stop_when:
@@ -378,8 +397,9 @@ class _Run:
                                 self._end("stop")
                                 return
 
-                    pending = steering or await self._poll_steering()
-                    if calls and not terminate:
+                    # -- what comes next: steering, more tool turns, a length recovery
+                    pending = (batch.steering if batch is not None else None) or await self._poll_steering()
+                    if batch is not None and not batch.stop:
                         continue
                     if message.stop_reason == "length" and not calls and recoveries < cfg.length_recoveries:
                         recoveries += 1
@@ -389,7 +409,8 @@ class _Run:
                         continue
                     break
 
-                if self.signal.aborted:
+                # -- the model would stop: follow-ups, then on_stop
+                if signal.aborted:
                     self._end("aborted", "aborted")
                     return
                 follow_ups = await self._poll(cfg.get_follow_up_messages)
@@ -397,7 +418,7 @@ class _Run:
                     pending = follow_ups
                     continue
                 if cfg.on_stop is not None and not message.tool_calls:
-                    decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.ctx)))
+                    decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
                     if decision is not None and decision.action == "escalate":
                         self._end("stop_guard", decision.reason or "on_stop escalated")
                         return
@@ -427,7 +448,12 @@ class _Run:
 
     def _agent_end(self, started: float) -> AgentEnd:
         self.summary.duration = time.monotonic() - started
-        self.result = RunResult(messages=self.new_messages, summary=self.summary, tool_call_notes=self.notes)
+        self.result = RunResult(
+            messages=self.new_messages,
+            summary=self.summary,
+            tool_call_notes=self.notes,
+            uncommitted=list(self.uncommitted),
+        )
         return AgentEnd(messages=self.new_messages, summary=self.summary)
 
     def _error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
@@ -437,7 +463,7 @@ class _Run:
         )
 
     def _usage(self) -> ContextUsage:
-        return self.ctx.meter.measure(self.ctx.messages, self.model.context_window)
+        return self.conversation.meter.measure(self.conversation.messages, self.model.context_window)
 
     def _stop_before_call(self) -> EndReason | None:
         cfg = self.cfg
@@ -450,14 +476,18 @@ class _Run:
         return None
 
     async def _poll(self, getter: Any) -> list[Message]:
-        """Take queued messages from ``getter``; none once the run is aborted (an aborted
-        run leaves its queues alone)."""
+        """Take queued messages from ``getter`` (recorded as uncommitted until committed);
+        none once the run is aborted (an aborted run leaves its queues alone)."""
         if getter is None or self.signal.aborted:
             return []
         got = getter()
         if inspect.isawaitable(got):
             got = await got
-        return list(got) if got else []
+        if not got:
+            return []
+        taken = list(got)
+        self.uncommitted.extend(taken)
+        return taken
 
     async def _poll_steering(self) -> list[Message]:
         return await self._poll(self.cfg.get_steering_messages)
@@ -474,42 +504,75 @@ class _Run:
         if nxt.tools is not None:
             self._set_tools(nxt.tools)
         if nxt.system_prompt is not None:
-            self.ctx.system_prompt = nxt.system_prompt
+            self.conversation.system_prompt = nxt.system_prompt
         if nxt.messages is not None:
-            self.ctx.messages[:] = nxt.messages
+            self.conversation.messages[:] = nxt.messages
 
     # -- one model call -----------------------------------------------------------------
+    async def _open(self, reason: ContextReason) -> AsyncGenerator[AgentEvent | _Opened, None]:
+        """Start one model call: transform and manage the context (yielding the context
+        manager's events), then request the stream. Ends by yielding the :class:`_Opened`
+        call: its stream, or the message ending the turn when the run was aborted before
+        the call or the request could not be made. (With nothing to run before the call,
+        :meth:`events` makes it inline.)"""
+        if self.signal.aborted:
+            # Aborted before the call: end the turn as the model would, without calling it.
+            m = self.model
+            yield _Opened(None, AssistantMessage(
+                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
+            ))
+            return
+        try:
+            messages = self.conversation.messages
+            if self.cfg.transform_context is not None:
+                messages = await _maybe(self.cfg.transform_context(messages, self.signal))
+            if self.cfg.context_manager is not None:
+                async for item in self._manage_context(reason, messages):
+                    match item:
+                        case list():
+                            messages = item
+                        case _:
+                            yield item
+            opened = _Opened(self.model.stream(*await self._request(messages)))
+        except Exception as exc:
+            opened = _Opened(None, self._error_message(exception_text(exc)))
+        yield opened
+
     async def _manage_context(self, reason: ContextReason, messages: list[Message]) -> AsyncGenerator[Any, None]:
         """Run the context manager; yields its events, then the messages to send (a list)."""
         cm = self.cfg.context_manager
         assert cm is not None
-        request = ContextRequest(reason, self.model, self.signal, self.ctx.system_prompt)
+        conversation = self.conversation
+        request = ContextRequest(reason, self.model, self.signal, conversation.system_prompt)
         projection: Projection | None = None
         async for item in cm.manage(messages, request):
-            if type(item) is Projection:
-                projection = item
-            else:
-                if type(item) is CompactionEnd:
+            match item:
+                case Projection():
+                    projection = item
+                case CompactionEnd():
                     # The summary call is part of what the run used (and of its budget).
                     usage = self.summary.usage
                     usage.add(item.usage)
                     if not item.usage.cost.total:  # a manager that reports only the cost
                         usage.cost.total += item.cost
-                yield item
+                    yield item
+                case _:
+                    yield item
         if projection is None:
             yield messages
             return
         if projection.commit is not None:
-            self.ctx.messages[:] = projection.commit
-        yield self.ctx.messages if projection.messages is projection.commit else projection.messages
+            conversation.messages[:] = projection.commit
+        yield conversation.messages if projection.messages is projection.commit else projection.messages
 
     async def _request(self, messages: list[Message]) -> tuple[Request, StreamOptions]:
         """The request for ``messages``: converted, repaired, with this turn's options and key."""
         cfg = self.cfg
+        conversation = self.conversation
         if cfg.convert_to_llm is not None:
             llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
-        elif messages is self.ctx.messages:
-            llm = self.ctx.view.build(messages)
+        elif messages is conversation.messages:
+            llm = conversation.view.build(messages)
         else:
             llm = repair_messages(default_convert_to_llm(messages))
         options = cfg.options
@@ -517,55 +580,15 @@ class _Run:
         options = msgspec.structs.replace(
             options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
         )
-        return Request(system_prompt=self.ctx.system_prompt, messages=llm, tools=self.tool_specs), options
+        return Request(system_prompt=conversation.system_prompt, messages=llm, tools=self.tool_specs), options
 
     def _plain_request(self) -> tuple[Request, StreamOptions]:
         """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
         ``get_api_key`` are configured."""
+        conversation = self.conversation
         options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
-        messages = self.ctx.view.build(self.ctx.messages)
-        return Request(system_prompt=self.ctx.system_prompt, messages=messages, tools=self.tool_specs), options
-
-    def _request_failed(self, exc: Exception) -> AssistantMessage:
-        """Commit an error message for a model call that could not start, as the turn's
-        assistant message."""
-        failed = self._error_message(exception_text(exc))
-        self._commit(failed)
-        self.assistant = failed
-        return failed
-
-    async def _open_stream(self, reason: ContextReason) -> AsyncGenerator[AgentEvent, None]:
-        """Start one model call: transform and manage the context (yielding the context
-        manager's events), then request the stream into ``self.stream``. A failure here
-        commits an error message as the turn's assistant message and leaves
-        ``self.stream`` None."""
-        self.stream = None
-        if self.signal.aborted:
-            # Aborted before the call: end the turn as the model would, without calling it.
-            m = self.model
-            aborted = AssistantMessage(
-                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
-            )
-            self._commit(aborted)
-            self.assistant = aborted
-            yield MessageStart(message=aborted)
-            yield MessageEnd(message=aborted)
-            return
-        try:
-            messages = self.ctx.messages
-            if self.cfg.transform_context is not None:
-                messages = await _maybe(self.cfg.transform_context(messages, self.signal))
-            if self.cfg.context_manager is not None:
-                async for item in self._manage_context(reason, messages):
-                    if isinstance(item, list):
-                        messages = item
-                    else:
-                        yield item
-            self.stream = self.model.stream(*await self._request(messages))
-        except Exception as exc:
-            failed = self._request_failed(exc)
-            yield MessageStart(message=failed)
-            yield MessageEnd(message=failed)
+        messages = conversation.view.build(conversation.messages)
+        return Request(system_prompt=conversation.system_prompt, messages=messages, tools=self.tool_specs), options
 
     def _stream_result(
         self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None
@@ -593,24 +616,7 @@ class _Run:
             and final.stop_reason == "error"
         )
 
-    # -- one batch of tool calls ----------------------------------------------------------
-    def _tool_batch(self, message: AssistantMessage, calls: list[ToolCall]) -> AsyncIterator[AgentEvent]:
-        """The events of running the calls of ``message``; their outcomes fill ``self.outcomes``."""
-        self.outcomes = [None] * len(calls)
-        self.batch_steering = []
-        self.batch_aborted = False
-        if message.stop_reason == "length":
-            return self._truncated_calls(calls)
-        return _Batch(self, message, calls, self.outcomes).run()
-
-    async def _truncated_calls(self, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
-        """Calls cut off by the output limit: each gets an error result without running."""
-        for i, call in enumerate(calls):
-            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
-            outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
-            self.outcomes[i] = outcome
-            yield self._end_event(outcome)
-
+    # -- tool results -------------------------------------------------------------------
     def _close_aborted_calls(self, message: AssistantMessage) -> Iterator[ToolResultMessage]:
         """Error results for the complete tool calls of an aborted message (none of them
         ran), committed in call order as they are handed out, so the transcript pairs
@@ -628,13 +634,11 @@ class _Run:
             self._commit(result)
             yield result
 
-    def _commit_results(self, n: int) -> Iterator[ToolResultMessage]:
-        """The result messages of the batch's ``n`` calls, in call order, each committed
-        as it is handed out."""
-        done = [o for o in self.outcomes if o is not None]
-        self.batch = done
-        self.summary.tool_calls += n
-        for outcome in done:
+    def _commit_results(self, outcomes: list[CallOutcome]) -> Iterator[ToolResultMessage]:
+        """The result messages of a batch's outcomes, in call order, each committed as it
+        is handed out."""
+        self.summary.tool_calls += len(outcomes)
+        for outcome in outcomes:
             result = outcome.result
             if result.is_error:
                 self.summary.tool_errors += 1
@@ -647,23 +651,6 @@ class _Run:
             )
             self._commit(message)
             yield message
-
-    def _note_event(self, call_id: str) -> ToolCallNote | None:
-        """The ``tool_call_note`` of a finished call, when its ``before_tool_call`` gave one."""
-        for outcome in self.outcomes:
-            if outcome is not None and outcome.call.id == call_id and outcome.note is not None:
-                return ToolCallNote(tool_call_id=call_id, tool_name=outcome.call.name, note=outcome.note)
-        return None
-
-    @staticmethod
-    def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
-        return ToolExecutionEnd(
-            tool_call_id=outcome.call.id,
-            tool_name=outcome.call.name,
-            result=outcome.result,
-            is_error=outcome.result.is_error,
-            duration=outcome.duration,
-        )
 
 
 def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:
@@ -680,236 +667,3 @@ def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> N
     message.content = [
         b for i, b in enumerate(message.content) if not (i in unfinished and type(b) is ToolCall)
     ]
-
-
-def _noop() -> None:
-    return None
-
-
-async def _no_progress(partial: Any) -> None:
-    return None
-
-
-class _Inbox:
-    """What running calls send the batch: a FIFO with one waiting reader."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: deque[Any] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: Any) -> None:
-        self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def get(self) -> Any:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
-
-    def pop(self) -> Any:
-        return self._items.popleft()
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
-
-
-class _Batch:
-    """Schedules the calls of one assistant message and streams their events."""
-
-    def __init__(
-        self, run: _Run, message: AssistantMessage, calls: list[ToolCall], outcomes: list[CallOutcome | None]
-    ) -> None:
-        self.run_ = run
-        self.message = message
-        self.calls = calls
-        self.outcomes = outcomes
-        self.queue = _Inbox()
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.signals: dict[int, AbortSignal] = {}
-        self.stop_kind: dict[int, StopKind] = {}
-        self.finished: set[int] = set()
-        self.unsafe_running = False
-
-    def _can_start(self, sequential: bool) -> bool:
-        if not self.tasks:
-            return True
-        return not sequential and not self.unsafe_running and len(self.tasks) < self.run_.cfg.max_tool_concurrency
-
-    async def run(self) -> AsyncGenerator[AgentEvent, None]:
-        run, calls, n = self.run_, self.calls, len(self.calls)
-        runner = run.runner
-        if n == 1 and not run.signal.aborted:
-            call = calls[0]
-            tool = run.tools.get(call.name)
-            if tool is None or not tool.reports_progress:
-                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
-                outcome = await self._call_here(call)
-                self.outcomes[0] = outcome
-                runner.record(outcome)
-                yield run._end_event(outcome)
-                return
-        sequential = [runner.is_sequential(c, run.tools) for c in calls]
-        next_i = 0
-        skip_rest = False
-        interrupt = run.cfg.steering_during_tools == "interrupt"
-        waiter = AbortWaiter(run.signal)
-        try:
-            while True:
-                while next_i < n and not skip_rest and not run.signal.aborted and self._can_start(sequential[next_i]):
-                    i = next_i
-                    next_i += 1
-                    call = calls[i]
-                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
-                    self._start(i, sequential[i])
-                if not self.tasks:
-                    break
-                aborted = run.signal.aborted
-                if not aborted:
-                    waiter.active = True
-                    try:
-                        item = await self.queue.get()
-                    except asyncio.CancelledError:
-                        if not waiter.caused_cancel():
-                            raise
-                        aborted = True
-                    finally:
-                        waiter.active = False
-                if aborted:
-                    async for event in self._abort(next_i):
-                        yield event
-                    return
-                if type(item) is ToolExecutionUpdate:
-                    yield item
-                    continue
-                i, outcome = item
-                self.tasks.pop(i, None)
-                if sequential[i]:
-                    self.unsafe_running = False
-                self.outcomes[i] = outcome
-                runner.record(outcome)
-                yield run._end_event(outcome)
-                if interrupt and not skip_rest and (next_i < n or self.tasks):
-                    steering = await run._poll_steering()
-                    if steering:
-                        run.batch_steering = steering
-                        skip_rest = True
-                        self._interrupt_running()
-            if skip_rest:
-                for i in range(next_i, n):
-                    call = calls[i]
-                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
-                    outcome = CallOutcome(call, stopped_result("skipped"), 0.0, False)
-                    self.outcomes[i] = outcome
-                    yield run._end_event(outcome)
-            elif run.signal.aborted and next_i < n:
-                async for event in self._abort(next_i):
-                    yield event
-        finally:
-            waiter.close()
-            for task in self.tasks.values():
-                task.cancel()
-
-    async def _call_here(self, call: ToolCall) -> CallOutcome:
-        """Run the batch's only call in the loop's own task (it cannot report progress,
-        so nothing has to stream meanwhile). An abort cancels it like a started task."""
-        run = self.run_
-        waiter = AbortWaiter(run.signal)
-        started = time.monotonic()
-        waiter.active = True
-        try:
-            outcome = await run.runner.run_call(call, run.tools, self.message, run.ctx, run.signal, _no_progress)
-        except asyncio.CancelledError:
-            if not waiter.caused_cancel():
-                raise
-            run.batch_aborted = True
-            return CallOutcome(call, stopped_result("aborted"), time.monotonic() - started, False)
-        finally:
-            waiter.active = False
-            waiter.close()
-        if waiter.cancelled:
-            run.batch_aborted = True  # the abort came as the call finished (or the call ignored it)
-            await take_pending_cancel(waiter.caused_cancel)
-        return outcome
-
-    def _start(self, i: int, sequential: bool) -> None:
-        run = self.run_
-        call = self.calls[i]
-        tool = run.tools.get(call.name)
-        if tool is not None and tool.interrupt == "cancel":
-            # Its own signal, so steering can cancel this call alone.
-            signal = AbortSignal()
-            remove = run.signal.add_callback(signal.abort)
-            self.signals[i] = signal
-        else:
-            signal, remove = run.signal, _noop
-        if sequential:
-            self.unsafe_running = True
-        self.tasks[i] = asyncio.create_task(self._call(i, call, signal, remove))
-
-    async def _call(self, i: int, call: ToolCall, signal: AbortSignal, remove: Any) -> None:
-        run = self.run_
-        queue = self.queue
-        started = time.monotonic()
-
-        async def report(partial: Any) -> None:
-            if i not in self.finished:
-                queue.put(
-                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
-                )
-
-        try:
-            outcome = await run.runner.run_call(call, run.tools, self.message, run.ctx, signal, report)
-        except asyncio.CancelledError:
-            kind = self.stop_kind.get(i, "aborted")
-            outcome = CallOutcome(call, stopped_result(kind), time.monotonic() - started, False)
-        finally:
-            self.finished.add(i)
-            remove()
-        queue.put((i, outcome))
-
-    def _interrupt_running(self) -> None:
-        run = self.run_
-        for i, task in self.tasks.items():
-            tool = run.tools.get(self.calls[i].name)
-            if tool is not None and tool.interrupt == "cancel":
-                self.stop_kind[i] = "interrupted"
-                self.signals[i].abort("interrupted")
-                task.cancel()
-
-    async def _abort(self, next_i: int) -> AsyncGenerator[AgentEvent, None]:
-        """Cancel running calls, give them a bounded time to stop, close every call."""
-        run = self.run_
-        run.batch_aborted = True
-        running = dict(self.tasks)
-        for i, task in running.items():
-            self.stop_kind.setdefault(i, "aborted")
-            task.cancel()
-        if running:
-            await asyncio.wait(running.values(), timeout=run.cfg.tool_abort_grace)
-        while self.queue:
-            item = self.queue.pop()
-            if type(item) is ToolExecutionUpdate:
-                continue
-            i, outcome = item
-            self.tasks.pop(i, None)
-            self.outcomes[i] = outcome
-            yield run._end_event(outcome)
-        for i in list(self.tasks):
-            self.tasks.pop(i)
-            outcome = CallOutcome(self.calls[i], stopped_result("aborted"), 0.0, False)
-            self.outcomes[i] = outcome
-            yield run._end_event(outcome)
-        for i in range(next_i, len(self.calls)):
-            call = self.calls[i]
-            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
-            outcome = CallOutcome(call, stopped_result("aborted"), 0.0, False)
-            self.outcomes[i] = outcome
-            yield run._end_event(outcome)

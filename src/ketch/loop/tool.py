@@ -5,6 +5,10 @@ A tool is a name, a description, a JSON schema for its arguments and an async
 
 - ``sequential``: the tool is not concurrency-safe; it runs alone, and nothing after it
   in the batch starts before it ends. A callable decides per call from the arguments.
+  This is scheduling only; it says nothing about what the call changes.
+- ``read_only``: the call changes nothing (no files, no processes, no remote state), so
+  a permission policy may let it run without asking. A callable decides per call from
+  the arguments. Default False: a tool that does not say is assumed to change things.
 - ``interrupt``: ``"cancel"`` lets steering cancel a running call (in the loop's
   ``"interrupt"`` steering mode); ``"block"`` (default) lets it finish.
 - ``timeout``: seconds before the call is cancelled and reported as timed out.
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -32,6 +36,7 @@ from ..llm.model import ToolSpec
 from ..llm.signal import AbortSignal
 
 __all__ = [
+    "Deps",
     "ExecuteFn",
     "Tool",
     "ToolContext",
@@ -40,6 +45,9 @@ __all__ = [
 ]
 
 ResultContent: TypeAlias = list[TextContent | ImageContent]
+
+Deps = TypeVar("Deps")
+"""The type of the application's dependencies (``LoopConfig.deps``, ``ToolContext.deps``)."""
 
 
 class ToolResult(msgspec.Struct, kw_only=True):
@@ -78,15 +86,17 @@ class ToolResult(msgspec.Struct, kw_only=True):
         return cls(content=[TextContent(text=message)], details=details, is_error=True)
 
 
-class ToolContext:
+class ToolContext(Generic[Deps]):
     """What a running tool may use besides its arguments.
 
     ``signal`` is aborted when the run is aborted or the call is cancelled;
     ``report(partial)`` emits a ``tool_execution_update`` event with a partial result
-    or progress value; ``messages`` is the transcript as the model saw it.
+    or progress value; ``messages`` is the transcript as the model saw it; ``deps`` is
+    the run's ``LoopConfig.deps`` (the application's dependencies: a database handle,
+    the current user; ``None`` unless given). Annotate it as ``ToolContext[MyDeps]``.
     """
 
-    __slots__ = ("_report", "assistant_message", "call_id", "messages", "signal", "state", "tool_name")
+    __slots__ = ("_report", "assistant_message", "call_id", "deps", "messages", "signal", "tool_name")
 
     def __init__(
         self,
@@ -97,14 +107,14 @@ class ToolContext:
         report: Callable[[Any], Awaitable[None]] | None = None,
         messages: Sequence[Message] = (),
         assistant_message: AssistantMessage | None = None,
-        state: Any = None,
+        deps: Deps = None,  # type: ignore[assignment]  # None unless the run has deps
     ) -> None:
         self.call_id = call_id
         self.tool_name = tool_name
         self.signal = signal
         self.messages = messages
         self.assistant_message = assistant_message
-        self.state = state
+        self.deps = deps
         self._report = report
 
     async def report(self, partial: Any) -> None:
@@ -116,7 +126,7 @@ class ToolContext:
         return f"ToolContext(call_id={self.call_id!r}, tool_name={self.tool_name!r})"
 
 
-ExecuteFn: TypeAlias = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+ExecuteFn: TypeAlias = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]
 
 
 class Tool:
@@ -130,6 +140,7 @@ class Tool:
         "name",
         "parameters",
         "prepare_arguments",
+        "read_only",
         "reports_progress",
         "sequential",
         "strict",
@@ -145,6 +156,7 @@ class Tool:
         *,
         label: str | None = None,
         sequential: bool | Callable[[dict[str, Any]], bool] = False,
+        read_only: bool | Callable[[dict[str, Any]], bool] = False,
         interrupt: Literal["block", "cancel"] = "block",
         timeout: float | None = None,
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -159,13 +171,14 @@ class Tool:
         self._execute = execute
         self.label = label
         self.sequential = sequential
+        self.read_only = read_only
         self.interrupt = interrupt
         self.timeout = timeout
         self.prepare_arguments = prepare_arguments
         self.strict = strict
         self.reports_progress = reports_progress
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""
         if self._execute is None:
             raise NotImplementedError(f"Tool {self.name!r} has no execute function")
@@ -178,6 +191,11 @@ class Tool:
         """Whether this call must run alone (not concurrency-safe)."""
         seq = self.sequential
         return seq(args) if callable(seq) else bool(seq)
+
+    def is_read_only(self, args: dict[str, Any]) -> bool:
+        """Whether this call changes nothing (``read_only``, decided for ``args``)."""
+        ro = self.read_only
+        return ro(args) if callable(ro) else bool(ro)
 
     @property
     def spec(self) -> ToolSpec:

@@ -13,8 +13,9 @@ the callback replaced. Modes::
                   filesystem read-only); edits and unsandboxed bash are denied
     bypass        everything runs except what deny rules name
 
-A tool is read-only when it is not ``bash``, not an edit tool and declares itself not
-``sequential``; bash is never judged read-only by looking at its command. Rules
+A tool is read-only when it is not ``bash``, not an edit tool and declares itself
+``read_only`` (for the call's arguments; ``sequential`` is scheduling only and plays no
+part); bash is never judged read-only by looking at its command. Rules
 (Claude Code style): ``Bash``, ``Bash(git status)`` (that command exactly),
 ``Bash(npm run test:*)`` (that command and any arguments), ``Edit(src/**)`` (``Edit``
 covers ``edit`` and ``write``), ``Write(docs/*)``, ``Read(./.env)`` (``Read`` covers
@@ -57,6 +58,7 @@ from ._engine import (
     PermissionMode,
     PermissionRequest,
     PreToolUseHook,
+    SandboxedTool,
     Verdict,
     args_digest,
     parse_mode,
@@ -86,6 +88,7 @@ __all__ = [
     "PermissionRequest",
     "PreToolUseHook",
     "Rule",
+    "SandboxedTool",
     "SimpleCommand",
     "Verdict",
     "args_digest",

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias, get_args
+from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import msgspec
 
@@ -36,6 +36,7 @@ __all__ = [
     "PermissionMode",
     "PermissionRequest",
     "PreToolUseHook",
+    "SandboxedTool",
     "Verdict",
     "args_digest",
     "parse_mode",
@@ -81,6 +82,19 @@ class PreToolUseHook(Protocol):
 
     async def pre_tool_use(self, call: ToolCallInfo) -> HookVerdict | None:
         """The verdict for ``call``, or None for no opinion."""
+        ...
+
+
+@runtime_checkable
+class SandboxedTool(Protocol):
+    """A tool that says whether its commands run inside an OS sandbox (the bash tool does).
+
+    ``accept_edits`` and ``plan`` let a sandboxed bash call run without asking.
+    """
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run sandboxed."""
         ...
 
 
@@ -282,7 +296,7 @@ class PermissionEngine:
         if name in self.edit_tools:
             return "edit"
         try:
-            return "other" if tool.is_sequential(args) else "read"
+            return "read" if tool.is_read_only(args) else "other"
         except Exception:
             return "other"
 
@@ -368,7 +382,7 @@ class PermissionEngine:
         source = f"mode {mode}"
         if kind == "read" or mode == "bypass":
             return Verdict("allow", source)
-        sandboxed = kind == "bash" and bool(getattr(tool, "sandboxed", False))
+        sandboxed = kind == "bash" and isinstance(tool, SandboxedTool) and tool.sandboxed
         if mode == "plan":
             if sandboxed:
                 return Verdict("allow", source)
@@ -431,9 +445,7 @@ class PermissionEngine:
         if stop:
             self._stopped = (call.assistant_message, reason or STOPPED)
         if outcome == "deny":
-            return BeforeToolCallResult(
-                block=True, reason=reason or USER_DENIED, note=decision, terminate=stop
-            )
+            return BeforeToolCallResult.blocked(reason or USER_DENIED, stop=stop, note=decision)
         return BeforeToolCallResult(args=new_args, note=decision)
 
     async def _decide(

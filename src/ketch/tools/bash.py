@@ -939,7 +939,7 @@ class BashTool(Tool):
     def __repr__(self) -> str:
         return f"BashTool(root={str(self.workspace.root)!r})"
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Run ``args["command"]``; see the module docstring for the result."""
         command = args.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -977,7 +977,7 @@ class BashTool(Tool):
         cwd: Path,
         limit: float,
         policy: SandboxPolicy | None,
-        ctx: ToolContext,
+        ctx: ToolContext[Any],
     ) -> ToolResult:
         ws, timeout = self.workspace, limit
         read_fd, write_fd = os.pipe()
@@ -1028,7 +1028,7 @@ class BashTool(Tool):
             await ctx.report(rest)
         return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy)
 
-    async def _report(self, output: _Output, ctx: ToolContext) -> None:
+    async def _report(self, output: _Output, ctx: ToolContext[Any]) -> None:
         while True:
             await output.new_data.wait()
             chunk = output.take_pending()

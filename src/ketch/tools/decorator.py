@@ -66,6 +66,7 @@ class FunctionTool(Tool):
         description: str | None = None,
         label: str | None = None,
         sequential: bool | Callable[[dict[str, Any]], bool] = False,
+        read_only: bool | Callable[[dict[str, Any]], bool] = False,
         interrupt: Literal["block", "cancel"] = "block",
         timeout: float | None = None,
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -80,6 +81,7 @@ class FunctionTool(Tool):
             signature.parameters,
             label=label,
             sequential=sequential,
+            read_only=read_only,
             interrupt=interrupt,
             timeout=timeout,
             prepare_arguments=prepare_arguments,
@@ -91,7 +93,7 @@ class FunctionTool(Tool):
         self.signature = signature
         self._is_async = _is_async_callable(fn)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Convert ``args``, call the function (sync ones in a thread), return its result."""
         positional, keywords = self.signature.bind(args, ctx)
         if self._is_async:
@@ -145,6 +147,7 @@ def tool(
     description: str | None = None,
     label: str | None = None,
     sequential: bool | Callable[[dict[str, Any]], bool] = False,
+    read_only: bool | Callable[[dict[str, Any]], bool] = False,
     interrupt: Literal["block", "cancel"] = "block",
     timeout: float | None = None,
     prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -160,6 +163,7 @@ def tool(
     description: str | None = None,
     label: str | None = None,
     sequential: bool | Callable[[dict[str, Any]], bool] = False,
+    read_only: bool | Callable[[dict[str, Any]], bool] = False,
     interrupt: Literal["block", "cancel"] = "block",
     timeout: float | None = None,
     prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -178,6 +182,7 @@ def tool(
             description=description,
             label=label,
             sequential=sequential,
+            read_only=read_only,
             interrupt=interrupt,
             timeout=timeout,
             prepare_arguments=prepare_arguments,

@@ -357,7 +357,7 @@ class EditTool(WorkspaceTool):
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, label="Edit", sequential=True)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Replace ``old_string`` with ``new_string`` in the file at ``args["path"]``."""
         ws = self.workspace
         old = args.get("old_string")

@@ -50,9 +50,9 @@ class LsTool(WorkspaceTool):
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__(workspace, "ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False)
+        super().__init__(workspace, "ls", _DESCRIPTION, _PARAMETERS, label="List", sequential=False, read_only=True)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """List the folder ``args.get("path")``."""
         limit = args.get("limit") or 500
         located = self.locate(args.get("path"), default_root=True)

@@ -173,11 +173,11 @@ class ReadTool(WorkspaceTool):
         max_image_bytes: int = 5 * 1024 * 1024,
         max_file_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        super().__init__(workspace, "read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False)
+        super().__init__(workspace, "read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False, read_only=True)
         self.max_image_bytes = max_image_bytes
         self.max_file_bytes = max_file_bytes
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Read the file named by ``args["path"]``."""
         located = self.locate(args.get("path", ""))
         if isinstance(located, ToolResult):

@@ -101,7 +101,7 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("(?s:" + _translate(pattern) + r")\Z")
 
 
-async def _in_thread(fn: Callable[[threading.Event], _T], ctx: ToolContext) -> _T:
+async def _in_thread(fn: Callable[[threading.Event], _T], ctx: ToolContext[Any]) -> _T:
     """Run ``fn(stop)`` in a worker thread; ``stop`` is set on abort or cancellation."""
     stop = threading.Event()
     remove = ctx.signal.add_callback(stop.set)
@@ -298,7 +298,7 @@ class GrepTool(WorkspaceTool):
     def __init__(
         self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
     ) -> None:
-        super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False)
+        super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False, read_only=True)
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
 
@@ -307,7 +307,7 @@ class GrepTool(WorkspaceTool):
             self._rg = shutil.which("rg") or False
         return self._rg or None
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Search for ``args["pattern"]``."""
         ws = self.workspace
         pattern = args.get("pattern")
@@ -493,9 +493,9 @@ class FindTool(WorkspaceTool):
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__(workspace, "find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False)
+        super().__init__(workspace, "find", _FIND_DESCRIPTION, _FIND_PARAMETERS, label="Find", sequential=False, read_only=True)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """List files matching ``args["pattern"]``."""
         ws = self.workspace
         pattern = args.get("pattern")

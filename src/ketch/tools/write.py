@@ -64,7 +64,7 @@ class WriteTool(WorkspaceTool):
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, label="Write", sequential=True)
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``."""
         ws = self.workspace
         content = args.get("content")
