@@ -35,10 +35,10 @@ from .llm import (
     Usage,
     UserMessage,
     complete,
-    from_dict,
-    from_json,
-    to_dict,
-    to_json,
+    message_from_dict,
+    message_to_dict,
+    messages_from_json,
+    messages_to_json,
 )
 from .loop import (
     AgentEvent,
@@ -89,13 +89,13 @@ __all__ = [
     "UserMessage",
     "complete",
     "continue_loop",
-    "from_dict",
-    "from_json",
     "get_model",
+    "message_from_dict",
+    "message_to_dict",
+    "messages_from_json",
+    "messages_to_json",
     "run_loop",
     "stop_after_tool",
-    "to_dict",
-    "to_json",
     "tool",
 ]
 

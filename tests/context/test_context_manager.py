@@ -24,8 +24,8 @@ from ketch.llm import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    from_json,
-    to_json,
+    messages_from_json,
+    messages_to_json,
 )
 from ketch.loop import ContextRequest, Projection, Tool
 from ketch.testing import FunctionModel, Reply, ScriptedModel, tool_call
@@ -202,7 +202,7 @@ async def test_circuit_breaker_falls_back_to_cheap_strategies() -> None:
 
 async def test_summary_round_trips_through_json() -> None:
     s = ContextSummary(summary="x", tokens_before=10, read_files=["a"], modified_files=["b"])
-    assert from_json(to_json([s])) == [s]
+    assert messages_from_json(messages_to_json([s])) == [s]
 
 
 async def test_no_repeat_summaries_over_long_conversation() -> None:

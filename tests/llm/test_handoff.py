@@ -21,7 +21,7 @@ from ketch.llm.messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
-    to_json,
+    messages_to_json,
 )
 
 TARGET = {"provider": "anthropic", "api": "anthropic-messages", "model": "claude-sonnet-4-5"}
@@ -241,11 +241,11 @@ def test_inputs_are_never_mutated() -> None:
         asst(ToolCall(id="c9", name="g")),
         Note(text="n"),
     ]
-    before = to_json(messages)
+    before = messages_to_json(messages)
     snapshot = list(messages)
     prepare(messages, normalize_id=anthropic_tool_id)
     prepare(messages, normalize_id=mistral_tool_id)
-    assert to_json(messages) == before
+    assert messages_to_json(messages) == before
     assert messages == snapshot and all(a is b for a, b in zip(messages, snapshot, strict=True))
 
 

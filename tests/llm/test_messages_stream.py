@@ -20,12 +20,12 @@ from ketch.llm import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    from_dict,
-    from_json,
     guard_stream,
+    message_from_dict,
+    message_to_dict,
+    messages_from_json,
+    messages_to_json,
     parse_partial_json,
-    to_dict,
-    to_json,
 )
 from ketch.llm.errors import RateLimitError
 from ketch.llm.stream import parse_tool_arguments
@@ -65,21 +65,21 @@ SAMPLES = [
 
 @pytest.mark.parametrize("message", SAMPLES, ids=lambda m: m.role)
 def test_round_trip_each_type(message: Any) -> None:
-    assert from_dict(to_dict(message)) == message
-    assert from_json(to_json(message)) == message
-    assert type(from_json(to_json(message))) is type(message)
+    assert message_from_dict(message_to_dict(message)) == message
+    assert messages_from_json(messages_to_json(message)) == message
+    assert type(messages_from_json(messages_to_json(message))) is type(message)
 
 
 def test_round_trip_list_and_roles() -> None:
-    assert from_json(to_json(SAMPLES)) == SAMPLES
-    assert [to_dict(m)["role"] for m in SAMPLES] == [
+    assert messages_from_json(messages_to_json(SAMPLES)) == SAMPLES
+    assert [message_to_dict(m)["role"] for m in SAMPLES] == [
         "user", "user", "user", "assistant", "assistant", "tool_result", "note",
     ]
 
 
 def test_unknown_role_is_clear_error() -> None:
     with pytest.raises(ValueError, match="Unknown message role 'mystery'"):
-        from_dict({"role": "mystery"})
+        message_from_dict({"role": "mystery"})
 
 
 def test_image_needs_data_or_url() -> None:

@@ -20,7 +20,7 @@ from ketch.llm import (
     ToolResultMessage,
     UserMessage,
 )
-from ketch.llm.messages import from_json, scrub_surrogates, to_json
+from ketch.llm.messages import messages_from_json, messages_to_json, scrub_surrogates
 from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPModel
 from ketch.llm.providers.gemini import GeminiModel
@@ -66,8 +66,8 @@ def test_scrub_surrogates_replaces_each_lone_surrogate_in_keys_and_values() -> N
 
 def test_to_json_writes_lone_surrogates_as_replacement_characters() -> None:
     messages = _transcript(2, {"path": BAD})
-    data = to_json(messages)
-    decoded = from_json(data)
+    data = messages_to_json(messages)
+    decoded = messages_from_json(data)
     assert decoded[0].content[0].text == f"list {GOOD} 0"
     assert decoded[1].content[1].args == {"path": GOOD}
     assert decoded[2].content[0].text == f"{GOOD}.txt\nplain.txt"
@@ -77,7 +77,7 @@ def test_to_json_writes_lone_surrogates_as_replacement_characters() -> None:
 
 def test_to_json_of_valid_text_is_unchanged() -> None:
     message = UserMessage(content=[TextContent(text="café ☃ \U0001f600")], timestamp=1.0)
-    assert to_json(message) == msgspec.json.encode(message)
+    assert messages_to_json(message) == msgspec.json.encode(message)
 
 
 def test_encode_body_writes_lone_surrogates_as_replacement_characters() -> None:
@@ -156,4 +156,4 @@ async def test_a_tool_returning_lone_surrogates_gives_json_with_replacement_char
     (tool_result,) = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
     assert tool_result.content == [TextContent(text='{"files":["caf\ufffd.txt","ok.txt"]}')]
     assert not tool_result.is_error
-    json.loads(to_json(agent.messages))
+    json.loads(messages_to_json(agent.messages))

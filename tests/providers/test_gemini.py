@@ -31,8 +31,8 @@ from ketch.llm import (
     Usage,
     UserMessage,
     complete,
-    from_json,
-    to_json,
+    messages_from_json,
+    messages_to_json,
 )
 from ketch.llm.handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
 from ketch.llm.providers.base import HTTPExchange
@@ -858,7 +858,7 @@ async def test_a_call_turn_replays_with_its_id_and_signature_after_a_json_round_
         ("done", "tool_use"),
     ]
     result = ToolResultMessage(tool_call_id="wq6f0y2k", tool_name="list_files", content=[TextContent(text="a.txt")])
-    history = from_json(to_json([question, turn, result]))
+    history = messages_from_json(messages_to_json([question, turn, result]))
     await run(model, Request(messages=history, tools=[lister]), StreamOptions(thinking="high"))
     assert loopback.requests[1].json == {
         "contents": [

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, Reply, json_reply, sse, sse_reply
 
-from ketch.llm import Request, StreamOptions, UserMessage, to_json
+from ketch.llm import Request, StreamOptions, UserMessage, messages_to_json
 from ketch.llm.providers.anthropic import AnthropicModel
 from ketch.llm.providers.base import HTTPExchange, HTTPModel
 from ketch.llm.providers.gemini import GeminiModel
@@ -313,7 +313,7 @@ async def test_a_key_echoed_at_any_offset_around_the_clip_never_leaks(loopback: 
         events = await run(model, HELLO)
         error = final(events)
         dumped = "".join(
-            [repr(events), repr(seen), to_json(error).decode(), repr(model), str(error.error_message)]
+            [repr(events), repr(seen), messages_to_json(error).decode(), repr(model), str(error.error_message)]
         )
         assert _leaks(dumped, KEY) == [], offset
         seen.clear()

@@ -30,8 +30,8 @@ from ketch.llm import (
     Usage,
     UserMessage,
     complete,
-    from_json,
-    to_json,
+    messages_from_json,
+    messages_to_json,
 )
 from ketch.llm.errors import ModelError
 from ketch.llm.model import ThinkingLevel
@@ -697,7 +697,7 @@ async def test_a_streamed_turn_replays_verbatim_after_a_json_round_trip(loopback
     model = model_for(loopback)
     context = Request(messages=[UserMessage(content="Paris?")], tools=[WEATHER])
     turn = final(await run(model, context))
-    restored = from_json(to_json(turn))
+    restored = messages_from_json(messages_to_json(turn))
     context.messages += [
         restored,
         ToolResultMessage(tool_call_id="call_Wq3bN0pK", tool_name="get_weather", content=[TextContent(text="18°C")]),
@@ -772,7 +772,7 @@ async def test_the_key_never_shows_in_reprs_errors_or_observed_exchanges(loopbac
         "auth",
         "HTTP 401: Incorrect API key provided: ***. You can find your API key at https://platform.openai.com/account/api-keys.",
     )
-    dumped = repr(model) + repr(StreamOptions(api_key=KEY)) + to_json(message).decode() + repr(seen)
+    dumped = repr(model) + repr(StreamOptions(api_key=KEY)) + messages_to_json(message).decode() + repr(seen)
     assert KEY not in dumped
     assert [(x.phase, x.headers["authorization"]) for x in seen] == [("request", "***"), ("response", "***")]
 

@@ -2,15 +2,15 @@
 
 Every type here is a ``msgspec.Struct``: cheap to build on the streaming path and
 encoded to JSON without an intermediate dict. Content blocks carry a ``type`` tag and
-messages a ``role`` tag, so any list of them round-trips through :func:`to_json` /
-:func:`from_json` (or :func:`to_dict` / :func:`from_dict`) exactly.
+messages a ``role`` tag, so any list of them round-trips through :func:`messages_to_json` /
+:func:`messages_from_json` (or :func:`message_to_dict` / :func:`message_from_dict`) exactly.
 
 Applications add their own UI-only message kinds by subclassing :class:`CustomMessage`
 with a tag of their choice; they are registered automatically and round-trip like the
 built-in kinds, but the default conversion drops them before a model sees them.
 
 JSON cannot carry a lone surrogate (a string of undecodable bytes that Python keeps as
-surrogate escapes, such as a file name that is not UTF-8): :func:`to_json` writes each
+surrogate escapes, such as a file name that is not UTF-8): :func:`messages_to_json` writes each
 one as U+FFFD, as does every JSON encoder of ketch (:func:`scrub_surrogates`).
 """
 
@@ -36,12 +36,12 @@ __all__ = [
     "ToolResultMessage",
     "Usage",
     "UserMessage",
-    "from_dict",
-    "from_json",
+    "message_from_dict",
     "message_text",
+    "message_to_dict",
+    "messages_from_json",
+    "messages_to_json",
     "scrub_surrogates",
-    "to_dict",
-    "to_json",
 ]
 
 StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
@@ -243,14 +243,14 @@ def _custom_kind(tag: str) -> type[Message] | None:
     return None
 
 
-def to_dict(message: Message) -> dict[str, Any]:
+def message_to_dict(message: Message) -> dict[str, Any]:
     """A JSON-compatible dict of ``message``, tagged with its role."""
     out: dict[str, Any] = msgspec.to_builtins(message)
     return out
 
 
-def from_dict(data: dict[str, Any]) -> Message:
-    """Rebuild a message (built-in or registered custom kind) from :func:`to_dict` output."""
+def message_from_dict(data: dict[str, Any]) -> Message:
+    """Rebuild a message (built-in or registered custom kind) from :func:`message_to_dict` output."""
     role = data.get("role")
     cls = _BUILTIN.get(role) if isinstance(role, str) else None
     if cls is None and isinstance(role, str):
@@ -263,7 +263,7 @@ def from_dict(data: dict[str, Any]) -> Message:
     return msgspec.convert(data, type=cls)
 
 
-def to_json(messages: Message | list[Message]) -> bytes:
+def messages_to_json(messages: Message | list[Message]) -> bytes:
     """Encode one message or a list of messages as JSON bytes (a lone surrogate in a
     string becomes U+FFFD)."""
     try:
@@ -293,11 +293,11 @@ def scrub_surrogates(value: Any) -> Any:
     return value
 
 
-def from_json(data: bytes | str) -> Any:
-    """Decode JSON produced by :func:`to_json`: a message or a list of messages."""
+def messages_from_json(data: bytes | str) -> Any:
+    """Decode JSON produced by :func:`messages_to_json`: a message or a list of messages."""
     raw = msgspec.json.decode(data)
     if isinstance(raw, list):
-        return [from_dict(item) for item in raw]
+        return [message_from_dict(item) for item in raw]
     if isinstance(raw, dict):
-        return from_dict(raw)
+        return message_from_dict(raw)
     raise ValueError("Expected a JSON object or array of messages")
