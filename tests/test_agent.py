@@ -1,4 +1,6 @@
-"""The stateful Agent: prompts, listeners, queues, abort, continue, inject, phases, sync facade."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The stateful Agent: prompts, listeners, queues, abort, continue, inject, phases, sync facade."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.llm import AssistantMessage, ImageContent, TextContent, ToolResultMessage, UserMessage
 from ketch.loop import Tool
 from ketch.testing import ScriptedModel, reply, tool_call
@@ -358,7 +360,7 @@ def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
 async def test_structured_result_parse() -> None:
     import msgspec
 
-    from ketch.llm.structured import StructuredOutputError
+    from ketch.llm._structured import StructuredOutputError
 
     class Weather(msgspec.Struct):
         city: str

@@ -1,4 +1,6 @@
-"""The import layers the README's architecture section promises, read from the source.
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The import layers the README's architecture section promises, read from the source.
 
 Every ``import`` counts, also those inside functions and under ``TYPE_CHECKING``. Parts are
 named without a leading underscore (``_schema`` is "schema"), so making a module private

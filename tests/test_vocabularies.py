@@ -1,12 +1,14 @@
-"""Each vocabulary is written once: the tuple a program iterates is the Literal's arguments."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Each vocabulary is written once: the tuple a program iterates is the Literal's arguments."""
 
 from __future__ import annotations
 
 from typing import get_args
 
-from ketch.cli.wire import OUTPUT_FORMATS, OutputFormat
-from ketch.llm.model import THINKING_LEVELS, TOOL_CHOICE_MODES, ThinkingLevel, ToolChoiceMode
-from ketch.llm.providers.anthropic import _CACHE_RETENTIONS, CacheRetention
+from ketch.cli._wire import OUTPUT_FORMATS, OutputFormat
+from ketch.llm._model import THINKING_LEVELS, TOOL_CHOICE_MODES, ThinkingLevel, ToolChoiceMode
+from ketch.llm._providers.anthropic import _CACHE_RETENTIONS, CacheRetention
 from ketch.permissions import PERMISSION_MODES, PermissionMode
 
 

@@ -1,4 +1,6 @@
-"""The cost of one more turn on a long transcript, against the scripted server.
+"""Imports ketch implementation modules (private) directly, to measure them.
+
+The cost of one more turn on a long transcript, against the scripted server.
 
 Run: ``python -m suite.history --url-base http://127.0.0.1:PORT`` (from
 ``benchmarks/``); prints one JSON object. For each transcript size (10, 1,000, 10,000
@@ -36,7 +38,7 @@ WARMUP = 3
 
 def transcript(n: int) -> list[Any]:
     """``n`` messages: exchanges of prompt, tool call, tool result, answer."""
-    from ketch.llm.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+    from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
 
     out: list[Any] = []
     i = 0
@@ -81,7 +83,7 @@ class _Size:
 
     def __init__(self, url: str, n: int, spent: list[float], sizes: list[int]) -> None:
         from ketch import get_model
-        from ketch.llm.providers.base import HTTPModel
+        from ketch.llm._providers.base import HTTPModel
 
         model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
         assert isinstance(model, HTTPModel)

@@ -45,7 +45,7 @@ async def setup_floor(url: str) -> tuple[RunOnce, Close]:
 async def setup_ketch(url: str) -> tuple[RunOnce, Close]:
     """ketch's ``Agent`` with the OpenAI Chat Completions adapter pointed at the server."""
     from ketch import Agent, get_model, tool
-    from ketch.llm.http import close_session
+    from ketch.llm import close_session
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
     add = tool(name="add")(add_numbers)
@@ -62,7 +62,7 @@ async def setup_ketch(url: str) -> tuple[RunOnce, Close]:
 async def setup_ketch_anthropic(url: str) -> tuple[RunOnce, Close]:
     """ketch with the Anthropic Messages adapter pointed at the server."""
     from ketch import Agent, get_model, tool
-    from ketch.llm.http import close_session
+    from ketch.llm import close_session
 
     model = get_model("anthropic:claude-sonnet-4-5", base_url=url, api_key="x")
     add = tool(name="add")(add_numbers)

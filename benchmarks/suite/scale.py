@@ -54,7 +54,7 @@ def open_fds() -> tuple[int, int]:
 async def concurrent_runs(url: str, n: int) -> dict[str, Any]:
     """``n`` concurrent ketch runs of the benchmark task; figures and checks."""
     from ketch import Agent, get_model, tool
-    from ketch.llm.http import close_session
+    from ketch.llm import close_session
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
     arrived = 0

@@ -17,7 +17,7 @@ Provider adapters, the HTTP client and the built-in tools load on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from .agent import Agent, AgentState, Phase
+from ._agent import Agent, AgentState, Phase
 from .llm import (
     AbortSignal,
     AssistantMessage,
@@ -56,8 +56,8 @@ from .loop import (
 )
 
 if TYPE_CHECKING:
-    from .llm.resolve import get_model
-    from .tools.decorator import tool
+    from .llm._resolve import get_model
+    from .tools._decorator import tool
 
 __all__ = [
     "AbortSignal",
@@ -102,11 +102,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "tool":
-        from .tools.decorator import tool
+        from .tools._decorator import tool
 
         return tool
     if name == "get_model":
-        from .llm.resolve import get_model
+        from .llm._resolve import get_model
 
         return get_model
     raise AttributeError(f"module 'ketch' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """``python -m ketch``: the ``ketch`` command."""
 
-from .cli.main import main
+from .cli._main import main
 
 raise SystemExit(main())

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from .llm.messages import (
+from .llm._messages import (
     AssistantMessage,
     Message,
     StopReason,
@@ -31,8 +31,8 @@ from .llm.messages import (
     Usage,
     scrub_surrogates,
 )
-from .llm.model import DEFAULT_CONTEXT_WINDOW, Request, StreamOptions, ToolSpec
-from .llm.stream import MessageBuilder, StreamEvent, guard_stream
+from .llm._model import DEFAULT_CONTEXT_WINDOW, Request, StreamOptions, ToolSpec
+from .llm._stream import MessageBuilder, StreamEvent, guard_stream
 
 __all__ = [
     "FunctionModel",

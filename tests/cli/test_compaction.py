@@ -1,4 +1,6 @@
-"""Context management in the command: the default context manager and its window, automatic
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Context management in the command: the default context manager and its window, automatic
 compactions in ``stream-json`` and on the terminal, ``/compact``, and turning it off."""
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from typing import Any
 
 from clihelp import Env, Terminal, call_reply, lines, shape, text_reply
 
-from ketch.cli.config import Settings
-from ketch.cli.factory import build_agent, context_reserve
-from ketch.cli.interactive import Session
-from ketch.cli.render import EventRenderer
+from ketch.cli._config import Settings
+from ketch.cli._factory import build_agent, context_reserve
+from ketch.cli._interactive import Session
+from ketch.cli._render import EventRenderer
 from ketch.context import Compactor, ContextSummary
-from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm.messages import UserMessage, message_text
-from ketch.llm.providers.local import LocalModel
+from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
+from ketch.llm._messages import UserMessage, message_text
+from ketch.llm._providers.local import LocalModel
 from ketch.testing import ScriptedModel
 
 SUMMARY = "<analysis>two reads</analysis><summary>## Goal\nRead a.txt and b.txt.</summary>"

@@ -1,4 +1,6 @@
-"""Settings layering (user < project < environment < flags), model selection, providers from
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Settings layering (user < project < environment < flags), model selection, providers from
 config, ``ketch config`` and ``ketch models``."""
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from pathlib import Path
 
 from clihelp import Env, FakeServer, Terminal, call_reply, lines
 
-from ketch.llm.registry import lookup
+from ketch.llm._registry import lookup
 
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
 

@@ -1,14 +1,16 @@
-"""In-process pieces of the command: ``--tool-choice`` on the first call only, request
+"""White-box test: imports ketch implementation modules (private) directly.
+
+In-process pieces of the command: ``--tool-choice`` on the first call only, request
 options from settings, Markdown block splitting, answers to permission prompts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ketch.cli.config import Settings, load_settings, redact
-from ketch.cli.factory import build_agent
-from ketch.cli.headless import parse_answer
-from ketch.cli.render import MarkdownStream, tool_summary
+from ketch.cli._config import Settings, load_settings, redact
+from ketch.cli._factory import build_agent
+from ketch.cli._headless import parse_answer
+from ketch.cli._render import MarkdownStream, tool_summary
 from ketch.permissions import Approval
 from ketch.testing import ScriptedModel, reply, tool_call
 

@@ -1,4 +1,6 @@
-"""The embedded model's defaults in ``build_agent``: its own short system prompt (no
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The embedded model's defaults in ``build_agent``: its own short system prompt (no
 absolute path to copy), configured prompts still win, and after a forced first call it
 answers in text."""
 
@@ -7,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ketch.cli.config import Settings
-from ketch.cli.factory import build_agent, default_system_prompt, embedded_system_prompt
-from ketch.llm.providers.local import LocalModel
+from ketch.cli._config import Settings
+from ketch.cli._factory import build_agent, default_system_prompt, embedded_system_prompt
+from ketch.llm._providers.local import LocalModel
 
 
 def test_embedded_model_gets_the_short_prompt_without_the_path(tmp_path: Path) -> None:

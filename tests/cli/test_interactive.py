@@ -1,4 +1,6 @@
-"""The interactive session in a real pseudo-terminal (pexpect) on scripted models."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The interactive session in a real pseudo-terminal (pexpect) on scripted models."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from clihelp import Env, Terminal, call_reply, text_reply
 from rich.cells import cell_len
 
-from ketch.cli.interactive import banner, shorten_path
+from ketch.cli._interactive import banner, shorten_path
 
 
 def _start(env: Env, terminals: list[Terminal], script: str, *args: str) -> Terminal:

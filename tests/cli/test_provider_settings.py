@@ -1,4 +1,6 @@
-"""Provider tables of the command's config reach the model: ``api`` and ``idle_timeout``."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Provider tables of the command's config reach the model: ``api`` and ``idle_timeout``."""
 
 from __future__ import annotations
 
@@ -6,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ketch.cli.config import ConfigError, load_settings
-from ketch.cli.factory import build_model
-from ketch.llm import registry
+from ketch.cli._config import ConfigError, load_settings
+from ketch.cli._factory import build_model
+from ketch.llm import _registry as registry
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +27,7 @@ def settings_with(tmp_path: Path, table: str):  # type: ignore[no-untyped-def]
 
 
 def test_api_openai_chat_for_openai_is_honoured_for_known_models(tmp_path: Path) -> None:
-    from ketch.llm.providers.openai_chat import OpenAIChatModel
+    from ketch.llm._providers.openai_chat import OpenAIChatModel
 
     settings = settings_with(tmp_path, '[providers.openai]\napi = "openai-chat"\napi_key = "sk-test"\n')
     for spec in ("openai:gpt-5-mini", "openai:gpt-4o", "openai:some-new-model"):

@@ -1,4 +1,6 @@
-"""A compacted transcript continues on every wire protocol.
+"""White-box test: imports ketch implementation modules (private) directly.
+
+A compacted transcript continues on every wire protocol.
 
 The loop runs a tool-using conversation on each real adapter against the loopback
 server (recorded-format streams), :class:`ketch.context.Compactor` compacts it
@@ -38,9 +40,9 @@ from test_handoff_matrix import (
 )
 
 from ketch.context import Compactor, ContextSummary
-from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
+from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import Message, Request, StreamOptions, ToolCall, ToolResultMessage, UserMessage
-from ketch.llm.tokens import estimate_message_tokens
+from ketch.llm._tokens import estimate_message_tokens
 from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
 from ketch.testing import FunctionModel
 

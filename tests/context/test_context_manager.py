@@ -1,10 +1,12 @@
-"""The default Compactor: strategies, cut points, summaries, triggers, breaker, no-repeat."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The default Compactor: strategies, cut points, summaries, triggers, breaker, no-repeat."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.context import (
     CLEARED_TOOL_RESULT,
     Compactor,
@@ -13,7 +15,7 @@ from ketch.context import (
     find_cut,
     trim_long_text,
 )
-from ketch.context.summary import SUMMARY_SYSTEM_PROMPT
+from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.hooks import HookNotice, HookRunner
 from ketch.loop import Tool
 from support import describe

@@ -11,7 +11,7 @@ from typing import Any
 
 from hookkit import START, TEXT_END, bash_tool, recorded, runner, tool_turn, write_script
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.context import Compactor
 from ketch.hooks import HookNotice, HookRunner
 from ketch.llm import ToolResultMessage

@@ -1,4 +1,6 @@
-"""Hook settings: Claude Code's JSON shape, the same shape in ketch's TOML config, one-line
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Hook settings: Claude Code's JSON shape, the same shape in ketch's TOML config, one-line
 errors naming the bad entry, and the ``ketch`` command running configured hooks."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from hookkit import write_script
 
-from ketch.cli.config import ConfigError, load_settings
+from ketch.cli._config import ConfigError, load_settings
 from ketch.hooks import HookConfigError, HookSpec, hooks_from_json, parse_hooks
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

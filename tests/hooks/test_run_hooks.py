@@ -8,7 +8,7 @@ from typing import Any
 
 from hookkit import START, TEXT_END, py_script, read_json, read_lines, recorded, runner, write_script
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.context import Compactor
 from ketch.hooks import HookNotice
 from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage

@@ -19,7 +19,7 @@ from hookkit import (
     write_script,
 )
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.hooks import HookNotice, HookResult
 from ketch.llm import TextContent, ToolResultMessage
 from ketch.loop import BeforeToolCallResult, ToolCallInfo

@@ -1,12 +1,13 @@
-"""Optional capabilities of models and their streams are small protocols, not attribute probes."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Optional capabilities of models and their streams are small protocols, not attribute probes."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ketch.llm import FallbackModel, Request, StreamOptions
-from ketch.llm.signal import AbortSignal
-from ketch.llm.stream import AsyncClosable, MessageBuilder, StreamEvent, guard_stream, is_closable
+from ketch.llm import AbortSignal, FallbackModel, Request, StreamOptions
+from ketch.llm._stream import AsyncClosable, MessageBuilder, StreamEvent, guard_stream, is_closable
 from ketch.testing import ScriptedModel
 
 

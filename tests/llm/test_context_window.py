@@ -1,4 +1,6 @@
-"""One answer to "how big is this model's context window": the model's ``context_window``,
+"""White-box test: imports ketch implementation modules (private) directly.
+
+One answer to "how big is this model's context window": the model's ``context_window``,
 read by the loop, the agent, the compactor and the command alike, for a registry model,
 an unknown model, the local model and a user's setting."""
 
@@ -10,15 +12,22 @@ from pathlib import Path
 import pytest
 
 from ketch import Agent
-from ketch.cli.config import Settings
-from ketch.cli.factory import build_agent, context_window
+from ketch.cli._config import Settings
+from ketch.cli._factory import build_agent, context_window
 from ketch.context import Compactor
-from ketch.llm import FallbackModel, Model, Request, StreamOptions, get_model
-from ketch.llm.model import DEFAULT_CONTEXT_WINDOW, SettableContextWindow
-from ketch.llm.providers.local import LocalModel
-from ketch.llm.registry import ModelInfo
-from ketch.llm.stream import StreamEvent
-from ketch.loop.events import TurnEnd
+from ketch.llm import (
+    DEFAULT_CONTEXT_WINDOW,
+    FallbackModel,
+    Model,
+    ModelInfo,
+    Request,
+    SettableContextWindow,
+    StreamEvent,
+    StreamOptions,
+    get_model,
+)
+from ketch.llm._providers.local import LocalModel
+from ketch.loop import TurnEnd
 from ketch.testing import FunctionModel, ScriptedModel
 
 

@@ -1,10 +1,12 @@
-"""exception_text: the one rendering of an exception as text (model errors, tool errors, run errors)."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+exception_text: the one rendering of an exception as text (model errors, tool errors, run errors)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ketch.llm.errors import exception_text
+from ketch.llm._errors import exception_text
 
 
 class _BrokenStr(Exception):

@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
-from ketch.agent import Agent
-from ketch.llm.fallback import FallbackModel
-from ketch.llm.messages import UserMessage
-from ketch.llm.model import Model, Request, StreamOptions, complete
-from ketch.llm.signal import AbortSignal
-from ketch.llm.stream import MessageBuilder, StreamEvent
+from ketch import Agent
+from ketch.llm import (
+    AbortSignal,
+    FallbackModel,
+    MessageBuilder,
+    Model,
+    Request,
+    StreamEvent,
+    StreamOptions,
+    UserMessage,
+    complete,
+)
 from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply
 
 CTX = Request(messages=[UserMessage(content="hi", timestamp=1.0)])

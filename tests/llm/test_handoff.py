@@ -1,18 +1,12 @@
-"""Cross-provider handoff: what each target model sees of a transcript."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Cross-provider handoff: what each target model sees of a transcript."""
 
 from __future__ import annotations
 
 import re
 
-from ketch.llm.handoff import (
-    MISSING_TOOL_RESULT,
-    anthropic_tool_id,
-    mistral_tool_id,
-    openai_chat_tool_id,
-    openai_responses_tool_id,
-    prepare_messages,
-)
-from ketch.llm.messages import (
+from ketch.llm import (
     AssistantMessage,
     CustomMessage,
     Message,
@@ -22,6 +16,14 @@ from ketch.llm.messages import (
     ToolResultMessage,
     UserMessage,
     messages_to_json,
+)
+from ketch.llm._handoff import (
+    MISSING_TOOL_RESULT,
+    anthropic_tool_id,
+    mistral_tool_id,
+    openai_chat_tool_id,
+    openai_responses_tool_id,
+    prepare_messages,
 )
 
 TARGET = {"provider": "anthropic", "api": "anthropic-messages", "model": "claude-sonnet-4-5"}

@@ -1,11 +1,13 @@
-"""extend_with_room: the same items as list.extend, with room left after a large batch."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+extend_with_room: the same items as list.extend, with room left after a large batch."""
 
 from __future__ import annotations
 
 import sys
 
-from ketch.llm.lists import extend_with_room
-from ketch.llm.providers.wire_cache import WireItems
+from ketch.llm._lists import extend_with_room
+from ketch.llm._providers.wire_cache import WireItems
 
 
 def test_the_items_are_those_extend_gives() -> None:

@@ -1,4 +1,6 @@
-"""Message JSON round trips, partial JSON parsing, the message builder and guard_stream."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Message JSON round trips, partial JSON parsing, the message builder and guard_stream."""
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from ketch.llm import (
     messages_to_json,
     parse_partial_json,
 )
-from ketch.llm.errors import RateLimitError
-from ketch.llm.stream import parse_tool_arguments
+from ketch.llm._errors import RateLimitError
+from ketch.llm._stream import parse_tool_arguments
 
 
 class Note(CustomMessage, tag="note"):

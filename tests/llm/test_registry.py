@@ -1,4 +1,6 @@
-"""The model registry: shipped data, lookups, run-time registration, costs, thinking levels."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The model registry: shipped data, lookups, run-time registration, costs, thinking levels."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ketch.llm.messages import Cost, Usage
-from ketch.llm.registry import (
+from ketch.llm import Cost, Usage
+from ketch.llm._registry import (
     DEFAULT_THINKING_BUDGETS,
     ModelInfo,
     Pricing,
@@ -329,9 +331,9 @@ def test_thinking_budget_overrides_and_effort_models() -> None:
 
 def test_data_is_loaded_lazily() -> None:
     code = (
-        "import sys; import ketch.llm.registry as r; "
-        "print('ketch.llm.models_data' in sys.modules); "
-        "r.lookup('openai', 'gpt-5'); print('ketch.llm.models_data' in sys.modules)"
+        "import sys; import ketch.llm._registry as r; "
+        "print('ketch.llm._models_data' in sys.modules); "
+        "r.lookup('openai', 'gpt-5'); print('ketch.llm._models_data' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -1,4 +1,6 @@
-"""Resolving "provider:model" specs into model objects."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Resolving "provider:model" specs into model objects."""
 
 from __future__ import annotations
 
@@ -7,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.model import Request, StreamOptions
-from ketch.llm.registry import ModelInfo, get_info, list_providers, register_model, register_provider
-from ketch.llm.resolve import get_model, model_class, parse_spec, register_api
-from ketch.llm.stream import StreamEvent
+from ketch.llm import Request, StreamEvent, StreamOptions
+from ketch.llm._registry import ModelInfo, get_info, list_providers, register_model, register_provider
+from ketch.llm._resolve import get_model, model_class, parse_spec, register_api
 from ketch.testing import ScriptedModel
 
 
@@ -186,7 +187,7 @@ def test_unknown_provider() -> None:
     assert str(e.value) == (
         f"Unknown provider 'nope' in 'nope:some-model'. Known providers: {known()}. "
         "Register an OpenAI-compatible endpoint with "
-        "ketch.llm.registry.register_provider('nope', base_url=..., api_key_env=...)"
+        "ketch.llm._registry.register_provider('nope', base_url=..., api_key_env=...)"
     )
 
 
@@ -207,7 +208,7 @@ def test_unknown_api() -> None:
     with pytest.raises(ValueError) as e:
         get_model("noapi:m")
     assert str(e.value).startswith("No model class registered for api 'no-such-api'; known apis: ")
-    assert str(e.value).endswith("Register one with ketch.llm.resolve.register_api(api, 'module:Class')")
+    assert str(e.value).endswith("Register one with ketch.llm._resolve.register_api(api, 'module:Class')")
     with pytest.raises(ValueError) as e:
         register_api("x", "no-colon")
     assert str(e.value) == "Expected 'module:Class' for api 'x', got 'no-colon'"
@@ -224,7 +225,7 @@ def test_default_model_for_a_provider_alone() -> None:
 
 
 def test_openai_chat_providers() -> None:
-    from ketch.llm.providers.openai_chat import PRESETS, Compat, OpenAIChatModel
+    from ketch.llm._providers.openai_chat import PRESETS, Compat, OpenAIChatModel
 
     groq = get_model("groq:llama-3.3-70b-versatile")
     assert isinstance(groq, OpenAIChatModel)
@@ -244,7 +245,7 @@ def test_openai_chat_providers() -> None:
 
 
 def test_registered_openai_compatible_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
+    from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
 
     register_provider(
         "myprovider", base_url="https://llm.example.com/v1", api_key_env="MYPROVIDER_API_KEY",
@@ -266,7 +267,7 @@ def test_unknown_compat_flag() -> None:
 
 
 def test_openai_defaults_to_the_responses_api() -> None:
-    from ketch.llm.providers.openai_responses import OpenAIResponsesModel
+    from ketch.llm._providers.openai_responses import OpenAIResponsesModel
 
     model = get_model("openai:gpt-5-mini")
     assert isinstance(model, OpenAIResponsesModel)
@@ -286,9 +287,9 @@ def test_local_specs() -> None:
 
 
 def test_a_provider_registered_with_another_api_takes_its_known_models_along(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ketch.llm import registry
-    from ketch.llm.providers.openai_chat import OpenAIChatModel
-    from ketch.llm.providers.openai_responses import OpenAIResponsesModel
+    from ketch.llm import _registry as registry
+    from ketch.llm._providers.openai_chat import OpenAIChatModel
+    from ketch.llm._providers.openai_responses import OpenAIResponsesModel
 
     assert registry.get_provider("openai") is not None
     monkeypatch.setattr(registry, "_providers", dict(registry._providers))

@@ -1,4 +1,6 @@
-"""Structured output: strict schemas from types, and validated instances from replies."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Structured output: strict schemas from types, and validated instances from replies."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import msgspec
 import pydantic
 import pytest
 
-from ketch.llm.structured import StructuredOutputError, parse_structured, response_format_for
+from ketch.llm._structured import StructuredOutputError, parse_structured, response_format_for
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -271,7 +273,7 @@ def test_structured_output_error_is_a_value_error() -> None:
 def test_pydantic_is_never_imported_for_other_types() -> None:
     code = (
         "import sys, dataclasses\n"
-        "from ketch.llm.structured import parse_structured, response_format_for\n"
+        "from ketch.llm._structured import parse_structured, response_format_for\n"
         "@dataclasses.dataclass\n"
         "class A:\n"
         "    x: int\n"

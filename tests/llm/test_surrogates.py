@@ -1,4 +1,6 @@
-"""A lone surrogate (undecodable bytes Python keeps as surrogate escapes, e.g. a file name
+"""White-box test: imports ketch implementation modules (private) directly.
+
+A lone surrogate (undecodable bytes Python keeps as surrogate escapes, e.g. a file name
 that is not UTF-8) cannot be written as JSON: every JSON encoder of ketch writes it as
 U+FFFD instead of failing, and leaves other text byte for byte as before."""
 
@@ -20,13 +22,13 @@ from ketch.llm import (
     ToolResultMessage,
     UserMessage,
 )
-from ketch.llm.messages import messages_from_json, messages_to_json, scrub_surrogates
-from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.base import HTTPModel
-from ketch.llm.providers.gemini import GeminiModel
-from ketch.llm.providers.openai_chat import OpenAIChatModel
-from ketch.llm.providers.openai_responses import OpenAIResponsesModel
-from ketch.llm.providers.wire_cache import encode_body
+from ketch.llm._messages import messages_from_json, messages_to_json, scrub_surrogates
+from ketch.llm._providers.anthropic import AnthropicModel
+from ketch.llm._providers.base import HTTPModel
+from ketch.llm._providers.gemini import GeminiModel
+from ketch.llm._providers.openai_chat import OpenAIChatModel
+from ketch.llm._providers.openai_responses import OpenAIResponsesModel
+from ketch.llm._providers.wire_cache import encode_body
 
 BAD = "caf\udce9"  # b"caf\xe9" decoded with surrogateescape
 GOOD = "caf\ufffd"
@@ -114,7 +116,7 @@ async def test_request_bodies_of_every_provider_carry_lone_surrogates_as_replace
 
 
 def test_token_estimates_of_tool_calls_with_lone_surrogates() -> None:
-    from ketch.llm.tokens import estimate_message_tokens
+    from ketch.llm._tokens import estimate_message_tokens
 
     (_, assistant, _) = _transcript(1, {"path": BAD})
     clean = AssistantMessage(

@@ -1,13 +1,15 @@
-"""The loop's context-manager hook: projection, committed rewrites, overflow recovery, usage."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The loop's context-manager hook: projection, committed rewrites, overflow recovery, usage."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ketch.agent import Agent
+from ketch import Agent
 from ketch.llm import AssistantMessage, Message, TextContent, Usage, UserMessage
-from ketch.llm.tokens import context_usage, estimate_text_tokens
+from ketch.llm._tokens import context_usage, estimate_text_tokens
 from ketch.loop import (
     CompactionEnd,
     CompactionStart,
@@ -119,7 +121,7 @@ async def test_turn_end_reports_context_usage() -> None:
 
 def test_context_meter_is_incremental_and_follows_rewrites() -> None:
     from ketch.context import ContextSummary
-    from ketch.llm.tokens import ContextMeter
+    from ketch.llm._tokens import ContextMeter
 
     meter = ContextMeter()
     old = AssistantMessage(content=[TextContent(text="x")], usage=Usage(input=5000, output=10), timestamp=1.0)

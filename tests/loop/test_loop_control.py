@@ -1,4 +1,6 @@
-"""Stop controls, steering in both modes, follow-ups, abort, cancellation, retries, repair."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Stop controls, steering in both modes, follow-ups, abort, cancellation, retries, repair."""
 
 from __future__ import annotations
 
@@ -7,9 +9,17 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import AbortSignal, AssistantMessage, Cost, TextContent, ToolResultMessage, Usage, UserMessage
-from ketch.llm.stream import MessageBuilder
-from ketch.llm.stream import Retry as StreamRetry
+from ketch.llm import (
+    AbortSignal,
+    AssistantMessage,
+    Cost,
+    MessageBuilder,
+    TextContent,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ketch.llm._stream import Retry as StreamRetry
 from ketch.loop import (
     Conversation,
     LoopConfig,
@@ -652,7 +662,7 @@ async def test_function_model_sees_repaired_transcript() -> None:
 
 async def test_the_loop_and_the_adapters_repair_a_missing_result_with_one_text() -> None:
     from ketch.llm import ToolCall
-    from ketch.llm.handoff import MISSING_TOOL_RESULT, prepare_messages
+    from ketch.llm._handoff import MISSING_TOOL_RESULT, prepare_messages
 
     sent: list[Any] = []
 

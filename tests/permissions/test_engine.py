@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ketch import Agent, Tool
-from ketch.loop.config import ToolCallInfo
+from ketch.loop import ToolCallInfo
 from ketch.permissions import (
     Allow,
     Approval,
@@ -407,8 +407,7 @@ async def test_decisions_are_on_the_run_result(tmp_path: Path) -> None:
 
 
 def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
-    from ketch.tools.bash import BashTool
-    from ketch.tools.workspace import Workspace
+    from ketch.tools import BashTool, Workspace
 
     bash = BashTool(Workspace(tmp_path), unsandboxed_reason="no sandbox here")
     assert isinstance(bash, SandboxedTool) and bash.sandboxed is False

@@ -1,4 +1,6 @@
-"""The Anthropic Messages adapter: request conversion, and recorded-format streams replayed
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The Anthropic Messages adapter: request conversion, and recorded-format streams replayed
 byte for byte by a loopback server (text, thinking, tool calls, usage, every failure)."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ketch.llm import (
     Cost,
     ImageContent,
     MessageBuilder,
+    ModelError,
     Request,
     StreamOptions,
     TextContent,
@@ -30,9 +33,8 @@ from ketch.llm import (
     UserMessage,
     complete,
 )
-from ketch.llm.errors import ModelError
-from ketch.llm.handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
-from ketch.llm.providers.anthropic import (
+from ketch.llm._handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
+from ketch.llm._providers.anthropic import (
     IMAGE_OMITTED,
     AnthropicModel,
     AnthropicStreamState,
@@ -45,9 +47,9 @@ from ketch.llm.providers.anthropic import (
     normalize_tool_call_id,
     parse_response,
 )
-from ketch.llm.providers.base import HTTPExchange
-from ketch.llm.registry import ModelInfo, Pricing, lookup
-from ketch.llm.retry import RetryPolicy
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._registry import ModelInfo, Pricing, lookup
+from ketch.llm._retry import RetryPolicy
 from support import final, plain, run, trace
 
 KEY = "sk-ant-test-S3CRET-abcdef1234567890"
@@ -1227,7 +1229,7 @@ async def test_registry_info_is_used_when_none_is_given(loopback: LoopbackServer
 
 
 async def test_get_model_builds_this_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ketch.llm.resolve import get_model
+    from ketch.llm import get_model
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     model = get_model("anthropic:claude-haiku-4-5")

@@ -1,4 +1,6 @@
-"""The Gemini adapter: request conversion, schema cleaning, error classification, and
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The Gemini adapter: request conversion, schema cleaning, error classification, and
 recorded-format streams replayed byte for byte by a loopback server (text, thinking
 with signatures, function calls, usage, safety stops, every failure)."""
 
@@ -34,9 +36,9 @@ from ketch.llm import (
     messages_from_json,
     messages_to_json,
 )
-from ketch.llm.handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
-from ketch.llm.providers.base import HTTPExchange
-from ketch.llm.providers.gemini import (
+from ketch.llm._handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._providers.gemini import (
     SKIP_SIGNATURE,
     GeminiModel,
     GeminiStreamState,
@@ -48,8 +50,8 @@ from ketch.llm.providers.gemini import (
     gemini_schema,
     thinking_config,
 )
-from ketch.llm.registry import ModelInfo, Pricing
-from ketch.llm.retry import RetryPolicy
+from ketch.llm._registry import ModelInfo, Pricing
+from ketch.llm._retry import RetryPolicy
 from support import final, plain, run, trace
 
 KEY = "AIzaSyTEST-S3CRET-abcdef1234567890"
@@ -1386,7 +1388,7 @@ async def test_complete_returns_the_final_message(loopback: LoopbackServer) -> N
 
 
 async def test_get_model_builds_the_adapter_from_the_registry(loopback: LoopbackServer) -> None:
-    from ketch.llm.resolve import get_model
+    from ketch.llm import get_model
 
     loopback.queue(sse(gs.THINKING_TEXT))
     model = get_model("google:gemini-2.5-flash", base_url=loopback.url + "/v1beta", api_key=KEY, retry=ONE_SHOT)

@@ -1,4 +1,6 @@
-"""Cross-provider handoff over the four wire protocols, end to end.
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Cross-provider handoff over the four wire protocols, end to end.
 
 Each source protocol writes a transcript through its real adapter against the loopback
 server, from recorded-format streams: thinking with a signature, text and two parallel
@@ -41,14 +43,14 @@ from ketch.llm import (
     ToolSpec,
     UserMessage,
 )
-from ketch.llm.handoff import MISSING_TOOL_RESULT
-from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.gemini import SKIP_SIGNATURE, GeminiModel
-from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
-from ketch.llm.providers.openai_responses import OpenAIResponsesModel
-from ketch.llm.retry import NO_RETRY
+from ketch.llm._handoff import MISSING_TOOL_RESULT
+from ketch.llm._providers.anthropic import AnthropicModel
+from ketch.llm._providers.gemini import SKIP_SIGNATURE, GeminiModel
+from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
+from ketch.llm._providers.openai_responses import OpenAIResponsesModel
+from ketch.llm._retry import NO_RETRY
 from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
-from ketch.loop.repair import INTERRUPTED_NOTE
+from ketch.loop._repair import INTERRUPTED_NOTE
 
 CHAT = "openai-chat"
 RESPONSES = "openai-responses"

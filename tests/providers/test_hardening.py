@@ -1,4 +1,6 @@
-"""Provider hardening found against a real third-party server and hostile input: stale
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Provider hardening found against a real third-party server and hostile input: stale
 pooled connections, error objects and HTML pages sent with HTTP 200, oversized events,
 idle providers, malformed Responses streams, and keys echoed in error bodies."""
 
@@ -9,15 +11,13 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, Reply, json_reply, sse, sse_reply
 
-from ketch.llm import Request, StreamOptions, UserMessage, messages_to_json
-from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.base import HTTPExchange, HTTPModel
-from ketch.llm.providers.gemini import GeminiModel
-from ketch.llm.providers.openai_chat import OpenAIChatModel
-from ketch.llm.providers.openai_responses import OpenAIResponsesModel
-from ketch.llm.registry import register_provider
-from ketch.llm.resolve import get_model
-from ketch.llm.retry import RetryPolicy
+from ketch.llm import Request, StreamOptions, UserMessage, get_model, messages_to_json, register_provider
+from ketch.llm._providers.anthropic import AnthropicModel
+from ketch.llm._providers.base import HTTPExchange, HTTPModel
+from ketch.llm._providers.gemini import GeminiModel
+from ketch.llm._providers.openai_chat import OpenAIChatModel
+from ketch.llm._providers.openai_responses import OpenAIResponsesModel
+from ketch.llm._retry import RetryPolicy
 from support import final, run, trace
 
 KEY = "sk-test-Q7vX2mZ9kL4pW8rT1yB6nC3dF5gH0jKs"
@@ -335,7 +335,7 @@ async def test_values_of_configured_and_conventional_key_variables_are_redacted(
 async def test_key_variables_configured_for_other_providers_are_redacted(
     loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ketch.llm import registry
+    from ketch.llm import _registry as registry
 
     assert registry.get_provider("openai") is not None
     monkeypatch.setattr(registry, "_providers", dict(registry._providers))
@@ -349,7 +349,7 @@ async def test_key_variables_configured_for_other_providers_are_redacted(
 
 def test_a_clipped_error_body_drops_a_cut_word_that_could_start_a_key() -> None:
     # A key nobody configured cannot be recognised; when the clip cuts it, no start of it stays.
-    from ketch.llm.classify import classify_response
+    from ketch.llm._classify import classify_response
 
     unknown_key = "zz-Unknown9Key8Never7Configured"
     for offset in range(2000 - len(unknown_key) + 1, 2000):

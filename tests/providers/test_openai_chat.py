@@ -1,4 +1,6 @@
-"""OpenAI Chat Completions adapter against the scripted loopback server."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+OpenAI Chat Completions adapter against the scripted loopback server."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from loopback import LoopbackServer, Reply, json_reply, sse_reply, text_reply
 from ketch.llm import (
     AbortSignal,
     AssistantMessage,
+    CustomMessage,
     ImageContent,
     Request,
     StreamOptions,
@@ -24,11 +27,10 @@ from ketch.llm import (
     UserMessage,
     complete,
 )
-from ketch.llm.messages import CustomMessage
-from ketch.llm.providers.base import HTTPExchange
-from ketch.llm.providers.openai_chat import PRESETS, Compat, OpenAIChatModel
-from ketch.llm.registry import ModelInfo, Pricing
-from ketch.llm.retry import NO_RETRY, RetryPolicy
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._providers.openai_chat import PRESETS, Compat, OpenAIChatModel
+from ketch.llm._registry import ModelInfo, Pricing
+from ketch.llm._retry import NO_RETRY, RetryPolicy
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, multiplier=2.0, max_delay=1.0, jitter=0)
 HI = Request(messages=[UserMessage(content="hi", timestamp=0)])

@@ -1,4 +1,6 @@
-"""The OpenAI Responses adapter: request conversion, and recorded-format streams replayed
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The OpenAI Responses adapter: request conversion, and recorded-format streams replayed
 byte for byte by a loopback server (text, reasoning, tool calls, usage, every failure)."""
 
 from __future__ import annotations
@@ -20,23 +22,24 @@ from ketch.llm import (
     CustomMessage,
     ImageContent,
     MessageBuilder,
+    ModelError,
     Request,
     StreamOptions,
     TextContent,
     ThinkingContent,
+    ThinkingLevel,
     ToolCall,
     ToolResultMessage,
     ToolSpec,
     Usage,
     UserMessage,
     complete,
+    get_model,
     messages_from_json,
     messages_to_json,
 )
-from ketch.llm.errors import ModelError
-from ketch.llm.model import ThinkingLevel
-from ketch.llm.providers.base import HTTPExchange
-from ketch.llm.providers.openai_responses import (
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._providers.openai_responses import (
     OpenAIResponsesModel,
     ResponsesStreamState,
     build_request,
@@ -47,9 +50,8 @@ from ketch.llm.providers.openai_responses import (
     reasoning_signature,
     text_signature,
 )
-from ketch.llm.registry import ModelInfo, Pricing, lookup
-from ketch.llm.resolve import get_model
-from ketch.llm.retry import RetryPolicy
+from ketch.llm._registry import ModelInfo, Pricing, lookup
+from ketch.llm._retry import RetryPolicy
 from support import final, plain, run, trace
 
 KEY = "sk-test-S3CRET-abcdef1234567890"

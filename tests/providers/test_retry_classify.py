@@ -1,4 +1,6 @@
-"""Retry policy, Retry-After parsing and error classification."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Retry policy, Retry-After parsing and error classification."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from ketch.llm.classify import (
+from ketch.llm._classify import (
     classify_error_object,
     classify_exception,
     classify_response,
@@ -18,7 +20,7 @@ from ketch.llm.classify import (
     is_context_overflow,
     kind_for_status,
 )
-from ketch.llm.errors import (
+from ketch.llm._errors import (
     AuthError,
     ContentFilterError,
     ContextOverflowError,
@@ -31,7 +33,7 @@ from ketch.llm.errors import (
     ServerError,
     StreamIdleError,
 )
-from ketch.llm.retry import RetryPolicy, parse_retry_after
+from ketch.llm._retry import RetryPolicy, parse_retry_after
 
 
 # -- RetryPolicy ---------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Requests built from a growing transcript, whose converted messages (and their JSON)
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Requests built from a growing transcript, whose converted messages (and their JSON)
 each adapter reuses from turn to turn, equal requests built from scratch, are sent as
 the bytes ``msgspec.json.encode`` gives for them, and no request is changed by a later
 one.
@@ -30,15 +32,15 @@ from ketch.llm import (
     ToolSpec,
     UserMessage,
 )
-from ketch.llm.handoff import MISSING_TOOL_RESULT
-from ketch.llm.providers import wire_cache
-from ketch.llm.providers.anthropic import AnthropicModel
-from ketch.llm.providers.base import HTTPExchange, HTTPModel
-from ketch.llm.providers.gemini import GeminiModel
-from ketch.llm.providers.openai_chat import OpenAIChatModel
-from ketch.llm.providers.openai_responses import OpenAIResponsesModel
-from ketch.llm.providers.wire_cache import WireItems, encode_body
-from ketch.llm.retry import RetryPolicy
+from ketch.llm._handoff import MISSING_TOOL_RESULT
+from ketch.llm._providers import wire_cache
+from ketch.llm._providers.anthropic import AnthropicModel
+from ketch.llm._providers.base import HTTPExchange, HTTPModel
+from ketch.llm._providers.gemini import GeminiModel
+from ketch.llm._providers.openai_chat import OpenAIChatModel
+from ketch.llm._providers.openai_responses import OpenAIResponsesModel
+from ketch.llm._providers.wire_cache import WireItems, encode_body
+from ketch.llm._retry import RetryPolicy
 
 MODEL = "gpt-4o-mini"
 SYSTEM = "Be brief."

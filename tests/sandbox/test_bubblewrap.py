@@ -1,4 +1,6 @@
-"""The bubblewrap sandbox through the bash tool: availability and the reason when it is
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The bubblewrap sandbox through the bash tool: availability and the reason when it is
 missing, the policy per call, placeholders for absent protected paths, process cleanup,
 denial hints, and ``coding_tools`` wiring (including the path without a sandbox)."""
 
@@ -14,12 +16,10 @@ from typing import Any
 import pytest
 
 import ketch.sandbox as sandbox_module
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext, ToolResult
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext, ToolResult
 from ketch.sandbox import BubblewrapSandbox, Sandbox, SandboxPolicy, default_sandbox, denial_hint
-from ketch.tools.bash import BashTool
-from ketch.tools.builtins import coding_tools
-from ketch.tools.workspace import Workspace
+from ketch.tools import BashTool, Workspace, coding_tools
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_the_default_sandbox_is_bubblewrap_and_probed_once(sandbox: Sandbox) -> 
 
 
 def test_importing_does_no_work() -> None:
-    code = "import ketch.sandbox as s, ketch.tools.builtins; print(s._probed)"
+    code = "import ketch.sandbox as s, ketch.tools._builtins; print(s._probed)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "None\n"
 

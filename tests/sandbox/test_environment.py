@@ -1,4 +1,6 @@
-"""The tool environment: an allow-list, secrets never passed (names and URL passwords),
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The tool environment: an allow-list, secrets never passed (names and URL passwords),
 and the bash tool's environment with and without a sandbox."""
 
 from __future__ import annotations
@@ -7,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext
 from ketch.sandbox import is_secret_name, tool_environment
-from ketch.tools.bash import BashTool, scrub_environment
-from ketch.tools.workspace import Workspace
+from ketch.tools import Workspace
+from ketch.tools._bash import BashTool, scrub_environment
 
 PARENT = {
     "PATH": "/usr/bin",

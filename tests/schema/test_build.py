@@ -40,7 +40,7 @@ from ketch._schema import (
     type_schema,
     validate_arguments,
 )
-from ketch.loop.tool import ToolContext
+from ketch.loop import ToolContext
 
 
 class Color(enum.Enum):

@@ -1,11 +1,13 @@
-"""A stand-in for the ketch process: runs tool calls sent as JSON lines on stdin.
+"""White-box test: imports ketch implementation modules (private) directly.
+
+A stand-in for the ketch process: runs tool calls sent as JSON lines on stdin.
 
 Started by the security suite with fake API keys in its *initial* environment (what
 ``/proc/<pid>/environ`` shows), it runs each request through the real bash tool with the
 machine's default sandbox and answers one JSON line per request.
 
 A request with an ``agent`` key instead runs a whole agent loop: the coding tools of
-:func:`ketch.tools.builtins.coding_tools` (bash in the same sandbox, writable unless the
+:func:`ketch.tools._builtins.coding_tools` (bash in the same sandbox, writable unless the
 mode is ``plan``), a :class:`~ketch.permissions.PermissionEngine` in the given mode whose
 approver allows every call it is asked about, and a scripted model making the given tool
 calls one per turn. The answer holds every tool result, every decision, the calls the
@@ -23,14 +25,12 @@ from typing import Any
 import msgspec
 
 from ketch import Agent
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext
 from ketch.permissions import Approval, PermissionEngine, PermissionRequest
 from ketch.sandbox import Sandbox, default_sandbox, sandbox_unavailable_reason
 from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools.bash import BashTool
-from ketch.tools.builtins import coding_tools
-from ketch.tools.workspace import Workspace
+from ketch.tools import BashTool, Workspace, coding_tools
 
 
 async def run_agent(request: dict[str, Any], sandbox: Sandbox | None) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The file tools (read, write, edit, ls, find, grep) and bash, driven by a scripted model
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The file tools (read, write, edit, ls, find, grep) and bash, driven by a scripted model
 through a real agent loop with the permission engine on, in every permission mode. The
 approver says yes to every question, so only the tools' own confinement and the sandbox
 stand between the model and the host.
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 
 from ketch.permissions import PLAN_DENIED
-from ketch.tools.workspace import hard_link_message
+from ketch.tools._workspace import hard_link_message
 
 from .conftest import PROBE_NAME, Probe, Runner, World
 

@@ -1,4 +1,6 @@
-"""The bash tool: output and exit codes, working directory, truncation with a log file,
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The bash tool: output and exit codes, working directory, truncation with a log file,
 progress, timeouts and cancellation killing the whole process group, environment
 scrubbing, and the read-only command classifier."""
 
@@ -13,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext, ToolResult
-from ketch.tools.bash import BashTool, is_read_only_command, scrub_environment
-from ketch.tools.read import ReadTool
-from ketch.tools.workspace import Workspace
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext, ToolResult
+from ketch.tools import ReadTool, Workspace
+from ketch.tools._bash import BashTool, is_read_only_command, scrub_environment
 from support import running
 
 needs_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")

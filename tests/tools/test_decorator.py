@@ -9,13 +9,10 @@ from typing import Annotated, Any
 import pydantic
 import pytest
 
-from ketch.llm import ImageContent, TextContent, ToolResultMessage
-from ketch.llm.signal import AbortSignal
-from ketch.loop import Conversation, LoopConfig, run_loop
-from ketch.loop.tool import Tool, ToolContext, ToolResult
+from ketch.llm import AbortSignal, ImageContent, TextContent, ToolResultMessage
+from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, ToolResult, run_loop
 from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools import Param
-from ketch.tools.decorator import FunctionTool, tool
+from ketch.tools import FunctionTool, Param, tool
 
 
 def make_ctx(name: str = "t", report: Any = None) -> ToolContext:

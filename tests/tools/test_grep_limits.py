@@ -1,4 +1,6 @@
-"""grep stays abortable and bounded in time: the Python fallback runs in a worker process
+"""White-box test: imports ketch implementation modules (private) directly.
+
+grep stays abortable and bounded in time: the Python fallback runs in a worker process
 that an abort or the deadline kills, even in the middle of a catastrophic backtracking
 match (which would otherwise hold the interpreter lock, freezing the event loop)."""
 
@@ -11,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext, ToolResult
-from ketch.tools.bash import live_process_groups
-from ketch.tools.search import GrepTool
-from ketch.tools.workspace import Workspace
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext, ToolResult
+from ketch.tools import GrepTool, Workspace
+from ketch.tools._bash import live_process_groups
 from support import running
 
 RG = shutil.which("rg")

@@ -1,4 +1,6 @@
-"""The registry of the tools' live process groups: what the ``ketch`` command ends on exit."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The registry of the tools' live process groups: what the ``ketch`` command ends on exit."""
 
 from __future__ import annotations
 
@@ -7,10 +9,10 @@ import os
 import signal
 from pathlib import Path
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext
-from ketch.tools.bash import BashTool, kill_process_groups, live_process_groups, start_process_group
-from ketch.tools.workspace import Workspace
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext
+from ketch.tools import Workspace
+from ketch.tools._bash import BashTool, kill_process_groups, live_process_groups, start_process_group
 from support import running
 
 

@@ -1,4 +1,6 @@
-"""The read tool: cat -n formatting, offset/limit, truncation notes, images, binary and
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The read tool: cat -n formatting, offset/limit, truncation notes, images, binary and
 missing files, directories."""
 
 from __future__ import annotations
@@ -9,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.messages import ImageContent, TextContent
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext, ToolResult
-from ketch.tools.read import ReadTool, sniff_image
-from ketch.tools.workspace import Workspace
+from ketch.llm import AbortSignal, ImageContent, TextContent
+from ketch.loop import ToolContext, ToolResult
+from ketch.tools import Workspace
+from ketch.tools._read import ReadTool, sniff_image
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""grep (ripgrep and the Python fallback give the same output), find and ls."""
+"""White-box test: imports ketch implementation modules (private) directly.
+
+grep (ripgrep and the Python fallback give the same output), find and ls."""
 
 from __future__ import annotations
 
@@ -9,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import Tool, ToolContext, ToolResult
-from ketch.tools.ls import LsTool
-from ketch.tools.search import FindTool, GrepTool, glob_to_regex
-from ketch.tools.workspace import Workspace
+from ketch.llm import AbortSignal
+from ketch.loop import Tool, ToolContext, ToolResult
+from ketch.tools import LsTool, Workspace
+from ketch.tools._search import FindTool, GrepTool, glob_to_regex
 
 RG = shutil.which("rg")
 

@@ -19,14 +19,9 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import Tool, ToolContext, ToolResult
-from ketch.tools.edit import EditTool
-from ketch.tools.ls import LsTool
-from ketch.tools.read import ReadTool
-from ketch.tools.search import FindTool, GrepTool
-from ketch.tools.workspace import Workspace
-from ketch.tools.write import WriteTool
+from ketch.llm import AbortSignal
+from ketch.loop import Tool, ToolContext, ToolResult
+from ketch.tools import EditTool, FindTool, GrepTool, LsTool, ReadTool, Workspace, WriteTool
 
 RG = shutil.which("rg")
 

@@ -1,4 +1,6 @@
-"""Workspace: path confinement (relative, .., absolute, symlinks, allowed roots), display,
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Workspace: path confinement (relative, .., absolute, symlinks, allowed roots), display,
 the tool set built by coding_tools and each tool's concurrency declaration."""
 
 from __future__ import annotations
@@ -9,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import ToolResultMessage
-from ketch.llm.signal import AbortSignal
-from ketch.loop import Conversation, LoopConfig, run_loop
-from ketch.loop.tool import Tool, ToolContext, ToolResult
+from ketch.llm import AbortSignal, ToolResultMessage
+from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, ToolResult, run_loop
 from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools.builtins import coding_tools
-from ketch.tools.workspace import Workspace, WorkspaceError
+from ketch.tools import coding_tools
+from ketch.tools._workspace import Workspace, WorkspaceError
 
 
 def _ctx() -> ToolContext:

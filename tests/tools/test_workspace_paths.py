@@ -1,4 +1,6 @@
-"""Workspace paths however a model writes them: ``.``, ``./``, the root's own folder name,
+"""White-box test: imports ketch implementation modules (private) directly.
+
+Workspace paths however a model writes them: ``.``, ``./``, the root's own folder name,
 the root's absolute path and absolute paths inside it."""
 
 from __future__ import annotations
@@ -8,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import ToolContext
-from ketch.tools.builtins import coding_tools
-from ketch.tools.workspace import Workspace, WorkspaceError
+from ketch.llm import AbortSignal
+from ketch.loop import ToolContext
+from ketch.tools import coding_tools
+from ketch.tools._workspace import Workspace, WorkspaceError
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""write and edit: creation, read-before-write, tolerant matching mapped back to the
+"""White-box test: imports ketch implementation modules (private) directly.
+
+write and edit: creation, read-before-write, tolerant matching mapped back to the
 original text, uniqueness, line endings, BOM, diffs."""
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from ketch.llm.signal import AbortSignal
-from ketch.loop.tool import Tool, ToolContext, ToolResult
-from ketch.tools.edit import EditTool, find_matches, unified_diff
-from ketch.tools.read import ReadTool
-from ketch.tools.workspace import Workspace
-from ketch.tools.write import WriteTool
+from ketch.llm import AbortSignal
+from ketch.loop import Tool, ToolContext, ToolResult
+from ketch.tools import ReadTool, Workspace, WriteTool
+from ketch.tools._edit import EditTool, find_matches, unified_diff
 
 
 class Kit:

@@ -5,10 +5,10 @@ Use it by giving an agent a manager::
     agent = Agent(model, context_manager=Compactor())
 """
 
-from ..llm.tokens import ContextUsage, context_usage, estimate_message_tokens, set_token_counter
-from .manager import Compactor, PreCompact, default_reserve
-from .strategies import CLEARED_TOOL_RESULT, clear_old_tool_results, trim_long_text
-from .summary import ContextSummary, find_cut
+from ..llm._tokens import ContextUsage, context_usage, estimate_message_tokens, set_token_counter
+from ._manager import Compactor, PreCompact, default_reserve
+from ._strategies import CLEARED_TOOL_RESULT, clear_old_tool_results, trim_long_text
+from ._summary import ContextSummary, find_cut
 
 __all__ = [
     "CLEARED_TOOL_RESULT",

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from .._schema import validate_arguments
-from ..llm.errors import exception_text
-from ..llm.messages import ImageContent, Message, TextContent, UserMessage
-from ..loop.config import (
+from ..llm._errors import exception_text
+from ..llm._messages import ImageContent, Message, TextContent, UserMessage
+from ..loop._config import (
     AfterToolCallResult,
     BeforeToolCallResult,
     StopDecision,
@@ -28,15 +28,15 @@ from ..loop.config import (
     ToolCallInfo,
     TurnInfo,
 )
-from ..loop.events import RunResult, RunSummary
-from ..loop.tool import ToolResult
+from ..loop._events import RunResult, RunSummary
+from ..loop._tool import ToolResult
 from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
 from ._exec import HookOutcome, merge, run_hook
 from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..context.manager import PreCompact
+    from .._agent import Agent
+    from ..context._manager import PreCompact
 
 __all__ = [
     "DENIED_TEXT",
@@ -108,7 +108,7 @@ class HookRunner:
     ``ketch.hooks`` logger). Stop hooks may continue a run at most
     ``max_stop_continuations`` times in a row.
 
-    Attach to an :class:`~ketch.agent.Agent` with ``Agent(..., **runner.agent_config())``
+    Attach to an :class:`~ketch._agent.Agent` with ``Agent(..., **runner.agent_config())``
     (and ``Compactor(pre_compact=runner.pre_compact)``); send prompts through
     :meth:`prompt` for UserPromptSubmit. The permission engine calls :meth:`pre_tool_use`.
     """

@@ -6,8 +6,8 @@ load lazily, on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import ErrorKind, ModelError
-from .messages import (
+from ._errors import ErrorKind, ModelError
+from ._messages import (
     AssistantMessage,
     ContentBlock,
     Cost,
@@ -26,7 +26,7 @@ from .messages import (
     messages_from_json,
     messages_to_json,
 )
-from .model import (
+from ._model import (
     DEFAULT_CONTEXT_WINDOW,
     Model,
     Request,
@@ -36,23 +36,25 @@ from .model import (
     ToolSpec,
     complete,
 )
-from .signal import Aborted, AbortSignal
-from .stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
+from ._signal import Aborted, AbortSignal
+from ._stream import MessageBuilder, StreamEvent, guard_stream, parse_partial_json
 
 if TYPE_CHECKING:
-    from .fallback import FallbackModel
-    from .registry import ModelInfo, register_model, register_provider
-    from .resolve import get_model
-    from .structured import parse_structured, response_format_for
+    from ._fallback import FallbackModel
+    from ._http import close_session
+    from ._registry import ModelInfo, register_model, register_provider
+    from ._resolve import get_model
+    from ._structured import parse_structured, response_format_for
 
 _LAZY = {
-    "FallbackModel": ".fallback",
-    "ModelInfo": ".registry",
-    "register_model": ".registry",
-    "register_provider": ".registry",
-    "get_model": ".resolve",
-    "parse_structured": ".structured",
-    "response_format_for": ".structured",
+    "FallbackModel": "._fallback",
+    "close_session": "._http",
+    "ModelInfo": "._registry",
+    "register_model": "._registry",
+    "register_provider": "._registry",
+    "get_model": "._resolve",
+    "parse_structured": "._structured",
+    "response_format_for": "._structured",
 }
 
 
@@ -93,6 +95,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "close_session",
     "complete",
     "get_model",
     "guard_stream",

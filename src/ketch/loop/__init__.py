@@ -1,6 +1,6 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
-from .config import (
+from ._config import (
     AfterToolCallResult,
     BeforeToolCallResult,
     ContextManager,
@@ -15,7 +15,7 @@ from .config import (
     TurnInfo,
     stop_after_tool,
 )
-from .events import (
+from ._events import (
     AgentEnd,
     AgentEvent,
     AgentStart,
@@ -35,9 +35,9 @@ from .events import (
     TurnEnd,
     TurnStart,
 )
-from .repair import default_convert_to_llm, repair_messages
-from .run import RunStream, continue_loop, run_loop
-from .tool import Tool, ToolContext, ToolResult
+from ._repair import default_convert_to_llm, repair_messages
+from ._run import RunStream, continue_loop, run_loop
+from ._tool import Tool, ToolContext, ToolResult
 
 __all__ = [
     "AfterToolCallResult",

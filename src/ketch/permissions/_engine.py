@@ -13,8 +13,8 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkabl
 
 import msgspec
 
-from ..loop.config import BeforeToolCallResult, ToolCallInfo
-from ..loop.tool import Tool
+from ..loop._config import BeforeToolCallResult, ToolCallInfo
+from ..loop._tool import Tool
 from ._rules import Rule, parse_rules, resolve_path, rule_subject
 from ._shell import SimpleCommand, parse_command
 

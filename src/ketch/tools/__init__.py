@@ -1,23 +1,59 @@
 """Tools: the ``@tool`` decorator, schema generation, and the built-in coding tools.
 
 ``coding_tools(root)`` builds the built-in set (read, write, edit, bash, grep, find, ls)
-sharing one workspace; it is imported on first use.
+sharing one workspace; it is imported on first use. The tools themselves
+(:class:`ReadTool`, :class:`WriteTool`, :class:`EditTool`, :class:`BashTool`,
+:class:`GrepTool`, :class:`FindTool`, :class:`LsTool`) and :class:`Workspace` are
+public for building a custom set; they load on first use too.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from .._schema import Param
-from .decorator import FunctionTool, tool
+from ._decorator import FunctionTool, tool
 
 if TYPE_CHECKING:
-    from .builtins import coding_tools
+    from ._bash import BashTool
+    from ._builtins import coding_tools
+    from ._edit import EditTool
+    from ._ls import LsTool
+    from ._read import ReadTool
+    from ._search import FindTool, GrepTool
+    from ._workspace import Workspace
+    from ._write import WriteTool
 
-__all__ = ["FunctionTool", "Param", "coding_tools", "tool"]
+__all__ = [
+    "BashTool",
+    "EditTool",
+    "FindTool",
+    "FunctionTool",
+    "GrepTool",
+    "LsTool",
+    "Param",
+    "ReadTool",
+    "Workspace",
+    "WriteTool",
+    "coding_tools",
+    "tool",
+]
+
+_LAZY = {
+    "BashTool": "._bash",
+    "EditTool": "._edit",
+    "FindTool": "._search",
+    "GrepTool": "._search",
+    "LsTool": "._ls",
+    "ReadTool": "._read",
+    "Workspace": "._workspace",
+    "WriteTool": "._write",
+    "coding_tools": "._builtins",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "coding_tools":
-        from .builtins import coding_tools
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ketch.tools' has no attribute {name!r}")
+    import importlib
 
-        return coding_tools
-    raise AttributeError(f"module 'ketch.tools' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

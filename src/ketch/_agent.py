@@ -1,0 +1,586 @@
+"""The stateful :class:`Agent`: transcript, queues, subscribers, phase, abort.
+
+An agent holds a system prompt, a model, tools and a transcript, and runs the loop
+from :mod:`ketch.loop` on them. Listeners see every event after the agent's own state
+was updated, awaited one after another in registration order. Steering messages
+reach the model at the next turn; follow-ups when it would otherwise stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Generic, Literal, TypeAlias
+
+import msgspec
+
+from .llm._messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    Usage,
+    UserMessage,
+)
+from .llm._model import Model, StreamOptions, ThinkingLevel
+from .llm._signal import AbortSignal
+from .llm._tokens import ContextUsage
+from .loop._config import (
+    LENGTH_RECOVERY_PROMPT,
+    AfterToolCallResult,
+    BeforeToolCallResult,
+    ContextManager,
+    ContextRequest,
+    Conversation,
+    LoopConfig,
+    MaybeAwaitable,
+    Middleware,
+    NextTurn,
+    Projection,
+    StopDecision,
+    StopInfo,
+    ToolCallInfo,
+    TurnInfo,
+)
+from .loop._events import AgentEvent, MessageUpdate, RunResult
+from .loop._run import RunStream, continue_loop, run_loop
+from .loop._tool import Deps, Tool, ToolResult
+
+__all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
+
+log = logging.getLogger("ketch._agent")
+
+QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
+PhaseKind: TypeAlias = Literal[
+    "starting", "llm_in_flight", "turn_finished", "tool_executing", "idle", "done", "aborted", "error"
+]
+Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
+_TERMINAL = frozenset({"done", "aborted", "error"})
+
+
+class Phase(msgspec.Struct, frozen=True):
+    """Where the agent is: ``kind`` and the 1-based turn (model call) number.
+
+    ``done``, ``aborted`` and ``error`` are terminal and stay until the next run.
+    """
+
+    kind: PhaseKind
+    turn: int
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``done``, ``aborted`` and ``error``."""
+        return self.kind in _TERMINAL
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentState:
+    """A snapshot of the agent's state."""
+
+    messages: tuple[Message, ...]
+    streaming_message: AssistantMessage | None
+    pending_tool_calls: frozenset[str]
+    is_running: bool
+    error: str | None
+    usage: Usage
+    phase: Phase
+    context: ContextUsage
+
+
+class MessageQueue:
+    """A FIFO of queued messages drained one at a time or all at once.
+
+    The queue remembers what a run took from it until the run settles: messages the run
+    did not commit (it was aborted or stopped first) go back to the front. :meth:`clear`
+    drops both the queued messages and that record, so nothing cleared comes back.
+    """
+
+    __slots__ = ("_items", "_taken", "mode")
+
+    def __init__(self, mode: QueueMode = "one_at_a_time") -> None:
+        self.mode: QueueMode = mode
+        self._items: deque[Message] = deque()
+        self._taken: list[Message] = []
+
+    def push(self, message: Message) -> None:
+        """Queue a message at the back."""
+        self._items.append(message)
+
+    def push_front(self, messages: Sequence[Message]) -> None:
+        """Put messages back at the front, keeping their order."""
+        self._items.extendleft(reversed(messages))
+
+    def drain(self) -> list[Message]:
+        """Take the oldest message (``one_at_a_time``) or all of them (``all``)."""
+        if not self._items:
+            return []
+        if self.mode == "all":
+            items = list(self._items)
+            self._items.clear()
+        else:
+            items = [self._items.popleft()]
+        self._taken.extend(items)
+        return items
+
+    def peek(self) -> list[Message]:
+        """The queued messages, oldest first, without removing them."""
+        return list(self._items)
+
+    def clear(self) -> None:
+        """Drop every queued message, and those a running run took but has not committed."""
+        self._items.clear()
+        self._taken.clear()
+
+    def _settle(self, uncommitted: dict[int, int]) -> None:
+        """Put back what the run took and did not commit (``uncommitted`` counts them by
+        identity); forget the rest."""
+        taken, self._taken = self._taken, []
+        back: list[Message] = []
+        for m in taken:
+            left = uncommitted.get(id(m), 0)
+            if left:
+                uncommitted[id(m)] = left - 1
+                back.append(m)
+        if back:
+            self.push_front(back)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
+    content: list[TextContent | ImageContent] = [TextContent(text=text)]
+    if images:
+        content.extend(images)
+    return UserMessage(content=content)
+
+
+def _as_messages(
+    input: str | Message | Sequence[Message], images: Sequence[ImageContent] | None
+) -> list[Message]:
+    if isinstance(input, str):
+        return [_user_message(input, images)]
+    if images:
+        raise ValueError("images= can only be combined with a text prompt")
+    if isinstance(input, Message):
+        return [input]
+    messages = list(input)
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"prompt() takes text, a message or a list of messages, got {type(m).__name__}")
+    return messages
+
+
+def _resolve(model: Model | str) -> Model:
+    if isinstance(model, str):
+        from .llm._resolve import get_model
+
+        return get_model(model)
+    return model
+
+
+class Agent(Generic[Deps]):
+    """A stateful agent around the stateless loop.
+
+    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. The other
+    keywords are the :class:`~ketch.loop.LoopConfig` fields of the same names (stop
+    controls, hooks, tool execution settings), kept on :attr:`config`; ``deps`` is your
+    own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``).
+    """
+
+    def __init__(
+        self,
+        model: Model | str,
+        *,
+        system_prompt: str = "",
+        tools: Iterable[Tool] = (),
+        thinking: ThinkingLevel = "off",
+        messages: Iterable[Message] = (),
+        options: StreamOptions | None = None,
+        steering_mode: QueueMode = "one_at_a_time",
+        follow_up_mode: QueueMode = "one_at_a_time",
+        deps: Deps = None,  # type: ignore[assignment]  # None unless given
+        max_turns: int | None = None,
+        max_budget_usd: float | None = None,
+        stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = (),
+        on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None,
+        length_recoveries: int = 3,
+        length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT,
+        tool_execution: Literal["parallel", "sequential"] = "parallel",
+        max_tool_concurrency: int = 16,
+        steering_during_tools: Literal["wait", "interrupt"] = "wait",
+        max_tool_errors: int | None = None,
+        tool_timeout: float | None = None,
+        tool_abort_grace: float = 5.0,
+        transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None,
+        convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None,
+        get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None,
+        before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None,
+        after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None,
+        middlewares: Sequence[Middleware] = (),
+        prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
+        context_manager: ContextManager | None = None,
+    ) -> None:
+        self.config: LoopConfig[Deps] = LoopConfig(
+            model=_resolve(model),
+            thinking=thinking,
+            options=options or StreamOptions(),
+            max_turns=max_turns,
+            max_budget_usd=max_budget_usd,
+            stop_when=stop_when,
+            on_stop=on_stop,
+            length_recoveries=length_recoveries,
+            length_recovery_prompt=length_recovery_prompt,
+            tool_execution=tool_execution,
+            max_tool_concurrency=max_tool_concurrency,
+            steering_during_tools=steering_during_tools,
+            max_tool_errors=max_tool_errors,
+            tool_timeout=tool_timeout,
+            tool_abort_grace=tool_abort_grace,
+            transform_context=transform_context,
+            convert_to_llm=convert_to_llm,
+            get_api_key=get_api_key,
+            before_tool_call=before_tool_call,
+            after_tool_call=after_tool_call,
+            middlewares=middlewares,
+            prepare_next_turn=prepare_next_turn,
+            context_manager=context_manager,
+            deps=deps,
+        )
+        self.system_prompt = system_prompt
+        self.tools: list[Tool] = list(tools)
+        self._messages: list[Message] = list(messages)
+        self._context = Conversation(messages=self._messages)
+        self.steering = MessageQueue(steering_mode)
+        self.follow_ups = MessageQueue(follow_up_mode)
+        self._listeners: list[Listener] = []
+        self._running = False
+        self._signal: AbortSignal | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._streaming: AssistantMessage | None = None
+        self._pending: frozenset[str] = frozenset()
+        self._error: str | None = None
+        self._usage = Usage()
+        self._phase = Phase("idle", 0)
+        self._background: asyncio.Task[RunResult] | None = None
+
+    @property
+    def deps(self) -> Deps:
+        """Your object handed to tools as ``ctx.deps`` (``None`` when not given)."""
+        return self.config.deps
+
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        """The model used by the next run."""
+        return self.config.model
+
+    @model.setter
+    def model(self, model: Model | str) -> None:
+        self.config.model = _resolve(model)
+
+    @property
+    def thinking(self) -> ThinkingLevel:
+        """The thinking level of the next run."""
+        return self.config.thinking
+
+    @thinking.setter
+    def thinking(self, level: ThinkingLevel) -> None:
+        self.config.thinking = level
+
+    @property
+    def messages(self) -> list[Message]:
+        """The live transcript. Runs append to it as messages commit."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: Iterable[Message]) -> None:
+        if self._running:
+            raise RuntimeError("Cannot replace messages while the agent is running; abort() or wait_for_idle() first")
+        self._messages = list(messages)
+
+    # -- observing ------------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            try:
+                self._listeners.remove(listener)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    @property
+    def is_running(self) -> bool:
+        """True while a run is in progress."""
+        return self._running
+
+    @property
+    def phase(self) -> Phase:
+        """The current phase and turn, read atomically."""
+        return self._phase
+
+    @property
+    def state(self) -> AgentState:
+        """A snapshot of the agent's state."""
+        return AgentState(
+            messages=tuple(self._messages),
+            streaming_message=self._streaming,
+            pending_tool_calls=self._pending,
+            is_running=self._running,
+            error=self._error,
+            usage=self._usage,
+            phase=self._phase,
+            context=self.context_usage(),
+        )
+
+    def context_usage(self) -> ContextUsage:
+        """How full the model's context window is with the current transcript."""
+        window = self.model.context_window
+        context = self._context
+        if context.messages is not self._messages:
+            context = self._context = Conversation(messages=self._messages)
+        return context.meter.measure(self._messages, window)
+
+    # -- queues -----------------------------------------------------------------------------
+    def steer(self, message: str | Message) -> None:
+        """Queue a message for the model's next turn (also before a run starts)."""
+        self.steering.push(UserMessage(content=message) if isinstance(message, str) else message)
+
+    def follow_up(self, message: str | Message) -> None:
+        """Queue a message to run when the agent would otherwise stop."""
+        self.follow_ups.push(UserMessage(content=message) if isinstance(message, str) else message)
+
+    def clear_queues(self) -> None:
+        """Drop every queued message, including ones taken by a run being aborted."""
+        self.steering.clear()
+        self.follow_ups.clear()
+
+    def has_queued_messages(self) -> bool:
+        """True when steering or follow-up messages are queued."""
+        return bool(self.steering) or bool(self.follow_ups)
+
+    def _settle_queues(self, uncommitted: Sequence[Message]) -> None:
+        """Put the queued messages the run took but did not commit back at the front of
+        their queue, in order. ``uncommitted`` is the loop's report of them
+        (:attr:`~ketch.loop.RunStream.uncommitted`); a message whose queue was cleared
+        meanwhile stays dropped."""
+        counts: dict[int, int] = {}
+        for m in uncommitted:
+            counts[id(m)] = counts.get(id(m), 0) + 1
+        self.steering._settle(counts)
+        self.follow_ups._settle(counts)
+
+    # -- running ----------------------------------------------------------------------------
+    async def prompt(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> RunResult:
+        """Run the agent on a new prompt and return the result (never raises for model or
+        tool failures; see :meth:`RunResult.raise_for_error`)."""
+        if self._running:
+            raise RuntimeError(
+                "Agent is already running. Use steer() or follow_up() to queue messages, or wait_for_idle()."
+            )
+        messages = _as_messages(input, images)
+        return await self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig))
+
+    async def continue_loop(self) -> RunResult:
+        """Continue from the transcript: after a tool result or user message, or from an
+        assistant tail using queued steering, then follow-ups."""
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before continuing.")
+        if not self._messages:
+            raise ValueError("Cannot continue: no messages in context")
+        if isinstance(self._messages[-1], AssistantMessage):
+            queued = self.steering.drain()
+            skip = True
+            if not queued:
+                queued = self.follow_ups.drain()
+                skip = False
+            if not queued:
+                raise ValueError("Cannot continue from message role: assistant")
+            return await self._run(
+                lambda cfg, ctx, sig: run_loop(
+                    queued, ctx, dataclasses.replace(cfg, skip_initial_steering_poll=skip), sig
+                )
+            )
+        return await self._run(lambda cfg, ctx, sig: continue_loop(ctx, cfg, sig))
+
+    async def inject(self, message: str | Message) -> Literal["steered", "resumed", "queued"]:
+        """Deliver ``message`` the best way now: steer a running agent, resume an idle one
+        whose transcript ends with an assistant message (in the background; use
+        :meth:`wait_for_idle`), else queue it as a follow-up."""
+        msg = UserMessage(content=message) if isinstance(message, str) else message
+        if self._running:
+            self.steering.push(msg)
+            return "steered"
+        if self._messages and isinstance(self._messages[-1], AssistantMessage):
+            self._idle.clear()
+            self._background = asyncio.create_task(self.prompt(msg))
+            return "resumed"
+        self.follow_ups.push(msg)
+        return "queued"
+
+    async def compact(self, instructions: str | None = None) -> bool:
+        """Summarise older history now with the configured ``context_manager``.
+
+        Listeners receive the compaction events. Returns True when the transcript was
+        rewritten. Raises ``RuntimeError`` while running or without a context manager.
+        """
+        manager = self.config.context_manager
+        if manager is None:
+            raise RuntimeError("compact() needs a context manager: Agent(..., context_manager=Compactor())")
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before compacting.")
+        self._running = True
+        self._idle.clear()
+        signal = AbortSignal()
+        self._signal = signal
+        committed = False
+        try:
+            request = ContextRequest("manual", self.model, signal, self.system_prompt, instructions)
+            async for item in manager.manage(self._messages, request):
+                if isinstance(item, Projection):
+                    if item.commit is not None:
+                        self._messages[:] = item.commit
+                        committed = True
+                    continue
+                await self._notify(item)
+        finally:
+            self._running = False
+            self._signal = None
+            self._idle.set()
+        return committed
+
+    def abort(self) -> None:
+        """Abort the current run (no effect when idle)."""
+        if self._signal is not None:
+            self._signal.abort()
+
+    async def wait_for_idle(self) -> None:
+        """Wait until no run is in progress (listeners of ``agent_end`` included)."""
+        await self._idle.wait()
+
+    def reset(self) -> None:
+        """Clear the transcript, queues, error and usage totals."""
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before resetting.")
+        self._messages = []
+        self.clear_queues()
+        self._error = None
+        self._usage = Usage()
+        self._streaming = None
+        self._pending = frozenset()
+        self._phase = Phase("idle", 0)
+
+    def prompt_sync(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> RunResult:
+        """:meth:`prompt` for scripts without an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.prompt(input, images=images))
+        raise RuntimeError("prompt_sync() cannot be used inside a running event loop; use 'await agent.prompt()'")
+
+    async def _run(self, start: Callable[[LoopConfig[Any], Conversation, AbortSignal], RunStream]) -> RunResult:
+        self._running = True
+        self._idle.clear()
+        signal = AbortSignal()
+        self._signal = signal
+        self._error = None
+        self._streaming = None
+        self._pending = frozenset()
+        self._phase = Phase("starting", 0)
+        config = dataclasses.replace(
+            self.config,
+            get_steering_messages=self.steering.drain,
+            get_follow_up_messages=self.follow_ups.drain,
+        )
+        context = self._context
+        if context.messages is not self._messages:
+            context = self._context = Conversation(messages=self._messages)
+        context.system_prompt = self.system_prompt
+        context.tools = list(self.tools)
+        result: RunResult | None = None
+        stream: RunStream | None = None
+        try:
+            stream = start(config, context, signal)
+            async for event in stream:
+                # Most events are updates, which change the streaming message in place.
+                if type(event) is not MessageUpdate:
+                    self._reduce(event)
+                if self._listeners:
+                    await self._notify(event)
+            result = await stream.result()
+            return result
+        finally:
+            if result is None and stream is not None:
+                await stream.aclose()
+            self._settle_queues(stream.uncommitted if stream is not None else ())
+            self._running = False
+            self._signal = None
+            self._streaming = None
+            self._pending = frozenset()
+            turn = self._phase.turn
+            if result is None:
+                self._phase = Phase("aborted", turn)
+            else:
+                reason = result.end_reason
+                self._usage.add(result.usage)
+                kind: PhaseKind = "aborted" if reason == "aborted" else "error" if reason == "error" else "done"
+                self._phase = Phase(kind, turn)
+            self._idle.set()
+
+    async def _notify(self, event: AgentEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                out = listener(event)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception:
+                log.exception("Agent listener failed on %s event", event.type)
+
+    def _reduce(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "message_update":
+            assert event.type == "message_update"
+            self._streaming = event.message
+        elif kind == "message_start":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
+                self._streaming = message
+                self._phase = Phase("llm_in_flight", self._phase.turn)
+        elif kind == "message_end":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
+                self._streaming = None
+                self._phase = Phase("turn_finished", self._phase.turn)
+                if message.error_message and message.stop_reason == "error":
+                    self._error = message.error_message
+        elif kind == "turn_start":
+            self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
+        elif kind == "tool_execution_start":
+            self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
+            self._phase = Phase("tool_executing", self._phase.turn)
+        elif kind == "tool_execution_end":
+            self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
+        elif kind == "retry":
+            if event.discard_partial:  # type: ignore[union-attr]
+                self._streaming = None
+        elif kind == "agent_end":
+            self._streaming = None
+            summary = event.summary  # type: ignore[union-attr]
+            if summary.error and summary.end_reason != "aborted":
+                self._error = summary.error
+            self._phase = Phase("idle", self._phase.turn)
+
+    def __repr__(self) -> str:
+        return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"

@@ -1,0 +1,622 @@
+"""Settings for the ``ketch`` command: user config < project config < environment < flags.
+
+The user config is ``$XDG_CONFIG_HOME/ketch/config.toml`` (``~/.config/ketch/config.toml``
+when the variable is unset). Project settings come from ``.ketch/config.toml`` and
+``.ketch/config.local.toml`` (for settings you keep out of version control) in the project
+root (the nearest directory above the working directory containing ``.git``, else the
+working directory) and in each directory between it and the working directory, never
+above; deeper files win. All are TOML::
+
+    model = "anthropic:claude-sonnet-4-5"
+    thinking = "low"
+    max_turns = 40
+    max_budget_usd = 2.0
+    max_tokens = 4096                      # output limit per model call
+    temperature = 0.2
+    system_prompt = "Be brief."
+    tools = ["read", "grep", "find", "ls"]
+    compaction = true                      # false: no automatic context management
+    context_window = 200000                # override the model's context window (tokens)
+
+    [[hooks.PreToolUse]]                   # lifecycle hooks, Claude Code's shape (ketch.hooks)
+    matcher = "bash"
+    [[hooks.PreToolUse.hooks]]
+    type = "command"
+    command = "./scripts/check-command.sh"
+    timeout = 5
+
+    [permissions]
+    mode = "accept_edits"                  # default | accept_edits | plan | bypass
+    allow = ["Bash(git status)", "Bash(npm run test:*)", "Edit(src/**)"]
+    ask = ["Bash(git push:*)"]
+    deny = ["Bash(rm -rf:*)", "Read(./.env)"]
+
+    [providers.openai]                     # override a known provider
+    api_key_env = "WORK_OPENAI_KEY"
+    api = "openai-chat"                    # its wire protocol, for every model of it
+    idle_timeout = 60                      # seconds without a byte before a request fails
+
+    [providers.groq]                       # a custom OpenAI-compatible provider
+    base_url = "https://api.groq.com/openai/v1"
+    api_key_env = "GROQ_API_KEY"
+
+Scalars and ``tools`` from a later layer replace earlier ones; ``allow``, ``ask`` and
+``deny`` rules accumulate, and so do hooks; providers merge field by field.
+
+Trust: settings in project files that widen what ketch may do -- ``bypass`` mode, allow
+rules, a provider's ``base_url``, ``api`` or ``api_key_env``, hooks -- apply only once the user
+trusts the project (remembered per project root in ``trusted_projects.json`` in the user
+config directory; ``--trust-project`` or ``KETCH_TRUST_PROJECT=1`` for one run). Until
+then they are left out and listed in :attr:`Settings.ignored`. User settings are always
+trusted. Environment variables: ``KETCH_MODEL``,
+``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``, ``KETCH_MAX_TOKENS``,
+``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list),
+``KETCH_CONTEXT_WINDOW`` and ``KETCH_SYSTEM_PROMPT``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from ..hooks import HookConfigError, HookSpec, parse_hooks
+from ..llm._model import THINKING_LEVELS
+from ..permissions import Rule, parse_mode
+
+__all__ = [
+    "SAVE_RULE_PROMPT",
+    "ConfigError",
+    "ProviderConfig",
+    "Settings",
+    "add_permission_rules",
+    "config_dir",
+    "find_project_config",
+    "is_trusted",
+    "load_settings",
+    "project_config_files",
+    "project_root",
+    "redact",
+    "redact_url",
+    "save_allow_rules",
+    "trust_project",
+]
+
+TRUST_ENV = "KETCH_TRUST_PROJECT"
+TRUST_FILE = "trusted_projects.json"
+
+
+class ConfigError(Exception):
+    """A configuration file, variable or flag is invalid; the message says which and why."""
+
+
+class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A provider's endpoint and credentials from configuration.
+
+    ``api`` is the wire protocol for custom providers (default ``openai-chat``);
+    ``api_key`` is a literal key (prefer ``api_key_env``; never printed);
+    ``default_model`` is the model a bare provider name selects; ``idle_timeout`` the
+    seconds a request may wait for the next byte (the default is the adapter's).
+    """
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: str | None = None
+    api: str | None = None
+    default_model: str | None = None
+    idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] | None = None
+
+    def __repr__(self) -> str:
+        key = "***" if self.api_key else None
+        url = None if self.base_url is None else redact_url(self.base_url)
+        return (
+            f"ProviderConfig(base_url={url!r}, api_key_env={self.api_key_env!r}, "
+            f"api_key={key!r}, api={self.api!r})"
+        )
+
+
+class _Permissions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    mode: str | None = None
+    allow: list[str] = msgspec.field(default_factory=list)
+    ask: list[str] = msgspec.field(default_factory=list)
+    deny: list[str] = msgspec.field(default_factory=list)
+
+
+class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool | None = None
+    network: bool | None = None
+    env_allow: list[str] = msgspec.field(default_factory=list)
+
+
+class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    model: str | None = None
+    thinking: str | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    system_prompt: str | None = None
+    tools: list[str] | None = None
+    compaction: bool | None = None
+    context_window: int | None = None
+    permissions: _Permissions = msgspec.field(default_factory=_Permissions)
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    hooks: dict[str, Any] | None = None
+    sandbox: _Sandbox = msgspec.field(default_factory=_Sandbox)
+
+
+@dataclass(slots=True)
+class Settings:
+    """The effective settings, and where each came from (``sources``: field -> origin).
+
+    ``compaction`` turns the agent's context manager on (the default) or off;
+    ``context_window`` replaces the model's context window in tokens. ``allow``, ``ask``
+    and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
+    ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
+    (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
+    sandbox, with the network when ``sandbox_network`` and the extra variables named by
+    ``sandbox_env_allow``. ``ignored`` lists the settings of an untrusted project that
+    were left out.
+    """
+
+    model: str | None = None
+    thinking: str = "off"
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    system_prompt: str | None = None
+    tools: list[str] | None = None
+    compaction: bool = True
+    context_window: int | None = None
+    permission_mode: str = "default"
+    allow: list[Rule] = field(default_factory=list)
+    ask: list[Rule] = field(default_factory=list)
+    deny: list[Rule] = field(default_factory=list)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    hooks: list[HookSpec] = field(default_factory=list)
+    sandbox: bool = True
+    sandbox_network: bool = False
+    sandbox_env_allow: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    project_root: Path | None = None
+    trusted: bool = False
+    ignored: list[str] = field(default_factory=list)
+
+
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The user config directory: ``$XDG_CONFIG_HOME/ketch`` or ``~/.config/ketch``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or ""
+    if not base:
+        home = env.get("HOME") or str(Path.home())
+        base = os.path.join(home, ".config")
+    return Path(base) / "ketch"
+
+
+def project_root(cwd: Path) -> Path:
+    """The nearest directory at or above ``cwd`` containing ``.git``, else ``cwd``."""
+    current = cwd.resolve()
+    for directory in (current, *current.parents):
+        if (directory / ".git").exists():
+            return directory
+    return current
+
+
+def project_config_files(cwd: Path) -> list[tuple[Path, str]]:
+    """The existing project files, outermost first, with their kind (``project`` or
+    ``local``): ``.ketch/config.toml`` then ``.ketch/config.local.toml`` in the project root
+    and each directory down to ``cwd``."""
+    current = cwd.resolve()
+    root = project_root(current)
+    chain = [current]
+    while chain[-1] != root:
+        chain.append(chain[-1].parent)
+    found: list[tuple[Path, str]] = []
+    for directory in reversed(chain):
+        for name, kind in (("config.toml", "project"), ("config.local.toml", "local")):
+            candidate = directory / ".ketch" / name
+            if candidate.is_file():
+                found.append((candidate, kind))
+    return found
+
+
+def find_project_config(start: Path) -> Path | None:
+    """The innermost project ``.ketch/config.toml`` that applies in ``start``."""
+    files = [path for path, kind in project_config_files(start) if kind == "project"]
+    return files[-1] if files else None
+
+
+def _trust_file(env: Mapping[str, str]) -> Path:
+    return config_dir(env) / TRUST_FILE
+
+
+def is_trusted(root: Path, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the user has trusted the project at ``root`` (remembered in the user config dir)."""
+    env = os.environ if environ is None else environ
+    try:
+        data = json.loads(_trust_file(env).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    trusted = data.get("trusted") if isinstance(data, dict) else None
+    return isinstance(trusted, list) and str(root) in trusted
+
+
+def trust_project(root: Path, environ: Mapping[str, str] | None = None) -> None:
+    """Remember that the user trusts the project at ``root``."""
+    env = os.environ if environ is None else environ
+    path = _trust_file(env)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    trusted = data.get("trusted") if isinstance(data, dict) else None
+    entries = [t for t in trusted if isinstance(t, str)] if isinstance(trusted, list) else []
+    if str(root) not in entries:
+        entries.append(str(root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"trusted": entries}, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _widening(data: _File) -> list[str]:
+    """The settings in ``data`` that widen what ketch may do."""
+    found: list[str] = []
+    perms = data.permissions
+    if perms.mode is not None and perms.mode == "bypass":
+        found.append('permissions.mode = "bypass"')
+    if perms.allow:
+        found.append("permissions.allow")
+    for name, provider in data.providers.items():
+        for attr in ("base_url", "api", "api_key_env"):
+            if getattr(provider, attr) is not None:
+                found.append(f"providers.{name}.{attr}")
+    if data.hooks:
+        found.append("hooks")
+    if data.sandbox.enabled is False:
+        found.append("sandbox.enabled = false")
+    if data.sandbox.network:
+        found.append("sandbox.network = true")
+    if data.sandbox.env_allow:
+        found.append("sandbox.env_allow")
+    return found
+
+
+def _narrowed(data: _File) -> _File:
+    """``data`` without the settings :func:`_widening` names."""
+    perms = data.permissions
+    mode = None if perms.mode == "bypass" else perms.mode
+    narrowed_perms = _Permissions(mode=mode, allow=[], ask=list(perms.ask), deny=list(perms.deny))
+    providers = {
+        name: ProviderConfig(**{f: getattr(p, f) for f in p.__struct_fields__ if f not in ("base_url", "api", "api_key_env")})
+        for name, p in data.providers.items()
+    }
+    fields = {f: getattr(data, f) for f in data.__struct_fields__}
+    fields.update(permissions=narrowed_perms, providers=providers, hooks=None, sandbox=_Sandbox())
+    return _File(**fields)
+
+
+def _read(path: Path) -> _File:
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return msgspec.convert(raw, _File)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: values nested too deeply") from None
+
+
+_FILE_SCALARS = (
+    "model",
+    "thinking",
+    "max_turns",
+    "max_budget_usd",
+    "max_tokens",
+    "temperature",
+    "system_prompt",
+    "tools",
+    "compaction",
+    "context_window",
+)
+_FLAG_NAMES = {"compaction": "--no-compaction"}
+
+
+def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None:
+    box = data.sandbox
+    if box.enabled is not None:
+        settings.sandbox = box.enabled
+        settings.sources["sandbox"] = origin
+    if box.network is not None:
+        settings.sandbox_network = box.network
+        settings.sources["sandbox_network"] = origin
+    if box.env_allow:
+        settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)
+        settings.sources["sandbox_env_allow"] = origin
+    if data.hooks is not None:
+        try:
+            settings.hooks.extend(parse_hooks(data.hooks, origin))
+        except HookConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    for name in _FILE_SCALARS:
+        value = getattr(data, name)
+        if value is not None:
+            setattr(settings, name, value)
+            settings.sources[name] = origin
+    perms = data.permissions
+    if perms.mode is not None:
+        settings.permission_mode = perms.mode
+        settings.sources["permission_mode"] = origin
+    for name in ("allow", "ask", "deny"):
+        texts: list[str] = getattr(perms, name)
+        if texts:
+            rules: list[Rule] = getattr(settings, name)
+            for text in texts:
+                try:
+                    rules.append(Rule.parse(text, kind))
+                except ValueError as exc:
+                    raise ConfigError(f"{origin}: {exc}") from None
+            settings.sources[name] = origin
+    for name, provider in data.providers.items():
+        current = settings.providers.get(name)
+        if current is None:
+            settings.providers[name] = provider
+            continue
+        merged = {f: getattr(current, f) for f in current.__struct_fields__}
+        merged.update({f: getattr(provider, f) for f in provider.__struct_fields__ if getattr(provider, f) is not None})
+        settings.providers[name] = ProviderConfig(**merged)
+
+
+def _number(value: str, kind: type[int] | type[float], origin: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{origin}: expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+
+
+def _tools_list(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+_ENV: dict[str, tuple[str, Any]] = {
+    "KETCH_MODEL": ("model", str),
+    "KETCH_THINKING": ("thinking", str),
+    "KETCH_MAX_TURNS": ("max_turns", int),
+    "KETCH_MAX_BUDGET_USD": ("max_budget_usd", float),
+    "KETCH_MAX_TOKENS": ("max_tokens", int),
+    "KETCH_TEMPERATURE": ("temperature", float),
+    "KETCH_PERMISSION_MODE": ("permission_mode", str),
+    "KETCH_TOOLS": ("tools", _tools_list),
+    "KETCH_CONTEXT_WINDOW": ("context_window", int),
+    "KETCH_SYSTEM_PROMPT": ("system_prompt", str),
+}
+
+
+TrustPrompt = Callable[[Path, list[str]], bool]
+"""Asked when an untrusted project has settings that widen power: (project root, the
+settings) -> whether the user trusts it now (then it is remembered)."""
+
+
+def load_settings(
+    cwd: Path,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    trust: bool = False,
+    ask_trust: TrustPrompt | None = None,
+) -> Settings:
+    """Merge user config, project files, environment and ``flags`` (non-None values win).
+
+    Project settings that widen power apply only when the project is trusted: ``trust``
+    (``--trust-project``), ``KETCH_TRUST_PROJECT=1``, a remembered trust, or ``ask_trust``
+    answering yes. Raises :class:`ConfigError` for unreadable files and invalid values.
+    """
+    env = os.environ if environ is None else environ
+    settings = Settings()
+    user = config_dir(env) / "config.toml"
+    if user.is_file():
+        _apply_file(settings, _read(user), f"user config {user}", "user")
+        settings.files.append(user)
+    root = project_root(cwd)
+    settings.project_root = root
+    project_files = [(path, kind, _read(path)) for path, kind in project_config_files(cwd) if path != user]
+    widening = [(f"{item} ({path})") for path, _, data in project_files for item in _widening(data)]
+    trusted = (
+        trust
+        or env.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
+        or not widening
+        or is_trusted(root, env)
+    )
+    if not trusted and ask_trust is not None and ask_trust(root, widening):
+        trust_project(root, env)
+        trusted = True
+    settings.trusted = trusted
+    if not trusted:
+        settings.ignored = widening
+    for path, kind, data in project_files:
+        origin = f"{'project' if kind == 'project' else 'local'} config {path}"
+        _apply_file(settings, data if trusted else _narrowed(data), origin, kind)
+        settings.files.append(path)
+    for var, (name, kind) in _ENV.items():
+        raw = env.get(var)
+        if raw is None or raw == "":
+            continue
+        value = _number(raw, kind, var) if kind in (int, float) else kind(raw)
+        setattr(settings, name, value)
+        settings.sources[name] = f"environment {var}"
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        setattr(settings, name, value)
+        settings.sources[name] = f"flag {_FLAG_NAMES.get(name, '--' + name.replace('_', '-'))}"
+    _validate(settings)
+    settings.permission_mode = parse_mode(settings.permission_mode)
+    return settings
+
+
+def _validate(settings: Settings) -> None:
+    def where(name: str) -> str:
+        return settings.sources.get(name, "default")
+
+    if settings.thinking not in THINKING_LEVELS:
+        raise ConfigError(
+            f"{where('thinking')}: unknown thinking level {settings.thinking!r}; "
+            f"expected one of {', '.join(THINKING_LEVELS)}"
+        )
+    try:
+        parse_mode(settings.permission_mode)
+    except ValueError:
+        raise ConfigError(
+            f"{where('permission_mode')}: unknown permission mode {settings.permission_mode!r}; "
+            "expected one of default, accept_edits, plan, bypass (or accept-edits)"
+        ) from None
+    for name in ("max_turns", "max_tokens", "context_window"):
+        number = getattr(settings, name)
+        if number is not None and number < 1:
+            raise ConfigError(f"{where(name)}: {name} must be a positive integer, got {number!r}")
+    for name in ("max_budget_usd", "temperature"):
+        number = getattr(settings, name)
+        if number is not None and not (math.isfinite(number) and number >= 0):
+            raise ConfigError(f"{where(name)}: {name} must be a finite number >= 0, got {number!r}")
+
+
+def _array_end(text: str, start: int) -> int:
+    """The index just past the TOML array opening at ``text[start] == "["``, or -1."""
+    depth = 0
+    i = start
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            quote = c
+            i += 1
+            while i < len(text) and text[i] != quote:
+                i += 2 if quote == '"' and text[i] == "\\" else 1
+        elif c == "#":
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        elif c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+SAVE_RULE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project  [l] local"
+"""The question after an "always" answer: where the allow rule goes."""
+
+
+def save_allow_rules(choice: str, rules: list[str], project_root: Path) -> tuple[str, bool]:
+    """Save ``rules`` where the answer ``choice`` to :data:`SAVE_RULE_PROMPT` says (``u``
+    the user config, ``p`` the project's ``.ketch/config.toml``, ``l`` its
+    ``.ketch/config.local.toml``; anything else: this session only). Returns the line to
+    show the user, and whether it reports a failure (the rules then hold for the session)."""
+    targets = {
+        "u": config_dir() / "config.toml",
+        "p": project_root / ".ketch" / "config.toml",
+        "l": project_root / ".ketch" / "config.local.toml",
+    }
+    path = targets.get(choice.strip().lower()[:1])
+    if path is None:
+        return f"allowed for this session: {', '.join(rules)}", False
+    try:
+        add_permission_rules(path, "allow", rules)
+    except ConfigError as exc:
+        return f"{exc} (allowed for this session only)", True
+    return f"saved allow rule {', '.join(rules)} to {path}", False
+
+
+def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
+    """Add ``rules`` to the ``[permissions] kind`` list of the TOML file at ``path``
+    (created when missing), keeping the rest of the file as it is. Raises
+    :class:`ConfigError` when the file cannot be read, parsed or updated."""
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot update: {exc}") from None
+    perms = data.get("permissions", {})
+    current = perms.get(kind, []) if isinstance(perms, dict) else None
+    if not isinstance(current, list):
+        raise ConfigError(f"{path}: cannot update: [permissions] {kind} is not a list")
+    wanted = current + [r for r in rules if r not in current]
+    if wanted == current:
+        return
+    rendered = f"{kind} = [" + ", ".join(json.dumps(r) for r in wanted) + "]"
+    lines = text.splitlines(keepends=True)
+    header = next((i for i, line in enumerate(lines) if line.strip() == "[permissions]"), None)
+    if header is None:
+        if "permissions" in data:
+            raise ConfigError(f"{path}: cannot update: write [permissions] as a table to add rules")
+        sep = "" if not text else "\n" if text.endswith("\n") else "\n\n"
+        new = text + sep + f"[permissions]\n{rendered}\n"
+    else:
+        offset = sum(len(line) for line in lines[: header + 1])
+        end_of_table = len(text)
+        for i in range(header + 1, len(lines)):
+            if lines[i].lstrip().startswith("["):
+                end_of_table = sum(len(line) for line in lines[:i])
+                break
+        section = text[offset:end_of_table]
+        m = re.search(rf"(?m)^[ \t]*{kind}[ \t]*=[ \t]*", section)
+        if m is None:
+            new = text[:offset] + rendered + "\n" + text[offset:]
+        else:
+            start = offset + m.end()
+            end = _array_end(text, start) if text[start : start + 1] == "[" else -1
+            if end < 0:
+                raise ConfigError(f"{path}: cannot update: [permissions] {kind} is not an inline list")
+            new = text[: offset + m.start()] + rendered + text[end:]
+    try:
+        check = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: cannot update: {exc}") from None
+    if check.get("permissions", {}).get(kind) != wanted:
+        raise ConfigError(f"{path}: cannot update the [permissions] {kind} list")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the credentials of its authority (``user:password@``) shown as ``***@``."""
+    return _USERINFO.sub(r"\1***@", url, count=1)
+
+
+def redact(secret: str | None) -> str:
+    """A secret shown safely: ``set (…abcd)`` (the last four characters of a long key only),
+    ``set`` for short ones, or ``not set``."""
+    if not secret:
+        return "not set"
+    if len(secret) < 16:
+        return "set"
+    return f"set (…{secret[-4:]})"

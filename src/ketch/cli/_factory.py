@@ -1,0 +1,446 @@
+"""Assembling a run from settings: the model, the tools, the permission engine, the agent.
+
+Model selection: ``KETCH_TEST_SCRIPT`` (tests only), else the ``model`` setting (flag,
+environment, project or user config), else the first of OpenAI, Anthropic and Google
+whose API key is in the environment (with its default model), else the embedded local
+model (``local``). On the embedded model, an answer cut by the output limit ends there
+(no length-recovery prompts); with no system prompt configured it gets a short one suited
+to a 135M model (:func:`embedded_system_prompt`), and after a call forced by
+``--tool-choice`` it answers in text (``tool_choice`` ``none``) instead of calling on.
+Its sampling is greedy with a fixed seed (the local provider's defaults), so the same
+task in the same folder gives the same answer every time.
+
+Context: unless ``compaction`` is off, the agent gets a :class:`ketch.context.Compactor`
+sized by :func:`context_window` (the model's ``context_window``: the ``context_window``
+setting when given, else the embedded model's ``n_ctx`` or the model's registry window)
+with :func:`context_reserve` tokens kept free for the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._agent import Agent
+from ..context import Compactor, default_reserve
+from ..hooks import HookNotice, HookRunner, HookSpec
+from ..llm._model import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
+from ..llm._tokens import ContextUsage
+from ..loop._config import NextTurn, TurnInfo
+from ..loop._events import RunResult
+from ..loop._tool import Tool
+from ..permissions import Approver, PermissionEngine
+from ._config import ConfigError, ProviderConfig, Settings
+from ._scripted import SCRIPT_ENV, load_scripted_model
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_MODELS",
+    "Built",
+    "api_key_for",
+    "build_agent",
+    "build_model",
+    "build_tools",
+    "choose_model",
+    "context_reserve",
+    "context_window",
+    "default_system_prompt",
+    "embedded_system_prompt",
+    "key_source",
+    "register_providers",
+]
+
+BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
+"""The built-in coding tools, in the order they are offered."""
+
+DEFAULT_MODELS: dict[str, str] = {
+    "openai": "openai:gpt-5-mini",
+    "anthropic": "anthropic:claude-sonnet-4-5",
+    "google": "google:gemini-2.5-flash",
+}
+"""The model picked when only a provider's key is known, in preference order."""
+
+LOCAL_MODEL = "local"
+
+HEADLESS_DENIAL = (
+    "Permission denied: {tool} needs the user's approval, but this run is non-interactive "
+    "(permission mode {mode}). Do not retry it; continue with read-only tools, or tell the user "
+    "to rerun with an allow rule (--allow), --permission-mode accept_edits (file edits) or "
+    "bypass (everything)."
+)
+
+
+def _env_names(provider: str, settings: Settings) -> tuple[str, ...]:
+    from ..llm._registry import get_provider
+
+    configured = settings.providers.get(provider)
+    names: list[str] = []
+    if configured is not None and configured.api_key_env:
+        names.append(configured.api_key_env)
+    info = get_provider(provider)
+    if info is not None:
+        names.extend(n for n in info.api_key_env if n not in names)
+    return tuple(names)
+
+
+def api_key_for(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key for ``provider``: a literal ``api_key`` from config, else the first set
+    variable among the configured ``api_key_env`` and the registry's variables."""
+    env = os.environ if environ is None else environ
+    configured = settings.providers.get(provider)
+    if configured is not None and configured.api_key:
+        return configured.api_key
+    for name in _env_names(provider, settings):
+        value = env.get(name)
+        if value:
+            return value
+    return None
+
+
+def key_source(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where ``provider``'s key comes from (``config`` or the variable's name), or None."""
+    env = os.environ if environ is None else environ
+    configured = settings.providers.get(provider)
+    if configured is not None and configured.api_key:
+        return "config"
+    for name in _env_names(provider, settings):
+        if env.get(name):
+            return name
+    return None
+
+
+def choose_model(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The model spec to use and why (``flag --model``, ``OPENAI_API_KEY is set`` …)."""
+    env = os.environ if environ is None else environ
+    script = env.get(SCRIPT_ENV)
+    if script:
+        return f"scripted:{script}", f"environment {SCRIPT_ENV}"
+    if settings.model:
+        return settings.model, settings.sources.get("model", "settings")
+    for provider, spec in DEFAULT_MODELS.items():
+        source = key_source(provider, settings, env)
+        if source is not None:
+            return spec, f"{source} is set" if source != "config" else f"{provider} key in config"
+    return LOCAL_MODEL, "no provider key found"
+
+
+def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
+    """Register configured providers (custom OpenAI-compatible ones, or overrides of
+    known ones' base URL, API or key variable) with the model registry."""
+    from ..llm._registry import get_provider, register_provider
+
+    for name, cfg in providers.items():
+        known = get_provider(name)
+        if known is None and not cfg.base_url:
+            raise ConfigError(f"provider {name!r} in config is unknown and has no base_url")
+        if known is not None and not (cfg.base_url or cfg.api or cfg.api_key_env or cfg.default_model):
+            continue
+        envs: tuple[str, ...] = (cfg.api_key_env,) if cfg.api_key_env else ()
+        if known is not None:
+            envs = envs + tuple(n for n in known.api_key_env if n not in envs)
+        try:
+            register_provider(
+                name,
+                api=cfg.api or (known.api if known is not None else "openai-chat"),
+                base_url=cfg.base_url or (known.base_url if known is not None else ""),
+                api_key_env=envs,
+                requires_key=(known.requires_key if known is not None else bool(envs)) or cfg.api_key is not None,
+                compat=known.compat if known is not None else None,
+                default_model=cfg.default_model or (known.default_model if known is not None else ""),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def build_model(spec: str, settings: Settings) -> Model:
+    """The model for ``spec`` (``provider:model``, ``local``, or ``scripted:<path>``)."""
+    if spec.startswith("scripted:"):
+        try:
+            return load_scripted_model(spec.removeprefix("scripted:"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    register_providers(settings.providers)
+    from ..llm._resolve import get_model, parse_spec
+
+    try:
+        provider, _ = parse_spec(spec)
+        configured = settings.providers.get(provider)
+        kwargs: dict[str, Any] = {}
+        if configured is not None and configured.api_key:
+            kwargs["api_key"] = configured.api_key
+        if configured is not None and configured.idle_timeout is not None:
+            kwargs["idle_timeout"] = configured.idle_timeout
+        return get_model(spec, **kwargs)
+    except (ValueError, KeyError, LookupError, ImportError, TypeError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        raise ConfigError(f"cannot use model {spec!r}: {message}") from None
+
+
+def build_tools(
+    root: Path,
+    names: Sequence[str] | None,
+    *,
+    write_allowed: Callable[[], bool] | None = None,
+    secret_names: Sequence[str] = (),
+    settings: Settings | None = None,
+) -> list[Tool]:
+    """The built-in coding tools rooted at ``root``, optionally only those in ``names``;
+    bash runs in the OS sandbox when one is usable (and ``settings.sandbox`` is on),
+    writable when ``write_allowed()``, and never sees the variables named in
+    ``secret_names``."""
+    wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
+    unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
+    if unknown:
+        raise ConfigError(f"unknown tool(s) {', '.join(unknown)}; the built-in tools are {', '.join(BUILTIN_TOOLS)}")
+    if not wanted:
+        return []
+    from ..tools._builtins import coding_tools
+
+    enabled = settings is None or settings.sandbox
+    tools = coding_tools(
+        root,
+        write_allowed=write_allowed or (lambda: True),
+        secret_names=secret_names,
+        sandbox="default" if enabled else None,
+        unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
+        network=settings is not None and settings.sandbox_network,
+        env_allow=settings.sandbox_env_allow if settings is not None else (),
+    )
+    by_name = {t.name: t for t in tools}
+    return [by_name[n] for n in wanted if n in by_name]
+
+
+def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
+    """The system prompt of the coding agent when none is configured."""
+    names = ", ".join(t.name for t in tools) or "none"
+    return (
+        "You are ketch, a coding agent working in a software project on the user's machine.\n"
+        f"The working directory is {root}. Your tools: {names}.\n"
+        "Use the tools to look at files and run commands instead of guessing. Read a file "
+        "before you edit it; make small, precise edits. Be brief: answer in a few sentences, "
+        "and say what you changed."
+    )
+
+
+def embedded_system_prompt() -> str:
+    """The system prompt of the embedded 135M model when none is configured: short, no
+    absolute path (the model would copy it into calls), no example call (the model
+    repeats it as its answer), and the one instruction that made its answers after a
+    tool complete most often (3 of 4 sample folders, against 1 of 4 before)."""
+    return (
+        "You are ketch, a helpful assistant in the current directory. "
+        "When a tool returns a result, copy every line of it into your answer."
+    )
+
+
+def _is_embedded(model: Model) -> bool:
+    """Whether ``model`` is the embedded SmolLM2 model (``local``)."""
+    if model.provider != "local":
+        return False
+    from ..llm._providers.local import DEFAULT_MODEL_IDS
+
+    return model.id in DEFAULT_MODEL_IDS
+
+
+def context_window(model: Model, settings: Settings) -> int:
+    """The context window in tokens: ``model.context_window``, after the ``context_window``
+    setting (when the user gave one) is set on the model, so that the loop, the agent and
+    the command give one answer."""
+    if settings.context_window:
+        if not isinstance(model, SettableContextWindow):
+            return settings.context_window  # a model that cannot take it: the command still honours it
+        model.set_context_window(settings.context_window)
+    return model.context_window
+
+
+def context_reserve(window: int, max_tokens: int | None) -> int:
+    """Tokens kept free for the answer: :func:`ketch.context.default_reserve`, at most a
+    quarter of a small window, and at least ``max_tokens`` (up to half the window)."""
+    reserve = min(default_reserve(window), window // 4)
+    if max_tokens:
+        reserve = max(reserve, min(max_tokens, window // 2))
+    return reserve
+
+
+class _FirstCallToolChoice:
+    """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run
+    only; later calls use ``after`` (None: the model chooses)."""
+
+    __slots__ = ("after", "choice", "options")
+
+    def __init__(self, options: StreamOptions, choice: str, after: str | None = None) -> None:
+        self.options = options
+        self.choice = choice
+        self.after = after
+
+    def arm(self) -> None:
+        self.options.tool_choice = self.choice
+
+    def __call__(self, info: TurnInfo) -> NextTurn | None:
+        self.options.tool_choice = self.after
+        return None
+
+
+@dataclass(slots=True)
+class Built:
+    """What :func:`build_agent` assembled."""
+
+    agent: Agent[None]
+    permissions: PermissionEngine
+    spec: str
+    spec_reason: str
+    root: Path
+    tool_choice: _FirstCallToolChoice | None
+    context_manager: Compactor | None = None
+    window: int = DEFAULT_CONTEXT_WINDOW
+    hooks: HookRunner | None = None
+
+    @property
+    def sandbox_warning(self) -> str | None:
+        """Why bash runs without the OS sandbox (so every bash call needs approval), or
+        None when it runs sandboxed or there is no bash tool."""
+        from ..tools._bash import BashTool
+
+        return next((t.sandbox_warning for t in self.agent.tools if isinstance(t, BashTool)), None)
+
+    async def prompt(self, text: str) -> RunResult:
+        """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+        if self.hooks is not None:
+            return await self.hooks.prompt(self.agent, text)
+        return await self.agent.prompt(text)
+
+    async def session_start(self, source: str = "startup") -> None:
+        """Run SessionStart hooks (their context goes with the next prompt)."""
+        if self.hooks is not None:
+            await self.hooks.session_start(source)
+
+    async def session_end(self, reason: str = "other") -> None:
+        """Run SessionEnd hooks."""
+        if self.hooks is not None:
+            await self.hooks.session_end(reason)
+
+    def arm(self) -> None:
+        """Prepare a new run (re-arms ``--tool-choice`` for its first model call)."""
+        if self.tool_choice is not None:
+            self.tool_choice.arm()
+
+    def fit_context(self, settings: Settings) -> None:
+        """Size the window and the context manager for the agent's current model (call it
+        after switching models)."""
+        self.window = context_window(self.agent.model, settings)
+        manager = self.context_manager
+        if manager is not None:
+            manager.window = self.window
+            manager.reserve = context_reserve(self.window, settings.max_tokens)
+
+    def context(self) -> ContextUsage:
+        """How full :attr:`window` is with the agent's transcript."""
+        return ContextUsage(tokens=self.agent.context_usage().tokens, window=self.window)
+
+
+def _hook_notice(notice: HookNotice) -> None:
+    sys.stderr.write(f"ketch: {notice.text}\n")
+    sys.stderr.flush()
+
+
+def build_agent(
+    settings: Settings,
+    root: Path,
+    *,
+    approver: Approver | None,
+    tool_choice: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    model: Model | None = None,
+    hooks: Sequence[HookSpec] | None = None,
+) -> Built:
+    """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
+    (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
+    first step is the PreToolUse hooks.
+
+    ``hooks`` (default: ``settings.hooks``) are attached through a :class:`HookRunner`;
+    its notices go to stderr until the caller sets ``built.hooks.on_notice``. The bash
+    tool runs in the OS sandbox when one is usable, read-only in ``plan`` mode."""
+    spec, reason = choose_model(settings, environ)
+    resolved = model if model is not None else build_model(spec, settings)
+    secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
+    permissions: PermissionEngine | None = None
+
+    def mode() -> str:
+        return permissions.mode if permissions is not None else settings.permission_mode
+
+    tools = build_tools(
+        root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings
+    )
+    runner: HookRunner | None = None
+    specs = settings.hooks if hooks is None else hooks
+    if specs:
+        runner = HookRunner(specs, cwd=root, permission_mode=mode, secret_names=secret_names, on_notice=_hook_notice)
+    permissions = PermissionEngine(
+        settings.permission_mode,
+        allow=settings.allow,
+        ask=settings.ask,
+        deny=settings.deny,
+        approver=approver,
+        hooks=runner,
+        no_approver_message=HEADLESS_DENIAL,
+        root=root,
+    )
+    options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
+    embedded = _is_embedded(resolved)
+    chooser: _FirstCallToolChoice | None = None
+    config: dict[str, Any] = {}
+    if tool_choice is not None and tool_choice != "auto":
+        if tool_choice not in ("none", "required") and tool_choice not in {t.name for t in tools}:
+            raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
+        # The 135M model keeps calling tools when left to choose: after the forced call it
+        # answers from the result.
+        chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
+        config["prepare_next_turn"] = chooser
+
+    manager = Compactor() if settings.compaction else None
+    if manager is not None:
+        config["context_manager"] = manager
+
+    if resolved.provider == "local":
+        # A tiny embedded model that hit its output limit tends to repeat itself when asked
+        # to resume; end the answer there instead of re-prompting it.
+        config["length_recoveries"] = 0
+
+    def get_api_key(provider: str) -> str | None:
+        return api_key_for(provider, settings, environ)
+
+    if runner is not None:
+        config.update(
+            after_tool_call=runner.after_tool_call,
+            on_stop=runner.on_stop,
+            stop_when=(runner.stop_requested,),
+            middlewares=(runner.middleware,),
+        )
+        if manager is not None:
+            manager.pre_compact = runner.pre_compact
+
+    if settings.system_prompt is not None:
+        system_prompt = settings.system_prompt
+    elif embedded:
+        system_prompt = embedded_system_prompt()
+    else:
+        system_prompt = default_system_prompt(root, tools)
+    agent = Agent(
+        resolved,
+        system_prompt=system_prompt,
+        tools=tools,
+        thinking=settings.thinking,  # type: ignore[arg-type]
+        options=options,
+        max_turns=settings.max_turns,
+        max_budget_usd=settings.max_budget_usd,
+        before_tool_call=permissions.before_tool_call,
+        get_api_key=get_api_key,
+        **config,
+    )
+    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner)
+    built.fit_context(settings)
+    return built

@@ -1,0 +1,321 @@
+"""``ketch run``: one task, no conversation, output for people or programs.
+
+``--output text`` streams the assistant's text to stdout (errors go to stderr);
+``json`` prints the result object at the end; ``stream-json`` prints one JSON line per
+event (see :mod:`ketch.cli._wire`). The exit code says how the run ended
+(:data:`ketch.cli._wire.EXIT_CODES`). SIGINT or SIGTERM aborts the run (it still ends
+with its result, exit code 130); a second one exits at once (130), and so does SIGHUP
+(129), in both cases after ending the processes the tools started.
+
+Tool calls that need approval are asked on the terminal when stdin and stderr are
+both terminals; otherwise they are denied unless the permission mode allows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
+
+from ..llm._messages import AssistantMessage
+from ..loop._events import AgentEvent
+from ..permissions import Approval, PermissionRequest
+from ._config import SAVE_RULE_PROMPT, Settings, save_allow_rules
+from ._factory import Built, build_agent
+from ._render import compaction_note
+from ._wire import (
+    EXIT_BROKEN_PIPE,
+    BrokenPipeGuard,
+    Denied,
+    Init,
+    OutputFormat,
+    encode_event,
+    encode_line,
+    exit_code_for,
+    make_result,
+)
+
+__all__ = ["OutputFormat", "exit_now", "run_headless"]
+
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ketch")
+    except Exception:
+        return "unknown"
+
+
+_MAIN_ARGUMENTS = ("command", "pattern", "path", "file_path", "query", "url")
+_CALL_LINE_CHARS = 72
+
+
+def _tool_call_line(name: str, args: Any) -> str:
+    """``→ <tool> <main argument>`` on one line: the argument is the first of
+    ``command``, ``pattern``, ``path``, ``file_path``, ``query`` or ``url`` (else the first
+    string argument), its first line, shortened to fit; an ``ls`` of the root shows ``.``."""
+    main = ""
+    if isinstance(args, dict):
+        value = next((args[k] for k in _MAIN_ARGUMENTS if isinstance(args.get(k), str) and args[k].strip()), None)
+        if value is None:
+            value = next((v for v in args.values() if isinstance(v, str) and v.strip()), None)
+        if value is None and name == "ls":
+            value = "."
+        if value is not None:
+            lines = value.strip().splitlines()
+            main = lines[0] if lines else ""
+            if len(lines) > 1 or len(main) > _CALL_LINE_CHARS:
+                main = main[:_CALL_LINE_CHARS].rstrip() + " …"
+    return f"→ {name} {main}" if main else f"→ {name}"
+
+
+_PREVIEW_LINES = 4
+
+
+def _result_preview(text: str, is_error: bool) -> list[str]:
+    """The first lines of a tool's result, indented under its call line (``  ⎿ …``), at
+    most :data:`_PREVIEW_LINES` of them and each cut to fit, then ``… +N lines``."""
+    lines = text.splitlines() or ["(no output)"]
+    shown = [line if len(line) <= _CALL_LINE_CHARS else line[:_CALL_LINE_CHARS].rstrip() + " …" for line in lines[:_PREVIEW_LINES]]
+    if len(lines) > _PREVIEW_LINES:
+        shown.append(f"… +{len(lines) - _PREVIEW_LINES} lines")
+    mark = "  ⎿ error: " if is_error else "  ⎿ "
+    return [(mark if i == 0 else "    ") + line for i, line in enumerate(shown)]
+
+
+class _TextOut:
+    """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
+    starts (:func:`_tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
+    it ends (:func:`_result_preview`) and context compactions to stderr."""
+
+    __slots__ = ("_err", "_newline", "_out", "_show_tools")
+
+    def __init__(self, out: BinaryIO, err: Any) -> None:
+        self._out = out
+        self._err = err
+        self._show_tools = bool(getattr(err, "isatty", lambda: False)())
+        self._newline = True
+
+    def __call__(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "message_update":
+            inner: Any = event.event  # type: ignore[union-attr]
+            if inner.type == "text_delta":
+                data = inner.delta.encode()
+                if data:
+                    self._out.write(data)
+                    self._out.flush()
+                    self._newline = data.endswith(b"\n")
+        elif kind == "message_end":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage and not self._newline:
+                self._out.write(b"\n")
+                self._out.flush()
+                self._newline = True
+        elif kind == "tool_execution_start" and self._show_tools:
+            line = _tool_call_line(event.tool_name, event.args)  # type: ignore[union-attr]
+            self._err.write(f"\x1b[2m{line}\x1b[0m\n")
+            self._err.flush()
+        elif kind == "tool_execution_end" and self._show_tools:
+            end: Any = event
+            preview = _result_preview(end.result.text, end.is_error)
+            self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in preview))
+            self._err.flush()
+        elif kind == "compaction_end" and self._show_tools:
+            self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]
+            self._err.flush()
+
+
+class _StreamJsonOut:
+    """Writes one JSON line per event."""
+
+    __slots__ = ("_buffer", "_out")
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._buffer = bytearray()
+
+    def write(self, obj: Any) -> None:
+        encode_line(obj, self._buffer)
+        self._out.write(self._buffer)
+        self._out.flush()
+
+    def __call__(self, event: AgentEvent) -> None:
+        self.write(encode_event(event))
+
+
+async def _terminal_line(prompt: str) -> str:
+    """Write ``prompt`` on stderr and read one answer line from the terminal on stdin."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def readable() -> None:
+        data = os.read(fd, 4096).decode(errors="replace")
+        if not line.done():
+            line.set_result(data)
+
+    loop.add_reader(fd, readable)
+    try:
+        return (await line).strip()
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _ask_on_terminal(request: PermissionRequest, project_root: Path) -> Approval:
+    """Ask on stderr and read the answer from the terminal on stdin; after "always", ask
+    where to save the rule(s) (:func:`~ketch.cli._config.save_allow_rules`)."""
+    subject = f" {request.subject}" if request.subject else ""
+    always = ", ".join(str(r) for r in request.suggested_rules) or "no rule fits: once"
+    answer = parse_answer(
+        await _terminal_line(
+            f"\nketch wants to run {request.tool_name}{subject}\n"
+            f"  [y] allow once  [a] always ({always})  [n] deny (optionally: n <reason>)\n> "
+        )
+    )
+    if answer.decision == "always" and request.suggested_rules:
+        choice = await _terminal_line(f"{SAVE_RULE_PROMPT}\n> ")
+        shown, _ = save_allow_rules(choice, [str(r) for r in request.suggested_rules], project_root)
+        sys.stderr.write(f"ketch: {shown}\n")
+        sys.stderr.flush()
+    return answer
+
+
+def parse_answer(answer: str) -> Approval:
+    """``y``/``yes`` allow once, ``a``/``always`` always, anything else denies; text after
+    ``n``/``no`` is the reason."""
+    word, _, rest = answer.strip().partition(" ")
+    word = word.lower()
+    if word in ("y", "yes"):
+        return Approval.once()
+    if word in ("a", "always"):
+        return Approval.always()
+    if word in ("n", "no", "d", "deny"):
+        return Approval.deny(rest.strip() or None)
+    return Approval.deny(answer.strip() or None)
+
+
+def _install_signals(built: Built) -> Callable[[], None]:
+    """SIGINT/SIGTERM abort the run, a second one exits at once, SIGHUP exits at once.
+    The handlers stay until the event loop closes; call the returned function when the
+    run is over, from then on any of these signals exits at once."""
+    loop = asyncio.get_running_loop()
+    hits = [0]
+
+    def on_signal() -> None:
+        hits[0] += 1
+        if hits[0] > 1:
+            exit_now(130)
+        built.agent.abort()
+
+    def on_hangup() -> None:
+        exit_now(129)
+
+    handlers = [(signal.SIGINT, on_signal), (signal.SIGTERM, on_signal)]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps it ignored
+        handlers.append((signal.SIGHUP, on_hangup))
+    for sig, handler in handlers:
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+    def run_over() -> None:
+        hits[0] = max(hits[0], 1)
+
+    return run_over
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the program at once with ``code``, after ending the tools' processes
+    (a second Ctrl-C, a hangup): nothing a tool started outlives ketch."""
+    from ..tools._bash import kill_process_groups
+
+    try:
+        kill_process_groups(children=True)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+async def run_headless(
+    task: str,
+    settings: Settings,
+    root: Path,
+    *,
+    output: OutputFormat = "text",
+    tool_choice: str | None = None,
+    interactive_approval: bool = False,
+) -> int:
+    """Run ``task`` once and write the output; returns the exit code."""
+    built: Built | None = None
+
+    async def ask(request: PermissionRequest) -> Approval:
+        if built is not None and built.hooks is not None:
+            built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
+        return await _ask_on_terminal(request, settings.project_root or root)
+
+    built = build_agent(settings, root, approver=ask if interactive_approval else None, tool_choice=tool_choice)
+    agent = built.agent
+    model = agent.model
+    model_name = f"{model.provider}:{model.id}"
+    guard = BrokenPipeGuard(sys.stdout.buffer, agent.abort)  # the reader went away: stop
+    stdout = guard.stream
+    stream: _StreamJsonOut | None = None
+    if output == "stream-json":
+        stream = _StreamJsonOut(stdout)
+        stream.write(
+            Init(
+                model=model_name,
+                provider=model.provider,
+                cwd=str(root),
+                tools=[t.name for t in agent.tools],
+                permission_mode=built.permissions.mode,
+                thinking=agent.thinking,
+                version=_version(),
+            )
+        )
+        agent.subscribe(stream)
+    elif output == "text":
+        agent.subscribe(_TextOut(stdout, sys.stderr))
+
+    run_over = _install_signals(built)
+    built.arm()
+    if built.sandbox_warning is not None:
+        sys.stderr.write(f"ketch: warning: {built.sandbox_warning}\n")
+    try:
+        await built.session_start("startup")
+        result = await built.prompt(task)
+    finally:
+        run_over()
+        await built.session_end("other")
+    decisions = built.permissions.decisions
+    denials = [
+        Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason or "")
+        for d in decisions
+        if d.outcome == "deny"
+    ]
+    final = make_result(result.summary, result.last_assistant, model_name, denials, decisions)
+    if stream is not None:
+        stream.write(final)
+    elif output == "json":
+        stdout.write(encode_line(final, bytearray()))
+        stdout.flush()
+    else:
+        reason = result.end_reason
+        if reason != "stop" and not guard.broken:
+            detail = f": {result.summary.error}" if result.summary.error else ""
+            sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")
+    return EXIT_BROKEN_PIPE if guard.broken else exit_code_for(result.end_reason)

@@ -1,0 +1,476 @@
+"""The interactive session: ``ketch`` with no task.
+
+prompt_toolkit reads input (line editing, history in the user config directory) while
+the agent streams: the prompt stays live during a run, so what you type steers the
+agent (or, prefixed with ``>>``, queues a follow-up). Output is printed above the prompt
+with rich; the bottom toolbar shows a spinner with the elapsed time and the live
+token, cost and context counters (``ctx``: the share of the context window the
+conversation fills). Compactions of the context, automatic or by ``/compact``, are
+announced with the tokens before and after.
+
+Keys: Ctrl-C aborts the current run (a second Ctrl-C exits, also while the aborted run
+winds down); Ctrl-D exits; Ctrl-T expands or collapses thinking. SIGTERM ends the
+session (exit code 143), SIGHUP exits at once (129); every way out first ends the
+processes the tools started. Slash commands: see :data:`HELP`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..llm._model import THINKING_LEVELS
+from ..loop._events import AgentEvent
+from ..permissions import Approval, PermissionRequest, parse_mode
+from ..tools._bash import kill_process_groups
+from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
+from ._factory import Built, build_agent, build_model
+from ._headless import exit_now, parse_answer
+from ._render import EventRenderer, format_tokens
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+
+__all__ = ["HELP", "Session", "banner", "run_interactive", "shorten_path"]
+
+HELP = """\
+Commands:
+  /help                 this help
+  /model [provider:id]  show or switch the model
+  /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
+  /tools                list the tools
+  /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
+  /cost                 tokens and cost of this session
+  /compact [text]       summarise older history now (text: what the summary must keep)
+  /clear                start a new conversation
+  /exit                 quit (also Ctrl-D)
+While the agent works, type to steer it; start with >> to queue a follow-up instead.
+At a permission question answer y (once), a (always; then choose where the rule is
+saved: this session, your user settings, the project's or your local project settings)
+or n [reason].
+Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
+
+PROMPT = "› "
+PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
+SCOPE_PROMPT = f"{SAVE_RULE_PROMPT} › "
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def shorten_path(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells: the middle replaced by ``…``, keeping
+    more of the end (the directory's own name) than of the start (none when narrow)."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"
+    keep = width - 1
+    head = keep // 3 if keep >= 24 else 0
+    tail = keep - head
+    while head + tail > 0 and cell_len(text[:head]) + cell_len(text[len(text) - tail :]) > keep:
+        if tail > head * 2:
+            tail -= 1
+        else:
+            head -= 1
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def banner(model: str, root: Path, mode: str, width: int, home: Path | None = None) -> str:
+    """The start line of a session, at most ``width - 1`` cells wide when it can be: the
+    working directory is written with ``~`` for the home directory and shortened in the
+    middle to fit; the other parts are kept whole."""
+    from rich.cells import cell_len
+
+    where = str(root)
+    try:
+        home = Path.home() if home is None else home
+        relative = root.relative_to(home)
+    except (RuntimeError, KeyError, ValueError):
+        pass
+    else:
+        where = "~" if relative == Path() else f"~/{relative}"
+    head = f"ketch · {model} · "
+    tail = f" · permission mode {mode} · /help for commands"
+    room = width - 1 - cell_len(head) - cell_len(tail)
+    return head + shorten_path(where, max(room, min(cell_len(root.name) + 2, 40), 12)) + tail
+
+
+class Session:
+    """One interactive session: the agent, the prompt, the renderer and the pending question."""
+
+    def __init__(self, settings: Settings, root: Path, *, tool_choice: str | None = None) -> None:
+        self.settings = settings
+        self.root = root
+        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice)
+        self.agent = self.built.agent
+        self.permissions = self.built.permissions
+        self.renderer: EventRenderer | None = None
+        self.prompt: PromptSession[str] | None = None
+        self.pending: tuple[str, asyncio.Future[str]] | None = None  # (question, answer)
+        self.task: asyncio.Task[Any] | None = None
+        self.exit_armed = False
+        self.compacting = False
+        self.exit_code: int | None = None
+
+    # -- pieces of the screen -------------------------------------------------------------
+    def _message(self) -> str:
+        return self.pending[0] if self.pending is not None else PROMPT
+
+    def _toolbar(self) -> StyleAndTextTuples:
+        r = self.renderer
+        if r is None:
+            return []
+        parts: list[str] = []
+        label = r.status.label
+        if self.pending is not None:
+            parts.append("? waiting for your answer")
+        elif label and self.agent.is_running:
+            frame = _SPINNER[int(time.monotonic() * 10) % len(_SPINNER)]
+            parts.append(f"{frame} {label}… {r.status.elapsed():.1f}s")
+        model = self.agent.model
+        usage = r.usage
+        sent = usage.input + usage.cache_read + usage.cache_write
+        received = usage.output + r.streamed_chars // 4
+        parts.append(f"{model.provider}:{model.id}")
+        parts.append(f"↑{format_tokens(sent)} ↓{format_tokens(received)} tokens")
+        parts.append(f"${usage.cost.total + r.compaction_cost:.4f}")
+        try:
+            parts.append(f"ctx {self.built.context().percent:.0f}%")
+        except Exception:
+            pass
+        parts.append(f"mode {self.permissions.mode}")
+        return [("class:bottom-toolbar", " " + " │ ".join(parts) + " ")]
+
+    def _invalidate(self) -> None:
+        if self.prompt is not None and self.prompt.app.is_running:
+            self.prompt.app.invalidate()
+
+    # -- permission prompts ---------------------------------------------------------------
+    async def approve(self, request: PermissionRequest) -> Approval:
+        """The engine's approver: show the request and wait for the answer typed at the
+        prompt; after "always", ask where to save the rule(s) and write them there."""
+        self._show_request(request)
+        if self.built.hooks is not None:
+            self.built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
+        answer = parse_answer(await self._question(PERMISSION_PROMPT))
+        if answer.decision == "always" and request.suggested_rules:
+            self._save_rules(request, await self._question(SCOPE_PROMPT))
+        return answer
+
+    async def _question(self, text: str) -> str:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending = (text, future)
+        self._invalidate()
+        try:
+            return await future
+        finally:
+            self.pending = None
+            self._invalidate()
+
+    def _save_rules(self, request: PermissionRequest, choice: str) -> None:
+        r = self.renderer
+        assert r is not None
+        rules = [str(rule) for rule in request.suggested_rules]
+        line, failed = save_allow_rules(choice, rules, self.settings.project_root or self.root)
+        r.note(line, "red" if failed else "dim")
+
+    def _show_request(self, request: PermissionRequest) -> None:
+        r = self.renderer
+        assert r is not None
+        args = request.args
+        if request.tool_name == "bash":
+            r.note(f"⚠ bash wants to run: {request.subject}", "bold yellow")
+        elif request.tool_name == "edit" and isinstance(args.get("old_string"), str):
+            r.note(f"⚠ edit wants to change {request.subject}", "bold yellow")
+            old = str(args.get("old_string", "")).splitlines()
+            new = str(args.get("new_string", "")).splitlines()
+            r.print_diff("\n".join(difflib.unified_diff(old, new, lineterm="", n=2)))
+        elif request.tool_name == "write":
+            content = str(args.get("content", ""))
+            lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+            r.note(f"⚠ write wants to write {request.subject} ({lines} lines)", "bold yellow")
+        else:
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            r.note(f"⚠ {request.tool_name} wants to run with {shown[:300]}", "bold yellow")
+        if request.suggested_rules:
+            r.note(f"  'a' always allows {', '.join(str(rule) for rule in request.suggested_rules)}")
+        else:
+            r.note("  no rule can cover this command: 'a' allows it once")
+
+    # -- input ------------------------------------------------------------------------------
+    async def handle(self, text: str) -> bool:
+        """Act on one input line; False means exit."""
+        line = text.strip()
+        if self.pending is not None and not line.startswith("/"):
+            _, future = self.pending
+            if not future.done():
+                future.set_result(text)
+            return True
+        if not line:
+            return True
+        if line.startswith("/"):
+            return await self.command(line)
+        if self.compacting:
+            assert self.renderer is not None
+            self.renderer.note("busy compacting the context: send it when that is done (Ctrl-C cancels)", "yellow")
+            return True
+        if self.agent.is_running:
+            assert self.renderer is not None
+            if line.startswith(">>"):
+                self.agent.follow_up(line[2:].strip())
+                self.renderer.note(f"↳ queued follow-up: {line[2:].strip()}")
+            else:
+                self.agent.steer(line)
+                self.renderer.note(f"↳ steering: {line}")
+            return True
+        if line.startswith(">>"):
+            line = line[2:].strip()
+        self.task = asyncio.create_task(self._run(line))
+        return True
+
+    async def _run(self, text: str) -> None:
+        r = self.renderer
+        assert r is not None
+        self.built.arm()
+        try:
+            result = await self.built.prompt(text)
+            if result.end_reason == "stop_guard" and not result.messages:  # a UserPromptSubmit hook blocked it
+                r.note(result.summary.error or "prompt blocked", "red")
+        except Exception as exc:  # the loop does not raise; this guards the session itself
+            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+        finally:
+            r.status.set(None)
+            self._invalidate()
+
+    async def _compact(self, instructions: str | None) -> None:
+        r = self.renderer
+        assert r is not None
+        ended: list[AgentEvent] = []
+        unsubscribe = self.agent.subscribe(lambda e: ended.append(e) if e.type == "compaction_end" else None)
+        try:
+            await self.agent.compact(instructions)
+        except Exception as exc:
+            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+        else:
+            if not ended:
+                r.note("nothing to compact: the conversation is shorter than what compaction keeps", "")
+        finally:
+            unsubscribe()
+            self.compacting = False
+            r.status.set(None)
+            self._invalidate()
+
+    async def command(self, line: str) -> bool:
+        """Run a slash command; False means exit."""
+        r = self.renderer
+        assert r is not None
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        busy = self.agent.is_running or self.compacting
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            r.note(HELP, "")
+        elif name == "/cost":
+            u = r.usage
+            r.note(
+                f"{r.turns} model call{'s' if r.turns != 1 else ''} · input {u.input} · output {u.output} · cache read {u.cache_read} · "
+                f"cache write {u.cache_write} · total {u.total_tokens} tokens · ${u.cost.total:.4f}",
+                "",
+            )
+            if r.compactions:
+                n = r.compactions
+                r.note(f"{n} context compaction{'s' if n != 1 else ''} · ${r.compaction_cost:.4f}", "")
+        elif name == "/compact":
+            if self.built.context_manager is None:
+                r.note("context compaction is off in this session (--no-compaction or compaction = false)", "yellow")
+            elif busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before compacting", "yellow")
+            else:
+                self.compacting = True
+                self.task = asyncio.create_task(self._compact(arg or None))
+        elif name == "/tools":
+            for tool in self.agent.tools:
+                first = (tool.description or "").strip().splitlines()
+                r.note(f"{tool.name:<8} {first[0] if first else ''}", "")
+            if not self.agent.tools:
+                r.note("no tools", "")
+        elif name == "/model":
+            if not arg:
+                m = self.agent.model
+                r.note(f"model: {m.provider}:{m.id}", "")
+            elif busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before switching models", "yellow")
+            else:
+                try:
+                    self.agent.model = build_model(arg, self.settings)
+                except ConfigError as exc:
+                    r.note(str(exc), "red")
+                else:
+                    self.built.fit_context(self.settings)
+                    r.note(f"model: {self.agent.model.provider}:{self.agent.model.id}", "")
+        elif name == "/thinking":
+            if not arg:
+                r.note(f"thinking: {self.agent.thinking}", "")
+            elif arg not in THINKING_LEVELS:
+                r.note(f"unknown thinking level {arg!r}; one of {', '.join(THINKING_LEVELS)}", "red")
+            else:
+                self.agent.thinking = arg
+                r.note(f"thinking: {arg}", "")
+        elif name == "/mode":
+            if not arg:
+                r.note(f"permission mode: {self.permissions.mode}", "")
+            else:
+                try:
+                    self.permissions.set_mode(parse_mode(arg))
+                except ValueError as exc:
+                    r.note(str(exc), "red")
+                else:
+                    r.note(f"permission mode: {self.permissions.mode}", "")
+        elif name == "/clear":
+            if busy:
+                r.note("busy: wait for the run to end (or Ctrl-C) before clearing", "yellow")
+            else:
+                self.agent.reset()
+                if self.built.context_manager is not None:
+                    self.built.context_manager.failures = 0
+                await self.built.session_end("clear")
+                await self.built.session_start("clear")
+                r.note("conversation cleared", "")
+        else:
+            r.note(f"unknown command {name}; /help lists the commands", "red")
+        return True
+
+    def interrupt(self) -> bool:
+        """Ctrl-C: abort a run, else arm exit; True when the session should exit."""
+        assert self.renderer is not None
+        if self.exit_armed:
+            return True  # also while an aborted run is still winding down
+        if self.agent.is_running:
+            self.agent.abort()
+            self.exit_armed = True
+            self.renderer.note("Aborting… (Ctrl-C again exits)", "yellow")
+            return False
+        self.exit_armed = True
+        self.renderer.note("Press Ctrl-C again to exit (or type /exit).", "yellow")
+        return False
+
+    # -- main loop --------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Read and act on input until the user exits; returns the exit code."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.patch_stdout import patch_stdout
+        from rich.console import Console
+
+        history: History
+        try:
+            directory = config_dir()
+            directory.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(directory / "history"))
+        except OSError:
+            history = InMemoryHistory()
+        bindings = KeyBindings()
+
+        @bindings.add("c-t")
+        def _toggle(event: Any) -> None:
+            r = self.renderer
+            if r is not None:
+                r.expand_thinking = not r.expand_thinking
+                if r.expand_thinking:
+                    r.show_last_thinking()
+                else:
+                    r.note("thinking collapsed")
+
+        self.prompt = PromptSession(
+            history=history,
+            bottom_toolbar=self._toolbar,
+            refresh_interval=0.25,
+            key_bindings=bindings,
+        )
+        restore = self._install_signals()
+        with patch_stdout(raw=True):
+            console = Console(highlight=False)
+            self.renderer = EventRenderer(console)
+            self.agent.subscribe(self.renderer)
+            m = self.agent.model
+            text = banner(f"{m.provider}:{m.id}", self.root, self.permissions.mode, console.width)
+            # soft_wrap: never break the line; a terminal too narrow for it wraps it itself.
+            console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
+            if self.built.sandbox_warning is not None:
+                self.renderer.note(f"warning: {self.built.sandbox_warning}", "yellow")
+            if self.built.hooks is not None:
+                renderer = self.renderer
+                self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
+            await self.built.session_start("startup")
+            try:
+                while self.exit_code is None:
+                    try:
+                        text = await self.prompt.prompt_async(self._message)
+                    except KeyboardInterrupt:
+                        if self.interrupt():
+                            break
+                        continue
+                    except EOFError:
+                        break
+                    self.exit_armed = False
+                    if not await self.handle(text):
+                        break
+            finally:
+                kill_process_groups(children=True)
+                restore()
+                await self._shutdown()
+                await self.built.session_end("prompt_input_exit")
+        return self.exit_code or 0
+
+    def _install_signals(self) -> Callable[[], None]:
+        """SIGTERM ends the session like /exit (exit code 143); SIGHUP (the terminal is
+        gone) exits at once (129). Both end the tools' processes first."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+
+        def on_term() -> None:
+            kill_process_groups(children=True)
+            self.exit_code = 143
+            if self.agent.is_running:
+                self.agent.abort()
+            if self.prompt is not None and self.prompt.app.is_running:
+                self.prompt.app.exit(exception=EOFError())
+
+        handlers: list[tuple[signal.Signals, Callable[[], None]]] = [(signal.SIGTERM, on_term)]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            handlers.append((signal.SIGHUP, lambda: exit_now(129)))
+        for sig, handler in handlers:
+            try:
+                loop.add_signal_handler(sig, handler)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        return restore
+
+    async def _shutdown(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            self.agent.abort()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+
+
+async def run_interactive(settings: Settings, root: Path, *, tool_choice: str | None = None) -> int:
+    """Run the interactive session; returns the exit code."""
+    return await Session(settings, root, tool_choice=tool_choice).run()

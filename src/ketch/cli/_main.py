@@ -1,0 +1,377 @@
+"""The ``ketch`` command line: argument parsing and dispatch.
+
+::
+
+    ketch                       interactive session in the current directory
+    ketch "task"                the same as ``ketch run "task"``
+    ketch run "task" | -        headless run (``-`` reads the task from stdin)
+    ketch models                known models and which have keys
+    ketch doctor                check the installation, providers and the local model
+    ketch config                the effective settings and where they come from
+
+Exit codes: 0 success, 1 error, 2 usage or configuration error, 3 max turns reached,
+4 budget exhausted, 130 aborted, 141 stdout closed early (the reader went away, as in
+``ketch run … | head``: the run is aborted and the command exits quietly, like a Unix tool
+stopped by SIGPIPE).
+
+Text that is not valid UTF-8 (the task on stdin, command-line arguments) is decoded with
+U+FFFD for the bad bytes and one warning line on stderr; the rest is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..llm._model import THINKING_LEVELS
+from ..permissions import PERMISSION_MODES
+from ._args import OneLineParser, finite_non_negative, positive_int
+from ._config import TRUST_ENV, ConfigError, Settings, load_settings
+from ._wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
+
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_USAGE", "main"]
+
+EXIT_USAGE = 2
+_COMMANDS = ("run", "models", "doctor", "config")
+
+_EPILOG = """\
+commands:
+  ketch                       interactive session
+  ketch run TASK | -          headless run (also: ketch TASK); '-' reads the task from stdin
+  ketch models [--all]        known models and which providers have keys
+  ketch doctor [--quick]      check the installation, providers and the local model
+  ketch config                effective settings and their sources (keys redacted)
+
+exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget, 130 aborted
+"""
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
+    parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
+    parser.add_argument("--max-turns", type=positive_int, help="stop after this many model calls")
+    parser.add_argument("--max-budget-usd", type=finite_non_negative, help="stop once the run cost this much")
+    parser.add_argument("--max-tokens", type=positive_int, help="output token limit per model call")
+    parser.add_argument("--temperature", type=finite_non_negative, help="sampling temperature (0 is greedy)")
+    parser.add_argument("--system-prompt", help="replace the default system prompt")
+    parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
+    parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
+    parser.add_argument(
+        "--permission-mode",
+        choices=(*PERMISSION_MODES, "accept-edits"),
+        help="default | accept_edits | plan | bypass",
+    )
+    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
+    parser.add_argument(
+        "--trust-project",
+        action="store_true",
+        help=f"apply this project's settings that widen permissions (bypass, allow rules, provider URLs); also {TRUST_ENV}=1",
+    )
+    parser.add_argument(
+        "--tool-choice",
+        metavar="CHOICE",
+        help="auto | required | none | <tool name>: applies to the first model call of a run only",
+    )
+    parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="no automatic context management (no summaries of older history; /compact is off)",
+    )
+    parser.add_argument(
+        "--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="headless output format"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="ketch",
+        description="ketch: a coding agent in your terminal.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(parser)
+    parser.add_argument("task", nargs="?", help="the task; without it an interactive session starts")
+    return parser
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="ketch run", description="Run one task headless.")
+    _add_run_options(parser)
+    parser.add_argument("task", help="the task, or '-' to read it from stdin")
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags: dict[str, Any] = {
+        "model": args.model,
+        "thinking": args.thinking,
+        "max_turns": args.max_turns,
+        "max_budget_usd": args.max_budget_usd,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "system_prompt": args.system_prompt,
+        "permission_mode": args.permission_mode,
+        "compaction": False if args.no_compaction else None,
+        "context_window": args.context_window,
+    }
+    if args.tools is not None:
+        flags["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
+    return flags
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"ketch: {message}\n")
+    return EXIT_USAGE
+
+
+def _ask_trust(root: Path, widening: list[str]) -> bool:
+    """Ask on the terminal whether to trust the project at ``root``."""
+    sys.stderr.write(
+        f"The project {root} has settings that widen what ketch may do:\n"
+        + "".join(f"  {item}\n" for item in widening)
+        + "Trust this project and apply them (remembered)? [y/N] "
+    )
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, KeyboardInterrupt):
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(what: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        sys.stderr.write(f"ketch: warning: {what} is not valid UTF-8; the invalid bytes were replaced with U+FFFD\n")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable bytes of an argument, kept by Python
+    as surrogate escapes) decoded with U+FFFD instead."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "replace")
+
+
+def _clean_args(args: argparse.Namespace) -> None:
+    """Decode the text arguments that are not valid UTF-8 with replacement (one warning).
+    ``--cwd`` is a path and is kept as given."""
+    changed = False
+    for name, value in vars(args).items():
+        if name == "cwd":
+            continue
+        if isinstance(value, str):
+            clean = _valid_text(value)
+            changed = changed or clean is not value
+            setattr(args, name, clean)
+        elif isinstance(value, list):
+            cleaned = [_valid_text(v) if isinstance(v, str) else v for v in value]
+            changed = changed or any(a is not b for a, b in zip(cleaned, value, strict=True))
+            setattr(args, name, cleaned)
+    if changed:
+        _warn_once("a command-line argument")
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_once("the task on stdin")
+        return data.decode("utf-8", "replace")
+
+
+def _check_model(settings: Settings, tool_choice: str | None) -> None:
+    """Fail before the run when the chosen provider needs a key and has none, or when
+    ``--tool-choice`` names no tool of the run."""
+    from ._factory import BUILTIN_TOOLS, api_key_for, choose_model, register_providers
+
+    if tool_choice is not None:
+        tools = BUILTIN_TOOLS if settings.tools is None else tuple(settings.tools)
+        allowed = ("auto", "required", "none", *tools)
+        if tool_choice not in allowed:
+            raise ConfigError(f"--tool-choice {tool_choice!r}: expected one of {', '.join(allowed)}")
+    spec, _ = choose_model(settings)
+    if spec.startswith("scripted:"):
+        return
+    from ..llm._registry import get_provider
+    from ..llm._resolve import parse_spec
+
+    register_providers(settings.providers)
+    try:
+        provider, _ = parse_spec(spec)
+    except ValueError:
+        return  # building the model reports it
+    info = get_provider(provider)
+    if info is None or not info.requires_key or api_key_for(provider, settings) is not None:
+        return
+    configured = settings.providers.get(provider)
+    names = [configured.api_key_env] if configured is not None and configured.api_key_env else []
+    names += [n for n in info.api_key_env if n not in names]
+    where = f"set {' or '.join(names)}" if names else f"set api_key under [providers.{provider}] in the config"
+    raise ConfigError(f"no API key for provider {provider!r} (model {spec}): {where}")
+
+
+def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
+    root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
+    if not root.is_dir():
+        raise ConfigError(f"--cwd {args.cwd}: not a directory")
+    root = root.resolve()
+    settings = load_settings(root, _flags(args), trust=args.trust_project, ask_trust=_ask_trust if ask else None)
+    if settings.ignored:
+        sys.stderr.write(
+            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
+            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
+        )
+    from ..permissions import Rule
+
+    for kind in ("allow", "deny"):
+        texts: list[str] = getattr(args, kind) or []
+        for text in texts:
+            try:
+                getattr(settings, kind).append(Rule.parse(text, "flag"))
+            except ValueError as exc:
+                raise ConfigError(f"--{kind}: {exc}") from None
+        if texts:
+            settings.sources[kind] = f"flag --{kind}"
+    return settings, root
+
+
+def _run(args: argparse.Namespace) -> int:
+    _clean_args(args)
+    task = args.task
+    interactive = task is None and sys.stdin.isatty() and sys.stderr.isatty()
+    try:
+        settings, root = _settings(args, ask=interactive)
+        _check_model(settings, args.tool_choice)
+    except ConfigError as exc:
+        return _error(str(exc))
+    if task == "-" or (task is None and not sys.stdin.isatty()):
+        task = _read_stdin()
+        if not task.strip():
+            return _error("no task on stdin")
+        interactive_approval = False
+    else:
+        interactive_approval = sys.stdin.isatty() and sys.stderr.isatty()
+    if task is None:
+        from ._interactive import run_interactive
+
+        try:
+            return asyncio.run(run_interactive(settings, root, tool_choice=args.tool_choice))
+        except ConfigError as exc:
+            return _error(str(exc))
+        except KeyboardInterrupt:
+            return 130
+    from ._headless import run_headless
+
+    try:
+        return asyncio.run(
+            run_headless(
+                task,
+                settings,
+                root,
+                output=args.output,
+                tool_choice=args.tool_choice,
+                interactive_approval=interactive_approval,
+            )
+        )
+    except ConfigError as exc:
+        return _error(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C after the event loop closed
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ketch`` command; returns the exit code."""
+    try:
+        return _main(argv)
+    finally:
+        _end_tool_processes()
+
+
+def _end_tool_processes() -> None:
+    """However the command ends (normally, by an exception, after an abort), processes
+    the tools started and left running die with it. A Ctrl-C, SIGTERM or hangup arriving
+    now, with the event loop already closed, is ignored: the command is exiting anyway."""
+    if "ketch.tools._bash" not in sys.modules:
+        return
+    import signal
+
+    from ..tools._bash import kill_process_groups
+
+    saved: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        kill_process_groups(children=True)
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
+        os.getcwd()
+    except OSError as exc:
+        return _error(f"the current directory is gone ({exc.strerror}): cd to an existing directory")
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # text that cannot be encoded is shown, not a crash
+            reconfigure(errors="backslashreplace")
+    try:
+        try:
+            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit as exc:  # argparse: --help, usage errors
+            if exc.code is not None and not isinstance(exc.code, int):
+                raise
+            code = exc.code or 0
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str]) -> int:
+    command = argv[0] if argv and argv[0] in _COMMANDS else None
+    if command == "run":
+        args = _run_parser().parse_args(argv[1:])
+        return _run(args)
+    if command == "models":
+        from ._catalog import models_command
+
+        return models_command(argv[1:])
+    if command == "doctor":
+        from ._doctor import doctor_command
+
+        return doctor_command(argv[1:])
+    if command == "config":
+        from ._show_config import config_command
+
+        return config_command(argv[1:])
+    args = _parser().parse_args(argv)
+    return _run(args)
+

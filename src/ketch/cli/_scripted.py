@@ -1,0 +1,49 @@
+"""A scripted model from a JSON file, so the command can be tested without a network.
+
+Not shown in ``--help``; select it with ``--model scripted:<path>`` or the environment
+variable ``KETCH_TEST_SCRIPT=<path>`` (which wins over every other model setting). The
+file holds a JSON list; each item is one model reply, either a string (a text reply) or
+an object with the fields of :class:`ketch.testing.Reply`::
+
+    [
+      {"blocks": [{"type": "thinking", "thinking": "Let me look."},
+                  {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}}]},
+      {"blocks": [{"type": "text", "text": "Done."}],
+       "usage": {"input": 10, "output": 2, "total_tokens": 12, "cost": {"total": 0.5}}},
+      {"hang": true},
+      {"error": "upstream broke", "error_kind": "server"}
+    ]
+
+Replies are taken in order by every request, including the summary request of a context
+compaction (its system prompt is :data:`ketch.context._summary.SUMMARY_SYSTEM_PROMPT`): put
+the summary reply (``"<summary>…</summary>"``) where the compaction happens, e.g. after the
+replies of the turns before it. ``--context-window`` makes a short script compact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from ..testing import Reply, ScriptedModel
+
+__all__ = ["SCRIPT_ENV", "load_scripted_model"]
+
+SCRIPT_ENV = "KETCH_TEST_SCRIPT"
+
+
+def load_scripted_model(path: str) -> ScriptedModel:
+    """A :class:`ScriptedModel` playing the replies in the JSON file at ``path``.
+
+    Raises ``ValueError`` with a readable message when the file is missing or invalid.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read model script {path}: {exc.strerror or exc}") from None
+    try:
+        replies = msgspec.json.decode(data, type=list[str | Reply])
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"invalid model script {path}: {exc}") from None
+    return ScriptedModel(replies, provider="scripted", api="scripted", id="scripted-model")

@@ -1,0 +1,81 @@
+"""``ketch config``: the effective settings, where each comes from, keys redacted (and
+the credentials of a ``base_url``: ``https://***@host/v1``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._args import OneLineParser
+from ._config import ConfigError, config_dir, load_settings, redact, redact_url
+from ._factory import api_key_for, choose_model, key_source
+
+__all__ = ["config_command"]
+
+_SHOWN = (
+    "thinking",
+    "max_turns",
+    "max_budget_usd",
+    "tools",
+    "compaction",
+    "context_window",
+    "permission_mode",
+    "allow",
+    "ask",
+    "deny",
+    "sandbox",
+    "sandbox_network",
+    "sandbox_env_allow",
+)
+
+
+def config_command(argv: Sequence[str]) -> int:
+    """Run ``ketch config``; returns the exit code."""
+    parser = OneLineParser(prog="ketch config", description="Show the effective settings.")
+    parser.add_argument("-C", "--cwd", help="working directory (for the project config)")
+    args = parser.parse_args(argv)
+    root = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
+    try:
+        settings = load_settings(root)
+    except ConfigError as exc:
+        sys.stderr.write(f"ketch: {exc}\n")
+        return 2
+    out = sys.stdout
+    user = config_dir() / "config.toml"
+    out.write(f"user config:    {user}{'' if user.is_file() else ' (not found)'}\n")
+    project = next((f for f in settings.files if f != user), None)
+    out.write(f"project config: {project if project is not None else '(none)'}\n")
+    if settings.ignored:
+        out.write(f"ignored (untrusted project; KETCH_TRUST_PROJECT=1 applies them): {'; '.join(settings.ignored)}\n")
+    out.write("\n")
+    spec, reason = choose_model(settings)
+    out.write(f"model           {spec}  ({reason})\n")
+    for name in _SHOWN:
+        value = getattr(settings, name)
+        if isinstance(value, list):
+            shown = ", ".join(str(v) for v in value) or "(none)"
+        else:
+            shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out.write(f"{name:<15} {shown}  ({settings.sources.get(name, 'default')})\n")
+    prompt = settings.system_prompt
+    out.write(f"{'system_prompt':<15} {'(built-in)' if prompt is None else repr(prompt[:60])}\n")
+    from ..llm._registry import list_providers
+
+    out.write("\nproviders:\n")
+    known = {p.name: p for p in list_providers()}
+    names = [*known, *(n for n in settings.providers if n not in known)]
+    for name in names:
+        cfg = settings.providers.get(name)
+        source = key_source(name, settings, os.environ)
+        secret = api_key_for(name, settings, os.environ)
+        prov = known.get(name)
+        if secret is None and prov is not None and not prov.requires_key:
+            line = f"  {name:<12} no key needed"
+        else:
+            line = f"  {name:<12} key {redact(secret)}" + (f" from {source}" if source else "")
+        if cfg is not None and cfg.base_url:
+            line += f"  base_url {redact_url(cfg.base_url)}"
+        out.write(line + "\n")
+    return 0

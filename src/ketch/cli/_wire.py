@@ -1,0 +1,323 @@
+"""The ``stream-json`` and ``json`` output formats of ``ketch run``.
+
+``stream-json`` writes one JSON object per line: an ``init`` line, then every agent event
+(``{"type": <event type>, ...}``, the fields of :mod:`ketch.loop._events`), then a
+``result`` line. To keep the stream linear in the size of the answer, three events are
+slimmed:
+
+- ``message_update`` carries ``event``, the underlying stream event without the partial
+  message (``text_delta``: ``index``, ``delta``; ``toolcall_delta``: also ``arguments``, the
+  best-effort parse of the arguments so far; ``toolcall_end``: the ``tool_call``; …);
+- ``turn_end`` carries ``turn`` and the ids of its tool results, not the messages again;
+- ``agent_end`` carries the ``summary`` only.
+
+Every message appears in full in its ``message_end`` line (user and tool-result messages
+also in ``message_start``). ``json`` writes only the ``result`` object. A lone surrogate
+in a string (JSON cannot carry one) is written as U+FFFD.
+
+When the reader of stdout goes away (``ketch run … | head``), :class:`BrokenPipeGuard`
+aborts the run and the command exits with :data:`EXIT_BROKEN_PIPE`, without a traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO, Literal, TypeAlias, get_args
+
+import msgspec
+
+from ..llm._messages import AssistantMessage, ToolCall, Usage, scrub_surrogates
+from ..loop._events import AgentEvent, RunSummary
+from ..permissions import Decision
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_CODES",
+    "OUTPUT_FORMATS",
+    "BrokenPipeGuard",
+    "Init",
+    "OutputFormat",
+    "Result",
+    "encode_event",
+    "encode_line",
+    "exit_code_for",
+    "make_result",
+    "silence_stdout",
+]
+
+OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+"""The headless output formats (``ketch run -o``)."""
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
+
+EXIT_BROKEN_PIPE = 141
+"""Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
+tool that SIGPIPE stopped."""
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at ``/dev/null``, so that nothing more written to stdout
+    (the interpreter's final flush included) fails once its reader is gone."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+class _Sink(io.RawIOBase):
+    def __init__(self, guard: BrokenPipeGuard) -> None:
+        self._guard = guard
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        self._guard._write(data)
+        return size
+
+
+class BrokenPipeGuard:
+    """Stdout for a run whose reader may go away: write to :attr:`stream`. On the first
+    ``BrokenPipeError`` stdout is silenced (:func:`silence_stdout`), :attr:`broken`
+    becomes true and ``on_broken`` (abort the run) is called; later writes are dropped
+    and call it again (so a break before the run started aborts the run too)."""
+
+    __slots__ = ("_on_broken", "_out", "broken", "stream")
+
+    def __init__(self, out: BinaryIO, on_broken: Callable[[], object]) -> None:
+        self._out = out
+        self._on_broken = on_broken
+        self.broken = False
+        self.stream: BinaryIO = io.BufferedWriter(_Sink(self))
+
+    def _write(self, data: Any) -> None:
+        if self.broken:
+            self._on_broken()
+            return
+        view = memoryview(data).cast("B")
+        try:
+            # A pipe whose reader leaves during a long write takes part of it and returns
+            # the count; writing the rest raises BrokenPipeError.
+            while view:
+                written = self._out.write(view)
+                view = view[written if written is not None else len(view) :]
+            self._out.flush()
+        except BrokenPipeError:
+            self.broken = True
+            silence_stdout()
+            self._on_broken()
+
+EXIT_CODES: dict[str, int] = {
+    "stop": 0,
+    "error": 1,
+    "stop_guard": 1,
+    "max_turns": 3,
+    "max_budget": 4,
+    "aborted": 130,
+}
+"""Exit code per end reason. Usage and configuration errors exit with 2."""
+
+
+def exit_code_for(end_reason: str) -> int:
+    """The process exit code for a run's end reason."""
+    return EXIT_CODES.get(end_reason, 1)
+
+
+class Init(msgspec.Struct, kw_only=True, tag="init", tag_field="type"):
+    """The first ``stream-json`` line: what the run works with."""
+
+    model: str
+    provider: str
+    cwd: str
+    tools: list[str]
+    permission_mode: str
+    thinking: str
+    version: str
+
+
+class Denied(msgspec.Struct, kw_only=True):
+    """A tool call the permission gate denied."""
+
+    tool_call_id: str
+    tool_name: str
+    reason: str
+
+
+class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
+    """The final object: the ``json`` output and the last ``stream-json`` line.
+
+    ``text`` is the final assistant text; ``duration`` is in seconds; ``cost`` in US
+    dollars.
+    """
+
+    end_reason: str
+    is_error: bool
+    exit_code: int
+    text: str
+    error: str | None
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    usage: Usage
+    cost: float
+    duration: float
+    model: str
+    permission_denials: list[Denied]
+    permission_decisions: list[Decision] = msgspec.field(default_factory=list)
+
+
+def make_result(
+    summary: RunSummary,
+    final: AssistantMessage | None,
+    model: str,
+    denials: list[Denied],
+    decisions: list[Decision] | None = None,
+) -> Result:
+    """The result object for a finished run."""
+    code = exit_code_for(summary.end_reason)
+    return Result(
+        end_reason=summary.end_reason,
+        is_error=code != 0,
+        exit_code=code,
+        text=final.text if final is not None else "",
+        error=summary.error,
+        turns=summary.turns,
+        tool_calls=summary.tool_calls,
+        tool_errors=summary.tool_errors,
+        usage=summary.usage,
+        cost=summary.usage.cost.total,
+        duration=round(summary.duration, 6),
+        model=model,
+        permission_denials=denials,
+        permission_decisions=list(decisions or ()),
+    )
+
+
+class _Block(msgspec.Struct, kw_only=True, tag_field="type"):
+    index: int
+
+
+class _TextStart(_Block, tag="text_start"):
+    pass
+
+
+class _ThinkingStart(_Block, tag="thinking_start"):
+    pass
+
+
+class _TextDelta(_Block, tag="text_delta"):
+    delta: str
+
+
+class _ThinkingDelta(_Block, tag="thinking_delta"):
+    delta: str
+
+
+class _TextEnd(_Block, tag="text_end"):
+    content: str
+
+
+class _ThinkingEnd(_Block, tag="thinking_end"):
+    content: str
+
+
+class _ToolStart(_Block, tag="toolcall_start"):
+    id: str
+    name: str
+
+
+class _ToolDelta(_Block, tag="toolcall_delta"):
+    delta: str
+    arguments: dict[str, Any]
+
+
+class _ToolEnd(_Block, tag="toolcall_end"):
+    tool_call: ToolCall
+
+
+class _Update(msgspec.Struct, kw_only=True, tag="message_update", tag_field="type"):
+    event: Any
+
+
+class _TurnEnd(msgspec.Struct, kw_only=True, tag="turn_end", tag_field="type"):
+    turn: int
+    stop_reason: str
+    tool_result_ids: list[str]
+
+
+class _AgentEnd(msgspec.Struct, kw_only=True, tag="agent_end", tag_field="type"):
+    summary: RunSummary
+
+
+def _slim(event: Any) -> Any:
+    """The stream event of a ``message_update`` without its partial message."""
+    kind = event.type
+    if kind == "text_delta":
+        return _TextDelta(index=event.index, delta=event.delta)
+    if kind == "thinking_delta":
+        return _ThinkingDelta(index=event.index, delta=event.delta)
+    if kind == "toolcall_delta":
+        block = event.partial.content[event.index]
+        return _ToolDelta(index=event.index, delta=event.delta, arguments=block.args)
+    if kind == "text_start":
+        return _TextStart(index=event.index)
+    if kind == "thinking_start":
+        return _ThinkingStart(index=event.index)
+    if kind == "text_end":
+        return _TextEnd(index=event.index, content=event.content)
+    if kind == "thinking_end":
+        return _ThinkingEnd(index=event.index, content=event.content)
+    if kind == "toolcall_start":
+        block = event.partial.content[event.index]
+        return _ToolStart(index=event.index, id=block.id, name=block.name)
+    if kind == "toolcall_end":
+        return _ToolEnd(index=event.index, tool_call=event.tool_call)
+    return {"type": kind}
+
+
+def _fallback(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    return str(value)
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_fallback)
+
+
+def encode_event(event: AgentEvent) -> Any:
+    """The object written for ``event`` (slimmed as described in the module docstring)."""
+    kind = event.type
+    if kind == "message_update":
+        return _Update(event=_slim(event.event))  # type: ignore[union-attr]
+    if kind == "turn_end":
+        return _TurnEnd(
+            turn=event.turn,  # type: ignore[union-attr]
+            stop_reason=event.message.stop_reason,  # type: ignore[union-attr]
+            tool_result_ids=[m.tool_call_id for m in event.tool_results],  # type: ignore[union-attr]
+        )
+    if kind == "agent_end":
+        return _AgentEnd(summary=event.summary)  # type: ignore[union-attr]
+    return event
+
+
+def encode_line(obj: Any, buffer: bytearray) -> bytearray:
+    """Encode ``obj`` as one JSON line into ``buffer`` (reused between calls)."""
+    try:
+        _encoder.encode_into(obj, buffer)
+    except UnicodeEncodeError:
+        _encoder.encode_into(scrub_surrogates(msgspec.to_builtins(obj, enc_hook=_fallback)), buffer)
+    buffer.extend(b"\n")
+    return buffer
+

@@ -1,0 +1,167 @@
+"""The model interface: what a request looks like and what a model must do with it.
+
+A :class:`Model` turns a :class:`Request` plus :class:`StreamOptions` into an async
+iterator of :data:`~ketch.llm._stream.StreamEvent`. It never raises for request or
+runtime failures: those end the stream with a :class:`~ketch.llm._stream.StreamError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
+
+import msgspec
+
+from ._messages import AssistantMessage, Message
+from ._signal import AbortSignal
+from ._stream import StreamDone, StreamError, StreamEvent
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "THINKING_LEVELS",
+    "TOOL_CHOICE_MODES",
+    "Model",
+    "Request",
+    "SettableContextWindow",
+    "StreamOptions",
+    "ThinkingLevel",
+    "ToolChoice",
+    "ToolChoiceMode",
+    "ToolSpec",
+    "complete",
+]
+
+ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+"""Every thinking level, in order of effort (derived from :data:`ThinkingLevel`)."""
+
+DEFAULT_CONTEXT_WINDOW = 128_000
+"""The context window (tokens) assumed for a model nothing is known about: the one
+default every part of ketch uses (registry entries, unknown models, test doubles)."""
+
+ToolChoiceMode: TypeAlias = Literal["auto", "none", "required"]
+"""The tool choices that are not a tool's name."""
+TOOL_CHOICE_MODES: tuple[ToolChoiceMode, ...] = get_args(ToolChoiceMode)
+
+ToolChoice: TypeAlias = ToolChoiceMode | str
+"""``auto``, ``none``, ``required``, or the name of one tool to force."""
+
+
+class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """What a model is told about a tool: name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Request(msgspec.Struct, kw_only=True):
+    """Everything a model sees in one request."""
+
+    system_prompt: str = ""
+    messages: list[Message] = msgspec.field(default_factory=list)
+    tools: list[ToolSpec] = msgspec.field(default_factory=list)
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    """Per-request options. Providers ignore what they do not support.
+
+    ``response_format`` is a JSON schema (``{"name": ..., "schema": {...}}``) for
+    structured output. ``api_key`` and ``headers`` are never logged or shown in reprs.
+    ``extra`` holds provider-specific request fields.
+    """
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    thinking: ThinkingLevel = "off"
+    tool_choice: ToolChoice | None = None
+    response_format: dict[str, Any] | None = None
+    api_key: str | None = msgspec.field(default=None)
+    headers: Mapping[str, str] | None = None
+    signal: AbortSignal | None = None
+    session_id: str | None = None
+    cache_key: str | None = None
+    extra: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        shown = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name in ("api_key", "headers"):
+                value = "***"
+            shown.append(f"{name}={value!r}")
+        return f"StreamOptions({', '.join(shown)})"
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model reachable through the stream protocol.
+
+    ``provider`` names who serves it (``openai``, ``anthropic``, ``local`` …), ``api``
+    the wire protocol, ``id`` the model id sent to the provider. ``context_window`` is
+    the one answer to "how many tokens fit in a request" that the loop, the agent, the
+    compactor and the command all read (a registry model's listed window, the local
+    model's ``n_ctx``, :data:`DEFAULT_CONTEXT_WINDOW` for a model nothing is known about).
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def api(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens."""
+        ...
+
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one assistant response. Never raises for request or runtime failures."""
+        ...
+
+
+@runtime_checkable
+class SettableContextWindow(Protocol):
+    """A model whose context window the user may set (every model ketch ships).
+
+    ``set_context_window(n)`` makes :attr:`Model.context_window` answer ``n`` (a user
+    setting for a model the registry does not know, or knows wrong);
+    ``set_context_window(None)`` restores the model's own answer.
+    """
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override the context window (None: the model's own again)."""
+        ...
+
+
+ModelFactory: TypeAlias = Callable[[str], Model]
+
+
+async def complete(
+    model: Model, request: Request, options: StreamOptions | None = None
+) -> AssistantMessage:
+    """Run :meth:`Model.stream` to the end and return the final message.
+
+    Failures come back as a message with ``stop_reason`` ``error`` or ``aborted``.
+    """
+    final: AssistantMessage | None = None
+    async for event in model.stream(request, options):
+        if type(event) is StreamDone:
+            final = event.message
+        elif type(event) is StreamError:
+            final = event.error
+    if final is None:
+        final = AssistantMessage(
+            provider=model.provider,
+            api=model.api,
+            model=model.id,
+            stop_reason="error",
+            error_message="stream ended without a terminal event",
+            error_kind="network",
+        )
+    return final

@@ -1,0 +1,628 @@
+"""The HTTP machinery every provider adapter shares.
+
+:class:`HTTPModel` implements :meth:`ketch.llm._model.Model.stream` once: key
+resolution, request hooks, the shared aiohttp session, streaming and non-streaming
+responses, idle and total timeouts, error classification, retries with backoff, and
+the stream-protocol guarantees (kept by the streaming generator itself, as
+:func:`~ketch.llm._stream.guard_stream` keeps them for other producers). An adapter
+subclasses it and implements three methods:
+
+- :meth:`HTTPModel.build_request` — URL, headers and JSON body for a context;
+- :meth:`HTTPModel.parse_stream` — SSE events to builder events, ending with
+  ``builder.done(...)`` when the provider's terminal marker arrives;
+- :meth:`HTTPModel.parse_response` — a complete JSON response to builder events.
+
+and may override :meth:`HTTPModel.classify` for provider-specific error bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar
+
+import msgspec
+
+from .._classify import classify_error_body, classify_exception, classify_response
+from .._errors import (
+    AuthError,
+    ContextOverflowError,
+    InvalidRequestError,
+    ModelError,
+    NetworkError,
+    ServerError,
+    exception_text,
+)
+from .._http import (
+    DEFAULT_MAX_EVENT_BYTES,
+    Deadline,
+    SSEBatch,
+    TimedContent,
+    get_session,
+    iter_sse,
+    proxy_for,
+    read_limited,
+    redact_headers,
+    redact_text,
+    secrets_from_env,
+)
+from .._model import Request, StreamOptions
+from .._registry import ModelInfo, default_info, list_providers, lookup
+from .._retry import RetryPolicy
+from .._signal import Aborted, AbortSignal
+from .._stream import MessageBuilder, Retry, StreamDone, StreamEvent, is_closable
+from .wire_cache import encode_body
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
+
+DEFAULT_IDLE_TIMEOUT = 90.0
+"""Seconds a streamed request may wait for its next bytes (the headers included)."""
+
+T = TypeVar("T")
+
+SSEEvents: TypeAlias = AsyncIterator[SSEBatch]
+"""Server-Sent Events from :func:`ketch.llm._http.iter_sse`, one batch per read."""
+
+
+class HTTPRequest(msgspec.Struct, kw_only=True):
+    """One request as an adapter builds it. ``headers`` hold the adapter's own headers
+    (auth included); the base adds content negotiation and user headers."""
+
+    url: str
+    body: dict[str, Any]
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    stream: bool = True
+
+
+class HTTPExchange(msgspec.Struct, kw_only=True):
+    """What an observer sees, once per request (``phase="request"``) and once per
+    response (``phase="response"``). Headers are redacted; ``error`` holds the body of a
+    failed response (redacted)."""
+
+    phase: Literal["request", "response"]
+    attempt: int
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: Any = None
+    status: int | None = None
+    response_headers: dict[str, str] | None = None
+    error: str | None = None
+
+
+Observer: TypeAlias = Callable[[HTTPExchange], "Awaitable[None] | None"]
+"""Sees every request and response (for logging and tests)."""
+
+Rewrite: TypeAlias = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+"""Sees the JSON body before it is sent; may mutate it or return a replacement."""
+
+_DEFAULT_OPTIONS = StreamOptions()
+_DRAIN_SECONDS = 0.25
+
+
+class HTTPOptions(TypedDict, total=False):
+    """The connection and request options every HTTP model accepts (see :class:`HTTPModel`)."""
+
+    base_url: str | None
+    api_key: str | None
+    env_keys: tuple[str, ...] | None
+    requires_key: bool
+    info: ModelInfo | None
+    headers: Mapping[str, str] | None
+    retry: RetryPolicy | None
+    idle_timeout: float | None
+    timeout: float | None
+    connect_timeout: float | None
+    max_event_bytes: int | None
+    observer: Observer | None
+    rewrite: Rewrite | None
+
+
+class HTTPModel:
+    """A model reached over HTTP. Subclasses implement the wire protocol.
+
+    ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
+    variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
+    update) and, when it holds real data about the model (registered, named or with
+    explicit limits), the context window that usage is checked against and the input
+    modalities. ``idle_timeout`` (default :data:`DEFAULT_IDLE_TIMEOUT`, 90 s) bounds
+    every wait for bytes of a streamed response, the first one (the response headers)
+    included; a request that failed on it is retried at most once. ``timeout`` bounds
+    one whole attempt; ``connect_timeout`` the connection set-up. ``max_event_bytes``
+    (default 16 MiB) bounds one Server-Sent Event, one line of it and one
+    non-streamed body. ``observer`` and ``rewrite`` are the request hooks (see
+    :data:`Observer`, :data:`Rewrite`).
+
+    A request sent on a pooled keep-alive connection that the server had closed fails
+    before any response byte; it is sent again at once on a new connection, silently
+    (no retry event, no wait), once per request. Keys are redacted from errors and
+    exchanges: the request's own key and the values of ``env_keys``, of every registered
+    provider's key variables and of the conventional ones
+    (:data:`~ketch.llm._http.CONVENTIONAL_KEY_ENV`).
+    """
+
+    api: str = ""
+    default_base_url: str = ""
+    default_env_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        provider: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        env_keys: tuple[str, ...] | None = None,
+        requires_key: bool = True,
+        info: ModelInfo | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        timeout: float | None = 600.0,
+        connect_timeout: float | None = 30.0,
+        max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
+        observer: Observer | None = None,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        self.id = id
+        self.provider = provider
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self._api_key = api_key
+        self.env_keys = self.default_env_keys if env_keys is None else env_keys
+        self.requires_key = requires_key
+        self.info = info if info is not None else default_info(provider, self.api, id, self.base_url)
+        # Limits are enforced only from real data, never from the defaults of an unknown model.
+        self._known_info = info is not None and _describes_model(info)
+        self._window = info.context_window if info is not None and self._known_info else None
+        self._window_override: int | None = None
+        self.headers = dict(headers) if headers else {}
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.idle_timeout = idle_timeout
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_event_bytes = max_event_bytes
+        self.observer = observer
+        self.rewrite = rewrite
+        self._client_timeout: aiohttp.ClientTimeout | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
+
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens: the user's setting, else the registry's (the
+        default for a model the registry does not list)."""
+        return self._window_override or self.info.context_window
+
+    def set_context_window(self, window: int | None) -> None:
+        """Override :attr:`context_window` (None: the registry's again)."""
+        self._window_override = window
+
+    # -- what adapters implement -----------------------------------------------------
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The request for ``request``. ``api_key`` is the resolved key (None when the
+        endpoint needs none)."""
+        raise NotImplementedError
+
+    def parse_stream(
+        self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
+    ) -> AsyncIterator[StreamEvent]:
+        """Turn SSE events into builder events; yield ``builder.done(...)`` at the
+        provider's terminal marker. Raise a :class:`ModelError` for in-stream errors.
+        Ending without a done event is reported as a truncated stream."""
+        raise NotImplementedError
+
+    def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
+        """Turn a complete (non-streamed) JSON response into builder events ending
+        with ``builder.done(...)``."""
+        raise NotImplementedError
+
+    def classify(self, status: int, body: bytes, headers: Mapping[str, str]) -> ModelError:
+        """The error for a failed response; override for provider-specific bodies."""
+        return classify_response(status, body, headers)
+
+    # -- the Model interface ---------------------------------------------------------
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one assistant response (never raises for request or runtime failures)."""
+        opts = options if options is not None else _DEFAULT_OPTIONS
+        builder = MessageBuilder(
+            provider=self.provider, api=self.api, model=self.id, pricing=self.info.pricing.apply
+        )
+        return self._produce(request, opts, builder)
+
+    def resolve_api_key(self, options: StreamOptions | None = None) -> str | None:
+        """The key a request would use: explicit, then per-request, then environment."""
+        key = self._api_key or (options.api_key if options is not None else None)
+        if not key:
+            for name in self.env_keys:
+                key = os.environ.get(name)
+                if key:
+                    break
+        return key or None
+
+    # -- internals -------------------------------------------------------------------
+    def _connect_timeout(self) -> aiohttp.ClientTimeout:
+        # aiohttp keeps only the connect limit: the idle and total limits are a
+        # Deadline's, which costs one timer per attempt instead of one per chunk.
+        if self._client_timeout is None:
+            import aiohttp
+
+            self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
+        return self._client_timeout
+
+    async def _prepare(
+        self, context: Request, options: StreamOptions
+    ) -> tuple[HTTPRequest, list[bytes | memoryview], dict[str, str], _Secrets]:
+        key = self.resolve_api_key(options)
+        if key is None and self.requires_key:
+            where = " or ".join(self.env_keys) if self.env_keys else "an environment variable"
+            raise AuthError(f"No API key for provider {self.provider!r}: pass api_key or set {where}")
+        request = self.build_request(context, options, key)
+        if options.extra:
+            request.body.update(options.extra)
+        if self.rewrite is not None:
+            replaced = self.rewrite(request.body)
+            if inspect.isawaitable(replaced):
+                replaced = await replaced
+            if replaced is not None:
+                request.body = replaced
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+            **request.headers,
+            **self.headers,
+        }
+        if options.headers:
+            headers.update(options.headers)
+        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys)
+
+    async def _observe(
+        self,
+        phase: Literal["request", "response"],
+        attempt: int,
+        request: HTTPRequest,
+        headers: Mapping[str, str],
+        secrets: tuple[str, ...],
+        response: aiohttp.ClientResponse | None = None,
+        error_body: bytes | None = None,
+    ) -> None:
+        assert self.observer is not None
+        exchange = HTTPExchange(
+            phase=phase,
+            attempt=attempt,
+            method="POST",
+            url=redact_text(request.url, secrets),
+            headers=redact_headers(headers, secrets),
+            body=request.body,
+        )
+        if response is not None:
+            exchange.status = response.status
+            exchange.response_headers = redact_headers(response.headers, secrets)
+            if error_body is not None:
+                exchange.error = redact_text(error_body.decode("utf-8", "replace"), secrets)
+        result = self.observer(exchange)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _produce(
+        self, context: Request, options: StreamOptions, builder: MessageBuilder
+    ) -> AsyncIterator[StreamEvent]:
+        # This generator keeps the stream protocol itself (what guard_stream does for
+        # other producers), so events reach the consumer in one hand-off: one start,
+        # exactly one terminal event, failures and aborts as error events keeping the
+        # partial content. Every wait goes through a Deadline, which also ends it when
+        # the signal aborts; an abort between waits is seen at the next event.
+        signal = options.signal
+        started = True
+        yield builder.start()
+        try:
+            if signal is not None and signal.aborted:
+                raise Aborted()
+            if self.rewrite is None:
+                request, payload, headers, secrets = await self._prepare(context, options)
+            else:
+                request, payload, headers, secrets = await _abortable(self._prepare(context, options), signal)
+            policy = self.retry
+            client_timeout = self._connect_timeout()
+            limit = self.max_event_bytes
+            attempt = 0
+            resent = False  # the one silent resend after a stale pooled connection
+            idle_failures = 0
+            while True:
+                attempt += 1
+                try:
+                    if self.observer is not None:
+                        await _abortable(
+                            self._observe("request", attempt, request, headers, secrets.values()), signal
+                        )
+                    session = await get_session()
+                    deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout, signal)
+                    try:
+                        response = await deadline.wait(
+                            session.post(
+                                request.url,
+                                data=_data(payload),
+                                headers=headers,
+                                proxy=proxy_for(request.url),
+                                timeout=client_timeout,
+                            )
+                        )
+                    except BaseException as exc:
+                        deadline.close()
+                        if not resent and _stale_connection(exc):
+                            # The server closed a kept-alive connection before answering:
+                            # send again at once on a new one, as if nothing happened.
+                            resent = True
+                            attempt -= 1
+                            continue
+                        raise
+                    finished = False
+                    try:
+                        status = response.status
+                        failed = not 200 <= status < 300
+                        content = TimedContent(response.content, deadline)
+                        error_body = await read_limited(content, limit) if failed else None
+                        if error_body is not None:
+                            # Redacted before anything clips it.
+                            error_body = redact_text(error_body.decode("utf-8", "replace"), secrets.values()).encode()
+                        if self.observer is not None:
+                            await deadline.wait(
+                                self._observe(
+                                    "response", attempt, request, headers, secrets.values(), response, error_body
+                                )
+                            )
+                        if error_body is not None:
+                            raise self.classify(status, error_body, response.headers)
+                        content_type = response.headers.get("content-type", "")
+                        if content_type.startswith("text/html"):
+                            raise _html_page(request.url, status, secrets.values())
+                        first = b""
+                        if request.stream and not content_type.startswith("application/json"):
+                            first = await content.readany()
+                            lead = first.lstrip()[:1]
+                            if lead == b"<":
+                                raise _html_page(request.url, status, secrets.values())
+                        else:
+                            lead = b"{"
+                        if lead != b"{" and lead != b"[":
+                            sse = iter_sse(content, first=first, max_event=limit)
+                            parsed = self.parse_stream(sse, builder, request)
+                            try:
+                                async for event in parsed:
+                                    if type(event) is StreamDone:
+                                        self._check_window(builder)
+                                        await _drain(response)
+                                        finished = True
+                                        yield event
+                                        return
+                                    yield event
+                                    if deadline.error is not None:
+                                        raise deadline.error  # aborted while the consumer held the event
+                            except _MALFORMED as exc:
+                                raise _malformed(exc) from None
+                            finally:
+                                await _aclose(parsed)
+                                await _aclose(sse)
+                            if not finished:
+                                raise NetworkError("The stream ended before the response was complete")
+                        else:
+                            # A whole JSON body (also to a streaming request): an error
+                            # object, or a complete response.
+                            data = await read_limited(content, limit, first)
+                            in_body = _error_in_body(data)
+                            if in_body is not None:
+                                raise in_body
+                            try:
+                                events = list(self.parse_response(data, builder, request))
+                            except _MALFORMED as exc:
+                                raise _malformed(exc) from None
+                            for event in events:
+                                if type(event) is StreamDone:
+                                    self._check_window(builder)
+                                    finished = True
+                                yield event
+                        return
+                    except BaseException:
+                        if not finished:
+                            response.close()  # drop the connection at once; never reuse it
+                        raise
+                    finally:
+                        deadline.close()
+                        response.release()
+                except Aborted:
+                    raise
+                except Exception as exc:
+                    error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets.values())
+                    if not error.retryable:
+                        raise error from None
+                    if error.kind == "stream_idle":
+                        idle_failures += 1
+                        if idle_failures > 1:  # silent twice for the whole limit: give up
+                            raise error from None
+                    delay = policy.delay(attempt, error.retry_after)
+                    if delay is None:
+                        if error.retry_after is not None and attempt < policy.max_attempts:
+                            error.message = (
+                                f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
+                                f"more than the {policy.max_delay:g}s limit)"
+                            )
+                            error.args = (error.message,)
+                        raise error from None
+                    discard = bool(builder.message.content)
+                    yield Retry(
+                        attempt=attempt,
+                        max_attempts=policy.max_attempts,
+                        delay=delay,
+                        error_kind=error.kind,
+                        error_message=error.message,
+                        discard_partial=discard,
+                    )
+                    if discard:
+                        builder.reset()
+                        started = False
+                    await _abortable(asyncio.sleep(delay), signal)
+                    if discard:
+                        started = True
+                        yield builder.start()
+        except Aborted:
+            if not started:
+                yield builder.start()
+            yield builder.error("Request was aborted", aborted=True)
+        except Exception as exc:
+            message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (exception_text(exc), "unknown")
+            if not started:
+                yield builder.start()
+            yield builder.error(message, kind=kind)
+
+    def _check_window(self, builder: MessageBuilder) -> None:
+        window = self._window
+        if window:
+            u = builder.message.usage
+            used = u.input + u.cache_read + u.cache_write
+            if used > window:
+                raise ContextOverflowError(
+                    f"The request used {used} input tokens, more than the {window}-token context window"
+                )
+
+
+# What a parser raises on data of an unexpected shape (msgspec's errors are ValueErrors).
+_MALFORMED = (LookupError, TypeError, ValueError, AttributeError, AssertionError)
+
+
+def _malformed(exc: BaseException) -> ModelError:
+    """A parser's failure on the provider's data, as a classified error."""
+    if isinstance(exc, ModelError):
+        return exc
+    classified = classify_exception(exc)
+    if classified.kind != "unknown":
+        return classified
+    return ServerError(f"The provider sent a malformed response: {exception_text(exc)}")
+
+
+def _error_in_body(data: bytes) -> ModelError | None:
+    """The error a JSON body holds in place of a response (``{"error": …}``), if any."""
+    if b'"error"' not in data:
+        return None
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return classify_error_body(obj)
+
+
+def _html_page(url: str, status: int, secrets: tuple[str, ...]) -> ModelError:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    shown = redact_text(urlunsplit((parts.scheme, netloc, parts.path, "", "")), secrets)
+    return InvalidRequestError(
+        f"The server at {shown} returned an HTML page (HTTP {status}), not a model stream: "
+        "check the provider's base URL"
+    )
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection the server closed before any response byte (a
+    kept-alive connection closed while idle), not a failure to connect."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return isinstance(exc.message, str)  # not a response cut off after its first bytes
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
+
+
+def _data(payload: list[bytes | memoryview]) -> Any:
+    """What aiohttp sends: one short piece as it is; several, or a long one (for which
+    aiohttp's bytes payload warns that it may block the event loop), as pieces."""
+    if len(payload) == 1 and len(payload[0]) < _LARGE_BODY:
+        return payload[0]
+    from .._http_body import PiecesPayload
+
+    return PiecesPayload(payload)
+
+
+_LARGE_BODY = 1 << 20
+
+
+async def _abortable(awaitable: Awaitable[T], signal: AbortSignal | None) -> T:
+    """Await ``awaitable``; an abort of ``signal`` ends the wait with :class:`Aborted`."""
+    deadline = Deadline(None, None, signal)
+    try:
+        return await deadline.wait(awaitable)
+    finally:
+        deadline.close()
+
+
+async def _aclose(iterator: object) -> None:
+    if is_closable(iterator):
+        await iterator.aclose()
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    # The terminal marker usually arrives just before the end of the body; reading that
+    # end lets the connection go back to the pool instead of being closed.
+    content = response.content
+    if content.is_eof():
+        return
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            while await content.readany():
+                pass
+    except Exception:
+        pass
+
+
+def _describes_model(info: ModelInfo) -> bool:
+    """Whether ``info`` holds real data (registered, named, or given limits) rather than
+    the defaults the registry uses for a model it does not know."""
+    defaults = default_info(info.provider, info.api, info.id)
+    return (
+        bool(info.name)
+        or info.context_window != defaults.context_window
+        or info.input_modalities != defaults.input_modalities
+        or lookup(info.provider, info.id) is not None
+    )
+
+
+class _Secrets:
+    """What is redacted from one request's errors and exchanges, gathered on first need
+    (a request that succeeds unobserved never looks): the request's key, and the values
+    of ``env_keys``, of every registered provider's key variables (configured names
+    included) and of the conventional ones."""
+
+    __slots__ = ("_env_keys", "_key", "_values")
+
+    def __init__(self, key: str | None, env_keys: tuple[str, ...]) -> None:
+        self._key = key
+        self._env_keys = env_keys
+        self._values: tuple[str, ...] | None = None
+
+    def values(self) -> tuple[str, ...]:
+        """The secrets, longest first."""
+        if self._values is None:
+            found = secrets_from_env((*self._env_keys, *(n for p in list_providers() for n in p.api_key_env)))
+            key = self._key
+            if key and key not in found:
+                found = tuple(sorted((key, *found), key=len, reverse=True))
+            self._values = found
+        return self._values
+
+
+def _scrub(error: ModelError, secrets: tuple[str, ...]) -> ModelError:
+    if secrets:
+        message = redact_text(error.message, secrets)
+        if message != error.message:
+            error.message = message
+            error.args = (message,)
+        if error.body is not None:
+            error.body = redact_text(error.body, secrets)
+    return error

@@ -1,0 +1,626 @@
+"""OpenAI Chat Completions, and every server that speaks it.
+
+:class:`OpenAIChatModel` talks to ``POST {base_url}/chat/completions``. Servers that
+copy the protocol differ in small ways; those differences are data in :class:`Compat`
+and :data:`PRESETS` holds them, with base URLs and key variables, for the common
+endpoints (DeepSeek, Groq, OpenRouter, Together, Mistral, xAI, Ollama, vLLM, LM Studio,
+llama.cpp, llama-cpp-python)::
+
+    model = OpenAIChatModel.preset("groq", "llama-3.3-70b-versatile")
+    local = OpenAIChatModel.preset("ollama", "qwen3:8b", base_url="http://gpu:11434/v1")
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal, Unpack
+
+import msgspec
+
+from .._classify import classify_error_object
+from .._errors import ContentFilterError
+from .._handoff import Preparer, mistral_tool_id, openai_chat_tool_id, prepare_messages
+from .._messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from .._model import Request, StreamOptions, ThinkingLevel
+from .._registry import clamp_thinking
+from .._stream import MessageBuilder, StreamEvent
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .wire_cache import WireCache
+
+__all__ = ["PRESETS", "Compat", "OpenAIChatModel", "Preset"]
+
+
+class Compat(msgspec.Struct, kw_only=True, frozen=True):
+    """How one endpoint departs from OpenAI's own Chat Completions.
+
+    - ``max_tokens_field``: the name of the output-limit field.
+    - ``reasoning_fields``: delta/message fields that carry reasoning text, in order of
+      preference.
+    - ``stream_usage``: whether ``stream_options.include_usage`` is accepted.
+    - ``system_role``: role of the system prompt; ``auto`` means ``developer`` for
+      reasoning models (``ModelInfo.thinking`` non-empty) and ``system`` otherwise.
+    - ``reasoning_param``: how a thinking level is sent: ``reasoning_effort``, an
+      OpenRouter-style ``reasoning`` object, or not at all.
+    - ``reasoning_in_output``: whether ``completion_tokens`` already counts reasoning
+      tokens (when not, they are added to ``output``).
+    - ``tool_call_content``: content of an assistant message that only holds tool
+      calls (``""`` is accepted everywhere; ``null`` is OpenAI's canonical form).
+    - ``tool_call_id``: id rule: ``openai`` (``[A-Za-z0-9_-]``, at most 40 chars) or
+      ``mistral`` (exactly 9 letters/digits).
+    - ``tool_result_name``: whether tool messages carry the tool ``name``.
+    - ``stream_tool_choice_auto``: whether the server can stream when tools are offered
+      with ``tool_choice`` auto; if not, such requests are sent unstreamed (the caller
+      still receives stream events).
+    - ``streaming``: whether the endpoint streams at all (if not, every request is sent
+      unstreamed).
+    - ``replay_reasoning_field``: send this model's own earlier reasoning back under this
+      assistant-message field (None: drop it).
+    """
+
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning", "reasoning_text")
+    stream_usage: bool = True
+    system_role: Literal["system", "developer", "auto"] = "system"
+    reasoning_param: Literal["reasoning_effort", "openrouter", "none"] = "reasoning_effort"
+    reasoning_in_output: bool = True
+    tool_call_content: Literal["empty", "null"] = "empty"
+    tool_call_id: Literal["openai", "mistral"] = "openai"
+    tool_result_name: bool = False
+    stream_tool_choice_auto: bool = True
+    streaming: bool = True
+    replay_reasoning_field: str | None = None
+
+
+class Preset(msgspec.Struct, kw_only=True, frozen=True):
+    """An OpenAI-compatible endpoint: provider name, base URL, key variables, quirks."""
+
+    provider: str
+    base_url: str
+    env_keys: tuple[str, ...] = ()
+    requires_key: bool = True
+    compat: Compat = Compat()
+
+
+_LOCAL = Compat(max_tokens_field="max_tokens")
+
+PRESETS: dict[str, Preset] = {
+    "openai": Preset(
+        provider="openai",
+        base_url="https://api.openai.com/v1",
+        env_keys=("OPENAI_API_KEY",),
+        compat=Compat(system_role="auto", tool_call_content="null"),
+    ),
+    "deepseek": Preset(
+        provider="deepseek",
+        base_url="https://api.deepseek.com/v1",
+        env_keys=("DEEPSEEK_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_param="none"),
+    ),
+    "groq": Preset(
+        provider="groq",
+        base_url="https://api.groq.com/openai/v1",
+        env_keys=("GROQ_API_KEY",),
+        compat=Compat(reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "openrouter": Preset(
+        provider="openrouter",
+        base_url="https://openrouter.ai/api/v1",
+        env_keys=("OPENROUTER_API_KEY",),
+        compat=Compat(
+            max_tokens_field="max_tokens",
+            reasoning_fields=("reasoning", "reasoning_content"),
+            reasoning_param="openrouter",
+        ),
+    ),
+    "together": Preset(
+        provider="together",
+        base_url="https://api.together.xyz/v1",
+        env_keys=("TOGETHER_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "mistral": Preset(
+        provider="mistral",
+        base_url="https://api.mistral.ai/v1",
+        env_keys=("MISTRAL_API_KEY",),
+        compat=Compat(
+            max_tokens_field="max_tokens",
+            stream_usage=False,
+            reasoning_param="none",
+            tool_call_id="mistral",
+            tool_result_name=True,
+        ),
+    ),
+    "xai": Preset(
+        provider="xai",
+        base_url="https://api.x.ai/v1",
+        env_keys=("XAI_API_KEY",),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
+    ),
+    "ollama": Preset(
+        provider="ollama",
+        base_url="http://127.0.0.1:11434/v1",
+        env_keys=("OLLAMA_API_KEY",),
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "vllm": Preset(
+        provider="vllm",
+        base_url="http://127.0.0.1:8000/v1",
+        env_keys=("VLLM_API_KEY",),
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+    ),
+    "lmstudio": Preset(
+        provider="lmstudio",
+        base_url="http://127.0.0.1:1234/v1",
+        env_keys=("LM_STUDIO_API_KEY",),
+        requires_key=False,
+        compat=_LOCAL,
+    ),
+    "llamacpp": Preset(
+        provider="llamacpp",
+        base_url="http://127.0.0.1:8080/v1",
+        env_keys=("LLAMA_API_KEY",),
+        requires_key=False,
+        compat=_LOCAL,
+    ),
+    "llama-cpp-python": Preset(
+        provider="llama-cpp-python",
+        base_url="http://127.0.0.1:8000/v1",
+        requires_key=False,
+        compat=Compat(max_tokens_field="max_tokens", stream_usage=False, stream_tool_choice_auto=False),
+    ),
+}
+"""Known OpenAI-compatible endpoints by name."""
+
+
+# -- wire types (decoded with msgspec; unknown fields are ignored) ---------------------
+# gc=False: decoded trees of plain values cannot form cycles, so the collector skips them.
+class _Fn(msgspec.Struct, gc=False):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolDelta(msgspec.Struct, gc=False):
+    index: int | None = None
+    id: str | None = None
+    function: _Fn | None = None
+
+
+class _Delta(msgspec.Struct, gc=False):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    reasoning_text: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolDelta] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, gc=False):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+    prompt_cache_hit_tokens: int | None = None
+
+
+class _XGroq(msgspec.Struct, gc=False):
+    usage: _Usage | None = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    id: str | None = None
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+    x_groq: _XGroq | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class OpenAIChatModel(HTTPModel):
+    """A model behind an OpenAI Chat Completions endpoint.
+
+    ``compat`` describes the endpoint's quirks (OpenAI's own by default); use
+    :meth:`preset` for the endpoints in :data:`PRESETS`. All other arguments are those
+    of :class:`~ketch.llm._providers.base.HTTPModel`.
+    """
+
+    api = "openai-chat"
+    default_base_url = "https://api.openai.com/v1"
+    default_env_keys = ("OPENAI_API_KEY",)
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        provider: str = "openai",
+        compat: Compat | None = None,
+        **options: Unpack[HTTPOptions],
+    ) -> None:
+        super().__init__(id, provider=provider, **options)
+        self.compat = compat if compat is not None else PRESETS["openai"].compat
+        self._wire_cache = WireCache()
+
+    @classmethod
+    def preset(cls, name: str, id: str, **kwargs: Any) -> OpenAIChatModel:
+        """A model on the endpoint :data:`PRESETS` calls ``name``; ``kwargs`` override
+        the preset (``base_url``, ``api_key``, ``compat`` …)."""
+        try:
+            p = PRESETS[name]
+        except KeyError:
+            raise ValueError(f"Unknown OpenAI-compatible preset {name!r}; known: {', '.join(PRESETS)}") from None
+        kwargs.setdefault("provider", p.provider)
+        kwargs.setdefault("base_url", p.base_url)
+        kwargs.setdefault("env_keys", p.env_keys)
+        kwargs.setdefault("requires_key", p.requires_key)
+        kwargs.setdefault("compat", p.compat)
+        return cls(id, **kwargs)
+
+    # -- request ---------------------------------------------------------------------
+    def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
+        """The Chat Completions request for ``request``."""
+        compat = self.compat
+        body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(request)}
+        if options.max_tokens is not None:
+            body[compat.max_tokens_field] = options.max_tokens
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        choice = options.tool_choice
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in request.tools
+            ]
+            # Explicit even for "auto": some servers read a missing tool_choice as "none".
+            body["tool_choice"] = (
+                choice or "auto"
+                if choice in (None, "auto", "none", "required")
+                else {"type": "function", "function": {"name": choice}}
+            )
+        stream = compat.streaming and (
+            compat.stream_tool_choice_auto or not request.tools or choice not in (None, "auto")
+        )
+        body["stream"] = stream
+        if stream and compat.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        if options.response_format is not None:
+            rf = options.response_format
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": rf.get("name", "response"),
+                    "schema": rf.get("schema", rf),
+                    "strict": rf.get("strict", True),
+                },
+            }
+        self._add_reasoning(body, options.thinking)
+        if options.session_id and self.provider == "openai":
+            body["prompt_cache_key"] = options.cache_key or options.session_id
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        return HTTPRequest(url=f"{self.base_url}/chat/completions", body=body, headers=headers, stream=stream)
+
+    def _add_reasoning(self, body: dict[str, Any], level: ThinkingLevel) -> None:
+        mode = self.compat.reasoning_param
+        if mode == "none" or not self.info.thinking:
+            return
+        _, value = clamp_thinking(self.info, level)
+        if value is None:
+            return
+        if mode == "openrouter":
+            body["reasoning"] = {"max_tokens": value} if isinstance(value, int) else {"effort": value}
+        elif isinstance(value, str):
+            body["reasoning_effort"] = value
+
+    def convert_messages(self, request: Request) -> list[dict[str, Any]]:
+        """The ``messages`` array for ``request`` (system prompt first). The list is
+        new; its items may be shared with earlier requests and must not be changed."""
+        compat = self.compat
+        images_ok = not self._known_info or "image" in self.info.input_modalities
+        normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
+        if self.rewrite is None:
+            # A rewrite hook may change the body in place, so it gets freshly converted items.
+            out = self._wire_cache.convert(
+                request.messages,
+                (compat, images_ok, self.provider, self.api, self.id),
+                lambda: Preparer(provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id),
+                lambda messages: self._convert(messages, images_ok),
+            )
+        else:
+            messages = prepare_messages(
+                request.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
+            )
+            out = self._convert(messages, images_ok)
+        if request.system_prompt:
+            role = compat.system_role
+            if role == "auto":
+                role = "developer" if self.info.thinking else "system"
+            out.insert(0, {"role": role, "content": request.system_prompt})
+        return out
+
+    def _convert(self, messages: list[Message], images_ok: bool) -> list[dict[str, Any]]:
+        """Prepared messages to Chat Completions messages."""
+        compat = self.compat
+        out: list[dict[str, Any]] = []
+        # OpenAI wants tool messages right after the calls; images from tool results
+        # follow the whole run of tool messages in one user message.
+        pending_images: list[dict[str, Any]] = []
+        for message in messages:
+            if type(message) is ToolResultMessage:
+                text = "".join(b.text for b in message.content if type(b) is TextContent)
+                images = [b for b in message.content if type(b) is ImageContent]
+                if images and images_ok:
+                    pending_images.extend(_image_part(b) for b in images)
+                    text = text or "(see the attached image)"
+                elif images:
+                    text = text or _NO_IMAGES
+                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
+                if compat.tool_result_name:
+                    tool_msg["name"] = message.tool_name
+                out.append(tool_msg)
+                continue
+            if pending_images:
+                out.append(_images_message(pending_images))
+                pending_images = []
+            if type(message) is UserMessage:
+                out.append({"role": "user", "content": _user_content(message.content, images_ok)})
+            elif type(message) is AssistantMessage:
+                converted = self._assistant(message)
+                if converted is not None:
+                    out.append(converted)
+        if pending_images:
+            out.append(_images_message(pending_images))
+        return out
+
+    def _assistant(self, message: AssistantMessage) -> dict[str, Any] | None:
+        text = "".join(b.text for b in message.content if type(b) is TextContent)
+        calls = message.tool_calls
+        out: dict[str, Any] = {"role": "assistant"}
+        if calls:
+            out["content"] = text if text or self.compat.tool_call_content == "empty" else None
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
+                for c in calls
+            ]
+        elif text:
+            out["content"] = text
+        else:
+            return None
+        field = self.compat.replay_reasoning_field
+        if field and message.provider == self.provider and message.model == self.id:
+            reasoning = "".join(b.thinking for b in message.content if type(b) is ThinkingContent)
+            if reasoning:
+                out[field] = reasoning
+        return out
+
+    # -- responses -------------------------------------------------------------------
+    async def parse_stream(
+        self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
+    ) -> AsyncIterator[StreamEvent]:
+        """Chat Completions chunks to stream events; ``[DONE]`` (or the end of the
+        body after a ``finish_reason``) finishes the message."""
+        reasoning_fields = self.compat.reasoning_fields
+        text_i = -1
+        think_i = -1
+        tools: dict[int, int] = {}  # OpenAI tool-call index -> content index
+        open_tools: list[int] = []
+        finish: str | None = None
+        response_id: str | None = None
+        async for batch in events:
+            for data in batch.data:
+                if data == b"[DONE]":
+                    break
+                chunk = _decode_chunk(data)
+                if chunk.error is not None:
+                    raise classify_error_object({"error": chunk.error})
+                if response_id is None and chunk.id:
+                    builder.message.response_id = response_id = chunk.id
+                usage = chunk.usage
+                if usage is None and chunk.x_groq is not None:
+                    usage = chunk.x_groq.usage
+                if usage is not None:
+                    self._set_usage(builder, usage)
+                choices = chunk.choices
+                if not choices:
+                    continue
+                choice = choices[0]
+                delta = choice.delta
+                if delta is not None:
+                    has_reasoning = (
+                        delta.reasoning_content is not None
+                        or delta.reasoning is not None
+                        or delta.reasoning_text is not None
+                    )
+                    for name in reasoning_fields if has_reasoning else ():
+                        reasoning = getattr(delta, name)
+                        if reasoning:
+                            if think_i < 0:
+                                if text_i >= 0:
+                                    yield builder.text_end(text_i)
+                                    text_i = -1
+                                t_ev = builder.thinking_start()
+                                think_i = t_ev.index
+                                yield t_ev
+                            yield builder.thinking_delta(reasoning, think_i)
+                            break
+                    content = delta.content or delta.refusal
+                    if content:
+                        if text_i < 0:
+                            if think_i >= 0:
+                                yield builder.thinking_end(think_i)
+                                think_i = -1
+                            x_ev = builder.text_start()
+                            text_i = x_ev.index
+                            yield x_ev
+                        yield builder.text_delta(content, text_i)
+                    if delta.tool_calls:
+                        for td in delta.tool_calls:
+                            if td.index is not None:
+                                key = td.index
+                            else:  # servers that omit the index: a new id opens a new call
+                                key = len(tools) if td.id is not None else len(tools) - 1
+                            index = tools.get(key)
+                            if index is not None and td.id:
+                                block = builder.message.content[index]
+                                if type(block) is ToolCall and td.id != block.id:
+                                    index = None  # a new call reusing an index
+                            if index is None:
+                                if text_i >= 0:
+                                    yield builder.text_end(text_i)
+                                    text_i = -1
+                                if think_i >= 0:
+                                    yield builder.thinking_end(think_i)
+                                    think_i = -1
+                                fn = td.function
+                                c_ev = builder.tool_call_start(
+                                    td.id or f"call_{len(builder.message.content)}",
+                                    (fn.name if fn is not None else None) or "",
+                                )
+                                index = c_ev.index
+                                tools[key] = index
+                                open_tools.append(index)
+                                yield c_ev
+                            fn = td.function
+                            if fn is not None and fn.arguments:
+                                yield builder.tool_call_delta(fn.arguments, index)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+            else:
+                continue
+            break  # [DONE]
+        else:
+            if finish is None:
+                return  # no terminal marker: the base reports a truncated stream
+        for ev in _close_blocks(builder, text_i, think_i, open_tools):
+            yield ev
+        yield builder.done(_stop_reason(finish))
+
+    def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
+        """A complete Chat Completions response to stream events."""
+        chunk = _decode_chunk(data)
+        if chunk.error is not None:
+            raise classify_error_object({"error": chunk.error})
+        builder.message.response_id = chunk.id
+        usage = chunk.usage or (chunk.x_groq.usage if chunk.x_groq is not None else None)
+        if usage is not None:
+            self._set_usage(builder, usage)
+        choice = chunk.choices[0] if chunk.choices else _Choice()
+        message = choice.message or choice.delta or _Delta()
+        for name in self.compat.reasoning_fields:
+            reasoning = getattr(message, name)
+            if reasoning:
+                ev = builder.thinking_start()
+                yield ev
+                yield builder.thinking_delta(reasoning, ev.index)
+                yield builder.thinking_end(ev.index)
+                break
+        content = message.content or message.refusal
+        if content:
+            ev2 = builder.text_start()
+            yield ev2
+            yield builder.text_delta(content, ev2.index)
+            yield builder.text_end(ev2.index)
+        for i, call in enumerate(message.tool_calls or ()):
+            fn = call.function or _Fn()
+            ev3 = builder.tool_call_start(call.id or f"call_{i}", fn.name or "")
+            yield ev3
+            if fn.arguments:
+                yield builder.tool_call_delta(fn.arguments, ev3.index)
+            yield builder.tool_call_end(ev3.index)
+        yield builder.done(_stop_reason(choice.finish_reason))
+
+    def _set_usage(self, builder: MessageBuilder, usage: _Usage) -> None:
+        prompt = usage.prompt_tokens or 0
+        details = usage.prompt_tokens_details
+        cached = (details.cached_tokens if details is not None else None) or usage.prompt_cache_hit_tokens or 0
+        written = (details.cache_write_tokens if details is not None else None) or 0
+        output = usage.completion_tokens or 0
+        if not self.compat.reasoning_in_output and usage.completion_tokens_details is not None:
+            output += usage.completion_tokens_details.reasoning_tokens or 0
+        builder.set_usage(
+            input=max(0, prompt - cached - written), output=output, cache_read=cached, cache_write=written
+        )
+
+
+def _close_blocks(
+    builder: MessageBuilder, text_i: int, think_i: int, open_tools: list[int]
+) -> Iterator[StreamEvent]:
+    if think_i >= 0:
+        yield builder.thinking_end(think_i)
+    if text_i >= 0:
+        yield builder.text_end(text_i)
+    for index in open_tools:
+        yield builder.tool_call_end(index)
+
+
+def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
+    if finish == "length":
+        return "length"
+    if finish in ("tool_calls", "function_call"):
+        return "tool_use"
+    if finish == "content_filter":
+        raise ContentFilterError("The provider's content filter stopped the response")
+    return None
+
+
+_NO_IMAGES = "(image omitted: this model does not accept images)"
+
+
+def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": "Images returned by the tools above:"}, *parts]}
+
+
+def _image_part(image: ImageContent) -> dict[str, Any]:
+    url = image.url if image.url is not None else f"data:{image.mime_type};base64,{image.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bool) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if len(content) == 1 and type(content[0]) is TextContent:
+        return content[0].text
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if type(block) is TextContent:
+            parts.append({"type": "text", "text": block.text})
+        elif type(block) is ImageContent:
+            if images_ok:
+                parts.append(_image_part(block))
+            else:
+                parts.append({"type": "text", "text": _NO_IMAGES})
+    return parts
+
+
+def _arguments_text(call: ToolCall) -> str:
+    if call.raw_arguments is not None and call.parse_error is not None:
+        return call.raw_arguments
+    return msgspec.json.encode(call.args).decode()

@@ -1,0 +1,570 @@
+"""The provider-neutral streaming protocol.
+
+A model stream yields :data:`StreamEvent` values: one :class:`StreamStart`, then block
+events (``text_*``, ``thinking_*``, ``toolcall_*``), optionally :class:`Retry`
+when a provider retries, and exactly one terminal :class:`StreamDone` or
+:class:`StreamError`. Every event carries ``partial``, the live assistant message being
+assembled, so consumers never rebuild it themselves.
+
+Providers build events with :class:`MessageBuilder` and wrap their producer in
+:func:`guard_stream`, which guarantees the terminal event, turns exceptions into error
+messages and aborts into ``aborted`` messages that keep the partial content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import AsyncGeneratorType
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeGuard, runtime_checkable
+
+import jiter
+import msgspec
+
+from ._errors import ModelError, ServerError, exception_text
+from ._messages import (
+    AssistantMessage,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    Usage,
+)
+from ._signal import AbortSignal, AbortWaiter
+
+__all__ = [
+    "AsyncClosable",
+    "MessageBuilder",
+    "Retry",
+    "StreamDone",
+    "StreamError",
+    "StreamEvent",
+    "StreamStart",
+    "TextDelta",
+    "TextEnd",
+    "TextStart",
+    "ThinkingDelta",
+    "ThinkingEnd",
+    "ThinkingStart",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "guard_stream",
+    "is_closable",
+    "parse_partial_json",
+    "parse_tool_arguments",
+]
+
+
+@runtime_checkable
+class AsyncClosable(Protocol):
+    """A stream that can be closed before its end (async generators can): whoever stops
+    reading a model's stream early closes it, so the producer's cleanup runs now."""
+
+    def aclose(self) -> Awaitable[Any]:
+        """Close the stream (runs the producer's ``finally`` blocks)."""
+        ...
+
+
+def is_closable(stream: object) -> TypeGuard[AsyncClosable]:
+    """Whether ``stream`` is :class:`AsyncClosable` (an async generator is decided
+    without the protocol check, which costs microseconds)."""
+    return type(stream) is AsyncGeneratorType or isinstance(stream, AsyncClosable)
+
+
+class _Event(msgspec.Struct, tag_field="type", kw_only=True):
+    pass
+
+
+class StreamStart(_Event, tag="start"):
+    """The stream began; ``partial`` is the (empty) message being assembled."""
+
+    type: ClassVar[Literal["start"]] = "start"
+
+    partial: AssistantMessage
+
+
+class TextStart(_Event, tag="text_start"):
+    """A text block opened at ``index``."""
+
+    type: ClassVar[Literal["text_start"]] = "text_start"
+
+    index: int
+    partial: AssistantMessage
+
+
+class TextDelta(_Event, tag="text_delta"):
+    """Text appended to the block at ``index``."""
+
+    type: ClassVar[Literal["text_delta"]] = "text_delta"
+
+    index: int
+    delta: str
+    partial: AssistantMessage
+
+
+class TextEnd(_Event, tag="text_end"):
+    """The text block at ``index`` is complete; ``content`` is its full text."""
+
+    type: ClassVar[Literal["text_end"]] = "text_end"
+
+    index: int
+    content: str
+    partial: AssistantMessage
+
+
+class ThinkingStart(_Event, tag="thinking_start"):
+    """A thinking block opened at ``index``."""
+
+    type: ClassVar[Literal["thinking_start"]] = "thinking_start"
+
+    index: int
+    partial: AssistantMessage
+
+
+class ThinkingDelta(_Event, tag="thinking_delta"):
+    """Reasoning text appended to the block at ``index``."""
+
+    type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
+
+    index: int
+    delta: str
+    partial: AssistantMessage
+
+
+class ThinkingEnd(_Event, tag="thinking_end"):
+    """The thinking block at ``index`` is complete."""
+
+    type: ClassVar[Literal["thinking_end"]] = "thinking_end"
+
+    index: int
+    content: str
+    partial: AssistantMessage
+
+
+class ToolCallStart(_Event, tag="toolcall_start"):
+    """A tool call opened at ``index`` (id and name known, arguments ``{}``)."""
+
+    type: ClassVar[Literal["toolcall_start"]] = "toolcall_start"
+
+    index: int
+    partial: AssistantMessage
+
+
+class ToolCallDelta(_Event, tag="toolcall_delta"):
+    """A fragment of the call's JSON arguments; the partial holds their best-effort parse."""
+
+    type: ClassVar[Literal["toolcall_delta"]] = "toolcall_delta"
+
+    index: int
+    delta: str
+    partial: AssistantMessage
+
+
+class ToolCallEnd(_Event, tag="toolcall_end"):
+    """The tool call at ``index`` is complete with its final arguments."""
+
+    type: ClassVar[Literal["toolcall_end"]] = "toolcall_end"
+
+    index: int
+    tool_call: ToolCall
+    partial: AssistantMessage
+
+
+class Retry(_Event, tag="retry"):
+    """The provider will retry after ``delay`` seconds.
+
+    When ``discard_partial`` is true, content already streamed is void: the next
+    :class:`StreamStart` begins a fresh message.
+    """
+
+    type: ClassVar[Literal["retry"]] = "retry"
+
+    attempt: int
+    max_attempts: int
+    delay: float
+    error_kind: str
+    error_message: str
+    discard_partial: bool
+
+
+class StreamDone(_Event, tag="done"):
+    """Terminal: the message completed normally."""
+
+    type: ClassVar[Literal["done"]] = "done"
+
+    reason: StopReason
+    message: AssistantMessage
+
+
+class StreamError(_Event, tag="error"):
+    """Terminal: the request failed or was aborted; ``error`` keeps partial content and usage."""
+
+    type: ClassVar[Literal["error"]] = "error"
+
+    reason: Literal["error", "aborted"]
+    error: AssistantMessage
+
+
+StreamEvent: TypeAlias = (
+    StreamStart
+    | TextStart
+    | TextDelta
+    | TextEnd
+    | ThinkingStart
+    | ThinkingDelta
+    | ThinkingEnd
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Retry
+    | StreamDone
+    | StreamError
+)
+
+
+def parse_partial_json(text: str) -> dict[str, Any]:
+    """Best-effort parse of streamed JSON object text; never raises.
+
+    ``""`` -> ``{}``; complete JSON -> parsed; ``{"city":"Par`` -> ``{"city": "Par"}``;
+    ``{"city":`` -> ``{}``; anything that is not a JSON object -> ``{}``.
+    """
+    if not text or text.isspace():
+        return {}
+    try:
+        value = jiter.from_json(text.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def parse_tool_arguments(text: str) -> tuple[dict[str, Any], str | None]:
+    """Strictly parse complete tool-call arguments.
+
+    Returns ``(arguments, None)`` on success and ``({}, reason)`` when the text is not a
+    JSON object. Empty text means no arguments.
+    """
+    if not text or text.isspace():
+        return {}, None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        # Models sometimes put raw newlines inside strings; accept that one repair.
+        try:
+            value = jiter.from_json(text.replace("\n", "\\n").encode())
+        except ValueError:
+            return {}, f"invalid JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def _wrong_block(index: int, expected: str) -> ServerError:
+    """The error for an event aimed at a block of another kind: the provider's stream
+    does not hold together (a classified server error, never an assertion)."""
+    return ServerError(f"The provider sent a malformed stream: content block {index} is not a {expected} block")
+
+
+class MessageBuilder:
+    """Assembles an :class:`AssistantMessage` and returns the matching stream events.
+
+    Providers call the methods in stream order and yield what they return. Indexes are
+    positions in ``message.content``; each ``*_start`` returns its event and the new
+    block's index is ``event.index``.
+    """
+
+    __slots__ = ("_args", "_open", "_pricing", "message")
+
+    def __init__(
+        self,
+        *,
+        provider: str = "",
+        api: str = "",
+        model: str = "",
+        pricing: Callable[[Usage], None] | None = None,
+    ) -> None:
+        self.message = AssistantMessage(provider=provider, api=api, model=model)
+        self._args: dict[int, str] = {}
+        self._open: dict[int, str] = {}
+        self._pricing = pricing
+
+    def reset(self) -> None:
+        """Start over with an empty message (after a retry that discards partial output)."""
+        m = self.message
+        self.message = AssistantMessage(provider=m.provider, api=m.api, model=m.model)
+        self._args.clear()
+        self._open.clear()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> StreamStart:
+        """The first event of the stream."""
+        return StreamStart(partial=self.message)
+
+    def done(self, reason: StopReason | None = None) -> StreamDone:
+        """Close open blocks silently and finish. Without ``reason``: ``tool_use`` when
+        the message holds tool calls, else ``stop``."""
+        self._close_silently()
+        m = self.message
+        if reason is None:
+            reason = "tool_use" if any(type(b) is ToolCall for b in m.content) else "stop"
+        m.stop_reason = reason
+        return StreamDone(reason=reason, message=m)
+
+    def error(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        aborted: bool = False,
+    ) -> StreamError:
+        """Finish with an error (or ``aborted``) message that keeps partial content."""
+        self._close_silently()
+        m = self.message
+        m.stop_reason = "aborted" if aborted else "error"
+        m.error_message = message
+        m.error_kind = None if aborted else (kind or "unknown")
+        return StreamError(reason=m.stop_reason, error=m)
+
+    def _close_silently(self) -> None:
+        for index, kind in list(self._open.items()):
+            if kind == "tool_call":
+                self._finish_tool_call(index, None)
+        self._open.clear()
+
+    # -- usage -----------------------------------------------------------------------
+    def set_usage(
+        self,
+        *,
+        input: int | None = None,
+        output: int | None = None,
+        cache_read: int | None = None,
+        cache_write: int | None = None,
+    ) -> Usage:
+        """Overwrite the given usage counts, recompute the total and the cost."""
+        u = self.message.usage
+        if input is not None:
+            u.input = input
+        if output is not None:
+            u.output = output
+        if cache_read is not None:
+            u.cache_read = cache_read
+        if cache_write is not None:
+            u.cache_write = cache_write
+        u.total_tokens = u.input + u.output + u.cache_read + u.cache_write
+        if self._pricing is not None:
+            self._pricing(u)
+        return u
+
+    # -- text ------------------------------------------------------------------------
+    def text_start(self) -> TextStart:
+        """Open a text block."""
+        content = self.message.content
+        content.append(TextContent(text=""))
+        index = len(content) - 1
+        self._open[index] = "text"
+        return TextStart(index=index, partial=self.message)
+
+    def text_delta(self, delta: str, index: int) -> TextDelta:
+        """Append to the text block at ``index``."""
+        block = self.message.content[index]
+        if type(block) is not TextContent:
+            raise _wrong_block(index, "text")
+        # Detach the string first so CPython can grow it in place (linear, not quadratic).
+        text = block.text
+        block.text = ""
+        text += delta
+        block.text = text
+        return TextDelta(index=index, delta=delta, partial=self.message)
+
+    def text_end(self, index: int, *, signature: str | None = None) -> TextEnd:
+        """Close the text block at ``index``."""
+        block = self.message.content[index]
+        if type(block) is not TextContent:
+            raise _wrong_block(index, "text")
+        if signature is not None:
+            block.signature = signature
+        self._open.pop(index, None)
+        return TextEnd(index=index, content=block.text, partial=self.message)
+
+    # -- thinking --------------------------------------------------------------------
+    def thinking_start(self, *, redacted: bool = False, signature: str | None = None) -> ThinkingStart:
+        """Open a thinking block (``redacted`` blocks carry only a signature)."""
+        content = self.message.content
+        content.append(ThinkingContent(thinking="", redacted=redacted, signature=signature))
+        index = len(content) - 1
+        self._open[index] = "thinking"
+        return ThinkingStart(index=index, partial=self.message)
+
+    def thinking_delta(self, delta: str, index: int) -> ThinkingDelta:
+        """Append reasoning text to the block at ``index``."""
+        block = self.message.content[index]
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
+        text = block.thinking
+        block.thinking = ""
+        text += delta
+        block.thinking = text
+        return ThinkingDelta(index=index, delta=delta, partial=self.message)
+
+    def thinking_signature(self, index: int, signature: str) -> None:
+        """Append to the opaque signature of the thinking block at ``index``."""
+        block = self.message.content[index]
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
+        block.signature = (block.signature or "") + signature
+
+    def thinking_end(self, index: int, *, signature: str | None = None) -> ThinkingEnd:
+        """Close the thinking block at ``index``."""
+        block = self.message.content[index]
+        if type(block) is not ThinkingContent:
+            raise _wrong_block(index, "thinking")
+        if signature is not None:
+            block.signature = signature
+        self._open.pop(index, None)
+        return ThinkingEnd(index=index, content=block.thinking, partial=self.message)
+
+    # -- tool calls ------------------------------------------------------------------
+    def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:
+        """Open a tool call; arguments follow as JSON fragments."""
+        content = self.message.content
+        content.append(ToolCall(id=id, name=name, args={}, signature=signature))
+        index = len(content) - 1
+        self._open[index] = "tool_call"
+        self._args[index] = ""
+        return ToolCallStart(index=index, partial=self.message)
+
+    def tool_call_delta(self, delta: str, index: int) -> ToolCallDelta:
+        """Append a JSON fragment; the partial's arguments become its best-effort parse."""
+        block = self.message.content[index]
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
+        text = self._args.get(index, "") + delta
+        self._args[index] = text
+        block.args = parse_partial_json(text)
+        return ToolCallDelta(index=index, delta=delta, partial=self.message)
+
+    def tool_call_end(self, index: int, *, args: dict[str, Any] | None = None) -> ToolCallEnd:
+        """Close the call at ``index``; ``args`` given whole replace the streamed JSON."""
+        block = self._finish_tool_call(index, args)
+        self._open.pop(index, None)
+        return ToolCallEnd(index=index, tool_call=block, partial=self.message)
+
+    def set_tool_call_id(self, index: int, id: str) -> None:
+        """Set the id of the call at ``index`` (for providers that send it late)."""
+        block = self.message.content[index]
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
+        block.id = id
+
+    def _finish_tool_call(self, index: int, args: dict[str, Any] | None) -> ToolCall:
+        block = self.message.content[index]
+        if type(block) is not ToolCall:
+            raise _wrong_block(index, "tool call")
+        raw = self._args.pop(index, "")
+        if args is not None:
+            block.args = args
+            return block
+        parsed, error = parse_tool_arguments(raw)
+        block.args = parsed
+        if error is not None:
+            block.raw_arguments = raw
+            block.parse_error = error
+        return block
+
+
+_BLOCK_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallStart, ToolCallDelta, ToolCallEnd}
+)
+
+# A message-producing coroutine body: yields events, may raise anything.
+Producer = AsyncIterator[StreamEvent]
+
+
+async def guard_stream(
+    producer: Producer,
+    builder: MessageBuilder,
+    signal: AbortSignal | None = None,
+    describe_error: Callable[[BaseException], tuple[str, str]] | None = None,
+) -> AsyncIterator[StreamEvent]:
+    """Run ``producer`` so that the stream protocol always holds.
+
+    - exactly one terminal event: a producer that stops without one yields an error
+      ``"stream ended without a terminal event"``; events after a terminal are dropped;
+    - an exception becomes a :class:`StreamError` (``describe_error`` maps it to
+      ``(message, kind)``; :class:`ModelError` carries its own kind);
+    - aborting ``signal`` interrupts the producer at once and yields an ``aborted``
+      error that keeps the partial content;
+    - cancellation of the consuming task is never swallowed.
+    """
+    waiting = AbortWaiter(signal)
+    started = False
+    step = producer.__anext__
+    try:
+        while True:
+            if signal is not None and signal.aborted:
+                await _close(producer)
+                if not started:
+                    yield builder.start()
+                yield builder.error("Request was aborted", aborted=True)
+                return
+            waiting.active = True
+            try:
+                event = await step()
+            except StopAsyncIteration:
+                if not started:
+                    yield builder.start()
+                yield builder.error("stream ended without a terminal event", kind="network")
+                return
+            except asyncio.CancelledError:
+                if waiting.caused_cancel():
+                    if not started:
+                        yield builder.start()
+                    yield builder.error("Request was aborted", aborted=True)
+                    return
+                raise
+            except Exception as exc:
+                await _close(producer)
+                message, kind = _describe(exc, describe_error)
+                if not started:
+                    yield builder.start()
+                yield builder.error(message, kind=kind)
+                return
+            finally:
+                waiting.active = False
+            if started and type(event) in _BLOCK_EVENTS:
+                yield event
+                continue
+            if type(event) is StreamStart:
+                if started:
+                    continue
+                started = True
+            elif not started and type(event) is not Retry:
+                started = True
+                yield builder.start()
+            yield event
+            if type(event) is StreamDone or type(event) is StreamError:
+                return
+            if type(event) is Retry and event.discard_partial:
+                started = False
+    finally:
+        waiting.close()
+        # The consumer may stop early (aclose): the producer must not keep running.
+        await _close(producer)
+
+
+def _describe(
+    exc: BaseException, describe_error: Callable[[BaseException], tuple[str, str]] | None
+) -> tuple[str, str]:
+    if isinstance(exc, ModelError):
+        return exc.message, exc.kind
+    if describe_error is not None:
+        return describe_error(exc)
+    return exception_text(exc), "unknown"
+
+
+async def _close(producer: Producer) -> None:
+    if is_closable(producer):
+        try:
+            await producer.aclose()
+        except Exception:
+            pass

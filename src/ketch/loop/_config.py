@@ -1,0 +1,292 @@
+"""Loop configuration: the model, options, stop controls, and hooks as plain function fields.
+
+Every hook may be a plain function or an ``async def``; the loop awaits the result
+when it is awaitable. A hook that raises never escapes the run: model-side hooks turn
+into an error assistant message, tool-side hooks into an error tool result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
+
+import msgspec
+
+from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..llm._model import Model, StreamOptions, ThinkingLevel
+from ..llm._signal import AbortSignal
+from ..llm._tokens import ContextMeter
+from ._repair import LLMView
+from ._tool import Deps, Tool, ToolResult
+
+__all__ = [
+    "LENGTH_RECOVERY_PROMPT",
+    "AfterToolCallResult",
+    "BeforeToolCallResult",
+    "ContextManager",
+    "ContextRequest",
+    "Conversation",
+    "LoopConfig",
+    "Middleware",
+    "NextTurn",
+    "Projection",
+    "StopDecision",
+    "StopInfo",
+    "ToolCallInfo",
+    "TurnInfo",
+    "stop_after_tool",
+]
+
+T = TypeVar("T")
+MaybeAwaitable: TypeAlias = T | Awaitable[T]
+
+LENGTH_RECOVERY_PROMPT = (
+    "Output token limit hit. Resume directly where you stopped: no apology, no recap. "
+    "Break the remaining work into smaller pieces."
+)
+
+
+@dataclass(slots=True)
+class Conversation:
+    """What the loop works on: the system prompt, the transcript and the tools.
+
+    ``messages`` is appended to in place as messages commit. Reuse one conversation
+    across runs on the same transcript: it keeps the model's view of the history
+    (``view``) and the window accounting (``meter``) up to date incrementally.
+    """
+
+    system_prompt: str = ""
+    messages: list[Message] = field(default_factory=list)
+    tools: Sequence[Tool] = ()
+    view: LLMView = field(default_factory=LLMView, repr=False, compare=False)
+    meter: ContextMeter = field(default_factory=ContextMeter, repr=False, compare=False)
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallInfo:
+    """One tool call as hooks and middlewares see it.
+
+    ``before_tool_call`` gets it with the validated ``args`` about to be executed;
+    ``after_tool_call`` gets it (with the arguments the tool ran with) and the result.
+    """
+
+    tool_call: ToolCall
+    tool: Tool
+    args: dict[str, Any]
+    assistant_message: AssistantMessage
+    conversation: Conversation
+    signal: AbortSignal
+
+
+class BeforeToolCallResult(msgspec.Struct, kw_only=True):
+    """``block`` the call (with ``reason``), or replace its arguments with ``args``.
+
+    Build with :meth:`blocked` or :meth:`with_args`. ``stop`` (with ``block``) ends the
+    run after this batch, whatever the batch's other calls returned; ``note`` is anything
+    worth reporting about the decision (a permission decision, say): the loop emits it as
+    a ``tool_call_note`` event just before the call's ``tool_execution_end``.
+    """
+
+    block: bool = False
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    stop: bool = False
+    note: Any = None
+
+    @classmethod
+    def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:
+        """Do not run the call: its result is an error with ``reason`` (a generic text
+        when None). ``stop`` also ends the run after this batch."""
+        return cls(block=True, reason=reason, stop=stop, note=note)
+
+    @classmethod
+    def with_args(cls, args: dict[str, Any], *, note: Any = None) -> BeforeToolCallResult:
+        """Run the call with ``args`` instead of the model's arguments."""
+        return cls(args=args, note=note)
+
+
+class AfterToolCallResult(msgspec.Struct, kw_only=True):
+    """Per-field overrides of a tool result; ``None`` keeps the original field, except
+    for ``details``, where leaving it unset keeps the original and ``None`` clears it."""
+
+    content: list[Any] | str | None = None
+    details: Any = msgspec.UNSET
+    is_error: bool | None = None
+    terminate: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TurnInfo:
+    """A finished turn, for ``stop_when`` predicates and ``prepare_next_turn``."""
+
+    turn: int
+    message: AssistantMessage
+    tool_results: list[ToolResultMessage]
+    conversation: Conversation
+    new_messages: list[Message]
+    usage: Usage
+
+
+class NextTurn(msgspec.Struct, kw_only=True):
+    """Replacements for the next turn; ``None`` keeps the current value.
+
+    ``messages`` replaces the transcript in place (a committed rewrite).
+    """
+
+    model: Model | None = None
+    thinking: ThinkingLevel | None = None
+    tools: Sequence[Tool] | None = None
+    system_prompt: str | None = None
+    messages: list[Message] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StopInfo:
+    """The model would end the run (no tool calls, nothing queued)."""
+
+    turn: int
+    message: AssistantMessage
+    conversation: Conversation
+
+
+class StopDecision(msgspec.Struct, kw_only=True):
+    """The ``on_stop`` verdict: allow the end, continue with an injected message, or escalate.
+
+    Build with :meth:`allow`, :meth:`continue_with` or :meth:`escalate`. A ``continue``
+    without a message counts as allow.
+    """
+
+    action: Literal["allow", "continue", "escalate"] = "allow"
+    message: str | Message | None = None
+    reason: str | None = None
+
+    @classmethod
+    def allow(cls) -> StopDecision:
+        """Let the run end."""
+        return cls(action="allow")
+
+    @classmethod
+    def continue_with(cls, message: str | Message) -> StopDecision:
+        """Keep going: inject ``message`` (a string becomes a user message)."""
+        return cls(action="continue", message=message)
+
+    @classmethod
+    def escalate(cls, reason: str | None = None) -> StopDecision:
+        """End the run as an error (``stop_guard``) with ``reason`` (``"on_stop escalated"``
+        when None)."""
+        return cls(action="escalate", reason=reason)
+
+    def injected(self) -> Message | None:
+        """The message to inject, if this decision continues the run."""
+        if self.action != "continue" or self.message is None:
+            return None
+        return UserMessage(content=self.message) if isinstance(self.message, str) else self.message
+
+
+@dataclass(slots=True, frozen=True)
+class ContextRequest:
+    """What a :class:`ContextManager` is asked for.
+
+    ``reason``: ``request`` (before a model call; project or compact if needed),
+    ``overflow`` (the provider reported a context overflow; compact and commit), or
+    ``manual`` (the user asked to compact, with optional ``instructions``).
+    """
+
+    reason: Literal["request", "overflow", "manual"]
+    model: Model
+    signal: AbortSignal
+    system_prompt: str = ""
+    instructions: str | None = None
+
+
+class Projection(msgspec.Struct, kw_only=True):
+    """A context manager's answer: the ``messages`` to send, and optionally a committed
+    rewrite of the transcript (``commit``) that replaces it in place."""
+
+    messages: list[Message]
+    commit: list[Message] | None = None
+
+
+class ContextManager(Protocol):
+    """Keeps requests inside the model's context window.
+
+    ``manage`` is an async generator: it may yield compaction events (passed on to the
+    run's consumer) and must end by yielding one :class:`Projection`.
+    """
+
+    def manage(self, messages: list[Message], request: ContextRequest) -> AsyncIterator[Any]:
+        """Project, compact or recover ``messages`` for ``request``."""
+        ...
+
+
+Middleware: TypeAlias = Callable[
+    [ToolCallInfo, Callable[[dict[str, Any]], Awaitable[ToolResult]]], Awaitable[ToolResult]
+]
+"""``async def mw(call, next) -> ToolResult``: wraps execution; call ``await next(args)``."""
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopConfig(Generic[Deps]):
+    """How the loop runs. Only ``model`` is required.
+
+    ``deps`` is the application's own object (a database handle, the current user,
+    settings), handed to every tool call as ``ToolContext.deps``; ``None`` unless given.
+    Type it by parametrising: ``LoopConfig[MyDeps](model=..., deps=MyDeps(...))``.
+
+    Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
+    ``stop_when`` predicates after each turn's tools (any true ends the run),
+    ``on_stop`` consulted when the model would end. Tool execution: parallel by default
+    with ``max_tool_concurrency``; ``tool_execution="sequential"`` forces one at a time.
+    ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
+    calls not yet started.
+
+    Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
+    messages to commit. Once the run is aborted they are not called, and the abort is
+    checked before each message they returned is committed: a message the run took but
+    did not commit (an abort, ``max_turns`` or another stop control ended it first) is
+    absent from the run's messages and listed in ``RunResult.uncommitted`` (and
+    ``RunStream.uncommitted``); putting it back is up to the caller (the
+    :class:`~ketch.Agent` does).
+    """
+
+    model: Model
+    thinking: ThinkingLevel = "off"
+    options: StreamOptions = field(default_factory=StreamOptions)
+
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = ()
+    on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None
+    length_recoveries: int = 3
+    length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT
+
+    tool_execution: Literal["parallel", "sequential"] = "parallel"
+    max_tool_concurrency: int = 16
+    steering_during_tools: Literal["wait", "interrupt"] = "wait"
+    max_tool_errors: int | None = None
+    tool_timeout: float | None = None
+    tool_abort_grace: float = 5.0
+
+    transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None
+    convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None
+    get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None
+    get_steering_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
+    get_follow_up_messages: Callable[[], MaybeAwaitable[list[Message]]] | None = None
+    before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
+    after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None
+    middlewares: Sequence[Middleware] = ()
+    prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
+    context_manager: ContextManager | None = None
+    skip_initial_steering_poll: bool = False
+    deps: Deps = None  # type: ignore[assignment]  # None unless given
+
+
+def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:
+    """A ``stop_when`` predicate: stop once any of these tools returned a successful result."""
+    wanted = frozenset(names)
+
+    def predicate(turn: TurnInfo) -> bool:
+        return any(r.tool_name in wanted and not r.is_error for r in turn.tool_results)
+
+    return predicate

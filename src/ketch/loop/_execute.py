@@ -1,0 +1,622 @@
+"""Tool execution: the per-call pipeline and the batch scheduler.
+
+Per call: unknown tool -> circuit breaker -> malformed arguments -> ``prepare_arguments``
+-> schema validation -> ``before_tool_call`` -> middlewares (outermost first) -> execute
+(with timeout, cancellation and progress) -> ``after_tool_call``. Every failure becomes
+an error :class:`ToolResult`; nothing raises out of a call. An exception's text is
+:func:`ketch.llm._errors.exception_text` (``Type: message``), as for model errors.
+
+The scheduler starts calls in order (FIFO, never skipping ahead): a concurrency-safe
+call starts while nothing unsafe runs and the limit allows; an unsafe (sequential) call
+starts only when nothing else runs, and nothing behind it starts before it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+
+from .._schema import malformed_arguments_message, validate_arguments
+from ..llm._errors import exception_text
+from ..llm._messages import AssistantMessage, Message, ToolCall
+from ..llm._signal import AbortSignal, AbortWaiter, take_pending_cancel
+from ._config import (
+    AfterToolCallResult,
+    BeforeToolCallResult,
+    Conversation,
+    LoopConfig,
+    ToolCallInfo,
+)
+from ._events import AgentEvent, ToolCallNote, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
+from ._tool import Tool, ToolContext, ToolResult, to_tool_result
+
+__all__ = [
+    "ABORTED_TEXT",
+    "BLOCKED_TEXT",
+    "SKIPPED_TEXT",
+    "BatchResult",
+    "CallOutcome",
+    "ToolBatch",
+    "ToolRunner",
+    "stopped_result",
+    "truncated_call_text",
+]
+
+BLOCKED_TEXT = "Tool execution was blocked"
+SKIPPED_TEXT = "Skipped due to queued user message."
+INTERRUPTED_TEXT = "Cancelled due to queued user message."
+ABORTED_TEXT = "Tool execution was aborted."
+
+
+def truncated_call_text(name: str) -> str:
+    """The result text for a call that was not run because the response hit the output limit."""
+    return (
+        f'Tool call "{name}" was not executed: the response hit the output token limit, so its '
+        "arguments may be truncated. Re-issue the tool call with complete arguments."
+    )
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class CallOutcome:
+    """A finished call: its result, whether it counts as a failure, and its duration;
+    ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop)."""
+
+    __slots__ = ("call", "counts_as_failure", "duration", "note", "result", "stop")
+
+    def __init__(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        duration: float,
+        counts_as_failure: bool,
+        note: Any = None,
+        stop: bool = False,
+    ) -> None:
+        self.call = call
+        self.result = result
+        self.duration = duration
+        self.counts_as_failure = counts_as_failure
+        self.note = note
+        self.stop = stop
+
+
+class ToolRunner:
+    """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
+
+    __slots__ = ("_failures", "config")
+
+    def __init__(self, config: LoopConfig[Any]) -> None:
+        self.config = config
+        self._failures: dict[str, int] = {}
+
+    def is_sequential(self, call: ToolCall, tools: dict[str, Tool]) -> bool:
+        """Whether ``call`` must run alone."""
+        if self.config.tool_execution == "sequential":
+            return True
+        tool = tools.get(call.name)
+        if tool is None:
+            return False
+        try:
+            return tool.is_sequential(call.args)
+        except Exception:
+            return True
+
+    def record(self, outcome: CallOutcome) -> None:
+        """Update the consecutive-failure breaker with a finished call."""
+        if self.config.max_tool_errors is None:
+            return
+        name = outcome.call.name
+        if outcome.counts_as_failure:
+            self._failures[name] = self._failures.get(name, 0) + 1
+        elif not outcome.result.is_error:
+            self._failures.pop(name, None)
+
+    async def run_call(
+        self,
+        call: ToolCall,
+        tools: dict[str, Tool],
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> CallOutcome:
+        """Run one call through the whole pipeline. Never raises (except cancellation)."""
+        started = time.monotonic()
+        result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
+        duration = time.monotonic() - started
+        if verdict is None:
+            return CallOutcome(call, result, duration, failure)
+        return CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
+
+    async def _pipeline(
+        self,
+        call: ToolCall,
+        tools: dict[str, Tool],
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> tuple[ToolResult, bool, BeforeToolCallResult | None]:
+        """The call's result, whether it counts as a failure, and the ``before_tool_call``
+        verdict (None when there was none)."""
+        cfg = self.config
+        tool = tools.get(call.name)
+        if tool is None:
+            return ToolResult.error(f'Tool "{call.name}" not found'), True, None
+        limit = cfg.max_tool_errors
+        if limit is not None and self._failures.get(call.name, 0) >= limit:
+            return ToolResult.error(f'Tool "{call.name}" disabled after {limit} consecutive errors'), False, None
+        if call.parse_error is not None:
+            text = malformed_arguments_message(call.name, call.parse_error, call.raw_arguments or "")
+            return ToolResult.error(text), True, None
+        verdict: BeforeToolCallResult | None = None
+        try:
+            args = call.args
+            if tool.prepare_arguments is not None:
+                args = await _maybe_await(tool.prepare_arguments(args))
+            args, problem = validate_arguments(tool.name, tool.parameters, args)
+            if problem is not None:
+                return ToolResult.error(problem), True, None
+            if cfg.before_tool_call is not None:
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+                verdict = await _maybe_await(cfg.before_tool_call(info))
+                if verdict is not None:
+                    if verdict.block:
+                        blocked = ToolResult.error(verdict.reason or BLOCKED_TEXT)
+                        blocked.terminate = verdict.stop
+                        return blocked, False, verdict
+                    if verdict.args is not None:
+                        args = verdict.args
+        except Exception as exc:
+            return ToolResult.error(exception_text(exc)), True, verdict
+
+        try:
+            result = await self._execute(tool, call, args, assistant, conversation, signal, report)
+            failure = result.is_error
+        except TimeoutError:
+            timeout = tool.timeout if tool.timeout is not None else cfg.tool_timeout
+            return ToolResult.error(f'Tool "{call.name}" timed out after {timeout:g}s'), True, verdict
+        except Exception as exc:
+            return ToolResult.error(exception_text(exc)), True, verdict
+
+        if cfg.after_tool_call is not None:
+            try:
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(info, result))
+            except Exception as exc:
+                return ToolResult.error(exception_text(exc)), True, verdict
+            if override is not None:
+                result = ToolResult(
+                    content=override.content if override.content is not None else result.content,
+                    details=result.details if override.details is msgspec.UNSET else override.details,
+                    is_error=override.is_error if override.is_error is not None else result.is_error,
+                    terminate=override.terminate if override.terminate is not None else result.terminate,
+                )
+        return result, failure, verdict
+
+    async def _execute(
+        self,
+        tool: Tool,
+        call: ToolCall,
+        args: dict[str, Any],
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> ToolResult:
+        ctx = ToolContext(
+            call_id=call.id,
+            tool_name=tool.name,
+            signal=signal,
+            report=report,
+            messages=conversation.messages,
+            assistant_message=assistant,
+            deps=self.config.deps,
+        )
+
+        async def innermost(final_args: dict[str, Any]) -> ToolResult:
+            return to_tool_result(await tool.execute(final_args, ctx))
+
+        run: Callable[[dict[str, Any]], Awaitable[ToolResult]] = innermost
+        middlewares = self.config.middlewares
+        if middlewares:
+            info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+            for mw in reversed(middlewares):
+                run = _wrap(mw, info, run)
+        timeout = tool.timeout if tool.timeout is not None else self.config.tool_timeout
+        if timeout is None:
+            return await run(args)
+        async with asyncio.timeout(timeout):
+            return await run(args)
+
+
+def _wrap(
+    mw: Any, info: ToolCallInfo, inner: Callable[[dict[str, Any]], Awaitable[ToolResult]]
+) -> Callable[[dict[str, Any]], Awaitable[ToolResult]]:
+    async def call(args: dict[str, Any]) -> ToolResult:
+        current = info if args is info.args else dataclasses.replace(info, args=args)
+        return to_tool_result(await mw(current, inner))
+
+    return call
+
+
+StopKind = Literal["aborted", "skipped", "interrupted"]
+
+
+def stopped_result(kind: StopKind) -> ToolResult:
+    """The error result for a call that was aborted, skipped, or cancelled by steering."""
+    text = {"aborted": ABORTED_TEXT, "skipped": SKIPPED_TEXT, "interrupted": INTERRUPTED_TEXT}[kind]
+    return ToolResult.error(text)
+
+
+# -- the batch scheduler -------------------------------------------------------------------
+
+
+class BatchResult(NamedTuple):
+    """What one batch of tool calls produced."""
+
+    outcomes: list[CallOutcome]
+    """Every call's outcome, in call order."""
+    notes: list[ToolCallNote]
+    """The ``tool_call_note`` events the batch emitted, in order."""
+    steering: list[Message]
+    """Steering messages taken during the batch (``steering_during_tools="interrupt"``)."""
+    aborted: bool
+    """An abort stopped the batch (or came as its only call finished)."""
+
+    @property
+    def stop(self) -> bool:
+        """The run should stop after this batch: every result asked to ``terminate``, or
+        a ``before_tool_call`` blocked a call with ``stop``."""
+        every = True
+        for o in self.outcomes:
+            if o.stop:
+                return True
+            if not o.result.terminate:
+                every = False
+        return every
+
+
+def _noop() -> None:
+    return None
+
+
+def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
+    result = outcome.result
+    return ToolExecutionEnd(
+        tool_call_id=outcome.call.id,
+        tool_name=outcome.call.name,
+        result=result,
+        is_error=result.is_error,
+        duration=outcome.duration,
+    )
+
+
+async def _no_progress(partial: Any) -> None:
+    return None
+
+
+class _Inbox:
+    """What running calls send the batch: a FIFO with one waiting reader."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def pop(self) -> Any:
+        return self._items.popleft()
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
+class ToolBatch:
+    """Schedules the calls of one assistant message and streams their events.
+
+    Iterate :meth:`events`, then read :meth:`result`. Calls start in order (see the
+    module docstring); ``tool_execution_end`` events come in completion order, each
+    preceded by the call's ``tool_call_note`` when its ``before_tool_call`` gave one.
+    Calls of a message cut off by the output limit are not run: each gets an error result.
+    """
+
+    __slots__ = (
+        "_aborted",
+        "_done",
+        "_finished",
+        "_notes",
+        "_outcomes",
+        "_queue",
+        "_signals",
+        "_steering",
+        "_stop_kind",
+        "_tasks",
+        "_unsafe_running",
+        "calls",
+        "conversation",
+        "message",
+        "poll_steering",
+        "runner",
+        "signal",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        runner: ToolRunner,
+        tools: dict[str, Tool],
+        conversation: Conversation,
+        message: AssistantMessage,
+        calls: list[ToolCall],
+        signal: AbortSignal,
+        poll_steering: Callable[[], Awaitable[list[Message]]],
+    ) -> None:
+        self.runner = runner
+        self.tools = tools
+        self.conversation = conversation
+        self.message = message
+        self.calls = calls
+        self.signal = signal
+        self.poll_steering = poll_steering
+        self._outcomes: list[CallOutcome | None] = [None] * len(calls)
+        self._notes: list[ToolCallNote] = []
+        self._steering: list[Message] = []
+        self._aborted = False
+        self._done = False
+        # What calls running in tasks need (set up by _scheduled when it starts tasks).
+        self._queue: _Inbox
+        self._tasks: dict[int, asyncio.Task[None]]
+        self._signals: dict[int, AbortSignal]
+        self._stop_kind: dict[int, StopKind]
+        self._finished: set[int]
+        self._unsafe_running = False
+
+    def result(self) -> BatchResult:
+        """What the batch produced; valid once :meth:`events` is exhausted."""
+        assert self._done, "the batch has not finished"
+        outcomes = [o for o in self._outcomes if o is not None]
+        return BatchResult(outcomes, self._notes, self._steering, self._aborted)
+
+    def events(self) -> AsyncGenerator[AgentEvent, None]:
+        """Run the batch, yielding its events (one generator, no extra hand-off per event)."""
+        return self._truncated() if self.message.stop_reason == "length" else self._scheduled()
+
+    def _ended(self, i: int, outcome: CallOutcome) -> Iterator[AgentEvent]:
+        """Record call ``i``'s outcome; its note (if any) and ``tool_execution_end``."""
+        note = self._record(i, outcome)
+        if note is not None:
+            yield note
+        yield _end_event(outcome)
+
+    def _record(self, i: int, outcome: CallOutcome) -> ToolCallNote | None:
+        """Record call ``i``'s outcome; its ``tool_call_note`` when ``before_tool_call`` gave one."""
+        self._outcomes[i] = outcome
+        if outcome.note is None:
+            return None
+        call = outcome.call
+        note = ToolCallNote(tool_call_id=call.id, tool_name=call.name, note=outcome.note)
+        self._notes.append(note)
+        return note
+
+    async def _truncated(self) -> AsyncGenerator[AgentEvent, None]:
+        """Calls cut off by the output limit: each gets an error result without running."""
+        for i, call in enumerate(self.calls):
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+            outcome = CallOutcome(call, ToolResult.error(truncated_call_text(call.name)), 0.0, False)
+            for event in self._ended(i, outcome):
+                yield event
+        self._done = True
+
+    def _can_start(self, sequential: bool) -> bool:
+        if not self._tasks:
+            return True
+        return (
+            not sequential
+            and not self._unsafe_running
+            and len(self._tasks) < self.runner.config.max_tool_concurrency
+        )
+
+    async def _scheduled(self) -> AsyncGenerator[AgentEvent, None]:
+        calls, n, runner, signal = self.calls, len(self.calls), self.runner, self.signal
+        if n == 1 and not signal.aborted:
+            call = calls[0]
+            tool = self.tools.get(call.name)
+            if tool is None or not tool.reports_progress:
+                yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+                outcome = await self._call_here(call)
+                runner.record(outcome)
+                note = self._record(0, outcome)
+                if note is not None:
+                    yield note
+                self._done = True
+                yield _end_event(outcome)
+                return
+        self._queue = _Inbox()
+        self._tasks = {}
+        self._signals = {}
+        self._stop_kind = {}
+        self._finished = set()
+        sequential = [runner.is_sequential(c, self.tools) for c in calls]
+        next_i = 0
+        skip_rest = False
+        interrupt = runner.config.steering_during_tools == "interrupt"
+        waiter = AbortWaiter(signal)
+        try:
+            while True:
+                while next_i < n and not skip_rest and not signal.aborted and self._can_start(sequential[next_i]):
+                    i = next_i
+                    next_i += 1
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+                    self._start(i, sequential[i])
+                if not self._tasks:
+                    break
+                aborted = signal.aborted
+                if not aborted:
+                    waiter.active = True
+                    try:
+                        item = await self._queue.get()
+                    except asyncio.CancelledError:
+                        if not waiter.caused_cancel():
+                            raise
+                        aborted = True
+                    finally:
+                        waiter.active = False
+                if aborted:
+                    async for event in self._abort(next_i):
+                        yield event
+                    self._done = True
+                    return
+                match item:
+                    case ToolExecutionUpdate():
+                        yield item
+                    case (int() as i, CallOutcome() as outcome):
+                        self._tasks.pop(i, None)
+                        if sequential[i]:
+                            self._unsafe_running = False
+                        runner.record(outcome)
+                        note = self._record(i, outcome)
+                        if note is not None:
+                            yield note
+                        yield _end_event(outcome)
+                        if interrupt and not skip_rest and (next_i < n or self._tasks):
+                            steering = await self.poll_steering()
+                            if steering:
+                                self._steering = steering
+                                skip_rest = True
+                                self._interrupt_running()
+            if skip_rest:
+                for i in range(next_i, n):
+                    call = calls[i]
+                    yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+                    for event in self._ended(i, CallOutcome(call, stopped_result("skipped"), 0.0, False)):
+                        yield event
+            elif signal.aborted and next_i < n:
+                async for event in self._abort(next_i):
+                    yield event
+            self._done = True
+        finally:
+            waiter.close()
+            for task in self._tasks.values():
+                task.cancel()
+
+    async def _call_here(self, call: ToolCall) -> CallOutcome:
+        """Run the batch's only call in the loop's own task (it cannot report progress,
+        so nothing has to stream meanwhile). An abort cancels it like a started task."""
+        signal = self.signal
+        waiter = AbortWaiter(signal)
+        started = time.monotonic()
+        waiter.active = True
+        try:
+            outcome = await self.runner.run_call(
+                call, self.tools, self.message, self.conversation, signal, _no_progress
+            )
+        except asyncio.CancelledError:
+            if not waiter.caused_cancel():
+                raise
+            self._aborted = True
+            return CallOutcome(call, stopped_result("aborted"), time.monotonic() - started, False)
+        finally:
+            waiter.active = False
+            waiter.close()
+        if waiter.cancelled:
+            self._aborted = True  # the abort came as the call finished (or the call ignored it)
+            await take_pending_cancel(waiter.caused_cancel)
+        return outcome
+
+    def _start(self, i: int, sequential: bool) -> None:
+        call = self.calls[i]
+        tool = self.tools.get(call.name)
+        if tool is not None and tool.interrupt == "cancel":
+            # Its own signal, so steering can cancel this call alone.
+            signal = AbortSignal()
+            remove = self.signal.add_callback(signal.abort)
+            self._signals[i] = signal
+        else:
+            signal, remove = self.signal, _noop
+        if sequential:
+            self._unsafe_running = True
+        self._tasks[i] = asyncio.create_task(self._call(i, call, signal, remove))
+
+    async def _call(self, i: int, call: ToolCall, signal: AbortSignal, remove: Callable[[], None]) -> None:
+        queue = self._queue
+        started = time.monotonic()
+
+        async def report(partial: Any) -> None:
+            if i not in self._finished:
+                queue.put(
+                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
+                )
+
+        try:
+            outcome = await self.runner.run_call(call, self.tools, self.message, self.conversation, signal, report)
+        except asyncio.CancelledError:
+            kind = self._stop_kind.get(i, "aborted")
+            outcome = CallOutcome(call, stopped_result(kind), time.monotonic() - started, False)
+        finally:
+            self._finished.add(i)
+            remove()
+        queue.put((i, outcome))
+
+    def _interrupt_running(self) -> None:
+        for i, task in self._tasks.items():
+            tool = self.tools.get(self.calls[i].name)
+            if tool is not None and tool.interrupt == "cancel":
+                self._stop_kind[i] = "interrupted"
+                self._signals[i].abort("interrupted")
+                task.cancel()
+
+    async def _abort(self, next_i: int) -> AsyncGenerator[AgentEvent, None]:
+        """Cancel running calls, give them a bounded time to stop, close every call."""
+        self._aborted = True
+        running = dict(self._tasks)
+        for i, task in running.items():
+            self._stop_kind.setdefault(i, "aborted")
+            task.cancel()
+        if running:
+            await asyncio.wait(running.values(), timeout=self.runner.config.tool_abort_grace)
+        while self._queue:
+            match self._queue.pop():
+                case (int() as i, CallOutcome() as outcome):
+                    self._tasks.pop(i, None)
+                    for event in self._ended(i, outcome):
+                        yield event
+                case _:
+                    pass  # a progress report that came too late
+        for i in list(self._tasks):
+            self._tasks.pop(i)
+            for event in self._ended(i, CallOutcome(self.calls[i], stopped_result("aborted"), 0.0, False)):
+                yield event
+        for i in range(next_i, len(self.calls)):
+            call = self.calls[i]
+            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+            for event in self._ended(i, CallOutcome(call, stopped_result("aborted"), 0.0, False)):
+                yield event

@@ -1,0 +1,214 @@
+"""From transcript to a valid model request: default conversion and sequence repair.
+
+:func:`default_convert_to_llm` keeps user, assistant and tool-result messages, lets a
+custom message contribute model messages through an optional ``to_llm()`` method, drops
+the rest, and turns interrupted or failed assistant messages into something every
+provider accepts. :func:`repair_messages` then makes sure every tool call has exactly
+one result right after its assistant message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..llm._handoff import MISSING_TOOL_RESULT
+from ..llm._lists import extend_with_room
+from ..llm._messages import (
+    AssistantMessage,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+__all__ = [
+    "INTERRUPTED_NOTE",
+    "LLMView",
+    "default_convert_to_llm",
+    "repair_messages",
+]
+
+INTERRUPTED_NOTE = "[Request interrupted by user]"
+
+
+def default_convert_to_llm(messages: list[Message]) -> list[Message]:
+    """The default conversion of a transcript into model messages.
+
+    - user, tool-result and completed assistant messages pass through unchanged;
+    - a custom message with a ``to_llm()`` method contributes what it returns (a message,
+      a list of messages, or None); other custom messages are dropped;
+    - an aborted assistant message keeps its text (thinking and tool calls are dropped,
+      and so are the text's provider signatures, which belong to a response that never
+      completed) and is followed by a user note ``[Request interrupted by user]``, so the
+      model learns its previous response was cut off; the error results that close its
+      tool calls in the transcript are dropped with the calls;
+    - an assistant message that failed (``stop_reason == "error"``) is dropped.
+    """
+    out: list[Message] = []
+    append = out.append
+    dropped: set[str] | None = None  # ids of the calls of the aborted message just seen
+    for m in messages:
+        cls = type(m)
+        if cls is ToolResultMessage:
+            if dropped is not None and m.tool_call_id in dropped:  # type: ignore[attr-defined]
+                continue
+            append(m)
+            continue
+        dropped = None
+        if cls is UserMessage:
+            append(m)
+        elif cls is AssistantMessage:
+            assert isinstance(m, AssistantMessage)
+            reason = m.stop_reason
+            if reason == "error":
+                continue
+            if reason == "aborted":
+                text: list[TextContent | ThinkingContent | ToolCall] = [
+                    TextContent(text=b.text) for b in m.content if type(b) is TextContent and b.text
+                ]
+                if text:
+                    append(AssistantMessage(
+                        content=text, provider=m.provider, api=m.api, model=m.model,
+                        timestamp=m.timestamp,
+                    ))
+                append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
+                ids = {b.id for b in m.content if type(b) is ToolCall}
+                dropped = ids or None
+                continue
+            append(m)
+        else:
+            to_llm: Any = getattr(m, "to_llm", None)
+            if to_llm is None:
+                continue
+            converted = to_llm()
+            if converted is None:
+                continue
+            if isinstance(converted, list):
+                out.extend(converted)
+            else:
+                append(converted)
+    return out
+
+
+def repair_messages(messages: list[Message]) -> list[Message]:
+    """Make tool calls and results pair up, by position.
+
+    After each assistant message with tool calls, the run of tool results that follows
+    is reordered to the call order; a result missing for a call is replaced by an error
+    result whose text is :data:`ketch.llm._handoff.MISSING_TOOL_RESULT` (the one text for
+    a missing result, also used by the provider adapters); results matching no call of
+    that message, and duplicates, are dropped. Returns ``messages`` itself when nothing
+    needed fixing.
+    """
+    if not _scan(messages)[0]:
+        return _repaired(messages)
+    return messages
+
+
+def _repaired(messages: list[Message]) -> list[Message]:
+    """:func:`repair_messages` for a transcript known to need it (one pass)."""
+    out: list[Message] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        i += 1
+        if type(m) is ToolResultMessage:
+            continue  # orphan: not right after an assistant message with its call
+        out.append(m)
+        if type(m) is not AssistantMessage:
+            continue
+        calls = [b for b in m.content if type(b) is ToolCall]
+        if not calls:
+            continue
+        results: dict[str, ToolResultMessage] = {}
+        while i < n and type(messages[i]) is ToolResultMessage:
+            r = messages[i]
+            assert isinstance(r, ToolResultMessage)
+            results.setdefault(r.tool_call_id, r)
+            i += 1
+        for call in calls:
+            found = results.get(call.id)
+            if found is None:
+                found = ToolResultMessage(
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    content=[TextContent(text=MISSING_TOOL_RESULT)],
+                    is_error=True,
+                    timestamp=m.timestamp,
+                )
+            out.append(found)
+    return out
+
+
+def _scan(messages: list[Message], start: int = 0) -> tuple[bool, int]:
+    """Check pairing from ``start`` (a clean boundary) on.
+
+    Returns ``(valid, boundary)``: whether every call has its result in place and no
+    result is stray, and the last index at which no result was outstanding.
+    """
+    expected: list[str] = []
+    pos = 0
+    boundary = start
+    for i in range(start, len(messages)):
+        m = messages[i]
+        cls = type(m)
+        if cls is ToolResultMessage:
+            assert isinstance(m, ToolResultMessage)
+            if pos >= len(expected) or expected[pos] != m.tool_call_id:
+                return False, boundary
+            pos += 1
+            continue
+        if pos != len(expected):
+            return False, boundary
+        boundary = i
+        if cls is AssistantMessage:
+            assert isinstance(m, AssistantMessage)
+            expected = [b.id for b in m.content if type(b) is ToolCall]
+        else:
+            expected = []
+        pos = 0
+    return pos == len(expected), boundary
+
+
+class LLMView:
+    """The model's view of a transcript, maintained incrementally.
+
+    For an append-only transcript each call converts and checks only the messages
+    added since the last call, so a turn costs the same at message 10 and at message
+    10,000. Any other change (the transcript shrank, or its first or last-seen message
+    was replaced) triggers a full rebuild. The returned list is reused by later calls:
+    a model that keeps it beyond the request must copy it.
+    """
+
+    __slots__ = ("_boundary", "_first", "_last", "_out", "_seen")
+
+    def __init__(self) -> None:
+        self._out: list[Message] = []
+        self._seen = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+        self._boundary = 0
+
+    def build(self, messages: list[Message]) -> list[Message]:
+        """The converted and repaired model messages for ``messages``."""
+        seen = self._seen
+        n = len(messages)
+        if seen and (n < seen or messages[0] is not self._first or messages[seen - 1] is not self._last):
+            self._out = []
+            self._boundary = 0
+            seen = 0
+        if n > seen:
+            if seen:
+                self._out.extend(default_convert_to_llm(messages[seen:]))
+            else:
+                extend_with_room(self._out, default_convert_to_llm(messages))
+            self._seen = n
+            self._first = messages[0]
+            self._last = messages[-1]
+        valid, boundary = _scan(self._out, self._boundary)
+        if valid:
+            self._boundary = boundary
+            return self._out
+        return _repaired(self._out)

@@ -1,0 +1,669 @@
+"""The stateless loop: :func:`run_loop` and :func:`continue_loop`.
+
+Read :meth:`_Run.events` top to bottom: each turn commits what is queued, makes one
+model call (transform, context manager, conversion, API key, then the stream, read
+inline), runs the assistant message's tool calls as one :class:`~.execute.ToolBatch`,
+emits ``turn_end``, lets ``prepare_next_turn`` change what comes next, checks the stop
+controls and polls steering. When the model stops without tool calls and nothing is
+queued, follow-ups are polled, then ``on_stop`` decides. Each step hands what it
+produced to the next as a value. Every run ends with exactly one ``agent_end``; no
+model, tool or hook failure escapes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+
+from ..llm._errors import exception_text
+from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from ..llm._model import Request, StreamOptions, ToolSpec
+from ..llm._signal import AbortSignal
+from ..llm._stream import (
+    StreamDone,
+    StreamError,
+    StreamEvent,
+    StreamStart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ThinkingStart,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    is_closable,
+)
+from ..llm._tokens import ContextUsage
+from ._config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo
+from ._events import (
+    AgentEnd,
+    AgentEvent,
+    AgentStart,
+    CompactionEnd,
+    EndReason,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    Retry,
+    RunResult,
+    RunSummary,
+    ToolCallNote,
+    TurnEnd,
+    TurnStart,
+)
+from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
+from ._repair import default_convert_to_llm, repair_messages
+from ._tool import Tool
+
+__all__ = ["RunStream", "continue_loop", "run_loop"]
+
+ABORTED_REQUEST_TEXT = "Request was aborted"
+
+
+
+ContextReason = Literal["request", "overflow"]
+
+# Stream events that only change the partial message; a tool call's start and end are
+# also tracked, so an aborted message can drop the call whose arguments were cut off.
+_UPDATE_EVENTS: frozenset[type] = frozenset(
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
+)
+
+
+class _Opened(NamedTuple):
+    """The start of one model call: its ``stream``, or (``stream`` None) the assistant
+    message that ends the turn without one (aborted before the call, or the request
+    could not be made)."""
+
+    stream: AsyncIterator[StreamEvent] | None
+    failed: AssistantMessage | None = None
+
+
+async def _maybe(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class RunStream:
+    """The events of one run, as an async iterator, and its result.
+
+    ``async for event in stream`` yields every event up to ``agent_end``;
+    ``await stream.result()`` finishes the run if needed and returns the
+    :class:`RunResult`. A stream can be iterated once.
+    """
+
+    __slots__ = ("_gen", "_run")
+
+    def __init__(self, run: _Run, gen: AsyncGenerator[AgentEvent, None]) -> None:
+        self._run = run
+        self._gen = gen
+
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self._gen
+
+    async def result(self) -> RunResult:
+        """Drain the remaining events and return the run's result."""
+        async for _ in self._gen:
+            pass
+        result = self._run.result
+        assert result is not None
+        return result
+
+    async def aclose(self) -> None:
+        """Stop the run early (running tools are cancelled)."""
+        await self._gen.aclose()
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The run's abort signal."""
+        return self._run.signal
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages the run has committed so far, in order (at the end, the same list
+        as :attr:`RunResult.messages`); also valid for a run closed before its end."""
+        return self._run.new_messages
+
+    @property
+    def uncommitted(self) -> list[Message]:
+        """The queued messages the run took and has not committed, in the order taken
+        (at the end, :attr:`RunResult.uncommitted`); also valid for a run closed before
+        its end."""
+        return self._run.uncommitted
+
+
+def _as_messages(prompts: str | Message | Sequence[Message]) -> list[Message]:
+    if isinstance(prompts, str):
+        return [UserMessage(content=prompts)]
+    if isinstance(prompts, Message):
+        return [prompts]
+    return list(prompts)
+
+
+def run_loop(
+    prompts: str | Message | Sequence[Message],
+    conversation: Conversation,
+    config: LoopConfig[Any],
+    signal: AbortSignal | None = None,
+) -> RunStream:
+    """Start a run with new prompt messages. ``conversation.messages`` is appended to in place."""
+    run = _Run(conversation, config, signal)
+    return RunStream(run, run.events(_as_messages(prompts)))
+
+
+def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None = None) -> RunStream:
+    """Continue from the current transcript without new prompts (e.g. after a retryable error).
+
+    Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
+    message.
+    """
+    if not conversation.messages:
+        raise ValueError("Cannot continue: no messages in context")
+    last = conversation.messages[-1]
+    if isinstance(last, AssistantMessage):
+        raise ValueError("Cannot continue from message role: assistant")
+    run = _Run(conversation, config, signal)
+    return RunStream(run, run.events(None))
+
+
+class _Run:
+    """State of one run. Only :meth:`events` is used from outside.
+
+    What the run accumulates lives here (the committed ``new_messages``, the ``notes``,
+    the ``summary``, the queued messages taken but not yet committed); what one step
+    produces for the next is passed as a value.
+    """
+
+    def __init__(self, conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None) -> None:
+        self.conversation = conversation
+        self.cfg = config
+        self.signal = signal if signal is not None else AbortSignal()
+        self.model = config.model
+        self.thinking = config.thinking
+        self.new_messages: list[Message] = []
+        self.uncommitted: list[Message] = []
+        self.notes: list[ToolCallNote] = []
+        self.summary = RunSummary()
+        self.result: RunResult | None = None
+        self.runner = ToolRunner(config)
+        self.turn = 0
+        self._set_tools(conversation.tools)
+
+    def _set_tools(self, tools: Sequence[Tool]) -> None:
+        self.conversation.tools = tools
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
+
+    def _end(self, reason: EndReason, error: str | None = None) -> None:
+        self.summary.end_reason = reason
+        self.summary.error = error
+
+    def _commit(self, message: Message) -> None:
+        self.conversation.messages.append(message)
+        self.new_messages.append(message)
+
+    def _commit_pending(self, message: Message) -> None:
+        """Commit a message about to start a turn; a queued one is no longer uncommitted."""
+        self._commit(message)
+        taken = self.uncommitted
+        for i, m in enumerate(taken):
+            if m is message:
+                del taken[i]
+                break
+
+    async def events(self, prompts: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
+        """The loop itself: all events of the run, ending with exactly one ``agent_end``.
+
+        A ``return`` ends the run; the ``finally`` clause reports an escaped exception as
+        an error message and emits ``agent_end`` (a cancelled run re-raises after it), unless
+        the consumer closed the stream.
+        """
+        started = time.monotonic()
+        ending = True
+        failure: Exception | None = None
+        yield AgentStart()
+        try:
+            cfg = self.cfg
+            signal = self.signal
+            self.turn = 1
+            yield TurnStart(turn=1)
+            for prompt in prompts or ():
+                self._commit(prompt)
+                yield MessageStart(message=prompt)
+                yield MessageEnd(message=prompt)
+            pending: list[Message] = [] if cfg.skip_initial_steering_poll else await self._poll_steering()
+            recoveries = 0
+            first = True
+            while True:
+                while True:
+                    if not first:
+                        stop = self._stop_before_call()
+                        if stop is not None:
+                            self._end(stop)
+                            return
+                        self.turn += 1
+                        yield TurnStart(turn=self.turn)
+                    first = False
+                    for queued in pending:
+                        if signal.aborted:
+                            break  # the rest stays uncommitted: its owner puts it back
+                        self._commit_pending(queued)
+                        yield MessageStart(message=queued)
+                        yield MessageEnd(message=queued)
+                    pending = []
+
+                    # -- one model call; on a context overflow, compact once and call once more
+                    reason: ContextReason = "request"
+                    while True:
+                        if (
+                            cfg.transform_context is None
+                            and cfg.context_manager is None
+                            and cfg.convert_to_llm is None
+                            and cfg.get_api_key is None
+                            and not signal.aborted
+                        ):
+                            # Nothing to await before the call: no generator, no hand-off.
+                            failed: AssistantMessage | None = None
+                            try:
+                                stream = self.model.stream(*self._plain_request())
+                            except Exception as exc:
+                                stream, failed = None, self._error_message(exception_text(exc))
+                        else:
+                            opened = _Opened(None)
+                            async for item in self._open(reason):
+                                match item:
+                                    case _Opened():
+                                        opened = item
+                                    case _:
+                                        yield item
+                            stream, failed = opened
+                        if stream is None:
+                            message = failed
+                            assert message is not None
+                            self._commit(message)
+                            yield MessageStart(message=message)
+                            yield MessageEnd(message=message)
+                            break
+                        # The stream, read inline (its chunks are the hot path).
+                        final: AssistantMessage | None = None
+                        partial: AssistantMessage | None = None
+                        broke: Exception | None = None
+                        unfinished: set[int] = set()  # indexes of tool calls still streaming
+                        try:
+                            async for update in stream:
+                                if type(update) in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                    continue
+                                match update:
+                                    case ToolCallStart():
+                                        unfinished.add(update.index)
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    case ToolCallEnd():
+                                        unfinished.discard(update.index)
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    case StreamStart():
+                                        if partial is None:
+                                            yield MessageStart(message=update.partial)
+                                        partial = update.partial
+                                    case StreamDone():
+                                        final = update.message
+                                        break
+                                    case StreamError():
+                                        final = update.error
+                                        break
+                                    case Retry():
+                                        if update.discard_partial:
+                                            partial = None
+                                            unfinished.clear()
+                                        yield update
+                        except Exception as exc:
+                            broke = exc
+                        finally:
+                            if is_closable(stream):
+                                await stream.aclose()
+                        message = self._stream_result(final, partial, broke)
+                        if unfinished and message is partial and message.stop_reason == "aborted":
+                            _drop_unfinished_calls(message, unfinished)
+                        if self._compact_and_retry(message, reason):
+                            reason = "overflow"
+                            yield Retry(
+                                attempt=1,
+                                max_attempts=2,
+                                delay=0.0,
+                                error_kind="context_overflow",
+                                error_message=message.error_message or "context overflow",
+                                discard_partial=True,
+                            )
+                            continue
+                        if partial is not message:
+                            yield MessageStart(message=message)
+                        self._commit(message)
+                        yield MessageEnd(message=message)
+                        break
+
+                    self.summary.turns += 1
+                    self.summary.usage.add(message.usage)
+                    if message.stop_reason == "error" or message.stop_reason == "aborted":
+                        closed: list[ToolResultMessage] = []
+                        if message.stop_reason == "aborted":
+                            for result in self._close_aborted_calls(message):
+                                closed.append(result)
+                                yield MessageStart(message=result)
+                                yield MessageEnd(message=result)
+                        yield TurnEnd(turn=self.turn, message=message, tool_results=closed)
+                        self._end(message.stop_reason, message.error_message)
+                        return
+
+                    # -- the message's tool calls, as one batch
+                    calls = message.tool_calls
+                    results: list[ToolResultMessage] = []
+                    batch: BatchResult | None = None
+                    if calls:
+                        tools = ToolBatch(
+                            self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
+                        )
+                        async for event in tools.events():
+                            yield event
+                        batch = tools.result()
+                        self.notes.extend(batch.notes)
+                        for result in self._commit_results(batch.outcomes):
+                            results.append(result)
+                            yield MessageStart(message=result)
+                            yield MessageEnd(message=result)
+                    yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
+                    if (batch is not None and batch.aborted) or signal.aborted:
+                        self._end("aborted", "aborted")
+                        return
+
+                    if cfg.prepare_next_turn is not None or cfg.stop_when:
+                        info = TurnInfo(
+                            self.turn, message, results, self.conversation, self.new_messages, self.summary.usage
+                        )
+                        if cfg.prepare_next_turn is not None:
+                            await self._prepare_next_turn(info)
+                        for predicate in cfg.stop_when:
+                            if await _maybe(predicate(info)):
+                                self._end("stop")
+                                return
+
+                    # -- what comes next: steering, more tool turns, a length recovery
+                    pending = (batch.steering if batch is not None else None) or await self._poll_steering()
+                    if batch is not None and not batch.stop:
+                        continue
+                    if message.stop_reason == "length" and not calls and recoveries < cfg.length_recoveries:
+                        recoveries += 1
+                        pending.append(UserMessage(content=cfg.length_recovery_prompt))
+                        continue
+                    if pending:
+                        continue
+                    break
+
+                # -- the model would stop: follow-ups, then on_stop
+                if signal.aborted:
+                    self._end("aborted", "aborted")
+                    return
+                follow_ups = await self._poll(cfg.get_follow_up_messages)
+                if follow_ups:
+                    pending = follow_ups
+                    continue
+                if cfg.on_stop is not None and not message.tool_calls:
+                    decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
+                    if decision is not None and decision.action == "escalate":
+                        self._end("stop_guard", decision.reason or "on_stop escalated")
+                        return
+                    injected = decision.injected() if decision is not None else None
+                    if injected is not None:
+                        pending = [injected]
+                        continue
+                self._end("stop")
+                return
+        except GeneratorExit:
+            ending = False
+            raise
+        except asyncio.CancelledError:
+            self._end("aborted", "run cancelled")
+            raise
+        except Exception as exc:
+            failure = exc
+        finally:
+            if ending:
+                if failure is not None:
+                    error = self._error_message(exception_text(failure))
+                    self._commit(error)
+                    yield MessageStart(message=error)
+                    yield MessageEnd(message=error)
+                    self._end("error", error.error_message)
+                yield self._agent_end(started)
+
+    def _agent_end(self, started: float) -> AgentEnd:
+        self.summary.duration = time.monotonic() - started
+        self.result = RunResult(
+            messages=self.new_messages,
+            summary=self.summary,
+            tool_call_notes=self.notes,
+            uncommitted=list(self.uncommitted),
+        )
+        return AgentEnd(messages=self.new_messages, summary=self.summary)
+
+    def _error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
+        m = self.model
+        return AssistantMessage(
+            provider=m.provider, api=m.api, model=m.id, stop_reason="error", error_message=text, error_kind=kind
+        )
+
+    def _usage(self) -> ContextUsage:
+        return self.conversation.meter.measure(self.conversation.messages, self.model.context_window)
+
+    def _stop_before_call(self) -> EndReason | None:
+        cfg = self.cfg
+        if self.signal.aborted:
+            return "aborted"
+        if cfg.max_turns is not None and self.summary.turns >= cfg.max_turns:
+            return "max_turns"
+        if cfg.max_budget_usd is not None and self.summary.usage.cost.total >= cfg.max_budget_usd:
+            return "max_budget"
+        return None
+
+    async def _poll(self, getter: Any) -> list[Message]:
+        """Take queued messages from ``getter`` (recorded as uncommitted until committed);
+        none once the run is aborted (an aborted run leaves its queues alone)."""
+        if getter is None or self.signal.aborted:
+            return []
+        got = getter()
+        if inspect.isawaitable(got):
+            got = await got
+        if not got:
+            return []
+        taken = list(got)
+        self.uncommitted.extend(taken)
+        return taken
+
+    async def _poll_steering(self) -> list[Message]:
+        return await self._poll(self.cfg.get_steering_messages)
+
+    async def _prepare_next_turn(self, info: TurnInfo) -> None:
+        assert self.cfg.prepare_next_turn is not None
+        nxt = await _maybe(self.cfg.prepare_next_turn(info))
+        if nxt is None:
+            return
+        if nxt.model is not None:
+            self.model = nxt.model
+        if nxt.thinking is not None:
+            self.thinking = nxt.thinking
+        if nxt.tools is not None:
+            self._set_tools(nxt.tools)
+        if nxt.system_prompt is not None:
+            self.conversation.system_prompt = nxt.system_prompt
+        if nxt.messages is not None:
+            self.conversation.messages[:] = nxt.messages
+
+    # -- one model call -----------------------------------------------------------------
+    async def _open(self, reason: ContextReason) -> AsyncGenerator[AgentEvent | _Opened, None]:
+        """Start one model call: transform and manage the context (yielding the context
+        manager's events), then request the stream. Ends by yielding the :class:`_Opened`
+        call: its stream, or the message ending the turn when the run was aborted before
+        the call or the request could not be made. (With nothing to run before the call,
+        :meth:`events` makes it inline.)"""
+        if self.signal.aborted:
+            # Aborted before the call: end the turn as the model would, without calling it.
+            m = self.model
+            yield _Opened(None, AssistantMessage(
+                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
+            ))
+            return
+        try:
+            messages = self.conversation.messages
+            if self.cfg.transform_context is not None:
+                messages = await _maybe(self.cfg.transform_context(messages, self.signal))
+            if self.cfg.context_manager is not None:
+                async for item in self._manage_context(reason, messages):
+                    match item:
+                        case list():
+                            messages = item
+                        case _:
+                            yield item
+            opened = _Opened(self.model.stream(*await self._request(messages)))
+        except Exception as exc:
+            opened = _Opened(None, self._error_message(exception_text(exc)))
+        yield opened
+
+    async def _manage_context(self, reason: ContextReason, messages: list[Message]) -> AsyncGenerator[Any, None]:
+        """Run the context manager; yields its events, then the messages to send (a list)."""
+        cm = self.cfg.context_manager
+        assert cm is not None
+        conversation = self.conversation
+        request = ContextRequest(reason, self.model, self.signal, conversation.system_prompt)
+        projection: Projection | None = None
+        async for item in cm.manage(messages, request):
+            match item:
+                case Projection():
+                    projection = item
+                case CompactionEnd():
+                    # The summary call is part of what the run used (and of its budget).
+                    usage = self.summary.usage
+                    usage.add(item.usage)
+                    if not item.usage.cost.total:  # a manager that reports only the cost
+                        usage.cost.total += item.cost
+                    yield item
+                case _:
+                    yield item
+        if projection is None:
+            yield messages
+            return
+        if projection.commit is not None:
+            conversation.messages[:] = projection.commit
+        yield conversation.messages if projection.messages is projection.commit else projection.messages
+
+    async def _request(self, messages: list[Message]) -> tuple[Request, StreamOptions]:
+        """The request for ``messages``: converted, repaired, with this turn's options and key."""
+        cfg = self.cfg
+        conversation = self.conversation
+        if cfg.convert_to_llm is not None:
+            llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
+        elif messages is conversation.messages:
+            llm = conversation.view.build(messages)
+        else:
+            llm = repair_messages(default_convert_to_llm(messages))
+        options = cfg.options
+        api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
+        options = msgspec.structs.replace(
+            options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
+        )
+        return Request(system_prompt=conversation.system_prompt, messages=llm, tools=self.tool_specs), options
+
+    def _plain_request(self) -> tuple[Request, StreamOptions]:
+        """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
+        ``get_api_key`` are configured."""
+        conversation = self.conversation
+        options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
+        messages = conversation.view.build(conversation.messages)
+        return Request(system_prompt=conversation.system_prompt, messages=messages, tools=self.tool_specs), options
+
+    def _stream_result(
+        self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None
+    ) -> AssistantMessage:
+        """The message a model stream ended with: its terminal message, or an error
+        message (keeping partial content) when it raised or stopped without one."""
+        if error is not None:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = exception_text(error)
+            final.error_kind = final.error_kind or "unknown"
+        elif final is None:
+            final = partial or self._error_message("")
+            final.stop_reason = "error"
+            final.error_message = "stream ended without a terminal event"
+            final.error_kind = "network"
+        return final
+
+    def _compact_and_retry(self, final: AssistantMessage, reason: ContextReason) -> bool:
+        """Whether a context overflow should be compacted away and the call made once more."""
+        return (
+            final.error_kind == "context_overflow"
+            and reason == "request"
+            and self.cfg.context_manager is not None
+            and final.stop_reason == "error"
+        )
+
+    # -- tool results -------------------------------------------------------------------
+    def _close_aborted_calls(self, message: AssistantMessage) -> Iterator[ToolResultMessage]:
+        """Error results for the complete tool calls of an aborted message (none of them
+        ran), committed in call order as they are handed out, so the transcript pairs
+        every call with a result for any provider."""
+        calls = message.tool_calls
+        if not calls:
+            return
+        self.summary.tool_calls += len(calls)
+        self.summary.tool_errors += len(calls)
+        for call in calls:
+            stopped = stopped_result("aborted")
+            result = ToolResultMessage(
+                tool_call_id=call.id, tool_name=call.name, content=stopped.blocks, is_error=True
+            )
+            self._commit(result)
+            yield result
+
+    def _commit_results(self, outcomes: list[CallOutcome]) -> Iterator[ToolResultMessage]:
+        """The result messages of a batch's outcomes, in call order, each committed as it
+        is handed out."""
+        self.summary.tool_calls += len(outcomes)
+        for outcome in outcomes:
+            result = outcome.result
+            if result.is_error:
+                self.summary.tool_errors += 1
+            message = ToolResultMessage(
+                tool_call_id=outcome.call.id,
+                tool_name=outcome.call.name,
+                content=result.blocks,
+                details=result.details,
+                is_error=result.is_error,
+            )
+            self._commit(message)
+            yield message
+
+
+def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:
+    """Remove the tool calls whose arguments were still streaming when the response was
+    aborted (a ``toolcall_start`` without its ``toolcall_end``).
+
+    Such a call never was a complete request: its arguments are a cut-off JSON fragment
+    (kept as ``raw_arguments``, which the OpenAI adapters replay verbatim as the call's
+    arguments, invalid JSON a strict server may refuse), and a provider may not even have
+    sent its id yet. Keeping it with a result would record an action the model never finished
+    asking for. OpenAI Chat streams end every call only when the response finishes, so
+    there an abort drops every call of the response.
+    """
+    message.content = [
+        b for i, b in enumerate(message.content) if not (i in unfinished and type(b) is ToolCall)
+    ]

@@ -1,0 +1,241 @@
+"""What a tool is to the loop: :class:`Tool`, :class:`ToolContext`, :class:`ToolResult`.
+
+A tool is a name, a description, a JSON schema for its arguments and an async
+``execute(args, ctx)``. Optional behaviour is declared with plain fields:
+
+- ``sequential``: the tool is not concurrency-safe; it runs alone, and nothing after it
+  in the batch starts before it ends. A callable decides per call from the arguments.
+  This is scheduling only; it says nothing about what the call changes.
+- ``read_only``: the call changes nothing (no files, no processes, no remote state), so
+  a permission policy may let it run without asking. A callable decides per call from
+  the arguments. Default False: a tool that does not say is assumed to change things.
+- ``interrupt``: ``"cancel"`` lets steering cancel a running call (in the loop's
+  ``"interrupt"`` steering mode); ``"block"`` (default) lets it finish.
+- ``timeout``: seconds before the call is cancelled and reported as timed out.
+- ``prepare_arguments``: rewrites raw arguments before schema validation.
+- ``reports_progress``: whether ``execute`` may call ``ctx.report``. A call that
+  cannot, alone in its batch, runs in the loop's own task: nothing has to stream while
+  it runs, so no task is started for it. An abort cancels it as it would a task, but
+  the run waits for it to return (``tool_abort_grace`` applies to tasks). ``@tool``
+  functions without a :class:`ToolContext` parameter declare False.
+
+Build one directly for dynamic tools, subclass it and override :meth:`Tool.execute`,
+or use the ``@tool`` decorator from :mod:`ketch.tools`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+import msgspec
+
+from ..llm._messages import AssistantMessage, ImageContent, Message, TextContent, scrub_surrogates
+from ..llm._model import ToolSpec
+from ..llm._signal import AbortSignal
+
+__all__ = [
+    "Deps",
+    "ExecuteFn",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "to_tool_result",
+]
+
+ResultContent: TypeAlias = list[TextContent | ImageContent]
+
+Deps = TypeVar("Deps")
+"""The type of the application's dependencies (``LoopConfig.deps``, ``ToolContext.deps``)."""
+
+
+class ToolResult(msgspec.Struct, kw_only=True):
+    """What a tool produced.
+
+    ``content`` goes to the model (a string becomes one text block); ``details`` stays
+    with the application (UI, logs). ``terminate`` asks the loop to stop after this
+    batch when every result in it asks the same. ``is_error`` marks a failure the model
+    should see as one.
+    """
+
+    content: ResultContent | str = msgspec.field(default_factory=list)
+    details: Any = None
+    terminate: bool = False
+    is_error: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.content, str):
+            self.content = [TextContent(text=self.content)]
+
+    @property
+    def blocks(self) -> ResultContent:
+        """``content`` as a list of blocks."""
+        content = self.content
+        assert not isinstance(content, str)
+        return content
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "".join(b.text for b in self.blocks if type(b) is TextContent)
+
+    @classmethod
+    def error(cls, message: str, *, details: Any = None) -> ToolResult:
+        """An error result whose only content is ``message``."""
+        return cls(content=[TextContent(text=message)], details=details, is_error=True)
+
+
+class ToolContext(Generic[Deps]):
+    """What a running tool may use besides its arguments.
+
+    ``signal`` is aborted when the run is aborted or the call is cancelled;
+    ``report(partial)`` emits a ``tool_execution_update`` event with a partial result
+    or progress value; ``messages`` is the transcript as the model saw it; ``deps`` is
+    the run's ``LoopConfig.deps`` (the application's dependencies: a database handle,
+    the current user; ``None`` unless given). Annotate it as ``ToolContext[MyDeps]``.
+    """
+
+    __slots__ = ("_report", "assistant_message", "call_id", "deps", "messages", "signal", "tool_name")
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        tool_name: str,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]] | None = None,
+        messages: Sequence[Message] = (),
+        assistant_message: AssistantMessage | None = None,
+        deps: Deps = None,  # type: ignore[assignment]  # None unless the run has deps
+    ) -> None:
+        self.call_id = call_id
+        self.tool_name = tool_name
+        self.signal = signal
+        self.messages = messages
+        self.assistant_message = assistant_message
+        self.deps = deps
+        self._report = report
+
+    async def report(self, partial: Any) -> None:
+        """Report progress or a partial result (emitted as ``tool_execution_update``)."""
+        if self._report is not None:
+            await self._report(partial)
+
+    def __repr__(self) -> str:
+        return f"ToolContext(call_id={self.call_id!r}, tool_name={self.tool_name!r})"
+
+
+ExecuteFn: TypeAlias = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]
+
+
+class Tool:
+    """A tool the model can call. See the module docstring for the optional fields."""
+
+    __slots__ = (
+        "_execute",
+        "description",
+        "interrupt",
+        "label",
+        "name",
+        "parameters",
+        "prepare_arguments",
+        "read_only",
+        "reports_progress",
+        "sequential",
+        "strict",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        execute: ExecuteFn | None = None,
+        *,
+        label: str | None = None,
+        sequential: bool | Callable[[dict[str, Any]], bool] = False,
+        read_only: bool | Callable[[dict[str, Any]], bool] = False,
+        interrupt: Literal["block", "cancel"] = "block",
+        timeout: float | None = None,
+        prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        strict: bool = False,
+        reports_progress: bool = True,
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise ValueError("Tool name must be a non-empty string")
+        self.name = name
+        self.description = description
+        self.parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
+        self._execute = execute
+        self.label = label
+        self.sequential = sequential
+        self.read_only = read_only
+        self.interrupt = interrupt
+        self.timeout = timeout
+        self.prepare_arguments = prepare_arguments
+        self.strict = strict
+        self.reports_progress = reports_progress
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""
+        if self._execute is None:
+            raise NotImplementedError(f"Tool {self.name!r} has no execute function")
+        result = self._execute(args, ctx)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    def is_sequential(self, args: dict[str, Any]) -> bool:
+        """Whether this call must run alone (not concurrency-safe)."""
+        seq = self.sequential
+        return seq(args) if callable(seq) else bool(seq)
+
+    def is_read_only(self, args: dict[str, Any]) -> bool:
+        """Whether this call changes nothing (``read_only``, decided for ``args``)."""
+        ro = self.read_only
+        return ro(args) if callable(ro) else bool(ro)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The name, description and schema sent to the model."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r})"
+
+
+def _encode_other(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+_json = msgspec.json.Encoder(enc_hook=_encode_other)
+
+
+def to_tool_result(value: Any) -> ToolResult:
+    """Normalise what a tool returned into a :class:`ToolResult`.
+
+    Strings become text; images and lists of blocks are kept; ``None`` becomes empty
+    content; anything else is encoded as JSON text.
+    """
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(content=[TextContent(text=value)])
+    if value is None:
+        return ToolResult(content=[])
+    if isinstance(value, (TextContent, ImageContent)):
+        return ToolResult(content=[value])
+    if isinstance(value, list) and value and all(isinstance(v, (TextContent, ImageContent)) for v in value):
+        return ToolResult(content=list(value))
+    try:
+        text = _json.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate, e.g. a file name that is not UTF-8
+        text = _json.encode(scrub_surrogates(value)).decode()
+    except (TypeError, msgspec.EncodeError):
+        text = str(value)
+    return ToolResult(content=[TextContent(text=text)], details=value)

@@ -1,0 +1,1103 @@
+"""The ``bash`` tool: run a shell command in the workspace.
+
+The command runs as ``bash -c COMMAND`` (``/bin/sh -c`` where bash is missing) in its own
+session and process group, with standard input closed and stdout and stderr merged into
+one pipe. Its environment is built from an allow-list (PATH, HOME, LANG, LC_*, TERM, …;
+see :func:`ketch.sandbox.tool_environment`), never the whole process environment, and
+never holds secrets; plus any variables the tool was given.
+
+With a sandbox (:mod:`ketch.sandbox`), every command runs inside it: the workspace is
+writable when ``write_allowed()`` says so at the call (else the whole filesystem is
+read-only), ``.git/config``, ``.git/hooks`` and ``.ketch`` stay read-only, there is no
+network unless ``network=True``, and ``/proc`` shows only the sandbox's processes. A
+denial is the command's own output and exit status, with a one-line ``[sandbox: …]``
+hint appended when the failure looks like one. Background processes end with the
+command. Without a usable sandbox the tool still runs commands (``sandboxed`` is False
+and ``sandbox_warning`` says why).
+
+Output is streamed through ``ctx.report`` as text chunks (``str``), at most about every
+100 ms. The result shows the last 2000 lines or 50 KB of output, whichever is less; when
+more was produced, the full output is kept in a log file whose path the result gives
+(inside the workspace's scratch directory, so the read tool can open it).
+
+A non-zero exit status, death by a signal, a timeout and an abort are results with
+``is_error=True`` that still carry the output. On timeout, abort (``ctx.signal``) or
+cancellation of the calling task, the whole process group gets SIGTERM, then SIGKILL
+after a short grace period. Background processes still holding the output pipe when
+the shell exits are left running, but the pipe is closed and their later output lost.
+Every command's process group is tracked until it is empty; :func:`kill_process_groups`
+ends those still running (the ``ketch`` command calls it on every way out, so a second
+Ctrl-C or a closed terminal leaves no orphaned tool processes behind).
+
+A call is read-only (may run concurrently with other read-only tools) only when
+:func:`is_read_only_command` says so; otherwise the tool runs alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import fnmatch
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from ..llm._signal import Aborted
+from ..loop._tool import Tool, ToolContext, ToolResult
+from ..sandbox import (
+    DEFAULT_PROTECTED,
+    Sandbox,
+    SandboxPolicy,
+    denial_hint,
+    has_url_password,
+    is_secret_name,
+    protected_names,
+    tool_environment,
+)
+from ._workspace import Workspace, WorkspaceError
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_LINES",
+    "SECRET_NAMES",
+    "SECRET_NAME_PATTERNS",
+    "BashTool",
+    "is_read_only_command",
+    "kill_process_groups",
+    "live_process_groups",
+    "scrub_environment",
+    "start_process_group",
+    "track_process_group",
+    "untrack_process_group",
+]
+
+MAX_LINES = 2000
+MAX_BYTES = 50 * 1024
+
+SECRET_NAME_PATTERNS: tuple[str, ...] = (
+    "*_API_KEY",
+    "*_APIKEY",
+    "*_TOKEN",
+    "*_TOKENS",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_ACCESS_KEY*",
+    "*_PRIVATE_KEY*",
+    "*_CREDENTIALS",
+    "AWS_*",
+)
+"""``fnmatch`` patterns (matched against the upper-cased name) of variables never passed on."""
+
+SECRET_NAMES: frozenset[str] = frozenset(
+    {"API_KEY", "APIKEY", "TOKEN", "PASSWORD", "DATABASE_URL", "GOOGLE_APPLICATION_CREDENTIALS", "NETRC"}
+)
+"""Variable names (upper-case) never passed on, besides :data:`SECRET_NAME_PATTERNS`."""
+
+_DESCRIPTION = """Run a shell command with bash in the workspace and return its output.
+
+stdout and stderr are merged. The command runs in the workspace root unless `cwd` is \
+given, with no standard input (interactive programs will not work). The default timeout \
+is {timeout} seconds (`timeout` argument, in seconds); on timeout the command and all its \
+child processes are killed. Only the last 2000 lines / 50 KB of output are shown; when \
+more was produced, the full output is saved to a log file whose path is given (open it \
+with the read tool). A non-zero exit code is reported as an error together with the \
+output. Environment variables holding secrets are not available. Redirect the output of \
+background commands to a file (`cmd > log 2>&1 &`). Prefer the read, grep, find and ls \
+tools for looking at files."""
+
+_SANDBOX_NOTE = """
+
+Commands run in a sandbox: only the workspace and /tmp are writable (nothing is in plan \
+mode), {protected} stay read-only, there is {network}, and background processes end \
+with the command. A denied action fails like any other error, with a [sandbox: ...] note."""
+
+
+def _parameters(max_timeout: float) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The shell command to run."},
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": max_timeout,
+                "description": "Timeout in seconds.",
+            },
+            "cwd": {
+                "type": "string",
+                "description": "Working directory inside the workspace (default: the workspace root).",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+
+# --- environment ---------------------------------------------------------------------
+
+
+def scrub_environment(
+    env: Mapping[str, str],
+    *,
+    extra_names: Iterable[str] = (),
+    extra_patterns: Iterable[str] = (),
+) -> dict[str, str]:
+    """A copy of ``env`` without variables that look like secrets.
+
+    A name is dropped when, upper-cased, it is in :data:`SECRET_NAMES` or ``extra_names``,
+    matches one of :data:`SECRET_NAME_PATTERNS` or ``extra_patterns`` (``fnmatch``) or is
+    a conventional secret name (:func:`ketch.sandbox.is_secret_name`: ``*_KEY``,
+    ``*_PAT``, ``*_TOKEN``, …); a value holding a URL with a password is dropped too.
+    Prefer :func:`ketch.sandbox.tool_environment`, which starts from an allow-list.
+    """
+    extra = tuple(extra_names)
+    names = SECRET_NAMES | {n.upper() for n in extra}
+    patterns = SECRET_NAME_PATTERNS + tuple(p.upper() for p in extra_patterns)
+    return {
+        key: value
+        for key, value in env.items()
+        if key.upper() not in names
+        and not any(fnmatch.fnmatchcase(key.upper(), p) for p in patterns)
+        and not is_secret_name(key, extra)
+        and not has_url_password(value)
+    }
+
+
+# --- read-only classification --------------------------------------------------------
+
+
+class _Unsafe(Exception):
+    pass
+
+
+_PLAIN_READERS = frozenset(
+    """
+    ls cat head tail wc grep egrep fgrep pwd echo printf which whereis type file stat du df
+    true false : test [ basename dirname realpath readlink nl cut tr diff cmp comm md5sum
+    sha1sum sha256sum sha512sum cksum whoami id uname jq column seq cd pushd popd printenv
+    tac rev fold expand unexpand od hexdump strings ps pgrep uptime free nproc locale getconf
+    """.split()
+)
+_NO_ARGS_ONLY = frozenset({"env", "hostname"})
+_FIND_UNSAFE = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
+_GIT_READERS = frozenset(
+    """
+    status log diff show blame ls-files ls-tree rev-parse grep shortlog describe cat-file
+    rev-list merge-base name-rev whatchanged show-ref count-objects
+    """.split()
+)
+_GIT_BRANCH_FLAGS = frozenset(
+    {"-a", "-r", "-v", "-vv", "--all", "--remotes", "--verbose", "--show-current", "--list", "-l", "--no-color"}
+)
+_SAFE_ASSIGNMENTS = re.compile(r"(LC_[A-Z]+|LANG|LANGUAGE|TZ|NO_COLOR|TERM|COLUMNS|LINES|CLICOLOR|FORCE_COLOR)=")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_PREFIX_WORDS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"})
+_CLOSING_WORDS = frozenset({"fi", "done", "}"})
+_SAFE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_WORD_END = frozenset(" \t\n;&|()<>")
+
+
+def _short_flags(args: list[str]) -> str:
+    return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+
+
+def _git_ok(args: list[str]) -> bool:
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "--no-pager":
+            i += 1
+        elif args[i] == "-C" and i + 1 < len(args):
+            i += 2
+        else:
+            return False
+    if i >= len(args):
+        return False
+    sub, rest = args[i], args[i + 1 :]
+    if any(a.startswith(("--output", "--ext-diff", "--open-files-in-pager")) for a in rest):
+        return False
+    if sub == "grep" and "O" in _short_flags(rest):
+        return False
+    if sub in _GIT_READERS:
+        return True
+    if sub == "branch":
+        listing = "--list" in rest or "-l" in rest
+        return all(a in _GIT_BRANCH_FLAGS or (listing and not a.startswith("-")) for a in rest)
+    if sub in ("remote", "stash", "worktree"):
+        return rest in ([], ["-v"], ["--verbose"]) if sub == "remote" else rest[:1] == ["list"]
+    if sub == "tag":
+        return rest == [] or rest[0] in ("-l", "--list")
+    return False
+
+
+def _program_ok(words: list[str]) -> bool:
+    name, args = words[0], words[1:]
+    if "/" in name:
+        head, _, base = name.rpartition("/")
+        if head not in ("/bin", "/usr/bin", "/usr/local/bin"):
+            return False
+        name = base
+    if name in _PLAIN_READERS:
+        if name == "file":
+            return "C" not in _short_flags(args)
+        return True
+    if name in _NO_ARGS_ONLY:
+        return not args
+    if name == "date":
+        return "s" not in _short_flags(args) and not any(a.startswith("--set") for a in args)
+    if name == "sort":
+        return "o" not in _short_flags(args) and not any(
+            a.startswith(("--output", "--compress-program")) for a in args
+        )
+    if name == "uniq":
+        return sum(1 for a in args if not a.startswith("-")) <= 1
+    if name == "tree":
+        return "o" not in _short_flags(args)
+    if name == "find":
+        return not any(a in _FIND_UNSAFE for a in args)
+    if name == "rg":
+        return not any(a.startswith("--pre") for a in args)
+    if name == "command":
+        return bool(args) and args[0] in ("-v", "-V")
+    if name == "git":
+        return _git_ok(args)
+    return False
+
+
+def _simple_command_ok(words: list[str]) -> bool:
+    while words and words[0] in _PREFIX_WORDS:
+        words = words[1:]
+    if not words or (len(words) == 1 and words[0] in _CLOSING_WORDS):
+        return True
+    if words[0] == "for":
+        return len(words) == 2 or (len(words) >= 3 and words[2] == "in")
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    if i == len(words):
+        return True
+    if any(not _SAFE_ASSIGNMENTS.match(w) for w in words[:i]):
+        return False
+    return _program_ok(words[i:])
+
+
+class _Scanner:
+    """Splits a command line into simple commands, rejecting anything that may write."""
+
+    def __init__(self, text: str, depth: int) -> None:
+        if depth > 8:
+            raise _Unsafe
+        self.s = text
+        self.i = 0
+        self.depth = depth
+        self.commands: list[list[str]] = []
+        self.words: list[str] = []
+        self.word: list[str] | None = None
+
+    def _end_word(self) -> None:
+        if self.word is not None:
+            self.words.append("".join(self.word))
+            self.word = None
+
+    def _end_command(self) -> None:
+        self._end_word()
+        if self.words:
+            self.commands.append(self.words)
+        self.words = []
+
+    def _add(self, text: str) -> None:
+        if self.word is None:
+            self.word = []
+        self.word.append(text)
+
+    def _closing(self, start: int, quote: str, escapes: bool) -> int:
+        j = start
+        while j < len(self.s):
+            if escapes and self.s[j] == "\\":
+                j += 2
+                continue
+            if self.s[j] == quote:
+                return j
+            j += 1
+        raise _Unsafe
+
+    def _matching_paren(self, start: int) -> int:
+        """Index of the ``)`` closing the ``(`` before ``start`` (quotes respected)."""
+        depth = 1
+        j = start
+        s = self.s
+        while j < len(s):
+            c = s[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c == "'":
+                j = self._closing(j + 1, "'", False) + 1
+                continue
+            if c == '"':
+                j = self._closing(j + 1, '"', True) + 1
+                continue
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    return j
+            j += 1
+        raise _Unsafe
+
+    def _substitution(self, inner: str) -> None:
+        if not _classify(inner, self.depth + 1):
+            raise _Unsafe
+
+    def _dollar(self) -> None:
+        s, i = self.s, self.i
+        nxt = s[i + 1 : i + 2]
+        if s.startswith("$((", i):
+            end = self._matching_paren(i + 2)
+            body = s[i + 3 : end - 1]
+            if "$(" in body or "`" in body:
+                raise _Unsafe
+            self._add(s[i : end + 1])
+            self.i = end + 1
+        elif nxt == "(":
+            end = self._matching_paren(i + 2)
+            self._substitution(s[i + 2 : end])
+            self._add("$(...)")
+            self.i = end + 1
+        elif nxt == "{":
+            end = self._closing(i + 2, "}", True)
+            body = s[i + 2 : end]
+            if "$(" in body or "`" in body:
+                raise _Unsafe
+            self._add(s[i : end + 1])
+            self.i = end + 1
+        elif nxt == "'":
+            end = self._closing(i + 2, "'", True)
+            self._add(s[i + 2 : end])
+            self.i = end + 1
+        else:
+            self._add("$")
+            self.i = i + 1
+
+    def _backtick(self) -> None:
+        end = self._closing(self.i + 1, "`", True)
+        self._substitution(self.s[self.i + 1 : end].replace("\\`", "`"))
+        self._add("`...`")
+        self.i = end + 1
+
+    def _double_quoted(self) -> None:
+        s = self.s
+        self.i += 1
+        self._add("")
+        while True:
+            if self.i >= len(s):
+                raise _Unsafe
+            c = s[self.i]
+            if c == '"':
+                self.i += 1
+                return
+            if c in "\\$`":
+                self._escape_or_expansion(c, quoted=True)
+            else:
+                self._add(c)
+                self.i += 1
+
+    def _escape_or_expansion(self, c: str, *, quoted: bool) -> None:
+        """At a backslash, ``$`` or backtick ``c``: take it in (outside quotes a
+        backslash-newline joins the lines)."""
+        if c == "$":
+            self._dollar()
+        elif c == "`":
+            self._backtick()
+        else:
+            escaped = self.s[self.i + 1 : self.i + 2]
+            if quoted or escaped != "\n":
+                self._add(escaped)
+            self.i += 2
+
+    def _target(self) -> str:
+        s = self.s
+        while self.i < len(s) and s[self.i] in " \t":
+            self.i += 1
+        start = self.i
+        while self.i < len(s) and s[self.i] not in _WORD_END:
+            if s[self.i] in "'\"$`\\":
+                raise _Unsafe
+            self.i += 1
+        return s[start : self.i]
+
+    def _redirect(self) -> None:
+        s, i = self.s, self.i
+        if self.word is not None and "".join(self.word).isdigit():
+            self.word = None
+        op = s[i]
+        nxt = s[i + 1 : i + 2]
+        if op == "<":
+            if nxt == "<":
+                if s.startswith("<<<", i):
+                    self.i = i + 3
+                    return
+                raise _Unsafe
+            if nxt == "(":
+                end = self._matching_paren(i + 2)
+                self._substitution(s[i + 2 : end])
+                self.i = end + 1
+                return
+            if nxt == ">":
+                raise _Unsafe
+            self.i = i + (2 if nxt == "&" else 1)
+            self._end_word()
+            self._target()
+            return
+        if nxt == "(":
+            raise _Unsafe
+        if nxt == "&":
+            self.i = i + 2
+            target = self._target()
+            if not (target.isdigit() or target == "-" or target in _SAFE_TARGETS):
+                raise _Unsafe
+            return
+        self.i = i + (2 if nxt in (">", "|") else 1)
+        if self._target() not in _SAFE_TARGETS:
+            raise _Unsafe
+
+    def run(self) -> list[list[str]]:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c in " \t":
+                self._end_word()
+                self.i += 1
+            elif c in "\n;()":
+                self._end_command()
+                self.i += 1
+            elif c == "&":
+                nxt = s[self.i + 1 : self.i + 2]
+                if nxt == "&":
+                    self._end_command()
+                    self.i += 2
+                elif nxt == ">":
+                    self._end_word()
+                    self.i += 1 if s[self.i + 2 : self.i + 3] != ">" else 2
+                    self.i += 1
+                    if self._target() not in _SAFE_TARGETS:
+                        raise _Unsafe
+                else:
+                    raise _Unsafe
+            elif c == "|":
+                self._end_command()
+                self.i += 2 if s[self.i + 1 : self.i + 2] in ("|", "&") else 1
+            elif c in "<>":
+                self._redirect()
+            elif c == "'":
+                end = self._closing(self.i + 1, "'", False)
+                self._add(s[self.i + 1 : end])
+                self.i = end + 1
+            elif c == '"':
+                self._double_quoted()
+            elif c in "\\$`":
+                self._escape_or_expansion(c, quoted=False)
+            elif c == "#" and self.word is None:
+                end = s.find("\n", self.i)
+                self.i = len(s) if end == -1 else end
+            else:
+                self._add(c)
+                self.i += 1
+        self._end_command()
+        return self.commands
+
+
+def _classify(command: str, depth: int) -> bool:
+    commands = _Scanner(command, depth).run()
+    return bool(commands) and all(_simple_command_ok(words) for words in commands)
+
+
+def is_read_only_command(command: str) -> bool:
+    """Whether ``command`` can only read: a conservative check used to schedule ``bash`` calls.
+
+    True only when every simple command in it (split at ``;``, ``&&``, ``||``, ``|``,
+    newlines and parentheses, including those inside ``$(...)``, backticks and ``<(...)``)
+    runs a known read-only program (``ls``, ``cat``, ``head``, ``grep``, ``rg``, ``find``
+    without ``-exec``/``-delete``, ``git status``/``log``/``diff``/``show``, ``pwd``,
+    ``echo``, ``stat``, ``du``, ``tree``, ...) with no option that writes, and output is
+    redirected only to ``/dev/null`` or another descriptor. Anything else (``>`` to a
+    file, ``tee``, heredocs, background ``&``, unknown programs, variables or globs as the
+    program name, unbalanced quotes) is not read-only.
+    """
+    try:
+        return _classify(command, 0)
+    except (_Unsafe, IndexError):
+        return False
+
+
+# --- process handling ----------------------------------------------------------------
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not sys.platform.startswith("linux"):
+        return True
+    stats = _proc_stats()
+    if stats is None:
+        return True
+    group = str(pgid).encode()
+    return any(fields[2] == group and fields[0] not in (b"Z", b"X") for _, fields in stats)
+
+
+def _proc_stats() -> list[tuple[str, list[bytes]]] | None:
+    """Each process's pid and the fields of ``/proc/PID/stat`` after its name (state,
+    parent, group, …); None when ``/proc`` cannot be read."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    found: list[tuple[str, list[bytes]]] = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2:
+            found.append((entry, fields))
+    return found
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _wait_group_gone(pgid: int, limit: float) -> bool:
+    deadline = time.monotonic() + limit
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def _terminate_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace`` seconds, then reap the shell."""
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        if not await _wait_group_gone(pgid, grace):
+            _signal_group(pgid, signal.SIGKILL)
+            await _wait_group_gone(pgid, 5.0)
+        await proc.wait()
+    except asyncio.CancelledError:
+        _signal_group(pgid, signal.SIGKILL)
+        raise
+
+
+# --- live process groups ---------------------------------------------------------------
+
+_LIVE_GROUPS: set[int] = set()
+
+
+def track_process_group(pgid: int) -> None:
+    """Remember the process group ``pgid`` (a tool's child started in a new session) so
+    that :func:`kill_process_groups` ends it when the program exits. Groups already gone
+    are forgotten on the way."""
+    for old in list(_LIVE_GROUPS):
+        try:
+            os.killpg(old, 0)
+        except ProcessLookupError:
+            _LIVE_GROUPS.discard(old)
+        except PermissionError:
+            pass
+    _LIVE_GROUPS.add(pgid)
+
+
+async def start_process_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(*argv, **kwargs)`` in a new session, tracked (see
+    :func:`track_process_group`). A cancellation that arrives while the process is being
+    started does not leave it running unseen: its group is killed and reaped first."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, start_new_session=True, **kwargs))
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        try:
+            started = await spawn
+        except OSError:
+            raise asyncio.CancelledError from None
+        _signal_group(started.pid, signal.SIGKILL)
+        await started.wait()
+        raise
+    track_process_group(proc.pid)
+    return proc
+
+
+def untrack_process_group(pgid: int) -> None:
+    """Forget the process group ``pgid`` (its processes have ended)."""
+    _LIVE_GROUPS.discard(pgid)
+
+
+def live_process_groups() -> frozenset[int]:
+    """The tracked process groups (see :func:`track_process_group`)."""
+    return frozenset(_LIVE_GROUPS)
+
+
+def _child_groups() -> set[int]:
+    """Process groups led by direct children of this process (Linux; else empty)."""
+    me = str(os.getpid()).encode()
+    return {int(pid) for pid, fields in _proc_stats() or () if fields[1] == me and fields[2] == pid.encode()}
+
+
+def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
+    """End every tracked process group: SIGTERM, then SIGKILL for whatever is still alive
+    after ``grace`` seconds. Synchronous and safe to call on any way out of a program
+    (the command line calls it before it exits, also on a second Ctrl-C or a hangup):
+    tools' processes run in sessions of their own, so nothing else would stop them.
+
+    ``children`` also ends the groups led by direct children of this process (on Linux),
+    which covers a tool process started but not yet tracked; only a program that owns all
+    its children (the ``ketch`` command) should ask for that.
+    """
+    groups = {g for g in _LIVE_GROUPS if _group_alive(g)}
+    _LIVE_GROUPS.clear()
+    if children:
+        groups |= _child_groups()
+    if not groups:
+        return
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while groups and time.monotonic() < deadline:
+        time.sleep(0.01)
+        groups = {g for g in groups if _group_alive(g)}
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+
+
+class _Output(asyncio.Protocol):
+    """Receives the output pipe: a bounded tail in memory, everything in a log file if large."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
+        self._head: list[bytes] | None = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []
+        self.tail = bytearray()
+        self.total_bytes = 0
+        self.total_newlines = 0
+        self.ends_with_newline = False
+        self.file: IO[bytes] | None = None
+        self.log_path: Path | None = None
+        self.new_data = asyncio.Event()
+        self.closed = asyncio.get_running_loop().create_future()
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the output exceeds what the result can show."""
+        return self.total_bytes > MAX_BYTES or self.lines > MAX_LINES
+
+    @property
+    def lines(self) -> int:
+        """Number of lines so far (a last line without a newline counts)."""
+        return self.total_newlines + (1 if self.total_bytes and not self.ends_with_newline else 0)
+
+    def data_received(self, data: bytes) -> None:
+        """Take a chunk of output."""
+        self.total_bytes += len(data)
+        self.total_newlines += data.count(b"\n")
+        self.ends_with_newline = data.endswith(b"\n")
+        self.tail += data
+        if len(self.tail) > 2 * (MAX_BYTES + 1):
+            del self.tail[: len(self.tail) - (MAX_BYTES + 1)]
+        if self._head is not None:
+            self._head.append(data)
+            if self.truncated:
+                self._spill()
+        elif self.file is not None:
+            try:
+                self.file.write(data)
+            except OSError:
+                self.close_log()
+        text = self._decoder.decode(data)
+        if text:
+            self._pending.append(text)
+            self.new_data.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The pipe closed: every writer is gone."""
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _spill(self) -> None:
+        head, self._head = self._head, None
+        try:
+            fd, name = tempfile.mkstemp(prefix="bash-", suffix=".log", dir=self._workspace.scratch_dir())
+        except OSError:
+            return
+        self.file = os.fdopen(fd, "wb")
+        self.log_path = Path(name)
+        try:
+            self.file.writelines(head or [])
+        except OSError:
+            self.close_log()
+
+    def take_pending(self, final: bool = False) -> str:
+        """Text decoded since the last call."""
+        if final:
+            rest = self._decoder.decode(b"", final=True)
+            if rest:
+                self._pending.append(rest)
+        text = "".join(self._pending)
+        self._pending.clear()
+        self.new_data.clear()
+        return text
+
+    def close_log(self) -> None:
+        """Close the log file, if any."""
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            self.file = None
+
+    def render(self) -> tuple[str, str]:
+        """The output to show and a truncation note (empty when nothing was cut)."""
+        if not self.truncated:
+            return bytes(self.tail).decode("utf-8", errors="replace"), ""
+        data = bytes(self.tail[-(MAX_BYTES + 1) :])
+        whole_line = True
+        if len(data) > MAX_BYTES:
+            newline = data.find(b"\n", 0, len(data) - 1)
+            if newline == -1:
+                data = data[-MAX_BYTES:]
+                whole_line = False
+            else:
+                data = data[newline + 1 :]
+        while data and (data[0] & 0xC0) == 0x80:
+            data = data[1:]
+        text = data.decode("utf-8", errors="replace")
+        lines = text.removesuffix("\n").split("\n")
+        if len(lines) > MAX_LINES:
+            lines = lines[-MAX_LINES:]
+        total = self.lines
+        if whole_line:
+            note = f"[Output truncated: showing lines {total - len(lines) + 1}-{total} of {total}."
+        else:
+            note = f"[Output truncated: showing the last {MAX_BYTES // 1024} KB of line {total} of {total}."
+        if self.log_path is not None:
+            note += f" Full output saved to {self.log_path}]"
+        else:
+            note += "]"
+        return "\n".join(lines), note
+
+
+# --- the tool ------------------------------------------------------------------------
+
+
+def _sequential(args: dict[str, Any]) -> bool:
+    command = args.get("command")
+    return not (isinstance(command, str) and is_read_only_command(command))
+
+
+class BashTool(Tool):
+    """The ``bash`` tool. Sequential unless the command is read-only (see the module docstring).
+
+    ``timeout`` is the default per-call timeout in seconds and ``max_timeout`` the
+    largest a call may ask for. The environment (``env`` attribute) is the allow-list
+    environment of :func:`ketch.sandbox.tool_environment` (``env_allow`` adds names,
+    ``secret_names`` names never passed, such as providers' ``api_key_env``) when
+    ``inherit_env`` and ``scrub_env`` are set, the whole process environment with
+    ``scrub_env=False``, nothing with ``inherit_env=False``; ``env`` then adds or
+    overrides variables. ``kill_grace`` is the time between SIGTERM and SIGKILL,
+    ``drain_timeout`` how long output is still read after the shell exits, and
+    ``report_interval`` the minimum time between progress reports.
+
+    ``sandbox`` runs every command inside it (when its ``unavailable_reason()`` is None);
+    ``write_allowed()`` is asked at each call whether the workspace is writable (False:
+    plan mode, everything read-only); ``network``, ``protected`` (workspace-relative
+    paths kept read-only) and ``env_allow`` go into the :class:`SandboxPolicy`, and the
+    workspace's other roots are writable too. ``sandboxed`` tells whether commands run
+    sandboxed; when not, ``sandbox_warning`` says why (from the sandbox, or
+    ``unsandboxed_reason`` when the caller found none).
+    """
+
+    __slots__ = (
+        "default_timeout",
+        "drain_timeout",
+        "env",
+        "env_allow",
+        "kill_grace",
+        "max_timeout",
+        "network",
+        "protected",
+        "report_interval",
+        "sandbox",
+        "sandbox_warning",
+        "shell",
+        "workspace",
+        "write_allowed",
+    )
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        timeout: float = 120.0,
+        max_timeout: float = 3600.0,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        scrub_env: bool = True,
+        secret_names: Iterable[str] = (),
+        shell: str | None = None,
+        kill_grace: float = 2.0,
+        drain_timeout: float = 0.5,
+        report_interval: float = 0.1,
+        sandbox: Sandbox | None = None,
+        write_allowed: Callable[[], bool] | None = None,
+        network: bool = False,
+        protected: Iterable[str] = DEFAULT_PROTECTED,
+        env_allow: Iterable[str] = (),
+        unsandboxed_reason: str | None = None,
+    ) -> None:
+        reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
+        usable = sandbox if sandbox is not None and reason is None else None
+        self.protected = tuple(protected)
+        description = _DESCRIPTION.format(timeout=f"{timeout:g}")
+        if usable is not None:
+            description += _SANDBOX_NOTE.format(
+                protected=protected_names(self.protected),
+                network="network access" if network else "no network access",
+            )
+        super().__init__(
+            "bash",
+            description,
+            _parameters(max_timeout),
+            label="Bash",
+            sequential=_sequential,
+        )
+        self.workspace = workspace
+        self.default_timeout = timeout
+        self.max_timeout = max_timeout
+        self.env_allow = tuple(env_allow)
+        base: dict[str, str] = {}
+        if inherit_env and scrub_env:
+            base = tool_environment(allow=self.env_allow, secret_names=secret_names)
+        elif inherit_env:
+            base = dict(os.environ)
+        if env:
+            base.update(env)
+        self.env = base
+        self.shell = shell or shutil.which("bash") or "/bin/sh"
+        self.kill_grace = kill_grace
+        self.drain_timeout = drain_timeout
+        self.report_interval = report_interval
+        self.write_allowed: Callable[[], bool] = write_allowed or _always
+        self.network = network
+        self.sandbox: Sandbox | None = usable
+        self.sandbox_warning: str | None = (
+            f"bash commands run without a sandbox ({reason}); every bash command needs approval"
+            if reason is not None
+            else None
+        )
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run inside an active sandbox."""
+        return self.sandbox is not None
+
+    def policy(self) -> SandboxPolicy:
+        """The sandbox policy of a call made now (``write`` from ``write_allowed()``)."""
+        ws = self.workspace
+        return SandboxPolicy(
+            workspace=ws.root,
+            write=bool(self.write_allowed()),
+            network=self.network,
+            protected=self.protected,
+            extra_writable=tuple(r for r in ws.roots if r != ws.root),
+            env_allow=self.env_allow,
+        )
+
+    def __repr__(self) -> str:
+        return f"BashTool(root={str(self.workspace.root)!r})"
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+        """Run ``args["command"]``; see the module docstring for the result."""
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return ToolResult.error("command is empty. Give a shell command to run.")
+        timeout = args.get("timeout", self.default_timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            return ToolResult.error(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        timeout = min(float(timeout), self.max_timeout)
+        ws = self.workspace
+        try:
+            cwd = ws.resolve(args["cwd"]) if args.get("cwd") is not None else ws.root
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        if not cwd.is_dir():
+            what = "does not exist" if not cwd.exists() else "is not a directory"
+            return ToolResult.error(f"Working directory {ws.display(cwd)} {what}.")
+        if ctx.signal.aborted:
+            return ToolResult.error("Command not started: the run was aborted.")
+        argv, env = [self.shell, "-c", command], self.env
+        policy = None
+        if self.sandbox is not None:
+            policy = self.policy()
+            argv, env = self.sandbox.wrap(argv, policy, env)
+        try:
+            return await self._run_command(command, argv, env, cwd, timeout, policy, ctx)
+        finally:
+            if self.sandbox is not None:
+                self.sandbox.release(argv)
+
+    async def _run_command(
+        self,
+        command: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        limit: float,
+        policy: SandboxPolicy | None,
+        ctx: ToolContext[Any],
+    ) -> ToolResult:
+        ws, timeout = self.workspace, limit
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = await start_process_group(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd, env=env
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            return ToolResult.error(f"Could not start {argv[0]}: {exc.strerror or exc}.")
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        output = _Output(ws)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(lambda: output, os.fdopen(read_fd, "rb", buffering=0))
+        reporter = asyncio.ensure_future(self._report(output, ctx))
+        timed_out = aborted = stray = finished = False
+        try:
+            try:
+                async with asyncio.timeout(timeout), ctx.signal.scope():
+                    await proc.wait()
+                    stray = not await _wait_closed(output, self.drain_timeout)
+                finished = True
+            except TimeoutError:
+                timed_out = True
+            except Aborted:
+                aborted = True
+            finally:
+                if not finished:
+                    await _terminate_group(proc, self.kill_grace)
+            if not finished:
+                await _wait_closed(output, self.drain_timeout)
+        finally:
+            if not _group_alive(proc.pid):
+                untrack_process_group(proc.pid)
+            transport.close()
+            output.close_log()
+            reporter.cancel()
+            await asyncio.wait({reporter})
+            report_error = None if reporter.cancelled() else reporter.exception()
+        if report_error is not None:
+            raise report_error
+        rest = output.take_pending(final=True)
+        if rest:
+            await ctx.report(rest)
+        return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy)
+
+    async def _report(self, output: _Output, ctx: ToolContext[Any]) -> None:
+        while True:
+            await output.new_data.wait()
+            chunk = output.take_pending()
+            if chunk:
+                await ctx.report(chunk)
+            await asyncio.sleep(self.report_interval)
+
+    def _result(
+        self,
+        command: str,
+        cwd: Path,
+        code: int | None,
+        output: _Output,
+        timeout: float,
+        timed_out: bool,
+        aborted: bool,
+        stray: bool,
+        policy: SandboxPolicy | None = None,
+    ) -> ToolResult:
+        shown, note = output.render()
+        shown = shown.removesuffix("\n")
+        parts = [shown if shown else "(no output)"]
+        if note:
+            parts.append(note)
+        if stray:
+            parts.append(
+                "[Background processes still held the output open when the shell exited; their "
+                "later output is lost. Redirect background output to a file: cmd > log 2>&1 &]"
+            )
+        is_error = True
+        if timed_out:
+            unit = "second" if timeout == 1 else "seconds"
+            parts.append(f"[Command timed out after {timeout:g} {unit} and was killed with all its processes.]")
+        elif aborted:
+            parts.append("[Command aborted; it was killed with all its processes.]")
+        elif code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            parts.append(f"[Command was killed by {name}.]")
+        elif code:
+            parts.append(f"[Command exited with code {code}.]")
+            hint = denial_hint(shown, policy) if policy is not None else None
+            if hint is not None:
+                parts.append(hint)
+        else:
+            is_error = False
+        details = {
+            "command": command,
+            "cwd": str(cwd),
+            "exit_code": code,
+            "timed_out": timed_out,
+            "aborted": aborted,
+            "truncated": bool(note),
+            "total_lines": output.lines,
+            "total_bytes": output.total_bytes,
+            "output_file": str(output.log_path) if output.log_path is not None else None,
+        }
+        return ToolResult(content="\n\n".join(parts), details=details, is_error=is_error)
+
+
+def _always() -> bool:
+    return True
+
+
+async def _wait_closed(output: _Output, limit: float) -> bool:
+    """Wait up to ``limit`` seconds for the output pipe to close; True if it did."""
+    if output.closed.done():
+        return True
+    done, _ = await asyncio.wait({output.closed}, timeout=limit)
+    return bool(done)

@@ -1,0 +1,81 @@
+"""The built-in coding tool set, built around one shared :class:`Workspace`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
+
+from ..loop._tool import Tool
+from ..sandbox import DEFAULT_PROTECTED, Sandbox, default_sandbox, sandbox_unavailable_reason
+from ._bash import BashTool
+from ._edit import EditTool
+from ._ls import LsTool
+from ._read import ReadTool
+from ._search import FindTool, GrepTool
+from ._workspace import Workspace
+from ._write import WriteTool
+
+__all__ = ["Workspace", "coding_tools"]
+
+
+def coding_tools(
+    root: str | os.PathLike[str] | Workspace,
+    *,
+    allowed_roots: Iterable[str | os.PathLike[str]] = (),
+    read_only: bool = False,
+    bash_env: Mapping[str, str] | None = None,
+    bash_timeout: float = 120.0,
+    scrub_env: bool = True,
+    secret_names: Iterable[str] = (),
+    ripgrep: str | Literal[False] | None = None,
+    sandbox: Sandbox | Literal["default"] | None = "default",
+    write_allowed: Callable[[], bool] | None = None,
+    network: bool = False,
+    protected: Iterable[str] = DEFAULT_PROTECTED,
+    env_allow: Iterable[str] = (),
+    unsandboxed_reason: str | None = None,
+) -> list[Tool]:
+    """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
+
+    All tools share one :class:`Workspace` (``root`` may be one already), so paths are
+    confined to ``root`` and ``allowed_roots`` and a ``read`` enables later edits.
+    ``read_only`` leaves out write, edit and bash. ``bash_env`` adds variables to the
+    (scrubbed, see ``scrub_env`` and ``secret_names``) environment of bash commands;
+    ``bash_timeout`` is their default timeout in seconds. ``ripgrep`` is passed to
+    :class:`~ketch.tools._search.GrepTool` (path of ``rg``, ``False`` for the Python
+    search, ``None`` to look it up).
+
+    Bash commands run in ``sandbox``: by default :func:`~ketch.sandbox.default_sandbox`
+    (bubblewrap on Linux when it works; the bash tool's ``sandbox_warning`` says why
+    when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
+    bash call whether the workspace is writable (default: always; wire it to "the
+    permission mode is not plan"); ``network``, ``protected`` and ``env_allow`` are
+    passed to :class:`~ketch.tools._bash.BashTool`. ``unsandboxed_reason`` says why a
+    ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
+    """
+    workspace = root if isinstance(root, Workspace) else Workspace(root)
+    for extra in allowed_roots:
+        workspace.allow_root(extra)
+    read = ReadTool(workspace)
+    search: list[Tool] = [GrepTool(workspace, ripgrep=ripgrep), FindTool(workspace), LsTool(workspace)]
+    if read_only:
+        return [read, *search]
+    reason = unsandboxed_reason
+    if sandbox == "default":
+        sandbox = default_sandbox()
+        reason = sandbox_unavailable_reason() if sandbox is None else None
+    bash = BashTool(
+        workspace,
+        timeout=bash_timeout,
+        env=bash_env,
+        scrub_env=scrub_env,
+        secret_names=secret_names,
+        sandbox=sandbox,
+        write_allowed=write_allowed,
+        network=network,
+        protected=protected,
+        env_allow=env_allow,
+        unsandboxed_reason=reason,
+    )
+    return [read, WriteTool(workspace), EditTool(workspace), bash, *search]

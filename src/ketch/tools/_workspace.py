@@ -1,0 +1,317 @@
+"""The workspace the coding tools act on: path confinement and read-before-write records.
+
+Every path argument resolves against the workspace root (``~`` is expanded, symlinks are
+followed) and must end up inside the root or one of the extra allowed roots; anything
+else raises :class:`WorkspaceError` with a message naming the path and the roots.
+``.``, ``./``, the root's absolute path and absolute paths inside it all work; so does a
+path that starts with the root's own folder name (``myproj`` or ``myproj/src`` in
+``/x/myproj``, also written ``/myproj/src``) when the root holds no entry of that name.
+
+The workspace also remembers which files the agent has read, with their modification
+time, size and a content digest. Editing or overwriting an existing file requires such a
+record that still matches the file on disk; a successful write refreshes it.
+
+Only regular files and folders are worked on. Named pipes, devices and sockets would
+block a reader (or writer) forever, so :func:`open_regular` and :func:`special_kind`
+refuse them with a message naming the path and what it is, without ever blocking.
+
+A file with more than one hard link is one file under several names, possibly some
+outside the workspace (a link made there cannot be told apart from the original), so
+the tools that write in place refuse it (``open_regular(..., single_link=True)``, see
+:func:`hard_link_message`). Reading one is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as _stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..loop._tool import Tool, ToolResult
+
+__all__ = [
+    "FileRecord",
+    "Workspace",
+    "WorkspaceError",
+    "digest",
+    "hard_link_message",
+    "not_regular_message",
+    "open_regular",
+    "special_kind",
+]
+
+
+class WorkspaceError(Exception):
+    """A path or file-state problem, with a message meant for the model."""
+
+
+def digest(data: bytes) -> bytes:
+    """The content digest stored in a :class:`FileRecord`."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is neither a regular file nor a
+    folder (``"a named pipe (FIFO)"``, ``"a character device"``, ...), else None."""
+    if _stat.S_ISREG(mode) or _stat.S_ISDIR(mode):
+        return None
+    if _stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if _stat.S_ISCHR(mode):
+        return "a character device"
+    if _stat.S_ISBLK(mode):
+        return "a block device"
+    if _stat.S_ISSOCK(mode):
+        return "a socket"
+    if _stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a special file"
+
+
+def not_regular_message(shown: str, mode: int, verb: str) -> str:
+    """The error for a path that is not a regular file, e.g. ``notes.fifo is a named pipe
+    (FIFO), not a regular file; only regular files can be read.``"""
+    kind = "a folder" if _stat.S_ISDIR(mode) else special_kind(mode) or "not a regular file"
+    return f"{shown} is {kind}, not a regular file; only regular files can be {verb}."
+
+
+def hard_link_message(shown: str, links: int) -> str:
+    """The error for writing a file with ``links`` (more than one) hard links, e.g.
+    ``notes.txt has 2 hard links; writing it would also change the other links, ...``."""
+    return (
+        f"{shown} has {links} hard links; writing it would also change the other links, which may lie "
+        f"outside the workspace. To change only this name, write the new content to another file and "
+        f"rename it over {shown}."
+    )
+
+
+def open_regular(
+    path: os.PathLike[str] | str, shown: str, verb: str, *, write: bool = False, single_link: bool = False
+) -> tuple[int, os.stat_result]:
+    """Open the regular file ``path`` without blocking; returns ``(fd, stat)``.
+
+    The file is opened with ``O_NONBLOCK | O_NOFOLLOW`` (so a named pipe, a device or a
+    symlink swapped in after the path was resolved cannot block or redirect the call)
+    and checked with ``fstat`` on the open descriptor; anything but a regular file is
+    closed again and refused with :class:`WorkspaceError` (see :func:`not_regular_message`,
+    ``verb`` is e.g. ``"read"``). ``write`` opens for reading and writing, creating the
+    file if missing (never truncating: the caller does that once the file is checked).
+    ``OSError`` (missing file, permissions) propagates; a symlink at ``path`` is refused.
+    ``single_link`` also refuses a file with more than one hard link (checked on the open
+    descriptor, see :func:`hard_link_message`): writing it in place would change the
+    other names too.
+    """
+    flags = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_RDWR | os.O_CREAT if write else os.O_RDONLY
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not write:
+            raise
+    else:
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        # ELOOP: a symlink appeared at the resolved path; ENXIO: a socket or a FIFO without reader.
+        try:
+            info = os.lstat(path)
+        except OSError:
+            raise exc from None
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not _stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+        if single_link and info.st_nlink > 1:
+            raise WorkspaceError(hard_link_message(shown, info.st_nlink))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+class FileRecord:
+    """What the agent last saw of a file: modification time, size and content digest."""
+
+    __slots__ = ("digest", "mtime_ns", "size")
+
+    def __init__(self, mtime_ns: int, size: int, digest: bytes) -> None:
+        self.mtime_ns = mtime_ns
+        self.size = size
+        self.digest = digest
+
+    def __repr__(self) -> str:
+        return f"FileRecord(mtime_ns={self.mtime_ns}, size={self.size})"
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
+
+
+class Workspace:
+    """A workspace root, extra allowed roots, and the files the agent has read.
+
+    One instance is shared by all tools of an agent (see
+    :func:`ketch.tools._builtins.coding_tools`) so that a ``read`` enables a later
+    ``edit``.
+    """
+
+    __slots__ = ("_records", "_roots", "_scratch", "root")
+
+    def __init__(self, root: str | os.PathLike[str], allowed_roots: tuple[str | os.PathLike[str], ...] = ()) -> None:
+        self.root = Path(os.path.realpath(os.path.expanduser(os.fspath(root))))
+        self._roots: list[str] = [str(self.root)]
+        for extra in allowed_roots:
+            self.allow_root(extra)
+        self._records: dict[str, FileRecord] = {}
+        self._scratch: Path | None = None
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """The workspace root followed by the extra allowed roots (all resolved)."""
+        return tuple(Path(r) for r in self._roots)
+
+    def allow_root(self, path: str | os.PathLike[str]) -> Path:
+        """Allow access below ``path`` as well; returns the resolved root."""
+        real = os.path.realpath(os.path.expanduser(os.fspath(path)))
+        if real not in self._roots:
+            self._roots.append(real)
+        return Path(real)
+
+    def scratch_dir(self) -> Path:
+        """A private temporary directory (created on first use) inside the allowed roots."""
+        if self._scratch is None:
+            self._scratch = self.allow_root(tempfile.mkdtemp(prefix="ketch-"))
+        return self._scratch
+
+    def _limits(self) -> str:
+        roots = self._roots
+        if len(roots) == 1:
+            return f"the workspace root {roots[0]}"
+        return f"the workspace root {roots[0]} and the allowed roots {', '.join(roots[1:])}"
+
+    def resolve(self, path: str) -> Path:
+        """The absolute, symlink-free path for ``path``, or :class:`WorkspaceError`.
+
+        Relative paths are taken from the workspace root. The result must lie inside the
+        root or an allowed root, checked after following symlinks.
+        """
+        if not isinstance(path, str) or not path.strip():
+            raise WorkspaceError("The path is empty. Give a file or directory path.")
+        if "\x00" in path:
+            raise WorkspaceError(f"The path {path!r} contains a NUL character.")
+        expanded = os.path.expanduser(path)
+        joined = os.path.normpath(os.path.join(self.root, expanded))
+        if not os.path.lexists(joined):
+            joined = self._by_root_name(expanded) or joined
+        real = os.path.realpath(joined)
+        if any(_within(real, root) for root in self._roots):
+            return Path(real)
+        if any(_within(joined, root) for root in self._roots):
+            raise WorkspaceError(
+                f"Path {path!r} is outside the workspace: it leads through a symlink to {real}. "
+                f"Access is limited to {self._limits()}."
+            )
+        raise WorkspaceError(
+            f"Path {path!r} is outside the workspace: it resolves to {real}. "
+            f"Access is limited to {self._limits()}."
+        )
+
+    def _by_root_name(self, path: str) -> str | None:
+        """``path`` read as starting with the root's own folder name (``myproj/src`` or
+        ``/myproj/src`` for the root ``/x/myproj``): that path inside the root, or None."""
+        parts = os.path.normpath(path).split(os.sep)
+        if parts and parts[0] == "":  # absolute: only a single leading name is a candidate
+            parts = parts[1:]
+            if not parts or os.path.lexists(os.sep + parts[0]):
+                return None
+        if not parts or parts[0] != self.root.name or not parts[0]:
+            return None
+        if os.path.lexists(os.path.join(self.root, parts[0])):  # a real entry of that name wins
+            return None
+        return os.path.normpath(os.path.join(self.root, *parts[1:]))
+
+    def display(self, path: Path | str) -> str:
+        """``path`` relative to the workspace root when inside it, else absolute."""
+        text = os.fspath(path)
+        root = self._roots[0]
+        if text == root:
+            return "."
+        if _within(text, root):
+            return text[len(root) :].lstrip(os.sep)
+        return text
+
+    def record(self, path: Path, data: bytes, stat: os.stat_result) -> None:
+        """Remember that the agent has seen ``data`` as the content of ``path``."""
+        self._records[str(path)] = FileRecord(stat.st_mtime_ns, stat.st_size, digest(data))
+
+    def record_of(self, path: Path) -> FileRecord | None:
+        """The read record of ``path``, if any."""
+        return self._records.get(str(path))
+
+    def forget(self, path: Path) -> None:
+        """Drop the read record of ``path``."""
+        self._records.pop(str(path), None)
+
+    def check_fresh(self, path: Path, stat: os.stat_result, data: bytes | None, *, action: str) -> None:
+        """Raise :class:`WorkspaceError` unless the agent has read ``path`` as it is now.
+
+        ``stat`` is the file's current status and ``data`` its current content when the
+        caller has it (else it is read here if needed). A file whose time changed but
+        whose size and digest did not (``touch``) still counts as read. ``action`` is
+        the verb used in the message (``"edit"``, ``"overwrite"``).
+        """
+        record = self._records.get(str(path))
+        shown = self.display(path)
+        if record is None:
+            raise WorkspaceError(
+                f"{shown} has not been read yet. Read it with the read tool before you {action} it."
+            )
+        if stat.st_mtime_ns == record.mtime_ns and stat.st_size == record.size:
+            return
+        if stat.st_size == record.size:
+            current = data if data is not None else path.read_bytes()
+            if digest(current) == record.digest:
+                record.mtime_ns = stat.st_mtime_ns
+                return
+        raise WorkspaceError(
+            f"{shown} has changed on disk since you last read it. Read it again before you {action} it."
+        )
+
+    def __repr__(self) -> str:
+        return f"Workspace(root={str(self.root)!r})"
+
+
+class WorkspaceTool(Tool):
+    """Base of the built-in tools that work on files of a :class:`Workspace` (``workspace``).
+
+    ``options`` are :class:`~ketch.loop.Tool`'s keyword arguments.
+    """
+
+    __slots__ = ("workspace",)
+
+    def __init__(
+        self, workspace: Workspace, name: str, description: str, parameters: dict[str, Any], **options: Any
+    ) -> None:
+        super().__init__(name, description, parameters, **options)
+        self.workspace = workspace
+
+    def locate(self, path: Any, *, default_root: bool = False) -> tuple[Path, str] | ToolResult:
+        """``path`` resolved in the workspace and its display form, or the error result.
+
+        With ``default_root``, a missing or empty ``path`` means the workspace root.
+        """
+        ws = self.workspace
+        try:
+            resolved = ws.resolve(path) if path or not default_root else ws.root
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        return resolved, ws.display(resolved)
