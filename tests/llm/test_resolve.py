@@ -187,7 +187,7 @@ def test_unknown_provider() -> None:
     assert str(e.value) == (
         f"Unknown provider 'nope' in 'nope:some-model'. Known providers: {known()}. "
         "Register an OpenAI-compatible endpoint with "
-        "ketch.llm._registry.register_provider('nope', base_url=..., api_key_env=...)"
+        "ketch.llm.register_provider('nope', base_url=..., api_key_env=...)"
     )
 
 
@@ -208,7 +208,7 @@ def test_unknown_api() -> None:
     with pytest.raises(ValueError) as e:
         get_model("noapi:m")
     assert str(e.value).startswith("No model class registered for api 'no-such-api'; known apis: ")
-    assert str(e.value).endswith("Register one with ketch.llm._resolve.register_api(api, 'module:Class')")
+    assert str(e.value).endswith("Register one with ketch.llm.register_api(api, 'module:Class')")
     with pytest.raises(ValueError) as e:
         register_api("x", "no-colon")
     assert str(e.value) == "Expected 'module:Class' for api 'x', got 'no-colon'"

@@ -108,7 +108,7 @@ class HookRunner:
     ``ketch.hooks`` logger). Stop hooks may continue a run at most
     ``max_stop_continuations`` times in a row.
 
-    Attach to an :class:`~ketch._agent.Agent` with ``Agent(..., **runner.agent_config())``
+    Attach to an :class:`~ketch.Agent` with ``Agent(..., **runner.agent_config())``
     (and ``Compactor(pre_compact=runner.pre_compact)``); send prompts through
     :meth:`prompt` for UserPromptSubmit. The permission engine calls :meth:`pre_tool_use`.
     """

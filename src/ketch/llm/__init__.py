@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._fallback import FallbackModel
     from ._http import close_session
     from ._registry import ModelInfo, register_model, register_provider
-    from ._resolve import get_model
+    from ._resolve import get_model, register_api
     from ._structured import parse_structured, response_format_for
 
 _LAZY = {
@@ -53,6 +53,7 @@ _LAZY = {
     "register_model": "._registry",
     "register_provider": "._registry",
     "get_model": "._resolve",
+    "register_api": "._resolve",
     "parse_structured": "._structured",
     "response_format_for": "._structured",
 }
@@ -105,6 +106,7 @@ __all__ = [
     "messages_to_json",
     "parse_partial_json",
     "parse_structured",
+    "register_api",
     "register_model",
     "register_provider",
     "response_format_for",

@@ -1,7 +1,7 @@
 """Turn HTTP statuses, error bodies and transport exceptions into classified errors.
 
 :func:`classify_response` maps a failed response (status, body, headers) to a
-:class:`~ketch.llm._errors.ModelError` subclass; :func:`classify_error_object` does the
+:class:`~ketch.llm.ModelError` subclass; :func:`classify_error_object` does the
 same for an error object that arrives inside a stream; :func:`classify_exception`
 handles transport failures. Context overflow is recognised from the wording of each
 provider (:func:`is_context_overflow`), whatever the status code.

@@ -1,7 +1,7 @@
 """Classified model errors.
 
 Every failure talking to a model is one of a fixed set of kinds. The kind decides
-whether a request is retried, whether a :class:`~ketch.llm._fallback.FallbackModel`
+whether a request is retried, whether a :class:`~ketch.llm.FallbackModel`
 moves on, and what the caller is told. Each kind has a typed exception for callers
 who prefer ``except`` clauses; inside a run they surface as the ``error_kind`` of an
 assistant message whose stop reason is ``error``.

@@ -154,7 +154,7 @@ class Deadline:
     aborting, while the owning task waits in :meth:`wait` cancels the wait, which then
     raises :class:`~ketch.llm._errors.StreamIdleError`,
     :class:`~ketch.llm._errors.RequestTimeoutError` or
-    :class:`~ketch.llm._signal.Aborted`; one that happens between waits sets
+    :class:`~ketch.llm.Aborted`; one that happens between waits sets
     :attr:`error` and is raised by the next wait. A cancellation from anywhere else
     propagates unchanged. :meth:`close` when the attempt ends.
     """

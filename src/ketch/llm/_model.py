@@ -1,7 +1,7 @@
 """The model interface: what a request looks like and what a model must do with it.
 
 A :class:`Model` turns a :class:`Request` plus :class:`StreamOptions` into an async
-iterator of :data:`~ketch.llm._stream.StreamEvent`. It never raises for request or
+iterator of :data:`~ketch.llm.StreamEvent`. It never raises for request or
 runtime failures: those end the stream with a :class:`~ketch.llm._stream.StreamError`.
 """
 

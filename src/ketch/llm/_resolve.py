@@ -1,7 +1,7 @@
-"""From ``"provider:model"`` to a :class:`~ketch.llm._model.Model`.
+"""From ``"provider:model"`` to a :class:`~ketch.llm.Model`.
 
 :func:`get_model` looks the provider up in :mod:`ketch.llm._registry`, takes the
-model's :class:`~ketch.llm._registry.ModelInfo` (or a default for unknown models),
+model's :class:`~ketch.llm.ModelInfo` (or a default for unknown models),
 imports the adapter class registered for the model's API (only then, so an unused
 adapter costs nothing) and builds it::
 
@@ -69,7 +69,7 @@ def model_class(api: str) -> ModelClass:
     except KeyError:
         raise ValueError(
             f"No model class registered for api {api!r}; known apis: {', '.join(sorted(_APIS))}. "
-            "Register one with ketch.llm._resolve.register_api(api, 'module:Class')"
+            "Register one with ketch.llm.register_api(api, 'module:Class')"
         ) from None
     if not isinstance(target, str):
         return target
@@ -85,7 +85,7 @@ def _unknown_provider(name: str, spec: str) -> ValueError:
     return ValueError(
         f"Unknown provider {name!r} in {spec!r}. Known providers: {known}. "
         f"Register an OpenAI-compatible endpoint with "
-        f"ketch.llm._registry.register_provider({name!r}, base_url=..., api_key_env=...)"
+        f"ketch.llm.register_provider({name!r}, base_url=..., api_key_env=...)"
     )
 
 

@@ -1,7 +1,7 @@
 """Structured output: a JSON schema for a Python type, and the type back from the text.
 
 :func:`response_format_for` turns a dataclass, ``TypedDict``, ``msgspec.Struct`` or
-pydantic model into the ``response_format`` of :class:`~ketch.llm._model.StreamOptions`
+pydantic model into the ``response_format`` of :class:`~ketch.llm.StreamOptions`
 (``{"name", "schema", "strict": True}``). The schema follows the rules of strict
 structured-output modes: the root is an object, every object lists all its properties
 as required and allows no others, optional properties accept ``null`` instead, and

@@ -43,7 +43,7 @@ def coding_tools(
     ``read_only`` leaves out write, edit and bash. ``bash_env`` adds variables to the
     (scrubbed, see ``scrub_env`` and ``secret_names``) environment of bash commands;
     ``bash_timeout`` is their default timeout in seconds. ``ripgrep`` is passed to
-    :class:`~ketch.tools._search.GrepTool` (path of ``rg``, ``False`` for the Python
+    :class:`~ketch.tools.GrepTool` (path of ``rg``, ``False`` for the Python
     search, ``None`` to look it up).
 
     Bash commands run in ``sandbox``: by default :func:`~ketch.sandbox.default_sandbox`
@@ -51,7 +51,7 @@ def coding_tools(
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
     permission mode is not plan"); ``network``, ``protected`` and ``env_allow`` are
-    passed to :class:`~ketch.tools._bash.BashTool`. ``unsandboxed_reason`` says why a
+    passed to :class:`~ketch.tools.BashTool`. ``unsandboxed_reason`` says why a
     ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
     """
     workspace = root if isinstance(root, Workspace) else Workspace(root)

@@ -1,4 +1,4 @@
-"""The ``@tool`` decorator: a :class:`~ketch.loop._tool.Tool` from a plain Python function.
+"""The ``@tool`` decorator: a :class:`~ketch.loop.Tool` from a plain Python function.
 
 ::
 
@@ -16,7 +16,7 @@
 
 The name defaults to the function name and the description to the docstring's first
 paragraph; the parameter schema comes from the type hints (built by ``ketch._schema``).
-A parameter annotated :class:`~ketch.loop._tool.ToolContext` receives the call's context
+A parameter annotated :class:`~ketch.loop.ToolContext` receives the call's context
 and is not shown to the model. Sync functions run in a worker thread so they never
 block the event loop; a sync function that is still running when its call is cancelled
 finishes in its thread, its result discarded.
@@ -171,7 +171,7 @@ def tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a :class:`FunctionTool` from a function; use bare (``@tool``) or with options.
 
-    Options are those of :class:`~ketch.loop._tool.Tool`; ``name`` defaults to the
+    Options are those of :class:`~ketch.loop.Tool`; ``name`` defaults to the
     function's name and ``description`` to its docstring's first paragraph.
     """
 

@@ -160,7 +160,7 @@ class Workspace:
     """A workspace root, extra allowed roots, and the files the agent has read.
 
     One instance is shared by all tools of an agent (see
-    :func:`ketch.tools._builtins.coding_tools`) so that a ``read`` enables a later
+    :func:`ketch.tools.coding_tools`) so that a ``read`` enables a later
     ``edit``.
     """
 

@@ -1,7 +1,7 @@
 """The ``write`` tool: create a file, or overwrite one the agent has read.
 
 Parent folders are created. Overwriting an existing file requires that the agent read it
-first and that it has not changed on disk since (see :class:`~ketch.tools._workspace.Workspace`);
+first and that it has not changed on disk since (see :class:`~ketch.tools.Workspace`);
 new files need no read. The content is written exactly as given (UTF-8). Named pipes,
 devices and sockets are refused (without blocking), never written to; so is a file with
 more than one hard link, since writing it in place would change its other names too

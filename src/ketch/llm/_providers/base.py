@@ -4,7 +4,7 @@
 resolution, request hooks, the shared aiohttp session, streaming and non-streaming
 responses, idle and total timeouts, error classification, retries with backoff, and
 the stream-protocol guarantees (kept by the streaming generator itself, as
-:func:`~ketch.llm._stream.guard_stream` keeps them for other producers). An adapter
+:func:`~ketch.llm.guard_stream` keeps them for other producers). An adapter
 subclasses it and implements three methods:
 
 - :meth:`HTTPModel.build_request` — URL, headers and JSON body for a context;

@@ -749,7 +749,7 @@ class LocalModel:
     async def load(self) -> LoadStats:
         """Load the model if this process has not yet (in a worker thread); returns the
         stats of the load, shared by every model naming the same file and settings.
-        Raises :class:`~ketch.llm._errors.ModelError` when the file cannot be loaded."""
+        Raises :class:`~ketch.llm.ModelError` when the file cannot be loaded."""
         loaded = self._loaded
         if loaded is None or loaded.closed:
             key = self._key()
@@ -931,7 +931,7 @@ async def benchmark(
 ) -> Benchmark:
     """Load ``model`` (the default model when None), run one short answer and report
     load time, time to first token and tokens per second. Raises
-    :class:`~ketch.llm._errors.ModelError` when the model cannot load or answer."""
+    :class:`~ketch.llm.ModelError` when the model cannot load or answer."""
     model = model if model is not None else LocalModel("default")
     stats = await model.load()
     final: AssistantMessage | None = None
