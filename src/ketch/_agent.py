@@ -50,8 +50,6 @@ from .loop._events import AgentEvent, MessageUpdate, RunResult
 from .loop._run import RunStream, continue_loop, run_loop
 from .loop._tool import Deps, Tool, ToolResult
 
-__all__ = ["Agent", "AgentState", "MessageQueue", "Phase", "QueueMode"]
-
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]

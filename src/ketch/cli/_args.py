@@ -13,8 +13,6 @@ import math
 import sys
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "finite_non_negative", "positive_int"]
-
 
 class OneLineParser(argparse.ArgumentParser):
     """An :class:`argparse.ArgumentParser` whose errors are one line and exit with 2."""

@@ -18,8 +18,6 @@ from ._args import OneLineParser
 from ._config import ConfigError, load_settings
 from ._factory import key_source, register_providers
 
-__all__ = ["ModelRow", "model_rows", "models_command"]
-
 
 class ModelRow(msgspec.Struct, kw_only=True):
     """One model as ``ketch models --json`` lists it."""

@@ -72,24 +72,6 @@ from ..hooks import HookConfigError, HookSpec, parse_hooks
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule, parse_mode
 
-__all__ = [
-    "SAVE_RULE_PROMPT",
-    "ConfigError",
-    "ProviderConfig",
-    "Settings",
-    "add_permission_rules",
-    "config_dir",
-    "find_project_config",
-    "is_trusted",
-    "load_settings",
-    "project_config_files",
-    "project_root",
-    "redact",
-    "redact_url",
-    "save_allow_rules",
-    "trust_project",
-]
-
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"
 

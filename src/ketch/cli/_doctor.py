@@ -23,8 +23,6 @@ from ._args import OneLineParser, finite_non_negative, positive_int
 from ._config import ConfigError, Settings, load_settings, redact_url
 from ._factory import api_key_for, key_source, register_providers
 
-__all__ = ["Check", "doctor_command"]
-
 _REQUIRED = ("msgspec", "aiohttp", "jiter")
 _OPTIONAL = {
     "rich": "cli",

@@ -37,23 +37,6 @@ from ..permissions import Approver, PermissionEngine
 from ._config import ConfigError, ProviderConfig, Settings
 from ._scripted import SCRIPT_ENV, load_scripted_model
 
-__all__ = [
-    "BUILTIN_TOOLS",
-    "DEFAULT_MODELS",
-    "Built",
-    "api_key_for",
-    "build_agent",
-    "build_model",
-    "build_tools",
-    "choose_model",
-    "context_reserve",
-    "context_window",
-    "default_system_prompt",
-    "embedded_system_prompt",
-    "key_source",
-    "register_providers",
-]
-
 BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
 """The built-in coding tools, in the order they are offered."""
 

@@ -39,9 +39,6 @@ from ._wire import (
     make_result,
 )
 
-__all__ = ["OutputFormat", "exit_now", "run_headless"]
-
-
 
 def _version() -> str:
     try:

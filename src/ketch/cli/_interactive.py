@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.formatted_text import StyleAndTextTuples
 
-__all__ = ["HELP", "Session", "banner", "run_interactive", "shorten_path"]
 
 HELP = """\
 Commands:

@@ -34,8 +34,6 @@ from ._args import OneLineParser, finite_non_negative, positive_int
 from ._config import TRUST_ENV, ConfigError, Settings, load_settings
 from ._wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_USAGE", "main"]
-
 EXIT_USAGE = 2
 _COMMANDS = ("run", "models", "doctor", "config")
 

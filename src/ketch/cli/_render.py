@@ -17,7 +17,6 @@ from ..loop._events import AgentEvent, CompactionEnd
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["EventRenderer", "MarkdownStream", "Status", "compaction_note", "format_tokens", "tool_summary"]
 
 _RESULT_LINES = 6
 _COMPACTION_REASONS = {"threshold": "automatic", "overflow": "context overflow", "manual": "manual"}

@@ -28,8 +28,6 @@ import msgspec
 
 from ..testing import Reply, ScriptedModel
 
-__all__ = ["SCRIPT_ENV", "load_scripted_model"]
-
 SCRIPT_ENV = "KETCH_TEST_SCRIPT"
 
 

@@ -12,8 +12,6 @@ from ._args import OneLineParser
 from ._config import ConfigError, config_dir, load_settings, redact, redact_url
 from ._factory import api_key_for, choose_model, key_source
 
-__all__ = ["config_command"]
-
 _SHOWN = (
     "thinking",
     "max_turns",

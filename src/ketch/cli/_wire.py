@@ -33,21 +33,6 @@ from ..llm._messages import AssistantMessage, ToolCall, Usage, scrub_surrogates
 from ..loop._events import AgentEvent, RunSummary
 from ..permissions import Decision
 
-__all__ = [
-    "EXIT_BROKEN_PIPE",
-    "EXIT_CODES",
-    "OUTPUT_FORMATS",
-    "BrokenPipeGuard",
-    "Init",
-    "OutputFormat",
-    "Result",
-    "encode_event",
-    "encode_line",
-    "exit_code_for",
-    "make_result",
-    "silence_stdout",
-]
-
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 """The headless output formats (``ketch run -o``)."""
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)

@@ -30,8 +30,6 @@ from ._summary import (
     summary_prompt,
 )
 
-__all__ = ["Compactor", "PreCompact", "default_reserve"]
-
 
 def default_reserve(window: int) -> int:
     """Tokens kept free for the response: ``clamp(0.13 * window, 4096, 16384)``, and never

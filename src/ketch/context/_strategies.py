@@ -12,8 +12,6 @@ import msgspec
 from ..llm._messages import AssistantMessage, Message, TextContent, ToolCall, ToolResultMessage, UserMessage
 from ..llm._tokens import estimate_message_tokens
 
-__all__ = ["CLEARED_TOOL_RESULT", "ClearedView", "clear_old_tool_results", "trim_long_text"]
-
 CLEARED_TOOL_RESULT = "[tool result cleared to save context]"
 
 

@@ -21,15 +21,6 @@ from ..llm._messages import (
 )
 from ..llm._tokens import estimate_message_tokens
 
-__all__ = [
-    "SUMMARY_SYSTEM_PROMPT",
-    "ContextSummary",
-    "Cut",
-    "file_lists",
-    "find_cut",
-    "summary_prompt",
-]
-
 
 class ContextSummary(CustomMessage, tag="context_summary"):
     """A checkpoint that replaces the older part of a transcript.

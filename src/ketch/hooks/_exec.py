@@ -21,8 +21,6 @@ import msgspec
 
 from ._spec import HookSpec
 
-__all__ = ["HookOutcome", "HookResult", "HookRun", "merge", "run_hook"]
-
 MAX_TEXT = 10_000
 """Longest hook text (reason, context, message) passed on; longer text is clipped."""
 

@@ -38,15 +38,6 @@ if TYPE_CHECKING:
     from .._agent import Agent
     from ..context._manager import PreCompact
 
-__all__ = [
-    "DENIED_TEXT",
-    "NO_APPROVER_TEXT",
-    "PROMPT_BLOCKED_TEXT",
-    "STOPPED_TEXT",
-    "HookNotice",
-    "HookRunner",
-    "PromptCheck",
-]
 
 log = logging.getLogger("ketch.hooks")
 

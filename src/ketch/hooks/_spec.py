@@ -9,17 +9,6 @@ from typing import Any, Literal, TypeAlias, get_args
 
 import msgspec
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "HOOK_EVENTS",
-    "HookCallback",
-    "HookConfigError",
-    "HookEvent",
-    "HookSpec",
-    "hooks_from_json",
-    "parse_hooks",
-]
-
 HookEvent: TypeAlias = Literal[
     "PreToolUse",
     "PostToolUse",

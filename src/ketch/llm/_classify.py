@@ -27,17 +27,6 @@ from ._errors import (
 )
 from ._retry import parse_retry_after
 
-__all__ = [
-    "OVERFLOW_PATTERNS",
-    "classify_error_body",
-    "classify_error_object",
-    "classify_exception",
-    "classify_response",
-    "error_details",
-    "is_context_overflow",
-    "kind_for_status",
-]
-
 OVERFLOW_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
     for p in (

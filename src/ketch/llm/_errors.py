@@ -11,25 +11,6 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias
 
-__all__ = [
-    "FAILOVER_KINDS",
-    "RETRYABLE_KINDS",
-    "AuthError",
-    "ContentFilterError",
-    "ContextOverflowError",
-    "ErrorKind",
-    "InvalidRequestError",
-    "ModelError",
-    "NetworkError",
-    "OverloadedError",
-    "RateLimitError",
-    "RequestTimeoutError",
-    "ServerError",
-    "StreamIdleError",
-    "error_for_kind",
-    "exception_text",
-]
-
 ErrorKind: TypeAlias = Literal[
     "rate_limit",
     "overloaded",

@@ -25,8 +25,6 @@ from ._errors import FAILOVER_KINDS, exception_text
 from ._model import Model, Request, StreamOptions
 from ._stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart, is_closable
 
-__all__ = ["FallbackModel"]
-
 _NO_OPTIONS = StreamOptions()
 
 

@@ -42,17 +42,6 @@ from ._messages import (
     UserMessage,
 )
 
-__all__ = [
-    "LEADING_USER_TEXT",
-    "MISSING_TOOL_RESULT",
-    "Preparer",
-    "anthropic_tool_id",
-    "mistral_tool_id",
-    "openai_chat_tool_id",
-    "openai_responses_tool_id",
-    "prepare_messages",
-]
-
 MISSING_TOOL_RESULT = "No result provided"
 """The text of the synthetic error result given to a tool call that never got one."""
 

@@ -28,22 +28,6 @@ from ._signal import Aborted, AbortSignal, take_pending_cancel
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = [
-    "CONVENTIONAL_KEY_ENV",
-    "DEFAULT_MAX_EVENT_BYTES",
-    "ByteSource",
-    "Deadline",
-    "SSEBatch",
-    "TimedContent",
-    "close_session",
-    "event_too_large",
-    "get_session",
-    "iter_sse",
-    "read_limited",
-    "redact_headers",
-    "redact_text",
-    "secrets_from_env",
-]
 
 T = TypeVar("T")
 

@@ -14,8 +14,6 @@ from typing import Any
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.payload import Payload
 
-__all__ = ["PiecesPayload"]
-
 _JOIN_LIMIT = 1 << 16
 
 

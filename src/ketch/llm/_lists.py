@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import TypeVar
 
-__all__ = ["extend_with_room"]
-
 T = TypeVar("T")
 
 

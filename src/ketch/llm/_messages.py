@@ -22,28 +22,6 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
 
-__all__ = [
-    "AssistantMessage",
-    "ContentBlock",
-    "Cost",
-    "CustomMessage",
-    "ImageContent",
-    "Message",
-    "StopReason",
-    "TextContent",
-    "ThinkingContent",
-    "ToolCall",
-    "ToolResultMessage",
-    "Usage",
-    "UserMessage",
-    "message_from_dict",
-    "message_text",
-    "message_to_dict",
-    "messages_from_json",
-    "messages_to_json",
-    "scrub_surrogates",
-]
-
 StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
 
 

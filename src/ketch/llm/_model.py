@@ -16,21 +16,6 @@ from ._messages import AssistantMessage, Message
 from ._signal import AbortSignal
 from ._stream import StreamDone, StreamError, StreamEvent
 
-__all__ = [
-    "DEFAULT_CONTEXT_WINDOW",
-    "THINKING_LEVELS",
-    "TOOL_CHOICE_MODES",
-    "Model",
-    "Request",
-    "SettableContextWindow",
-    "StreamOptions",
-    "ThinkingLevel",
-    "ToolChoice",
-    "ToolChoiceMode",
-    "ToolSpec",
-    "complete",
-]
-
 ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 """Every thinking level, in order of effort (derived from :data:`ThinkingLevel`)."""

@@ -30,23 +30,6 @@ import msgspec
 from ._messages import Usage
 from ._model import DEFAULT_CONTEXT_WINDOW, THINKING_LEVELS, ThinkingLevel
 
-__all__ = [
-    "DEFAULT_THINKING_BUDGETS",
-    "ModelInfo",
-    "Pricing",
-    "ProviderInfo",
-    "clamp_thinking",
-    "default_info",
-    "get_info",
-    "get_provider",
-    "list_models",
-    "list_providers",
-    "lookup",
-    "register_model",
-    "register_provider",
-    "thinking_budget_tokens",
-]
-
 
 class Pricing(msgspec.Struct, kw_only=True, frozen=True):
     """US dollars per million tokens."""

@@ -41,8 +41,6 @@ import msgspec
 from ._model import Model
 from ._registry import ModelInfo, get_info, get_provider, list_providers, lookup
 
-__all__ = ["get_model", "model_class", "parse_spec", "register_api"]
-
 ModelClass = Callable[..., Model]
 
 _APIS: dict[str, str | ModelClass] = {

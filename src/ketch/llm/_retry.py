@@ -9,8 +9,6 @@ from email.utils import parsedate_to_datetime
 
 import msgspec
 
-__all__ = ["NO_RETRY", "RetryPolicy", "parse_retry_after"]
-
 
 class RetryPolicy(msgspec.Struct, kw_only=True, frozen=True):
     """How a failed request is retried.

@@ -13,8 +13,6 @@ import asyncio
 from collections.abc import Callable
 from types import TracebackType
 
-__all__ = ["AbortSignal", "AbortWaiter", "Aborted", "take_pending_cancel"]
-
 
 class Aborted(Exception):
     """Raised inside :meth:`AbortSignal.scope` when the signal was aborted."""

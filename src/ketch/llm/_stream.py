@@ -32,29 +32,6 @@ from ._messages import (
 )
 from ._signal import AbortSignal, AbortWaiter
 
-__all__ = [
-    "AsyncClosable",
-    "MessageBuilder",
-    "Retry",
-    "StreamDone",
-    "StreamError",
-    "StreamEvent",
-    "StreamStart",
-    "TextDelta",
-    "TextEnd",
-    "TextStart",
-    "ThinkingDelta",
-    "ThinkingEnd",
-    "ThinkingStart",
-    "ToolCallDelta",
-    "ToolCallEnd",
-    "ToolCallStart",
-    "guard_stream",
-    "is_closable",
-    "parse_partial_json",
-    "parse_tool_arguments",
-]
-
 
 @runtime_checkable
 class AsyncClosable(Protocol):

@@ -24,8 +24,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["StructuredOutputError", "parse_structured", "response_format_for"]
-
 T = TypeVar("T")
 
 _DROPPED = frozenset(

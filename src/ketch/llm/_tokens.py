@@ -28,16 +28,6 @@ from ._messages import (
     scrub_surrogates,
 )
 
-__all__ = [
-    "IMAGE_TOKENS",
-    "ContextMeter",
-    "ContextUsage",
-    "context_usage",
-    "estimate_message_tokens",
-    "estimate_text_tokens",
-    "set_token_counter",
-]
-
 IMAGE_TOKENS = 1200
 """Estimated tokens for one image."""
 

@@ -20,24 +20,6 @@ from ..llm._tokens import ContextMeter
 from ._repair import LLMView
 from ._tool import Deps, Tool, ToolResult
 
-__all__ = [
-    "LENGTH_RECOVERY_PROMPT",
-    "AfterToolCallResult",
-    "BeforeToolCallResult",
-    "ContextManager",
-    "ContextRequest",
-    "Conversation",
-    "LoopConfig",
-    "Middleware",
-    "NextTurn",
-    "Projection",
-    "StopDecision",
-    "StopInfo",
-    "ToolCallInfo",
-    "TurnInfo",
-    "stop_after_tool",
-]
-
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
 

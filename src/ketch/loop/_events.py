@@ -12,7 +12,7 @@ Canonical orders (u = user, a = assistant, tr = tool result)::
     aborted:    … message_end(a, stop_reason "aborted"), message_start/end(tr) closing
                 each complete call of that message (call order), turn_end, agent_end.
 
-``retry`` is the model stream's own retry event (:class:`ketch.llm._stream.Retry`),
+``retry`` is the model stream's own retry event (:class:`ketch.llm.Retry`),
 passed on as it is; the loop emits one of its own before compacting away a context
 overflow (``error_kind="context_overflow"``).
 """
@@ -24,31 +24,10 @@ from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 import msgspec
 
 from ..llm._messages import AssistantMessage, Message, ToolResultMessage, Usage
-from ..llm._stream import Retry, StreamEvent
+from ..llm._stream import Retry as Retry
+from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
 from ._tool import ToolResult
-
-__all__ = [
-    "AgentEnd",
-    "AgentEvent",
-    "AgentStart",
-    "CompactionEnd",
-    "CompactionStart",
-    "EndReason",
-    "MessageEnd",
-    "MessageStart",
-    "MessageUpdate",
-    "Retry",
-    "RunError",
-    "RunResult",
-    "RunSummary",
-    "ToolCallNote",
-    "ToolExecutionEnd",
-    "ToolExecutionStart",
-    "ToolExecutionUpdate",
-    "TurnEnd",
-    "TurnStart",
-]
 
 T = TypeVar("T")
 

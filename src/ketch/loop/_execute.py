@@ -37,18 +37,6 @@ from ._config import (
 from ._events import AgentEvent, ToolCallNote, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
-__all__ = [
-    "ABORTED_TEXT",
-    "BLOCKED_TEXT",
-    "SKIPPED_TEXT",
-    "BatchResult",
-    "CallOutcome",
-    "ToolBatch",
-    "ToolRunner",
-    "stopped_result",
-    "truncated_call_text",
-]
-
 BLOCKED_TEXT = "Tool execution was blocked"
 SKIPPED_TEXT = "Skipped due to queued user message."
 INTERRUPTED_TEXT = "Cancelled due to queued user message."

@@ -23,13 +23,6 @@ from ..llm._messages import (
     UserMessage,
 )
 
-__all__ = [
-    "INTERRUPTED_NOTE",
-    "LLMView",
-    "default_convert_to_llm",
-    "repair_messages",
-]
-
 INTERRUPTED_NOTE = "[Request interrupted by user]"
 
 

@@ -62,8 +62,6 @@ from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_r
 from ._repair import default_convert_to_llm, repair_messages
 from ._tool import Tool
 
-__all__ = ["RunStream", "continue_loop", "run_loop"]
-
 ABORTED_REQUEST_TEXT = "Request was aborted"
 
 

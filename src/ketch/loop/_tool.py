@@ -35,15 +35,6 @@ from ..llm._messages import AssistantMessage, ImageContent, Message, TextContent
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 
-__all__ = [
-    "Deps",
-    "ExecuteFn",
-    "Tool",
-    "ToolContext",
-    "ToolResult",
-    "to_tool_result",
-]
-
 ResultContent: TypeAlias = list[TextContent | ImageContent]
 
 Deps = TypeVar("Deps")

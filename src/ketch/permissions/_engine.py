@@ -18,30 +18,6 @@ from ..loop._tool import Tool
 from ._rules import Rule, parse_rules, resolve_path, rule_subject
 from ._shell import SimpleCommand, parse_command
 
-__all__ = [
-    "CHECK_FAILED",
-    "NO_APPROVER",
-    "PERMISSION_MODES",
-    "PLAN_DENIED",
-    "RULE_DENIED",
-    "USER_DENIED",
-    "Allow",
-    "Approval",
-    "Approver",
-    "CanUseTool",
-    "Decision",
-    "Deny",
-    "HookVerdict",
-    "PermissionEngine",
-    "PermissionMode",
-    "PermissionRequest",
-    "PreToolUseHook",
-    "SandboxedTool",
-    "Verdict",
-    "args_digest",
-    "parse_mode",
-]
-
 PermissionMode: TypeAlias = Literal["default", "accept_edits", "plan", "bypass"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 _MODE_ALIASES = {"accept-edits": "accept_edits"}

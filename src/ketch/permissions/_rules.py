@@ -18,8 +18,6 @@ from typing import Any
 
 from ._shell import SimpleCommand, _Lexer, _Unsupported, command_basename, possible_names, trusted_name
 
-__all__ = ["RULE_FORMS", "TOOL_FAMILIES", "Rule", "parse_rules", "rule_subject"]
-
 RULE_FORMS = (
     "expected Tool, Tool(specifier) or mcp__server[__tool], e.g. Bash(git status), "
     "Bash(npm run test:*), Edit(src/**), Read(./.env), mcp__github"

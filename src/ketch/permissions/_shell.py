@@ -17,8 +17,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["SimpleCommand", "parse_command", "possible_names"]
-
 _OPERATORS = ("&&", "||", ";;&", ";;", ";&", "|&", ";", "|", "&", "(", ")", "\n")
 _REDIRECTS = ("&>>", "<<<", "<<-", "<<", ">>", "<&", ">&", "<>", ">|", "&>", "<", ">")
 _RESERVED_START = {

@@ -63,21 +63,6 @@ from ..sandbox import (
 )
 from ._workspace import Workspace, WorkspaceError
 
-__all__ = [
-    "MAX_BYTES",
-    "MAX_LINES",
-    "SECRET_NAMES",
-    "SECRET_NAME_PATTERNS",
-    "BashTool",
-    "is_read_only_command",
-    "kill_process_groups",
-    "live_process_groups",
-    "scrub_environment",
-    "start_process_group",
-    "track_process_group",
-    "untrack_process_group",
-]
-
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
 

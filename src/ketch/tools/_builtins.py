@@ -16,8 +16,6 @@ from ._search import FindTool, GrepTool
 from ._workspace import Workspace
 from ._write import WriteTool
 
-__all__ = ["Workspace", "coding_tools"]
-
 
 def coding_tools(
     root: str | os.PathLike[str] | Workspace,

@@ -38,8 +38,6 @@ from typing import Any, Literal, overload
 from .._schema import FunctionSchema, function_schema
 from ..loop._tool import Tool, ToolContext, ToolResult, to_tool_result
 
-__all__ = ["FunctionTool", "tool"]
-
 
 def _is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004

@@ -26,8 +26,6 @@ from typing import Any
 from ..loop._tool import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
-__all__ = ["EditTool", "Match", "find_matches", "unified_diff"]
-
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
 
 `old_string` must match the file's text and be unique in it; include a few surrounding \

@@ -22,8 +22,6 @@ import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["grep", "main", "walk"]
-
 _MAX_FILE_BYTES = 32 * 1024 * 1024
 
 

@@ -15,8 +15,6 @@ from typing import Any
 from ..loop._tool import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceTool, special_kind
 
-__all__ = ["LsTool"]
-
 _DESCRIPTION = """List a folder's entries (default: the workspace root), hidden ones \
 included. Folders end with `/`. At most `limit` entries are shown (default 500). Use \
 find to search by name across folders."""

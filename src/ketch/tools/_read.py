@@ -25,8 +25,6 @@ from ..llm._messages import ImageContent, TextContent
 from ..loop._tool import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, not_regular_message, open_regular
 
-__all__ = ["MAX_BYTES", "MAX_LINES", "MAX_LINE_CHARS", "ReadTool", "sniff_image"]
-
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
 MAX_LINE_CHARS = 2000

@@ -41,8 +41,6 @@ from ._bash import start_process_group, untrack_process_group
 from ._grep_worker import walk
 from ._workspace import Workspace, WorkspaceTool, special_kind
 
-__all__ = ["IGNORED_DIRS", "FindTool", "GrepTool", "glob_to_regex"]
-
 IGNORED_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".venv", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"}
 )

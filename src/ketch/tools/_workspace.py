@@ -32,17 +32,6 @@ from typing import Any
 
 from ..loop._tool import Tool, ToolResult
 
-__all__ = [
-    "FileRecord",
-    "Workspace",
-    "WorkspaceError",
-    "digest",
-    "hard_link_message",
-    "not_regular_message",
-    "open_regular",
-    "special_kind",
-]
-
 
 class WorkspaceError(Exception):
     """A path or file-state problem, with a message meant for the model."""

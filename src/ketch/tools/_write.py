@@ -18,8 +18,6 @@ from ..loop._tool import ToolContext, ToolResult
 from ._edit import unified_diff
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
-__all__ = ["WriteTool", "count_lines"]
-
 _THREAD_THRESHOLD = 1 << 20
 _DIFF_MAX_BYTES = 1 << 20
 

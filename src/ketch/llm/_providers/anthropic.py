@@ -65,26 +65,6 @@ from .._stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 from .wire_cache import WireCache
 
-__all__ = [
-    "ANTHROPIC_VERSION",
-    "API",
-    "IMAGE_OMITTED",
-    "AnthropicModel",
-    "AnthropicRequest",
-    "AnthropicStreamState",
-    "CacheRetention",
-    "StructuredOutput",
-    "build_request",
-    "cache_control",
-    "convert_messages",
-    "convert_tool_choice",
-    "convert_tools",
-    "map_stop_reason",
-    "normalize_tool_call_id",
-    "parse_response",
-    "refine_error",
-]
-
 API = "anthropic-messages"
 """The ``api`` name of models served through the Messages API."""
 

@@ -58,7 +58,6 @@ from .wire_cache import encode_body
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "HTTPExchange", "HTTPModel", "HTTPRequest", "Observer", "Rewrite", "SSEEvents"]
 
 DEFAULT_IDLE_TIMEOUT = 90.0
 """Seconds a streamed request may wait for its next bytes (the headers included)."""

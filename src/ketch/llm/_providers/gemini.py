@@ -56,21 +56,6 @@ from .._stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPRequest, SSEEvents
 from .wire_cache import WireCache
 
-__all__ = [
-    "API",
-    "SKIP_SIGNATURE",
-    "GeminiModel",
-    "GeminiStreamState",
-    "build_request",
-    "classify_error",
-    "convert_messages",
-    "convert_tool_choice",
-    "convert_tools",
-    "gemini_schema",
-    "parse_response",
-    "thinking_config",
-]
-
 API = "gemini"
 """The ``api`` name of models served through the Gemini API."""
 

@@ -77,23 +77,6 @@ from .._registry import ModelInfo, Pricing
 from .._stream import MessageBuilder, StreamEvent, guard_stream
 from .local_grammar import ANY_OBJECT_GRAMMAR, json_schema_grammar, tool_call_grammar
 
-__all__ = [
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_MODEL_IDS",
-    "DEFAULT_REPEAT_PENALTY",
-    "DEFAULT_SEED",
-    "DEFAULT_TEMPERATURE",
-    "Benchmark",
-    "GenerationStats",
-    "LoadStats",
-    "LocalModel",
-    "benchmark",
-    "default_model_path",
-    "load_stats",
-    "physical_cores",
-    "unload_all",
-]
-
 DEFAULT_MAX_TOKENS = 512
 """Tokens generated when ``StreamOptions.max_tokens`` is not given."""
 

@@ -27,8 +27,6 @@ import msgspec
 
 from .._model import ToolSpec
 
-__all__ = ["ANY_OBJECT_GRAMMAR", "CALL_OVERHEAD_TOKENS", "bounded_string_length", "json_schema_grammar", "tool_call_grammar"]
-
 CALL_OVERHEAD_TOKENS = 96
 """Tokens kept, in a bounded call, for the JSON around the strings: the name, keys,
 punctuation, spaces and numbers (each number is at most 17 characters)."""

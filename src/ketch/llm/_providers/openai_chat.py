@@ -36,8 +36,6 @@ from .._stream import MessageBuilder, StreamEvent
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 from .wire_cache import WireCache
 
-__all__ = ["PRESETS", "Compat", "OpenAIChatModel", "Preset"]
-
 
 class Compat(msgspec.Struct, kw_only=True, frozen=True):
     """How one endpoint departs from OpenAI's own Chat Completions.

@@ -55,21 +55,6 @@ from .._stream import MessageBuilder, StreamDone, StreamEvent, TextStart, Thinki
 from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
 from .wire_cache import WireCache
 
-__all__ = [
-    "API",
-    "IMAGE_OMITTED",
-    "OpenAIResponsesModel",
-    "ResponsesStreamState",
-    "build_request",
-    "classify_failure",
-    "convert_messages",
-    "convert_tool_choice",
-    "convert_tools",
-    "parse_response",
-    "reasoning_signature",
-    "text_signature",
-]
-
 API = "openai-responses"
 """The ``api`` name of models served through the Responses API."""
 

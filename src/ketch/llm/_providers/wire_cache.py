@@ -42,8 +42,6 @@ from .._handoff import Preparer
 from .._lists import extend_with_room
 from .._messages import Message, ToolResultMessage, scrub_surrogates
 
-__all__ = ["Converter", "Fold", "WireCache", "WireItems", "encode_body"]
-
 Converter = Callable[[list[Message]], list[dict[str, Any]]]
 """Prepared messages to wire items; must depend only on the messages and the settings
 the cache is keyed by."""
