@@ -188,10 +188,16 @@ class CustomMessage(Message):
 
     Subclass it with a tag (``class Note(CustomMessage, tag="note"): text: str``); the
     subclass is registered for JSON decoding. The default conversion to model messages
-    drops custom messages.
+    uses :meth:`to_llm`, which drops the message unless a subclass overrides it.
+    ``resets_usage_anchor`` (a class attribute) says the message replaces the history
+    before it, so token accounting does not anchor on usage reported before it.
     """
 
+    resets_usage_anchor: ClassVar[bool] = False
 
+    def to_llm(self) -> Message | list[Message] | None:
+        """What the model sees of this message: a message, several, or None (nothing)."""
+        return None
 
 
 _BUILTIN: dict[str, type[Message]] = {

@@ -18,6 +18,7 @@ import msgspec
 
 from ._messages import (
     AssistantMessage,
+    CustomMessage,
     ImageContent,
     Message,
     TextContent,
@@ -91,10 +92,9 @@ def estimate_message_tokens(message: Message) -> int:
     if cls is UserMessage or cls is AssistantMessage or cls is ToolResultMessage:
         content: list[Any] = message.content  # type: ignore[attr-defined]
         return max(1, sum(_block_tokens(b) for b in content))
-    to_llm = getattr(message, "to_llm", None)
-    if to_llm is None:
+    if not isinstance(message, CustomMessage):
         return 0
-    converted = to_llm()
+    converted = message.to_llm()
     if converted is None:
         return 0
     if isinstance(converted, list):
@@ -145,7 +145,7 @@ class ContextMeter:
             self._anchor = 0
             self._tail = 0
             first = messages[0] if messages else None
-            self._not_before = first.timestamp if getattr(first, "resets_usage_anchor", False) else 0.0  # type: ignore[union-attr]
+            self._not_before = first.timestamp if isinstance(first, CustomMessage) and first.resets_usage_anchor else 0.0
         not_before = self._not_before
         for i in range(seen, len(messages)):
             m = messages[i]

@@ -1,20 +1,19 @@
 """From transcript to a valid model request: default conversion and sequence repair.
 
 :func:`default_convert_to_llm` keeps user, assistant and tool-result messages, lets a
-custom message contribute model messages through an optional ``to_llm()`` method, drops
-the rest, and turns interrupted or failed assistant messages into something every
+custom message contribute model messages through its ``to_llm()`` method (by default
+nothing), and turns interrupted or failed assistant messages into something every
 provider accepts. :func:`repair_messages` then makes sure every tool call has exactly
 one result right after its assistant message.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..llm._handoff import MISSING_TOOL_RESULT
 from ..llm._lists import extend_with_room
 from ..llm._messages import (
     AssistantMessage,
+    CustomMessage,
     Message,
     TextContent,
     ThinkingContent,
@@ -30,8 +29,8 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
     """The default conversion of a transcript into model messages.
 
     - user, tool-result and completed assistant messages pass through unchanged;
-    - a custom message with a ``to_llm()`` method contributes what it returns (a message,
-      a list of messages, or None); other custom messages are dropped;
+    - a custom message contributes what its ``to_llm()`` returns (a message, a list of
+      messages, or None: the default, which drops it);
     - an aborted assistant message keeps its text (thinking and tool calls are dropped,
       and so are the text's provider signatures, which belong to a response that never
       completed) and is followed by a user note ``[Request interrupted by user]``, so the
@@ -71,11 +70,8 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
                 dropped = ids or None
                 continue
             append(m)
-        else:
-            to_llm: Any = getattr(m, "to_llm", None)
-            if to_llm is None:
-                continue
-            converted = to_llm()
+        elif isinstance(m, CustomMessage):
+            converted = m.to_llm()
             if converted is None:
                 continue
             if isinstance(converted, list):
