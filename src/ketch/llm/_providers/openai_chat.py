@@ -19,7 +19,7 @@ import msgspec
 
 from .._classify import classify_error_object
 from .._errors import ContentFilterError
-from .._handoff import Preparer, mistral_tool_id, openai_chat_tool_id, prepare_messages
+from .._handoff import mistral_tool_id, openai_chat_tool_id
 from .._messages import (
     AssistantMessage,
     ImageContent,
@@ -344,19 +344,13 @@ class OpenAIChatModel(HTTPModel):
         compat = self.compat
         images_ok = not self._known_info or "image" in self.info.input_modalities
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
-        if self.rewrite is None:
-            # A rewrite hook may change the body in place, so it gets freshly converted items.
-            out = self._wire_cache.convert(
-                request.messages,
-                (compat, images_ok, self.provider, self.api, self.id),
-                lambda: Preparer(provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id),
-                lambda messages: self._convert(messages, images_ok),
-            )
-        else:
-            messages = prepare_messages(
-                request.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
-            )
-            out = self._convert(messages, images_ok)
+        out = self._wire_cache.items_for(
+            self,
+            request.messages,
+            (compat, images_ok),
+            lambda messages: self._convert(messages, images_ok),
+            normalize_id,
+        )
         if request.system_prompt:
             role = compat.system_role
             if role == "auto":
