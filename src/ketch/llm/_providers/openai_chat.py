@@ -89,6 +89,19 @@ class Preset(msgspec.Struct, kw_only=True, frozen=True):
 
 
 _LOCAL = Compat(max_tokens_field="max_tokens")
+_REASONING_FIRST = Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content"))
+
+
+def _local_server(provider: str, port: int, env_key: str, compat: Compat) -> Preset:
+    """A server on this machine: it needs no key (``env_key`` names the variable read for one)."""
+    return Preset(
+        provider=provider,
+        base_url=f"http://127.0.0.1:{port}/v1",
+        env_keys=(env_key,),
+        requires_key=False,
+        compat=compat,
+    )
+
 
 PRESETS: dict[str, Preset] = {
     "openai": Preset(
@@ -123,7 +136,7 @@ PRESETS: dict[str, Preset] = {
         provider="together",
         base_url="https://api.together.xyz/v1",
         env_keys=("TOGETHER_API_KEY",),
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+        compat=_REASONING_FIRST,
     ),
     "mistral": Preset(
         provider="mistral",
@@ -143,34 +156,10 @@ PRESETS: dict[str, Preset] = {
         env_keys=("XAI_API_KEY",),
         compat=Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
     ),
-    "ollama": Preset(
-        provider="ollama",
-        base_url="http://127.0.0.1:11434/v1",
-        env_keys=("OLLAMA_API_KEY",),
-        requires_key=False,
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
-    ),
-    "vllm": Preset(
-        provider="vllm",
-        base_url="http://127.0.0.1:8000/v1",
-        env_keys=("VLLM_API_KEY",),
-        requires_key=False,
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
-    ),
-    "lmstudio": Preset(
-        provider="lmstudio",
-        base_url="http://127.0.0.1:1234/v1",
-        env_keys=("LM_STUDIO_API_KEY",),
-        requires_key=False,
-        compat=_LOCAL,
-    ),
-    "llamacpp": Preset(
-        provider="llamacpp",
-        base_url="http://127.0.0.1:8080/v1",
-        env_keys=("LLAMA_API_KEY",),
-        requires_key=False,
-        compat=_LOCAL,
-    ),
+    "ollama": _local_server("ollama", 11434, "OLLAMA_API_KEY", _REASONING_FIRST),
+    "vllm": _local_server("vllm", 8000, "VLLM_API_KEY", _REASONING_FIRST),
+    "lmstudio": _local_server("lmstudio", 1234, "LM_STUDIO_API_KEY", _LOCAL),
+    "llamacpp": _local_server("llamacpp", 8080, "LLAMA_API_KEY", _LOCAL),
     "llama-cpp-python": Preset(
         provider="llama-cpp-python",
         base_url="http://127.0.0.1:8000/v1",
