@@ -1,12 +1,29 @@
 """White-box test: imports ketch implementation modules (private) directly.
 
-exception_text: the one rendering of an exception as text (model errors, tool errors, run errors)."""
+exception_text: the one rendering of an exception as text (model errors, tool errors, run errors);
+error_for_kind: each error kind's exception class."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
-from ketch.llm._errors import exception_text
+from ketch.llm import ErrorKind, ModelError
+from ketch.llm._errors import (
+    AuthError,
+    ContentFilterError,
+    ContextOverflowError,
+    InvalidRequestError,
+    NetworkError,
+    OverloadedError,
+    RateLimitError,
+    RequestTimeoutError,
+    ServerError,
+    StreamIdleError,
+    error_for_kind,
+    exception_text,
+)
 
 
 class _BrokenStr(Exception):
@@ -32,3 +49,24 @@ class _Custom(Exception):
 )
 def test_exception_text_is_type_and_message(exc: BaseException, text: str) -> None:
     assert exception_text(exc) == text
+
+
+def test_error_for_kind_names_each_kinds_class() -> None:
+    expected = {
+        "rate_limit": RateLimitError,
+        "overloaded": OverloadedError,
+        "timeout": RequestTimeoutError,
+        "stream_idle": StreamIdleError,
+        "network": NetworkError,
+        "auth": AuthError,
+        "context_overflow": ContextOverflowError,
+        "invalid_request": InvalidRequestError,
+        "content_filter": ContentFilterError,
+        "server": ServerError,
+        "unknown": ModelError,
+    }
+    assert set(expected) == set(get_args(ErrorKind))
+    for kind, cls in expected.items():
+        assert error_for_kind(kind) is cls
+        assert cls.kind == kind
+    assert error_for_kind("no_such_kind") is ModelError

@@ -126,21 +126,8 @@ class ServerError(ModelError):
     kind: ErrorKind = "server"
 
 
-_BY_KIND: dict[str, type[ModelError]] = {
-    cls.kind: cls
-    for cls in (
-        RateLimitError,
-        OverloadedError,
-        RequestTimeoutError,
-        StreamIdleError,
-        NetworkError,
-        AuthError,
-        ContextOverflowError,
-        InvalidRequestError,
-        ContentFilterError,
-        ServerError,
-    )
-}
+# Every kind's class is defined above, and nothing else subclasses ModelError yet.
+_BY_KIND: dict[str, type[ModelError]] = {cls.kind: cls for cls in ModelError.__subclasses__()}
 
 
 def error_for_kind(kind: str) -> type[ModelError]:

@@ -47,7 +47,7 @@ import msgspec
 
 from .._classify import classify_error_object, error_details
 from .._errors import ContentFilterError, ModelError, error_for_kind
-from .._handoff import LEADING_USER_TEXT, Preparer, prepare_messages
+from .._handoff import LEADING_USER_TEXT
 from .._messages import (
     AssistantMessage,
     ImageContent,
@@ -695,27 +695,14 @@ class AnthropicModel(HTTPModel):
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
         images = self._images
-        converted = None
-        if self.rewrite is None:
-            # A rewrite hook may change the body in place, so it gets freshly converted items.
-            converted = self._wire_cache.convert(
-                request.messages,
-                (images, self.provider, self.api, self.id),
-                lambda: Preparer(
-                    provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_tool_call_id
-                ),
-                lambda messages: convert_messages(messages, images=images),
-            )
-            request = Request(system_prompt=request.system_prompt, messages=[], tools=request.tools)
-        else:
-            messages = prepare_messages(
-                request.messages,
-                provider=self.provider,
-                api=self.api,
-                model=self.id,
-                normalize_id=normalize_tool_call_id,
-            )
-            request = Request(system_prompt=request.system_prompt, messages=messages, tools=request.tools)
+        converted = self._wire_cache.items_for(
+            self,
+            request.messages,
+            images,
+            lambda messages: convert_messages(messages, images=images),
+            normalize_tool_call_id,
+        )
+        request = Request(system_prompt=request.system_prompt, messages=[], tools=request.tools)
         cache = options.cache if type(options) is _Options else {}
         retention = cache.get("cache_retention", self.cache_retention)
         body = build_request(

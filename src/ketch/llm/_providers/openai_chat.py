@@ -19,7 +19,7 @@ import msgspec
 
 from .._classify import classify_error_object
 from .._errors import ContentFilterError
-from .._handoff import Preparer, mistral_tool_id, openai_chat_tool_id, prepare_messages
+from .._handoff import mistral_tool_id, openai_chat_tool_id
 from .._messages import (
     AssistantMessage,
     ImageContent,
@@ -89,6 +89,19 @@ class Preset(msgspec.Struct, kw_only=True, frozen=True):
 
 
 _LOCAL = Compat(max_tokens_field="max_tokens")
+_REASONING_FIRST = Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content"))
+
+
+def _local_server(provider: str, port: int, env_key: str, compat: Compat) -> Preset:
+    """A server on this machine: it needs no key (``env_key`` names the variable read for one)."""
+    return Preset(
+        provider=provider,
+        base_url=f"http://127.0.0.1:{port}/v1",
+        env_keys=(env_key,),
+        requires_key=False,
+        compat=compat,
+    )
+
 
 PRESETS: dict[str, Preset] = {
     "openai": Preset(
@@ -123,7 +136,7 @@ PRESETS: dict[str, Preset] = {
         provider="together",
         base_url="https://api.together.xyz/v1",
         env_keys=("TOGETHER_API_KEY",),
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
+        compat=_REASONING_FIRST,
     ),
     "mistral": Preset(
         provider="mistral",
@@ -143,34 +156,10 @@ PRESETS: dict[str, Preset] = {
         env_keys=("XAI_API_KEY",),
         compat=Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
     ),
-    "ollama": Preset(
-        provider="ollama",
-        base_url="http://127.0.0.1:11434/v1",
-        env_keys=("OLLAMA_API_KEY",),
-        requires_key=False,
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
-    ),
-    "vllm": Preset(
-        provider="vllm",
-        base_url="http://127.0.0.1:8000/v1",
-        env_keys=("VLLM_API_KEY",),
-        requires_key=False,
-        compat=Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content")),
-    ),
-    "lmstudio": Preset(
-        provider="lmstudio",
-        base_url="http://127.0.0.1:1234/v1",
-        env_keys=("LM_STUDIO_API_KEY",),
-        requires_key=False,
-        compat=_LOCAL,
-    ),
-    "llamacpp": Preset(
-        provider="llamacpp",
-        base_url="http://127.0.0.1:8080/v1",
-        env_keys=("LLAMA_API_KEY",),
-        requires_key=False,
-        compat=_LOCAL,
-    ),
+    "ollama": _local_server("ollama", 11434, "OLLAMA_API_KEY", _REASONING_FIRST),
+    "vllm": _local_server("vllm", 8000, "VLLM_API_KEY", _REASONING_FIRST),
+    "lmstudio": _local_server("lmstudio", 1234, "LM_STUDIO_API_KEY", _LOCAL),
+    "llamacpp": _local_server("llamacpp", 8080, "LLAMA_API_KEY", _LOCAL),
     "llama-cpp-python": Preset(
         provider="llama-cpp-python",
         base_url="http://127.0.0.1:8000/v1",
@@ -344,19 +333,13 @@ class OpenAIChatModel(HTTPModel):
         compat = self.compat
         images_ok = not self._known_info or "image" in self.info.input_modalities
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
-        if self.rewrite is None:
-            # A rewrite hook may change the body in place, so it gets freshly converted items.
-            out = self._wire_cache.convert(
-                request.messages,
-                (compat, images_ok, self.provider, self.api, self.id),
-                lambda: Preparer(provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id),
-                lambda messages: self._convert(messages, images_ok),
-            )
-        else:
-            messages = prepare_messages(
-                request.messages, provider=self.provider, api=self.api, model=self.id, normalize_id=normalize_id
-            )
-            out = self._convert(messages, images_ok)
+        out = self._wire_cache.items_for(
+            self,
+            request.messages,
+            (compat, images_ok),
+            lambda messages: self._convert(messages, images_ok),
+            normalize_id,
+        )
         if request.system_prompt:
             role = compat.system_role
             if role == "auto":

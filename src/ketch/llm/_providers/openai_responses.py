@@ -38,7 +38,7 @@ import msgspec
 
 from .._classify import classify_error_object
 from .._errors import ContentFilterError, ModelError, OverloadedError, error_for_kind
-from .._handoff import Preparer, openai_responses_tool_id, prepare_messages
+from .._handoff import openai_responses_tool_id
 from .._messages import (
     AssistantMessage,
     ImageContent,
@@ -680,29 +680,16 @@ class OpenAIResponsesModel(HTTPModel):
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
         images = self._images
-        if self.rewrite is None:
-            # A rewrite hook may change the body in place, so it gets freshly converted items.
-            converted = self._wire_cache.convert(
-                request.messages,
-                (images, self.provider, self.api, self.id),
-                lambda: Preparer(
-                    provider=self.provider, api=self.api, model=self.id, normalize_id=openai_responses_tool_id
-                ),
-                lambda messages: convert_messages(messages, images=images),
-            )
-            messages: list[Message] = []
-        else:
-            converted = None
-            messages = prepare_messages(
-                request.messages,
-                provider=self.provider,
-                api=self.api,
-                model=self.id,
-                normalize_id=openai_responses_tool_id,
-            )
+        converted = self._wire_cache.items_for(
+            self,
+            request.messages,
+            images,
+            lambda messages: convert_messages(messages, images=images),
+            openai_responses_tool_id,
+        )
         body = build_request(
             self.id,
-            Request(system_prompt=request.system_prompt, messages=messages, tools=request.tools),
+            Request(system_prompt=request.system_prompt, messages=[], tools=request.tools),
             options,
             effort=self.reasoning_effort(options),
             reasoning=self.info.reasoning or bool(self.info.thinking),

@@ -34,13 +34,16 @@ from __future__ import annotations
 import operator
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, Self, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, SupportsIndex, overload
 
 import msgspec
 
-from .._handoff import Preparer
+from .._handoff import Preparer, prepare_messages
 from .._lists import extend_with_room
 from .._messages import Message, ToolResultMessage, scrub_surrogates
+
+if TYPE_CHECKING:
+    from .base import HTTPModel
 
 Converter = Callable[[list[Message]], list[dict[str, Any]]]
 """Prepared messages to wire items; must depend only on the messages and the settings
@@ -364,6 +367,29 @@ class WireCache:
         the result depends on besides the messages (compared with ``==``);
         ``preparer`` makes an empty :class:`~ketch.llm._handoff.Preparer`."""
         return self._convert(messages, settings, preparer, None, converter)
+
+    def items_for(
+        self,
+        model: HTTPModel,
+        messages: Sequence[Message],
+        settings: object,
+        converter: Converter,
+        normalize_id: Callable[[str], str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``converter(prepare_messages(messages, ...))`` for ``model``, from the cache
+        (keyed by ``settings`` and the model's provider, api and id) unless the model has
+        a rewrite hook: that may change the body in place, so it gets freshly converted
+        items."""
+        provider, api, id = model.provider, model.api, model.id
+        if model.rewrite is not None:
+            prepared = prepare_messages(messages, provider=provider, api=api, model=id, normalize_id=normalize_id)
+            return converter(prepared)
+        return self.convert(
+            messages,
+            (settings, provider, api, id),
+            lambda: Preparer(provider=provider, api=api, model=id, normalize_id=normalize_id),
+            converter,
+        )
 
     def convert_folded(
         self,
