@@ -483,9 +483,9 @@ class ToolBatch:
                         yield event
                     self._done = True
                     return
+                # A finished call first: it comes once per call, and a class pattern that
+                # does not match costs an isinstance call.
                 match item:
-                    case ToolExecutionUpdate():
-                        yield item
                     case (int() as i, CallOutcome() as outcome):
                         self._tasks.pop(i, None)
                         if sequential[i]:
@@ -501,6 +501,8 @@ class ToolBatch:
                                 self._steering = steering
                                 skip_rest = True
                                 self._interrupt_running()
+                    case ToolExecutionUpdate():
+                        yield item
             if skip_rest:
                 for i in range(next_i, n):
                     call = calls[i]

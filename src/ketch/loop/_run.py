@@ -297,34 +297,36 @@ class _Run:
                         unfinished: set[int] = set()  # indexes of tool calls still streaming
                         try:
                             async for update in stream:
-                                if type(update) in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
+                                # Dispatch on the exact type: a class pattern (``case X():``)
+                                # costs an isinstance call per case tried, on every chunk.
+                                kind = type(update)
+                                if kind in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
                                     if partial is not None:
                                         yield MessageUpdate(message=partial, event=update)
-                                    continue
-                                match update:
-                                    case ToolCallStart():
-                                        unfinished.add(update.index)
-                                        if partial is not None:
-                                            yield MessageUpdate(message=partial, event=update)
-                                    case ToolCallEnd():
-                                        unfinished.discard(update.index)
-                                        if partial is not None:
-                                            yield MessageUpdate(message=partial, event=update)
-                                    case StreamStart():
-                                        if partial is None:
-                                            yield MessageStart(message=update.partial)
-                                        partial = update.partial
-                                    case StreamDone():
-                                        final = update.message
-                                        break
-                                    case StreamError():
-                                        final = update.error
-                                        break
-                                    case Retry():
-                                        if update.discard_partial:
-                                            partial = None
-                                            unfinished.clear()
-                                        yield update
+                                elif kind is ToolCallStart:
+                                    unfinished.add(update.index)  # type: ignore[union-attr]
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif kind is ToolCallEnd:
+                                    unfinished.discard(update.index)  # type: ignore[union-attr]
+                                    if partial is not None:
+                                        yield MessageUpdate(message=partial, event=update)
+                                elif kind is StreamStart:
+                                    if partial is None:
+                                        yield MessageStart(message=update.partial)  # type: ignore[union-attr]
+                                    partial = update.partial  # type: ignore[union-attr]
+                                elif kind is StreamDone:
+                                    final = update.message  # type: ignore[union-attr]
+                                    break
+                                elif kind is StreamError:
+                                    final = update.error  # type: ignore[union-attr]
+                                    break
+                                elif kind is Retry:
+                                    assert type(update) is Retry
+                                    if update.discard_partial:
+                                        partial = None
+                                        unfinished.clear()
+                                    yield update
                         except Exception as exc:
                             broke = exc
                         finally:
