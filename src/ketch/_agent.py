@@ -46,18 +46,7 @@ from .loop._config import (
     ToolCallInfo,
     TurnInfo,
 )
-from .loop._events import (
-    AgentEnd,
-    AgentEvent,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    Retry,
-    RunResult,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    TurnStart,
-)
+from .loop._events import AgentEvent, MessageUpdate, RunResult
 from .loop._run import RunStream, continue_loop, run_loop
 from .loop._tool import Deps, Tool, ToolResult
 
@@ -558,31 +547,38 @@ class Agent(Generic[Deps]):
                 log.exception("Agent listener failed on %s event", event.type)
 
     def _reduce(self, event: AgentEvent) -> None:
-        match event:
-            case MessageUpdate():
-                self._streaming = event.message
-            case MessageStart(message=AssistantMessage() as message):
+        kind = event.type
+        if kind == "message_update":
+            assert event.type == "message_update"
+            self._streaming = event.message
+        elif kind == "message_start":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
                 self._streaming = message
                 self._phase = Phase("llm_in_flight", self._phase.turn)
-            case MessageEnd(message=AssistantMessage() as message):
+        elif kind == "message_end":
+            message = event.message  # type: ignore[union-attr]
+            if type(message) is AssistantMessage:
                 self._streaming = None
                 self._phase = Phase("turn_finished", self._phase.turn)
                 if message.error_message and message.stop_reason == "error":
                     self._error = message.error_message
-            case TurnStart():
-                self._phase = Phase("llm_in_flight", event.turn)
-            case ToolExecutionStart():
-                self._pending = self._pending | {event.tool_call_id}
-                self._phase = Phase("tool_executing", self._phase.turn)
-            case ToolExecutionEnd():
-                self._pending = self._pending - {event.tool_call_id}
-            case Retry(discard_partial=True):
+        elif kind == "turn_start":
+            self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
+        elif kind == "tool_execution_start":
+            self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
+            self._phase = Phase("tool_executing", self._phase.turn)
+        elif kind == "tool_execution_end":
+            self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
+        elif kind == "retry":
+            if event.discard_partial:  # type: ignore[union-attr]
                 self._streaming = None
-            case AgentEnd(summary=summary):
-                self._streaming = None
-                if summary.error and summary.end_reason != "aborted":
-                    self._error = summary.error
-                self._phase = Phase("idle", self._phase.turn)
+        elif kind == "agent_end":
+            self._streaming = None
+            summary = event.summary  # type: ignore[union-attr]
+            if summary.error and summary.end_reason != "aborted":
+                self._error = summary.error
+            self._phase = Phase("idle", self._phase.turn)
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"
