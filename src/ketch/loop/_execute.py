@@ -19,7 +19,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
 
@@ -252,29 +252,35 @@ def stopped_result(kind: StopKind) -> ToolResult:
 # -- the batch scheduler -------------------------------------------------------------------
 
 
-class BatchResult(NamedTuple):
-    """What one batch of tool calls produced."""
+class BatchResult:
+    """What one batch of tool calls produced.
 
-    outcomes: list[CallOutcome]
-    """Every call's outcome, in call order."""
-    notes: list[ToolCallNote]
-    """The ``tool_call_note`` events the batch emitted, in order."""
-    steering: list[Message]
-    """Steering messages taken during the batch (``steering_during_tools="interrupt"``)."""
-    aborted: bool
-    """An abort stopped the batch (or came as its only call finished)."""
+    ``outcomes``: every call's outcome, in call order; ``notes``: the ``tool_call_note``
+    events the batch emitted, in order; ``steering``: steering messages taken during the
+    batch (``steering_during_tools="interrupt"``); ``aborted``: an abort stopped the batch
+    (or came as its only call finished); ``stop``: the run should stop after this batch
+    (every result asked to ``terminate``, or a ``before_tool_call`` blocked a call with
+    ``stop``).
+    """
 
-    @property
-    def stop(self) -> bool:
-        """The run should stop after this batch: every result asked to ``terminate``, or
-        a ``before_tool_call`` blocked a call with ``stop``."""
+    __slots__ = ("aborted", "notes", "outcomes", "steering", "stop")
+
+    def __init__(
+        self, outcomes: list[CallOutcome], notes: list[ToolCallNote], steering: list[Message], aborted: bool
+    ) -> None:
+        self.outcomes = outcomes
+        self.notes = notes
+        self.steering = steering
+        self.aborted = aborted
         every = True
-        for o in self.outcomes:
+        stop = False
+        for o in outcomes:
             if o.stop:
-                return True
+                stop = True
+                break
             if not o.result.terminate:
                 every = False
-        return every
+        self.stop = stop or every
 
 
 def _noop() -> None:
