@@ -339,6 +339,7 @@ def build_agent(
     environ: Mapping[str, str] | None = None,
     model: Model | None = None,
     hooks: Sequence[HookSpec] | None = None,
+    session: Any = None,
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
     (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
@@ -346,7 +347,9 @@ def build_agent(
 
     ``hooks`` (default: ``settings.hooks``) are attached through a :class:`HookRunner`;
     its notices go to stderr until the caller sets ``built.hooks.on_notice``. The bash
-    tool runs in the OS sandbox when one is usable, read-only in ``plan`` mode."""
+    tool runs in the OS sandbox when one is usable, read-only in ``plan`` mode.
+    ``session`` (a :class:`ketch.sessions.Session`) is attached to the agent: its
+    transcript is restored and every message is saved in it; hooks get its id."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
@@ -361,7 +364,14 @@ def build_agent(
     runner: HookRunner | None = None
     specs = settings.hooks if hooks is None else hooks
     if specs:
-        runner = HookRunner(specs, cwd=root, permission_mode=mode, secret_names=secret_names, on_notice=_hook_notice)
+        runner = HookRunner(
+            specs,
+            cwd=root,
+            permission_mode=mode,
+            secret_names=secret_names,
+            on_notice=_hook_notice,
+            session_id=session.id if session is not None else None,
+        )
     permissions = PermissionEngine(
         settings.permission_mode,
         allow=settings.allow,
@@ -412,6 +422,8 @@ def build_agent(
         system_prompt = embedded_system_prompt()
     else:
         system_prompt = default_system_prompt(root, tools)
+    if session is not None:
+        config["session"] = session
     agent = Agent(
         resolved,
         system_prompt=system_prompt,

@@ -8,7 +8,9 @@ with its result, exit code 130); a second one exits at once (130), and so does S
 (129), in both cases after ending the processes the tools started.
 
 Tool calls that need approval are asked on the terminal when stdin and stderr are
-both terminals; otherwise they are denied unless the permission mode allows them.
+both terminals. Otherwise the run pauses: it ends with ``approval_required`` (exit code
+5), the state is saved in the session and ``ketch run --resume ID --approve CALL_ID``
+(or ``--deny CALL_ID:reason``) continues it; with ``--no-session`` such calls are denied.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from typing import Any, BinaryIO, NoReturn
 from ..llm._messages import AssistantMessage
 from ..loop._events import AgentEvent
 from ..permissions import Approval, PermissionRequest
-from ._config import SAVE_RULE_PROMPT, Settings, save_allow_rules
+from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent
 from ._render import compaction_note
+from ._sessions import SessionOptions, open_session
 from ._wire import (
     EXIT_BROKEN_PIPE,
     BrokenPipeGuard,
     Denied,
     Init,
     OutputFormat,
+    Pending,
     encode_event,
     encode_line,
     exit_code_for,
@@ -247,16 +251,94 @@ def exit_now(code: int) -> NoReturn:
         os._exit(code)
 
 
+def _pending(state: Any) -> list[Pending]:
+    """The calls a paused run waits on (``RunState.pending``)."""
+    if state is None:
+        return []
+    return [
+        Pending(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=dict(p.args), reason=p.reason or "")
+        for p in state.pending
+    ]
+
+
+def _decisions(options: SessionOptions, session: Any, settings: Settings) -> dict[str, Any]:
+    """The decisions ``--approve`` and ``--deny CALL_ID[:reason]`` give on the calls the
+    session's paused run waits on (each must be decided). A ``--deny`` value that is no
+    waiting call is a deny rule (already in ``settings``); one that decides a call is
+    taken out of the rules."""
+    from .. import approve, deny
+    from ..permissions import Rule
+
+    state = session.pending_state if session is not None else None
+    waiting = {p.tool_call_id: p for p in state.pending} if state is not None else {}
+    described = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in waiting.values())
+    decisions: dict[str, Any] = {}
+    for call_id in options.approve:
+        if not waiting:
+            raise ConfigError(f"--approve {call_id}: session {session.id} is not paused for approval")
+        if call_id not in waiting:
+            raise ConfigError(f"--approve {call_id}: session {session.id} waits on no such call; it waits on {described}")
+        decisions[call_id] = approve()
+    for text in options.deny:
+        call_id, _, reason = text.partition(":")
+        if call_id in waiting:
+            decisions[call_id] = deny(reason.strip() or None)
+            settings.deny[:] = [r for r in settings.deny if r.text != text]
+            continue
+        try:
+            Rule.parse(text, "flag")
+        except ValueError:
+            where = f"session {session.id} waits on {described}" if waiting else "no call waits for approval"
+            raise ConfigError(f"--deny {text}: neither a rule nor CALL_ID[:reason] of a waiting call ({where})") from None
+    if waiting and decisions:
+        undecided = [f"--approve {c} or --deny {c}:reason" for c in waiting if c not in decisions]
+        if undecided:
+            raise ConfigError(f"session {session.id} still waits on more calls: add {'; '.join(undecided)}")
+    return decisions
+
+
+_PAUSED = "ketch: run paused: {calls} need{s} approval; continue with: ketch run --resume {id} --approve CALL_ID (or --deny CALL_ID:reason)\n"
+
+
 async def run_headless(
-    task: str,
+    task: str | None,
     settings: Settings,
     root: Path,
     *,
     output: OutputFormat = "text",
     tool_choice: str | None = None,
     interactive_approval: bool = False,
+    sessions: SessionOptions | None = None,
 ) -> int:
-    """Run ``task`` once and write the output; returns the exit code."""
+    """Run ``task`` once (``None``: only continue the session's paused run with the
+    decisions in ``sessions``) and write the output; returns the exit code."""
+    options = sessions if sessions is not None else SessionOptions(enabled=False)
+    session = await open_session(options, root)
+    try:
+        return await _run_in_session(task, settings, root, output, tool_choice, interactive_approval, options, session)
+    finally:
+        if session is not None:
+            await session.close()
+
+
+async def _run_in_session(
+    task: str | None,
+    settings: Settings,
+    root: Path,
+    output: OutputFormat,
+    tool_choice: str | None,
+    interactive_approval: bool,
+    options: SessionOptions,
+    session: Any,
+) -> int:
+    decisions = _decisions(options, session, settings)
+    paused = session.pending_state if session is not None else None
+    if paused is not None and not decisions:
+        calls = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in paused.pending)
+        raise ConfigError(
+            f"session {session.id} is paused for approval of {calls}: continue it with "
+            "--approve CALL_ID or --deny CALL_ID:reason"
+        )
     built: Built | None = None
 
     async def ask(request: PermissionRequest) -> Approval:
@@ -264,7 +346,14 @@ async def run_headless(
             built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
         return await _ask_on_terminal(request, settings.project_root or root)
 
-    built = build_agent(settings, root, approver=ask if interactive_approval else None, tool_choice=tool_choice)
+    if interactive_approval:
+        approver: Any = ask
+    elif session is not None:
+        approver = pause_for_approval
+    else:
+        approver = None
+    built = build_agent(settings, root, approver=approver, tool_choice=tool_choice, session=session)
+    session_id = session.id if session is not None else None
     agent = built.agent
     model = agent.model
     model_name = f"{model.provider}:{model.id}"
@@ -282,6 +371,7 @@ async def run_headless(
                 permission_mode=built.permissions.mode,
                 thinking=agent.thinking,
                 version=_version(),
+                session_id=session_id,
             )
         )
         agent.subscribe(stream)
@@ -293,18 +383,34 @@ async def run_headless(
     if built.sandbox_warning is not None:
         sys.stderr.write(f"ketch: warning: {built.sandbox_warning}\n")
     try:
-        await built.session_start("startup")
-        result = await built.prompt(task)
+        await built.session_start("resume" if options.resuming else "startup")
+        if decisions:
+            if task is not None:
+                agent.follow_up(task)
+            result = await agent.resume(paused, decisions=decisions)
+        else:
+            assert task is not None
+            result = await built.prompt(task)
+        if result.end_reason == "approval_required" and session is not None and result.state is not None:
+            await session.record_run_state(result.state)
     finally:
         run_over()
         await built.session_end("other")
-    decisions = built.permissions.decisions
     denials = [
         Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason or "")
-        for d in decisions
+        for d in built.permissions.decisions
         if d.outcome == "deny"
     ]
-    final = make_result(result.summary, result.last_assistant, model_name, denials, decisions)
+    pending = _pending(result.state) if result.end_reason == "approval_required" else []
+    final = make_result(
+        result.summary,
+        result.last_assistant,
+        model_name,
+        denials,
+        built.permissions.decisions,
+        session_id=session_id,
+        pending=pending,
+    )
     if stream is not None:
         stream.write(final)
     elif output == "json":
@@ -312,7 +418,10 @@ async def run_headless(
         stdout.flush()
     else:
         reason = result.end_reason
-        if reason != "stop" and not guard.broken:
+        if reason == "approval_required" and not guard.broken:
+            calls = ", ".join(f"{p.tool_name} ({p.tool_call_id})" for p in pending)
+            sys.stderr.write(_PAUSED.format(calls=calls, s="s" if len(pending) == 1 else "", id=session_id))
+        elif reason != "stop" and not guard.broken:
             detail = f": {result.summary.error}" if result.summary.error else ""
             sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")
     return EXIT_BROKEN_PIPE if guard.broken else exit_code_for(result.end_reason)

@@ -35,6 +35,9 @@ from ._render import EventRenderer, format_tokens
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
+
+    from ..sessions import Session as SavedSession
+    from ._sessions import SessionOptions
     from prompt_toolkit.formatted_text import StyleAndTextTuples
 
 
@@ -47,7 +50,12 @@ Commands:
   /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
   /cost                 tokens and cost of this session
   /compact [text]       summarise older history now (text: what the summary must keep)
-  /clear                start a new conversation
+  /sessions             the saved sessions of this directory (* marks this one)
+  /fork                 continue in a copy of this session (the original stays as it is)
+  /rewind [N]           list your prompts; with N, undo prompt N and everything after it
+                        (the conversation and the agent's file changes)
+  /export [file]        write this session as Markdown (default ketch-<id>.md)
+  /clear                start a new conversation (a new session)
   /exit                 quit (also Ctrl-D)
 While the agent works, type to steer it; start with >> to queue a follow-up instead.
 At a permission question answer y (once), a (always; then choose where the rule is
@@ -104,10 +112,14 @@ def banner(model: str, root: Path, mode: str, width: int, home: Path | None = No
 class Session:
     """One interactive session: the agent, the prompt, the renderer and the pending question."""
 
-    def __init__(self, settings: Settings, root: Path, *, tool_choice: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, root: Path, *, tool_choice: str | None = None, session: SavedSession | None = None
+    ) -> None:
         self.settings = settings
         self.root = root
-        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice)
+        self.tool_choice = tool_choice
+        self.session = session
+        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice, session=session)
         self.agent = self.built.agent
         self.permissions = self.built.permissions
         self.renderer: EventRenderer | None = None
@@ -470,6 +482,49 @@ class Session:
                 task.cancel()
 
 
-async def run_interactive(settings: Settings, root: Path, *, tool_choice: str | None = None) -> int:
-    """Run the interactive session; returns the exit code."""
-    return await Session(settings, root, tool_choice=tool_choice).run()
+async def _pick(options: SessionOptions, root: Path) -> SessionOptions:
+    """``ketch --resume`` without an id: list the directory's sessions and ask which one
+    to resume (Enter: a new session)."""
+    from prompt_toolkit import PromptSession
+
+    from ._sessions import _all_sessions, list_lines, store
+
+    infos = await _all_sessions(store(), str(root))
+    if not infos:
+        print(f"No saved sessions in {root}; starting a new one.")
+        return SessionOptions()
+    header, *rows = list_lines(infos)
+    width = len(str(len(infos)))
+    print(" " * (width + 2) + header)
+    for number, row in enumerate(rows, 1):
+        print(f"{number:>{width}}. {row}")
+    prompt: PromptSession[str] = PromptSession()
+    while True:
+        answer = (await prompt.prompt_async(f"Resume which session? [1-{len(infos)}, Enter: new] › ")).strip()
+        if not answer:
+            return SessionOptions()
+        if answer.isdigit() and 1 <= int(answer) <= len(infos):
+            return SessionOptions(resume=infos[int(answer) - 1].id)
+        print(f"{answer!r} is not a number from 1 to {len(infos)}")
+
+
+async def run_interactive(
+    settings: Settings, root: Path, *, tool_choice: str | None = None, sessions: SessionOptions | None = None
+) -> int:
+    """Run the interactive session (saved as a session unless ``sessions.enabled`` is
+    false); returns the exit code."""
+    from ._sessions import SessionOptions, open_session
+
+    options = sessions if sessions is not None else SessionOptions()
+    if options.resume == "":
+        try:
+            options = await _pick(options, root)
+        except (EOFError, KeyboardInterrupt):
+            return 130
+    saved = await open_session(options, root)
+    try:
+        return await Session(settings, root, tool_choice=tool_choice, session=saved).run()
+    finally:
+        current = saved  # /fork and /clear may have switched sessions
+        if current is not None:
+            await current.close()

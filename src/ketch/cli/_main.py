@@ -8,11 +8,15 @@
     ketch models                known models and which have keys
     ketch doctor                check the installation, providers and the local model
     ketch config                the effective settings and where they come from
+    ketch sessions …            list, show, export and delete saved sessions
+
+Every run is saved as a session (``--no-session``: not): ``--resume ID`` continues one,
+``--continue`` the latest of the directory, ``ketch --resume`` picks one interactively.
 
 Exit codes: 0 success, 1 error, 2 usage or configuration error, 3 max turns reached,
-4 budget exhausted, 130 aborted, 141 stdout closed early (the reader went away, as in
-``ketch run … | head``: the run is aborted and the command exits quietly, like a Unix tool
-stopped by SIGPIPE).
+4 budget exhausted, 5 paused for approval (``--resume ID --approve CALL_ID``), 130 aborted,
+141 stdout closed early (the reader went away, as in ``ketch run … | head``: the run is
+aborted and the command exits quietly, like a Unix tool stopped by SIGPIPE).
 
 Text that is not valid UTF-8 (the task on stdin, command-line arguments) is decoded with
 U+FFFD for the bad bytes and one warning line on stderr; the rest is kept.
@@ -26,7 +30,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llm._model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
@@ -34,8 +38,11 @@ from ._args import OneLineParser, finite_non_negative, positive_int
 from ._config import TRUST_ENV, ConfigError, Settings, load_settings
 from ._wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
 
+if TYPE_CHECKING:
+    from ._sessions import SessionOptions
+
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config")
+_COMMANDS = ("run", "models", "doctor", "config", "sessions")
 
 _EPILOG = """\
 commands:
@@ -44,8 +51,11 @@ commands:
   ketch models [--all]        known models and which providers have keys
   ketch doctor [--quick]      check the installation, providers and the local model
   ketch config                effective settings and their sources (keys redacted)
+  ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
+  ketch --resume [ID]         resume a session interactively (without ID: choose one)
 
-exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget, 130 aborted
+exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
+  5 paused for approval (continue: ketch run --resume ID --approve CALL_ID), 130 aborted
 """
 
 
@@ -65,7 +75,22 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="default | accept_edits | plan | bypass",
     )
     parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
-    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
+    parser.add_argument(
+        "--deny",
+        action="append",
+        metavar="RULE",
+        help="deny rule, e.g. 'Bash(rm:*)'; with --resume, CALL_ID[:reason] denies a call the run paused on (repeatable)",
+    )
+    parser.add_argument(
+        "--approve", action="append", metavar="CALL_ID", help="with --resume: run this call the run paused on (repeatable)"
+    )
+    parser.add_argument(
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="continue the latest session of this directory",
+    )
+    parser.add_argument("--no-session", action="store_true", help="do not save this run as a session")
     parser.add_argument(
         "--trust-project",
         action="store_true",
@@ -97,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_options(parser)
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="continue the session ID (interactive without ID: choose one of this directory)",
+    )
     parser.add_argument("task", nargs="?", help="the task; without it an interactive session starts")
     return parser
 
@@ -104,7 +136,11 @@ def _parser() -> argparse.ArgumentParser:
 def _run_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="ketch run", description="Run one task headless.")
     _add_run_options(parser)
-    parser.add_argument("task", help="the task, or '-' to read it from stdin")
+    parser.add_argument("--resume", metavar="ID", help="continue the session ID")
+    parser.set_defaults(headless=True)
+    parser.add_argument(
+        "task", nargs="?", help="the task, or '-' to read it from stdin (optional with --resume ID --approve/--deny)"
+    )
     return parser
 
 
@@ -242,43 +278,78 @@ def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings,
         )
     from ..permissions import Rule
 
+    resuming = bool(getattr(args, "resume", None) or args.continue_session)
     for kind in ("allow", "deny"):
         texts: list[str] = getattr(args, kind) or []
         for text in texts:
             try:
                 getattr(settings, kind).append(Rule.parse(text, "flag"))
             except ValueError as exc:
+                if kind == "deny" and resuming:
+                    continue  # CALL_ID:reason, matched against the paused run's calls later
                 raise ConfigError(f"--{kind}: {exc}") from None
         if texts:
             settings.sources[kind] = f"flag --{kind}"
     return settings, root
 
 
+def _session_options(args: argparse.Namespace) -> SessionOptions:
+    """The session flags, checked for combinations that make no sense."""
+    from ._sessions import SessionOptions
+
+    resume: str | None = getattr(args, "resume", None)
+    options = SessionOptions(
+        resume=resume,
+        continue_latest=args.continue_session,
+        enabled=not args.no_session,
+        approve=list(args.approve or ()),
+        deny=list(args.deny or ()),
+    )
+    if resume is not None and args.continue_session:
+        raise ConfigError("--resume and --continue: choose one")
+    if not options.enabled and (resume is not None or args.continue_session):
+        raise ConfigError(f"--no-session and {'--resume' if resume is not None else '--continue'}: choose one")
+    if options.approve and resume is None and not args.continue_session:
+        raise ConfigError(f"--approve {options.approve[0]}: needs --resume ID (or --continue) of a run paused for approval")
+    return options
+
+
 def _run(args: argparse.Namespace) -> int:
     _clean_args(args)
     task = args.task
-    interactive = task is None and sys.stdin.isatty() and sys.stderr.isatty()
+    headless = getattr(args, "headless", False)
+    try:
+        sessions = _session_options(args)
+    except ConfigError as exc:
+        return _error(str(exc))
+    # ketch run --resume ID --approve CALL_ID: continue the paused run, no new task
+    deciding = task is None and bool(sessions.approve or (sessions.resuming and sessions.deny))
+    interactive = task is None and not headless and not deciding and sys.stdin.isatty() and sys.stderr.isatty()
     try:
         settings, root = _settings(args, ask=interactive)
         _check_model(settings, args.tool_choice)
     except ConfigError as exc:
         return _error(str(exc))
-    if task == "-" or (task is None and not sys.stdin.isatty()):
+    if task == "-" or (task is None and not deciding and not sys.stdin.isatty()):
         task = _read_stdin()
         if not task.strip():
             return _error("no task on stdin")
         interactive_approval = False
     else:
         interactive_approval = sys.stdin.isatty() and sys.stderr.isatty()
-    if task is None:
+    if task is None and not deciding and headless:
+        return _error("ketch run: a task is required ('-' reads it from stdin)")
+    if task is None and not deciding:
         from ._interactive import run_interactive
 
         try:
-            return asyncio.run(run_interactive(settings, root, tool_choice=args.tool_choice))
+            return asyncio.run(run_interactive(settings, root, tool_choice=args.tool_choice, sessions=sessions))
         except ConfigError as exc:
             return _error(str(exc))
         except KeyboardInterrupt:
             return 130
+    if sessions.resume == "":
+        return _error("--resume: a session id is needed with a task (ketch sessions list shows them)")
     from ._headless import run_headless
 
     try:
@@ -290,6 +361,7 @@ def _run(args: argparse.Namespace) -> int:
                 output=args.output,
                 tool_choice=args.tool_choice,
                 interactive_approval=interactive_approval,
+                sessions=sessions,
             )
         )
     except ConfigError as exc:
@@ -370,6 +442,10 @@ def _dispatch(argv: list[str]) -> int:
         from ._show_config import config_command
 
         return config_command(argv[1:])
+    if command == "sessions":
+        from ._sessions import sessions_command
+
+        return sessions_command(argv[1:])
     args = _parser().parse_args(argv)
     return _run(args)
 

@@ -107,6 +107,7 @@ EXIT_CODES: dict[str, int] = {
     "stop_guard": 1,
     "max_turns": 3,
     "max_budget": 4,
+    "approval_required": 5,
     "aborted": 130,
 }
 """Exit code per end reason. Usage and configuration errors exit with 2."""
@@ -127,6 +128,7 @@ class Init(msgspec.Struct, kw_only=True, tag="init", tag_field="type"):
     permission_mode: str
     thinking: str
     version: str
+    session_id: str | None = None
 
 
 class Denied(msgspec.Struct, kw_only=True):
@@ -137,11 +139,21 @@ class Denied(msgspec.Struct, kw_only=True):
     reason: str
 
 
+class Pending(msgspec.Struct, kw_only=True):
+    """A tool call a paused run waits on (end reason ``approval_required``)."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    reason: str
+
+
 class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
     """The final object: the ``json`` output and the last ``stream-json`` line.
 
     ``text`` is the final assistant text; ``duration`` is in seconds; ``cost`` in US
-    dollars.
+    dollars; ``session_id`` the session the run is saved in (None with ``--no-session``);
+    ``pending_approvals`` the calls a run paused for approval waits on.
     """
 
     end_reason: str
@@ -158,6 +170,8 @@ class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
     model: str
     permission_denials: list[Denied]
     permission_decisions: list[Decision] = msgspec.field(default_factory=list)
+    session_id: str | None = None
+    pending_approvals: list[Pending] = msgspec.field(default_factory=list)
 
 
 def make_result(
@@ -166,6 +180,8 @@ def make_result(
     model: str,
     denials: list[Denied],
     decisions: list[Decision] | None = None,
+    session_id: str | None = None,
+    pending: list[Pending] | None = None,
 ) -> Result:
     """The result object for a finished run."""
     code = exit_code_for(summary.end_reason)
@@ -184,6 +200,8 @@ def make_result(
         model=model,
         permission_denials=denials,
         permission_decisions=list(decisions or ()),
+        session_id=session_id,
+        pending_approvals=list(pending or ()),
     )
 
 
