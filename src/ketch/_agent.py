@@ -13,13 +13,14 @@ import dataclasses
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeAlias
 
 import msgspec
 
 from .llm._messages import (
     AssistantMessage,
+    Cost,
     ImageContent,
     Message,
     TextContent,
@@ -47,23 +48,33 @@ from .loop._config import (
     TurnInfo,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
-from .loop._run import RunStream, continue_loop, run_loop
+from .loop._run import RunStream, check_resume, continue_loop, resume_loop, run_loop
+from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
 
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
 PhaseKind: TypeAlias = Literal[
-    "starting", "llm_in_flight", "turn_finished", "tool_executing", "idle", "done", "aborted", "error"
+    "starting",
+    "llm_in_flight",
+    "turn_finished",
+    "tool_executing",
+    "idle",
+    "done",
+    "aborted",
+    "error",
+    "approval_required",
 ]
 Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
-_TERMINAL = frozenset({"done", "aborted", "error"})
+_TERMINAL = frozenset({"done", "aborted", "error", "approval_required"})
 
 
 class Phase(msgspec.Struct, frozen=True):
     """Where the agent is: ``kind`` and the 1-based turn (model call) number.
 
-    ``done``, ``aborted`` and ``error`` are terminal and stay until the next run.
+    ``done``, ``aborted``, ``error`` and ``approval_required`` (the run paused; see
+    :meth:`Agent.resume`) are terminal and stay until the next run.
     """
 
     kind: PhaseKind
@@ -71,7 +82,7 @@ class Phase(msgspec.Struct, frozen=True):
 
     @property
     def is_terminal(self) -> bool:
-        """True for ``done``, ``aborted`` and ``error``."""
+        """True for ``done``, ``aborted``, ``error`` and ``approval_required``."""
         return self.kind in _TERMINAL
 
 
@@ -173,6 +184,18 @@ def _as_messages(
     return messages
 
 
+def _negated(usage: Usage) -> Usage:
+    c = usage.cost
+    return Usage(
+        input=-usage.input,
+        output=-usage.output,
+        cache_read=-usage.cache_read,
+        cache_write=-usage.cache_write,
+        total_tokens=-usage.total_tokens,
+        cost=Cost(input=-c.input, output=-c.output, cache_read=-c.cache_read, cache_write=-c.cache_write, total=-c.total),
+    )
+
+
 def _resolve(model: Model | str) -> Model:
     if isinstance(model, str):
         from .llm._resolve import get_model
@@ -266,6 +289,7 @@ class Agent(Generic[Deps]):
         self._usage = Usage()
         self._phase = Phase("idle", 0)
         self._background: asyncio.Task[RunResult] | None = None
+        self._paused: RunState | None = None  # the state of the last run, when it paused
 
     @property
     def deps(self) -> Deps:
@@ -411,6 +435,32 @@ class Agent(Generic[Deps]):
             )
         return await self._run(lambda cfg, ctx, sig: continue_loop(ctx, cfg, sig))
 
+    async def resume(self, state: RunState, *, decisions: Mapping[str, Decision] | None = None) -> RunResult:
+        """Continue a run that paused for approval (``end_reason == "approval_required"``),
+        in this agent or a new one in another process, as if it had never paused.
+
+        ``decisions`` maps the id of each paused call that asked for approval
+        (``state.awaiting``) to :func:`~ketch.approve`, :func:`~ketch.deny` or
+        :func:`~ketch.edit`. The transcript becomes the state's; its queued messages are
+        queued again when this agent's queues are empty. Raises ``ValueError`` (changing
+        nothing) for a missing or unknown decision, or when the model, system prompt or
+        tools differ from those the run paused with.
+        """
+        if self._running:
+            raise RuntimeError("Agent is already running. Wait for completion before resuming.")
+        chosen = dict(decisions or {})
+        check_resume(state, chosen, self.model, self.system_prompt, self.tools)
+        if state is self._paused:
+            # The resumed run's usage includes the paused part, which this agent counted.
+            self._usage.add(_negated(state.usage))
+        self._paused = None
+        if not self.steering and not self.follow_ups:
+            for m in state.steering:
+                self.steering.push(m)
+            for m in state.follow_ups:
+                self.follow_ups.push(m)
+        return await self._run(lambda cfg, ctx, sig: resume_loop(state, ctx, cfg, sig, decisions=chosen))
+
     async def inject(self, message: str | Message) -> Literal["steered", "resumed", "queued"]:
         """Deliver ``message`` the best way now: steer a running agent, resume an idle one
         whose transcript ends with an assistant message (in the background; use
@@ -533,8 +583,14 @@ class Agent(Generic[Deps]):
             else:
                 reason = result.end_reason
                 self._usage.add(result.usage)
-                kind: PhaseKind = "aborted" if reason == "aborted" else "error" if reason == "error" else "done"
+                kind: PhaseKind = (
+                    reason if reason == "aborted" or reason == "error" or reason == "approval_required" else "done"
+                )
                 self._phase = Phase(kind, turn)
+                self._paused = result.state
+                if result.state is not None:
+                    result.state.steering = self.steering.peek()
+                    result.state.follow_ups = self.follow_ups.peek()
             self._idle.set()
 
     async def _notify(self, event: AgentEvent) -> None:
@@ -568,7 +624,7 @@ class Agent(Generic[Deps]):
         elif kind == "tool_execution_start":
             self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
             self._phase = Phase("tool_executing", self._phase.turn)
-        elif kind == "tool_execution_end":
+        elif kind == "tool_execution_end" or kind == "approval_required":
             self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
         elif kind == "retry":
             if event.discard_partial:  # type: ignore[union-attr]

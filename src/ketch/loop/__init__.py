@@ -19,6 +19,7 @@ from ._events import (
     AgentEnd,
     AgentEvent,
     AgentStart,
+    ApprovalRequired,
     CompactionEnd,
     CompactionStart,
     MessageEnd,
@@ -36,7 +37,8 @@ from ._events import (
     TurnStart,
 )
 from ._repair import default_convert_to_llm, repair_messages
-from ._run import RunStream, continue_loop, run_loop
+from ._run import RunStream, continue_loop, resume_loop, run_loop
+from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
 from ._tool import Tool, ToolContext, ToolResult
 
 __all__ = [
@@ -44,21 +46,28 @@ __all__ = [
     "AgentEnd",
     "AgentEvent",
     "AgentStart",
+    "ApprovalRequired",
+    "Approve",
     "BeforeToolCallResult",
     "CompactionEnd",
     "CompactionStart",
     "ContextManager",
     "ContextRequest",
     "Conversation",
+    "Decision",
+    "Deny",
+    "Edit",
     "LoopConfig",
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
     "NextTurn",
+    "PendingCall",
     "Projection",
     "Retry",
     "RunError",
     "RunResult",
+    "RunState",
     "RunStream",
     "RunSummary",
     "StopDecision",
@@ -74,9 +83,13 @@ __all__ = [
     "TurnEnd",
     "TurnInfo",
     "TurnStart",
+    "approve",
     "continue_loop",
     "default_convert_to_llm",
+    "deny",
+    "edit",
     "repair_messages",
+    "resume_loop",
     "run_loop",
     "stop_after_tool",
 ]

@@ -62,9 +62,10 @@ class ToolCallInfo:
 
 
 class BeforeToolCallResult(msgspec.Struct, kw_only=True):
-    """``block`` the call (with ``reason``), or replace its arguments with ``args``.
+    """``block`` the call (with ``reason``), replace its arguments with ``args``, or ask
+    for the user's ``approval`` first.
 
-    Build with :meth:`blocked` or :meth:`with_args`. ``stop`` (with ``block``) ends the
+    Build with :meth:`blocked`, :meth:`with_args` or :meth:`approval_required`. ``stop`` (with ``block``) ends the
     run after this batch, whatever the batch's other calls returned; ``note`` is anything
     worth reporting about the decision (a permission decision, say): the loop emits it as
     a ``tool_call_note`` event just before the call's ``tool_execution_end``.
@@ -75,6 +76,15 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     args: dict[str, Any] | None = None
     stop: bool = False
     note: Any = None
+    approval: bool = False
+
+    @classmethod
+    def approval_required(cls, reason: str | None = None, *, note: Any = None) -> BeforeToolCallResult:
+        """Do not run the call yet: the run pauses with ``end_reason ==
+        "approval_required"`` and a :class:`RunState` listing it (with ``reason``), to be
+        resumed with a decision. A call resumed with ``approve()`` or ``edit()`` runs
+        even if this hook asks again."""
+        return cls(approval=True, reason=reason, note=note)
 
     @classmethod
     def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:

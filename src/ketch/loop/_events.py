@@ -9,6 +9,12 @@ Canonical orders (u = user, a = assistant, tr = tool result)::
                 message_start/end(tr1), message_start/end(tr2) (call order), turn_end,
                 turn_start, message_start(a2) …
     continue:   no user events.
+    paused:     … message_end(a), tool_execution_start(c1), approval_required(c1) (the
+                calls not started yet get no event), agent_end (end reason
+                "approval_required"; no turn_end: the turn goes on when the run resumes).
+    resumed:    agent_start, turn_start (the paused turn's number), the remaining calls'
+                tool events, message_start/end(tr) for every call of the turn (call
+                order), turn_end, …
     aborted:    … message_end(a, stop_reason "aborted"), message_start/end(tr) closing
                 each complete call of that message (call order), turn_end, agent_end.
 
@@ -27,11 +33,14 @@ from ..llm._messages import AssistantMessage, Message, ToolResultMessage, Usage
 from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
+from ._state import RunState
 from ._tool import ToolResult
 
 T = TypeVar("T")
 
-EndReason: TypeAlias = Literal["stop", "max_turns", "max_budget", "aborted", "error", "stop_guard"]
+EndReason: TypeAlias = Literal[
+    "stop", "max_turns", "max_budget", "aborted", "error", "stop_guard", "approval_required"
+]
 
 
 class RunSummary(msgspec.Struct, kw_only=True):
@@ -68,12 +77,17 @@ class RunResult(msgspec.Struct, kw_only=True):
     ``uncommitted`` are the queued messages the run took (from ``get_steering_messages``
     and ``get_follow_up_messages``) but did not commit, because an abort or a stop
     control ended it first, in the order taken: putting them back is up to the caller.
+
+    ``state`` is set when the run paused for approval (``end_reason ==
+    "approval_required"``): resume it with :meth:`ketch.Agent.resume` or
+    :func:`ketch.loop.resume_loop`.
     """
 
     messages: list[Message]
     summary: RunSummary
     tool_call_notes: list[ToolCallNote] = msgspec.field(default_factory=list)
     uncommitted: list[Message] = msgspec.field(default_factory=list)
+    state: RunState | None = None
 
     @property
     def end_reason(self) -> EndReason:
@@ -220,6 +234,17 @@ class ToolCallNote(_Event, tag="tool_call_note"):
     note: Any
 
 
+class ApprovalRequired(_Event, tag="approval_required"):
+    """A call needs approval before it runs: the run will pause at the end of this batch
+    (the call had a ``tool_execution_start``; this takes the place of its end)."""
+
+    type: ClassVar[Literal["approval_required"]] = "approval_required"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    reason: str | None = None
+
+
 class CompactionStart(_Event, tag="compaction_start"):
     """A summary compaction begins (``reason``: ``threshold``, ``overflow`` or ``manual``)."""
 
@@ -257,6 +282,7 @@ AgentEvent: TypeAlias = (
     | ToolExecutionUpdate
     | ToolExecutionEnd
     | ToolCallNote
+    | ApprovalRequired
     | Retry
     | CompactionStart
     | CompactionEnd

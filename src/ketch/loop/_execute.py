@@ -1,14 +1,17 @@
 """Tool execution: the per-call pipeline and the batch scheduler.
 
 Per call: unknown tool -> circuit breaker -> malformed arguments -> ``prepare_arguments``
--> schema validation -> ``before_tool_call`` -> middlewares (outermost first) -> execute
+-> schema validation -> a resumed run's decision, or the tool's ``requires_approval`` ->
+``before_tool_call`` -> middlewares (outermost first) -> execute
 (with timeout, cancellation and progress) -> ``after_tool_call``. Every failure becomes
 an error :class:`ToolResult`; nothing raises out of a call. An exception's text is
 :func:`ketch.llm._errors.exception_text` (``Type: message``), as for model errors.
 
 The scheduler starts calls in order (FIFO, never skipping ahead): a concurrency-safe
 call starts while nothing unsafe runs and the limit allows; an unsafe (sequential) call
-starts only when nothing else runs, and nothing behind it starts before it ends.
+starts only when nothing else runs, and nothing behind it starts before it ends. A call
+that needs approval stops the batch from starting more calls: the running ones finish,
+and the batch reports the calls not run as pending (see :mod:`ketch.loop._state`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ from ._config import (
     LoopConfig,
     ToolCallInfo,
 )
-from ._events import AgentEvent, ToolCallNote, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
+from ._events import (
+    AgentEvent,
+    ApprovalRequired,
+    ToolCallNote,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+)
+from ._state import Decision, Deny, Edit, PendingCall, denied_text
 from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
 BLOCKED_TEXT = "Tool execution was blocked"
@@ -59,9 +70,11 @@ async def _maybe_await(value: Any) -> Any:
 
 class CallOutcome:
     """A finished call: its result, whether it counts as a failure, and its duration;
-    ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop)."""
+    ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop).
+    ``approval`` is set (to the reason, possibly "") for a call that did not run because
+    it needs approval; its ``result`` then means nothing."""
 
-    __slots__ = ("call", "counts_as_failure", "duration", "note", "result", "stop")
+    __slots__ = ("approval", "call", "counts_as_failure", "duration", "note", "result", "stop")
 
     def __init__(
         self,
@@ -78,16 +91,18 @@ class CallOutcome:
         self.counts_as_failure = counts_as_failure
         self.note = note
         self.stop = stop
+        self.approval: str | None = None
 
 
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
-    __slots__ = ("_failures", "config")
+    __slots__ = ("_failures", "config", "decisions")
 
-    def __init__(self, config: LoopConfig[Any]) -> None:
+    def __init__(self, config: LoopConfig[Any], decisions: dict[str, Decision] | None = None) -> None:
         self.config = config
         self._failures: dict[str, int] = {}
+        self.decisions = decisions or {}
 
     def is_sequential(self, call: ToolCall, tools: dict[str, Tool]) -> bool:
         """Whether ``call`` must run alone."""
@@ -126,7 +141,10 @@ class ToolRunner:
         duration = time.monotonic() - started
         if verdict is None:
             return CallOutcome(call, result, duration, failure)
-        return CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
+        outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
+        if result is _PENDING:
+            outcome.approval = verdict.reason or ""
+        return outcome
 
     async def _pipeline(
         self,
@@ -157,11 +175,24 @@ class ToolRunner:
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
                 return ToolResult.error(problem), True, None
+            decision = self.decisions.get(call.id) if self.decisions else None
+            if decision is not None:
+                if type(decision) is Deny:
+                    return ToolResult.error(denied_text(decision.reason)), False, None
+                if type(decision) is Edit:
+                    args, problem = validate_arguments(tool.name, tool.parameters, decision.args)
+                    if problem is not None:
+                        return ToolResult.error(problem), True, None
+            elif tool.requires_approval and tool.needs_approval(args):
+                return _PENDING, False, BeforeToolCallResult.approval_required()
             if cfg.before_tool_call is not None:
                 info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
                 verdict = await _maybe_await(cfg.before_tool_call(info))
                 if verdict is not None:
-                    if verdict.block:
+                    if verdict.approval:
+                        if decision is None:
+                            return _PENDING, False, verdict
+                    elif verdict.block:
                         blocked = ToolResult.error(verdict.reason or BLOCKED_TEXT)
                         blocked.terminate = verdict.stop
                         return blocked, False, verdict
@@ -240,6 +271,9 @@ def _wrap(
     return call
 
 
+_PENDING = ToolResult.error("awaiting approval")
+"""The placeholder result of a call that needs approval (never committed)."""
+
 StopKind = Literal["aborted", "skipped", "interrupted"]
 
 
@@ -260,18 +294,25 @@ class BatchResult:
     batch (``steering_during_tools="interrupt"``); ``aborted``: an abort stopped the batch
     (or came as its only call finished); ``stop``: the run should stop after this batch
     (every result asked to ``terminate``, or a ``before_tool_call`` blocked a call with
-    ``stop``).
+    ``stop``). ``pending``: the calls not run because one of them needs approval (in
+    call order; ``outcomes`` then holds only the calls that ran).
     """
 
-    __slots__ = ("aborted", "notes", "outcomes", "steering", "stop")
+    __slots__ = ("aborted", "notes", "outcomes", "pending", "steering", "stop")
 
     def __init__(
-        self, outcomes: list[CallOutcome], notes: list[ToolCallNote], steering: list[Message], aborted: bool
+        self,
+        outcomes: list[CallOutcome],
+        notes: list[ToolCallNote],
+        steering: list[Message],
+        aborted: bool,
+        pending: list[PendingCall] | None = None,
     ) -> None:
         self.outcomes = outcomes
         self.notes = notes
         self.steering = steering
         self.aborted = aborted
+        self.pending = pending
         every = True
         stop = False
         for o in outcomes:
@@ -287,7 +328,12 @@ def _noop() -> None:
     return None
 
 
-def _end_event(outcome: CallOutcome) -> ToolExecutionEnd:
+def _end_event(outcome: CallOutcome) -> ToolExecutionEnd | ApprovalRequired:
+    if outcome.approval is not None:
+        call = outcome.call
+        return ApprovalRequired(
+            tool_call_id=call.id, tool_name=call.name, args=call.args, reason=outcome.approval or None
+        )
     result = outcome.result
     return ToolExecutionEnd(
         tool_call_id=outcome.call.id,
@@ -348,6 +394,7 @@ class ToolBatch:
         "_finished",
         "_notes",
         "_outcomes",
+        "_paused",
         "_queue",
         "_signals",
         "_steering",
@@ -384,6 +431,7 @@ class ToolBatch:
         self._notes: list[ToolCallNote] = []
         self._steering: list[Message] = []
         self._aborted = False
+        self._paused = False
         self._done = False
         # What calls running in tasks need (set up by _scheduled when it starts tasks).
         self._queue: _Inbox
@@ -396,8 +444,29 @@ class ToolBatch:
     def result(self) -> BatchResult:
         """What the batch produced; valid once :meth:`events` is exhausted."""
         assert self._done, "the batch has not finished"
-        outcomes = [o for o in self._outcomes if o is not None]
-        return BatchResult(outcomes, self._notes, self._steering, self._aborted)
+        if not self._paused:
+            outcomes = [o for o in self._outcomes if o is not None]
+            return BatchResult(outcomes, self._notes, self._steering, self._aborted)
+        if self._aborted:  # paused calls of an aborted batch end as aborted
+            for o in self._outcomes:
+                if o is not None and o.approval is not None:
+                    o.result = stopped_result("aborted")
+                    o.approval = None
+            outcomes = [o for o in self._outcomes if o is not None]
+            return BatchResult(outcomes, self._notes, self._steering, True)
+        outcomes = []
+        pending: list[PendingCall] = []
+        for call, o in zip(self.calls, self._outcomes, strict=True):
+            if o is not None and o.approval is None:
+                outcomes.append(o)
+            else:
+                asked = o is not None
+                reason = o.approval if o is not None else None
+                pending.append(PendingCall(
+                    tool_call_id=call.id, tool_name=call.name, args=call.args,
+                    needs_decision=asked, reason=reason or None,
+                ))
+        return BatchResult(outcomes, self._notes, self._steering, False, pending)
 
     def events(self) -> AsyncGenerator[AgentEvent, None]:
         """Run the batch, yielding its events (one generator, no extra hand-off per event)."""
@@ -413,6 +482,8 @@ class ToolBatch:
     def _record(self, i: int, outcome: CallOutcome) -> ToolCallNote | None:
         """Record call ``i``'s outcome; its ``tool_call_note`` when ``before_tool_call`` gave one."""
         self._outcomes[i] = outcome
+        if outcome.approval is not None:
+            self._paused = True
         if outcome.note is None:
             return None
         call = outcome.call
@@ -465,7 +536,13 @@ class ToolBatch:
         waiter = AbortWaiter(signal)
         try:
             while True:
-                while next_i < n and not skip_rest and not signal.aborted and self._can_start(sequential[next_i]):
+                while (
+                    next_i < n
+                    and not skip_rest
+                    and not self._paused
+                    and not signal.aborted
+                    and self._can_start(sequential[next_i])
+                ):
                     i = next_i
                     next_i += 1
                     call = calls[i]
@@ -501,7 +578,7 @@ class ToolBatch:
                         if note is not None:
                             yield note
                         yield _end_event(outcome)
-                        if interrupt and not skip_rest and (next_i < n or self._tasks):
+                        if interrupt and not skip_rest and not self._paused and (next_i < n or self._tasks):
                             steering = await self.poll_steering()
                             if steering:
                                 self._steering = steering
@@ -509,7 +586,9 @@ class ToolBatch:
                                 self._interrupt_running()
                     case ToolExecutionUpdate():
                         yield item
-            if skip_rest:
+            if self._paused and not signal.aborted:
+                pass  # the calls not started wait with the paused one
+            elif skip_rest:
                 for i in range(next_i, n):
                     call = calls[i]
                     yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)

@@ -22,7 +22,7 @@ import msgspec
 
 from ..llm._errors import exception_text
 from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from ..llm._model import Request, StreamOptions, ToolSpec
+from ..llm._model import Model, Request, StreamOptions, ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._stream import (
     StreamDone,
@@ -60,6 +60,7 @@ from ._events import (
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
 from ._repair import default_convert_to_llm, repair_messages
+from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool
 
 ABORTED_REQUEST_TEXT = "Request was aborted"
@@ -172,6 +173,58 @@ def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: A
     return RunStream(run, run.events(None))
 
 
+def resume_loop(
+    state: RunState,
+    conversation: Conversation,
+    config: LoopConfig[Any],
+    signal: AbortSignal | None = None,
+    *,
+    decisions: dict[str, Decision] | None = None,
+) -> RunStream:
+    """Continue a run paused for approval (``end_reason == "approval_required"``).
+
+    ``decisions`` maps the id of every paused call that asked for approval to
+    :func:`approve`, :func:`deny` or :func:`edit`. ``conversation.messages`` is set to the
+    state's transcript; the system prompt, tools and model must be those the run paused
+    with. Raises ``ValueError`` at once for a missing or unknown decision or another
+    configuration.
+    """
+    decisions = dict(decisions or {})
+    check_resume(state, decisions, config.model, conversation.system_prompt, conversation.tools)
+    conversation.messages[:] = state.messages
+    run = _Run(conversation, config, signal)
+    run.runner.decisions = decisions
+    run.resumed = state
+    run.summary.turns = state.turns
+    run.summary.usage.add(state.usage)
+    if state.run_messages:
+        run.new_messages.extend(state.messages[-state.run_messages:])
+    return RunStream(run, run.events(None))
+
+
+def check_resume(
+    state: RunState, decisions: dict[str, Decision], model: Model, system_prompt: str, tools: Sequence[Tool]
+) -> None:
+    """Raise ``ValueError`` unless ``state`` can resume with these decisions and this configuration."""
+    state.message  # noqa: B018  (raises when the transcript does not end as a paused one)
+    ids = {p.tool_call_id: p for p in state.pending}
+    for call_id in decisions:
+        if call_id not in ids:
+            raise ValueError(f"Unknown call id {call_id!r} in decisions; the paused calls are {sorted(ids)}")
+    for p in state.pending:
+        if p.needs_decision and p.tool_call_id not in decisions:
+            raise ValueError(
+                f"No decision for paused call {p.tool_call_id!r} ({p.tool_name}); "
+                f"pass decisions={{{p.tool_call_id!r}: approve() | deny(reason) | edit(args)}}"
+            )
+    now = config_fingerprint(model, system_prompt, tools)
+    if state.fingerprint and now != state.fingerprint:
+        raise ValueError(
+            f"This RunState was paused with another model, system prompt or tools (fingerprint "
+            f"{state.fingerprint}, now {now}); resume it with the configuration it paused with"
+        )
+
+
 class _Run:
     """State of one run. Only :meth:`events` is used from outside.
 
@@ -193,6 +246,8 @@ class _Run:
         self.result: RunResult | None = None
         self.runner = ToolRunner(config)
         self.turn = 0
+        self.resumed: RunState | None = None  # set by resume_loop
+        self.state: RunState | None = None  # set when the run pauses for approval
         self._set_tools(conversation.tools)
 
     def _set_tools(self, tools: Sequence[Tool]) -> None:
@@ -231,142 +286,154 @@ class _Run:
         try:
             cfg = self.cfg
             signal = self.signal
-            self.turn = 1
-            yield TurnStart(turn=1)
+            resumed = self.resumed
+            self.turn = resumed.turn if resumed is not None else 1
+            yield TurnStart(turn=self.turn)
             for prompt in prompts or ():
                 self._commit(prompt)
                 yield MessageStart(message=prompt)
                 yield MessageEnd(message=prompt)
-            pending: list[Message] = [] if cfg.skip_initial_steering_poll else await self._poll_steering()
+            pending: list[Message] = (
+                [] if cfg.skip_initial_steering_poll or resumed is not None else await self._poll_steering()
+            )
             recoveries = 0
             first = True
             while True:
                 while True:
-                    if not first:
-                        stop = self._stop_before_call()
-                        if stop is not None:
-                            self._end(stop)
-                            return
-                        self.turn += 1
-                        yield TurnStart(turn=self.turn)
-                    first = False
-                    for queued in pending:
-                        if signal.aborted:
-                            break  # the rest stays uncommitted: its owner puts it back
-                        self._commit_pending(queued)
-                        yield MessageStart(message=queued)
-                        yield MessageEnd(message=queued)
-                    pending = []
+                    if resumed is not None:
+                        # The paused turn goes on: its calls still to run, after those that ran.
+                        message, prior = resumed.message, resumed.completed
+                        waiting = {p.tool_call_id for p in resumed.pending}
+                        calls = [c for c in message.tool_calls if c.id in waiting]
+                        resumed = None
+                        first = False
+                    else:
+                        if not first:
+                            stop = self._stop_before_call()
+                            if stop is not None:
+                                self._end(stop)
+                                return
+                            self.turn += 1
+                            yield TurnStart(turn=self.turn)
+                        first = False
+                        for queued in pending:
+                            if signal.aborted:
+                                break  # the rest stays uncommitted: its owner puts it back
+                            self._commit_pending(queued)
+                            yield MessageStart(message=queued)
+                            yield MessageEnd(message=queued)
+                        pending = []
 
-                    # -- one model call; on a context overflow, compact once and call once more
-                    reason: ContextReason = "request"
-                    while True:
-                        if (
-                            cfg.transform_context is None
-                            and cfg.context_manager is None
-                            and cfg.convert_to_llm is None
-                            and cfg.get_api_key is None
-                            and not signal.aborted
-                        ):
-                            # Nothing to await before the call: no generator, no hand-off.
-                            failed: AssistantMessage | None = None
+                        # -- one model call; on a context overflow, compact once and call once more
+                        reason: ContextReason = "request"
+                        while True:
+                            if (
+                                cfg.transform_context is None
+                                and cfg.context_manager is None
+                                and cfg.convert_to_llm is None
+                                and cfg.get_api_key is None
+                                and not signal.aborted
+                            ):
+                                # Nothing to await before the call: no generator, no hand-off.
+                                failed: AssistantMessage | None = None
+                                try:
+                                    stream = self.model.stream(*self._plain_request())
+                                except Exception as exc:
+                                    stream, failed = None, self._error_message(exception_text(exc))
+                            else:
+                                opened = _Opened(None)
+                                async for item in self._open(reason):
+                                    match item:
+                                        case _Opened():
+                                            opened = item
+                                        case _:
+                                            yield item
+                                stream, failed = opened
+                            if stream is None:
+                                assert failed is not None
+                                message = failed
+                                self._commit(message)
+                                yield MessageStart(message=message)
+                                yield MessageEnd(message=message)
+                                break
+                            # The stream, read inline (its chunks are the hot path).
+                            final: AssistantMessage | None = None
+                            partial: AssistantMessage | None = None
+                            broke: Exception | None = None
+                            unfinished: set[int] = set()  # indexes of tool calls still streaming
                             try:
-                                stream = self.model.stream(*self._plain_request())
+                                async for update in stream:
+                                    # Dispatch on the exact type: a class pattern (``case X():``)
+                                    # costs an isinstance call per case tried, on every chunk.
+                                    kind = type(update)
+                                    if kind in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    elif kind is ToolCallStart:
+                                        unfinished.add(update.index)  # type: ignore[union-attr]
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    elif kind is ToolCallEnd:
+                                        unfinished.discard(update.index)  # type: ignore[union-attr]
+                                        if partial is not None:
+                                            yield MessageUpdate(message=partial, event=update)
+                                    elif kind is StreamStart:
+                                        if partial is None:
+                                            yield MessageStart(message=update.partial)  # type: ignore[union-attr]
+                                        partial = update.partial  # type: ignore[union-attr]
+                                    elif kind is StreamDone:
+                                        final = update.message  # type: ignore[union-attr]
+                                        break
+                                    elif kind is StreamError:
+                                        final = update.error  # type: ignore[union-attr]
+                                        break
+                                    elif kind is Retry:
+                                        assert type(update) is Retry
+                                        if update.discard_partial:
+                                            partial = None
+                                            unfinished.clear()
+                                        yield update
                             except Exception as exc:
-                                stream, failed = None, self._error_message(exception_text(exc))
-                        else:
-                            opened = _Opened(None)
-                            async for item in self._open(reason):
-                                match item:
-                                    case _Opened():
-                                        opened = item
-                                    case _:
-                                        yield item
-                            stream, failed = opened
-                        if stream is None:
-                            message = failed
-                            assert message is not None
+                                broke = exc
+                            finally:
+                                if is_closable(stream):
+                                    await stream.aclose()
+                            message = self._stream_result(final, partial, broke)
+                            if unfinished and message is partial and message.stop_reason == "aborted":
+                                _drop_unfinished_calls(message, unfinished)
+                            if self._compact_and_retry(message, reason):
+                                reason = "overflow"
+                                yield Retry(
+                                    attempt=1,
+                                    max_attempts=2,
+                                    delay=0.0,
+                                    error_kind="context_overflow",
+                                    error_message=message.error_message or "context overflow",
+                                    discard_partial=True,
+                                )
+                                continue
+                            if partial is not message:
+                                yield MessageStart(message=message)
                             self._commit(message)
-                            yield MessageStart(message=message)
                             yield MessageEnd(message=message)
                             break
-                        # The stream, read inline (its chunks are the hot path).
-                        final: AssistantMessage | None = None
-                        partial: AssistantMessage | None = None
-                        broke: Exception | None = None
-                        unfinished: set[int] = set()  # indexes of tool calls still streaming
-                        try:
-                            async for update in stream:
-                                # Dispatch on the exact type: a class pattern (``case X():``)
-                                # costs an isinstance call per case tried, on every chunk.
-                                kind = type(update)
-                                if kind in _UPDATE_EVENTS:  # the bulk of a stream: one lookup
-                                    if partial is not None:
-                                        yield MessageUpdate(message=partial, event=update)
-                                elif kind is ToolCallStart:
-                                    unfinished.add(update.index)  # type: ignore[union-attr]
-                                    if partial is not None:
-                                        yield MessageUpdate(message=partial, event=update)
-                                elif kind is ToolCallEnd:
-                                    unfinished.discard(update.index)  # type: ignore[union-attr]
-                                    if partial is not None:
-                                        yield MessageUpdate(message=partial, event=update)
-                                elif kind is StreamStart:
-                                    if partial is None:
-                                        yield MessageStart(message=update.partial)  # type: ignore[union-attr]
-                                    partial = update.partial  # type: ignore[union-attr]
-                                elif kind is StreamDone:
-                                    final = update.message  # type: ignore[union-attr]
-                                    break
-                                elif kind is StreamError:
-                                    final = update.error  # type: ignore[union-attr]
-                                    break
-                                elif kind is Retry:
-                                    assert type(update) is Retry
-                                    if update.discard_partial:
-                                        partial = None
-                                        unfinished.clear()
-                                    yield update
-                        except Exception as exc:
-                            broke = exc
-                        finally:
-                            if is_closable(stream):
-                                await stream.aclose()
-                        message = self._stream_result(final, partial, broke)
-                        if unfinished and message is partial and message.stop_reason == "aborted":
-                            _drop_unfinished_calls(message, unfinished)
-                        if self._compact_and_retry(message, reason):
-                            reason = "overflow"
-                            yield Retry(
-                                attempt=1,
-                                max_attempts=2,
-                                delay=0.0,
-                                error_kind="context_overflow",
-                                error_message=message.error_message or "context overflow",
-                                discard_partial=True,
-                            )
-                            continue
-                        if partial is not message:
-                            yield MessageStart(message=message)
-                        self._commit(message)
-                        yield MessageEnd(message=message)
-                        break
 
-                    self.summary.turns += 1
-                    self.summary.usage.add(message.usage)
-                    if message.stop_reason == "error" or message.stop_reason == "aborted":
-                        closed: list[ToolResultMessage] = []
-                        if message.stop_reason == "aborted":
-                            for result in self._close_aborted_calls(message):
-                                closed.append(result)
-                                yield MessageStart(message=result)
-                                yield MessageEnd(message=result)
-                        yield TurnEnd(turn=self.turn, message=message, tool_results=closed)
-                        self._end(message.stop_reason, message.error_message)
-                        return
+                        self.summary.turns += 1
+                        self.summary.usage.add(message.usage)
+                        if message.stop_reason == "error" or message.stop_reason == "aborted":
+                            closed: list[ToolResultMessage] = []
+                            if message.stop_reason == "aborted":
+                                for result in self._close_aborted_calls(message):
+                                    closed.append(result)
+                                    yield MessageStart(message=result)
+                                    yield MessageEnd(message=result)
+                            yield TurnEnd(turn=self.turn, message=message, tool_results=closed)
+                            self._end(message.stop_reason, message.error_message)
+                            return
+                        calls = message.tool_calls
+                        prior = None
 
                     # -- the message's tool calls, as one batch
-                    calls = message.tool_calls
                     results: list[ToolResultMessage] = []
                     batch: BatchResult | None = None
                     if calls:
@@ -377,7 +444,13 @@ class _Run:
                             yield event
                         batch = tools.result()
                         self.notes.extend(batch.notes)
-                        for result in self._commit_results(batch.outcomes):
+                        done = [_result_message(o) for o in batch.outcomes]
+                        if prior:
+                            done = _in_call_order(message, prior + done)
+                        if batch.pending is not None:
+                            self._pause(message, batch.pending, done)
+                            return
+                        for result in self._commit_results(done):
                             results.append(result)
                             yield MessageStart(message=result)
                             yield MessageEnd(message=result)
@@ -453,6 +526,7 @@ class _Run:
             summary=self.summary,
             tool_call_notes=self.notes,
             uncommitted=list(self.uncommitted),
+            state=self.state,
         )
         return AgentEnd(messages=self.new_messages, summary=self.summary)
 
@@ -634,23 +708,45 @@ class _Run:
             self._commit(result)
             yield result
 
-    def _commit_results(self, outcomes: list[CallOutcome]) -> Iterator[ToolResultMessage]:
-        """The result messages of a batch's outcomes, in call order, each committed as it
-        is handed out."""
-        self.summary.tool_calls += len(outcomes)
-        for outcome in outcomes:
-            result = outcome.result
-            if result.is_error:
+    def _commit_results(self, results: list[ToolResultMessage]) -> Iterator[ToolResultMessage]:
+        """A batch's result messages, in call order, each committed as it is handed out."""
+        self.summary.tool_calls += len(results)
+        for message in results:
+            if message.is_error:
                 self.summary.tool_errors += 1
-            message = ToolResultMessage(
-                tool_call_id=outcome.call.id,
-                tool_name=outcome.call.name,
-                content=result.blocks,
-                details=result.details,
-                is_error=result.is_error,
-            )
             self._commit(message)
             yield message
+
+    def _pause(self, message: AssistantMessage, pending: list[PendingCall], done: list[ToolResultMessage]) -> None:
+        """End the run waiting for approval of ``message``'s ``pending`` calls."""
+        conversation = self.conversation
+        self.state = RunState(
+            messages=list(conversation.messages),
+            pending=pending,
+            completed=done,
+            run_messages=len(self.new_messages),
+            turn=self.turn,
+            turns=self.summary.turns,
+            usage=msgspec.structs.replace(self.summary.usage, cost=msgspec.structs.replace(self.summary.usage.cost)),
+            fingerprint=config_fingerprint(self.model, conversation.system_prompt, conversation.tools),
+        )
+        self._end("approval_required")
+
+
+def _result_message(outcome: CallOutcome) -> ToolResultMessage:
+    result = outcome.result
+    return ToolResultMessage(
+        tool_call_id=outcome.call.id,
+        tool_name=outcome.call.name,
+        content=result.blocks,
+        details=result.details,
+        is_error=result.is_error,
+    )
+
+
+def _in_call_order(message: AssistantMessage, results: list[ToolResultMessage]) -> list[ToolResultMessage]:
+    order = {c.id: i for i, c in enumerate(message.tool_calls)}
+    return sorted(results, key=lambda r: order.get(r.tool_call_id, len(order)))
 
 
 def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:

@@ -9,6 +9,10 @@ A tool is a name, a description, a JSON schema for its arguments and an async
 - ``read_only``: the call changes nothing (no files, no processes, no remote state), so
   a permission policy may let it run without asking. A callable decides per call from
   the arguments. Default False: a tool that does not say is assumed to change things.
+- ``requires_approval``: the call must be approved before it runs. When a turn has
+  such a call, the run pauses with ``end_reason == "approval_required"`` and a
+  :class:`~ketch.loop.RunState`; resuming it with a decision per call continues the run.
+  A callable decides per call from the arguments.
 - ``interrupt``: ``"cancel"`` lets steering cancel a running call (in the loop's
   ``"interrupt"`` steering mode); ``"block"`` (default) lets it finish.
 - ``timeout``: seconds before the call is cancelled and reported as timed out.
@@ -133,6 +137,7 @@ class Tool:
         "prepare_arguments",
         "read_only",
         "reports_progress",
+        "requires_approval",
         "sequential",
         "strict",
         "timeout",
@@ -148,6 +153,7 @@ class Tool:
         label: str | None = None,
         sequential: bool | Callable[[dict[str, Any]], bool] = False,
         read_only: bool | Callable[[dict[str, Any]], bool] = False,
+        requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
         interrupt: Literal["block", "cancel"] = "block",
         timeout: float | None = None,
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -163,6 +169,7 @@ class Tool:
         self.label = label
         self.sequential = sequential
         self.read_only = read_only
+        self.requires_approval = requires_approval
         self.interrupt = interrupt
         self.timeout = timeout
         self.prepare_arguments = prepare_arguments
@@ -187,6 +194,11 @@ class Tool:
         """Whether this call changes nothing (``read_only``, decided for ``args``)."""
         ro = self.read_only
         return ro(args) if callable(ro) else bool(ro)
+
+    def needs_approval(self, args: dict[str, Any]) -> bool:
+        """Whether this call must be approved before it runs (``requires_approval``)."""
+        ra = self.requires_approval
+        return ra(args) if callable(ra) else bool(ra)
 
     @property
     def spec(self) -> ToolSpec:

@@ -148,7 +148,7 @@ class Decision(msgspec.Struct, kw_only=True, frozen=True):
     tool_call_id: str
     args_digest: str
     decided_by: str
-    outcome: Literal["allow", "deny"]
+    outcome: Literal["allow", "deny", "approval_required"]
     asked: bool = False
     reason: str | None = None
 
@@ -197,7 +197,10 @@ class PermissionEngine:
 
     Order: ``hooks`` -> deny rules -> ask rules -> the mode -> allow rules (configured and
     remembered) -> ``can_use_tool`` -> the mode's default (ask ``approver``; deny when there
-    is none, with ``no_approver_message``, ``{tool}`` and ``{mode}`` filled in). Deny rules
+    is none, with ``no_approver_message``, ``{tool}`` and ``{mode}`` filled in; or, with
+    ``no_approver="pause"``, pause the run for approval: ``end_reason ==
+    "approval_required"``, to be resumed with a decision, see :meth:`ketch.Agent.resume`;
+    a call resumed with approval is not asked again). Deny rules
     win in every mode; arguments replaced by a hook or the callback are checked against
     them again. ``root`` is the workspace relative rule paths refer to; ``edit_tools``
     names the file-editing tools. ``decisions`` records every decision.
@@ -215,6 +218,7 @@ class PermissionEngine:
         "edit_tools",
         "hooks",
         "mode",
+        "no_approver",
         "no_approver_message",
         "root",
         "session_rules",
@@ -233,6 +237,7 @@ class PermissionEngine:
         root: str | os.PathLike[str] | None = None,
         edit_tools: Iterable[str] = ("write", "edit"),
         no_approver_message: str = NO_APPROVER,
+        no_approver: Literal["deny", "pause"] = "deny",
     ) -> None:
         self.mode: PermissionMode = parse_mode(mode)
         self.root = os.path.realpath(os.fspath(root)) if root is not None else None
@@ -244,6 +249,9 @@ class PermissionEngine:
         self.hooks = hooks
         self.edit_tools = frozenset(edit_tools)
         self.no_approver_message = no_approver_message
+        if no_approver not in ("deny", "pause"):
+            raise ValueError(f"no_approver must be 'deny' or 'pause', got {no_approver!r}")
+        self.no_approver: Literal["deny", "pause"] = no_approver
         self.session_rules: list[Rule] = []
         self.decisions: list[Decision] = []
         self._lock: asyncio.Lock | None = None
@@ -422,11 +430,13 @@ class PermissionEngine:
             self._stopped = (call.assistant_message, reason or STOPPED)
         if outcome == "deny":
             return BeforeToolCallResult.blocked(reason or USER_DENIED, stop=stop, note=decision)
+        if outcome == "approval_required":
+            return BeforeToolCallResult.approval_required(reason, note=decision)
         return BeforeToolCallResult(args=new_args, note=decision)
 
     async def _decide(
         self, call: ToolCallInfo
-    ) -> tuple[Literal["allow", "deny"], str, str | None, dict[str, Any] | None, bool, bool]:
+    ) -> tuple[Literal["allow", "deny", "approval_required"], str, str | None, dict[str, Any] | None, bool, bool]:
         tool = call.tool
         args = call.args
         new_args: dict[str, Any] | None = None
@@ -506,8 +516,10 @@ class PermissionEngine:
 
     async def _ask(
         self, call: ToolCallInfo, tool: Tool, args: dict[str, Any], why: str, forced: bool
-    ) -> tuple[Literal["allow", "deny"], str, str | None, bool]:
+    ) -> tuple[Literal["allow", "deny", "approval_required"], str, str | None, bool]:
         if self.approver is None:
+            if self.no_approver == "pause":
+                return "approval_required", why, f"{tool.name} needs approval ({why})", False
             return (
                 "deny",
                 "no approver",
