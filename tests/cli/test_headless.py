@@ -99,6 +99,7 @@ def test_stream_json_events_in_order(env: Env) -> None:
         "permission_mode": "default",
         "thinking": "off",
         "version": events[0]["version"],
+        "session_id": events[-1]["session_id"],
     }
     assert events[3]["message"]["content"] == [{"type": "text", "text": "what is here?"}]
     assert events[7]["event"] == {"type": "thinking_delta", "index": 0, "delta": "Let me look"}
@@ -138,7 +139,9 @@ def test_json_result_object(env: Env) -> None:
     script = env.script([call_reply(("c1", "ls", {}), usage=usage), text_reply("Done.", usage=usage)])
     proc = env.run("run", "-o", "json", "--model", f"scripted:{script}", "go")
     assert proc.returncode == 0
-    assert _result(proc.stdout) == {
+    result = _result(proc.stdout)
+    assert len(result.pop("session_id")) == 32
+    assert result == {
         "type": "result",
         "end_reason": "stop",
         "is_error": False,
@@ -168,6 +171,7 @@ def test_json_result_object(env: Env) -> None:
                 "reason": None,
             }
         ],
+        "pending_approvals": [],
     }
 
 
@@ -331,7 +335,8 @@ def _tool_results(stdout: str) -> dict[str, tuple[bool, str]]:
 
 
 def test_headless_default_mode_denies_changes(env: Env) -> None:
-    proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{_mutating_script(env)}", "go")
+    # without a session there is nowhere to pause (tests/cli/test_sessions.py: the pause)
+    proc = env.run("run", "-o", "stream-json", "--no-session", "--model", f"scripted:{_mutating_script(env)}", "go")
     assert proc.returncode == 0
     results = _tool_results(proc.stdout)
     assert results["c1"] == (False, "(empty folder)")
@@ -391,7 +396,7 @@ def test_headless_plan_mode_is_read_only(env: Env) -> None:
 
 def test_allow_and_deny_rules_from_flags_and_config(env: Env) -> None:
     env.user_config('[permissions]\nallow = ["Bash(touch:*)"]\n')
-    proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{_mutating_script(env)}", "go")
+    proc = env.run("run", "-o", "stream-json", "--no-session", "--model", f"scripted:{_mutating_script(env)}", "go")
     results = _tool_results(proc.stdout)
     assert results["c3"][0] is False
     assert results["c2"] == (True, DENIED_WRITE.format(mode="default"))

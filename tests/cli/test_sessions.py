@@ -301,7 +301,8 @@ def test_approval_required_exits_5_and_approve_runs_the_call(env: Env, store_dir
     assert (env.work / "a.txt").read_text() == "hello\n"
     messages = _messages(env, session_id)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
-    assert messages[2]["is_error"] is False
+    assert "is_error" not in messages[2]  # omitted when false
+    assert messages[2]["content"] == [{"type": "text", "text": "Created a.txt (6 bytes, 1 line)."}]
     # nothing is waiting any more: approving again is a usage error
     script = env.script([text_reply("x")])
     again = env.run("run", "--model", f"scripted:{script}", "--resume", session_id, "--approve", "c1")
@@ -321,7 +322,7 @@ def test_deny_gives_the_model_the_reason(env: Env, store_dir: Path) -> None:
     messages = _messages(env, session_id)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
     assert messages[2]["is_error"] is True
-    assert "write notes.md instead" in messages[2]["content"][0]["text"]
+    assert messages[2]["content"] == [{"type": "text", "text": "The user denied this tool call. Reason: write notes.md instead"}]
 
 
 def test_paused_run_in_text_mode_says_how_to_continue(env: Env, store_dir: Path) -> None:

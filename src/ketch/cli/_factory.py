@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._agent import Agent
 from ..context import Compactor, default_reserve
@@ -340,6 +340,7 @@ def build_agent(
     model: Model | None = None,
     hooks: Sequence[HookSpec] | None = None,
     session: Any = None,
+    no_approver: Literal["deny", "pause"] = "deny",
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
     (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
@@ -349,7 +350,9 @@ def build_agent(
     its notices go to stderr until the caller sets ``built.hooks.on_notice``. The bash
     tool runs in the OS sandbox when one is usable, read-only in ``plan`` mode.
     ``session`` (a :class:`ketch.sessions.Session`) is attached to the agent: its
-    transcript is restored and every message is saved in it; hooks get its id."""
+    transcript is restored and every message is saved in it; hooks get its id. A call
+    that needs approval when there is no ``approver`` is denied, or with ``no_approver``
+    ``"pause"`` ends the run with ``approval_required``."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
@@ -380,6 +383,7 @@ def build_agent(
         approver=approver,
         hooks=runner,
         no_approver_message=HEADLESS_DENIAL,
+        no_approver=no_approver,
         root=root,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)

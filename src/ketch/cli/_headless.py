@@ -252,12 +252,12 @@ def exit_now(code: int) -> NoReturn:
 
 
 def _pending(state: Any) -> list[Pending]:
-    """The calls a paused run waits on (``RunState.pending``)."""
+    """The calls a paused run waits on (``RunState.awaiting``)."""
     if state is None:
         return []
     return [
         Pending(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=dict(p.args), reason=p.reason or "")
-        for p in state.pending
+        for p in state.awaiting
     ]
 
 
@@ -270,7 +270,7 @@ def _decisions(options: SessionOptions, session: Any, settings: Settings) -> dic
     from ..permissions import Rule
 
     state = session.pending_state if session is not None else None
-    waiting = {p.tool_call_id: p for p in state.pending} if state is not None else {}
+    waiting = {p.tool_call_id: p for p in state.awaiting} if state is not None else {}
     described = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in waiting.values())
     decisions: dict[str, Any] = {}
     for call_id in options.approve:
@@ -334,7 +334,7 @@ async def _run_in_session(
     decisions = _decisions(options, session, settings)
     paused = session.pending_state if session is not None else None
     if paused is not None and not decisions:
-        calls = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in paused.pending)
+        calls = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in paused.awaiting)
         raise ConfigError(
             f"session {session.id} is paused for approval of {calls}: continue it with "
             "--approve CALL_ID or --deny CALL_ID:reason"
@@ -346,13 +346,14 @@ async def _run_in_session(
             built.hooks.notify(f"ketch needs your permission to use {request.tool_name}")
         return await _ask_on_terminal(request, settings.project_root or root)
 
-    if interactive_approval:
-        approver: Any = ask
-    elif session is not None:
-        approver = pause_for_approval
-    else:
-        approver = None
-    built = build_agent(settings, root, approver=approver, tool_choice=tool_choice, session=session)
+    built = build_agent(
+        settings,
+        root,
+        approver=ask if interactive_approval else None,
+        tool_choice=tool_choice,
+        session=session,
+        no_approver="pause" if session is not None else "deny",
+    )
     session_id = session.id if session is not None else None
     agent = built.agent
     model = agent.model
@@ -385,9 +386,13 @@ async def _run_in_session(
     try:
         await built.session_start("resume" if options.resuming else "startup")
         if decisions:
+            assert paused is not None
             if task is not None:
                 agent.follow_up(task)
-            result = await agent.resume(paused, decisions=decisions)
+            try:
+                result = await agent.resume(paused, decisions=decisions)
+            except ValueError as exc:  # the configuration differs from the paused run's
+                raise ConfigError(f"cannot continue session {session.id}: {exc}") from None
         else:
             assert task is not None
             result = await built.prompt(task)

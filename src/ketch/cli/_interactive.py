@@ -35,10 +35,10 @@ from ._render import EventRenderer, format_tokens
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
 
     from ..sessions import Session as SavedSession
     from ._sessions import SessionOptions
-    from prompt_toolkit.formatted_text import StyleAndTextTuples
 
 
 HELP = """\

@@ -107,11 +107,16 @@ async def open_session(options: SessionOptions, root: Path, sessions: SessionSto
             if latest is None:
                 raise ConfigError(f"--continue: no saved session in {root}; start one without --continue")
             return latest
-        return await Session.create(sessions, cwd=str(root))
     except SessionLockedError as exc:
         raise ConfigError(str(exc)) from None
     except OSError as exc:
-        raise ConfigError(f"cannot save the session: {exc.strerror or exc} (--no-session runs without one)") from None
+        raise ConfigError(f"cannot open the session: {exc.strerror or exc}") from None
+    try:
+        return await Session.create(sessions, cwd=str(root))
+    except Exception as exc:  # the run goes on without being saved; it is not lost work yet
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        sys.stderr.write(f"ketch: warning: this run is not saved as a session: {detail}\n")
+        return None
 
 
 # -- ketch sessions -----------------------------------------------------------------------
@@ -198,8 +203,7 @@ async def _list(args: Any) -> int:
 
 
 async def _show(args: Any) -> int:
-    from ..sessions._export import export_json
-    from ..sessions._export import transcript
+    from ..sessions._export import export_json, transcript
 
     sessions = store()
     session_id = await resolve_id(sessions, args.id)

@@ -155,8 +155,8 @@ def _section(message: dict[str, Any]) -> tuple[str, list[str]]:
         return heading, [_fence(text)]
     if role == "context_summary":
         return "Summary of the earlier conversation", [str(message.get("summary", ""))]
-    text = message.get("text")
-    body = [str(text)] if isinstance(text, str) and text else _blocks_text(message.get("content"))
+    note = message.get("text")
+    body = [note] if isinstance(note, str) and note else _blocks_text(message.get("content"))
     return f"Note ({role})", body
 
 
