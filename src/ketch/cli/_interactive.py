@@ -109,6 +109,14 @@ def banner(model: str, root: Path, mode: str, width: int, home: Path | None = No
     return head + shorten_path(where, max(room, min(cell_len(root.name) + 2, 40), 12)) + tail
 
 
+def _write_text(root: Path, name: str, text: str) -> Path:
+    """Write ``text`` to the file ``name`` (``~`` expanded, relative to ``root``); returns
+    its path."""
+    path = root / Path(name).expanduser()
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 class Session:
     """One interactive session: the agent, the prompt, the renderer and the pending question."""
 
@@ -345,19 +353,125 @@ class Session:
                     r.note(str(exc), "red")
                 else:
                     r.note(f"permission mode: {self.permissions.mode}", "")
+                    if self.session is not None:
+                        await self.session.record_permission_mode(self.permissions.mode)
         elif name == "/clear":
             if busy:
                 r.note("busy: wait for the run to end (or Ctrl-C) before clearing", "yellow")
             else:
-                self.agent.reset()
-                if self.built.context_manager is not None:
-                    self.built.context_manager.failures = 0
                 await self.built.session_end("clear")
+                if self.session is not None:
+                    from ._sessions import SessionOptions, open_session
+
+                    await self._switch(await open_session(SessionOptions(), self.root))
+                else:
+                    self.agent.reset()
+                    if self.built.context_manager is not None:
+                        self.built.context_manager.failures = 0
                 await self.built.session_start("clear")
                 r.note("conversation cleared", "")
+        elif name in ("/sessions", "/fork", "/rewind", "/export"):
+            await self._session_command(name, arg, busy)
         else:
             r.note(f"unknown command {name}; /help lists the commands", "red")
         return True
+
+    # -- sessions -------------------------------------------------------------------------
+    async def _session_command(self, name: str, arg: str, busy: bool) -> None:
+        """``/sessions``, ``/fork``, ``/rewind [N]``, ``/export [file]``."""
+        from ._sessions import _all_sessions, list_lines, store
+
+        r = self.renderer
+        assert r is not None
+        session = self.session
+        if session is None:
+            r.note("this session is not saved (--no-session)", "yellow")
+            return
+        if name == "/sessions":
+            infos = await _all_sessions(store(), str(self.root))
+            r.note("\n".join(list_lines(infos, current=session.id)), "")
+            return
+        if name == "/export":
+            from ..sessions import export_markdown
+
+            text = export_markdown(await store().load(session.id), session_id=session.id)
+            name = arg or f"ketch-{session.id[:8]}.md"
+            try:
+                path = await asyncio.to_thread(_write_text, self.root, name, text)
+            except OSError as exc:
+                r.note(f"cannot write {name}: {exc.strerror or exc}", "red")
+            else:
+                r.note(f"exported the session to {path}", "")
+            return
+        if busy:
+            r.note(f"busy: wait for the run to end (or Ctrl-C) before {name[1:]}ing", "yellow")
+            return
+        if name == "/fork":
+            if not session.message_ids:
+                r.note("nothing to fork yet: the conversation is empty", "yellow")
+                return
+            from ..sessions import Session as SavedSession
+
+            info = await store().fork(session.id, session.message_ids[-1])
+            await self._switch(await SavedSession.open(store(), info.id))
+            r.note(f"forked session {session.id} as {info.id}; you are now in the fork", "")
+            return
+        await self._rewind(arg)
+
+    def _prompts(self) -> list[tuple[int, str]]:
+        """(index in the transcript, text) of each user prompt of the conversation."""
+        from ..llm._messages import UserMessage, message_text
+
+        return [(i, message_text(m)) for i, m in enumerate(self.agent.messages) if type(m) is UserMessage]
+
+    async def _rewind(self, arg: str) -> None:
+        r = self.renderer
+        assert r is not None and self.session is not None
+        prompts = self._prompts()
+        if not prompts:
+            r.note("nothing to rewind: no prompt yet", "yellow")
+            return
+        if not arg:
+            for number, (_, text) in enumerate(prompts, 1):
+                line = " ".join(text.split())
+                r.note(f"{number:>3}. {line[:100]}{'…' if len(line) > 100 else ''}", "")
+            r.note("/rewind N undoes prompt N and everything after it (conversation and file changes)", "dim")
+            return
+        if not arg.isdigit() or not 1 <= int(arg) <= len(prompts):
+            r.note(f"/rewind {arg}: expected a prompt number from 1 to {len(prompts)} (/rewind lists them)", "red")
+            return
+        index, text = prompts[int(arg) - 1]
+        report = await self.session.rewind(self.session.message_ids[index], files=True, conversation=True)
+        r.note(f"rewound to before prompt {arg}: {' '.join(text.split())[:80]}", "")
+        if report.restored or report.deleted:
+            r.note(f"files restored: {', '.join([*report.restored, *report.deleted])}", "")
+        if report.conflicts:
+            r.note(f"changed outside ketch since, left as they are: {', '.join(report.conflicts)}", "yellow")
+
+    async def _switch(self, session: SavedSession | None) -> None:
+        """Continue in ``session`` (a fork, a new one): a new agent on its transcript with
+        this one's model, thinking level, permission mode and remembered rules."""
+        old = self.built
+        if self.session is not None:
+            await self.session.close()
+        self.session = session
+        built = build_agent(
+            self.settings,
+            self.root,
+            approver=self.approve,
+            tool_choice=self.tool_choice,
+            model=old.agent.model,
+            session=session,
+        )
+        built.agent.thinking = old.agent.thinking
+        built.permissions.set_mode(old.permissions.mode)
+        built.permissions.session_rules = old.permissions.session_rules
+        self.built, self.agent, self.permissions = built, built.agent, built.permissions
+        if self.renderer is not None:
+            self.agent.subscribe(self.renderer)
+            if built.hooks is not None:
+                renderer = self.renderer
+                built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
 
     def interrupt(self) -> bool:
         """Ctrl-C: abort a run, else arm exit; True when the session should exit."""
@@ -418,10 +532,13 @@ class Session:
             console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
             if self.built.sandbox_warning is not None:
                 self.renderer.note(f"warning: {self.built.sandbox_warning}", "yellow")
+            if self.session is not None and self.agent.messages:
+                count = len(self.agent.messages)
+                self.renderer.note(f"resumed session {self.session.id} ({count} message{'s' if count != 1 else ''})", "")
             if self.built.hooks is not None:
                 renderer = self.renderer
                 self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
-            await self.built.session_start("startup")
+            await self.built.session_start("resume" if self.agent.messages else "startup")
             try:
                 while self.exit_code is None:
                     try:
@@ -522,9 +639,11 @@ async def run_interactive(
         except (EOFError, KeyboardInterrupt):
             return 130
     saved = await open_session(options, root)
+    ui: Session | None = None
     try:
-        return await Session(settings, root, tool_choice=tool_choice, session=saved).run()
+        ui = Session(settings, root, tool_choice=tool_choice, session=saved)
+        return await ui.run()
     finally:
-        current = saved  # /fork and /clear may have switched sessions
+        current = ui.session if ui is not None else saved  # /fork and /clear switch sessions
         if current is not None:
             await current.close()
