@@ -1,0 +1,243 @@
+"""Session entries, session summaries and the stores' errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Entry",
+    "SessionInfo",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "SessionPage",
+    "new_entry",
+]
+
+
+class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """One record of a session: a JSON object per line in a JSONL file, a row in SQLite.
+
+    ``type`` names the kind of entry (``session``, ``message``, ``compaction``,
+    ``model_change``, ``thinking_change``, ``permission_mode_change``, ``checkpoint``,
+    ``run_summary``, ``run_state``, ``rewind``); stores keep unknown types as they are.
+    ``payload`` must be JSON-able. ``parent_id`` is the id of the entry before it in the
+    session (``None`` for the first).
+    """
+
+    id: str
+    parent_id: str | None
+    timestamp: float
+    type: str
+    payload: dict[str, Any]
+
+
+def new_entry(type: str, payload: dict[str, Any], *, parent_id: str | None) -> Entry:
+    """An :class:`Entry` with a fresh id (``uuid4().hex``) stamped with ``time.time()``."""
+    return Entry(id=uuid.uuid4().hex, parent_id=parent_id, timestamp=time.time(), type=type, payload=payload)
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What a store tells about a session without loading it.
+
+    ``title`` is the text of the first user message (one line, at most 80 characters),
+    ``message_count`` the number of ``message`` entries that are not detached, ``cost``
+    the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
+    ``updated`` the time of the newest entry, and ``forked_from`` the (session id, entry
+    id) the session was forked at.
+    """
+
+    id: str
+    cwd: str
+    created: float
+    updated: float
+    title: str
+    message_count: int
+    cost: float
+    forked_from: tuple[str, str] | None
+
+
+class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a listing: sessions newest ``updated`` first; ``next_cursor`` fetches
+    the next page and is ``None`` when there are no more sessions."""
+
+    sessions: list[SessionInfo]
+    next_cursor: str | None
+
+
+class SessionNotFoundError(LookupError):
+    """No session with this id in the store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"Session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class SessionLockedError(RuntimeError):
+    """The session is open for writing elsewhere; a session has one writer at a time."""
+
+    def __init__(self, session_id: str, pid: int | None = None) -> None:
+        if pid is not None and pid == os.getpid():
+            message = f"Session {session_id} is open in this process (pid {pid}); close that writer first or fork it"
+        else:
+            where = "another process" if pid is None else f"another process (pid {pid})"
+            message = f"Session {session_id} is open in {where}; close it there or fork it"
+        super().__init__(message)
+        self.session_id = session_id
+        self.pid = pid
+
+
+# ---- helpers shared by the stores (private) ----
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_encoder = msgspec.json.Encoder()
+_TITLE_CHARS = 80
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v) for v in value]
+    if isinstance(value, msgspec.Struct):
+        return _scrub(msgspec.to_builtins(value))
+    return value
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """The entry's JSON (no newline). A lone surrogate in a string becomes U+FFFD
+    instead of failing the write."""
+    try:
+        return _encoder.encode(entry)
+    except UnicodeEncodeError:
+        return _encoder.encode(_scrub(entry))
+
+
+def _message_title(message: Any) -> str:
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    else:
+        return ""
+    return " ".join(text.split())[:_TITLE_CHARS]
+
+
+class Summary:
+    """The derived fields of a session, folded entry by entry (private to the stores)."""
+
+    __slots__ = ("cost", "created", "cwd", "forked_from", "message_count", "title", "updated")
+
+    def __init__(self) -> None:
+        self.cwd = ""
+        self.created = 0.0
+        self.updated = 0.0
+        self.title = ""
+        self.message_count = 0
+        self.cost = 0.0
+        self.forked_from: tuple[str, str] | None = None
+
+    def add(self, entry: Entry) -> bool:
+        """Fold one entry in; True when the title or the cost changed."""
+        if entry.timestamp > self.updated:
+            self.updated = entry.timestamp
+        kind = entry.type
+        payload = entry.payload
+        if kind == "message":
+            if not payload.get("detached"):
+                self.message_count += 1
+            if not self.title:
+                self.title = _message_title(payload.get("message"))
+                return bool(self.title)
+        elif kind == "run_summary":
+            cost = payload.get("cost")
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+                self.cost += cost
+            return True
+        elif kind == "session" and not self.cwd:
+            cwd = payload.get("cwd")
+            self.cwd = cwd if isinstance(cwd, str) else ""
+            self.created = entry.timestamp
+            forked = payload.get("forked_from")
+            if isinstance(forked, dict):
+                self.forked_from = (str(forked.get("session_id")), str(forked.get("entry_id")))
+        return False
+
+    def info(self, session_id: str) -> SessionInfo:
+        """This summary as a :class:`SessionInfo`."""
+        return SessionInfo(
+            id=session_id,
+            cwd=self.cwd,
+            created=self.created,
+            updated=self.updated,
+            title=self.title,
+            message_count=self.message_count,
+            cost=self.cost,
+            forked_from=self.forked_from,
+        )
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> Summary:
+        """A summary that continues from ``info``."""
+        out = cls()
+        out.cwd = info.cwd
+        out.created = info.created
+        out.updated = info.updated
+        out.title = info.title
+        out.message_count = info.message_count
+        out.cost = info.cost
+        out.forked_from = info.forked_from
+        return out
+
+
+def encode_cursor(info: SessionInfo) -> str:
+    """The cursor after ``info`` in a listing (newest ``updated`` first, then id)."""
+    return f"{info.updated!r}:{info.id}"
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """(updated, id) of a cursor; ValueError naming a malformed one."""
+    updated, sep, session_id = cursor.partition(":")
+    try:
+        if not sep or not session_id:
+            raise ValueError
+        return float(updated), session_id
+    except ValueError:
+        raise ValueError(f"Invalid session list cursor {cursor!r}: pass a next_cursor from a previous page") from None
+
+
+def check_limit(limit: int) -> None:
+    """ValueError for a page size below 1."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"Invalid session list limit {limit!r}: must be an integer >= 1")
+
+
+def session_payload(cwd: str, forked_from: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The payload of a ``session`` entry."""
+    return {
+        "cwd": cwd,
+        "version": 1,
+        "forked_from": None if forked_from is None else {"session_id": forked_from[0], "entry_id": forked_from[1]},
+    }
+
+
+def index_of(entries: list[Entry], entry_id: str, session_id: str) -> int:
+    """The position of ``entry_id`` in ``entries``; ValueError naming it if absent."""
+    for index, entry in enumerate(entries):
+        if entry.id == entry_id:
+            return index
+    raise ValueError(f"Entry {entry_id!r} is not in session {session_id}")
