@@ -25,6 +25,13 @@ def sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
+ELSEWHERE = "/nonexistent-ketch-test/elsewhere.txt"
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
 class MemoryBlobs:
     """An in-memory blob store: sha256 keys, one copy per content; logs every put."""
 
@@ -66,7 +73,7 @@ class Rig:
         """Run each call in its own turn; the (call id, text, is_error) of every result."""
         model = ScriptedModel([*(reply(c) for c in calls), "done"])
         conversation = Conversation(tools=self.tools)
-        config = LoopConfig(model=model, middlewares=[self.checkpoints.middleware])
+        config: LoopConfig[None] = LoopConfig(model=model, middlewares=[self.checkpoints.middleware])
         await run_loop("go", conversation, config).result()
         return [
             (m.tool_call_id, m.text, m.is_error) for m in conversation.messages if isinstance(m, ToolResultMessage)
@@ -141,8 +148,8 @@ async def test_rewind_after_write_edit_and_sed_restores_byte_identical_files(rig
     assert (root / "c.sh").read_bytes() == c0
     assert not (root / "new/d.txt").exists()
     assert [(root / n).stat().st_mode & 0o777 for n in ("a.txt", "sub/b.txt", "c.sh")] == [0o644, 0o600, 0o755]
-    assert sorted(p.name for p in root.iterdir()) == ["a.txt", "c.sh", "new", "sub"]
-    assert sorted(p.name for p in (root / "sub").iterdir()) == ["b.txt"]
+    assert names(root) == ["a.txt", "c.sh", "new", "sub"]
+    assert names(root / "sub") == ["b.txt"]
     # a second rewind of the same checkpoints finds everything already in place
     assert await rig.restore() == RewindReport()
 
@@ -205,6 +212,16 @@ async def test_bash_creating_and_deleting_files_is_undone(rig: Rig, root: Path) 
     assert (root / "deep/dir/gone.bin").stat().st_mode & 0o777 == 0o640
     assert not (root / "out/new.txt").exists()
     assert (root / ".git/HEAD").read_bytes() == b"x\n"  # ignored folder: not checkpointed
+
+
+async def test_a_failing_bash_command_is_still_checkpointed(rig: Rig, root: Path) -> None:
+    results = await rig.run(tool_call("bash", {"command": "echo partial > p.txt; exit 3"}, id="b1"))
+    assert [(r[0], r[2]) for r in results] == [("b1", True)]
+    assert rig.records == [
+        {"tool_call_id": "b1", "files": [{"path": "p.txt", "before": None, "after": sha("partial\n")}], "skipped": []}
+    ]
+    assert await rig.restore() == RewindReport(deleted=["p.txt"])
+    assert names(root) == []
 
 
 async def test_rewind_recreates_a_folder_bash_removed(rig: Rig, root: Path) -> None:
@@ -337,10 +354,10 @@ async def test_restore_never_writes_through_a_symlink_or_out_of_the_root(tmp_pat
     assert report == RewindReport(
         conflicts=sorted(["link/evil.txt", "link/target.txt", "flink", "../escape.txt", str(tmp_path / "abs.txt"), "a/./b.txt"])
     )
-    assert sorted(p.name for p in outside.iterdir()) == ["target.txt"]
+    assert names(outside) == ["target.txt"]
     assert (outside / "target.txt").read_bytes() == b"outside file\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside", "ws"]
-    assert sorted(p.name for p in root.iterdir()) == ["flink", "link"]
+    assert names(tmp_path) == ["outside", "ws"]
+    assert names(root) == ["flink", "link"]
 
 
 async def test_bash_through_a_symlinked_folder_is_not_checkpointed_outside_the_root(tmp_path: Path, rig: Rig, root: Path) -> None:
@@ -387,7 +404,7 @@ class Touching(Tool):
         self.root = root
 
     def touched_paths(self, args: dict[str, Any]) -> list[str]:
-        return [args["name"], "/etc/hostname"]
+        return [args["name"], ELSEWHERE]
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> str:
         (self.root / args["name"]).write_bytes(b"stamped\n")
@@ -402,10 +419,10 @@ async def test_a_tool_declaring_touched_paths_is_checkpointed(rig: Rig, root: Pa
         {
             "tool_call_id": "t1",
             "files": [{"path": "s.txt", "before": sha("plain\n"), "after": sha("stamped\n"), "mode": 0o644}],
-            "skipped": [os.path.realpath("/etc/hostname")],
+            "skipped": [ELSEWHERE],
         }
     ]
-    assert await rig.restore() == RewindReport(restored=["s.txt"], skipped=[os.path.realpath("/etc/hostname")])
+    assert await rig.restore() == RewindReport(restored=["s.txt"], skipped=[ELSEWHERE])
     assert (root / "s.txt").read_bytes() == b"plain\n"
 
 

@@ -290,7 +290,7 @@ class FileCheckpoints:
         ``before`` the call; after it, the digest is kept (it only serves to notice later
         changes) and the failure is logged.
         """
-        scan = await asyncio.to_thread(self._scan_sync, plan, frozenset(self._known))
+        scan = await asyncio.to_thread(self._scan_sync, plan, self._known)
         entries = scan.entries
         for digest, content in scan.new.items():
             try:
@@ -318,7 +318,7 @@ class FileCheckpoints:
         data, _ = _read_regular(os.path.join(self.root, rel))
         return data if _sha256(data) == digest else None
 
-    def _scan_sync(self, plan: list[str] | Literal["workspace"], known: frozenset[str]) -> _Scan:
+    def _scan_sync(self, plan: list[str] | Literal["workspace"], known: set[str]) -> _Scan:
         entries: dict[str, _Entry] = {}
         new: dict[str, bytes | str] = {}
         kept = 0
