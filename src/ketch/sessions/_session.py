@@ -26,6 +26,10 @@ from ._store import SessionStore, SessionWriter
 log = logging.getLogger("ketch.sessions")
 
 
+def _absolute(cwd: str | os.PathLike[str] | None) -> str:
+    return os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+
+
 class Session:
     """A session open for writing, and the agent state its entries describe.
 
@@ -65,9 +69,11 @@ class Session:
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
-    async def create(cls, store: SessionStore, *, cwd: str | os.PathLike[str] | None = None, checkpoints: bool = True) -> Session:
+    async def create(
+        cls, store: SessionStore, *, cwd: str | os.PathLike[str] | None = None, checkpoints: bool = True
+    ) -> Session:
         """A new session for the directory ``cwd`` (default: the current directory)."""
-        writer = await store.create(cwd=os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd()))
+        writer = await store.create(cwd=_absolute(cwd))
         return cls(store, writer, checkpoints=checkpoints)
 
     @classmethod
@@ -80,7 +86,7 @@ class Session:
         cls, store: SessionStore, *, cwd: str | os.PathLike[str] | None = None, checkpoints: bool = True
     ) -> Session | None:
         """The most recently updated session of ``cwd`` (default: the current directory), or None."""
-        info = await store.latest(os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd()))
+        info = await store.latest(_absolute(cwd))
         if info is None:
             return None
         return await cls.open(store, info.id, checkpoints=checkpoints)
