@@ -17,7 +17,7 @@ Provider adapters, the HTTP client and the built-in tools load on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from ._agent import Agent, AgentState, Phase
+from ._agent import Agent, AgentSession, AgentState, Phase
 from .llm import (
     AbortSignal,
     AssistantMessage,
@@ -67,6 +67,7 @@ __all__ = [
     "AbortSignal",
     "Agent",
     "AgentEvent",
+    "AgentSession",
     "AgentState",
     "AssistantMessage",
     "Conversation",

@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, Literal, TypeAlias
+from typing import Any, Generic, Literal, Protocol, TypeAlias
 
 import msgspec
 
@@ -161,6 +161,20 @@ class MessageQueue:
         return len(self._items)
 
 
+class AgentSession(Protocol):
+    """What ``Agent(session=...)`` takes: an object that attaches itself to the agent.
+
+    ``attach`` is called once, at the end of ``Agent.__init__``: it may restore the
+    transcript (``agent.messages = ...``), subscribe to the agent's events to persist
+    them, and add tool middlewares to ``agent.config``. :class:`ketch.sessions.Session`
+    implements it.
+    """
+
+    def attach(self, agent: Agent[Any]) -> None:
+        """Bind this session to ``agent``."""
+        ...
+
+
 def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
     content: list[TextContent | ImageContent] = [TextContent(text=text)]
     if images:
@@ -210,7 +224,8 @@ class Agent(Generic[Deps]):
     ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. The other
     keywords are the :class:`~ketch.loop.LoopConfig` fields of the same names (stop
     controls, hooks, tool execution settings), kept on :attr:`config`; ``deps`` is your
-    own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``).
+    own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``); ``session``
+    persists the transcript as it is committed (see :mod:`ketch.sessions`).
     """
 
     def __init__(
@@ -245,6 +260,7 @@ class Agent(Generic[Deps]):
         middlewares: Sequence[Middleware] = (),
         prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
         context_manager: ContextManager | None = None,
+        session: AgentSession | None = None,
     ) -> None:
         self.config: LoopConfig[Deps] = LoopConfig(
             model=_resolve(model),
@@ -290,6 +306,10 @@ class Agent(Generic[Deps]):
         self._phase = Phase("idle", 0)
         self._background: asyncio.Task[RunResult] | None = None
         self._paused: RunState | None = None  # the state of the last run, when it paused
+        self.session = session
+        """The session given to the constructor (it persists the agent's transcript), or None."""
+        if session is not None:
+            session.attach(self)
 
     @property
     def deps(self) -> Deps:
@@ -588,9 +608,6 @@ class Agent(Generic[Deps]):
                 )
                 self._phase = Phase(kind, turn)
                 self._paused = result.state
-                if result.state is not None:
-                    result.state.steering = self.steering.peek()
-                    result.state.follow_ups = self.follow_ups.peek()
             self._idle.set()
 
     async def _notify(self, event: AgentEvent) -> None:
@@ -631,6 +648,10 @@ class Agent(Generic[Deps]):
                 self._streaming = None
         elif kind == "agent_end":
             self._streaming = None
+            state = event.state  # type: ignore[union-attr]
+            if state is not None:  # a pause: the queued messages travel with the state
+                state.steering = self.steering.peek()
+                state.follow_ups = self.follow_ups.peek()
             summary = event.summary  # type: ignore[union-attr]
             if summary.error and summary.end_reason != "aborted":
                 self._error = summary.error

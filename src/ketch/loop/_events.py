@@ -145,11 +145,13 @@ class AgentStart(_Event, tag="agent_start"):
 
 
 class AgentEnd(_Event, tag="agent_end"):
-    """The run ended. Always the last event of a run."""
+    """The run ended. Always the last event of a run. ``state`` is set when the run
+    paused for approval (``summary.end_reason == "approval_required"``)."""
 
     type: ClassVar[Literal["agent_end"]] = "agent_end"
     messages: list[Message]
     summary: RunSummary
+    state: RunState | None = None
 
 
 class TurnStart(_Event, tag="turn_start"):

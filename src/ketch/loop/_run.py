@@ -528,7 +528,7 @@ class _Run:
             uncommitted=list(self.uncommitted),
             state=self.state,
         )
-        return AgentEnd(messages=self.new_messages, summary=self.summary)
+        return AgentEnd(messages=self.new_messages, summary=self.summary, state=self.state)
 
     def _error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
         m = self.model

@@ -1,4 +1,15 @@
-"""Sessions: conversations persisted entry by entry, to resume, list, fork and delete.
+"""Sessions: conversations persisted entry by entry, to resume, list, fork, rewind and delete.
+
+With an agent::
+
+    store = JsonlStore()                      # ~/.local/share/ketch/sessions
+    session = await Session.create(store)     # or Session.open(store, id), Session.latest(store)
+    agent = Agent(model, tools=..., session=session)
+    await agent.prompt("...")                 # each message is appended as it commits
+    await session.rewind(session.message_ids[0])   # files and conversation back to there
+    await session.close()
+
+The store underneath:
 
 A store keeps sessions as append-only logs of :class:`Entry` records plus
 content-addressed blobs::
@@ -12,14 +23,20 @@ content-addressed blobs::
 ``ketch.sessions.conformance`` checks that a store keeps the contract.
 """
 
+from ._checkpoints import BlobSink, FileCheckpoints, RewindReport, TouchesFiles, restore_files
 from ._entries import Entry, SessionInfo, SessionLockedError, SessionNotFoundError, SessionPage, new_entry
 from ._jsonl import JsonlStore
+from ._session import Session
 from ._sqlite import SqliteStore
 from ._store import SessionStore, SessionWriter, default_sessions_dir, default_store
 
 __all__ = [
+    "BlobSink",
     "Entry",
+    "FileCheckpoints",
     "JsonlStore",
+    "RewindReport",
+    "Session",
     "SessionInfo",
     "SessionLockedError",
     "SessionNotFoundError",
@@ -27,7 +44,9 @@ __all__ = [
     "SessionStore",
     "SessionWriter",
     "SqliteStore",
+    "TouchesFiles",
     "default_sessions_dir",
     "default_store",
     "new_entry",
+    "restore_files",
 ]

@@ -1,0 +1,322 @@
+"""A session bound to an Agent: restore its state, persist each message as it commits.
+
+:class:`Session` wraps a :class:`SessionWriter`. Opening one replays the session's
+entries into the state they describe (transcript, model, thinking level, permission
+mode, a run paused for approval, file checkpoints); :meth:`Session.attach` (called by
+``Agent(session=...)``) restores the transcript into the agent and subscribes to its
+events, so that every committed message is appended before the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ketch import Agent, Message, RunState, message_from_dict, message_to_dict
+from ketch.loop import AgentEvent
+
+from ._checkpoints import FileCheckpoints, RewindReport, restore_files
+from ._entries import Entry, SessionInfo, new_entry
+from ._store import SessionStore, SessionWriter
+
+log = logging.getLogger("ketch.sessions")
+
+
+def _absolute(cwd: str | os.PathLike[str] | None) -> str:
+    return os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+
+
+class Session:
+    """A session open for writing, and the agent state its entries describe.
+
+    Make one with :meth:`create`, :meth:`open`, :meth:`latest` or :meth:`fork`; pass it
+    as ``Agent(..., session=session)``; :meth:`close` it when done (``async with`` works
+    too). ``checkpoints`` (default True) records the prior content of files that the
+    agent's file-changing tools touch under the session's directory, for :meth:`rewind`.
+    """
+
+    def __init__(self, store: SessionStore, writer: SessionWriter, *, checkpoints: bool = True) -> None:
+        self.store = store
+        self._writer = writer
+        self.id = writer.id
+        self.cwd = ""
+        self.model: str | None = None
+        """The ``provider:id`` of the model last recorded (None if none was)."""
+        self.thinking: str | None = None
+        """The thinking level last recorded."""
+        self.permission_mode: str | None = None
+        """The permission mode last recorded (:meth:`record_permission_mode`)."""
+        self.pending_state: RunState | None = None
+        """The state of a run that paused for approval and was not resumed since."""
+        self.messages: list[Message] = []
+        """The transcript the entries describe (the agent's, once attached)."""
+        self.message_ids: list[str] = []
+        """The entry id of each message of :attr:`messages`, aligned."""
+        self._by_id: dict[str, Message] = {}
+        self._checkpoints: list[tuple[int, str, dict[str, Any]]] = []  # (log position, entry id, payload)
+        self._undone: set[str] = set()
+        self._position: dict[str, int] = {}
+        self._last_id: str | None = None
+        self._agent: Agent[Any] | None = None
+        self._compaction: dict[str, Any] | None = None
+        self._resumed_cost = 0.0
+        self._want_checkpoints = checkpoints
+        self._replay(writer.entries)
+
+    # -- opening ------------------------------------------------------------------------------
+    @classmethod
+    async def create(
+        cls, store: SessionStore, *, cwd: str | os.PathLike[str] | None = None, checkpoints: bool = True
+    ) -> Session:
+        """A new session for the directory ``cwd`` (default: the current directory)."""
+        writer = await store.create(cwd=_absolute(cwd))
+        return cls(store, writer, checkpoints=checkpoints)
+
+    @classmethod
+    async def open(cls, store: SessionStore, session_id: str, *, checkpoints: bool = True) -> Session:
+        """Resume the session ``session_id`` (takes its write lock)."""
+        return cls(store, await store.open(session_id), checkpoints=checkpoints)
+
+    @classmethod
+    async def latest(
+        cls, store: SessionStore, *, cwd: str | os.PathLike[str] | None = None, checkpoints: bool = True
+    ) -> Session | None:
+        """The most recently updated session of ``cwd`` (default: the current directory), or None."""
+        info = await store.latest(_absolute(cwd))
+        if info is None:
+            return None
+        return await cls.open(store, info.id, checkpoints=checkpoints)
+
+    async def fork(self, at: str | None = None) -> Session:
+        """A new session with this one's entries up to and including the message ``at``
+        (default: everything so far), opened for writing; this session stays as it is."""
+        target = at if at is not None else self._last_id
+        if target is None:
+            raise ValueError(f"Session {self.id} is empty: nothing to fork")
+        if at is not None and at not in self._position:
+            raise ValueError(f"Message {at!r} is not in session {self.id}")
+        info = await self.store.fork(self.id, target)
+        return await Session.open(self.store, info.id, checkpoints=self._want_checkpoints)
+
+    async def info(self) -> SessionInfo:
+        """The store's summary of this session (title, message count, cost …)."""
+        return await self.store.info(self.id)
+
+    # -- the agent ------------------------------------------------------------------------------
+    def attach(self, agent: Agent[Any]) -> None:
+        """Bind to ``agent`` (called by ``Agent(session=...)``): restore the transcript,
+        persist from now on, and record file checkpoints."""
+        if self._agent is not None:
+            raise RuntimeError(f"Session {self.id} is already attached to an agent")
+        if agent.messages and self.messages:
+            raise ValueError(
+                "Agent(messages=...) and a session that has messages: pass one of them "
+                f"(session {self.id} has {len(self.messages)})"
+            )
+        self._agent = agent
+        if self.messages:
+            agent.messages = list(self.messages)
+        # The agent's messages are now either the restored ones (same objects) or its own,
+        # which the first sync appends.
+        agent.subscribe(self._on_event)
+        if self._want_checkpoints and self.cwd:
+            checkpoints = FileCheckpoints(Path(self.cwd), self._writer, record=self._record_checkpoint)
+            agent.config.middlewares = (*agent.config.middlewares, checkpoints.middleware)
+
+    async def _on_event(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "message_end":
+            await self.sync()
+        elif kind == "agent_start":
+            await self._record_settings()
+            await self.sync()
+        elif kind == "compaction_end":
+            if event.error is None:  # type: ignore[union-attr]
+                self._compaction = {
+                    "reason": event.reason,  # type: ignore[union-attr]
+                    "tokens_before": event.tokens_before,  # type: ignore[union-attr]
+                    "tokens_after": event.tokens_after,  # type: ignore[union-attr]
+                }
+            await self.sync()
+        elif kind == "agent_end":
+            await self.sync()
+            summary = event.summary  # type: ignore[union-attr]
+            cost = summary.cost - self._resumed_cost
+            self._resumed_cost = 0.0
+            await self._append("run_summary", {
+                "end_reason": summary.end_reason,
+                "usage": msgspec.to_builtins(summary.usage),
+                "cost": cost,
+                "duration": summary.duration,
+                "turns": summary.turns,
+            })
+            state = event.state  # type: ignore[union-attr]
+            if state is not None:
+                await self.record_run_state(state)
+
+    async def sync(self) -> None:
+        """Append the agent's messages committed since the last sync (a transcript that was
+        rewritten, by compaction or by hand, is recorded as a ``compaction`` entry)."""
+        agent = self._agent
+        if agent is None:
+            return
+        current = agent.messages
+        known = self.messages
+        n = len(known)
+        if len(current) >= n and (n == 0 or (current[n - 1] is known[-1] and current[0] is known[0])):
+            for m in current[n:]:
+                entry = await self._append("message", {"message": message_to_dict(m)})
+                self._by_id[entry.id] = m
+                known.append(m)
+                self.message_ids.append(entry.id)
+                self.pending_state = None
+            return
+        ids_of = {id(m): eid for m, eid in zip(known, self.message_ids, strict=True)}
+        new_ids: list[str] = []
+        for m in current:
+            eid = ids_of.get(id(m))
+            if eid is None:
+                entry = await self._append("message", {"message": message_to_dict(m), "detached": True})
+                self._by_id[entry.id] = m
+                eid = entry.id
+            new_ids.append(eid)
+        payload: dict[str, Any] = {"message_ids": new_ids, "reason": "rewrite", "tokens_before": 0, "tokens_after": 0}
+        if self._compaction is not None:
+            payload.update(self._compaction)
+            self._compaction = None
+        await self._append("compaction", payload)
+        self.messages = list(current)
+        self.message_ids = new_ids
+
+    async def _record_settings(self) -> None:
+        agent = self._agent
+        assert agent is not None
+        model = f"{agent.model.provider}:{agent.model.id}"
+        if model != self.model:
+            await self._append("model_change", {"model": model})
+            self.model = model
+        if agent.thinking != self.thinking:
+            await self._append("thinking_change", {"level": agent.thinking})
+            self.thinking = agent.thinking
+        if self.pending_state is not None:
+            # A resumed run reports the paused part's cost again: count it once.
+            self._resumed_cost = self.pending_state.usage.cost.total
+
+    async def record_permission_mode(self, mode: str) -> None:
+        """Record a permission-mode change (the CLI calls this when the mode changes)."""
+        if mode != self.permission_mode:
+            await self._append("permission_mode_change", {"mode": mode})
+            self.permission_mode = mode
+
+    async def record_run_state(self, state: RunState) -> None:
+        """Record the state of a run paused for approval (done for you when an attached
+        agent's run pauses); :attr:`pending_state` returns it until the run resumes."""
+        await self._append("run_state", {"state": state.to_dict()})
+        self.pending_state = state
+
+    async def _record_checkpoint(self, payload: dict[str, Any]) -> None:
+        entry = await self._append("checkpoint", payload)
+        self._checkpoints.append((self._position[entry.id], entry.id, payload))
+
+    async def _append(self, type: str, payload: dict[str, Any]) -> Entry:
+        entry = new_entry(type, payload, parent_id=self._last_id)
+        await self._writer.append(entry)
+        self._position[entry.id] = len(self._position)
+        self._last_id = entry.id
+        return entry
+
+    # -- rewind -------------------------------------------------------------------------------
+    async def rewind(self, to_message_id: str, *, files: bool = True, conversation: bool = True) -> RewindReport:
+        """Go back to just after the message ``to_message_id``.
+
+        ``files``: restore the files the agent's tools changed since then (a file changed
+        outside the agent since its checkpoint is left as it is and reported in
+        ``conflicts``). ``conversation``: drop the later messages from the transcript
+        (the agent's too, when attached; not while it runs).
+        """
+        if to_message_id not in self.message_ids:
+            raise ValueError(f"Message {to_message_id!r} is not in the transcript of session {self.id}")
+        agent = self._agent
+        if agent is not None and agent.is_running:
+            raise RuntimeError("Cannot rewind while the agent is running; abort() or wait_for_idle() first")
+        await self.sync()
+        report = RewindReport(restored=[], deleted=[], conflicts=[])
+        undone: list[str] = []
+        if files:
+            since = self._position[to_message_id]
+            later = [(eid, p) for pos, eid, p in self._checkpoints if pos > since and eid not in self._undone]
+            if later and self.cwd:
+                report = await restore_files(Path(self.cwd), [p for _, p in later], self._writer)
+            undone = [eid for eid, _ in later]
+            self._undone.update(undone)
+        keep = self.message_ids
+        if conversation:
+            keep = self.message_ids[: self.message_ids.index(to_message_id) + 1]
+        await self._append("rewind", {"to": to_message_id, "message_ids": keep, "undone_checkpoints": undone})
+        if conversation:
+            self.messages = self.messages[: len(keep)]
+            self.message_ids = list(keep)
+            self.pending_state = None
+            if agent is not None:
+                agent.messages = list(self.messages)
+        return report
+
+    # -- closing ------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Persist anything not yet synced and release the session's write lock."""
+        try:
+            await self.sync()
+        finally:
+            await self._writer.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, messages={len(self.messages)})"
+
+    # -- replay -------------------------------------------------------------------------------
+    def _replay(self, entries: list[Entry]) -> None:
+        by_id = self._by_id
+        for pos, e in enumerate(entries):
+            self._position[e.id] = pos
+            self._last_id = e.id
+            kind = e.type
+            p = e.payload
+            if kind == "message":
+                m = message_from_dict(p["message"])
+                by_id[e.id] = m
+                if not p.get("detached"):
+                    self.messages.append(m)
+                    self.message_ids.append(e.id)
+                    self.pending_state = None
+            elif kind == "compaction" or kind == "rewind":
+                ids = [i for i in p.get("message_ids", []) if i in by_id]
+                self.messages = [by_id[i] for i in ids]
+                self.message_ids = ids
+                if kind == "rewind":
+                    self._undone.update(p.get("undone_checkpoints", []))
+                    self.pending_state = None
+            elif kind == "session":
+                self.cwd = str(p.get("cwd", ""))
+            elif kind == "model_change":
+                self.model = p.get("model")
+            elif kind == "thinking_change":
+                self.thinking = p.get("level")
+            elif kind == "permission_mode_change":
+                self.permission_mode = p.get("mode")
+            elif kind == "checkpoint":
+                self._checkpoints.append((pos, e.id, p))
+            elif kind == "run_state":
+                try:
+                    self.pending_state = RunState.from_dict(p["state"])
+                except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:
+                    log.warning("Session %s: skipping an unreadable run state (%s)", self.id, exc)
+
