@@ -29,7 +29,7 @@ from ..permissions import Approval, PermissionRequest
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent
 from ._render import compaction_note
-from ._sessions import SessionOptions, open_session
+from ._sessions import SessionOptions, open_session, use_recorded_model
 from ._wire import (
     EXIT_BROKEN_PIPE,
     BrokenPipeGuard,
@@ -332,6 +332,7 @@ async def _run_in_session(
     session: Any,
 ) -> int:
     decisions = _decisions(options, session, settings)
+    use_recorded_model(settings, session)
     paused = session.pending_state if session is not None else None
     if paused is not None and not decisions:
         calls = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in paused.awaiting)
@@ -355,6 +356,8 @@ async def _run_in_session(
         no_approver="pause" if session is not None else "deny",
     )
     session_id = session.id if session is not None else None
+    if session is not None:
+        await session.record_permission_mode(built.permissions.mode)
     agent = built.agent
     model = agent.model
     model_name = f"{model.provider}:{model.id}"
@@ -396,8 +399,6 @@ async def _run_in_session(
         else:
             assert task is not None
             result = await built.prompt(task)
-        if result.end_reason == "approval_required" and session is not None and result.state is not None:
-            await session.record_run_state(result.state)
     finally:
         run_over()
         await built.session_end("other")

@@ -410,11 +410,10 @@ class Session:
             if not session.message_ids:
                 r.note("nothing to fork yet: the conversation is empty", "yellow")
                 return
-            from ..sessions import Session as SavedSession
-
-            info = await store().fork(session.id, session.message_ids[-1])
-            await self._switch(await SavedSession.open(store(), info.id))
-            r.note(f"forked session {session.id} as {info.id}; you are now in the fork", "")
+            await session.sync()
+            fork = await session.fork()
+            await self._switch(fork)
+            r.note(f"forked session {session.id} as {fork.id}; you are now in the fork", "")
             return
         await self._rewind(arg)
 
@@ -441,7 +440,14 @@ class Session:
             r.note(f"/rewind {arg}: expected a prompt number from 1 to {len(prompts)} (/rewind lists them)", "red")
             return
         index, text = prompts[int(arg) - 1]
-        report = await self.session.rewind(self.session.message_ids[index], files=True, conversation=True)
+        session = self.session
+        await session.sync()
+        # back to just after the message before prompt N; before the first prompt: back to
+        # just after it (its files restored), then the empty conversation
+        report = await session.rewind(session.message_ids[max(index - 1, 0)], files=True, conversation=True)
+        if index == 0:
+            self.agent.messages = []
+            await session.sync()
         r.note(f"rewound to before prompt {arg}: {' '.join(text.split())[:80]}", "")
         if report.restored or report.deleted:
             r.note(f"files restored: {', '.join([*report.restored, *report.deleted])}", "")
@@ -538,6 +544,8 @@ class Session:
             if self.built.hooks is not None:
                 renderer = self.renderer
                 self.built.hooks.on_notice = lambda notice: renderer.note(notice.text, "yellow")
+            if self.session is not None:
+                await self.session.record_permission_mode(self.permissions.mode)
             await self.built.session_start("resume" if self.agent.messages else "startup")
             try:
                 while self.exit_code is None:
@@ -630,7 +638,7 @@ async def run_interactive(
 ) -> int:
     """Run the interactive session (saved as a session unless ``sessions.enabled`` is
     false); returns the exit code."""
-    from ._sessions import SessionOptions, open_session
+    from ._sessions import SessionOptions, open_session, use_recorded_model
 
     options = sessions if sessions is not None else SessionOptions()
     if options.resume == "":
@@ -639,6 +647,7 @@ async def run_interactive(
         except (EOFError, KeyboardInterrupt):
             return 130
     saved = await open_session(options, root)
+    use_recorded_model(settings, saved)
     ui: Session | None = None
     try:
         ui = Session(settings, root, tool_choice=tool_choice, session=saved)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._args import OneLineParser
-from ._config import ConfigError
+from ._config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from ..sessions import Session, SessionInfo, SessionStore
@@ -117,6 +117,22 @@ async def open_session(options: SessionOptions, root: Path, sessions: SessionSto
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
         sys.stderr.write(f"ketch: warning: this run is not saved as a session: {detail}\n")
         return None
+
+
+def use_recorded_model(settings: Settings, session: Session | None) -> None:
+    """A resumed session keeps the model it was last run with, unless ``--model`` (or
+    the test script variable) names one."""
+    import os
+
+    from ._scripted import SCRIPT_ENV
+
+    recorded = session.model if session is not None else None
+    if not recorded or recorded.startswith("scripted:") or os.environ.get(SCRIPT_ENV):
+        return
+    if settings.sources.get("model", "").startswith("flag"):
+        return
+    settings.model = recorded
+    settings.sources["model"] = f"session {session.id if session is not None else ''}"
 
 
 # -- ketch sessions -----------------------------------------------------------------------
@@ -217,7 +233,7 @@ async def _show(args: Any) -> int:
 
 
 async def _export(args: Any) -> int:
-    from ..sessions._export import export_json, export_markdown
+    from ..sessions import export_json, export_markdown
 
     sessions = store()
     session_id = await resolve_id(sessions, args.id)

@@ -25,6 +25,7 @@ content-addressed blobs::
 
 from ._checkpoints import BlobSink, FileCheckpoints, RewindReport, TouchesFiles, restore_files
 from ._entries import Entry, SessionInfo, SessionLockedError, SessionNotFoundError, SessionPage, new_entry
+from ._export import export_json, export_markdown
 from ._jsonl import JsonlStore
 from ._session import Session
 from ._sqlite import SqliteStore
@@ -47,6 +48,8 @@ __all__ = [
     "TouchesFiles",
     "default_sessions_dir",
     "default_store",
+    "export_json",
+    "export_markdown",
     "new_entry",
     "restore_files",
 ]
