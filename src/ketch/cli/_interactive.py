@@ -612,7 +612,7 @@ async def _pick(options: SessionOptions, root: Path) -> SessionOptions:
     to resume (Enter: a new session)."""
     from prompt_toolkit import PromptSession
 
-    from ._sessions import _all_sessions, list_lines, store
+    from ._sessions import SessionOptions, _all_sessions, list_lines, store
 
     infos = await _all_sessions(store(), str(root))
     if not infos:

@@ -1,0 +1,174 @@
+"""Sessions in the interactive ``ketch``: the ``--resume`` picker, ``/sessions``,
+``/export``, ``/fork``, ``/rewind`` and ``/clear``, in a pseudo-terminal on scripted models."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clihelp import Env, Terminal, call_reply, text_reply
+
+
+@pytest.fixture(autouse=True)
+def _store(env: Env, tmp_path: Path) -> None:
+    env.vars["KETCH_HOME"] = str(tmp_path / "ketch-home")
+
+
+def _headless(env: Env, reply: str, task: str) -> str:
+    script = env.script([text_reply(reply)], name=f"{reply}.json")
+    proc = env.run("run", "-o", "json", "--model", f"scripted:{script}", task)
+    assert proc.returncode == 0, proc.stderr
+    session_id: str = json.loads(proc.stdout)["session_id"]
+    return session_id
+
+
+def _start(env: Env, terminals: list[Terminal], replies: list[Any], *args: str) -> Terminal:
+    script = env.script(replies, name="interactive.json")
+    term = Terminal(env, "--model", f"scripted:{script}", *args)
+    terminals.append(term)
+    return term
+
+
+def _ready(term: Terminal, resumed: str | None = None) -> None:
+    term.expect("/help for commands")
+    if resumed is not None:
+        term.expect(re.escape(resumed))
+    term.expect("›")
+
+
+def _show(env: Env, session_id: str) -> dict[str, Any]:
+    proc = env.run("sessions", "show", session_id, "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def _texts(data: dict[str, Any]) -> list[str]:
+    return ["".join(b.get("text", "") for b in m.get("content", []) if b.get("type") == "text") for m in data["messages"]]
+
+
+def test_resume_picker_lists_the_directory_and_resumes_the_choice(env: Env, terminals: list[Terminal]) -> None:
+    older = _headless(env, "one", "first task")
+    newer = _headless(env, "two", "second task")
+    term = _start(env, terminals, [text_reply("three")], "--resume")
+    term.expect(re.escape(f"1.   {newer}"))
+    term.expect("second task")
+    term.expect(re.escape(f"2.   {older}"))
+    term.expect("first task")
+    term.expect(r"Resume which session\? \[1-2, Enter: new\] ›")
+    term.sendline("7")
+    term.expect("'7' is not a number from 1 to 2")
+    term.expect("Resume which session")
+    term.sendline("2")
+    _ready(term, f"resumed session {older} (2 messages)")
+    term.sendline("and more")
+    term.expect("three")
+    term.expect(r"· 1 turn ·")
+    term.sendline("/sessions")
+    term.expect(re.escape(f"* {older}"))
+    term.sendline("/export out.md")
+    term.expect(re.escape(f"exported the session to {env.work / 'out.md'}"))
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert _texts(_show(env, older)) == ["first task", "one", "and more", "three"]
+    exported = (env.work / "out.md").read_text()
+    assert exported.startswith(f"# first task\n\n- Session: `{older}`\n")
+    assert exported.endswith("## User\n\nand more\n\n## Assistant\n\nthree\n")
+
+
+def test_resume_with_an_id_and_continue(env: Env, terminals: list[Terminal]) -> None:
+    first = _headless(env, "one", "first task")
+    term = _start(env, terminals, [text_reply("two")], "--resume", first[:8])
+    _ready(term, f"resumed session {first} (2 messages)")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    term = _start(env, terminals, [text_reply("two")], "--continue")
+    _ready(term, f"resumed session {first} (2 messages)")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_rewind_restores_files_and_conversation(env: Env, terminals: list[Terminal]) -> None:
+    replies = [
+        call_reply(("c1", "write", {"path": "a.txt", "content": "v1\n"})),
+        text_reply("wrote v1"),
+        call_reply(("c2", "write", {"path": "a.txt", "content": "v2\n"})),
+        text_reply("wrote v2"),
+    ]
+    term = _start(env, terminals, replies, "--permission-mode", "accept_edits")
+    _ready(term)
+    term.sendline("make v1")
+    term.expect("wrote v1")
+    term.expect(r"· 2 turns ·")
+    term.sendline("make v2")
+    term.expect("wrote v2")
+    term.expect(r"· 2 turns ·")
+    assert (env.work / "a.txt").read_text() == "v2\n"
+    term.sendline("/rewind")
+    term.expect(r"  1\. make v1")
+    term.expect(r"  2\. make v2")
+    term.sendline("/rewind 3")
+    term.expect(r"/rewind 3: expected a prompt number from 1 to 2 \(/rewind lists them\)")
+    term.sendline("/rewind 2")
+    term.expect("rewound to before prompt 2: make v2")
+    term.expect("files restored: a.txt")
+    assert (env.work / "a.txt").read_text() == "v1\n"
+    term.sendline("/rewind")
+    term.expect(r"  1\. make v1")
+    term.sendline("/rewind 1")
+    term.expect("rewound to before prompt 1: make v1")
+    term.expect("files restored: a.txt")
+    assert not (env.work / "a.txt").exists()
+    term.sendline("/rewind")
+    term.expect("nothing to rewind: no prompt yet")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    (info,) = json.loads(env.run("sessions", "list", "-o", "json").stdout)
+    assert _show(env, info["id"])["messages"] == []
+
+
+def test_fork_continues_in_a_copy_and_clear_starts_a_new_session(env: Env, terminals: list[Terminal]) -> None:
+    replies = [text_reply("one"), text_reply("two"), text_reply("three")]
+    term = _start(env, terminals, replies)
+    _ready(term)
+    term.sendline("/fork")
+    term.expect("nothing to fork yet: the conversation is empty")
+    term.sendline("first")
+    term.expect("one")
+    term.expect(r"· 1 turn ·")
+    term.sendline("/fork")
+    term.expect(r"forked session ([0-9a-f]{32}) as ([0-9a-f]{32}); you are now in the fork")
+    found = re.search(r"forked session ([0-9a-f]{32}) as ([0-9a-f]{32})", term.seen)
+    assert found is not None
+    original, fork = found.groups()
+    term.sendline("in the fork")
+    term.expect("two")
+    term.expect(r"· 1 turn ·")
+    term.sendline("/clear")
+    term.expect("conversation cleared")
+    term.sendline("fresh")
+    term.expect("three")
+    term.expect(r"· 1 turn ·")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert _texts(_show(env, original)) == ["first", "one"]
+    assert _texts(_show(env, fork)) == ["first", "one", "in the fork", "two"]
+    listing = json.loads(env.run("sessions", "list", "-o", "json").stdout)
+    assert len(listing) == 3
+    by_id = {i["id"]: i for i in listing}
+    assert by_id[fork]["forked_from"][0] == original
+    (fresh,) = [i for i in listing if i["id"] not in (original, fork)]
+    assert _texts(_show(env, fresh["id"])) == ["fresh", "three"]
+
+
+def test_no_session_in_the_interactive_session(env: Env, terminals: list[Terminal]) -> None:
+    term = _start(env, terminals, [text_reply("one")], "--no-session")
+    _ready(term)
+    term.sendline("/sessions")
+    term.expect(r"this session is not saved \(--no-session\)")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert not (env.home.parent / "ketch-home").exists()
