@@ -371,3 +371,35 @@ def test_no_session_keeps_denying_without_a_terminal(env: Env, store_dir: Path) 
     result = _run_json(env, [WRITE_CALL, text_reply("Could not.")], "--no-session", "create a.txt")
     assert (result["end_reason"], result["session_id"], result["text"]) == ("stop", None, "Could not.")
     assert [d["tool_call_id"] for d in result["permission_denials"]] == ["c1"]
+
+
+def test_a_task_given_with_the_decisions_follows_the_resumed_run(env: Env, store_dir: Path) -> None:
+    session_id = _paused(env)
+    replies = [text_reply("Created it."), text_reply("It says hello.")]
+    result = _run_json(env, replies, "--resume", session_id, "--approve", "c1", "what does it say?")
+    assert (result["end_reason"], result["text"]) == ("stop", "It says hello.")
+    assert _texts(_messages(env, session_id)) == [
+        ("user", "create a.txt"),
+        ("assistant", ""),
+        ("tool_result", "Created a.txt (6 bytes, 1 line)."),
+        ("assistant", "Created it."),
+        ("user", "what does it say?"),
+        ("assistant", "It says hello."),
+    ]
+
+
+def test_resuming_with_another_configuration_is_refused(env: Env, store_dir: Path) -> None:
+    session_id = _paused(env)
+    script = env.script([text_reply("x")])
+    proc = env.run(
+        "run", "--model", f"scripted:{script}", "--system-prompt", "Be terse.", "--resume", session_id, "--approve", "c1"
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert re.fullmatch(
+        f"ketch: cannot continue session {session_id}: This RunState was paused with another model, system prompt "
+        r"or tools \(fingerprint [0-9a-f]{16}, now [0-9a-f]{16}\); resume it with the configuration it paused with\n",
+        proc.stderr,
+    ), proc.stderr
+    assert not (env.work / "a.txt").exists()
+    result = _run_json(env, [text_reply("Done.")], "--resume", session_id, "--approve", "c1")
+    assert (result["end_reason"], (env.work / "a.txt").read_text()) == ("stop", "hello\n")
