@@ -392,7 +392,17 @@ def test_resuming_with_another_configuration_is_refused(env: Env, store_dir: Pat
     session_id = _paused(env)
     script = env.script([text_reply("x")])
     proc = env.run(
-        "run", "--model", f"scripted:{script}", "--system-prompt", "Be terse.", "--resume", session_id, "--approve", "c1"
+        "run",
+        "-o",
+        "stream-json",
+        "--model",
+        f"scripted:{script}",
+        "--system-prompt",
+        "Be terse.",
+        "--resume",
+        session_id,
+        "--approve",
+        "c1",
     )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert re.fullmatch(
@@ -403,3 +413,28 @@ def test_resuming_with_another_configuration_is_refused(env: Env, store_dir: Pat
     assert not (env.work / "a.txt").exists()
     result = _run_json(env, [text_reply("Done.")], "--resume", session_id, "--approve", "c1")
     assert (result["end_reason"], (env.work / "a.txt").read_text()) == ("stop", "hello\n")
+
+
+def test_a_session_open_elsewhere_is_a_usage_error(env: Env, store_dir: Path) -> None:
+    import asyncio
+    import os
+
+    from ketch.sessions import JsonlStore
+
+    session_id = _run_json(env, [text_reply("one")], "first")["session_id"]
+
+    async def hold() -> Any:
+        return await JsonlStore(store_dir).open(session_id)
+
+    writer = asyncio.run(hold())
+    try:
+        script = env.script([text_reply("two")])
+        proc = env.run("run", "--model", f"scripted:{script}", "--resume", session_id, "second")
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            2,
+            "",
+            f"ketch: Session {session_id} is open in another process (pid {os.getpid()}); close it there or fork it\n",
+        )
+    finally:
+        asyncio.run(writer.close())
+    assert _texts(_messages(env, session_id)) == [("user", "first"), ("assistant", "one")]

@@ -356,9 +356,16 @@ async def _run_in_session(
         no_approver="pause" if session is not None else "deny",
     )
     session_id = session.id if session is not None else None
+    agent = built.agent
+    if paused is not None and decisions:
+        from ..loop._run import check_resume
+
+        try:  # before any output: a configuration other than the paused run's is a usage error
+            check_resume(paused, decisions, agent.model, agent.system_prompt, agent.tools)
+        except ValueError as exc:
+            raise ConfigError(f"cannot continue session {session.id}: {exc}") from None
     if session is not None:
         await session.record_permission_mode(built.permissions.mode)
-    agent = built.agent
     model = agent.model
     model_name = f"{model.provider}:{model.id}"
     guard = BrokenPipeGuard(sys.stdout.buffer, agent.abort)  # the reader went away: stop
@@ -388,14 +395,10 @@ async def _run_in_session(
         sys.stderr.write(f"ketch: warning: {built.sandbox_warning}\n")
     try:
         await built.session_start("resume" if options.resuming else "startup")
-        if decisions:
-            assert paused is not None
+        if paused is not None and decisions:
             if task is not None:
                 agent.follow_up(task)
-            try:
-                result = await agent.resume(paused, decisions=decisions)
-            except ValueError as exc:  # the configuration differs from the paused run's
-                raise ConfigError(f"cannot continue session {session.id}: {exc}") from None
+            result = await agent.resume(paused, decisions=decisions)
         else:
             assert task is not None
             result = await built.prompt(task)
