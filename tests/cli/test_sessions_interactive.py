@@ -172,3 +172,36 @@ def test_no_session_in_the_interactive_session(env: Env, terminals: list[Termina
     term.sendline("/exit")
     assert term.wait_exit() == 0
     assert not (env.home.parent / "ketch-home").exists()
+
+
+def test_a_paused_run_is_continued_after_the_question(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script([call_reply(("c1", "write", {"path": "a.txt", "content": "hello\n"}))], name="paused.json")
+    proc = env.run("run", "-o", "json", "--model", f"scripted:{script}", "create a.txt")
+    assert proc.returncode == 5, proc.stderr
+    session_id = json.loads(proc.stdout)["session_id"]
+    term = _start(env, terminals, [text_reply("Created it.")], "--resume", session_id)
+    _ready(term, f"resumed session {session_id} (2 messages)")
+    term.expect(r"⚠ the paused run waits for approval: → write a\.txt")
+    term.expect(r"Allow\? \[y\] once")
+    term.sendline("y")
+    term.expect(r"Created a\.txt \(6 bytes, 1 line\)\.")
+    term.expect("Created it.")
+    term.expect(r"· 2 turns ·")  # the paused run's turn and this one
+    assert (env.work / "a.txt").read_text() == "hello\n"
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert _texts(_show(env, session_id)) == ["create a.txt", "", "Created a.txt (6 bytes, 1 line).", "Created it."]
+
+
+def test_approve_on_a_terminal_does_not_ask_again(env: Env, terminals: list[Terminal]) -> None:
+    script = env.script([call_reply(("c1", "write", {"path": "a.txt", "content": "hello\n"}))], name="paused.json")
+    proc = env.run("run", "-o", "json", "--model", f"scripted:{script}", "create a.txt")
+    assert proc.returncode == 5, proc.stderr
+    session_id = json.loads(proc.stdout)["session_id"]
+    replies = env.script([text_reply("Created it.")], name="rest.json")
+    term = Terminal(env, "run", "--model", f"scripted:{replies}", "--resume", session_id, "--approve", "c1")
+    terminals.append(term)
+    term.expect("Created it.")
+    assert term.wait_exit() == 0
+    assert "wants to run" not in term.seen
+    assert (env.work / "a.txt").read_text() == "hello\n"

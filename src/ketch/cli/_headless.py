@@ -29,7 +29,7 @@ from ..permissions import Approval, PermissionRequest
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent
 from ._render import compaction_note
-from ._sessions import SessionOptions, open_session, use_recorded_model
+from ._sessions import SessionOptions, open_session, pre_approve, use_recorded_model
 from ._wire import (
     EXIT_BROKEN_PIPE,
     BrokenPipeGuard,
@@ -396,6 +396,7 @@ async def _run_in_session(
     try:
         await built.session_start("resume" if options.resuming else "startup")
         if paused is not None and decisions:
+            pre_approve(built.permissions, paused, decisions)
             if task is not None:
                 agent.follow_up(task)
             result = await agent.resume(paused, decisions=decisions)

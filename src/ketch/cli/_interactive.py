@@ -268,6 +268,35 @@ class Session:
             r.status.set(None)
             self._invalidate()
 
+    async def _resume_paused(self) -> None:
+        """The session's last run paused for approval (``ketch run`` without a terminal):
+        ask about each waiting call, then continue that run."""
+        from .. import approve, deny
+        from ._headless import _tool_call_line
+        from ._sessions import pre_approve
+
+        r = self.renderer
+        assert r is not None and self.session is not None
+        state = self.session.pending_state
+        if state is None:
+            return
+        decisions: dict[str, Any] = {}
+        try:
+            for call in state.awaiting:
+                r.note(f"⚠ the paused run waits for approval: {_tool_call_line(call.tool_name, call.args)}", "bold yellow")
+                answer = parse_answer(await self._question(PERMISSION_PROMPT))
+                decisions[call.tool_call_id] = deny(answer.reason) if answer.decision == "deny" else approve()
+            pre_approve(self.permissions, state, decisions)
+            self.built.arm()
+            await self.agent.resume(state, decisions=decisions)
+        except ValueError as exc:  # another model, system prompt or tools than the paused run's
+            r.note(f"cannot continue the paused run: {exc}", "red")
+        except Exception as exc:  # guards the session itself
+            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+        finally:
+            r.status.set(None)
+            self._invalidate()
+
     async def _compact(self, instructions: str | None) -> None:
         r = self.renderer
         assert r is not None
@@ -547,6 +576,8 @@ class Session:
             if self.session is not None:
                 await self.session.record_permission_mode(self.permissions.mode)
             await self.built.session_start("resume" if self.agent.messages else "startup")
+            if self.session is not None and self.session.pending_state is not None:
+                self.task = asyncio.create_task(self._resume_paused())
             try:
                 while self.exit_code is None:
                     try:

@@ -25,6 +25,10 @@ from ._args import OneLineParser
 from ._config import ConfigError, Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .. import RunState
+    from ..permissions import PermissionEngine
     from ..sessions import Session, SessionInfo, SessionStore
 
 EXIT_USAGE = 2
@@ -133,6 +137,29 @@ def use_recorded_model(settings: Settings, session: Session | None) -> None:
         return
     settings.model = recorded
     settings.sources["model"] = f"session {session.id if session is not None else ''}"
+
+
+def pre_approve(engine: PermissionEngine, state: RunState, decisions: Mapping[str, Any]) -> None:
+    """The calls of a paused run the user approved (``decisions``) run without being asked
+    again when ``engine`` has an approver (on a terminal): each is allowed once."""
+    from ..loop import Approve
+    from ..permissions import Approval, PermissionRequest, args_digest
+
+    approver = engine.approver
+    approved = {
+        (p.tool_name, args_digest(p.args)) for p in state.awaiting if isinstance(decisions.get(p.tool_call_id), Approve)
+    }
+    if approver is None or not approved:
+        return
+
+    async def ask(request: PermissionRequest) -> Approval:
+        key = (request.tool_name, args_digest(request.args))
+        if key in approved:
+            approved.discard(key)
+            return Approval.once()
+        return await approver(request)
+
+    engine.approver = ask
 
 
 # -- ketch sessions -----------------------------------------------------------------------
