@@ -29,6 +29,7 @@ from ._messages import (
 from ._model import (
     DEFAULT_CONTEXT_WINDOW,
     Model,
+    PreparesMessages,
     Request,
     SettableContextWindow,
     StreamOptions,
@@ -103,6 +104,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelInfo",
+    "PreparesMessages",
     "Request",
     "Retry",
     "SettableContextWindow",

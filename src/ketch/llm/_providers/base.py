@@ -123,7 +123,8 @@ class HTTPOptions(TypedDict, total=False):
 
 
 class HTTPModel:
-    """A model reached over HTTP. Subclasses implement the wire protocol.
+    """A model reached over HTTP. Subclasses implement the wire protocol (and prepare
+    the request's messages for it: :class:`~ketch.llm.PreparesMessages`).
 
     ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
     variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
@@ -148,6 +149,7 @@ class HTTPModel:
     api: str = ""
     default_base_url: str = ""
     default_env_keys: tuple[str, ...] = ()
+    prepares_messages: bool = True
 
     def __init__(
         self,

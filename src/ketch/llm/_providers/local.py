@@ -668,6 +668,8 @@ class LocalModel:
     """
 
     api = "local"
+    prepares_messages = True
+    """Requests are prepared with :func:`~ketch.llm.prepare_messages` (see :class:`~ketch.llm.PreparesMessages`)."""
 
     def __init__(
         self,
