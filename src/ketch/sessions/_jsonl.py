@@ -519,8 +519,6 @@ class _JsonlWriter:
         line = encode_entry(entry) + b"\n"
         try:
             _write_all(fd, line)
-            if self._fsync:
-                await asyncio.to_thread(os.fsync, fd)
         except BaseException:
             # Never leave a partial line that later appends would follow.
             try:
@@ -528,10 +526,14 @@ class _JsonlWriter:
             except OSError:
                 pass
             raise
+        # Recorded before any await, so that writer.entries is in file order even when
+        # appends run concurrently.
         self._size += len(line)
         self.entries.append(entry)
         if self._summary.add(entry):
             self._write_sidecar()
+        if self._fsync:
+            await asyncio.to_thread(os.fsync, fd)
 
     async def put_blob(self, data: bytes) -> str:
         """Store ``data`` once under its sha256 hex digest."""
