@@ -134,7 +134,7 @@ def _message_title(message: Any) -> str:
         )
     else:
         return ""
-    return " ".join(text.split())[:_TITLE_CHARS]
+    return _SURROGATE.sub("\ufffd", " ".join(text.split())[:_TITLE_CHARS])
 
 
 class Summary:
@@ -241,3 +241,9 @@ def index_of(entries: list[Entry], entry_id: str, session_id: str) -> int:
         if entry.id == entry_id:
             return index
     raise ValueError(f"Entry {entry_id!r} is not in session {session_id}")
+
+
+def normal_cwd(cwd: str) -> str:
+    """The absolute form of ``cwd`` that stores keep and match (lone surrogates, as
+    ``os`` makes from undecodable bytes, become U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", os.path.abspath(cwd))

@@ -43,6 +43,7 @@ from ._entries import (
     encode_cursor,
     encode_entry,
     index_of,
+    normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
@@ -93,8 +94,8 @@ def _parse(data: bytes, where: str) -> tuple[list[Entry], int]:
         if line.strip():
             try:
                 entries.append(_entry_decoder.decode(line))
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.warning("%s: skipped an unreadable line at offset %d: %s", where, offset, exc)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                log.warning("%s: skipped an unreadable line (%d bytes at offset %d)", where, len(line), offset)
         offset += len(line) + 1
     return entries, end
 
@@ -237,7 +238,7 @@ class JsonlStore:
     # ---- implementations ----
 
     def _create(self, *, cwd: str) -> _JsonlWriter:
-        cwd = os.path.abspath(cwd)
+        cwd = normal_cwd(cwd)
         session_id = uuid.uuid4().hex
         paths = _Paths(self._project_dir(cwd), session_id)
         self._mkdir(paths.dir)
@@ -399,7 +400,7 @@ class JsonlStore:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
         if cwd is not None:
-            cwd = os.path.abspath(cwd)
+            cwd = normal_cwd(cwd)
             dirs = [self._project_dir(cwd)]
         else:
             try:

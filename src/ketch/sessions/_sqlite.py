@@ -38,6 +38,7 @@ from ._entries import (
     encode_cursor,
     encode_entry,
     index_of,
+    normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
@@ -178,7 +179,7 @@ class SqliteStore:
 
     async def create(self, *, cwd: str) -> _SqliteWriter:
         """Start a session for ``cwd``; returns its writer (holding the lock)."""
-        cwd = _abspath(cwd)
+        cwd = normal_cwd(cwd)
         conn = self._db()
         session_id = uuid.uuid4().hex
         lock = self._lock(session_id)
@@ -305,7 +306,7 @@ class SqliteStore:
         args: builtins.list[Any] = []
         if cwd is not None:
             where.append("cwd = ?")
-            args.append(_abspath(cwd))
+            args.append(normal_cwd(cwd))
         if cursor is not None:
             updated, after = decode_cursor(cursor)
             where.append("(updated < ? OR (updated = ? AND id < ?))")
@@ -317,10 +318,6 @@ class SqliteStore:
         rows = self._db().execute(sql, (*args, limit + 1)).fetchall()
         page = [_info_of(row) for row in rows[:limit]]
         return SessionPage(sessions=page, next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None)
-
-
-def _abspath(path: str) -> str:
-    return os.path.abspath(path)
 
 
 def _row(session_id: str, summary: Summary) -> tuple[Any, ...]:
