@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -222,3 +223,11 @@ def test_the_default_directory_follows_the_environment(monkeypatch: pytest.Monke
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_sessions_dir() == tmp_path / "home" / ".local" / "share" / "ketch" / "sessions"
     assert not (tmp_path / "home").exists()  # nothing is created before a session is
+
+
+async def test_close_while_an_fsync_is_under_way_keeps_the_append(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path, fsync="always")
+    writer = await store.create(cwd="/p")
+    entry = new_entry("model_change", {"model": "m"}, parent_id=writer.entries[-1].id)
+    await asyncio.gather(writer.append(entry), writer.close())
+    assert (await store.load(writer.id))[1:] == [entry]

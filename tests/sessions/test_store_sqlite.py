@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -49,21 +50,31 @@ async def test_a_blob_is_stored_once_per_database_and_freed_with_its_last_sessio
     store.close()
 
 
-async def test_a_closed_connection_reopens_for_reads_but_its_writers_are_done(tmp_path: Path) -> None:
+async def test_closing_the_store_closes_its_connections_and_they_reopen_on_use(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     writer = await store.create(cwd="/p")
     store.close()
     assert len(await store.load(writer.id)) == 1
-    with pytest.raises(RuntimeError) as caught:
-        await writer.append(new_entry("model_change", {"model": "m"}, parent_id=writer.entries[-1].id))
-    assert str(caught.value) == f"Session {writer.id}: the store's connection was closed; open the session again"
-    with pytest.raises(SessionLockedError):  # the writer still holds the lock until closed
+    await writer.append(new_entry("model_change", {"model": "m"}, parent_id=writer.entries[-1].id))
+    store.close()
+    with pytest.raises(SessionLockedError):  # the writer holds the lock until it is closed
         await store.open(writer.id)
     await writer.close()
-    again = await store.open(writer.id)
-    await again.append(new_entry("model_change", {"model": "m"}, parent_id=again.entries[-1].id))
-    await again.close()
+    with pytest.raises(RuntimeError) as caught:
+        await writer.append(new_entry("model_change", {"model": "m"}, parent_id=writer.entries[-1].id))
+    assert str(caught.value) == f"Session {writer.id}: the writer is closed; open the session again to append"
     assert len(await store.load(writer.id)) == 2
+    store.close()
+
+
+async def test_fsync_always_appends_in_call_order_from_a_worker_thread(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", fsync="always")
+    writer = await store.create(cwd="/p")
+    batch = [new_entry("model_change", {"model": f"m{i}"}, parent_id=None) for i in range(20)]
+    await asyncio.gather(*(writer.append(e) for e in batch))
+    assert writer.entries[1:] == batch
+    assert await store.load(writer.id) == writer.entries
+    await writer.close()
     store.close()
 
 
@@ -83,3 +94,14 @@ def test_an_invalid_fsync_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         SqliteStore(tmp_path / "s.db", fsync="often")  # type: ignore[arg-type]
     assert str(caught.value) == "Invalid fsync policy 'often': use 'never' or 'always'"
+
+
+async def test_close_waits_for_the_appends_under_way(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", fsync="always")
+    writer = await store.create(cwd="/p")
+    entries = [new_entry("model_change", {"model": f"m{i}"}, parent_id=None) for i in range(3)]
+    await asyncio.gather(*(writer.append(e) for e in entries), writer.close())
+    again = await store.open(writer.id)
+    assert again.entries[1:] == entries
+    await again.close()
+    store.close()

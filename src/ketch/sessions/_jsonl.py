@@ -123,6 +123,13 @@ def _write_file(path: Path, data: bytes, *, fsync: bool) -> None:
         raise
 
 
+def _fsync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -534,7 +541,8 @@ class _JsonlWriter:
         if self._summary.add(entry):
             self._write_sidecar()
         if self._fsync:
-            await asyncio.to_thread(os.fsync, fd)
+            # On a duplicate that the thread closes: close() may close fd meanwhile.
+            await asyncio.to_thread(_fsync_and_close, os.dup(fd))
 
     async def put_blob(self, data: bytes) -> str:
         """Store ``data`` once under its sha256 hex digest."""
@@ -543,7 +551,10 @@ class _JsonlWriter:
         path = self._paths.blobs / digest
         if not path.exists():
             self._store._mkdir(self._paths.blobs)
-            _write_file(path, bytes(data), fsync=self._fsync)
+            if self._fsync or len(data) > 1 << 16:
+                await asyncio.to_thread(_write_file, path, bytes(data), fsync=self._fsync)
+            else:
+                _write_file(path, bytes(data), fsync=False)
         return digest
 
     async def get_blob(self, digest: str) -> bytes:
