@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ketch import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, message_to_dict
 from ketch.sessions import Entry, JsonlStore, SessionStore, SqliteStore
 
@@ -156,7 +158,8 @@ async def main() -> None:
         ("JSONL", lambda d: JsonlStore(d / "sessions", fsync="always")),
         ("SQLite (WAL)", lambda d: SqliteStore(d / "sessions.db", fsync="always")),
     ]
-    print(f"{MESSAGES:,} message entries (~{len(entries[0].payload['message']['content'][0]['text'])}-3,000 bytes each)")
+    average = sum(len(msgspec.json.encode(e)) for e in entries) // len(entries)
+    print(f"{MESSAGES:,} message entries (user, assistant with a tool call, tool result; {average:,} bytes each on average)")
     print(f"median of {RUNS} runs; peak = tracemalloc peak during one run\n")
     print("| store | append 10,000 | peak memory (append) | load 10,000 | peak memory (load) | on disk |")
     print("|---|---|---|---|---|---|")
