@@ -143,6 +143,25 @@ def test_kill_9_while_appending_loses_at_most_the_entry_being_written(
             assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_writer_killed_with_its_session_open_leaves_it_unlocked(
+    kind: str, tmp_path: Path, zygote: subprocess.Popen[str]
+) -> None:
+    [session] = _create_sessions(kind, tmp_path, 1)
+    answer = _kill_job(zygote, {"kind": kind, "root": str(tmp_path), "session": session, "kill_after": 3})
+    assert (answer["ready"], answer["errors"]) == (0, [])
+
+    async def reopen() -> int:
+        store = _store(kind, tmp_path)
+        writer = await store.open(session)  # no SessionLockedError: the lock died with its holder
+        count = len(writer.entries) - 1
+        await writer.close()
+        _close(store)
+        return count
+
+    assert asyncio.run(reopen()) in (len(answer["reported"]), len(answer["reported"]) + 1)
+
+
 async def _hold(kind: str, root: Path, session: str) -> str:
     """What a second process says when it opens the session."""
     proc = await asyncio.create_subprocess_exec(

@@ -45,7 +45,8 @@ def new_entry(type: str, payload: dict[str, Any], *, parent_id: str | None) -> E
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a store tells about a session without loading it.
 
-    ``title`` is the text of the first user message (one line, at most 80 characters),
+    ``title`` is the text of the first user message (its text parts joined, runs of
+    whitespace made one space, stripped, at most 80 characters),
     ``message_count`` the number of ``message`` entries that are not detached, ``cost``
     the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
     ``updated`` the time of the newest entry, and ``forked_from`` the (session id, entry
