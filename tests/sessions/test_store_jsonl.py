@@ -17,6 +17,7 @@ from ketch.sessions import (
     Entry,
     JsonlStore,
     SessionLockedError,
+    SessionNotFoundError,
     SessionWriter,
     default_sessions_dir,
     default_store,
@@ -231,3 +232,15 @@ async def test_close_while_an_fsync_is_under_way_keeps_the_append(tmp_path: Path
     entry = new_entry("model_change", {"model": "m"}, parent_id=writer.entries[-1].id)
     await asyncio.gather(writer.append(entry), writer.close())
     assert (await store.load(writer.id))[1:] == [entry]
+
+
+async def test_a_log_without_its_session_entry_yet_is_not_listed(tmp_path: Path) -> None:
+    # As while another process creates it, or after a crash cut its first line short.
+    store = JsonlStore(tmp_path)
+    writer = await store.create(cwd="/p")
+    await writer.close()
+    half = _log_of(tmp_path, writer.id).with_name("0123abcd.jsonl")
+    half.write_bytes(b'{"id":"x","par')
+    assert [i.id for i in (await store.list()).sessions] == [writer.id]
+    with pytest.raises(SessionNotFoundError):
+        await store.info("0123abcd")

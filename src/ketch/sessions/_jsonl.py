@@ -474,6 +474,8 @@ class JsonlStore:
                 summary.add(_entry_decoder.decode(line))
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
+        if not summary.cwd:
+            return None  # no `session` entry yet: being created (or its creation was cut short)
         return summary.info(session_id)
 
 
