@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ketch.sessions import JsonlStore, SessionStore, SqliteStore
-from ketch.sessions.conformance import CHECKS, Check, check_store
+from ketch.sessions.conformance import CHECKS, Check, StoreFactory, check_store
 
 
-def _factories(tmp_path: Path) -> dict[str, object]:
+def _factories(tmp_path: Path) -> dict[str, StoreFactory]:
     return {
         "jsonl": lambda: JsonlStore(tmp_path / "sessions"),
         "jsonl-fsync": lambda: JsonlStore(tmp_path / "sessions", fsync="always"),
@@ -21,7 +21,7 @@ def _factories(tmp_path: Path) -> dict[str, object]:
 @pytest.mark.parametrize("kind", ["jsonl", "jsonl-fsync", "sqlite"])
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
 async def test_store_passes_check(kind: str, check: Check, tmp_path: Path) -> None:
-    await check(_factories(tmp_path)[kind])  # type: ignore[arg-type]
+    await check(_factories(tmp_path)[kind])
 
 
 async def test_checks_share_one_storage(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -47,6 +47,7 @@ from ._entries import (
     session_payload,
 )
 from ._lockfile import FileLock
+from ._store import SessionStore, SessionWriter
 
 __all__ = ["JsonlStore"]
 
@@ -201,12 +202,12 @@ class JsonlStore:
 
     # ---- the protocol ----
 
-    async def create(self, *, cwd: str) -> _JsonlWriter:
+    async def create(self, *, cwd: str) -> SessionWriter:
         """Start a session for ``cwd``: writes its ``session`` entry; returns its writer
         (holding the lock)."""
         return self._create(cwd=cwd)
 
-    async def open(self, session_id: str) -> _JsonlWriter:
+    async def open(self, session_id: str) -> SessionWriter:
         """Open ``session_id`` for appending: takes its lock, reads its entries and cuts
         off a torn last line."""
         return await asyncio.to_thread(self._open, session_id)
@@ -580,3 +581,9 @@ class _JsonlWriter:
             _write_file(self._paths.info, _sidecar_encoder.encode(sidecar), fsync=False)
         except OSError as exc:  # a listing rebuilds it from the log
             log.warning("Session %s: could not write its summary file: %s", self.id, exc)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_protocol(store: JsonlStore) -> SessionStore:
+        return store

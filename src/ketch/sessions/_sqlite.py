@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
@@ -50,6 +50,7 @@ from ._entries import (
     session_payload,
 )
 from ._lockfile import FileLock
+from ._store import SessionStore, SessionWriter
 
 __all__ = ["SqliteStore"]
 
@@ -208,7 +209,7 @@ class SqliteStore:
 
     # ---- the protocol ----
 
-    async def create(self, *, cwd: str) -> _SqliteWriter:
+    async def create(self, *, cwd: str) -> SessionWriter:
         """Start a session for ``cwd``: writes its ``session`` entry; returns its writer
         (holding the lock)."""
         return self._create(normal_cwd(cwd))
@@ -234,7 +235,7 @@ class SqliteStore:
             raise
         return _SqliteWriter(self, session_id, lock, [entry], summary, 1)
 
-    async def open(self, session_id: str) -> _SqliteWriter:
+    async def open(self, session_id: str) -> SessionWriter:
         """Open ``session_id`` for appending (takes its lock)."""
         self._check_id(session_id)
         self._info(session_id)  # SessionNotFoundError before a lock file is made
@@ -495,3 +496,9 @@ class _SqliteWriter:
             lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_protocol(store: SqliteStore) -> SessionStore:
+        return store
