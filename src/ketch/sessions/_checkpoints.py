@@ -67,7 +67,6 @@ from ketch.loop import Tool, ToolCallInfo, ToolResult
 if TYPE_CHECKING:
     from ketch.tools import BashTool, EditTool, WriteTool
 
-__all__ = ["BlobSink", "FileCheckpoints", "RewindReport", "TouchesFiles", "restore_files"]
 
 log = logging.getLogger("ketch.sessions")
 

@@ -10,15 +10,6 @@ from typing import Any
 
 import msgspec
 
-__all__ = [
-    "Entry",
-    "SessionInfo",
-    "SessionLockedError",
-    "SessionNotFoundError",
-    "SessionPage",
-    "new_entry",
-]
-
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """One record of a session: a JSON object per line in a JSONL file, a row in SQLite.
@@ -45,7 +36,8 @@ def new_entry(type: str, payload: dict[str, Any], *, parent_id: str | None) -> E
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a store tells about a session without loading it.
 
-    ``title`` is the text of the first user message (one line, at most 80 characters),
+    ``title`` is the text of the first user message (its text parts joined, runs of
+    whitespace made one space, stripped, at most 80 characters),
     ``message_count`` the number of ``message`` entries that are not detached, ``cost``
     the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
     ``updated`` the time of the newest entry, and ``forked_from`` the (session id, entry
@@ -134,7 +126,7 @@ def _message_title(message: Any) -> str:
         )
     else:
         return ""
-    return " ".join(text.split())[:_TITLE_CHARS]
+    return _SURROGATE.sub("\ufffd", " ".join(text.split())[:_TITLE_CHARS])
 
 
 class Summary:
@@ -241,3 +233,9 @@ def index_of(entries: list[Entry], entry_id: str, session_id: str) -> int:
         if entry.id == entry_id:
             return index
     raise ValueError(f"Entry {entry_id!r} is not in session {session_id}")
+
+
+def normal_cwd(cwd: str) -> str:
+    """The absolute form of ``cwd`` that stores keep and match (lone surrogates, as
+    ``os`` makes from undecodable bytes, become U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", os.path.abspath(cwd))
