@@ -115,7 +115,8 @@ class RewindReport(msgspec.Struct, kw_only=True):
     agent had created, removed; ``conflicts``: files changed outside the agent since
     its last change (or whose path now leads through a symlink or out of the root), left
     untouched; ``skipped``: files the agent changed whose earlier content was never
-    saved (too big, unreadable) or cannot be fetched, left untouched.
+    saved (too big, unreadable, outside the root) or cannot be fetched, left untouched
+    (``"."``: a ``bash`` call whose changes could not be tracked at all).
     """
 
     restored: list[str] = msgspec.field(default_factory=list)
@@ -273,7 +274,7 @@ class FileCheckpoints:
                 outside.append(path)
             else:
                 inside.append(rel)
-        return (inside or None), outside
+        return (inside if inside or outside else None), outside
 
     def _relative(self, path: str) -> str | None:
         real = os.path.realpath(path)
@@ -341,8 +342,8 @@ class FileCheckpoints:
                     continue
                 try:
                     data, st = _read_regular(os.path.join(self.root, rel))
-                except OSError as exc:
-                    log.warning("checkpoint: cannot read %s: %s", rel, exc)
+                except OSError as exc:  # reported in ``skipped`` if the call changes it
+                    log.debug("checkpoint: cannot read %s: %s", rel, exc)
                     entries[rel] = _Entry(*key, mode, None)
                     continue
                 key = (st.st_mtime_ns, st.st_size, st.st_ino)
