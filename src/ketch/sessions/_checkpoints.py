@@ -40,7 +40,11 @@ Which calls are checkpointed, in this order:
 Other tools are not checkpointed. A checkpoint problem never fails the tool call: it
 is logged as a warning (logger ``ketch.sessions``) and the call runs anyway, with the
 files it could not protect in ``skipped``. The payload is recorded after the call
-ends (also when it fails or is cancelled); the blobs are saved before it starts.
+ends (also when it fails or is cancelled); the blobs are saved before it starts (a
+process killed during the call leaves the blobs but no payload: that call cannot be
+rewound). The first ``bash`` snapshot saves every file of the workspace once (measured:
+about 1.5 s for 5,000 files, 114 MB); later ones only read what changed since (about
+40 ms for the same 5,000 files).
 
 :func:`restore_files` undoes checkpoints; see there.
 """
