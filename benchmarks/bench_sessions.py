@@ -148,6 +148,42 @@ async def _to_thread_hop() -> float:
     return statistics.median(times) * 1e6
 
 
+TURNS = 2_000
+
+
+async def _noop(args: dict[str, Any], ctx: Any) -> str:
+    return "ok"
+
+
+def _tool_turns(turns: int) -> Any:
+    from ketch.testing import ScriptedModel, reply, tool_call
+
+    return ScriptedModel([reply(tool_call("noop")) for _ in range(turns)] + [reply("done")])
+
+
+async def _run_cost(make: Callable[[Path], SessionStore] | None) -> tuple[float, int]:
+    """Seconds per committed message of a 2,000-tool-turn Agent run, with a session on
+    ``make``'s store (None: no session), and the messages committed."""
+    from ketch import Agent, Tool
+    from ketch.sessions import Session
+
+    noop = Tool("noop", "Does nothing.", {"type": "object", "properties": {}}, _noop)
+    times = []
+    committed = 0
+    for _ in range(RUNS):
+        with tempfile.TemporaryDirectory() as tmp:
+            session = await Session.create(make(Path(tmp)), cwd=tmp) if make is not None else None
+            agent = Agent(_tool_turns(TURNS), tools=[noop], session=session)
+            start = time.perf_counter()
+            result = await agent.prompt("go")
+            times.append(time.perf_counter() - start)
+            committed = len(result.messages)
+            if session is not None:
+                await session.close()
+                _close(session.store)
+    return statistics.median(times) / committed, committed
+
+
 async def main() -> None:
     entries = _entries(_payloads())
     stores: list[tuple[str, Callable[[Path], SessionStore]]] = [
@@ -171,6 +207,15 @@ async def main() -> None:
     for (name, make), (_, make_synced) in zip(stores, synced, strict=True):
         print(f"| {name} | {await _fsync_cost(make_synced, entries):.0f} µs | {await _list_cost(make):.1f} ms |")
     print(f"\nasyncio.to_thread round trip (no work): {await _to_thread_hop():.0f} µs")
+    base, committed = await _run_cost(None)
+    print(f"\nInside a run: an Agent with ScriptedModel, {TURNS:,} tool turns ({committed:,} messages committed)\n")
+    print("| session | per committed message | persistence per message | share of the run's cost |")
+    print("|---|---|---|---|")
+    print(f"| none | {base * 1e6:.1f} µs | - | - |")
+    for name, make in stores:
+        cost, _ = await _run_cost(make)
+        extra = cost - base
+        print(f"| {name} | {cost * 1e6:.1f} µs | {extra * 1e6:.1f} µs | {extra / base:.0%} |")
 
 
 if __name__ == "__main__":

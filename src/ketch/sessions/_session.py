@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,14 @@ class Session:
             checkpoints = FileCheckpoints(Path(self.cwd), self._writer, record=self._record_checkpoint)
             agent.config.middlewares = (*agent.config.middlewares, checkpoints.middleware)
 
-    async def _on_event(self, event: AgentEvent) -> None:
+    def _on_event(self, event: AgentEvent) -> Awaitable[None] | None:
+        # A plain function: most events (streaming updates) cost one comparison here.
+        kind = event.type
+        if kind == "message_update" or kind == "tool_execution_update":
+            return None
+        return self._handle(event)
+
+    async def _handle(self, event: AgentEvent) -> None:
         kind = event.type
         if kind == "message_end":
             await self.sync()
