@@ -27,6 +27,17 @@ from ._store import SessionStore, SessionWriter
 log = logging.getLogger("ketch.sessions")
 
 
+def _message(data: dict[str, Any]) -> Message:
+    """A stored message; ketch's own custom kinds (the compaction summary) load without
+    the caller importing them first."""
+    try:
+        return message_from_dict(data)
+    except ValueError:
+        import ketch.context  # noqa: F401  (registers ContextSummary)
+
+        return message_from_dict(data)
+
+
 def _absolute(cwd: str | os.PathLike[str] | None) -> str:
     return os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
 
@@ -299,7 +310,7 @@ class Session:
             kind = e.type
             p = e.payload
             if kind == "message":
-                m = message_from_dict(p["message"])
+                m = _message(p["message"])
                 by_id[e.id] = m
                 if not p.get("detached"):
                     self.messages.append(m)
