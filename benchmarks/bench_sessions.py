@@ -156,9 +156,10 @@ async def _noop(args: dict[str, Any], ctx: Any) -> str:
 
 
 def _tool_turns(turns: int) -> Any:
-    from ketch.testing import ScriptedModel, reply, tool_call
+    # bench_core's model: the fewest events a tool turn can have, so the loop's own cost shows.
+    from bench_core import MinimalModel
 
-    return ScriptedModel([reply(tool_call("noop")) for _ in range(turns)] + [reply("done")])
+    return MinimalModel(turns)
 
 
 async def _run_cost(make: Callable[[Path], SessionStore] | None) -> tuple[float, int]:
@@ -208,8 +209,8 @@ async def main() -> None:
         print(f"| {name} | {await _fsync_cost(make_synced, entries):.0f} µs | {await _list_cost(make):.1f} ms |")
     print(f"\nasyncio.to_thread round trip (no work): {await _to_thread_hop():.0f} µs")
     base, committed = await _run_cost(None)
-    print(f"\nInside a run: an Agent with ScriptedModel, {TURNS:,} tool turns ({committed:,} messages committed)\n")
-    print("| session | per committed message | persistence per message | share of the run's cost |")
+    print(f"\nInside a run: an Agent with bench_core's minimal model, {TURNS:,} tool turns ({committed:,} messages committed)\n")
+    print("| session | run cost per committed message | persistence per message | share of the loop's cost |")
     print("|---|---|---|---|")
     print(f"| none | {base * 1e6:.1f} µs | - | - |")
     for name, make in stores:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from typing import Any
 
 import msgspec
@@ -29,8 +28,10 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def new_entry(type: str, payload: dict[str, Any], *, parent_id: str | None) -> Entry:
-    """An :class:`Entry` with a fresh id (``uuid4().hex``) stamped with ``time.time()``."""
-    return Entry(id=uuid.uuid4().hex, parent_id=parent_id, timestamp=time.time(), type=type, payload=payload)
+    """An :class:`Entry` with a fresh id (32 random hex digits, like ``uuid4().hex``)
+    stamped with ``time.time()``. ``payload`` may hold msgspec Structs (messages): they
+    are encoded as :func:`ketch.message_to_dict` would write them."""
+    return Entry(id=os.urandom(16).hex(), parent_id=parent_id, timestamp=time.time(), type=type, payload=payload)
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +114,8 @@ def encode_entry(entry: Entry) -> bytes:
 
 
 def _message_title(message: Any) -> str:
+    if isinstance(message, msgspec.Struct):  # a message appended as it is (encoded on write)
+        message = msgspec.to_builtins(message)
     if not isinstance(message, dict) or message.get("role") != "user":
         return ""
     content = message.get("content")

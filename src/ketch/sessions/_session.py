@@ -27,6 +27,9 @@ from ._store import SessionStore, SessionWriter
 log = logging.getLogger("ketch.sessions")
 
 
+_HANDLED = frozenset({"message_end", "agent_start", "agent_end", "compaction_end"})
+
+
 def _message(data: dict[str, Any]) -> Message:
     """A stored message; ketch's own custom kinds (the compaction summary) load without
     the caller importing them first."""
@@ -140,11 +143,11 @@ class Session:
             agent.config.middlewares = (*agent.config.middlewares, checkpoints.middleware)
 
     def _on_event(self, event: AgentEvent) -> Awaitable[None] | None:
-        # A plain function: most events (streaming updates) cost one comparison here.
-        kind = event.type
-        if kind == "message_update" or kind == "tool_execution_update":
-            return None
-        return self._handle(event)
+        # A plain function: the events that change nothing here (streaming updates above
+        # all) cost a set lookup, not a coroutine.
+        if event.type in _HANDLED:
+            return self._handle(event)
+        return None
 
     async def _handle(self, event: AgentEvent) -> None:
         kind = event.type
@@ -188,7 +191,7 @@ class Session:
         n = len(known)
         if len(current) >= n and (n == 0 or (current[n - 1] is known[-1] and current[0] is known[0])):
             for m in current[n:]:
-                entry = await self._append("message", {"message": message_to_dict(m)})
+                entry = await self._append("message", {"message": m})
                 self._by_id[entry.id] = m
                 known.append(m)
                 self.message_ids.append(entry.id)
