@@ -61,81 +61,75 @@ class StreamStart(_Event, tag="start"):
     partial: AssistantMessage
 
 
-class TextStart(_Event, tag="text_start"):
+class _BlockStart(_Event):
+    """The fields of a ``*_start`` event: the block opened at ``index``."""
+
+    index: int
+    partial: AssistantMessage
+
+
+class _BlockDelta(_Event):
+    """The fields of a ``*_delta`` event: ``delta`` appended to the block at ``index``."""
+
+    index: int
+    delta: str
+    partial: AssistantMessage
+
+
+class _BlockEnd(_Event):
+    """The fields of a text or thinking ``*_end`` event: the block's full ``content``."""
+
+    index: int
+    content: str
+    partial: AssistantMessage
+
+
+class TextStart(_BlockStart, tag="text_start"):
     """A text block opened at ``index``."""
 
     type: ClassVar[Literal["text_start"]] = "text_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class TextDelta(_Event, tag="text_delta"):
+class TextDelta(_BlockDelta, tag="text_delta"):
     """Text appended to the block at ``index``."""
 
     type: ClassVar[Literal["text_delta"]] = "text_delta"
 
-    index: int
-    delta: str
-    partial: AssistantMessage
 
-
-class TextEnd(_Event, tag="text_end"):
+class TextEnd(_BlockEnd, tag="text_end"):
     """The text block at ``index`` is complete; ``content`` is its full text."""
 
     type: ClassVar[Literal["text_end"]] = "text_end"
 
-    index: int
-    content: str
-    partial: AssistantMessage
 
-
-class ThinkingStart(_Event, tag="thinking_start"):
+class ThinkingStart(_BlockStart, tag="thinking_start"):
     """A thinking block opened at ``index``."""
 
     type: ClassVar[Literal["thinking_start"]] = "thinking_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class ThinkingDelta(_Event, tag="thinking_delta"):
+class ThinkingDelta(_BlockDelta, tag="thinking_delta"):
     """Reasoning text appended to the block at ``index``."""
 
     type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
 
-    index: int
-    delta: str
-    partial: AssistantMessage
 
-
-class ThinkingEnd(_Event, tag="thinking_end"):
+class ThinkingEnd(_BlockEnd, tag="thinking_end"):
     """The thinking block at ``index`` is complete."""
 
     type: ClassVar[Literal["thinking_end"]] = "thinking_end"
 
-    index: int
-    content: str
-    partial: AssistantMessage
 
-
-class ToolCallStart(_Event, tag="toolcall_start"):
+class ToolCallStart(_BlockStart, tag="toolcall_start"):
     """A tool call opened at ``index`` (id and name known, arguments ``{}``)."""
 
     type: ClassVar[Literal["toolcall_start"]] = "toolcall_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class ToolCallDelta(_Event, tag="toolcall_delta"):
+class ToolCallDelta(_BlockDelta, tag="toolcall_delta"):
     """A fragment of the call's JSON arguments; the partial holds their best-effort parse."""
 
     type: ClassVar[Literal["toolcall_delta"]] = "toolcall_delta"
-
-    index: int
-    delta: str
-    partial: AssistantMessage
 
 
 class ToolCallEnd(_Event, tag="toolcall_end"):
