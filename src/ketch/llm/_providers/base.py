@@ -68,6 +68,15 @@ SSEEvents: TypeAlias = AsyncIterator[SSEBatch]
 """Server-Sent Events from :func:`ketch.llm._http.iter_sse`, one batch per read."""
 
 
+async def feed_events(events: SSEEvents, feed: Callable[[bytes], list[StreamEvent]]) -> AsyncIterator[StreamEvent]:
+    """The stream events ``feed`` (a provider's stream-state parser) makes of each event's
+    data, in order: the ``parse_stream`` of a provider whose state needs nothing else."""
+    async for batch in events:
+        for data in batch.data:
+            for event in feed(data):
+                yield event
+
+
 class HTTPRequest(msgspec.Struct, kw_only=True):
     """One request as an adapter builds it. ``headers`` hold the adapter's own headers
     (auth included); the base adds content negotiation and user headers."""
