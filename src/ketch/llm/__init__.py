@@ -25,6 +25,7 @@ from ._messages import (
     message_to_dict,
     messages_from_json,
     messages_to_json,
+    scrub_surrogates,
 )
 from ._model import (
     DEFAULT_CONTEXT_WINDOW,
@@ -145,4 +146,5 @@ __all__ = [
     "register_model",
     "register_provider",
     "response_format_for",
+    "scrub_surrogates",
 ]

@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 
+from ketch.llm import scrub_surrogates
+
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """One record of a session: a JSON object per line in a JSONL file, a row in SQLite.
@@ -92,16 +94,6 @@ _encoder = msgspec.json.Encoder()
 _TITLE_CHARS = 80
 
 
-def _scrub(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
-    if isinstance(value, msgspec.Struct):
-        return _scrub(msgspec.to_builtins(value))
-    return value
 
 
 def encode_entry(entry: Entry) -> bytes:
@@ -110,7 +102,7 @@ def encode_entry(entry: Entry) -> bytes:
     try:
         return _encoder.encode(entry)
     except UnicodeEncodeError:
-        return _encoder.encode(_scrub(entry))
+        return _encoder.encode(scrub_surrogates(entry))
 
 
 def _message_title(message: Any) -> str:
