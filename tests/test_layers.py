@@ -20,6 +20,7 @@ SRC = Path(ketch.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "schema": set(),
     "sandbox": set(),
+    "shell": set(),
     "llm": {"schema"},
     "loop": {"llm", "schema"},
     "agent": {"llm", "loop", "schema"},

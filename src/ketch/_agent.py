@@ -614,7 +614,7 @@ class Agent(Generic[Deps]):
         for listener in list(self._listeners):
             try:
                 out = listener(event)
-                if inspect.isawaitable(out):
+                if out is not None and inspect.isawaitable(out):  # most listeners return None
                     await out
             except Exception:
                 log.exception("Agent listener failed on %s event", event.type)

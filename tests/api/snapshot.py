@@ -25,6 +25,8 @@ FACES = (
     "ketch.permissions",
     "ketch.sandbox",
     "ketch.hooks",
+    "ketch.sessions",
+    "ketch.sessions.conformance",
     "ketch.testing",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")

@@ -369,6 +369,17 @@ async def test_bash_through_a_symlinked_folder_is_not_checkpointed_outside_the_r
     assert (outside / "file.txt").read_bytes() == b"hi\n"
 
 
+async def test_a_write_outside_the_root_is_reported_as_skipped(tmp_path: Path, root: Path) -> None:
+    extra = (tmp_path / "extra").resolve()
+    extra.mkdir()
+    rig = Rig(root)
+    for t in rig.tools:
+        t.workspace.allow_root(extra)  # type: ignore[attr-defined]
+    ok(await rig.run(tool_call("write", {"path": str(extra / "x.txt"), "content": "x\n"}, id="w1")))
+    assert rig.records == [{"tool_call_id": "w1", "files": [], "skipped": [str(extra / "x.txt")]}]
+    assert rig.blobs.puts == []
+
+
 async def test_a_failing_blob_store_never_fails_the_call(rig: Rig, root: Path, caplog: pytest.LogCaptureFixture) -> None:
     rig.put("a.txt", b"before\n")
     rig.blobs.fail_puts = True

@@ -3,6 +3,7 @@ pause for approval and resume from the session, secrets kept out, for both store
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -263,3 +264,56 @@ async def test_no_api_key_reaches_the_session_files(tmp_path: Path, work: Path) 
     assert stored
     for path in stored:
         assert SECRET.encode() not in path.read_bytes(), path
+
+
+async def test_a_compaction_is_recorded_with_its_reason_and_reloads(store: SessionStore, work: Path) -> None:
+    from ketch.context import Compactor
+
+    long = "x" * 4000
+    model = ScriptedModel([f"answer {i} {long}" for i in range(6)] + ["## Goal\nsummarised"])
+    session = await Session.create(store, cwd=work)
+    agent = Agent(model, session=session, context_manager=Compactor(window=100_000, keep_recent_tokens=300))
+    for i in range(6):
+        await agent.prompt(f"question {i}")
+    assert await agent.compact() is True
+    await session.close()
+    entries = await store.load(session.id)
+    [compaction] = [e for e in entries if e.type == "compaction"]
+    assert compaction.payload["reason"] == "manual"
+    again = await Session.open(store, session.id)
+    assert dicts(again.messages) == dicts(agent.messages)
+    assert type(again.messages[0]).__name__ == "ContextSummary"
+    await again.close()
+
+
+async def test_a_compaction_summary_loads_in_a_process_that_never_imported_ketch_context(
+    tmp_path: Path, work: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from ketch.context import ContextSummary
+
+    store = JsonlStore(tmp_path / "store")
+    session = await Session.create(store, cwd=work)
+    agent = Agent(ScriptedModel(["a"]), session=session)
+    await agent.prompt("q")
+    agent.messages = [ContextSummary(summary="## Goal\nq"), *agent.messages[1:]]
+    await session.close()
+    code = (
+        "import asyncio, sys\n"
+        "from ketch.sessions import JsonlStore, Session\n"
+        "async def main():\n"
+        "    s = await Session.open(JsonlStore(sys.argv[1]), sys.argv[2])\n"
+        "    print(type(s.messages[0]).__name__, len(s.messages))\n"
+        "    await s.close()\n"
+        "asyncio.run(main())\n"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", code, str(tmp_path / "store"), session.id],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ContextSummary 2\n", "")

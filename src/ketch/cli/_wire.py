@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, Literal, TypeAlias, get_args
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from ..llm._messages import AssistantMessage, ToolCall, Usage, scrub_surrogates
 from ..loop._events import AgentEvent, RunSummary
@@ -205,46 +206,31 @@ def make_result(
     )
 
 
-class _Block(msgspec.Struct, kw_only=True, tag_field="type"):
+class _Slim(msgspec.Struct, kw_only=True):
+    """A block event without its partial message: its ``type``, the fields its kind keeps
+    (the unset ones are not written) and its ``index``."""
+
+    type: str
+    id: str | UnsetType = UNSET
+    name: str | UnsetType = UNSET
+    delta: str | UnsetType = UNSET
+    arguments: dict[str, Any] | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    tool_call: ToolCall | UnsetType = UNSET
     index: int
 
 
-class _TextStart(_Block, tag="text_start"):
-    pass
-
-
-class _ThinkingStart(_Block, tag="thinking_start"):
-    pass
-
-
-class _TextDelta(_Block, tag="text_delta"):
-    delta: str
-
-
-class _ThinkingDelta(_Block, tag="thinking_delta"):
-    delta: str
-
-
-class _TextEnd(_Block, tag="text_end"):
-    content: str
-
-
-class _ThinkingEnd(_Block, tag="thinking_end"):
-    content: str
-
-
-class _ToolStart(_Block, tag="toolcall_start"):
-    id: str
-    name: str
-
-
-class _ToolDelta(_Block, tag="toolcall_delta"):
-    delta: str
-    arguments: dict[str, Any]
-
-
-class _ToolEnd(_Block, tag="toolcall_end"):
-    tool_call: ToolCall
+# The fields a block event keeps besides ``index``; the tool-call start and delta take
+# theirs from the partial message too.
+_SLIM_FIELDS: dict[str, tuple[str, ...]] = {
+    "text_start": (),
+    "thinking_start": (),
+    "text_delta": ("delta",),
+    "thinking_delta": ("delta",),
+    "text_end": ("content",),
+    "thinking_end": ("content",),
+    "toolcall_end": ("tool_call",),
+}
 
 
 class _Update(msgspec.Struct, kw_only=True, tag="message_update", tag_field="type"):
@@ -264,27 +250,16 @@ class _AgentEnd(msgspec.Struct, kw_only=True, tag="agent_end", tag_field="type")
 def _slim(event: Any) -> Any:
     """The stream event of a ``message_update`` without its partial message."""
     kind = event.type
-    if kind == "text_delta":
-        return _TextDelta(index=event.index, delta=event.delta)
-    if kind == "thinking_delta":
-        return _ThinkingDelta(index=event.index, delta=event.delta)
     if kind == "toolcall_delta":
         block = event.partial.content[event.index]
-        return _ToolDelta(index=event.index, delta=event.delta, arguments=block.args)
-    if kind == "text_start":
-        return _TextStart(index=event.index)
-    if kind == "thinking_start":
-        return _ThinkingStart(index=event.index)
-    if kind == "text_end":
-        return _TextEnd(index=event.index, content=event.content)
-    if kind == "thinking_end":
-        return _ThinkingEnd(index=event.index, content=event.content)
+        return _Slim(type=kind, index=event.index, delta=event.delta, arguments=block.args)
     if kind == "toolcall_start":
         block = event.partial.content[event.index]
-        return _ToolStart(index=event.index, id=block.id, name=block.name)
-    if kind == "toolcall_end":
-        return _ToolEnd(index=event.index, tool_call=event.tool_call)
-    return {"type": kind}
+        return _Slim(type=kind, index=event.index, id=block.id, name=block.name)
+    fields = _SLIM_FIELDS.get(kind)
+    if fields is None:
+        return {"type": kind}
+    return _Slim(type=kind, index=event.index, **{name: getattr(event, name) for name in fields})
 
 
 def _fallback(value: Any) -> Any:

@@ -25,10 +25,12 @@ from ._messages import (
     message_to_dict,
     messages_from_json,
     messages_to_json,
+    scrub_surrogates,
 )
 from ._model import (
     DEFAULT_CONTEXT_WINDOW,
     Model,
+    PreparesMessages,
     Request,
     SettableContextWindow,
     StreamOptions,
@@ -103,6 +105,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelInfo",
+    "PreparesMessages",
     "Request",
     "Retry",
     "SettableContextWindow",
@@ -143,4 +146,5 @@ __all__ = [
     "register_model",
     "register_provider",
     "response_format_for",
+    "scrub_surrogates",
 ]

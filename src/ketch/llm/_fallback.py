@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import msgspec
 
 from ._errors import FAILOVER_KINDS, exception_text
-from ._model import Model, Request, StreamOptions
+from ._model import Model, PreparesMessages, Request, StreamOptions
 from ._stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart, is_closable
 
 _NO_OPTIONS = StreamOptions()
@@ -59,6 +59,12 @@ class FallbackModel:
     def id(self) -> str:
         """The primary model's id."""
         return self.models[0].id
+
+    @property
+    def prepares_messages(self) -> bool:
+        """True when every model of the chain prepares its requests' messages itself
+        (see :class:`~ketch.llm.PreparesMessages`)."""
+        return all(isinstance(m, PreparesMessages) and m.prepares_messages for m in self.models)
 
     @property
     def context_window(self) -> int:

@@ -124,6 +124,24 @@ class SettableContextWindow(Protocol):
         ...
 
 
+@runtime_checkable
+class PreparesMessages(Protocol):
+    """A model that makes a request's messages valid for its API itself.
+
+    Every model ketch ships does (with :func:`prepare_messages`): it pairs each tool call
+    with exactly one result, giving a call without one the error result
+    ``"No result provided"``, and cleans messages written by other models. For such a
+    model (``prepares_messages`` true) the loop sends the converted transcript as it is,
+    so a request is repaired once; for any other model the loop pairs calls and results
+    itself (:func:`ketch.loop.repair_messages`), with the same text.
+    """
+
+    @property
+    def prepares_messages(self) -> bool:
+        """True when :meth:`Model.stream` prepares the request's messages itself."""
+        ...
+
+
 ModelFactory: TypeAlias = Callable[[str], Model]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import AsyncGeneratorType
-from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeGuard, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
 
 import jiter
 import msgspec
@@ -61,81 +61,75 @@ class StreamStart(_Event, tag="start"):
     partial: AssistantMessage
 
 
-class TextStart(_Event, tag="text_start"):
+class _BlockStart(_Event):
+    """The fields of a ``*_start`` event: the block opened at ``index``."""
+
+    index: int
+    partial: AssistantMessage
+
+
+class _BlockDelta(_Event):
+    """The fields of a ``*_delta`` event: ``delta`` appended to the block at ``index``."""
+
+    index: int
+    delta: str
+    partial: AssistantMessage
+
+
+class _BlockEnd(_Event):
+    """The fields of a text or thinking ``*_end`` event: the block's full ``content``."""
+
+    index: int
+    content: str
+    partial: AssistantMessage
+
+
+class TextStart(_BlockStart, tag="text_start"):
     """A text block opened at ``index``."""
 
     type: ClassVar[Literal["text_start"]] = "text_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class TextDelta(_Event, tag="text_delta"):
+class TextDelta(_BlockDelta, tag="text_delta"):
     """Text appended to the block at ``index``."""
 
     type: ClassVar[Literal["text_delta"]] = "text_delta"
 
-    index: int
-    delta: str
-    partial: AssistantMessage
 
-
-class TextEnd(_Event, tag="text_end"):
+class TextEnd(_BlockEnd, tag="text_end"):
     """The text block at ``index`` is complete; ``content`` is its full text."""
 
     type: ClassVar[Literal["text_end"]] = "text_end"
 
-    index: int
-    content: str
-    partial: AssistantMessage
 
-
-class ThinkingStart(_Event, tag="thinking_start"):
+class ThinkingStart(_BlockStart, tag="thinking_start"):
     """A thinking block opened at ``index``."""
 
     type: ClassVar[Literal["thinking_start"]] = "thinking_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class ThinkingDelta(_Event, tag="thinking_delta"):
+class ThinkingDelta(_BlockDelta, tag="thinking_delta"):
     """Reasoning text appended to the block at ``index``."""
 
     type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
 
-    index: int
-    delta: str
-    partial: AssistantMessage
 
-
-class ThinkingEnd(_Event, tag="thinking_end"):
+class ThinkingEnd(_BlockEnd, tag="thinking_end"):
     """The thinking block at ``index`` is complete."""
 
     type: ClassVar[Literal["thinking_end"]] = "thinking_end"
 
-    index: int
-    content: str
-    partial: AssistantMessage
 
-
-class ToolCallStart(_Event, tag="toolcall_start"):
+class ToolCallStart(_BlockStart, tag="toolcall_start"):
     """A tool call opened at ``index`` (id and name known, arguments ``{}``)."""
 
     type: ClassVar[Literal["toolcall_start"]] = "toolcall_start"
 
-    index: int
-    partial: AssistantMessage
 
-
-class ToolCallDelta(_Event, tag="toolcall_delta"):
+class ToolCallDelta(_BlockDelta, tag="toolcall_delta"):
     """A fragment of the call's JSON arguments; the partial holds their best-effort parse."""
 
     type: ClassVar[Literal["toolcall_delta"]] = "toolcall_delta"
-
-    index: int
-    delta: str
-    partial: AssistantMessage
 
 
 class ToolCallEnd(_Event, tag="toolcall_end"):
@@ -236,6 +230,9 @@ def parse_tool_arguments(text: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+_Block = TypeVar("_Block", TextContent, ThinkingContent, ToolCall)
+
+
 def _wrong_block(index: int, expected: str) -> ServerError:
     """The error for an event aimed at a block of another kind: the provider's stream
     does not hold together (a classified server error, never an assertion)."""
@@ -332,14 +329,34 @@ class MessageBuilder:
             self._pricing(u)
         return u
 
+    # -- blocks (the per-chunk ``*_delta`` methods check their block inline) -----------
+    def _open_block(self, block: TextContent | ThinkingContent | ToolCall, kind: str) -> int:
+        """Append ``block`` as an open block of ``kind``; its index."""
+        content = self.message.content
+        content.append(block)
+        index = len(content) - 1
+        self._open[index] = kind
+        return index
+
+    def _block(self, index: int, cls: type[_Block], expected: str) -> _Block:
+        """The block at ``index``, which must be a ``cls`` (else the stream is malformed)."""
+        block = self.message.content[index]
+        if type(block) is not cls:
+            raise _wrong_block(index, expected)
+        return block
+
+    def _close_block(self, index: int, cls: type[_Block], expected: str, signature: str | None) -> _Block:
+        """Close the ``cls`` block at ``index``, setting its ``signature`` when given."""
+        block = self._block(index, cls, expected)
+        if signature is not None:
+            block.signature = signature
+        self._open.pop(index, None)
+        return block
+
     # -- text ------------------------------------------------------------------------
     def text_start(self) -> TextStart:
         """Open a text block."""
-        content = self.message.content
-        content.append(TextContent(text=""))
-        index = len(content) - 1
-        self._open[index] = "text"
-        return TextStart(index=index, partial=self.message)
+        return TextStart(index=self._open_block(TextContent(text=""), "text"), partial=self.message)
 
     def text_delta(self, delta: str, index: int) -> TextDelta:
         """Append to the text block at ``index``."""
@@ -355,22 +372,14 @@ class MessageBuilder:
 
     def text_end(self, index: int, *, signature: str | None = None) -> TextEnd:
         """Close the text block at ``index``."""
-        block = self.message.content[index]
-        if type(block) is not TextContent:
-            raise _wrong_block(index, "text")
-        if signature is not None:
-            block.signature = signature
-        self._open.pop(index, None)
+        block = self._close_block(index, TextContent, "text", signature)
         return TextEnd(index=index, content=block.text, partial=self.message)
 
     # -- thinking --------------------------------------------------------------------
     def thinking_start(self, *, redacted: bool = False, signature: str | None = None) -> ThinkingStart:
         """Open a thinking block (``redacted`` blocks carry only a signature)."""
-        content = self.message.content
-        content.append(ThinkingContent(thinking="", redacted=redacted, signature=signature))
-        index = len(content) - 1
-        self._open[index] = "thinking"
-        return ThinkingStart(index=index, partial=self.message)
+        block = ThinkingContent(thinking="", redacted=redacted, signature=signature)
+        return ThinkingStart(index=self._open_block(block, "thinking"), partial=self.message)
 
     def thinking_delta(self, delta: str, index: int) -> ThinkingDelta:
         """Append reasoning text to the block at ``index``."""
@@ -385,28 +394,18 @@ class MessageBuilder:
 
     def thinking_signature(self, index: int, signature: str) -> None:
         """Append to the opaque signature of the thinking block at ``index``."""
-        block = self.message.content[index]
-        if type(block) is not ThinkingContent:
-            raise _wrong_block(index, "thinking")
+        block = self._block(index, ThinkingContent, "thinking")
         block.signature = (block.signature or "") + signature
 
     def thinking_end(self, index: int, *, signature: str | None = None) -> ThinkingEnd:
         """Close the thinking block at ``index``."""
-        block = self.message.content[index]
-        if type(block) is not ThinkingContent:
-            raise _wrong_block(index, "thinking")
-        if signature is not None:
-            block.signature = signature
-        self._open.pop(index, None)
+        block = self._close_block(index, ThinkingContent, "thinking", signature)
         return ThinkingEnd(index=index, content=block.thinking, partial=self.message)
 
     # -- tool calls ------------------------------------------------------------------
     def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:
         """Open a tool call; arguments follow as JSON fragments."""
-        content = self.message.content
-        content.append(ToolCall(id=id, name=name, args={}, signature=signature))
-        index = len(content) - 1
-        self._open[index] = "tool_call"
+        index = self._open_block(ToolCall(id=id, name=name, args={}, signature=signature), "tool_call")
         self._args[index] = ""
         return ToolCallStart(index=index, partial=self.message)
 
@@ -428,15 +427,10 @@ class MessageBuilder:
 
     def set_tool_call_id(self, index: int, id: str) -> None:
         """Set the id of the call at ``index`` (for providers that send it late)."""
-        block = self.message.content[index]
-        if type(block) is not ToolCall:
-            raise _wrong_block(index, "tool call")
-        block.id = id
+        self._block(index, ToolCall, "tool call").id = id
 
     def _finish_tool_call(self, index: int, args: dict[str, Any] | None) -> ToolCall:
-        block = self.message.content[index]
-        if type(block) is not ToolCall:
-            raise _wrong_block(index, "tool call")
+        block = self._block(index, ToolCall, "tool call")
         raw = self._args.pop(index, "")
         if args is not None:
             block.args = args

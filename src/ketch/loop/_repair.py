@@ -4,7 +4,9 @@
 custom message contribute model messages through its ``to_llm()`` method (by default
 nothing), and turns interrupted or failed assistant messages into something every
 provider accepts. :func:`repair_messages` then makes sure every tool call has exactly
-one result right after its assistant message.
+one result right after its assistant message; the loop skips it for a model that
+prepares its messages itself (:class:`ketch.llm.PreparesMessages`: every built-in
+adapter), so each request is repaired once.
 """
 
 from __future__ import annotations
@@ -180,8 +182,9 @@ class LLMView:
         self._last: Message | None = None
         self._boundary = 0
 
-    def build(self, messages: list[Message]) -> list[Message]:
-        """The converted and repaired model messages for ``messages``."""
+    def build(self, messages: list[Message], repair: bool = True) -> list[Message]:
+        """The converted and (unless ``repair`` is false: the model prepares its messages
+        itself) repaired model messages for ``messages``."""
         seen = self._seen
         n = len(messages)
         if seen and (n < seen or messages[0] is not self._first or messages[seen - 1] is not self._last):
@@ -196,6 +199,8 @@ class LLMView:
             self._seen = n
             self._first = messages[0]
             self._last = messages[-1]
+        if not repair:
+            return self._out
         valid, boundary = _scan(self._out, self._boundary)
         if valid:
             self._boundary = boundary

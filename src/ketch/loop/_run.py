@@ -22,7 +22,7 @@ import msgspec
 
 from ..llm._errors import exception_text
 from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from ..llm._model import Model, Request, StreamOptions, ToolSpec
+from ..llm._model import Model, PreparesMessages, Request, StreamOptions, ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._stream import (
     StreamDone,
@@ -238,6 +238,7 @@ class _Run:
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()
         self.model = config.model
+        self.repair = _repairs_for(self.model)
         self.thinking = config.thinking
         self.new_messages: list[Message] = []
         self.uncommitted: list[Message] = []
@@ -573,6 +574,7 @@ class _Run:
             return
         if nxt.model is not None:
             self.model = nxt.model
+            self.repair = _repairs_for(nxt.model)
         if nxt.thinking is not None:
             self.thinking = nxt.thinking
         if nxt.tools is not None:
@@ -643,12 +645,17 @@ class _Run:
         """The request for ``messages``: converted, repaired, with this turn's options and key."""
         cfg = self.cfg
         conversation = self.conversation
+        repair = self.repair
         if cfg.convert_to_llm is not None:
-            llm = repair_messages(await _maybe(cfg.convert_to_llm(messages)))
+            llm = await _maybe(cfg.convert_to_llm(messages))
+            if repair:
+                llm = repair_messages(llm)
         elif messages is conversation.messages:
-            llm = conversation.view.build(messages)
+            llm = conversation.view.build(messages, repair)
         else:
-            llm = repair_messages(default_convert_to_llm(messages))
+            llm = default_convert_to_llm(messages)
+            if repair:
+                llm = repair_messages(llm)
         options = cfg.options
         api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
         options = msgspec.structs.replace(
@@ -661,7 +668,7 @@ class _Run:
         ``get_api_key`` are configured."""
         conversation = self.conversation
         options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
-        messages = conversation.view.build(conversation.messages)
+        messages = conversation.view.build(conversation.messages, self.repair)
         return Request(system_prompt=conversation.system_prompt, messages=messages, tools=self.tool_specs), options
 
     def _stream_result(
@@ -731,6 +738,12 @@ class _Run:
             fingerprint=config_fingerprint(self.model, conversation.system_prompt, conversation.tools),
         )
         self._end("approval_required")
+
+
+def _repairs_for(model: Model) -> bool:
+    """Whether the loop pairs tool calls and results for ``model`` (it does unless the
+    model prepares its messages itself)."""
+    return not (isinstance(model, PreparesMessages) and model.prepares_messages)
 
 
 def _result_message(outcome: CallOutcome) -> ToolResultMessage:

@@ -17,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from .._shell import matching_paren
+
 _OPERATORS = ("&&", "||", ";;&", ";;", ";&", "|&", ";", "|", "&", "(", ")", "\n")
 _REDIRECTS = ("&>>", "<<<", "<<-", "<<", ">>", "<&", ">&", "<>", ">|", "&>", "<", ">")
 _RESERVED_START = {
@@ -298,7 +300,7 @@ class _Lexer:
             return None, body
         nxt = s[self.i + 1] if self.i + 1 < self.n else ""
         if nxt == "(":
-            end = _matching_paren(s, self.i + 1)
+            end = matching_paren(s, self.i + 1)
             if end < 0:
                 raise _Unsupported("unterminated command substitution")
             body = s[self.i + 2 : end]
@@ -330,7 +332,7 @@ def _substitutions(text: str) -> list[str]:
     i = 0
     while i < len(text):
         if text.startswith("$(", i):
-            end = _matching_paren(text, i + 1)
+            end = matching_paren(text, i + 1)
             if end < 0:
                 out.append(text[i + 2 :])
                 break
@@ -345,37 +347,6 @@ def _substitutions(text: str) -> list[str]:
         else:
             i += 1
     return out
-
-
-def _matching_paren(s: str, open_at: int) -> int:
-    depth = 0
-    i = open_at
-    n = len(s)
-    while i < n:
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            end = s.find("'", i + 1)
-            if end < 0:
-                return -1
-            i = end + 1
-            continue
-        if c == '"':
-            i += 1
-            while i < n and s[i] != '"':
-                i += 2 if s[i] == "\\" else 1
-            i += 1
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
 
 
 # -- parser ----------------------------------------------------------------------------------

@@ -40,7 +40,11 @@ Which calls are checkpointed, in this order:
 Other tools are not checkpointed. A checkpoint problem never fails the tool call: it
 is logged as a warning (logger ``ketch.sessions``) and the call runs anyway, with the
 files it could not protect in ``skipped``. The payload is recorded after the call
-ends (also when it fails or is cancelled); the blobs are saved before it starts.
+ends (also when it fails or is cancelled); the blobs are saved before it starts (a
+process killed during the call leaves the blobs but no payload: that call cannot be
+rewound). The first ``bash`` snapshot saves every file of the workspace once (measured:
+about 1.5 s for 5,000 files, 114 MB); later ones only read what changed since (about
+40 ms for the same 5,000 files).
 
 :func:`restore_files` undoes checkpoints; see there.
 """
@@ -67,7 +71,6 @@ from ketch.loop import Tool, ToolCallInfo, ToolResult
 if TYPE_CHECKING:
     from ketch.tools import BashTool, EditTool, WriteTool
 
-__all__ = ["BlobSink", "FileCheckpoints", "RewindReport", "TouchesFiles", "restore_files"]
 
 log = logging.getLogger("ketch.sessions")
 
@@ -115,7 +118,8 @@ class RewindReport(msgspec.Struct, kw_only=True):
     agent had created, removed; ``conflicts``: files changed outside the agent since
     its last change (or whose path now leads through a symlink or out of the root), left
     untouched; ``skipped``: files the agent changed whose earlier content was never
-    saved (too big, unreadable) or cannot be fetched, left untouched.
+    saved (too big, unreadable, outside the root) or cannot be fetched, left untouched
+    (``"."``: a ``bash`` call whose changes could not be tracked at all).
     """
 
     restored: list[str] = msgspec.field(default_factory=list)
@@ -273,7 +277,7 @@ class FileCheckpoints:
                 outside.append(path)
             else:
                 inside.append(rel)
-        return (inside or None), outside
+        return (inside if inside or outside else None), outside
 
     def _relative(self, path: str) -> str | None:
         real = os.path.realpath(path)
@@ -341,8 +345,8 @@ class FileCheckpoints:
                     continue
                 try:
                     data, st = _read_regular(os.path.join(self.root, rel))
-                except OSError as exc:
-                    log.warning("checkpoint: cannot read %s: %s", rel, exc)
+                except OSError as exc:  # reported in ``skipped`` if the call changes it
+                    log.debug("checkpoint: cannot read %s: %s", rel, exc)
                     entries[rel] = _Entry(*key, mode, None)
                     continue
                 key = (st.st_mtime_ns, st.st_size, st.st_ino)

@@ -5,19 +5,11 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from typing import Any
 
 import msgspec
 
-__all__ = [
-    "Entry",
-    "SessionInfo",
-    "SessionLockedError",
-    "SessionNotFoundError",
-    "SessionPage",
-    "new_entry",
-]
+from ketch.llm import scrub_surrogates
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,14 +30,17 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def new_entry(type: str, payload: dict[str, Any], *, parent_id: str | None) -> Entry:
-    """An :class:`Entry` with a fresh id (``uuid4().hex``) stamped with ``time.time()``."""
-    return Entry(id=uuid.uuid4().hex, parent_id=parent_id, timestamp=time.time(), type=type, payload=payload)
+    """An :class:`Entry` with a fresh id (32 random hex digits, like ``uuid4().hex``)
+    stamped with ``time.time()``. ``payload`` may hold msgspec Structs (messages): they
+    are encoded as :func:`ketch.message_to_dict` would write them."""
+    return Entry(id=os.urandom(16).hex(), parent_id=parent_id, timestamp=time.time(), type=type, payload=payload)
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a store tells about a session without loading it.
 
-    ``title`` is the text of the first user message (one line, at most 80 characters),
+    ``title`` is the text of the first user message (its text parts joined, runs of
+    whitespace made one space, stripped, at most 80 characters),
     ``message_count`` the number of ``message`` entries that are not detached, ``cost``
     the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
     ``updated`` the time of the newest entry, and ``forked_from`` the (session id, entry
@@ -99,16 +94,6 @@ _encoder = msgspec.json.Encoder()
 _TITLE_CHARS = 80
 
 
-def _scrub(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
-    if isinstance(value, msgspec.Struct):
-        return _scrub(msgspec.to_builtins(value))
-    return value
 
 
 def encode_entry(entry: Entry) -> bytes:
@@ -117,10 +102,12 @@ def encode_entry(entry: Entry) -> bytes:
     try:
         return _encoder.encode(entry)
     except UnicodeEncodeError:
-        return _encoder.encode(_scrub(entry))
+        return _encoder.encode(scrub_surrogates(entry))
 
 
 def _message_title(message: Any) -> str:
+    if isinstance(message, msgspec.Struct):  # a message appended as it is (encoded on write)
+        message = msgspec.to_builtins(message)
     if not isinstance(message, dict) or message.get("role") != "user":
         return ""
     content = message.get("content")
@@ -134,7 +121,7 @@ def _message_title(message: Any) -> str:
         )
     else:
         return ""
-    return " ".join(text.split())[:_TITLE_CHARS]
+    return _SURROGATE.sub("\ufffd", " ".join(text.split())[:_TITLE_CHARS])
 
 
 class Summary:
@@ -241,3 +228,9 @@ def index_of(entries: list[Entry], entry_id: str, session_id: str) -> int:
         if entry.id == entry_id:
             return index
     raise ValueError(f"Entry {entry_id!r} is not in session {session_id}")
+
+
+def normal_cwd(cwd: str) -> str:
+    """The absolute form of ``cwd`` that stores keep and match (lone surrogates, as
+    ``os`` makes from undecodable bytes, become U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", os.path.abspath(cwd))

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -43,11 +43,11 @@ from ._entries import (
     encode_cursor,
     encode_entry,
     index_of,
+    normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
-
-__all__ = ["JsonlStore"]
+from ._store import SessionStore, SessionWriter
 
 log = logging.getLogger("ketch.sessions")
 
@@ -93,8 +93,8 @@ def _parse(data: bytes, where: str) -> tuple[list[Entry], int]:
         if line.strip():
             try:
                 entries.append(_entry_decoder.decode(line))
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.warning("%s: skipped an unreadable line at offset %d: %s", where, offset, exc)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                log.warning("%s: skipped an unreadable line (%d bytes at offset %d)", where, len(line), offset)
         offset += len(line) + 1
     return entries, end
 
@@ -120,6 +120,13 @@ def _write_file(path: Path, data: bytes, *, fsync: bool) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _fsync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -193,12 +200,12 @@ class JsonlStore:
 
     # ---- the protocol ----
 
-    async def create(self, *, cwd: str) -> _JsonlWriter:
+    async def create(self, *, cwd: str) -> SessionWriter:
         """Start a session for ``cwd``: writes its ``session`` entry; returns its writer
         (holding the lock)."""
         return self._create(cwd=cwd)
 
-    async def open(self, session_id: str) -> _JsonlWriter:
+    async def open(self, session_id: str) -> SessionWriter:
         """Open ``session_id`` for appending: takes its lock, reads its entries and cuts
         off a torn last line."""
         return await asyncio.to_thread(self._open, session_id)
@@ -237,7 +244,7 @@ class JsonlStore:
     # ---- implementations ----
 
     def _create(self, *, cwd: str) -> _JsonlWriter:
-        cwd = os.path.abspath(cwd)
+        cwd = normal_cwd(cwd)
         session_id = uuid.uuid4().hex
         paths = _Paths(self._project_dir(cwd), session_id)
         self._mkdir(paths.dir)
@@ -399,7 +406,7 @@ class JsonlStore:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
         if cwd is not None:
-            cwd = os.path.abspath(cwd)
+            cwd = normal_cwd(cwd)
             dirs = [self._project_dir(cwd)]
         else:
             try:
@@ -466,6 +473,8 @@ class JsonlStore:
                 summary.add(_entry_decoder.decode(line))
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
+        if not summary.cwd:
+            return None  # no `session` entry yet: being created (or its creation was cut short)
         return summary.info(session_id)
 
 
@@ -519,8 +528,6 @@ class _JsonlWriter:
         line = encode_entry(entry) + b"\n"
         try:
             _write_all(fd, line)
-            if self._fsync:
-                await asyncio.to_thread(os.fsync, fd)
         except BaseException:
             # Never leave a partial line that later appends would follow.
             try:
@@ -528,10 +535,15 @@ class _JsonlWriter:
             except OSError:
                 pass
             raise
+        # Recorded before any await, so that writer.entries is in file order even when
+        # appends run concurrently.
         self._size += len(line)
         self.entries.append(entry)
         if self._summary.add(entry):
             self._write_sidecar()
+        if self._fsync:
+            # On a duplicate that the thread closes: close() may close fd meanwhile.
+            await asyncio.to_thread(_fsync_and_close, os.dup(fd))
 
     async def put_blob(self, data: bytes) -> str:
         """Store ``data`` once under its sha256 hex digest."""
@@ -540,7 +552,10 @@ class _JsonlWriter:
         path = self._paths.blobs / digest
         if not path.exists():
             self._store._mkdir(self._paths.blobs)
-            _write_file(path, bytes(data), fsync=self._fsync)
+            if self._fsync or len(data) > 1 << 16:
+                await asyncio.to_thread(_write_file, path, bytes(data), fsync=self._fsync)
+            else:
+                _write_file(path, bytes(data), fsync=False)
         return digest
 
     async def get_blob(self, digest: str) -> bytes:
@@ -564,3 +579,9 @@ class _JsonlWriter:
             _write_file(self._paths.info, _sidecar_encoder.encode(sidecar), fsync=False)
         except OSError as exc:  # a listing rebuilds it from the log
             log.warning("Session %s: could not write its summary file: %s", self.id, exc)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_protocol(store: JsonlStore) -> SessionStore:
+        return store

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,20 @@ from ._entries import Entry, SessionInfo, new_entry
 from ._store import SessionStore, SessionWriter
 
 log = logging.getLogger("ketch.sessions")
+
+
+_HANDLED = frozenset({"message_end", "agent_start", "agent_end", "compaction_end"})
+
+
+def _message(data: dict[str, Any]) -> Message:
+    """A stored message; ketch's own custom kinds (the compaction summary) load without
+    the caller importing them first."""
+    try:
+        return message_from_dict(data)
+    except ValueError:
+        import ketch.context  # noqa: F401  (registers ContextSummary)
+
+        return message_from_dict(data)
 
 
 def _absolute(cwd: str | os.PathLike[str] | None) -> str:
@@ -127,7 +142,14 @@ class Session:
             checkpoints = FileCheckpoints(Path(self.cwd), self._writer, record=self._record_checkpoint)
             agent.config.middlewares = (*agent.config.middlewares, checkpoints.middleware)
 
-    async def _on_event(self, event: AgentEvent) -> None:
+    def _on_event(self, event: AgentEvent) -> Awaitable[None] | None:
+        # A plain function: the events that change nothing here (streaming updates above
+        # all) cost a set lookup, not a coroutine.
+        if event.type in _HANDLED:
+            return self._handle(event)
+        return None
+
+    async def _handle(self, event: AgentEvent) -> None:
         kind = event.type
         if kind == "message_end":
             await self.sync()
@@ -169,7 +191,7 @@ class Session:
         n = len(known)
         if len(current) >= n and (n == 0 or (current[n - 1] is known[-1] and current[0] is known[0])):
             for m in current[n:]:
-                entry = await self._append("message", {"message": message_to_dict(m)})
+                entry = await self._append("message", {"message": m})
                 self._by_id[entry.id] = m
                 known.append(m)
                 self.message_ids.append(entry.id)
@@ -291,7 +313,7 @@ class Session:
             kind = e.type
             p = e.payload
             if kind == "message":
-                m = message_from_dict(p["message"])
+                m = _message(p["message"])
                 by_id[e.id] = m
                 if not p.get("detached"):
                     self.messages.append(m)

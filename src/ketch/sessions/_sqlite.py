@@ -7,23 +7,31 @@ one short transaction: the entry row and the session's summary together.
 
 The write lock of a session is an ``flock`` on ``<database>.locks/<id>.lock``, as in
 :class:`JsonlStore`: the kernel drops it when the writer's process dies, so a crash
-never leaves a session locked. SQLite calls run on the event loop's thread: they are
-short (an append is one small transaction), and ``busy_timeout`` bounds the wait for
-another process's transaction.
+never leaves a session locked.
+
+Where the calls run (measured with benchmarks/bench_sessions.py): an append is one small
+transaction (~0.1 ms without fsync), less than the cost of handing it to a thread plus
+the work, so it runs on the event loop's thread; with ``fsync="always"`` a commit waits
+for the disk (~4 ms), so appends and blobs go to a worker thread, one at a time per
+writer and in call order. Loading a session (~0.2 s for 10,000 messages) and forking
+run in a worker thread on a second, read-only connection, so they do not hold up the
+appends. ``busy_timeout`` bounds the wait for another process's transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import hashlib
 import os
 import re
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
@@ -38,12 +46,13 @@ from ._entries import (
     encode_cursor,
     encode_entry,
     index_of,
+    normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
+from ._store import SessionStore, SessionWriter
 
-__all__ = ["SqliteStore"]
-
+_T = TypeVar("_T")
 _SESSION_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")
 _entry_decoder = msgspec.json.Decoder(Entry)
 
@@ -66,7 +75,7 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS blobs (
     digest TEXT NOT NULL UNIQUE,
     data BLOB NOT NULL
@@ -101,7 +110,8 @@ class SqliteStore:
     WAL mode; ``fsync="never"`` is ``synchronous=NORMAL`` (a process crash loses no
     committed append, a power loss may lose the last ones), ``"always"`` is
     ``synchronous=FULL``. ``busy_timeout`` (seconds) is how long a statement waits for
-    another connection's write. The connection opens on first use; :meth:`close` closes it.
+    another connection's write. Connections open on first use; :meth:`close` closes them
+    (they reopen if the store is used again).
     """
 
     def __init__(
@@ -121,37 +131,46 @@ class SqliteStore:
         self.fsync = fsync
         self.busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        # One user of each connection at a time (the loop's thread or a worker thread).
+        self._guard = threading.Lock()
+        self._reader_guard = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r}, fsync={self.fsync!r})"
 
     def close(self) -> None:
-        """Close the database connection (it reopens on next use). Writers still open
-        are not closed: close them first."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        """Close the database connections (they reopen if the store is used again)."""
+        with self._guard:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+        with self._reader_guard:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
 
-    # ---- connection and locks ----
+    # ---- connections and locks ----
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _db(self) -> sqlite3.Connection:
+        """The read-write connection (call with ``_guard`` held)."""
         conn = self._conn
         if conn is None:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            conn = self._connect()
             try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {'FULL' if self.fsync == 'always' else 'NORMAL'}")
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                _write(conn, [(statement, ()) for statement in _SCHEMA.split(";") if statement.strip()])
             except BaseException:
                 conn.close()
                 raise
@@ -162,6 +181,21 @@ class SqliteStore:
             self._conn = conn
         return conn
 
+    def _use(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``fn`` with the read-write connection."""
+        with self._guard:
+            return fn(self._db())
+
+    def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``fn`` with the second, read-only connection (for long reads)."""
+        if self._conn is None:
+            self._use(lambda conn: None)  # the database and its schema exist
+        with self._reader_guard:
+            if self._reader is None:
+                self._reader = self._connect()
+                self._reader.execute("PRAGMA query_only = ON")
+            return fn(self._reader)
+
     def _lock(self, session_id: str) -> FileLock:
         locks = self.path.with_name(self.path.name + ".locks")
         locks.mkdir(mode=0o700, exist_ok=True)
@@ -171,16 +205,16 @@ class SqliteStore:
         if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
             raise SessionNotFoundError(session_id)
 
-    def _exists(self, conn: sqlite3.Connection, session_id: str) -> bool:
-        return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
-
     # ---- the protocol ----
 
-    async def create(self, *, cwd: str) -> _SqliteWriter:
-        """Start a session for ``cwd``; returns its writer (holding the lock)."""
-        cwd = _abspath(cwd)
-        conn = self._db()
+    async def create(self, *, cwd: str) -> SessionWriter:
+        """Start a session for ``cwd``: writes its ``session`` entry; returns its writer
+        (holding the lock)."""
+        return self._create(normal_cwd(cwd))
+
+    def _create(self, cwd: str) -> _SqliteWriter:
         session_id = uuid.uuid4().hex
+        self._use(lambda conn: None)
         lock = self._lock(session_id)
         lock.acquire()
         try:
@@ -189,48 +223,47 @@ class SqliteStore:
             )
             summary = Summary()
             summary.add(entry)
-            _write(conn, "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(session_id, summary), [
-                ("INSERT INTO entries VALUES (?, ?, ?)", (session_id, 0, encode_entry(entry)))
-            ])
+            statements = [
+                ("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(session_id, summary)),
+                ("INSERT INTO entries VALUES (?, ?, ?)", (session_id, 0, encode_entry(entry))),
+            ]
+            self._use(lambda conn: _write(conn, statements))
         except BaseException:
             lock.release(unlink=True)
             raise
-        return _SqliteWriter(self, conn, session_id, lock, [entry], summary)
+        return _SqliteWriter(self, session_id, lock, [entry], summary, 1)
 
-    async def open(self, session_id: str) -> _SqliteWriter:
+    async def open(self, session_id: str) -> SessionWriter:
         """Open ``session_id`` for appending (takes its lock)."""
         self._check_id(session_id)
-        conn = self._db()
-        if not self._exists(conn, session_id):
-            raise SessionNotFoundError(session_id)
+        self._info(session_id)  # SessionNotFoundError before a lock file is made
         lock = self._lock(session_id)
         lock.acquire()
         try:
-            entries = self._entries(conn, session_id)
+            entries, seq = await asyncio.to_thread(self._read, lambda conn: _entries(conn, session_id))
         except BaseException:
             lock.release()
             raise
         summary = Summary()
         for entry in entries:
             summary.add(entry)
-        return _SqliteWriter(self, conn, session_id, lock, entries, summary)
-
-    def _entries(self, conn: sqlite3.Connection, session_id: str) -> builtins.list[Entry]:
-        rows = conn.execute("SELECT data FROM entries WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
-        if not rows:
-            raise SessionNotFoundError(session_id)
-        decode = _entry_decoder.decode
-        return [decode(row[0]) for row in rows]
+        return _SqliteWriter(self, session_id, lock, entries, summary, seq)
 
     async def load(self, session_id: str) -> builtins.list[Entry]:
         """Every entry of the session, in order."""
         self._check_id(session_id)
-        return self._entries(self._db(), session_id)
+        entries, _ = await asyncio.to_thread(self._read, lambda conn: _entries(conn, session_id))
+        return entries
 
     async def info(self, session_id: str) -> SessionInfo:
         """The session's summary."""
         self._check_id(session_id)
-        row = self._db().execute(f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return self._info(session_id)
+
+    def _info(self, session_id: str) -> SessionInfo:
+        row = self._use(
+            lambda conn: conn.execute(f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        )
         if row is None:
             raise SessionNotFoundError(session_id)
         return _info_of(row)
@@ -241,7 +274,8 @@ class SqliteStore:
         return page.sessions[0] if page.sessions else None
 
     async def fork(self, session_id: str, at_entry_id: str) -> SessionInfo:
-        """A new session with the entries up to ``at_entry_id``; blobs are shared."""
+        """A new session with the entries up to and including ``at_entry_id`` (its
+        ``session`` entry records ``forked_from``); blobs are shared, not copied."""
         entries = await self.load(session_id)
         index = index_of(entries, at_entry_id, session_id)
         first = entries[0]
@@ -258,54 +292,41 @@ class SqliteStore:
         for entry in copied:
             summary.add(entry)
         new_id = uuid.uuid4().hex
-        conn = self._db()
-        _write(conn, "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(new_id, summary), [
+        statements = [
+            ("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(new_id, summary)),
             ("INSERT INTO session_blobs SELECT ?, digest FROM session_blobs WHERE session_id = ?", (new_id, session_id)),
-            *[
-                ("INSERT INTO entries VALUES (?, ?, ?)", (new_id, seq, encode_entry(entry)))
-                for seq, entry in enumerate(copied)
-            ],
-        ])
+            *[("INSERT INTO entries VALUES (?, ?, ?)", (new_id, seq, encode_entry(e))) for seq, e in enumerate(copied)],
+        ]
+        await asyncio.to_thread(self._use, lambda conn: _write(conn, statements))
         return summary.info(new_id)
 
     async def delete(self, session_id: str) -> None:
-        """Remove the session and its blobs (SessionLockedError while it is open)."""
+        """Remove the session and the blobs no other session holds
+        (SessionLockedError while it is open)."""
         self._check_id(session_id)
-        conn = self._db()
-        if not self._exists(conn, session_id):
-            raise SessionNotFoundError(session_id)
+        self._info(session_id)
         lock = self._lock(session_id)
         lock.acquire()
         try:
-            _write(conn, "DELETE FROM sessions WHERE id = ?", (session_id,), [
-                ("DELETE FROM entries WHERE session_id = ?", (session_id,)),
-                ("CREATE TEMP TABLE IF NOT EXISTS dropped (digest TEXT)", ()),
-                ("DELETE FROM temp.dropped", ()),
-                ("INSERT INTO temp.dropped SELECT digest FROM session_blobs WHERE session_id = ?", (session_id,)),
-                ("DELETE FROM session_blobs WHERE session_id = ?", (session_id,)),
-                (
-                    "DELETE FROM blobs WHERE digest IN (SELECT digest FROM temp.dropped)"
-                    " AND digest NOT IN (SELECT digest FROM session_blobs)",
-                    (),
-                ),
-                ("DELETE FROM temp.dropped", ()),
-            ])
+            gone = self._use(lambda conn: _write(conn, _delete_statements(session_id)))
+            if not gone:
+                raise SessionNotFoundError(session_id)
         finally:
             lock.release(unlink=True)
 
     async def get_blob(self, session_id: str, digest: str) -> bytes:
         """A blob of the session."""
         self._check_id(session_id)
-        return _get_blob(self._db(), session_id, digest)
+        return self._use(lambda conn: _get_blob(conn, session_id, digest))
 
     async def list(self, *, cwd: str | None = None, limit: int = 50, cursor: str | None = None) -> SessionPage:
-        """A page of sessions, newest ``updated`` first."""
+        """A page of sessions (of ``cwd`` if given), newest ``updated`` first."""
         check_limit(limit)
         where: builtins.list[str] = []
         args: builtins.list[Any] = []
         if cwd is not None:
             where.append("cwd = ?")
-            args.append(_abspath(cwd))
+            args.append(normal_cwd(cwd))
         if cursor is not None:
             updated, after = decode_cursor(cursor)
             where.append("(updated < ? OR (updated = ? AND id < ?))")
@@ -314,13 +335,35 @@ class SqliteStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated DESC, id DESC LIMIT ?"
-        rows = self._db().execute(sql, (*args, limit + 1)).fetchall()
+        rows = self._use(lambda conn: conn.execute(sql, (*args, limit + 1)).fetchall())
         page = [_info_of(row) for row in rows[:limit]]
         return SessionPage(sessions=page, next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None)
 
 
-def _abspath(path: str) -> str:
-    return os.path.abspath(path)
+def _entries(conn: sqlite3.Connection, session_id: str) -> tuple[builtins.list[Entry], int]:
+    """The session's entries and the next sequence number."""
+    rows = conn.execute("SELECT seq, data FROM entries WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+    if not rows:
+        raise SessionNotFoundError(session_id)
+    decode = _entry_decoder.decode
+    return [decode(row[1]) for row in rows], rows[-1][0] + 1
+
+
+def _delete_statements(session_id: str) -> builtins.list[tuple[str, tuple[Any, ...]]]:
+    return [
+        ("DELETE FROM sessions WHERE id = ?", (session_id,)),
+        ("DELETE FROM entries WHERE session_id = ?", (session_id,)),
+        ("CREATE TEMP TABLE IF NOT EXISTS dropped (digest TEXT)", ()),
+        ("DELETE FROM temp.dropped", ()),
+        ("INSERT INTO temp.dropped SELECT digest FROM session_blobs WHERE session_id = ?", (session_id,)),
+        ("DELETE FROM session_blobs WHERE session_id = ?", (session_id,)),
+        (
+            "DELETE FROM blobs WHERE digest IN (SELECT digest FROM temp.dropped)"
+            " AND digest NOT IN (SELECT digest FROM session_blobs)",
+            (),
+        ),
+        ("DELETE FROM temp.dropped", ()),
+    ]
 
 
 def _row(session_id: str, summary: Summary) -> tuple[Any, ...]:
@@ -338,20 +381,21 @@ def _row(session_id: str, summary: Summary) -> tuple[Any, ...]:
     )
 
 
-def _write(
-    conn: sqlite3.Connection, sql: str, args: tuple[Any, ...], more: Sequence[tuple[str, tuple[Any, ...]]] = ()
-) -> None:
-    """Run statements in one write transaction."""
+def _write(conn: sqlite3.Connection, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> int:
+    """Run ``statements`` in one write transaction; the rows the first one changed."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute(sql, args)
-        for statement, values in more:
-            conn.execute(statement, values)
+        changed = -1
+        for statement, values in statements:
+            cursor = conn.execute(statement, values)
+            if changed < 0:
+                changed = cursor.rowcount
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    return changed
 
 
 def _get_blob(conn: sqlite3.Connection, session_id: str, digest: str) -> bytes:
@@ -373,53 +417,52 @@ class _SqliteWriter:
     def __init__(
         self,
         store: SqliteStore,
-        conn: sqlite3.Connection,
         session_id: str,
         lock: FileLock,
         entries: builtins.list[Entry],
         summary: Summary,
+        seq: int,
     ) -> None:
         self.id = session_id
         self.entries = entries
         self._store = store
-        self._conn: sqlite3.Connection | None = conn
-        self._lock = lock
+        self._lock: FileLock | None = lock
         self._summary = summary
-        self._seq = len(entries)
-        seq = conn.execute("SELECT max(seq) FROM entries WHERE session_id = ?", (session_id,)).fetchone()[0]
-        if seq is not None:
-            self._seq = seq + 1
+        self._seq = seq
+        self._in_thread = store.fsync == "always"
+        self._order = asyncio.Lock()  # appends sent to a thread commit in call order
 
     def __repr__(self) -> str:
-        state = "closed" if self._conn is None else "open"
+        state = "closed" if self._lock is None else "open"
         return f"<SqliteStore writer {self.id} {state}, {len(self.entries)} entries>"
 
-    def _check_open(self) -> sqlite3.Connection:
-        if self._conn is None:
+    def _check_open(self) -> None:
+        if self._lock is None:
             raise RuntimeError(f"Session {self.id}: the writer is closed; open the session again to append")
-        if self._store._conn is not self._conn:
-            raise RuntimeError(f"Session {self.id}: the store's connection was closed; open the session again")
-        return self._conn
 
     async def append(self, entry: Entry) -> None:
         """Append ``entry`` and update the session's summary in one transaction."""
-        conn = self._check_open()
-        data = encode_entry(entry)
+        self._check_open()
+        if self._in_thread:
+            async with self._order:
+                self._check_open()
+                await asyncio.to_thread(self._append, entry)
+        else:
+            self._append(entry)
+
+    def _append(self, entry: Entry) -> None:
         summary = self._summary
         before = (summary.updated, summary.title, summary.message_count, summary.cost)
         summary.add(entry)
+        statements = [
+            ("INSERT INTO entries VALUES (?, ?, ?)", (self.id, self._seq, encode_entry(entry))),
+            (
+                "UPDATE sessions SET updated = ?, title = ?, message_count = ?, cost = ? WHERE id = ?",
+                (summary.updated, summary.title, summary.message_count, summary.cost, self.id),
+            ),
+        ]
         try:
-            _write(
-                conn,
-                "INSERT INTO entries VALUES (?, ?, ?)",
-                (self.id, self._seq, data),
-                [
-                    (
-                        "UPDATE sessions SET updated = ?, title = ?, message_count = ?, cost = ? WHERE id = ?",
-                        (summary.updated, summary.title, summary.message_count, summary.cost, self.id),
-                    )
-                ],
-            )
+            self._store._use(lambda conn: _write(conn, statements))
         except BaseException:
             summary.updated, summary.title, summary.message_count, summary.cost = before
             raise
@@ -428,20 +471,32 @@ class _SqliteWriter:
 
     async def put_blob(self, data: bytes) -> str:
         """Store ``data`` once under its sha256 hex digest."""
-        conn = self._check_open()
+        self._check_open()
+        data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
-        _write(conn, "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, bytes(data)), [
-            ("INSERT OR IGNORE INTO session_blobs VALUES (?, ?)", (self.id, digest))
-        ])
+        statements = [
+            ("INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)),
+            ("INSERT OR IGNORE INTO session_blobs VALUES (?, ?)", (self.id, digest)),
+        ]
+        if self._in_thread or len(data) > 1 << 16:
+            await asyncio.to_thread(self._store._use, lambda conn: _write(conn, statements))
+        else:
+            self._store._use(lambda conn: _write(conn, statements))
         return digest
 
     async def get_blob(self, digest: str) -> bytes:
         """The bytes stored under ``digest``."""
-        return _get_blob(self._store._db(), self.id, digest)
+        return self._store._use(lambda conn: _get_blob(conn, self.id, digest))
 
     async def close(self) -> None:
-        """Release the lock (idempotent)."""
-        if self._conn is None:
-            return
-        self._conn = None
-        self._lock.release()
+        """Release the lock (idempotent), after the appends under way."""
+        async with self._order:
+            lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_protocol(store: SqliteStore) -> SessionStore:
+        return store

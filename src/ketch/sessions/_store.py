@@ -12,7 +12,6 @@ from ._entries import Entry, SessionInfo, SessionPage
 if TYPE_CHECKING:
     from ._jsonl import JsonlStore
 
-__all__ = ["SessionStore", "SessionWriter", "default_sessions_dir", "default_store"]
 
 
 @runtime_checkable

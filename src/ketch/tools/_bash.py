@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from .._shell import matching_paren
 from ..llm._signal import Aborted
 from ..loop._tool import Tool, ToolContext, ToolResult
 from ..sandbox import (
@@ -317,28 +318,10 @@ class _Scanner:
 
     def _matching_paren(self, start: int) -> int:
         """Index of the ``)`` closing the ``(`` before ``start`` (quotes respected)."""
-        depth = 1
-        j = start
-        s = self.s
-        while j < len(s):
-            c = s[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "'":
-                j = self._closing(j + 1, "'", False) + 1
-                continue
-            if c == '"':
-                j = self._closing(j + 1, '"', True) + 1
-                continue
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return j
-            j += 1
-        raise _Unsafe
+        end = matching_paren(self.s, start - 1)
+        if end < 0:
+            raise _Unsafe
+        return end
 
     def _substitution(self, inner: str) -> None:
         if not _classify(inner, self.depth + 1):

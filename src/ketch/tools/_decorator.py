@@ -35,6 +35,8 @@ import types
 from collections.abc import Callable
 from typing import Any, Literal, overload
 
+import msgspec
+
 from .._schema import FunctionSchema, function_schema
 from ..loop._tool import Tool, ToolContext, ToolResult, to_tool_result
 
@@ -114,24 +116,11 @@ class FunctionTool(Tool):
             object.__setattr__(bound, slot, getattr(self, slot))
         bound.fn = types.MethodType(self.fn, instance)
         bound.__wrapped__ = bound.fn
-        bound.signature = _without_method_flag(self.signature)
+        bound.signature = msgspec.structs.replace(self.signature, is_method=False)
         return bound
 
     def __repr__(self) -> str:
         return f"FunctionTool(name={self.name!r}, fn={getattr(self.fn, '__qualname__', self.fn)!r})"
-
-
-def _without_method_flag(signature: FunctionSchema) -> FunctionSchema:
-    return FunctionSchema(
-        name=signature.name,
-        description=signature.description,
-        parameters=signature.parameters,
-        params=signature.params,
-        context_param=signature.context_param,
-        context_positional=signature.context_positional,
-        var_keyword=signature.var_keyword,
-        is_method=False,
-    )
 
 
 @overload

@@ -62,7 +62,7 @@ from .._messages import (
 from .._model import Request, StreamOptions, ToolSpec
 from .._registry import ModelInfo, clamp_thinking, lookup, thinking_budget_tokens
 from .._stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents, feed_events
 from .wire_cache import WireCache
 
 API = "anthropic-messages"
@@ -742,15 +742,11 @@ class AnthropicModel(HTTPModel):
             format_tool=format_tool,
         )
 
-    async def parse_stream(
+    def parse_stream(
         self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
     ) -> AsyncIterator[StreamEvent]:
         """Stream events from the Messages API's server-sent events."""
-        state = AnthropicStreamState(builder, _format_tool(request))
-        async for batch in events:
-            for data in batch.data:
-                for event in state.feed(data):
-                    yield event
+        return feed_events(events, AnthropicStreamState(builder, _format_tool(request)).feed)
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete Message object."""

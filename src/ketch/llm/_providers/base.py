@@ -68,6 +68,15 @@ SSEEvents: TypeAlias = AsyncIterator[SSEBatch]
 """Server-Sent Events from :func:`ketch.llm._http.iter_sse`, one batch per read."""
 
 
+async def feed_events(events: SSEEvents, feed: Callable[[bytes], list[StreamEvent]]) -> AsyncIterator[StreamEvent]:
+    """The stream events ``feed`` (a provider's stream-state parser) makes of each event's
+    data, in order: the ``parse_stream`` of a provider whose state needs nothing else."""
+    async for batch in events:
+        for data in batch.data:
+            for event in feed(data):
+                yield event
+
+
 class HTTPRequest(msgspec.Struct, kw_only=True):
     """One request as an adapter builds it. ``headers`` hold the adapter's own headers
     (auth included); the base adds content negotiation and user headers."""
@@ -123,7 +132,8 @@ class HTTPOptions(TypedDict, total=False):
 
 
 class HTTPModel:
-    """A model reached over HTTP. Subclasses implement the wire protocol.
+    """A model reached over HTTP. Subclasses implement the wire protocol (and prepare
+    the request's messages for it: :class:`~ketch.llm.PreparesMessages`).
 
     ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
     variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
@@ -148,6 +158,7 @@ class HTTPModel:
     api: str = ""
     default_base_url: str = ""
     default_env_keys: tuple[str, ...] = ()
+    prepares_messages: bool = True
 
     def __init__(
         self,

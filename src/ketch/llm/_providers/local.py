@@ -44,6 +44,7 @@ Speed: by default llama.cpp runs on every physical core this process may use
 from __future__ import annotations
 
 import asyncio
+import atexit
 import codecs
 import importlib
 import importlib.metadata
@@ -320,8 +321,29 @@ def _load(key: _Key) -> _Loaded:
         description = str(llama.metadata.get("general.name", ""))
         stats = LoadStats(path=path, n_ctx=n_ctx, n_threads=n_threads, seconds=seconds, description=description)
         loaded = _Loaded(llama, stats)
+        if not _cache:
+            atexit.register(_close_at_exit)
         _cache[key] = loaded
         return loaded
+
+
+def _close_at_exit() -> None:
+    """Free the loaded models while the interpreter still works: llama-cpp-python's own
+    ``__del__`` runs during shutdown, after the module globals it needs are gone, and
+    prints an ignored exception."""
+    with _cache_lock:
+        loaded_all = list(_cache.values())
+        _cache.clear()
+    for loaded in loaded_all:
+        if loaded.lock.acquire(blocking=False):  # never wait for a generation at exit
+            try:
+                loaded.closed = True
+                loaded.grammars.clear()
+                loaded.llama.close()
+            except Exception:
+                pass
+            finally:
+                loaded.lock.release()
 
 
 def _unload(key: _Key) -> bool:
@@ -668,6 +690,8 @@ class LocalModel:
     """
 
     api = "local"
+    prepares_messages = True
+    """Requests are prepared with :func:`~ketch.llm.prepare_messages` (see :class:`~ketch.llm.PreparesMessages`)."""
 
     def __init__(
         self,

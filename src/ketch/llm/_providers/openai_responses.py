@@ -52,7 +52,7 @@ from .._messages import (
 from .._model import TOOL_CHOICE_MODES, Request, StreamOptions, ToolSpec
 from .._registry import ModelInfo, clamp_thinking, default_info, lookup
 from .._stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents, feed_events
 from .wire_cache import WireCache
 
 API = "openai-responses"
@@ -701,15 +701,11 @@ class OpenAIResponsesModel(HTTPModel):
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         return HTTPRequest(url=f"{self.base_url}/responses", body=body, headers=headers, stream=self.streaming)
 
-    async def parse_stream(
+    def parse_stream(
         self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
     ) -> AsyncIterator[StreamEvent]:
         """Stream events from the Responses API's server-sent events."""
-        state = ResponsesStreamState(builder)
-        async for batch in events:
-            for data in batch.data:
-                for event in state.feed(data):
-                    yield event
+        return feed_events(events, ResponsesStreamState(builder).feed)
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete response object."""
