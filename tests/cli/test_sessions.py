@@ -275,6 +275,13 @@ def test_bad_session_options_are_usage_errors(env: Env, store_dir: Path) -> None
     for command, expected in cases:
         proc = env.run(*command)
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", expected), command
+    # without a terminal there is no picker: the task comes from stdin and needs an id
+    proc = env.run(*model, "--resume", input="go")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2,
+        "",
+        "ketch: --resume: a session id is needed with a task (ketch sessions list shows them)\n",
+    )
     assert _files(store_dir) == []
 
 
@@ -438,3 +445,14 @@ def test_a_session_open_elsewhere_is_a_usage_error(env: Env, store_dir: Path) ->
     finally:
         asyncio.run(writer.close())
     assert _texts(_messages(env, session_id)) == [("user", "first"), ("assistant", "one")]
+
+
+def test_deny_without_a_reason_next_to_deny_rules(env: Env, store_dir: Path) -> None:
+    session_id = _paused(env)
+    result = _run_json(
+        env, [text_reply("Fine.")], "--resume", session_id, "--deny", "Bash(rm:*)", "--deny", "c1"
+    )
+    assert (result["end_reason"], result["text"]) == ("stop", "Fine.")
+    messages = _messages(env, session_id)
+    assert messages[2]["content"] == [{"type": "text", "text": "The user denied this tool call."}]
+    assert not (env.work / "a.txt").exists()
