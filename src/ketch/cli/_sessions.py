@@ -113,8 +113,9 @@ async def open_session(options: SessionOptions, root: Path, sessions: SessionSto
             return latest
     except SessionLockedError as exc:
         raise ConfigError(str(exc)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot open the session: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # unreadable storage
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot open the session: {detail}") from None
     try:
         return await Session.create(sessions, cwd=str(root))
     except Exception as exc:  # the run goes on without being saved; it is not lost work yet
