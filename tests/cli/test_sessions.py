@@ -456,3 +456,16 @@ def test_deny_without_a_reason_next_to_deny_rules(env: Env, store_dir: Path) -> 
     messages = _messages(env, session_id)
     assert messages[2]["content"] == [{"type": "text", "text": "The user denied this tool call."}]
     assert not (env.work / "a.txt").exists()
+
+
+def test_resuming_a_session_of_another_directory_warns(env: Env, store_dir: Path) -> None:
+    session_id = _run_json(env, [text_reply("one")], "first")["session_id"]
+    elsewhere = env.work / "elsewhere"
+    elsewhere.mkdir()
+    script = env.script([text_reply("two")])
+    proc = env.run("run", "--model", f"scripted:{script}", "-C", str(elsewhere), "--resume", session_id, "second")
+    assert (proc.returncode, proc.stdout) == (0, "two\n")
+    assert proc.stderr == (
+        f"ketch: warning: session {session_id} was started in {env.work}; "
+        f"the tools work in {elsewhere} (-C {env.work} works there)\n"
+    )

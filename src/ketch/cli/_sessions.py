@@ -105,7 +105,13 @@ async def open_session(options: SessionOptions, root: Path, sessions: SessionSto
     try:
         if options.resume:
             session_id = await resolve_id(sessions, options.resume)
-            return await Session.open(sessions, session_id)
+            session = await Session.open(sessions, session_id)
+            if session.cwd and session.cwd != str(root):
+                sys.stderr.write(
+                    f"ketch: warning: session {session.id} was started in {session.cwd}; "
+                    f"the tools work in {root} (-C {session.cwd} works there)\n"
+                )
+            return session
         if options.continue_latest:
             latest = await Session.latest(sessions, cwd=str(root))
             if latest is None:
