@@ -445,13 +445,17 @@ class _Run:
                             yield event
                         batch = tools.result()
                         self.notes.extend(batch.notes)
-                        done = [_result_message(o) for o in batch.outcomes]
-                        if prior:
-                            done = _in_call_order(message, prior + done)
-                        if batch.pending is not None:
-                            self._pause(message, batch.pending, done)
-                            return
-                        for result in self._commit_results(done):
+                        if prior or batch.pending is not None:  # a resumed or a pausing batch
+                            done = [_result_message(o) for o in batch.outcomes]
+                            if prior:
+                                done = _in_call_order(message, prior + done)
+                            if batch.pending is not None:
+                                self._pause(message, batch.pending, done)
+                                return
+                            committed = self._commit_results(done)
+                        else:
+                            committed = self._commit_outcomes(batch.outcomes)
+                        for result in committed:
                             results.append(result)
                             yield MessageStart(message=result)
                             yield MessageEnd(message=result)
@@ -714,6 +718,24 @@ class _Run:
             )
             self._commit(result)
             yield result
+
+    def _commit_outcomes(self, outcomes: list[CallOutcome]) -> Iterator[ToolResultMessage]:
+        """The result messages of a batch's outcomes, in call order, each committed as it
+        is handed out."""
+        self.summary.tool_calls += len(outcomes)
+        for outcome in outcomes:
+            result = outcome.result
+            if result.is_error:
+                self.summary.tool_errors += 1
+            message = ToolResultMessage(
+                tool_call_id=outcome.call.id,
+                tool_name=outcome.call.name,
+                content=result.blocks,
+                details=result.details,
+                is_error=result.is_error,
+            )
+            self._commit(message)
+            yield message
 
     def _commit_results(self, results: list[ToolResultMessage]) -> Iterator[ToolResultMessage]:
         """A batch's result messages, in call order, each committed as it is handed out."""
