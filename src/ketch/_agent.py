@@ -46,6 +46,7 @@ from .loop._config import (
     StopInfo,
     ToolCallInfo,
     TurnInfo,
+    UsageLimits,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
 from .loop._run import RunStream, check_resume, continue_loop, resume_loop, run_loop
@@ -242,6 +243,7 @@ class Agent(Generic[Deps]):
         deps: Deps = None,  # type: ignore[assignment]  # None unless given
         max_turns: int | None = None,
         max_budget_usd: float | None = None,
+        usage_limits: UsageLimits | None = None,
         stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = (),
         on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None,
         length_recoveries: int = 3,
@@ -268,6 +270,7 @@ class Agent(Generic[Deps]):
             options=options or StreamOptions(),
             max_turns=max_turns,
             max_budget_usd=max_budget_usd,
+            usage_limits=usage_limits,
             stop_when=stop_when,
             on_stop=on_stop,
             length_recoveries=length_recoveries,

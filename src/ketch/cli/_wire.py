@@ -108,6 +108,7 @@ EXIT_CODES: dict[str, int] = {
     "stop_guard": 1,
     "max_turns": 3,
     "max_budget": 4,
+    "usage_limit": 4,
     "approval_required": 5,
     "aborted": 130,
 }

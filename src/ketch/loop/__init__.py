@@ -13,6 +13,7 @@ from ._config import (
     StopInfo,
     ToolCallInfo,
     TurnInfo,
+    UsageLimits,
     stop_after_tool,
 )
 from ._events import (
@@ -83,6 +84,7 @@ __all__ = [
     "TurnEnd",
     "TurnInfo",
     "TurnStart",
+    "UsageLimits",
     "approve",
     "continue_loop",
     "default_convert_to_llm",

@@ -142,6 +142,37 @@ class StopInfo:
     conversation: Conversation
 
 
+class UsageLimits(msgspec.Struct, kw_only=True, frozen=True):
+    """Limits on what one run may use, besides ``max_turns`` and ``max_budget_usd``.
+
+    Per run: ``requests`` (model calls), ``tool_calls``, ``input_tokens``,
+    ``output_tokens`` and ``total_tokens`` (summed over the run's model calls). Per
+    request: ``request_input_tokens``, ``request_output_tokens``. None means no limit.
+
+    Checked before each model call where the next request can be predicted (the calls
+    made, the tokens used so far plus the transcript's estimated size for the input;
+    output limits become the request's ``max_tokens``), before a batch of tool calls
+    (one that would pass ``tool_calls`` is not run: each call gets an error result), and
+    after each call otherwise (a response that used more than predicted ends the run
+    before the next call). A run that reaches a limit ends with ``end_reason ==
+    "usage_limit"`` and an ``error`` naming the limit.
+    """
+
+    requests: int | None = None
+    tool_calls: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    request_input_tokens: int | None = None
+    request_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"UsageLimits.{name} must be a positive integer or None, got {value!r}")
+
+
 class StopDecision(msgspec.Struct, kw_only=True):
     """The ``on_stop`` verdict: allow the end, continue with an injected message, or escalate.
 
@@ -227,6 +258,7 @@ class LoopConfig(Generic[Deps]):
     Type it by parametrising: ``LoopConfig[MyDeps](model=..., deps=MyDeps(...))``.
 
     Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
+    ``usage_limits`` (requests, tool calls and tokens: :class:`UsageLimits`),
     ``stop_when`` predicates after each turn's tools (any true ends the run),
     ``on_stop`` consulted when the model would end. Tool execution: parallel by default
     with ``max_tool_concurrency``; ``tool_execution="sequential"`` forces one at a time.
@@ -248,6 +280,7 @@ class LoopConfig(Generic[Deps]):
 
     max_turns: int | None = None
     max_budget_usd: float | None = None
+    usage_limits: UsageLimits | None = None
     stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = ()
     on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None
     length_recoveries: int = 3

@@ -39,7 +39,7 @@ from ._tool import ToolResult
 T = TypeVar("T")
 
 EndReason: TypeAlias = Literal[
-    "stop", "max_turns", "max_budget", "aborted", "error", "stop_guard", "approval_required"
+    "stop", "max_turns", "max_budget", "aborted", "error", "stop_guard", "approval_required", "usage_limit"
 ]
 
 

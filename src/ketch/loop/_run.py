@@ -40,8 +40,8 @@ from ..llm._stream import (
     ToolCallStart,
     is_closable,
 )
-from ..llm._tokens import ContextUsage
-from ._config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo
+from ..llm._tokens import ContextUsage, estimate_message_tokens
+from ._config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo, UsageLimits
 from ._events import (
     AgentEnd,
     AgentEvent,
@@ -55,13 +55,15 @@ from ._events import (
     RunResult,
     RunSummary,
     ToolCallNote,
+    ToolExecutionEnd,
+    ToolExecutionStart,
     TurnEnd,
     TurnStart,
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
 from ._repair import default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
-from ._tool import Tool
+from ._tool import Tool, ToolResult
 
 ABORTED_REQUEST_TEXT = "Request was aborted"
 
@@ -289,6 +291,15 @@ class _Run:
             signal = self.signal
             resumed = self.resumed
             self.turn = resumed.turn if resumed is not None else 1
+            if cfg.usage_limits is not None and resumed is None:
+                reached = self._limit_reached(cfg.usage_limits, prompts or ())
+                if reached is not None:  # no turn: the prompts are committed, nothing is sent
+                    for prompt in prompts or ():
+                        self._commit(prompt)
+                        yield MessageStart(message=prompt)
+                        yield MessageEnd(message=prompt)
+                    self._end("usage_limit", reached)
+                    return
             yield TurnStart(turn=self.turn)
             for prompt in prompts or ():
                 self._commit(prompt)
@@ -312,7 +323,7 @@ class _Run:
                         if not first:
                             stop = self._stop_before_call()
                             if stop is not None:
-                                self._end(stop)
+                                self._end(stop, self.summary.error)  # set for a usage limit
                                 return
                             self.turn += 1
                             yield TurnStart(turn=self.turn)
@@ -333,6 +344,7 @@ class _Run:
                                 and cfg.context_manager is None
                                 and cfg.convert_to_llm is None
                                 and cfg.get_api_key is None
+                                and cfg.usage_limits is None
                                 and not signal.aborted
                             ):
                                 # Nothing to await before the call: no generator, no hand-off.
@@ -437,6 +449,33 @@ class _Run:
                     # -- the message's tool calls, as one batch
                     results: list[ToolResultMessage] = []
                     batch: BatchResult | None = None
+                    limits = cfg.usage_limits
+                    if (
+                        calls
+                        and limits is not None
+                        and limits.tool_calls is not None
+                        and self.summary.tool_calls + len(calls) > limits.tool_calls
+                    ):
+                        # Not run: each call gets an error result, and the run ends.
+                        text = tool_limit_text(limits.tool_calls, self.summary.tool_calls, len(calls))
+                        refused = [CallOutcome(c, ToolResult.error(text), 0.0, False) for c in calls]
+                        for outcome in refused:
+                            call = outcome.call
+                            yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
+                            yield ToolExecutionEnd(
+                                tool_call_id=call.id,
+                                tool_name=call.name,
+                                result=outcome.result,
+                                is_error=True,
+                                duration=0.0,
+                            )
+                        for result in self._commit_outcomes(refused):
+                            results.append(result)
+                            yield MessageStart(message=result)
+                            yield MessageEnd(message=result)
+                        yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
+                        self._end("usage_limit", text)
+                        return
                     if calls:
                         tools = ToolBatch(
                             self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
@@ -552,7 +591,60 @@ class _Run:
             return "max_turns"
         if cfg.max_budget_usd is not None and self.summary.usage.cost.total >= cfg.max_budget_usd:
             return "max_budget"
+        if cfg.usage_limits is not None:
+            reached = self._limit_reached(cfg.usage_limits, ())
+            if reached is not None:
+                self.summary.error = reached
+                return "usage_limit"
         return None
+
+    def _limit_reached(self, limits: UsageLimits, prompts: Sequence[Message]) -> str | None:
+        """The usage limit the next model call would pass (its message), or None.
+        ``prompts`` are messages about to be committed before it."""
+        summary = self.summary
+        used = summary.usage
+        if limits.requests is not None and summary.turns >= limits.requests:
+            return f"Usage limit reached: {summary.turns} requests, the limit (requests) is {limits.requests}"
+        if limits.output_tokens is not None and used.output >= limits.output_tokens:
+            return (
+                f"Usage limit reached: {used.output:,} output tokens, the limit (output_tokens) is "
+                f"{limits.output_tokens:,}"
+            )
+        if limits.total_tokens is None and limits.input_tokens is None and limits.request_input_tokens is None:
+            return None
+        conversation = self.conversation
+        predicted = conversation.meter.measure(conversation.messages, self.model.context_window).tokens
+        predicted += sum(estimate_message_tokens(m) for m in prompts)
+        if limits.request_input_tokens is not None and predicted > limits.request_input_tokens:
+            return (
+                f"Usage limit: the next request would send about {predicted:,} input tokens, the limit "
+                f"(request_input_tokens) is {limits.request_input_tokens:,}"
+            )
+        if limits.input_tokens is not None and used.input + predicted > limits.input_tokens:
+            return (
+                f"Usage limit: {used.input:,} input tokens used and about {predicted:,} more in the next "
+                f"request, the limit (input_tokens) is {limits.input_tokens:,}"
+            )
+        if limits.total_tokens is not None and used.total_tokens + predicted > limits.total_tokens:
+            return (
+                f"Usage limit: {used.total_tokens:,} tokens used and about {predicted:,} more in the next "
+                f"request, the limit (total_tokens) is {limits.total_tokens:,}"
+            )
+        return None
+
+    def _max_tokens(self, options: StreamOptions) -> int | None:
+        """The request's ``max_tokens`` under the output limits."""
+        limits = self.cfg.usage_limits
+        cap = options.max_tokens
+        if limits is None:
+            return cap
+        for limit in (
+            limits.request_output_tokens,
+            None if limits.output_tokens is None else limits.output_tokens - self.summary.usage.output,
+        ):
+            if limit is not None:
+                cap = limit if cap is None else min(cap, limit)
+        return cap
 
     async def _poll(self, getter: Any) -> list[Message]:
         """Take queued messages from ``getter`` (recorded as uncommitted until committed);
@@ -663,7 +755,11 @@ class _Run:
         options = cfg.options
         api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
         options = msgspec.structs.replace(
-            options, thinking=self.thinking, signal=self.signal, api_key=api_key or options.api_key
+            options,
+            thinking=self.thinking,
+            signal=self.signal,
+            api_key=api_key or options.api_key,
+            max_tokens=self._max_tokens(options),
         )
         return Request(system_prompt=conversation.system_prompt, messages=llm, tools=self.tool_specs), options
 
@@ -760,6 +856,14 @@ class _Run:
             fingerprint=config_fingerprint(self.model, conversation.system_prompt, conversation.tools),
         )
         self._end("approval_required")
+
+
+def tool_limit_text(limit: int, used: int, asked: int) -> str:
+    """The result text of calls not run because they would pass the tool-call limit."""
+    return (
+        f"Usage limit: {asked} tool call(s) not run; {used} of the run's {limit} allowed tool calls "
+        "(tool_calls) were used already"
+    )
 
 
 def _repairs_for(model: Model) -> bool:
