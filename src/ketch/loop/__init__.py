@@ -37,7 +37,7 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
-from ._repair import default_convert_to_llm, repair_messages
+from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
 from ._tool import Tool, ToolContext, ToolResult
@@ -94,4 +94,5 @@ __all__ = [
     "resume_loop",
     "run_loop",
     "stop_after_tool",
+    "validate_message_sequence",
 ]

@@ -259,11 +259,14 @@ class LoopConfig(Generic[Deps]):
 
     Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
     ``usage_limits`` (requests, tool calls and tokens: :class:`UsageLimits`),
-    ``stop_when`` predicates after each turn's tools (any true ends the run),
+    ``stop_when`` predicates after each turn's tools (any true ends the run; one that
+    raises counts as false and is logged),
     ``on_stop`` consulted when the model would end. Tool execution: parallel by default
     with ``max_tool_concurrency``; ``tool_execution="sequential"`` forces one at a time.
     ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
-    calls not yet started.
+    calls not yet started. ``max_repeated_tool_calls``: a call with the same tool and
+    arguments as that many earlier calls of the run is not run; its error result tells
+    the model so (None: no limit).
 
     Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
     messages to commit. Once the run is aborted they are not called, and the abort is
@@ -290,6 +293,7 @@ class LoopConfig(Generic[Deps]):
     max_tool_concurrency: int = 16
     steering_during_tools: Literal["wait", "interrupt"] = "wait"
     max_tool_errors: int | None = None
+    max_repeated_tool_calls: int | None = None
     tool_timeout: float | None = None
     tool_abort_grace: float = 5.0
 

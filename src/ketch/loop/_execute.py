@@ -54,6 +54,14 @@ INTERRUPTED_TEXT = "Cancelled due to queued user message."
 ABORTED_TEXT = "Tool execution was aborted."
 
 
+def repeated_call_text(name: str, times: int) -> str:
+    """The result text for a call repeating earlier calls' tool and arguments too often."""
+    return (
+        f'Tool call not run: "{name}" was already called {times} time(s) with these exact arguments '
+        "in this run. Use the earlier results, or change the arguments."
+    )
+
+
 def truncated_call_text(name: str) -> str:
     """The result text for a call that was not run because the response hit the output limit."""
     return (
@@ -97,11 +105,12 @@ class CallOutcome:
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
-    __slots__ = ("_failures", "config", "decisions")
+    __slots__ = ("_failures", "_repeats", "config", "decisions")
 
     def __init__(self, config: LoopConfig[Any], decisions: dict[str, Decision] | None = None) -> None:
         self.config = config
         self._failures: dict[str, int] = {}
+        self._repeats: dict[tuple[str, bytes], int] = {}  # (tool, canonical args) -> calls run
         self.decisions = decisions or {}
 
     def is_sequential(self, call: ToolCall, tools: dict[str, Tool]) -> bool:
@@ -175,6 +184,13 @@ class ToolRunner:
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
                 return ToolResult.error(problem), True, None
+            repeats = cfg.max_repeated_tool_calls
+            if repeats is not None:
+                key = (tool.name, msgspec.json.encode(args, order="sorted"))
+                seen = self._repeats.get(key, 0)
+                if seen >= repeats:
+                    return ToolResult.error(repeated_call_text(tool.name, seen)), True, None
+                self._repeats[key] = seen + 1
             decision = self.decisions.get(call.id) if self.decisions else None
             if decision is not None:
                 if type(decision) is Deny:

@@ -11,6 +11,8 @@ adapter), so each request is repaired once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..llm._handoff import MISSING_TOOL_RESULT
 from ..llm._lists import extend_with_room
 from ..llm._messages import (
@@ -96,6 +98,45 @@ def repair_messages(messages: list[Message]) -> list[Message]:
     if not _scan(messages)[0]:
         return _repaired(messages)
     return messages
+
+
+def validate_message_sequence(messages: Sequence[Message]) -> list[str]:
+    """What :func:`repair_messages` would fix in ``messages``, as one line per problem
+    (an empty list: the tool calls and results pair up), without changing anything.
+
+    Problems: a tool call with no result before the next user or assistant message (or
+    the end), a result that answers no call of the assistant message before it, and a
+    second result for the same call. Messages are counted from 0.
+    """
+    problems: list[str] = []
+    waiting: dict[str, str] = {}  # call id -> tool name, for the latest assistant message
+    answered: set[str] = set()
+    owner = 0
+
+    def unanswered() -> None:
+        for call_id, name in waiting.items():
+            problems.append(f"message {owner}: tool call {call_id!r} ({name}) has no result")
+
+    for i, m in enumerate(messages):
+        if type(m) is ToolResultMessage:
+            assert isinstance(m, ToolResultMessage)
+            call_id = m.tool_call_id
+            if waiting.pop(call_id, None) is not None:
+                answered.add(call_id)
+            elif call_id in answered:
+                problems.append(f"message {i}: a second result for tool call {call_id!r}")
+            else:
+                problems.append(f"message {i}: tool result {call_id!r} answers no call of the assistant message before it")
+            continue
+        unanswered()
+        waiting = {}
+        answered = set()
+        if type(m) is AssistantMessage:
+            assert isinstance(m, AssistantMessage)
+            owner = i
+            waiting = {b.id: b.name for b in m.content if type(b) is ToolCall}
+    unanswered()
+    return problems
 
 
 def _repaired(messages: list[Message]) -> list[Message]:

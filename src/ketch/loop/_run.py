@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
@@ -65,6 +66,8 @@ from ._repair import default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
 
+log = logging.getLogger("ketch.loop")
+
 ABORTED_REQUEST_TEXT = "Request was aborted"
 
 
@@ -91,6 +94,15 @@ async def _maybe(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def _stops(predicate: Any, info: TurnInfo) -> bool:
+    """A ``stop_when`` predicate's answer; one that raises means "do not stop" (logged)."""
+    try:
+        return bool(await _maybe(predicate(info)))
+    except Exception:
+        log.exception("stop_when predicate %r failed; not stopping", predicate)
+        return False
 
 
 class RunStream:
@@ -510,7 +522,7 @@ class _Run:
                         if cfg.prepare_next_turn is not None:
                             await self._prepare_next_turn(info)
                         for predicate in cfg.stop_when:
-                            if await _maybe(predicate(info)):
+                            if await _stops(predicate, info):
                                 self._end("stop")
                                 return
 
