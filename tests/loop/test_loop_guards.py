@@ -85,4 +85,4 @@ def test_validate_message_sequence_reports_without_repairing() -> None:
         "message 1: tool call 'b' (ls) has no result",
     ]
     assert messages == before
-    assert validate_message_sequence(messages[:3] + [ToolResultMessage(tool_call_id="b", tool_name="ls")]) == []
+    assert validate_message_sequence([*messages[:3], ToolResultMessage(tool_call_id="b", tool_name="ls")]) == []
