@@ -27,7 +27,7 @@ from .llm._messages import (
     Usage,
     UserMessage,
 )
-from .llm._model import Model, StreamOptions, ThinkingLevel
+from .llm._model import Model, StreamOptions, ThinkingLevel, ToolSpec
 from .llm._signal import AbortSignal
 from .llm._tokens import ContextUsage
 from .loop._config import (
@@ -49,7 +49,7 @@ from .loop._config import (
     UsageLimits,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
-from .loop._run import RunStream, check_resume, continue_loop, resume_loop, run_loop
+from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
 
@@ -531,6 +531,23 @@ class Agent(Generic[Deps]):
             self._signal = None
             self._idle.set()
         return committed
+
+    async def build_llm_messages(self) -> list[Message]:
+        """Exactly the messages the next request would send for the current transcript
+        (``transform_context``, then ``convert_to_llm`` or the default conversion, then the
+        repair pass when the model needs it), for side requests that must share the
+        request's cache prefix. The context manager is not run: it may compact, which
+        changes the transcript. The list is a new one; the messages are shared."""
+        messages = self._messages
+        transform = self.config.transform_context
+        if transform is not None:
+            out = transform(messages, AbortSignal())
+            messages = await out if inspect.isawaitable(out) else out
+        return list(await llm_messages(messages, self.config, self.model))
+
+    def build_llm_tools(self) -> list[ToolSpec]:
+        """The tool definitions the next request would send (name, description, schema)."""
+        return [t.spec for t in self.tools]
 
     def abort(self) -> None:
         """Abort the current run (no effect when idle)."""

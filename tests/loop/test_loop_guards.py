@@ -86,3 +86,24 @@ def test_validate_message_sequence_reports_without_repairing() -> None:
     ]
     assert messages == before
     assert validate_message_sequence([*messages[:3], ToolResultMessage(tool_call_id="b", tool_name="ls")]) == []
+
+
+async def test_build_llm_messages_and_tools_are_what_the_next_request_sends() -> None:
+    from ketch import message_to_dict
+
+    transcript: list[Any] = [
+        UserMessage(content="go"),
+        AssistantMessage(content=[TextContent(text="half"), ToolCall(id="c", name="lookup")], stop_reason="aborted"),
+        UserMessage(content="again"),
+        AssistantMessage(content=[ToolCall(id="d", name="lookup", args={"q": "z"})], stop_reason="tool_use"),
+        UserMessage(content="and?"),
+    ]
+    model = ScriptedModel(["ok"])
+    agent = Agent(model, tools=[lookup([])], messages=transcript)
+    built = await agent.build_llm_messages()
+    tools = agent.build_llm_tools()
+    await agent.continue_loop()
+    sent = model.requests[0]
+    assert [message_to_dict(m) for m in built] == [message_to_dict(m) for m in sent.messages]
+    assert tools == sent.tools
+    assert [m.role for m in built] == ["user", "assistant", "user", "user", "assistant", "tool_result", "user"]

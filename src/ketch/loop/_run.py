@@ -187,6 +187,17 @@ def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: A
     return RunStream(run, run.events(None))
 
 
+async def llm_messages(messages: list[Message], config: LoopConfig[Any], model: Model) -> list[Message]:
+    """``messages`` as a request to ``model`` would carry them: converted
+    (``config.convert_to_llm``, else :func:`default_convert_to_llm`), then repaired
+    unless the model prepares its messages itself."""
+    if config.convert_to_llm is not None:
+        llm: list[Message] = await _maybe(config.convert_to_llm(messages))
+    else:
+        llm = default_convert_to_llm(messages)
+    return repair_messages(llm) if _repairs_for(model) else llm
+
+
 def resume_loop(
     state: RunState,
     conversation: Conversation,
@@ -753,17 +764,10 @@ class _Run:
         """The request for ``messages``: converted, repaired, with this turn's options and key."""
         cfg = self.cfg
         conversation = self.conversation
-        repair = self.repair
-        if cfg.convert_to_llm is not None:
-            llm = await _maybe(cfg.convert_to_llm(messages))
-            if repair:
-                llm = repair_messages(llm)
-        elif messages is conversation.messages:
-            llm = conversation.view.build(messages, repair)
+        if cfg.convert_to_llm is None and messages is conversation.messages:
+            llm = conversation.view.build(messages, self.repair)
         else:
-            llm = default_convert_to_llm(messages)
-            if repair:
-                llm = repair_messages(llm)
+            llm = await llm_messages(messages, cfg, self.model)
         options = cfg.options
         api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
         options = msgspec.structs.replace(
