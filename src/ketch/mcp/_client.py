@@ -35,9 +35,8 @@ from ._config import MCPServerConfig
 from ._tools import convert_content, convert_result, flags, tool_name
 
 if TYPE_CHECKING:
-    from mcp import ClientSession
-
     from ketch import Agent
+    from mcp import ClientSession
 
 log = logging.getLogger("ketch.mcp")
 
@@ -147,6 +146,7 @@ class _Server:
     async def _start(self) -> ClientSession:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[ClientSession] = loop.create_future()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even after a timeout
         self._stop = asyncio.Event()
         self.state = "starting"
         self.error = None
@@ -229,12 +229,15 @@ class _Server:
 
     async def _shutdown(self) -> None:
         task, stop = self._task, self._stop
+        started = self.state == "running"
         self._task = self._stop = None
         self.session = None
         if task is None:
             return
         assert stop is not None
         stop.set()
+        if not started:  # still connecting or handshaking: nothing to finish politely
+            task.cancel()
         try:
             async with asyncio.timeout(10.0):
                 await asyncio.shield(task)
@@ -305,7 +308,7 @@ class _Server:
     async def _roots(self, context: Any) -> Any:
         import mcp_types as types
 
-        roots = [types.Root(uri=p.resolve().as_uri(), name=p.name or str(p)) for p in self.manager.roots or ()]  # type: ignore[arg-type]
+        roots = [types.Root(uri=p.as_uri(), name=p.name or str(p)) for p in self.manager.roots or ()]  # type: ignore[arg-type]
         return types.ListRootsResult(roots=roots)
 
     # -- tools ----------------------------------------------------------------------------
@@ -566,7 +569,7 @@ class MCPManager:
         self.call_timeout = call_timeout
         self.elicitation = elicitation
         self.sampling_model = sampling_model
-        self.roots: list[Path] | None = [Path(p) for p in roots] if roots is not None else None
+        self.roots: list[Path] | None = [Path(p).resolve() for p in roots] if roots is not None else None
         if errlog is None:
             import sys
 
@@ -627,7 +630,9 @@ class MCPManager:
     async def refresh(self, tools: Sequence[Tool]) -> list[Tool]:
         """``tools`` with this manager's MCP tools replaced by the current ones (the
         others kept in place; the MCP tools go where the first of them was)."""
-        fresh = await self.tools()
+        return self._replace(tools, await self.tools())
+
+    def _replace(self, tools: Sequence[Tool], fresh: list[Tool]) -> list[Tool]:
         ours = set(self._servers)
         out: list[Tool] = []
         inserted = False
@@ -672,8 +677,16 @@ class MCPManager:
         agent.config.prepare_next_turn = hook
 
         async def on_event(event: Any) -> None:
-            if event.type == "agent_end" and self._changed and not self._closed:
+            if event.type != "agent_end" or self._closed:
+                return
+            if self._changed:
                 agent.tools = await self.refresh(agent.tools)
+                return
+            # a list refreshed during the run (prepare_next_turn) is kept for the next run
+            current = [t for s in self._servers.values() for t in s.tools or ()]
+            mine = [t for t in agent.tools if isinstance(t, MCPTool) and t.server in self._servers]
+            if [id(t) for t in mine] != [id(t) for t in current]:
+                agent.tools = self._replace(agent.tools, current)
 
         agent.subscribe(on_event)
 
