@@ -118,6 +118,15 @@ async def test_everything_lists_with_annotations_and_helpers(manager_factory: An
     assert tools["mcp__e__get-sum"].parameters["properties"]["a"]["type"] == "number"
 
 
+async def test_legacy_sse_lists_and_calls(manager_factory: Any, everything_sse_url: str) -> None:
+    manager = manager_factory(load_mcp_json({"mcpServers": {"e": {"type": "sse", "url": everything_sse_url}}}))
+    assert "mcp__e__get-sum" in [t.name for t in await manager.tools()]
+    agent, _, _ = await run(manager, tool_call("mcp__e__get-sum", {"a": 20, "b": 22}))
+    (summed,) = results(agent.messages)
+    assert texts(summed) == ["The sum of 20 and 22 is 42."]
+    assert manager.status()[0].type == "sse"
+
+
 async def test_everything_calls_with_arguments_images_and_structured(manager_factory: Any, everything: Any) -> None:
     manager = manager_factory(everything)
     agent, _, _ = await run(
