@@ -90,6 +90,13 @@ async def test_aclose_leaves_no_server_process(manager_factory: Any, time_config
     await manager.aclose()
     assert started[0] not in child_processes()
     assert manager.status()[0].state == "stopped"
+    # a tool kept after the close does not start the server again
+    result = await manager.call("time", "get_current_time", {"timezone": "UTC"})
+    assert result.is_error
+    assert result.text == (
+        "MCP server 'time' is closed (the MCPManager was closed); the call to 'get_current_time' did not run"
+    )
+    assert not [pid for pid, cmd in child_processes().items() if pid not in before and "mcp_server_time" in cmd]
 
 
 # -- server-everything (stdio and streamable HTTP) -----------------------------------------

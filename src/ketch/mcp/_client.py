@@ -140,6 +140,8 @@ class _Server:
         async with self._lock:
             if self.session is not None and self.state == "running":
                 return self.session
+            if self.manager._closed:
+                raise ConnectionError(f"MCP server {self.config.name!r} is closed (the MCPManager was closed)")
             await self._shutdown()
             return await self._start()
 
