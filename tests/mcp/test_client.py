@@ -165,8 +165,15 @@ async def test_everything_resources_and_prompts_through_helper_tools(manager_fac
         tool_call("mcp__e__read_resource", {"uri": "demo://resource/static/document/features.md"}),
         tool_call("mcp__e__get_prompt", {"name": "args-prompt", "arguments": {"city": "Paris"}}),
         tool_call("mcp__e__list_prompts"),
+        tool_call("mcp__e__list_resources"),
     )
-    resource, prompt, prompts = results(agent.messages)
+    resource, prompt, prompts, listed = results(agent.messages)
+    lines = texts(listed)[0].splitlines()
+    assert (
+        "demo://resource/static/document/features.md  features.md (text/markdown) - "
+        "Static document file exposed from /docs: features.md"
+    ) in lines
+    assert lines[-1].startswith("demo://resource/dynamic/blob/{resourceId}  Dynamic Blob Resource (template) - ")
     assert texts(resource)[0].startswith("[resource demo://resource/static/document/features.md]\n# Everything Server")
     assert texts(prompt) == ["[user]", "What's weather in Paris?"]
     assert texts(prompts)[0].splitlines()[:2] == [
