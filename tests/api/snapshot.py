@@ -25,6 +25,7 @@ FACES = (
     "ketch.permissions",
     "ketch.sandbox",
     "ketch.hooks",
+    "ketch.mcp",
     "ketch.sessions",
     "ketch.sessions.conformance",
     "ketch.testing",
