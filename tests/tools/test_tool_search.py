@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch import Agent, Tool, ToolResultMessage, UserMessage
+from ketch import Agent, Tool, ToolResultMessage, UserMessage, approve
 from ketch.context import Compactor, ContextSummary
 from ketch.loop import NextTurn, TurnInfo
 from ketch.sessions import JsonlStore, Session
@@ -56,7 +56,12 @@ def generated() -> list[Tool]:
         _schema("city"),
         lambda args, ctx: f"{args['city']}: sunny",
     ))
-    tools.insert(130, Tool("invoice_refund", "Refund an invoice to the customer's card.", _schema("invoice")))
+    tools.insert(130, Tool(
+        "invoice_refund",
+        "Refund an invoice to the customer's card.",
+        _schema("invoice"),
+        lambda args, ctx: f"refunded {args['invoice']}",
+    ))
     return tools
 
 
@@ -376,3 +381,69 @@ async def test_a_session_with_activations_opens_in_a_process_that_never_imported
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert (process.returncode, err.decode()) == (0, "")
     assert out.decode() == "['context_summary', 'tool_activations', 'assistant'] ['weather_forecast']\n"
+
+
+# -- a run paused for approval -----------------------------------------------------------------
+
+
+def refund_needs_approval() -> list[Tool]:
+    tools = catalogue()
+    for t in tools:
+        if t.name == "invoice_refund":
+            t.requires_approval = True
+    return tools
+
+
+async def test_a_run_paused_on_an_activated_tool_resumes_from_the_session(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path / "sessions")
+    session = await Session.create(store, cwd=tmp_path, checkpoints=False)
+    first = ScriptedModel([search_turn("invoice_refund"), reply(tool_call("invoice_refund", {"invoice": "A-1"}, id="r1"))])
+    agent = Agent(first, tools=refund_needs_approval(), session=session)
+    ToolSearch().attach(agent)
+    paused = await agent.prompt("Refund A-1.")
+    assert paused.end_reason == "approval_required"
+    await session.close()
+
+    reopened = await Session.open(store, session.id, checkpoints=False)
+    assert reopened.pending_state is not None
+    second = ScriptedModel(["Refunded."])
+    resumed = Agent(second, tools=refund_needs_approval(), session=reopened)
+    ToolSearch().attach(resumed)
+    result = await resumed.resume(reopened.pending_state, decisions={"r1": approve()})
+    assert result.text == "Refunded."
+    assert results(resumed)[-1].text == "refunded A-1"
+    assert second.requests[0].tool_names == ["note", "tool_search", "invoice_refund"]
+    await reopened.close()
+
+
+async def test_a_search_in_a_paused_batch_activates_once_the_run_resumes(tmp_path: Path) -> None:
+    def tools() -> list[Tool]:
+        out = catalogue()
+        out[0].requires_approval = True  # note, always loaded
+        return out
+
+    store = JsonlStore(tmp_path / "sessions")
+    session = await Session.create(store, cwd=tmp_path, checkpoints=False)
+    first = ScriptedModel([
+        reply(tool_call("tool_search", {"query": "weather"}, id="s1"), tool_call("note", {"text": "x"}, id="n1")),
+    ])
+    agent = Agent(first, tools=tools(), session=session)
+    search = ToolSearch()
+    search.attach(agent)
+    paused = await agent.prompt("Note it, then find the weather tool.")
+    assert paused.end_reason == "approval_required"
+    assert search.active == []  # the search's result is not committed while the run waits
+    await session.close()
+
+    reopened = await Session.open(store, session.id, checkpoints=False)
+    assert reopened.pending_state is not None
+    second = ScriptedModel([reply(tool_call("weather_forecast", {"city": "Oslo"})), "Sunny."])
+    resumed = Agent(second, tools=tools(), session=reopened)
+    again = ToolSearch()
+    again.attach(resumed)
+    result = await resumed.resume(reopened.pending_state, decisions={"n1": approve()})
+    assert result.text == "Sunny."
+    assert [r.text for r in results(resumed)][-1] == "Oslo: sunny"
+    assert second.requests[0].tool_names == ["note", "tool_search", "weather_forecast"]
+    assert again.active == ["weather_forecast"]
+    await reopened.close()
