@@ -235,6 +235,30 @@ async def test_a_search_without_a_match_is_an_error_that_says_how_to_search() ->
     assert search.active == []
 
 
+async def test_a_run_aborted_after_the_search_leaves_the_tool_for_the_next_run() -> None:
+    model = ScriptedModel([search_turn("weather"), reply(tool_call("weather_forecast", {"city": "Oslo"})), "Sunny."])
+    agent = Agent(model, tools=catalogue())
+    ToolSearch().attach(agent)
+
+    def abort_after_search(event: Any) -> None:
+        if event.type == "tool_execution_end" and event.tool_name == "tool_search":
+            agent.abort()
+
+    stop = agent.subscribe(abort_after_search)
+    aborted = await agent.prompt("Find the weather tool.")
+    stop()
+    assert aborted.end_reason == "aborted"
+    assert [r.text.split("\n")[0] for r in results(agent)] == ["Loaded 1 tool; call it from your next step on:"]
+
+    result = await agent.prompt("Weather in Oslo?")
+    assert result.text == "Sunny."
+    assert [r.tool_names for r in model.requests] == [
+        ["note", "tool_search"],
+        ["note", "tool_search", "weather_forecast"],
+        ["note", "tool_search", "weather_forecast"],
+    ]
+
+
 async def test_the_agents_own_prepare_next_turn_still_runs() -> None:
     seen: list[int] = []
 
