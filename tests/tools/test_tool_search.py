@@ -310,6 +310,26 @@ async def test_activation_survives_compaction() -> None:
     assert sent[0].content[0].text == "<context-summary>\n## Goal\nweather in Oslo\n</context-summary>"  # type: ignore[union-attr,index]
 
 
+async def test_activation_survives_an_automatic_compaction_inside_a_run() -> None:
+    model = ScriptedModel([
+        search_turn("weather"),
+        "Loaded.",
+        reply(tool_call("weather_forecast", {"city": "Oslo"})),
+        "Sunny.",
+    ])
+    manager = Compactor(window=3000, reserve=1000, keep_recent_tokens=1, summary_model=summariser())
+    agent = Agent(model, tools=catalogue(), context_manager=manager)
+    ToolSearch().attach(agent)
+    await agent.prompt("Load the weather tool.")
+    result = await agent.prompt("Weather in Oslo? " + "Details follow. " * 600)  # over the threshold
+
+    assert result.text == "Sunny."
+    assert manager.summary_calls == 1
+    assert [type(m) for m in agent.messages[:3]] == [ContextSummary, ToolActivations, UserMessage]
+    assert model.requests[2].tool_names == ["note", "tool_search", "weather_forecast"]
+    assert results(agent)[-1].text == "Oslo: sunny"
+
+
 async def test_a_second_compaction_keeps_the_marker() -> None:
     model = ScriptedModel([search_turn("invoice refund"), "Loaded.", "One.", "Two."])
     agent = Agent(model, tools=catalogue(), context_manager=Compactor(keep_recent_tokens=1, summary_model=summariser()))
