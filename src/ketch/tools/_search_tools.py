@@ -19,8 +19,9 @@ the agent's context manager, and a committed rewrite that loses activations gets
 :class:`ToolActivations` message right after its summary, a custom message the model
 never sees (its ``to_llm`` is None) that sessions store like any other. Deriving the
 set from the transcript (rather than keeping it in the ToolSearch object) also makes a
-session's rewind or fork agree with it, and the tools a paused run resumes with the
-tools it paused with.
+forked session agree with it, and a run paused for approval resume with the tools it
+paused with (the results of a paused batch are committed only when it resumes). After
+replacing ``agent.messages`` in place (a session's rewind), call :meth:`ToolSearch.sync`.
 
 Nothing in the loop knows about tool search: ToolSearch sets the agent's tools and
 system prompt, chains itself into ``prepare_next_turn`` (the tools change between the
