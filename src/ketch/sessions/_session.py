@@ -36,7 +36,7 @@ def _message(data: dict[str, Any]) -> Message:
     try:
         return message_from_dict(data)
     except ValueError:
-        import ketch.context
+        import ketch.context  # registers ContextSummary
         import ketch.tools._search_tools  # noqa: F401  (registers ToolActivations)
 
         return message_from_dict(data)
