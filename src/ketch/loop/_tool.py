@@ -22,6 +22,10 @@ A tool is a name, a description, a JSON schema for its arguments and an async
   it runs, so no task is started for it. An abort cancels it as it would a task, but
   the run waits for it to return (``tool_abort_grace`` applies to tasks). ``@tool``
   functions without a :class:`ToolContext` parameter declare False.
+- ``deferred``: for tool search (:class:`ketch.tools.ToolSearch`), whether the tool's
+  definition is sent to the model only after a ``tool_search`` call activated it.
+  ``None`` (default): deferred when the agent has more tools than the tool search's
+  threshold; ``True``: always deferred; ``False``: never. The loop itself ignores it.
 
 Build one directly for dynamic tools, subclass it and override :meth:`Tool.execute`,
 or use the ``@tool`` decorator from :mod:`ketch.tools`.
@@ -129,6 +133,7 @@ class Tool:
 
     __slots__ = (
         "_execute",
+        "deferred",
         "description",
         "interrupt",
         "label",
@@ -159,6 +164,7 @@ class Tool:
         prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         strict: bool = False,
         reports_progress: bool = True,
+        deferred: bool | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise ValueError("Tool name must be a non-empty string")
@@ -175,6 +181,7 @@ class Tool:
         self.prepare_arguments = prepare_arguments
         self.strict = strict
         self.reports_progress = reports_progress
+        self.deferred = deferred
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""

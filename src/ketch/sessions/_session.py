@@ -31,12 +31,13 @@ _HANDLED = frozenset({"message_end", "agent_start", "agent_end", "compaction_end
 
 
 def _message(data: dict[str, Any]) -> Message:
-    """A stored message; ketch's own custom kinds (the compaction summary) load without
-    the caller importing them first."""
+    """A stored message; ketch's own custom kinds (the compaction summary, tool search's
+    activations) load without the caller importing them first."""
     try:
         return message_from_dict(data)
     except ValueError:
-        import ketch.context  # noqa: F401  (registers ContextSummary)
+        import ketch.context  # registers ContextSummary
+        import ketch.tools._search_tools  # noqa: F401  (registers ToolActivations)
 
         return message_from_dict(data)
 

@@ -5,6 +5,10 @@ sharing one workspace; it is imported on first use. The tools themselves
 (:class:`ReadTool`, :class:`WriteTool`, :class:`EditTool`, :class:`BashTool`,
 :class:`GrepTool`, :class:`FindTool`, :class:`LsTool`) and :class:`Workspace` are
 public for building a custom set; they load on first use too.
+
+:class:`ToolSearch` sends a large tool set to the model on demand: deferred tools are
+listed by name and loaded by a ``tool_search`` call (:class:`ToolActivations` records
+activations a compaction would drop).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
     from ._ls import LsTool
     from ._read import ReadTool
     from ._search import FindTool, GrepTool
+    from ._search_tools import ToolActivations, ToolSearch
     from ._workspace import Workspace
     from ._write import WriteTool
 
@@ -31,6 +36,8 @@ __all__ = [
     "LsTool",
     "Param",
     "ReadTool",
+    "ToolActivations",
+    "ToolSearch",
     "Workspace",
     "WriteTool",
     "coding_tools",
@@ -44,6 +51,8 @@ _LAZY = {
     "GrepTool": "._search",
     "LsTool": "._ls",
     "ReadTool": "._read",
+    "ToolActivations": "._search_tools",
+    "ToolSearch": "._search_tools",
     "Workspace": "._workspace",
     "WriteTool": "._write",
     "coding_tools": "._builtins",
