@@ -349,3 +349,23 @@ async def test_through_the_loop_arguments_are_validated_coerced_and_converted() 
             True,
         ),
     ]
+
+
+def test_tool_declares_approval_and_deferral() -> None:
+    from ketch.tools import tool as make_tool
+
+    @make_tool(requires_approval=lambda args: args["n"] > 1, deferred=True)
+    def risky(n: int) -> int:
+        "Do something risky n times."
+        return n
+
+    assert risky.deferred is True
+    assert risky.needs_approval({"n": 2}) is True
+    assert risky.needs_approval({"n": 1}) is False
+
+    @make_tool
+    def plain(n: int) -> int:
+        "Plain."
+        return n
+
+    assert plain.deferred is None and plain.needs_approval({"n": 5}) is False
