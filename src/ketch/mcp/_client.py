@@ -192,7 +192,11 @@ class _Server:
         return _http(cfg.url, create_mcp_http_client(headers=dict(cfg.headers) or None), streamable_http_client)
 
     async def _run(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
-        from mcp import ClientSession
+        try:
+            from mcp import ClientSession
+        except ImportError:
+            ready.set_exception(ConnectionError("needs the mcp package: pip install 'ketch[mcp]'"))
+            return
 
         manager = self.manager
         try:
