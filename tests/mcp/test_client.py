@@ -343,23 +343,20 @@ async def test_a_call_timeout_cancels_the_call_on_the_server(manager_factory: An
 
 
 async def test_a_server_that_does_not_start_is_reported_and_left_out(manager_factory: Any, time_config: Any) -> None:
-    configs = {
-        **time_config,
-        **load_mcp_json(
-            {
-                "mcpServers": {
-                    "mute": {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]},
-                    "absent": {"command": "/nonexistent/mcp-server"},
-                }
+    broken = load_mcp_json(
+        {
+            "mcpServers": {
+                "mute": {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]},
+                "absent": {"command": "/nonexistent/mcp-server"},
             }
-        ),
-    }
+        }
+    )
     before = set(child_processes())
-    manager = manager_factory(configs, startup="eager", startup_timeout=0.5)
-    async with manager:
-        tools = await manager.tools()
-        assert [t.name for t in tools] == ["mcp__time__get_current_time", "mcp__time__convert_time"]
-        status = {s.name: s for s in manager.status()}
+    # the time server keeps the default start-up timeout; the mute one never answers
+    good = manager_factory(time_config)
+    bad = manager_factory(broken, startup="eager", startup_timeout=0.5)
+    async with bad:
+        status = {s.name: s for s in bad.status()}
         assert status["mute"].state == "failed"
         assert status["mute"].error == "did not start within 0.5 s"
         assert status["absent"].state == "failed"
@@ -367,6 +364,14 @@ async def test_a_server_that_does_not_start_is_reported_and_left_out(manager_fac
             "failed to start (FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/mcp-server')"
         )
         assert not [pid for pid, cmd in child_processes().items() if pid not in before and "time.sleep(60)" in cmd]
+        agent: Agent[None] = Agent(ScriptedModel(["done"]))
+        await good.attach(agent)
+        await bad.attach(agent)
+        assert [t.name for t in agent.tools] == ["mcp__time__get_current_time", "mcp__time__convert_time"]
+        result = await bad.call("mute", "anything")
+        assert result.is_error
+        assert result.text == "MCP server 'mute' did not start within 0.5 s; the call to 'anything' did not run"
+    await good.aclose()
     assert set(child_processes()) <= before
 
 
