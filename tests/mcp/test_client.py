@@ -16,6 +16,7 @@ from typing import Any
 from conftest import child_processes, server_pids
 from ketch import Agent
 from ketch.llm import ImageContent, TextContent, ToolResultMessage
+from ketch.loop import Tool
 from ketch.mcp import (
     NO_ELICITATION,
     ElicitationRequest,
@@ -382,3 +383,29 @@ async def test_eager_start_and_concurrent_first_use_start_one_process(manager_fa
     assert [t.name for t in lists[0]] == [t.name for t in lists[1]]
     started = [pid for pid, cmd in child_processes().items() if pid not in before and "mcp_server_time" in cmd]
     assert len(started) == 1
+
+
+async def test_attach_keeps_the_agents_own_tools_and_hook(manager_factory: Any, changing_config: Any) -> None:
+    async def native(args: dict[str, Any], ctx: Any) -> str:
+        return "native"
+
+    turns: list[int] = []
+
+    def own_hook(turn: Any) -> None:
+        turns.append(turn.turn)
+
+    model = ScriptedModel([reply(tool_call("mcp__c__add_tool", {"name": "later"})), reply(tool_call("mcp__c__later")), "done"])
+    agent: Agent[None] = Agent(model, tools=[Tool("native", "", None, native)], prepare_next_turn=own_hook)
+    manager = manager_factory(changing_config)
+    await manager.attach(agent)
+    await agent.prompt("go")
+    assert turns == [1, 2, 3]  # the agent's own hook still runs after every turn
+    assert [t.name for t in agent.tools] == [
+        "native",
+        "mcp__c__add_tool",
+        "mcp__c__wait",
+        "mcp__c__cancellations",
+        "mcp__c__later",
+    ]
+    assert model.requests[1].tool_names == [t.name for t in agent.tools]
+    assert texts(results(agent.messages)[1]) == ["I am later"]
