@@ -16,6 +16,7 @@ from typing import Any
 from conftest import child_processes, server_pids
 from ketch import Agent
 from ketch.llm import ImageContent, TextContent, ToolResultMessage
+from ketch.loop import Tool
 from ketch.mcp import (
     NO_ELICITATION,
     ElicitationRequest,
@@ -345,37 +346,35 @@ async def test_a_call_timeout_cancels_the_call_on_the_server(manager_factory: An
 
 
 async def test_a_server_that_does_not_start_is_reported_and_left_out(manager_factory: Any, time_config: Any) -> None:
-    configs = {
-        **time_config,
-        **load_mcp_json(
-            {
-                "mcpServers": {
-                    "mute": {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]},
-                    "absent": {"command": "/nonexistent/mcp-server"},
-                }
+    broken = load_mcp_json(
+        {
+            "mcpServers": {
+                "mute": {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]},
+                "absent": {"command": "/nonexistent/mcp-server"},
             }
-        ),
-    }
-    mute = {"mute": configs.pop("mute")}
+        }
+    )
     before = set(child_processes())
-    # A server that never answers trips any start-up timeout; the one that works gets a
-    # generous one, so the test does not depend on how fast the machine starts it.
-    silent = manager_factory(mute, startup="eager", startup_timeout=0.5)
-    async with silent:
-        assert await silent.tools() == []
-        [status_mute] = silent.status()
-        assert status_mute.state == "failed"
-        assert status_mute.error == "did not start within 0.5 s"
-    manager = manager_factory(configs, startup="eager", startup_timeout=60)
-    async with manager:
-        tools = await manager.tools()
-        assert [t.name for t in tools] == ["mcp__time__get_current_time", "mcp__time__convert_time"]
-        status = {s.name: s for s in manager.status()}
+    # the time server keeps the default start-up timeout; the mute one never answers
+    good = manager_factory(time_config)
+    bad = manager_factory(broken, startup="eager", startup_timeout=0.5)
+    async with bad:
+        status = {s.name: s for s in bad.status()}
+        assert status["mute"].state == "failed"
+        assert status["mute"].error == "did not start within 0.5 s"
         assert status["absent"].state == "failed"
         assert status["absent"].error == (
             "failed to start (FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/mcp-server')"
         )
         assert not [pid for pid, cmd in child_processes().items() if pid not in before and "time.sleep(60)" in cmd]
+        agent: Agent[None] = Agent(ScriptedModel(["done"]))
+        await good.attach(agent)
+        await bad.attach(agent)
+        assert [t.name for t in agent.tools] == ["mcp__time__get_current_time", "mcp__time__convert_time"]
+        result = await bad.call("mute", "anything")
+        assert result.is_error
+        assert result.text == "MCP server 'mute' did not start within 0.5 s; the call to 'anything' did not run"
+    await good.aclose()
     assert set(child_processes()) <= before
 
 
@@ -386,3 +385,29 @@ async def test_eager_start_and_concurrent_first_use_start_one_process(manager_fa
     assert [t.name for t in lists[0]] == [t.name for t in lists[1]]
     started = [pid for pid, cmd in child_processes().items() if pid not in before and "mcp_server_time" in cmd]
     assert len(started) == 1
+
+
+async def test_attach_keeps_the_agents_own_tools_and_hook(manager_factory: Any, changing_config: Any) -> None:
+    async def native(args: dict[str, Any], ctx: Any) -> str:
+        return "native"
+
+    turns: list[int] = []
+
+    def own_hook(turn: Any) -> None:
+        turns.append(turn.turn)
+
+    model = ScriptedModel([reply(tool_call("mcp__c__add_tool", {"name": "later"})), reply(tool_call("mcp__c__later")), "done"])
+    agent: Agent[None] = Agent(model, tools=[Tool("native", "", None, native)], prepare_next_turn=own_hook)
+    manager = manager_factory(changing_config)
+    await manager.attach(agent)
+    await agent.prompt("go")
+    assert turns == [1, 2, 3]  # the agent's own hook still runs after every turn
+    assert [t.name for t in agent.tools] == [
+        "native",
+        "mcp__c__add_tool",
+        "mcp__c__wait",
+        "mcp__c__cancellations",
+        "mcp__c__later",
+    ]
+    assert model.requests[1].tool_names == [t.name for t in agent.tools]
+    assert texts(results(agent.messages)[1]) == ["I am later"]

@@ -146,6 +146,11 @@ class _Server:
             return await self._start()
 
     async def _start(self) -> ClientSession:
+        try:  # imported before the start-up clock runs: the first import takes a while
+            _load_sdk(self.config.type)
+        except ImportError:
+            self.state, self.error = "failed", "needs the mcp package: pip install 'ketch[mcp]'"
+            raise ConnectionError(f"MCP server {self.config.name!r} {self.error}") from None
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[ClientSession] = loop.create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even after a timeout
@@ -488,6 +493,22 @@ class _Server:
     def status(self) -> ServerStatus:
         names = tuple(t.name for t in self.tools or ())
         return ServerStatus(name=self.config.name, type=self.config.type, state=self.state, tools=names, error=self.error)
+
+
+def _load_sdk(kind: str) -> None:
+    """Import the SDK modules a connection of this ``kind`` uses (once per process)."""
+    import mcp_types
+
+    import mcp
+
+    if kind == "stdio":
+        import mcp.client.stdio
+    elif kind == "sse":
+        import mcp.client.sse
+    else:
+        import mcp.client.streamable_http
+        import mcp.shared._httpx_utils
+    del mcp, mcp_types
 
 
 @contextlib.asynccontextmanager
