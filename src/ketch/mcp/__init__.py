@@ -1,0 +1,48 @@
+"""MCP client: the tools (and resources and prompts) of MCP servers as ketch tools.
+
+Needs the ``mcp`` extra (``pip install 'ketch[mcp]'``, the official ``mcp`` SDK), which
+is imported only when a server is started::
+
+    from ketch import Agent
+    from ketch.mcp import MCPManager, load_mcp_json
+
+    async with MCPManager(load_mcp_json(".mcp.json"), roots=["."]) as mcp:
+        agent = Agent("openai:gpt-4.1-mini")
+        await mcp.attach(agent)      # tools, list_changed refresh between turns
+        await agent.prompt("What time is it in Tokyo?")
+
+Tools are named ``mcp__<server>__<tool>``. A tool annotated ``readOnlyHint`` is
+``read_only`` (permission modes run it unasked) and runs in parallel; otherwise a tool
+that may be destructive or is not idempotent is ``sequential``. See :class:`MCPManager`
+for the lifecycle (lazy or eager start, timeouts, restart after a crash, cancellation,
+progress, shutdown) and the server requests (elicitation, sampling, roots).
+"""
+
+from ._client import (
+    NO_ELICITATION,
+    ElicitationCallback,
+    ElicitationRequest,
+    ElicitationResponse,
+    MCPManager,
+    MCPTool,
+    ServerState,
+    ServerStatus,
+)
+from ._config import MCPConfigError, MCPServerConfig, load_mcp_json, server_config
+from ._tools import tool_name
+
+__all__ = [
+    "NO_ELICITATION",
+    "ElicitationCallback",
+    "ElicitationRequest",
+    "ElicitationResponse",
+    "MCPConfigError",
+    "MCPManager",
+    "MCPServerConfig",
+    "MCPTool",
+    "ServerState",
+    "ServerStatus",
+    "load_mcp_json",
+    "server_config",
+    "tool_name",
+]

@@ -1,0 +1,181 @@
+"""MCP server configuration: the common ``.mcp.json`` shape.
+
+::
+
+    {"mcpServers": {
+        "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
+        "docs": {"type": "http", "url": "https://example.com/mcp",
+                 "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}},
+        "old":  {"type": "sse", "url": "http://127.0.0.1:3001/sse"}}}
+
+``type`` is ``stdio`` (the default when ``command`` is given), ``http`` (streamable HTTP,
+the default when ``url`` is given) or ``sse`` (legacy HTTP+SSE). As in Claude Code,
+``${VAR}`` and ``${VAR:-default}`` are expanded from the environment in ``command``,
+``args``, ``env``, ``url`` and ``headers``; a variable that is unset and has no default
+is an error. Errors are :class:`MCPConfigError`, one line naming the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias, cast
+
+Transport: TypeAlias = Literal["stdio", "http", "sse"]
+_TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
+_TYPE_ALIASES = {"streamable-http": "http", "streamable_http": "http", "streamableHttp": "http"}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_KNOWN_KEYS = frozenset({"type", "command", "args", "env", "cwd", "url", "headers", "transport"})
+
+
+class MCPConfigError(ValueError):
+    """A bad MCP server configuration (the message is one line naming the bad value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MCPServerConfig:
+    """One MCP server: how to start or reach it.
+
+    ``stdio`` servers are started as ``command args...`` with ``env`` added to a minimal
+    inherited environment (the SDK's: ``HOME``, ``PATH``, ``USER`` …) in ``cwd``;
+    ``http`` and ``sse`` servers are reached at ``url`` with ``headers``. The values of
+    ``env`` and ``headers`` (tokens, often) never appear in the repr.
+    """
+
+    name: str
+    type: Transport = "stdio"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.type not in _TRANSPORTS:
+            raise MCPConfigError(
+                f"MCP server {self.name!r}: unknown type {self.type!r} (allowed: stdio, http, sse)"
+            )
+        if self.type == "stdio" and not self.command:
+            raise MCPConfigError(f"MCP server {self.name!r}: a stdio server needs a non-empty 'command'")
+        if self.type != "stdio" and not self.url:
+            raise MCPConfigError(f"MCP server {self.name!r}: an {self.type} server needs a 'url'")
+        if self.url and not re.match(r"^https?://", self.url):
+            raise MCPConfigError(
+                f"MCP server {self.name!r}: url {self.url!r} must start with http:// or https://"
+            )
+
+    def __repr__(self) -> str:
+        where = f"command={self.command!r}, args={list(self.args)!r}" if self.type == "stdio" else f"url={self.url!r}"
+        secrets = []
+        if self.env:
+            secrets.append(f"env=<{len(self.env)} hidden>")
+        if self.headers:
+            secrets.append(f"headers=<{len(self.headers)} hidden>")
+        extra = "".join(", " + s for s in secrets)
+        return f"MCPServerConfig(name={self.name!r}, type={self.type!r}, {where}{extra})"
+
+
+def _expand(value: str, server: str, key: str, environ: Mapping[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if found is not None and found != "":
+            return found
+        if default is not None:
+            return default
+        raise MCPConfigError(
+            f"MCP server {server!r}: {key} uses ${{{name}}}, which is not set (set it, or write ${{{name}:-default}})"
+        )
+
+    return _VAR.sub(sub, value)
+
+
+def _string(value: Any, server: str, key: str) -> str:
+    if not isinstance(value, str):
+        raise MCPConfigError(f"MCP server {server!r}: {key} must be a string, got {json.dumps(value)}")
+    return value
+
+
+def _string_map(value: Any, server: str, key: str, environ: Mapping[str, str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MCPConfigError(f"MCP server {server!r}: {key} must be an object of strings, got {json.dumps(value)}")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = str(v)
+        out[str(k)] = _expand(_string(v, server, f"{key}.{k}"), server, f"{key}.{k}", environ)
+    return out
+
+
+def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> MCPServerConfig:
+    """One ``mcpServers`` entry as a :class:`MCPServerConfig` (``${VAR}`` expanded from ``environ``,
+    ``os.environ`` when None)."""
+    env_source: Mapping[str, str] = os.environ if environ is None else environ
+    if not isinstance(name, str) or not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise MCPConfigError(f"MCP server name {name!r} must be letters, digits, '_', '-' or '.'")
+    if "__" in name:
+        raise MCPConfigError(f"MCP server name {name!r} must not contain '__' (it separates names in mcp__server__tool)")
+    if not isinstance(entry, Mapping):
+        raise MCPConfigError(f"MCP server {name!r}: the entry must be an object, got {json.dumps(entry)}")
+    unknown = sorted(set(entry) - _KNOWN_KEYS)
+    if unknown:
+        raise MCPConfigError(
+            f"MCP server {name!r}: unknown key {unknown[0]!r} (allowed: args, command, cwd, env, headers, type, url)"
+        )
+    raw_type = entry.get("type", entry.get("transport"))
+    if raw_type is None:
+        raw_type = "http" if "url" in entry and "command" not in entry else "stdio"
+    kind = _TYPE_ALIASES.get(_string(raw_type, name, "type"), raw_type)
+    if kind not in _TRANSPORTS:
+        raise MCPConfigError(f"MCP server {name!r}: unknown type {raw_type!r} (allowed: stdio, http, sse)")
+    command = entry.get("command")
+    args = entry.get("args", [])
+    if not isinstance(args, list):
+        raise MCPConfigError(f"MCP server {name!r}: args must be a list of strings, got {json.dumps(args)}")
+    url = entry.get("url")
+    cwd = entry.get("cwd")
+    return MCPServerConfig(
+        name=name,
+        type=cast(Transport, kind),
+        command=_expand(_string(command, name, "command"), name, "command", env_source) if command is not None else None,
+        args=tuple(_expand(_string(a, name, f"args[{i}]"), name, f"args[{i}]", env_source) for i, a in enumerate(args)),
+        env=_string_map(entry.get("env"), name, "env", env_source),
+        cwd=_expand(_string(cwd, name, "cwd"), name, "cwd", env_source) if cwd is not None else None,
+        url=_expand(_string(url, name, "url"), name, "url", env_source) if url is not None else None,
+        headers=_string_map(entry.get("headers"), name, "headers", env_source),
+    )
+
+
+def load_mcp_json(
+    source: str | os.PathLike[str] | Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> dict[str, MCPServerConfig]:
+    """Read the ``mcpServers`` of a ``.mcp.json`` file (a path) or of an already parsed
+    mapping, in file order. ``${VAR}`` and ``${VAR:-default}`` are expanded from
+    ``environ`` (``os.environ`` when None). Raises :class:`MCPConfigError`."""
+    where = "MCP config"
+    if isinstance(source, Mapping):
+        data: Any = source
+    else:
+        path = Path(source)
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise MCPConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MCPConfigError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, Mapping):
+        raise MCPConfigError(f"{where}: must be a JSON object with an \"mcpServers\" object")
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, Mapping):
+        raise MCPConfigError(f"{where}: \"mcpServers\" must be an object, got {json.dumps(servers)}")
+    return {name: server_config(name, entry, environ=environ) for name, entry in servers.items()}

@@ -1,0 +1,53 @@
+"""A small MCP server for the client tests (run as a script over stdio).
+
+``add_tool(name)`` registers a tool ``name`` (it answers its own name) and sends
+``notifications/tools/list_changed``. ``wait()`` waits until cancelled and counts the
+cancellation; ``cancellations()`` answers that count once it is at least one (or 0 after
+10 s), so a test can ask whether the server saw ``notifications/cancelled`` without
+sleeping.
+"""
+
+from __future__ import annotations
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("changing")
+cancelled = 0
+seen = anyio.Event()
+
+
+@server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Add a tool called ``name``."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    server.add_tool(added, name=name, description=f"The tool {name}.")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+@server.tool()
+async def wait() -> str:
+    """Wait until cancelled."""
+    global cancelled
+    try:
+        await anyio.sleep_forever()
+    finally:
+        cancelled += 1
+        seen.set()
+    return "never"
+
+
+@server.tool()
+async def cancellations() -> int:
+    """How many wait() calls were cancelled (waits up to 10 s for the first)."""
+    with anyio.move_on_after(10):
+        await seen.wait()
+    return cancelled
+
+
+if __name__ == "__main__":
+    server.run("stdio")
