@@ -29,7 +29,7 @@ from ..loop._events import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
 from ..tools._bash import kill_process_groups
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
-from ._factory import Built, build_agent, build_model
+from ._factory import Built, build_agent, build_model, mcp_manager
 from ._headless import exit_now, parse_answer
 from ._render import EventRenderer, format_tokens
 
@@ -47,6 +47,7 @@ Commands:
   /model [provider:id]  show or switch the model
   /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
   /tools                list the tools
+  /mcp                  the MCP servers: status and tools
   /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
   /cost                 tokens and cost of this session
   /compact [text]       summarise older history now (text: what the summary must keep)
@@ -121,13 +122,22 @@ class Session:
     """One interactive session: the agent, the prompt, the renderer and the pending question."""
 
     def __init__(
-        self, settings: Settings, root: Path, *, tool_choice: str | None = None, session: SavedSession | None = None
+        self,
+        settings: Settings,
+        root: Path,
+        *,
+        tool_choice: str | None = None,
+        session: SavedSession | None = None,
+        mcp: Any = None,
     ) -> None:
         self.settings = settings
         self.root = root
         self.tool_choice = tool_choice
         self.session = session
-        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice, session=session)
+        self.mcp = mcp
+        self.built: Built = build_agent(
+            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp
+        )
         self.agent = self.built.agent
         self.permissions = self.built.permissions
         self.renderer: EventRenderer | None = None
@@ -399,6 +409,13 @@ class Session:
                         self.built.context_manager.failures = 0
                 await self.built.session_start("clear")
                 r.note("conversation cleared", "")
+        elif name == "/mcp":
+            from ._mcp import status_lines
+
+            if self.mcp is None:
+                r.note("no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)", "")
+            else:
+                r.note("\n".join(status_lines(self.mcp.status(), self.settings.mcp_origins)), "")
         elif name in ("/sessions", "/fork", "/rewind", "/export"):
             await self._session_command(name, arg, busy)
         else:
@@ -497,7 +514,9 @@ class Session:
             tool_choice=self.tool_choice,
             model=old.agent.model,
             session=session,
+            mcp=self.mcp,
         )
+        await built.attach_mcp()
         built.agent.thinking = old.agent.thinking
         built.permissions.set_mode(old.permissions.mode)
         built.permissions.session_rules = old.permissions.session_rules
@@ -567,6 +586,8 @@ class Session:
             console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
             if self.built.sandbox_warning is not None:
                 self.renderer.note(f"warning: {self.built.sandbox_warning}", "yellow")
+            for line in await self.built.attach_mcp():
+                self.renderer.note(f"warning: {line}", "yellow")
             if self.session is not None and self.agent.messages:
                 count = len(self.agent.messages)
                 self.renderer.note(f"resumed session {self.session.id} ({count} message{'s' if count != 1 else ''})", "")
@@ -677,13 +698,29 @@ async def run_interactive(
             options = await _pick(options, root)
         except (EOFError, KeyboardInterrupt):
             return 130
+    mcp = mcp_manager(settings, root, errlog=_mcp_errlog() if settings.mcp_servers else None)
     saved = await open_session(options, root)
     use_recorded_model(settings, saved)
     ui: Session | None = None
     try:
-        ui = Session(settings, root, tool_choice=tool_choice, session=saved)
+        ui = Session(settings, root, tool_choice=tool_choice, session=saved, mcp=mcp)
         return await ui.run()
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         current = ui.session if ui is not None else saved  # /fork and /clear switch sessions
         if current is not None:
             await current.close()
+
+
+def _mcp_errlog() -> Any:
+    """Where MCP servers' stderr goes in the interactive session: ``mcp-servers.log`` in
+    the user config directory (the terminal belongs to the prompt), else stderr."""
+    import sys
+
+    try:
+        directory = config_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        return open(directory / "mcp-servers.log", "a", encoding="utf-8")  # lives with the process
+    except OSError:
+        return sys.stderr

@@ -31,15 +31,23 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..permissions import PERMISSION_MODES
 from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import TRUST_ENV, ConfigError, Settings, config_dir, load_settings, project_root
+from ._config import (
+    TRUST_ENV,
+    ConfigError,
+    Settings,
+    load_settings,
+    project_mcp_json,
+    read_mcp_json,
+    user_mcp_json,
+)
 
 EXIT_USAGE = 2
-MCP_JSON = ".mcp.json"
 SCOPES = ("user", "project")
 
 SERVE_DENIAL = (
@@ -49,41 +57,10 @@ SERVE_DENIAL = (
 )
 """The error result of a tool call that would need the user's approval."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 # -- where servers are configured -----------------------------------------------------------
-def user_mcp_json(environ: Any = None) -> Path:
-    """The user's ``.mcp.json`` (in the user config directory)."""
-    return config_dir(environ) / MCP_JSON
-
-
-def project_mcp_json(cwd: Path) -> Path:
-    """The project's ``.mcp.json`` (in the project root)."""
-    return project_root(cwd) / MCP_JSON
-
-
-def read_mcp_json(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path`` (``{}`` when it does not exist); :class:`ConfigError`
-    when it cannot be read or is not an object whose ``mcpServers`` is an object."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object with \"mcpServers\"")
-    servers = data.get("mcpServers", {})
-    if not isinstance(servers, dict) or not all(isinstance(v, dict) for v in servers.values()):
-        raise ConfigError(f"{path}: \"mcpServers\" must be an object of server objects")
-    return data
-
-
 def _write_mcp_json(path: Path, data: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +81,7 @@ def _add_parser() -> OneLineParser:
         prog="ketch mcp add",
         description="Add an MCP server: ketch mcp add NAME -- COMMAND ARGS... | ketch mcp add NAME --url URL",
     )
-    parser.add_argument("name", help="the server's name (letters, digits, '-' and '_')")
+    parser.add_argument("name", help="the server's name (letters, digits, '_', '-', '.')")
     parser.add_argument("--url", help="a streamable HTTP (or, with --transport sse, SSE) server's URL")
     parser.add_argument("--transport", choices=("http", "sse"), default="http", help="with --url: http (default) or sse")
     parser.add_argument("--header", action="append", metavar="K:V", help="with --url: an HTTP header (repeatable)")
@@ -116,10 +93,7 @@ def _add_parser() -> OneLineParser:
 
 def _check_name(name: str) -> None:
     if not _NAME.match(name) or "__" in name:
-        raise ConfigError(
-            f"server name {name!r}: expected letters, digits, '-' and '_' (no '__'), starting with a letter or digit, "
-            "at most 64 characters"
-        )
+        raise ConfigError(f"server name {name!r}: expected letters, digits, '_', '-' or '.' (and no '__')")
 
 
 def _add(argv: list[str]) -> int:
@@ -270,7 +244,7 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     from ..hooks import HookRunner
     from ..mcp._server import KetchMCPServer
     from ..permissions import PermissionEngine
-    from ._factory import build_agent, build_tools
+    from ._factory import build_agent, build_tools, mcp_manager
 
     secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
     engine: PermissionEngine | None = None
@@ -293,13 +267,20 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     )
 
     async def run_agent(task: str, on_event: Any) -> Any:
-        built = build_agent(settings, root, approver=None)
-        built.agent.subscribe(on_event)
-        await built.session_start("startup")
+        mcp = mcp_manager(settings, root)
         try:
-            return await built.prompt(task)
+            built = build_agent(settings, root, approver=None, mcp=mcp)
+            for line in await built.attach_mcp():
+                sys.stderr.write(f"ketch: warning: {line}\n")
+            built.agent.subscribe(on_event)
+            await built.session_start("startup")
+            try:
+                return await built.prompt(task)
+            finally:
+                await built.session_end("other")
         finally:
-            await built.session_end("other")
+            if mcp is not None:
+                await mcp.aclose()
 
     from ._headless import _version
 
@@ -407,5 +388,93 @@ def mcp_command(argv: Sequence[str]) -> int:
         return EXIT_USAGE
 
 
+def _scope_of(origin: str | None) -> str:
+    if origin is None:
+        return "?"
+    return "user" if Path(origin) == user_mcp_json() else "project"
+
+
+def status_lines(statuses: Sequence[Any], origins: dict[str, str]) -> list[str]:
+    """The servers as the text lines of ``ketch mcp list`` and ``/mcp``: a header, then
+    one line each: name, scope, transport, state, and the tools (or the error)."""
+    rows = [("NAME", "SCOPE", "TYPE", "STATUS", "TOOLS")]
+    for status in statuses:
+        if status.state == "failed" or (status.error and not status.tools):
+            detail = f"error: {status.error}"
+        elif status.state == "untrusted":
+            detail = "not started: the project is not trusted (--trust-project)"
+        else:
+            detail = ", ".join(status.tools) or "(no tools)"
+        rows.append((status.name, _scope_of(origins.get(status.name)), status.type, status.state, detail))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4] for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class _Untrusted:
+    name: str
+    type: str
+    state: str = "untrusted"
+    tools: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def _list_parser() -> OneLineParser:
+    parser = OneLineParser(prog="ketch mcp list", description="The configured MCP servers, their status and tools.")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("-C", "--cwd", help="the directory whose project to use")
+    parser.add_argument(
+        "--trust-project", action="store_true", help=f"also start the project's servers (untrusted otherwise); also {TRUST_ENV}=1"
+    )
+    return parser
+
+
 def _list(argv: list[str]) -> int:
-    raise ConfigError("ketch mcp list: not available yet")
+    args = _list_parser().parse_args(argv)
+    cwd = _cwd(args.cwd)
+    settings = load_settings(cwd, trust=args.trust_project)
+    origins = dict(settings.mcp_origins)
+    project_file = project_mcp_json(cwd)
+    untrusted = [
+        name for name in read_mcp_json(project_file).get("mcpServers", {}) if origins.get(name) != str(project_file)
+    ] if project_file != user_mcp_json() else []
+    statuses: list[Any] = asyncio.run(_statuses(settings, cwd))
+    for name in untrusted:
+        entry = read_mcp_json(project_file)["mcpServers"][name]
+        kind = entry.get("type") or ("http" if "url" in entry and "command" not in entry else "stdio")
+        statuses = [s for s in statuses if s.name != name] + [_Untrusted(name, str(kind))]
+        origins[name] = str(project_file)
+    if args.output == "json":
+        items = [
+            {
+                "name": s.name,
+                "scope": _scope_of(origins.get(s.name)),
+                "source": origins.get(s.name),
+                "type": s.type,
+                "status": s.state,
+                "tools": list(s.tools),
+                "error": s.error,
+            }
+            for s in statuses
+        ]
+        sys.stdout.write(json.dumps(items, ensure_ascii=False) + "\n")
+    elif not statuses:
+        sys.stderr.write("ketch: no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)\n")
+    else:
+        sys.stdout.write("\n".join(status_lines(statuses, origins)) + "\n")
+    return 0
+
+
+async def _statuses(settings: Settings, root: Path) -> list[Any]:
+    """Start every configured server, list its tools, stop it again; each one's status."""
+    from ._factory import mcp_manager
+
+    manager = mcp_manager(settings, root)
+    if manager is None:
+        return []
+    try:
+        await manager.start()
+        await manager.tools()
+        return list(manager.status())
+    finally:
+        await manager.aclose()
