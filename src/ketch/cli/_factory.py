@@ -340,7 +340,12 @@ def mcp_manager(settings: Settings, root: Path, *, elicitation: Any = None, errl
     roots = ``root``), or None when there are none. :class:`ConfigError` for a bad entry."""
     if not settings.mcp_servers:
         return None
+    import logging
+
     from ..mcp import MCPConfigError, MCPManager, server_config
+
+    # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
+    logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
 
     configs = {}
     for name, entry in settings.mcp_servers.items():
