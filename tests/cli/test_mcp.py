@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
-from clihelp import Env, call_reply, lines
+from clihelp import Env, Terminal, call_reply, lines
 
 TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 
@@ -222,3 +223,31 @@ def test_an_untrusted_projects_servers_are_named_in_one_warning(env: Env) -> Non
     trusted = env.run("run", "--model", f"scripted:{script}", "-o", "stream-json", "--no-session", "--trust-project", "hi")
     assert (trusted.returncode, trusted.stderr) == (0, "")
     assert lines(trusted.stdout)[0]["tools"][-1] == "mcp__echo__echo"
+
+
+# -- the interactive session ------------------------------------------------------------------------
+def test_slash_mcp_shows_the_servers_status_and_tools(env: Env, terminals: list[Terminal]) -> None:
+    assert env.run("mcp", "add", "echo", "--", *_echo(env)).returncode == 0
+    assert env.run("mcp", "add", "gone", "--", "/nonexistent/mcp-server").returncode == 0
+    term = Terminal(env, "--model", f"scripted:{env.script(['ok'])}")
+    terminals.append(term)
+    term.expect("warning: MCP server gone failed to start: failed to start")
+    term.expect("›")
+    term.sendline("/mcp")
+    term.expect("NAME  SCOPE  TYPE   STATUS   TOOLS")
+    term.expect(re.escape("echo  user   stdio  running  mcp__echo__echo"))
+    term.expect(re.escape("gone  user   stdio  failed   error: failed to start (FileNotFoundError"))
+    term.sendline("/tools")
+    term.expect("mcp__echo__echo")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_slash_mcp_without_servers(env: Env, terminals: list[Terminal]) -> None:
+    term = Terminal(env, "--model", f"scripted:{env.script(['ok'])}")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("/mcp")
+    term.expect(re.escape("no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)"))
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
