@@ -27,6 +27,30 @@ def echo(text: str) -> str:
 server.run()
 '''
 
+ASKING_SERVER = """
+from pydantic import BaseModel
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("asker")
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+@server.tool()
+async def ask(ctx: Context) -> str:
+    \"\"\"Ask the user who they are.\"\"\"
+    answer = await ctx.elicit("Who are you?", Person)
+    if answer.action != "accept":
+        return f"the user chose {answer.action}"
+    return f"{answer.data.name} is {answer.data.age}"
+
+
+server.run()
+"""
+
 
 def _user_mcp(env: Env) -> Path:
     return env.xdg / "ketch" / ".mcp.json"
@@ -249,5 +273,33 @@ def test_slash_mcp_without_servers(env: Env, terminals: list[Terminal]) -> None:
     term.expect("/help for commands")
     term.sendline("/mcp")
     term.expect(re.escape("no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)"))
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_a_servers_elicitation_is_asked_in_the_session(env: Env, terminals: list[Terminal]) -> None:
+    script = env.home / "asking_server.py"
+    script.write_text(ASKING_SERVER)
+    assert env.run("mcp", "add", "asker", "--", sys.executable, str(script)).returncode == 0
+    replies = env.script([call_reply(("c1", "mcp__asker__ask", {})), "thanks", call_reply(("c2", "mcp__asker__ask", {})), "ok"])
+    term = Terminal(env, "--model", f"scripted:{replies}", "--permission-mode", "bypass")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("who am I?")
+    term.expect(re.escape("⚠ MCP server asker asks: Who are you?"))
+    term.expect(re.escape("Answer it? [y] yes  [n] decline  [c] cancel ›"))
+    term.sendline("y")
+    term.expect(re.escape("Name (string) ›"))
+    term.sendline("Ann")
+    term.expect(re.escape("Age (integer) ›"))
+    term.sendline("seven")
+    term.expect(re.escape("'seven': expected an integer"))
+    term.sendline("7")
+    term.expect("Ann is 7")
+    term.expect("thanks")
+    term.sendline("again")
+    term.expect(re.escape("Answer it? [y] yes  [n] decline  [c] cancel ›"))
+    term.sendline("n")
+    term.expect("the user chose decline")
     term.sendline("/exit")
     assert term.wait_exit() == 0

@@ -22,7 +22,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..llm._model import THINKING_LEVELS
 from ..loop._events import AgentEvent
@@ -110,6 +110,52 @@ def banner(model: str, root: Path, mode: str, width: int, home: Path | None = No
     return head + shorten_path(where, max(room, min(cell_len(root.name) + 2, 40), 12)) + tail
 
 
+ELICIT_PROMPT = "Answer it? [y] yes  [n] decline  [c] cancel › "
+
+
+def _elicit_action(answer: str) -> Literal["accept", "decline", "cancel"]:
+    word = answer.strip().lower()
+    if word in ("y", "yes"):
+        return "accept"
+    if word in ("c", "cancel"):
+        return "cancel"
+    return "decline"
+
+
+def _field_prompt(key: str, field: dict[str, Any]) -> str:
+    label = field.get("title") or key
+    kind = field.get("type", "string")
+    choices = field.get("enum")
+    hint = "/".join(str(c) for c in choices) if isinstance(choices, list) else kind
+    about = f" - {field['description']}" if field.get("description") else ""
+    return f"{label}{about} ({hint}) › "
+
+
+def _field_value(text: str, field: dict[str, Any], required: bool) -> tuple[Any, str | None]:
+    """The typed value of an elicitation field's answer, or a problem to show."""
+    text = text.strip()
+    if not text:
+        if field.get("default") is not None:
+            return field["default"], None
+        return None, "an answer is required" if required else None
+    kind = field.get("type", "string")
+    choices = field.get("enum")
+    if isinstance(choices, list) and text not in [str(c) for c in choices]:
+        return None, f"{text!r}: expected one of {', '.join(str(c) for c in choices)}"
+    if kind == "boolean":
+        if text.lower() in ("y", "yes", "true"):
+            return True, None
+        if text.lower() in ("n", "no", "false"):
+            return False, None
+        return None, f"{text!r}: expected yes or no"
+    if kind in ("integer", "number"):
+        try:
+            return (int(text) if kind == "integer" else float(text)), None
+        except ValueError:
+            return None, f"{text!r}: expected {'an integer' if kind == 'integer' else 'a number'}"
+    return text, None
+
+
 def _write_text(root: Path, name: str, text: str) -> Path:
     """Write ``text`` to the file ``name`` (``~`` expanded, relative to ``root``); returns
     its path."""
@@ -135,6 +181,8 @@ class Session:
         self.tool_choice = tool_choice
         self.session = session
         self.mcp = mcp
+        if mcp is not None:
+            mcp.elicitation = self.elicit
         self.built: Built = build_agent(
             settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp
         )
@@ -192,6 +240,34 @@ class Session:
         if answer.decision == "always" and request.suggested_rules:
             self._save_rules(request, await self._question(SCOPE_PROMPT))
         return answer
+
+    async def elicit(self, request: Any) -> Any:
+        """The MCP servers' elicitation callback: show the server's question, ask whether
+        to answer (``y``, ``n`` declines, ``c`` cancels), then ask each field of the form
+        (until the answer fits the field's type)."""
+        from ..mcp import ElicitationResponse
+
+        r = self.renderer
+        if r is None:
+            return ElicitationResponse("decline")
+        r.note(f"⚠ MCP server {request.server} asks: {request.message}", "bold yellow")
+        if request.mode == "url":
+            r.note(f"  it wants you to open {request.url}")
+        action = _elicit_action(await self._question(ELICIT_PROMPT))
+        if action != "accept" or request.mode == "url":
+            return ElicitationResponse(action)
+        schema = request.requested_schema
+        required = set(schema.get("required") or ())
+        content: dict[str, Any] = {}
+        for key, field in (schema.get("properties") or {}).items():
+            while True:
+                value, problem = _field_value(await self._question(_field_prompt(key, field)), field, key in required)
+                if problem is None:
+                    break
+                r.note(problem, "red")
+            if value is not None:
+                content[key] = value
+        return ElicitationResponse("accept", content)
 
     async def _question(self, text: str) -> str:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
