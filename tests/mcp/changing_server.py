@@ -1,7 +1,7 @@
 """A small MCP server for the client tests (run as a script over stdio).
 
 ``add_tool(name)`` registers a tool ``name`` (it answers its own name) and sends
-``notifications/tools/list_changed``. ``wait()`` waits until cancelled and counts the
+``notifications/tools/list_changed``. ``wait()`` reports progress 0 (the call has arrived), then waits until cancelled and counts the
 cancellation; ``cancellations()`` answers that count once it is at least one (or 0 after
 10 s), so a test can ask whether the server saw ``notifications/cancelled`` without
 sleeping.
@@ -30,9 +30,10 @@ async def add_tool(name: str, ctx: Context) -> str:
 
 
 @server.tool()
-async def wait() -> str:
-    """Wait until cancelled."""
+async def wait(ctx: Context) -> str:
+    """Report progress 0, then wait until cancelled."""
     global cancelled
+    await ctx.report_progress(0)
     try:
         await anyio.sleep_forever()
     finally:

@@ -93,13 +93,12 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
-def everything_http_url() -> Iterator[str]:
-    """server-everything in streamable HTTP mode on a free loopback port, for the whole session."""
+def _serve_everything(mode: str, ready: str, path: str) -> Iterator[str]:
+    """server-everything in ``mode`` on a free loopback port until the generator is closed."""
     entry = everything_entry()
     port = _free_port()
     proc = subprocess.Popen(
-        ["node", "--require", str(LOOPBACK), str(entry), "streamableHttp"],
+        ["node", "--require", str(LOOPBACK), str(entry), mode],
         env={**os.environ, "PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -109,15 +108,15 @@ def everything_http_url() -> Iterator[str]:
     seen: list[str] = []
     for line in proc.stderr:  # the server says when it listens (no sleeping)
         seen.append(line)
-        if "listening on port" in line:
+        if ready in line:
             break
     else:
         proc.wait()
-        pytest.fail(f"server-everything (HTTP) did not start: {''.join(seen)}", pytrace=False)
+        pytest.fail(f"server-everything ({mode}) did not start: {''.join(seen)}", pytrace=False)
     drain = threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True)
     drain.start()
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         proc.terminate()
         try:
@@ -125,6 +124,18 @@ def everything_http_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def everything_http_url() -> Iterator[str]:
+    """server-everything in streamable HTTP mode on a free loopback port, for the whole session."""
+    yield from _serve_everything("streamableHttp", "listening on port", "/mcp")
+
+
+@pytest.fixture(scope="session")
+def everything_sse_url() -> Iterator[str]:
+    """server-everything in legacy HTTP+SSE mode on a free loopback port, for the whole session."""
+    yield from _serve_everything("sse", "Server is running on port", "/sse")
 
 
 @pytest.fixture

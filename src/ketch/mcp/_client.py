@@ -35,9 +35,8 @@ from ._config import MCPServerConfig
 from ._tools import convert_content, convert_result, flags, tool_name
 
 if TYPE_CHECKING:
-    from mcp import ClientSession
-
     from ketch import Agent
+    from mcp import ClientSession
 
 log = logging.getLogger("ketch.mcp")
 
@@ -141,12 +140,20 @@ class _Server:
         async with self._lock:
             if self.session is not None and self.state == "running":
                 return self.session
+            if self.manager._closed:
+                raise ConnectionError(f"MCP server {self.config.name!r} is closed (the MCPManager was closed)")
             await self._shutdown()
             return await self._start()
 
     async def _start(self) -> ClientSession:
+        try:  # imported before the start-up clock runs: the first import takes a while
+            _load_sdk(self.config.type)
+        except ImportError:
+            self.state, self.error = "failed", "needs the mcp package: pip install 'ketch[mcp]'"
+            raise ConnectionError(f"MCP server {self.config.name!r} {self.error}") from None
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[ClientSession] = loop.create_future()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even after a timeout
         self._stop = asyncio.Event()
         self.state = "starting"
         self.error = None
@@ -229,12 +236,15 @@ class _Server:
 
     async def _shutdown(self) -> None:
         task, stop = self._task, self._stop
+        started = self.state == "running"
         self._task = self._stop = None
         self.session = None
         if task is None:
             return
         assert stop is not None
         stop.set()
+        if not started:  # still connecting or handshaking: nothing to finish politely
+            task.cancel()
         try:
             async with asyncio.timeout(10.0):
                 await asyncio.shield(task)
@@ -305,7 +315,7 @@ class _Server:
     async def _roots(self, context: Any) -> Any:
         import mcp_types as types
 
-        roots = [types.Root(uri=p.resolve().as_uri(), name=p.name or str(p)) for p in self.manager.roots or ()]  # type: ignore[arg-type]
+        roots = [types.Root(uri=p.as_uri(), name=p.name or str(p)) for p in self.manager.roots or ()]  # type: ignore[arg-type]
         return types.ListRootsResult(roots=roots)
 
     # -- tools ----------------------------------------------------------------------------
@@ -485,6 +495,22 @@ class _Server:
         return ServerStatus(name=self.config.name, type=self.config.type, state=self.state, tools=names, error=self.error)
 
 
+def _load_sdk(kind: str) -> None:
+    """Import the SDK modules a connection of this ``kind`` uses (once per process)."""
+    import mcp_types
+
+    import mcp
+
+    if kind == "stdio":
+        import mcp.client.stdio
+    elif kind == "sse":
+        import mcp.client.sse
+    else:
+        import mcp.client.streamable_http
+        import mcp.shared._httpx_utils
+    del mcp, mcp_types
+
+
 @contextlib.asynccontextmanager
 async def _http(url: str, client: Any, connect: Any) -> Any:
     async with client, connect(url, http_client=client) as streams:
@@ -566,7 +592,7 @@ class MCPManager:
         self.call_timeout = call_timeout
         self.elicitation = elicitation
         self.sampling_model = sampling_model
-        self.roots: list[Path] | None = [Path(p) for p in roots] if roots is not None else None
+        self.roots: list[Path] | None = [Path(p).resolve() for p in roots] if roots is not None else None
         if errlog is None:
             import sys
 
@@ -627,7 +653,9 @@ class MCPManager:
     async def refresh(self, tools: Sequence[Tool]) -> list[Tool]:
         """``tools`` with this manager's MCP tools replaced by the current ones (the
         others kept in place; the MCP tools go where the first of them was)."""
-        fresh = await self.tools()
+        return self._replace(tools, await self.tools())
+
+    def _replace(self, tools: Sequence[Tool], fresh: list[Tool]) -> list[Tool]:
         ours = set(self._servers)
         out: list[Tool] = []
         inserted = False
@@ -672,8 +700,16 @@ class MCPManager:
         agent.config.prepare_next_turn = hook
 
         async def on_event(event: Any) -> None:
-            if event.type == "agent_end" and self._changed and not self._closed:
+            if event.type != "agent_end" or self._closed:
+                return
+            if self._changed:
                 agent.tools = await self.refresh(agent.tools)
+                return
+            # a list refreshed during the run (prepare_next_turn) is kept for the next run
+            current = [t for s in self._servers.values() for t in s.tools or ()]
+            mine = [t for t in agent.tools if isinstance(t, MCPTool) and t.server in self._servers]
+            if [id(t) for t in mine] != [id(t) for t in current]:
+                agent.tools = self._replace(agent.tools, current)
 
         agent.subscribe(on_event)
 

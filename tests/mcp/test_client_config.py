@@ -1,0 +1,114 @@
+"""The .mcp.json shape: loading from files and dicts, ${VAR} expansion, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ketch.mcp import MCPConfigError, MCPServerConfig, load_mcp_json
+
+
+def test_a_file_in_the_common_shape(tmp_path: Path) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
+                    "docs": {"type": "http", "url": "https://example.com/mcp", "headers": {"X-Key": "k"}},
+                    "old": {"type": "sse", "url": "http://127.0.0.1:3001/sse"},
+                    "guess": {"url": "http://127.0.0.1:1/mcp"},
+                }
+            }
+        )
+    )
+    configs = load_mcp_json(path)
+    assert list(configs) == ["time", "docs", "old", "guess"]
+    assert configs["time"] == MCPServerConfig(name="time", command="uvx", args=("mcp-server-time",), env={"TZ": "UTC"})
+    assert configs["docs"] == MCPServerConfig(
+        name="docs", type="http", url="https://example.com/mcp", headers={"X-Key": "k"}
+    )
+    assert configs["old"].type == "sse"
+    assert configs["guess"].type == "http"
+
+
+def test_variables_are_expanded_with_defaults() -> None:
+    environ = {"TOKEN": "s3cret", "HOST": "127.0.0.1"}
+    configs = load_mcp_json(
+        {
+            "mcpServers": {
+                "api": {
+                    "type": "http",
+                    "url": "http://${HOST}:${PORT:-8080}/mcp",
+                    "headers": {"Authorization": "Bearer ${TOKEN}"},
+                },
+                "tool": {"command": "${BIN:-/usr/bin/tool}", "args": ["--key=${TOKEN}"], "env": {"K": "${TOKEN}"}},
+            }
+        },
+        environ=environ,
+    )
+    assert configs["api"].url == "http://127.0.0.1:8080/mcp"
+    assert configs["api"].headers == {"Authorization": "Bearer s3cret"}
+    assert configs["tool"].command == "/usr/bin/tool"
+    assert configs["tool"].args == ("--key=s3cret",)
+    assert configs["tool"].env == {"K": "s3cret"}
+
+
+def test_secrets_stay_out_of_the_repr() -> None:
+    configs = load_mcp_json(
+        {
+            "mcpServers": {
+                "api": {"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer s3cret"}},
+                "tool": {"command": "tool", "env": {"KEY": "s3cret"}},
+            }
+        }
+    )
+    assert repr(configs["api"]) == (
+        "MCPServerConfig(name='api', type='http', url='http://127.0.0.1:1/mcp', headers=<1 hidden>)"
+    )
+    assert repr(configs["tool"]) == "MCPServerConfig(name='tool', type='stdio', command='tool', args=[], env=<1 hidden>)"
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ({"a": {"command": "x", "args": ["${NOPE}"]}},
+         "MCP server 'a': args[0] uses ${NOPE}, which is not set (set it, or write ${NOPE:-default})"),
+        ({"a": {"type": "websocket", "url": "ws://x"}},
+         "MCP server 'a': unknown type 'websocket' (allowed: stdio, http, sse)"),
+        ({"a": {"type": "stdio"}}, "MCP server 'a': a stdio server needs a non-empty 'command'"),
+        ({"a": {"type": "sse"}}, "MCP server 'a': an sse server needs a 'url'"),
+        ({"a": {"url": "ftp://x"}}, "MCP server 'a': url 'ftp://x' must start with http:// or https://"),
+        ({"a": {"command": "x", "args": "--flag"}}, 'MCP server \'a\': args must be a list of strings, got "--flag"'),
+        ({"a": {"command": "x", "args": [1]}}, "MCP server 'a': args[0] must be a string, got 1"),
+        ({"a": {"command": "x", "env": ["A=1"]}}, 'MCP server \'a\': env must be an object of strings, got ["A=1"]'),
+        ({"a": {"command": "x", "timeout": 5}},
+         "MCP server 'a': unknown key 'timeout' (allowed: args, command, cwd, env, headers, type, url)"),
+        ({"a b": {"command": "x"}}, "MCP server name 'a b' must be letters, digits, '_', '-' or '.'"),
+        ({"a__b": {"command": "x"}},
+         "MCP server name 'a__b' must not contain '__' (it separates names in mcp__server__tool)"),
+        ({"a": "x"}, 'MCP server \'a\': the entry must be an object, got "x"'),
+    ],
+)
+def test_bad_entries_are_one_line_errors_naming_the_value(servers: dict[str, object], message: str) -> None:
+    with pytest.raises(MCPConfigError) as info:
+        load_mcp_json({"mcpServers": servers}, environ={})
+    assert str(info.value) == message
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    missing = tmp_path / "none.json"
+    with pytest.raises(MCPConfigError) as info:
+        load_mcp_json(missing)
+    assert str(info.value) == f"{missing}: cannot read (No such file or directory)"
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"mcpServers": {')
+    with pytest.raises(MCPConfigError) as info:
+        load_mcp_json(broken)
+    assert str(info.value) == f"{broken}: not valid JSON (Expecting property name enclosed in double quotes at line 1)"
+    with pytest.raises(MCPConfigError) as info:
+        load_mcp_json({"mcpServers": []})
+    assert str(info.value) == 'MCP config: "mcpServers" must be an object, got []'
+    assert load_mcp_json({}) == {}
