@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from ketch.cli._mcp import SERVE_DENIAL
-from ketch.permissions import PLAN_DENIED, RULE_DENIED
+from ketch.permissions import HOOK_DENIED, PLAN_DENIED, RULE_DENIED
 from mcp import ClientSession, StdioServerParameters
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -141,6 +141,34 @@ async def test_accept_edits_lets_write_run_and_deny_rules_still_win(home: Home) 
     assert (home.work / "new.txt").read_text() == "made over MCP\n"
     assert denied.is_error is True
     assert _text(denied) == RULE_DENIED.format(rule="Read(./notes.txt)")
+
+
+async def test_pre_and_post_tool_use_hooks_from_the_settings_apply(home: Home) -> None:
+    config = Path(home.vars["XDG_CONFIG_HOME"]) / "ketch" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        """
+[[hooks.PreToolUse]]
+matcher = "ls"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "echo 'no listing today' >&2; exit 2"
+
+[[hooks.PostToolUse]]
+matcher = "read"
+[[hooks.PostToolUse.hooks]]
+type = "command"
+command = "echo 'read was checked' >&2; exit 2"
+"""
+    )
+    async with served(home) as session:
+        listed = await session.call_tool("ls", {})
+        read = await session.call_tool("read", {"path": "notes.txt"})
+    assert (listed.is_error, _text(listed)) == (True, HOOK_DENIED.format(reason="no listing today"))
+    assert (read.is_error, _text(read)) == (
+        False,
+        "     1\thello there\n     2\tsecond line\n\nPostToolUse hook feedback: read was checked",
+    )
 
 
 async def test_ketch_agent_runs_the_configured_model_and_reports_progress(home: Home) -> None:

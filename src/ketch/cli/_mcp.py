@@ -287,6 +287,7 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     return KetchMCPServer(
         tools,
         gate=engine.before_tool_call,
+        after=runner.after_tool_call if runner is not None else None,
         agent=run_agent if agent else None,
         name="ketch",
         version=_version(),

@@ -10,7 +10,8 @@ or streamable HTTP bound to the loopback interface only
 Each call goes through the pipeline a model's call goes through in a run: the tool's
 ``prepare_arguments``, schema validation (the same messages), then the ``gate`` (a
 ``before_tool_call`` hook such as :meth:`ketch.permissions.PermissionEngine.before_tool_call`;
-a blocked call is an MCP error result carrying the gate's reason), then the tool.
+a blocked call is an MCP error result carrying the gate's reason), then the tool, then
+``after`` (an ``after_tool_call`` hook: PostToolUse hooks).
 What a tool reports while it runs (bash output) and what the agent does (turns, tool
 calls) reach the client as ``notifications/progress`` when it asked for progress.
 Tool annotations come from the tools' declarations: ``readOnlyHint`` from
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .._schema import validate_arguments
 from ..llm import AbortSignal, AssistantMessage, ImageContent, TextContent, ToolCall
 from ..loop import (
+    AfterToolCallResult,
     AgentEvent,
     BeforeToolCallResult,
     Conversation,
@@ -59,6 +61,9 @@ AGENT_DESCRIPTION = (
 
 Gate = Callable[[ToolCallInfo], Awaitable[BeforeToolCallResult | None]]
 """A ``before_tool_call`` hook deciding whether a call runs."""
+
+After = Callable[[ToolCallInfo, ToolResult], Awaitable[AfterToolCallResult | None]]
+"""An ``after_tool_call`` hook that may change a call's result (PostToolUse hooks)."""
 
 Progress = Callable[[str], Awaitable[None]]
 """Sends one progress message to the client."""
@@ -105,6 +110,7 @@ class KetchMCPServer:
         tools: Sequence[Tool],
         *,
         gate: Gate | None = None,
+        after: After | None = None,
         agent: AgentRunner | None = None,
         name: str = "ketch",
         version: str = "",
@@ -117,6 +123,7 @@ class KetchMCPServer:
             raise ValueError(f"duplicate tool names: {', '.join(names)}")
         self.tools = {t.name: t for t in tools}
         self.gate = gate
+        self.after = after
         self.agent = agent
         self.name = name
         self.version = version
@@ -188,9 +195,10 @@ class KetchMCPServer:
         if problem is not None:
             return ToolResult.error(problem)
         call = ToolCall(id=call_id, name=tool.name, args=args)
+        assistant = AssistantMessage(content=[call])
+        conversation = Conversation(tools=list(self.tools.values()))
         if self.gate is not None:
-            assistant = AssistantMessage(content=[call])
-            info = ToolCallInfo(call, tool, args, assistant, Conversation(tools=list(self.tools.values())), signal)
+            info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
             verdict = await self.gate(info)
             if verdict is not None:
                 if verdict.block or verdict.approval:
@@ -203,10 +211,23 @@ class KetchMCPServer:
                 await progress(_progress_text(partial))
 
         ctx: ToolContext[Any] = ToolContext(call_id=call_id, tool_name=tool.name, signal=signal, report=report)
-        value = await tool.execute(args, ctx)
         from ..loop._tool import to_tool_result
 
-        return to_tool_result(value)
+        try:
+            result = to_tool_result(await tool.execute(args, ctx))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            result = ToolResult.error(f"{type(exc).__name__}: {exc}")
+        if self.after is not None:
+            override = await self.after(ToolCallInfo(call, tool, args, assistant, conversation, signal), result)
+            if override is not None:
+                result = ToolResult(
+                    content=override.content if override.content is not None else result.content,
+                    details=result.details,
+                    is_error=override.is_error if override.is_error is not None else result.is_error,
+                )
+        return result
 
     async def _run_agent(self, args: dict[str, Any], progress: Progress | None) -> ToolResult:
         task = args.get("task")
