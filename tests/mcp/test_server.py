@@ -194,6 +194,25 @@ async def test_ketch_agent_runs_the_configured_model_and_reports_progress(home: 
     assert sorted(seen) == [(1.0, "turn 1"), (2.0, "calling read"), (3.0, "read done"), (4.0, "turn 2")]
 
 
+async def test_bash_output_streams_as_progress(home: Home) -> None:
+    seen: list[tuple[float, str | None]] = []
+    everything = asyncio.Event()
+
+    def streamed() -> str:
+        return "".join(message or "" for _, message in sorted(seen))
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message))
+        if streamed() == "one\ntwo\n":
+            everything.set()
+
+    async with served(home, "--permission-mode", "bypass") as session:
+        result = await session.call_tool("bash", {"command": "echo one; echo two"}, progress_callback=progress)
+        await asyncio.wait_for(everything.wait(), 30)  # progress callbacks run as tasks of their own
+    assert (result.is_error, _text(result)) == (False, "one\ntwo")
+    assert streamed() == "one\ntwo\n"
+
+
 async def test_ketch_agent_without_a_task_is_an_error_result(home: Home) -> None:
     async with served(home) as session:
         result = await session.call_tool("ketch_agent", {"task": "  "})
