@@ -43,8 +43,12 @@ above; deeper files win. All are TOML::
 Scalars and ``tools`` from a later layer replace earlier ones; ``allow``, ``ask`` and
 ``deny`` rules accumulate, and so do hooks; providers merge field by field.
 
+MCP servers: the ``mcpServers`` of ``.mcp.json`` in the user config directory and in
+the project root (the project's win on a name clash; see :mod:`ketch.cli._mcp`).
+
 Trust: settings in project files that widen what ketch may do -- ``bypass`` mode, allow
-rules, a provider's ``base_url``, ``api`` or ``api_key_env``, hooks -- apply only once the user
+rules, a provider's ``base_url``, ``api`` or ``api_key_env``, hooks, the project's MCP
+servers -- apply only once the user
 trusts the project (remembered per project root in ``trusted_projects.json`` in the user
 config directory; ``--trust-project`` or ``KETCH_TRUST_PROJECT=1`` for one run). Until
 then they are left out and listed in :attr:`Settings.ignored`. User settings are always
@@ -145,8 +149,9 @@ class Settings:
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
     (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
     sandbox, with the network when ``sandbox_network`` and the extra variables named by
-    ``sandbox_env_allow``. ``ignored`` lists the settings of an untrusted project that
-    were left out.
+    ``sandbox_env_allow``. ``mcp_servers`` are the ``mcpServers`` entries of the user's
+    and (when trusted) the project's ``.mcp.json``, ``mcp_origins`` the file each came
+    from. ``ignored`` lists the settings of an untrusted project that were left out.
     """
 
     model: str | None = None
@@ -168,6 +173,8 @@ class Settings:
     sandbox: bool = True
     sandbox_network: bool = False
     sandbox_env_allow: list[str] = field(default_factory=list)
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mcp_origins: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     project_root: Path | None = None
@@ -216,6 +223,42 @@ def find_project_config(start: Path) -> Path | None:
     """The innermost project ``.ketch/config.toml`` that applies in ``start``."""
     files = [path for path, kind in project_config_files(start) if kind == "project"]
     return files[-1] if files else None
+
+
+MCP_JSON = ".mcp.json"
+
+
+def user_mcp_json(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's ``.mcp.json``, in the user config directory."""
+    return config_dir(environ) / MCP_JSON
+
+
+def project_mcp_json(cwd: Path) -> Path:
+    """The project's ``.mcp.json``, in the project root."""
+    return project_root(cwd) / MCP_JSON
+
+
+def read_mcp_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (``{}`` when there is no file); :class:`ConfigError`
+    when it cannot be read or is not an object whose ``mcpServers`` is an object of objects."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f'{path}: expected a JSON object with "mcpServers"')
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, dict) or not all(isinstance(v, dict) for v in servers.values()):
+        raise ConfigError(f'{path}: "mcpServers" must be an object of server objects')
+    return data
 
 
 def _trust_file(env: Mapping[str, str]) -> Path:
@@ -418,10 +461,18 @@ def load_settings(
     if user.is_file():
         _apply_file(settings, _read(user), f"user config {user}", "user")
         settings.files.append(user)
+    user_mcp = user_mcp_json(env)
+    for name, entry in read_mcp_json(user_mcp).get("mcpServers", {}).items():
+        settings.mcp_servers[name] = entry
+        settings.mcp_origins[name] = str(user_mcp)
     root = project_root(cwd)
     settings.project_root = root
     project_files = [(path, kind, _read(path)) for path, kind in project_config_files(cwd) if path != user]
     widening = [(f"{item} ({path})") for path, _, data in project_files for item in _widening(data)]
+    project_mcp = root / MCP_JSON
+    project_servers: dict[str, Any] = read_mcp_json(project_mcp).get("mcpServers", {}) if project_mcp != user_mcp else {}
+    if project_servers:  # they run commands: a project's MCP servers need trust
+        widening.append(f"mcpServers {', '.join(project_servers)} ({project_mcp})")
     trusted = (
         trust
         or env.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
@@ -434,6 +485,10 @@ def load_settings(
     settings.trusted = trusted
     if not trusted:
         settings.ignored = widening
+    else:
+        for name, entry in project_servers.items():
+            settings.mcp_servers[name] = entry
+            settings.mcp_origins[name] = str(project_mcp)
     for path, kind, data in project_files:
         origin = f"{'project' if kind == 'project' else 'local'} config {path}"
         _apply_file(settings, data if trusted else _narrowed(data), origin, kind)

@@ -281,6 +281,7 @@ class Built:
     context_manager: Compactor | None = None
     window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
+    mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -289,6 +290,15 @@ class Built:
         from ..tools._bash import BashTool
 
         return next((t.sandbox_warning for t in self.agent.tools if isinstance(t, BashTool)), None)
+
+    async def attach_mcp(self) -> list[str]:
+        """Add the tools of the MCP servers from settings to the agent (starting the
+        servers) and keep them fresh between turns; returns a warning line for each
+        server that failed to start (its tools are left out)."""
+        if self.mcp is None:
+            return []
+        await self.mcp.attach(self.agent)
+        return [f"MCP server {s.name} failed to start: {s.error}" for s in self.mcp.status() if s.state == "failed"]
 
     async def prompt(self, text: str) -> RunResult:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
@@ -325,6 +335,27 @@ class Built:
         return ContextUsage(tokens=self.agent.context_usage().tokens, window=self.window)
 
 
+def mcp_manager(settings: Settings, root: Path, *, elicitation: Any = None, errlog: Any = None) -> Any:
+    """An :class:`ketch.mcp.MCPManager` for the MCP servers in ``settings`` (lazy start,
+    roots = ``root``), or None when there are none. :class:`ConfigError` for a bad entry."""
+    if not settings.mcp_servers:
+        return None
+    import logging
+
+    from ..mcp import MCPConfigError, MCPManager, server_config
+
+    # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
+    logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
+
+    configs = {}
+    for name, entry in settings.mcp_servers.items():
+        try:
+            configs[name] = server_config(name, entry)
+        except MCPConfigError as exc:
+            raise ConfigError(f"{settings.mcp_origins.get(name, '.mcp.json')}: {exc}") from None
+    return MCPManager(configs, roots=[root], elicitation=elicitation, errlog=errlog)
+
+
 def _hook_notice(notice: HookNotice) -> None:
     sys.stderr.write(f"ketch: {notice.text}\n")
     sys.stderr.flush()
@@ -341,6 +372,7 @@ def build_agent(
     hooks: Sequence[HookSpec] | None = None,
     session: Any = None,
     no_approver: Literal["deny", "pause"] = "deny",
+    mcp: Any = None,
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
     (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
@@ -352,7 +384,8 @@ def build_agent(
     ``session`` (a :class:`ketch.sessions.Session`) is attached to the agent: its
     transcript is restored and every message is saved in it; hooks get its id. A call
     that needs approval when there is no ``approver`` is denied, or with ``no_approver``
-    ``"pause"`` ends the run with ``approval_required``."""
+    ``"pause"`` ends the run with ``approval_required``. ``mcp`` (see :func:`mcp_manager`)
+    gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
@@ -440,6 +473,6 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner)
+    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp)
     built.fit_context(settings)
     return built

@@ -27,7 +27,7 @@ from ..llm._messages import AssistantMessage
 from ..loop._events import AgentEvent
 from ..permissions import Approval, PermissionRequest
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
-from ._factory import Built, build_agent
+from ._factory import Built, build_agent, mcp_manager
 from ._render import compaction_note
 from ._sessions import SessionOptions, open_session, pre_approve, use_recorded_model
 from ._wire import (
@@ -313,10 +313,13 @@ async def run_headless(
     """Run ``task`` once (``None``: only continue the session's paused run with the
     decisions in ``sessions``) and write the output; returns the exit code."""
     options = sessions if sessions is not None else SessionOptions(enabled=False)
+    mcp = mcp_manager(settings, root)
     session = await open_session(options, root)
     try:
-        return await _run_in_session(task, settings, root, output, tool_choice, interactive_approval, options, session)
+        return await _run_in_session(task, settings, root, output, tool_choice, interactive_approval, options, session, mcp)
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         if session is not None:
             await session.close()
 
@@ -330,6 +333,7 @@ async def _run_in_session(
     interactive_approval: bool,
     options: SessionOptions,
     session: Any,
+    mcp: Any = None,
 ) -> int:
     decisions = _decisions(options, session, settings)
     use_recorded_model(settings, session)
@@ -354,7 +358,10 @@ async def _run_in_session(
         tool_choice=tool_choice,
         session=session,
         no_approver="pause" if session is not None else "deny",
+        mcp=mcp,
     )
+    for line in await built.attach_mcp():
+        sys.stderr.write(f"ketch: warning: {line}\n")
     session_id = session.id if session is not None else None
     agent = built.agent
     if paused is not None and decisions:

@@ -22,14 +22,14 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..llm._model import THINKING_LEVELS
 from ..loop._events import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
 from ..tools._bash import kill_process_groups
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
-from ._factory import Built, build_agent, build_model
+from ._factory import Built, build_agent, build_model, mcp_manager
 from ._headless import exit_now, parse_answer
 from ._render import EventRenderer, format_tokens
 
@@ -47,6 +47,7 @@ Commands:
   /model [provider:id]  show or switch the model
   /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
   /tools                list the tools
+  /mcp                  the MCP servers: status and tools
   /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
   /cost                 tokens and cost of this session
   /compact [text]       summarise older history now (text: what the summary must keep)
@@ -109,6 +110,52 @@ def banner(model: str, root: Path, mode: str, width: int, home: Path | None = No
     return head + shorten_path(where, max(room, min(cell_len(root.name) + 2, 40), 12)) + tail
 
 
+ELICIT_PROMPT = "Answer it? [y] yes  [n] decline  [c] cancel › "
+
+
+def _elicit_action(answer: str) -> Literal["accept", "decline", "cancel"]:
+    word = answer.strip().lower()
+    if word in ("y", "yes"):
+        return "accept"
+    if word in ("c", "cancel"):
+        return "cancel"
+    return "decline"
+
+
+def _field_prompt(key: str, field: dict[str, Any]) -> str:
+    label = field.get("title") or key
+    kind = field.get("type", "string")
+    choices = field.get("enum")
+    hint = "/".join(str(c) for c in choices) if isinstance(choices, list) else kind
+    about = f" - {field['description']}" if field.get("description") else ""
+    return f"{label}{about} ({hint}) › "
+
+
+def _field_value(text: str, field: dict[str, Any], required: bool) -> tuple[Any, str | None]:
+    """The typed value of an elicitation field's answer, or a problem to show."""
+    text = text.strip()
+    if not text:
+        if field.get("default") is not None:
+            return field["default"], None
+        return None, "an answer is required" if required else None
+    kind = field.get("type", "string")
+    choices = field.get("enum")
+    if isinstance(choices, list) and text not in [str(c) for c in choices]:
+        return None, f"{text!r}: expected one of {', '.join(str(c) for c in choices)}"
+    if kind == "boolean":
+        if text.lower() in ("y", "yes", "true"):
+            return True, None
+        if text.lower() in ("n", "no", "false"):
+            return False, None
+        return None, f"{text!r}: expected yes or no"
+    if kind in ("integer", "number"):
+        try:
+            return (int(text) if kind == "integer" else float(text)), None
+        except ValueError:
+            return None, f"{text!r}: expected {'an integer' if kind == 'integer' else 'a number'}"
+    return text, None
+
+
 def _write_text(root: Path, name: str, text: str) -> Path:
     """Write ``text`` to the file ``name`` (``~`` expanded, relative to ``root``); returns
     its path."""
@@ -121,13 +168,24 @@ class Session:
     """One interactive session: the agent, the prompt, the renderer and the pending question."""
 
     def __init__(
-        self, settings: Settings, root: Path, *, tool_choice: str | None = None, session: SavedSession | None = None
+        self,
+        settings: Settings,
+        root: Path,
+        *,
+        tool_choice: str | None = None,
+        session: SavedSession | None = None,
+        mcp: Any = None,
     ) -> None:
         self.settings = settings
         self.root = root
         self.tool_choice = tool_choice
         self.session = session
-        self.built: Built = build_agent(settings, root, approver=self.approve, tool_choice=tool_choice, session=session)
+        self.mcp = mcp
+        if mcp is not None:
+            mcp.elicitation = self.elicit
+        self.built: Built = build_agent(
+            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp
+        )
         self.agent = self.built.agent
         self.permissions = self.built.permissions
         self.renderer: EventRenderer | None = None
@@ -182,6 +240,34 @@ class Session:
         if answer.decision == "always" and request.suggested_rules:
             self._save_rules(request, await self._question(SCOPE_PROMPT))
         return answer
+
+    async def elicit(self, request: Any) -> Any:
+        """The MCP servers' elicitation callback: show the server's question, ask whether
+        to answer (``y``, ``n`` declines, ``c`` cancels), then ask each field of the form
+        (until the answer fits the field's type)."""
+        from ..mcp import ElicitationResponse
+
+        r = self.renderer
+        if r is None:
+            return ElicitationResponse("decline")
+        r.note(f"⚠ MCP server {request.server} asks: {request.message}", "bold yellow")
+        if request.mode == "url":
+            r.note(f"  it wants you to open {request.url}")
+        action = _elicit_action(await self._question(ELICIT_PROMPT))
+        if action != "accept" or request.mode == "url":
+            return ElicitationResponse(action)
+        schema = request.requested_schema
+        required = set(schema.get("required") or ())
+        content: dict[str, Any] = {}
+        for key, field in (schema.get("properties") or {}).items():
+            while True:
+                value, problem = _field_value(await self._question(_field_prompt(key, field)), field, key in required)
+                if problem is None:
+                    break
+                r.note(problem, "red")
+            if value is not None:
+                content[key] = value
+        return ElicitationResponse("accept", content)
 
     async def _question(self, text: str) -> str:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -399,6 +485,13 @@ class Session:
                         self.built.context_manager.failures = 0
                 await self.built.session_start("clear")
                 r.note("conversation cleared", "")
+        elif name == "/mcp":
+            from ._mcp import status_lines
+
+            if self.mcp is None:
+                r.note("no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)", "")
+            else:
+                r.note("\n".join(status_lines(self.mcp.status(), self.settings.mcp_origins)), "")
         elif name in ("/sessions", "/fork", "/rewind", "/export"):
             await self._session_command(name, arg, busy)
         else:
@@ -497,7 +590,9 @@ class Session:
             tool_choice=self.tool_choice,
             model=old.agent.model,
             session=session,
+            mcp=self.mcp,
         )
+        await built.attach_mcp()
         built.agent.thinking = old.agent.thinking
         built.permissions.set_mode(old.permissions.mode)
         built.permissions.session_rules = old.permissions.session_rules
@@ -567,6 +662,8 @@ class Session:
             console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
             if self.built.sandbox_warning is not None:
                 self.renderer.note(f"warning: {self.built.sandbox_warning}", "yellow")
+            for line in await self.built.attach_mcp():
+                self.renderer.note(f"warning: {line}", "yellow")
             if self.session is not None and self.agent.messages:
                 count = len(self.agent.messages)
                 self.renderer.note(f"resumed session {self.session.id} ({count} message{'s' if count != 1 else ''})", "")
@@ -677,13 +774,29 @@ async def run_interactive(
             options = await _pick(options, root)
         except (EOFError, KeyboardInterrupt):
             return 130
+    mcp = mcp_manager(settings, root, errlog=_mcp_errlog() if settings.mcp_servers else None)
     saved = await open_session(options, root)
     use_recorded_model(settings, saved)
     ui: Session | None = None
     try:
-        ui = Session(settings, root, tool_choice=tool_choice, session=saved)
+        ui = Session(settings, root, tool_choice=tool_choice, session=saved, mcp=mcp)
         return await ui.run()
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         current = ui.session if ui is not None else saved  # /fork and /clear switch sessions
         if current is not None:
             await current.close()
+
+
+def _mcp_errlog() -> Any:
+    """Where MCP servers' stderr goes in the interactive session: ``mcp-servers.log`` in
+    the user config directory (the terminal belongs to the prompt), else stderr."""
+    import sys
+
+    try:
+        directory = config_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        return open(directory / "mcp-servers.log", "a", encoding="utf-8")  # lives with the process
+    except OSError:
+        return sys.stderr

@@ -9,6 +9,7 @@
     ketch doctor                check the installation, providers and the local model
     ketch config                the effective settings and where they come from
     ketch sessions …            list, show, export and delete saved sessions
+    ketch mcp …                 serve ketch over MCP; list, add and remove MCP servers
 
 Every run is saved as a session (``--no-session``: not): ``--resume ID`` continues one,
 ``--continue`` the latest of the directory, ``ketch --resume`` picks one interactively.
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config", "sessions")
+_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp")
 
 _EPILOG = """\
 commands:
@@ -52,6 +53,7 @@ commands:
   ketch doctor [--quick]      check the installation, providers and the local model
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
+  ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
 
 exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
@@ -446,6 +448,10 @@ def _dispatch(argv: list[str]) -> int:
         from ._sessions import sessions_command
 
         return sessions_command(argv[1:])
+    if command == "mcp":
+        from ._mcp import mcp_command
+
+        return mcp_command(argv[1:])
     args = _parser().parse_args(argv)
     return _run(args)
 
