@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import child_processes, server_pids
+from mcphelp import child_processes, server_pids
+
 from ketch import Agent
 from ketch.llm import ImageContent, TextContent, ToolResultMessage
 from ketch.loop import Tool

@@ -40,7 +40,7 @@ from ._events import (
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
-from ._tool import Tool, ToolContext, ToolResult
+from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
 __all__ = [
     "AfterToolCallResult",
@@ -94,5 +94,6 @@ __all__ = [
     "resume_loop",
     "run_loop",
     "stop_after_tool",
+    "to_tool_result",
     "validate_message_sequence",
 ]

@@ -16,6 +16,9 @@ Tools are named ``mcp__<server>__<tool>``. A tool annotated ``readOnlyHint`` is
 that may be destructive or is not idempotent is ``sequential``. See :class:`MCPManager`
 for the lifecycle (lazy or eager start, timeouts, restart after a crash, cancellation,
 progress, shutdown) and the server requests (elicitation, sampling, roots).
+
+:class:`KetchMCPServer` serves ketch tools (and, with ``ketch_agent``, a whole agent)
+to MCP clients; ``ketch mcp serve`` is the command built on it.
 """
 
 from ._client import (
@@ -29,13 +32,16 @@ from ._client import (
     ServerStatus,
 )
 from ._config import MCPConfigError, MCPServerConfig, load_mcp_json, server_config
+from ._server import AGENT_TOOL, KetchMCPServer
 from ._tools import tool_name
 
 __all__ = [
+    "AGENT_TOOL",
     "NO_ELICITATION",
     "ElicitationCallback",
     "ElicitationRequest",
     "ElicitationResponse",
+    "KetchMCPServer",
     "MCPConfigError",
     "MCPManager",
     "MCPServerConfig",

@@ -32,7 +32,8 @@ import socket
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._schema import validate_arguments
+from ketch.tools import validate_arguments
+
 from ..llm import AbortSignal, AssistantMessage, ImageContent, TextContent, ToolCall
 from ..loop import (
     AfterToolCallResult,
@@ -211,7 +212,7 @@ class KetchMCPServer:
                 await progress(_progress_text(partial))
 
         ctx: ToolContext[Any] = ToolContext(call_id=call_id, tool_name=tool.name, signal=signal, report=report)
-        from ..loop._tool import to_tool_result
+        from ketch.loop import to_tool_result
 
         try:
             result = to_tool_result(await tool.execute(args, ctx))

@@ -13,7 +13,7 @@ activations a compaction would drop).
 
 from typing import TYPE_CHECKING, Any
 
-from .._schema import Param
+from .._schema import Param, validate_arguments
 from ._decorator import FunctionTool, tool
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ __all__ = [
     "WriteTool",
     "coding_tools",
     "tool",
+    "validate_arguments",
 ]
 
 _LAZY = {
