@@ -64,8 +64,9 @@ import json
 import math
 import os
 import re
+import sys
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -508,6 +509,30 @@ def load_settings(
     _validate(settings)
     settings.permission_mode = parse_mode(settings.permission_mode)
     return settings
+
+
+def finish_settings(
+    settings: Settings, allow: Sequence[str] | None, deny: Sequence[str] | None, *, keep_bad_deny: bool = False
+) -> None:
+    """The command-line part of loading settings: warn (one line on stderr) about the
+    ignored settings of an untrusted project, and add the ``--allow``/``--deny`` rules.
+    A rule that does not parse is a :class:`ConfigError`, except a ``--deny`` value when
+    ``keep_bad_deny`` (a resumed run's ``CALL_ID:reason`` decision, matched later)."""
+    if settings.ignored:
+        sys.stderr.write(
+            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
+            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
+        )
+    for kind, texts in (("allow", allow or ()), ("deny", deny or ())):
+        for text in texts:
+            try:
+                getattr(settings, kind).append(Rule.parse(text, "flag"))
+            except ValueError as exc:
+                if kind == "deny" and keep_bad_deny:
+                    continue
+                raise ConfigError(f"--{kind}: {exc}") from None
+        if texts:
+            settings.sources[kind] = f"flag --{kind}"
 
 
 def _validate(settings: Settings) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..llm._model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
 from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import TRUST_ENV, ConfigError, Settings, load_settings
+from ._config import TRUST_ENV, ConfigError, Settings, finish_settings, load_settings
 from ._wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
 
 if TYPE_CHECKING:
@@ -273,25 +273,9 @@ def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings,
         raise ConfigError(f"--cwd {args.cwd}: not a directory")
     root = root.resolve()
     settings = load_settings(root, _flags(args), trust=args.trust_project, ask_trust=_ask_trust if ask else None)
-    if settings.ignored:
-        sys.stderr.write(
-            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
-            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
-        )
-    from ..permissions import Rule
-
     resuming = bool(getattr(args, "resume", None) or args.continue_session)
-    for kind in ("allow", "deny"):
-        texts: list[str] = getattr(args, kind) or []
-        for text in texts:
-            try:
-                getattr(settings, kind).append(Rule.parse(text, "flag"))
-            except ValueError as exc:
-                if kind == "deny" and resuming:
-                    continue  # CALL_ID:reason, matched against the paused run's calls later
-                raise ConfigError(f"--{kind}: {exc}") from None
-        if texts:
-            settings.sources[kind] = f"flag --{kind}"
+    # resuming: a --deny CALL_ID:reason is matched against the paused run's calls later
+    finish_settings(settings, getattr(args, "allow", None), getattr(args, "deny", None), keep_bad_deny=resuming)
     return settings, root
 
 

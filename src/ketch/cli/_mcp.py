@@ -41,6 +41,7 @@ from ._config import (
     TRUST_ENV,
     ConfigError,
     Settings,
+    finish_settings,
     load_settings,
     project_mcp_json,
     read_mcp_json,
@@ -205,7 +206,6 @@ def _serve_parser() -> OneLineParser:
 
 
 def _serve_settings(args: Any) -> tuple[Settings, Path]:
-    from ..permissions import Rule
 
     root = Path(args.workspace).expanduser() if args.workspace else Path.cwd()
     if not root.is_dir():
@@ -220,20 +220,7 @@ def _serve_settings(args: Any) -> tuple[Settings, Path]:
     if args.tools is not None:
         flags["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     settings = load_settings(root, flags, trust=args.trust_project)
-    if settings.ignored:
-        sys.stderr.write(
-            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
-            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
-        )
-    for kind in ("allow", "deny"):
-        texts: list[str] = getattr(args, kind) or []
-        for text in texts:
-            try:
-                getattr(settings, kind).append(Rule.parse(text, "flag"))
-            except ValueError as exc:
-                raise ConfigError(f"--{kind}: {exc}") from None
-        if texts:
-            settings.sources[kind] = f"flag --{kind}"
+    finish_settings(settings, getattr(args, "allow", None), getattr(args, "deny", None))
     return settings, root
 
 
