@@ -14,7 +14,7 @@ activations a compaction would drop).
 from typing import TYPE_CHECKING, Any
 
 from .._schema import Param, validate_arguments
-from ._decorator import FunctionTool, tool
+from ._decorator import FunctionTool, ToolOptions, tool
 
 if TYPE_CHECKING:
     from ._bash import BashTool
@@ -37,6 +37,7 @@ __all__ = [
     "Param",
     "ReadTool",
     "ToolActivations",
+    "ToolOptions",
     "ToolSearch",
     "Workspace",
     "WriteTool",

@@ -33,12 +33,27 @@ import asyncio
 import inspect
 import types
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 import msgspec
 
 from .._schema import FunctionSchema, function_schema
 from ..loop._tool import Tool, ToolContext, ToolResult, to_tool_result
+
+
+class ToolOptions(TypedDict, total=False):
+    """The optional declarations of a :class:`~ketch.loop.Tool`, as keywords of
+    :func:`tool` and :class:`FunctionTool` (defaults and meaning: ``Tool``)."""
+
+    label: str | None
+    sequential: bool | Callable[[dict[str, Any]], bool]
+    read_only: bool | Callable[[dict[str, Any]], bool]
+    requires_approval: bool | Callable[[dict[str, Any]], bool]
+    deferred: bool | None
+    interrupt: Literal["block", "cancel"]
+    timeout: float | None
+    prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None
+    strict: bool
 
 
 def _is_async_callable(fn: Any) -> bool:
@@ -64,15 +79,7 @@ class FunctionTool(Tool):
         *,
         name: str | None = None,
         description: str | None = None,
-        label: str | None = None,
-        sequential: bool | Callable[[dict[str, Any]], bool] = False,
-        read_only: bool | Callable[[dict[str, Any]], bool] = False,
-        requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
-        deferred: bool | None = None,
-        interrupt: Literal["block", "cancel"] = "block",
-        timeout: float | None = None,
-        prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        strict: bool = False,
+        **options: Unpack[ToolOptions],
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@tool needs a function, got {fn!r}")
@@ -81,16 +88,8 @@ class FunctionTool(Tool):
             name or signature.name,
             signature.description,
             signature.parameters,
-            label=label,
-            sequential=sequential,
-            read_only=read_only,
-            requires_approval=requires_approval,
-            deferred=deferred,
-            interrupt=interrupt,
-            timeout=timeout,
-            prepare_arguments=prepare_arguments,
-            strict=strict,
             reports_progress=signature.context_param is not None,
+            **options,
         )
         self.fn = fn
         self.__wrapped__ = fn
@@ -136,15 +135,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    label: str | None = None,
-    sequential: bool | Callable[[dict[str, Any]], bool] = False,
-    read_only: bool | Callable[[dict[str, Any]], bool] = False,
-    requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
-    deferred: bool | None = None,
-    interrupt: Literal["block", "cancel"] = "block",
-    timeout: float | None = None,
-    prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    strict: bool = False,
+    **options: Unpack[ToolOptions],
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -154,15 +145,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    label: str | None = None,
-    sequential: bool | Callable[[dict[str, Any]], bool] = False,
-    read_only: bool | Callable[[dict[str, Any]], bool] = False,
-    requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
-    deferred: bool | None = None,
-    interrupt: Literal["block", "cancel"] = "block",
-    timeout: float | None = None,
-    prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    strict: bool = False,
+    **options: Unpack[ToolOptions],
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a :class:`FunctionTool` from a function; use bare (``@tool``) or with options.
 
@@ -175,15 +158,7 @@ def tool(
             func,
             name=name,
             description=description,
-            label=label,
-            sequential=sequential,
-            read_only=read_only,
-            requires_approval=requires_approval,
-            deferred=deferred,
-            interrupt=interrupt,
-            timeout=timeout,
-            prepare_arguments=prepare_arguments,
-            strict=strict,
+            **options,
         )
 
     if fn is not None:
