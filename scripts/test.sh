@@ -14,6 +14,7 @@ SYSTEM_PACKAGES=(
     "python3-venv|python3 -c 'import ensurepip'"  # python3 -m venv below
     "nodejs|command -v node"                   # the MCP test server (server-everything)
     "npm|command -v npm"                       # installs it below
+    "chromium|command -v chromium"             # the web page's browser tests (Playwright drives it)
 )
 
 missing=()
