@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcphelp import child_processes, server_pids
 
 from ketch import Agent
@@ -26,6 +27,7 @@ from ketch.mcp import (
     ServerStatus,
     load_mcp_json,
 )
+from ketch.permissions import NO_APPROVER, PermissionEngine
 from ketch.testing import ScriptedModel, reply, tool_call
 
 
@@ -51,11 +53,35 @@ async def run(manager: MCPManager, *calls: Any, final: str = "done") -> tuple[Ag
 # -- mcp-server-time (stdio) ---------------------------------------------------------------
 
 
+async def test_read_only_hints_count_only_for_a_trusted_server(manager_factory: Any) -> None:
+    entry = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+    trusted = manager_factory(load_mcp_json({"mcpServers": {"time": {**entry, "trustAnnotations": True}}}))
+    assert [(t.read_only, t.sequential) for t in await trusted.tools()] == [(True, False), (True, False)]
+
+
+@pytest.mark.parametrize("trust", [False, True])
+async def test_a_permission_mode_runs_a_hinted_tool_unasked_only_when_trusted(
+    manager_factory: Any, tmp_path: Path, trust: bool
+) -> None:
+    entry = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+    manager = manager_factory(load_mcp_json({"mcpServers": {"time": {**entry, "trustAnnotations": trust}}}))
+    engine = PermissionEngine("default", root=tmp_path)  # no approver: what would ask is denied
+    model = ScriptedModel([reply(tool_call("mcp__time__get_current_time", {"timezone": "UTC"})), "done"])
+    agent: Agent[None] = Agent(model, before_tool_call=engine.before_tool_call)
+    await manager.attach(agent)
+    await agent.prompt("time?")
+    (result,) = results(agent.messages)
+    assert result.is_error is (not trust)
+    if not trust:
+        assert texts(result) == [NO_APPROVER.format(tool="mcp__time__get_current_time", mode="default")]
+
+
 async def test_time_server_lists_and_calls(manager_factory: Any, time_config: Any) -> None:
     manager = manager_factory(time_config)
     tools = await manager.tools()
     assert [t.name for t in tools] == ["mcp__time__get_current_time", "mcp__time__convert_time"]
-    assert [(t.read_only, t.sequential) for t in tools] == [(True, False), (True, False)]
+    # readOnlyHint: parallel, but not read-only (permission modes would ask) until trusted
+    assert [(t.read_only, t.sequential) for t in tools] == [(False, False), (False, False)]
     assert tools[1].parameters["required"] == ["source_timezone", "time", "target_timezone"]
     args = {"source_timezone": "UTC", "time": "16:30", "target_timezone": "Asia/Tokyo"}
     agent, model, _ = await run(
@@ -121,7 +147,7 @@ async def test_everything_lists_with_annotations_and_helpers(manager_factory: An
     # no sampling model, no roots: the tools that need them are not offered
     assert "mcp__e__trigger-sampling-request" not in tools
     assert "mcp__e__get-roots-list" not in tools
-    assert (tools["mcp__e__get-sum"].read_only, tools["mcp__e__get-sum"].sequential) == (True, False)
+    assert (tools["mcp__e__get-sum"].read_only, tools["mcp__e__get-sum"].sequential) == (False, False)
     logging = tools["mcp__e__toggle-simulated-logging"]
     assert (logging.read_only, logging.sequential) == (False, True)
     assert tools["mcp__e__get-sum"].parameters["properties"]["a"]["type"] == "number"

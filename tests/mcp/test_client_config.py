@@ -85,7 +85,10 @@ def test_secrets_stay_out_of_the_repr() -> None:
         ({"a": {"command": "x", "args": [1]}}, "MCP server 'a': args[0] must be a string, got 1"),
         ({"a": {"command": "x", "env": ["A=1"]}}, 'MCP server \'a\': env must be an object of strings, got ["A=1"]'),
         ({"a": {"command": "x", "timeout": 5}},
-         "MCP server 'a': unknown key 'timeout' (allowed: args, command, cwd, env, headers, type, url)"),
+         "MCP server 'a': unknown key 'timeout' "
+         "(allowed: args, command, cwd, env, headers, trustAnnotations, type, url)"),
+        ({"a": {"command": "x", "trustAnnotations": "yes"}},
+         "MCP server 'a': trustAnnotations must be true or false, got \"yes\""),
         ({"a b": {"command": "x"}}, "MCP server name 'a b' must be letters, digits, '_', '-' or '.'"),
         ({"a__b": {"command": "x"}},
          "MCP server name 'a__b' must not contain '__' (it separates names in mcp__server__tool)"),

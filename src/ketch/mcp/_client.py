@@ -341,7 +341,7 @@ class _Server:
         return tools
 
     def _tool(self, remote: Any) -> Tool:
-        read_only, sequential = flags(remote.annotations)
+        read_only, sequential = flags(remote.annotations, trusted=self.config.trust_annotations)
         name = tool_name(self.config.name, remote.name)
         description = remote.description or (remote.annotations.title if remote.annotations else None) or ""
 

@@ -29,7 +29,7 @@ Transport: TypeAlias = Literal["stdio", "http", "sse"]
 _TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
 _TYPE_ALIASES = {"streamable-http": "http", "streamable_http": "http", "streamableHttp": "http"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_KNOWN_KEYS = frozenset({"type", "command", "args", "env", "cwd", "url", "headers", "transport"})
+_KNOWN_KEYS = frozenset({"type", "command", "args", "env", "cwd", "url", "headers", "transport", "trustAnnotations"})
 
 
 class MCPConfigError(ValueError):
@@ -44,6 +44,11 @@ class MCPServerConfig:
     inherited environment (the SDK's: ``HOME``, ``PATH``, ``USER`` …) in ``cwd``;
     ``http`` and ``sse`` servers are reached at ``url`` with ``headers``. The values of
     ``env`` and ``headers`` (tokens, often) never appear in the repr.
+
+    ``trust_annotations`` (``"trustAnnotations": true`` in ``.mcp.json``): a tool's
+    ``readOnlyHint`` makes it ``read_only``, so permission modes run it unasked. Off by
+    default: the hint is the server's claim, not something ketch can check, so an MCP
+    tool is not read-only unless the user trusts the server's word.
     """
 
     name: str
@@ -54,6 +59,7 @@ class MCPServerConfig:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    trust_annotations: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TRANSPORTS:
@@ -127,7 +133,8 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
     unknown = sorted(set(entry) - _KNOWN_KEYS)
     if unknown:
         raise MCPConfigError(
-            f"MCP server {name!r}: unknown key {unknown[0]!r} (allowed: args, command, cwd, env, headers, type, url)"
+            f"MCP server {name!r}: unknown key {unknown[0]!r} "
+            "(allowed: args, command, cwd, env, headers, trustAnnotations, type, url)"
         )
     raw_type = entry.get("type", entry.get("transport"))
     if raw_type is None:
@@ -141,6 +148,11 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
         raise MCPConfigError(f"MCP server {name!r}: args must be a list of strings, got {json.dumps(args)}")
     url = entry.get("url")
     cwd = entry.get("cwd")
+    trust = entry.get("trustAnnotations", False)
+    if not isinstance(trust, bool):
+        raise MCPConfigError(
+            f"MCP server {name!r}: trustAnnotations must be true or false, got {json.dumps(trust)}"
+        )
     return MCPServerConfig(
         name=name,
         type=cast(Transport, kind),
@@ -150,6 +162,7 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
         cwd=_expand(_string(cwd, name, "cwd"), name, "cwd", env_source) if cwd is not None else None,
         url=_expand(_string(url, name, "url"), name, "url", env_source) if url is not None else None,
         headers=_string_map(entry.get("headers"), name, "headers", env_source),
+        trust_annotations=trust,
     )
 
 

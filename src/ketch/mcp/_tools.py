@@ -18,17 +18,17 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
 
 
-def flags(annotations: Any) -> tuple[bool, bool]:
+def flags(annotations: Any, *, trusted: bool = False) -> tuple[bool, bool]:
     """``(read_only, sequential)`` from a tool's annotations.
 
-    ``readOnlyHint`` makes the tool read-only (and concurrency-safe); otherwise a tool
-    that is destructive (the default) or not idempotent (the default) runs alone.
+    ``readOnlyHint`` makes the tool concurrency-safe, and read-only (permission modes run
+    it unasked) only when the server is ``trusted``; otherwise a tool that is destructive
+    (the default) or not idempotent (the default) runs alone.
     """
     if annotations is None:
         return False, True
-    read_only = bool(getattr(annotations, "read_only_hint", None))
-    if read_only:
-        return True, False
+    if getattr(annotations, "read_only_hint", None):
+        return trusted, False
     destructive = getattr(annotations, "destructive_hint", None)
     idempotent = getattr(annotations, "idempotent_hint", None)
     sequential = destructive is not False or idempotent is not True
