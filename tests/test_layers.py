@@ -96,3 +96,54 @@ def test_nothing_imports_the_cli_and_there_is_no_cycle() -> None:
         if part != "ketch":
             visit(part, [part])
     assert cycles == []
+
+
+# Capabilities use what is below them through its public faces (ketch, ketch.llm, ketch.loop,
+# ketch.tools ...), never another package's implementation modules. The listed exceptions are
+# the names the faces do not export on purpose: window accounting, which ketch.context
+# re-exports from the llm layer, and the command's (cli's) use of internals it alone needs.
+CORE = {"ketch", "llm", "loop", "agent", "schema", "shell", "sandbox", "__main__"}
+PRIVATE_ALLOWED: dict[str, set[str]] = {
+    "context": {"ketch.llm._tokens"},
+    "hooks": {"ketch.llm._errors"},
+    "cli": {
+        "ketch.llm._http",
+        "ketch.llm._messages",
+        "ketch.llm._model",
+        "ketch.llm._providers.local",
+        "ketch.llm._registry",
+        "ketch.llm._resolve",
+        "ketch.llm._tokens",
+        "ketch.loop._run",
+        "ketch.sessions._export",
+        "ketch.tools._bash",
+    },
+}
+
+
+def _private_imports() -> dict[str, set[str]]:
+    """For each capability part, the implementation modules of other parts it imports."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        dotted = ["ketch", *path.relative_to(SRC).with_suffix("").parts]
+        package = dotted[:-1]
+        part = _part(dotted[:-1] if path.name == "__init__.py" else dotted)
+        if part in CORE or part == "testing":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = [*base, *node.module.split(".")]
+            if target[0] != "ketch" or _part(target) == part or _part(target) in {"schema", "shell"}:
+                continue
+            if any(piece.startswith("_") for piece in target[1:]):
+                found.setdefault(part, set()).add(".".join(target))
+    return found
+
+
+def test_capabilities_use_only_the_faces_of_other_packages() -> None:
+    found = _private_imports()
+    assert "cli" in found  # the reader sees relative imports
+    wrong = {part: sorted(mods - PRIVATE_ALLOWED.get(part, set())) for part, mods in found.items()}
+    assert {part: mods for part, mods in wrong.items() if mods} == {}

@@ -21,18 +21,23 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from .llm._messages import (
+from .llm import (
+    DEFAULT_CONTEXT_WINDOW,
     AssistantMessage,
     Message,
+    MessageBuilder,
+    Request,
     StopReason,
+    StreamEvent,
+    StreamOptions,
     TextContent,
     ThinkingContent,
     ToolCall,
+    ToolSpec,
     Usage,
+    guard_stream,
     scrub_surrogates,
 )
-from .llm._model import DEFAULT_CONTEXT_WINDOW, Request, StreamOptions, ToolSpec
-from .llm._stream import MessageBuilder, StreamEvent, guard_stream
 
 __all__ = [
     "FunctionModel",

@@ -25,14 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._agent import Agent
+from .. import Agent
 from ..context import Compactor, default_reserve
 from ..hooks import HookNotice, HookRunner, HookSpec
-from ..llm._model import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
+from ..llm import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
 from ..llm._tokens import ContextUsage
-from ..loop._config import NextTurn, TurnInfo
-from ..loop._events import RunResult
-from ..loop._tool import Tool
+from ..loop import NextTurn, RunResult, Tool, TurnInfo
 from ..permissions import Approver, PermissionEngine
 from ._config import ConfigError, ProviderConfig, Settings
 from ._scripted import SCRIPT_ENV, load_scripted_model
@@ -181,7 +179,7 @@ def build_tools(
         raise ConfigError(f"unknown tool(s) {', '.join(unknown)}; the built-in tools are {', '.join(BUILTIN_TOOLS)}")
     if not wanted:
         return []
-    from ..tools._builtins import coding_tools
+    from ..tools import coding_tools
 
     enabled = settings is None or settings.sandbox
     tools = coding_tools(
@@ -287,7 +285,7 @@ class Built:
     def sandbox_warning(self) -> str | None:
         """Why bash runs without the OS sandbox (so every bash call needs approval), or
         None when it runs sandboxed or there is no bash tool."""
-        from ..tools._bash import BashTool
+        from ..tools import BashTool
 
         return next((t.sandbox_warning for t in self.agent.tools if isinstance(t, BashTool)), None)
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-from ..llm._messages import AssistantMessage
-from ..loop._events import AgentEvent
+from ..llm import AssistantMessage
+from ..loop import AgentEvent
 from ..permissions import Approval, PermissionRequest
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent, mcp_manager

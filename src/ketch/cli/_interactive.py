@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..llm._model import THINKING_LEVELS
-from ..loop._events import AgentEvent
+from ..loop import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
 from ..tools._bash import kill_process_groups
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules

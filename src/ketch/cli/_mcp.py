@@ -229,7 +229,7 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     tools of ``root`` gated by a permission engine from ``settings`` (nobody to ask), and
     with ``agent`` the ``ketch_agent`` tool running agents built as ``ketch run`` builds them."""
     from ..hooks import HookRunner
-    from ..mcp._server import KetchMCPServer
+    from ..mcp import KetchMCPServer
     from ..permissions import PermissionEngine
     from ._factory import build_agent, build_tools, mcp_manager
 

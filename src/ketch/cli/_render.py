@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..llm._messages import AssistantMessage, Usage, UserMessage, message_text
-from ..loop._events import AgentEvent, CompactionEnd
+from ..loop import AgentEvent, CompactionEnd
 
 if TYPE_CHECKING:
     from rich.console import Console

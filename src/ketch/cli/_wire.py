@@ -30,8 +30,8 @@ from typing import Any, BinaryIO, Literal, TypeAlias, get_args
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from ..llm._messages import AssistantMessage, ToolCall, Usage, scrub_surrogates
-from ..loop._events import AgentEvent, RunSummary
+from ..llm import AssistantMessage, ToolCall, Usage, scrub_surrogates
+from ..loop import AgentEvent, RunSummary
 from ..permissions import Decision
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]

@@ -15,11 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..llm._messages import Message, UserMessage
-from ..llm._model import Model, Request, StreamOptions, complete
+from ..llm import Message, Model, Request, StreamOptions, UserMessage, complete
 from ..llm._tokens import ContextMeter, estimate_message_tokens
-from ..loop._config import ContextRequest, Projection
-from ..loop._events import CompactionEnd, CompactionStart
+from ..loop import CompactionEnd, CompactionStart, ContextRequest, Projection
 from ._strategies import ClearedView, trim_long_text
 from ._summary import (
     SUMMARY_SYSTEM_PROMPT,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..llm._messages import AssistantMessage, Message, TextContent, ToolCall, ToolResultMessage, UserMessage
+from ..llm import AssistantMessage, Message, TextContent, ToolCall, ToolResultMessage, UserMessage
 from ..llm._tokens import estimate_message_tokens
 
 CLEARED_TOOL_RESULT = "[tool result cleared to save context]"

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ..llm._messages import (
+from ..llm import (
     AssistantMessage,
     CustomMessage,
     ImageContent,

@@ -18,25 +18,26 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from .._schema import validate_arguments
+from ..llm import ImageContent, Message, TextContent, UserMessage
 from ..llm._errors import exception_text
-from ..llm._messages import ImageContent, Message, TextContent, UserMessage
-from ..loop._config import (
+from ..loop import (
     AfterToolCallResult,
     BeforeToolCallResult,
+    RunResult,
+    RunSummary,
     StopDecision,
     StopInfo,
     ToolCallInfo,
+    ToolResult,
     TurnInfo,
 )
-from ..loop._events import RunResult, RunSummary
-from ..loop._tool import ToolResult
 from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
 from ._exec import HookOutcome, merge, run_hook
 from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
 
 if TYPE_CHECKING:
-    from .._agent import Agent
-    from ..context._manager import PreCompact
+    from .. import Agent
+    from ..context import PreCompact
 
 
 log = logging.getLogger("ketch.hooks")

@@ -13,8 +13,7 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkabl
 
 import msgspec
 
-from ..loop._config import BeforeToolCallResult, ToolCallInfo
-from ..loop._tool import Tool
+from ..loop import BeforeToolCallResult, Tool, ToolCallInfo
 from ._rules import Rule, parse_rules, resolve_path, rule_subject
 from ._shell import SimpleCommand, parse_command
 

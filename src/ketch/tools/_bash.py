@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._shell import matching_paren
-from ..llm._signal import Aborted
-from ..loop._tool import Tool, ToolContext, ToolResult
+from ..llm import Aborted
+from ..loop import Tool, ToolContext, ToolResult
 from ..sandbox import (
     DEFAULT_PROTECTED,
     Sandbox,

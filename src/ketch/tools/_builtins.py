@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
-from ..loop._tool import Tool
+from ..loop import Tool
 from ..sandbox import DEFAULT_PROTECTED, Sandbox, default_sandbox, sandbox_unavailable_reason
 from ._bash import BashTool
 from ._edit import EditTool

@@ -38,7 +38,7 @@ from typing import Any, Literal, TypedDict, Unpack, overload
 import msgspec
 
 from .._schema import FunctionSchema, function_schema
-from ..loop._tool import Tool, ToolContext, ToolResult, to_tool_result
+from ..loop import Tool, ToolContext, ToolResult, to_tool_result
 
 
 class ToolOptions(TypedDict, total=False):

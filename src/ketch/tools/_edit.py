@@ -23,7 +23,7 @@ import difflib
 import os
 from typing import Any
 
-from ..loop._tool import ToolContext, ToolResult
+from ..loop import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..loop._tool import ToolContext, ToolResult
+from ..loop import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceTool, special_kind
 
 _DESCRIPTION = """List a folder's entries (default: the workspace root), hidden ones \

@@ -21,8 +21,8 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import Any
 
-from ..llm._messages import ImageContent, TextContent
-from ..loop._tool import ToolContext, ToolResult
+from ..llm import ImageContent, TextContent
+from ..loop import ToolContext, ToolResult
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, not_regular_message, open_regular
 
 MAX_LINES = 2000

@@ -34,8 +34,8 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
-from ..llm._signal import Aborted
-from ..loop._tool import ToolContext, ToolResult
+from ..llm import Aborted
+from ..loop import ToolContext, ToolResult
 from ..sandbox import tool_environment
 from ._bash import start_process_group, untrack_process_group
 from ._grep_worker import walk

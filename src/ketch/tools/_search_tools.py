@@ -38,13 +38,21 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..llm._messages import CustomMessage, Message, ToolResultMessage
-from ..loop._config import ContextManager, ContextRequest, NextTurn, Projection, TurnInfo
-from ..loop._events import AgentEvent
-from ..loop._tool import Tool, ToolContext, ToolResult
+from ..llm import CustomMessage, Message, ToolResultMessage
+from ..loop import (
+    AgentEvent,
+    ContextManager,
+    ContextRequest,
+    NextTurn,
+    Projection,
+    Tool,
+    ToolContext,
+    ToolResult,
+    TurnInfo,
+)
 
 if TYPE_CHECKING:
-    from .._agent import Agent
+    from .. import Agent
 
 TOOL_SEARCH = "tool_search"
 """The name of the search tool the model is given."""

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..loop._tool import Tool, ToolResult
+from ..loop import Tool, ToolResult
 
 
 class WorkspaceError(Exception):

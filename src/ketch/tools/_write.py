@@ -14,7 +14,7 @@ import asyncio
 import os
 from typing import Any, BinaryIO
 
-from ..loop._tool import ToolContext, ToolResult
+from ..loop import ToolContext, ToolResult
 from ._edit import unified_diff
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
