@@ -96,7 +96,9 @@ async def test_three_teammates_exchange_messages_to_finish_a_task(no_leaked_task
             "Message #2 sent to coder.",
             "Message #5 sent to lead.",
         ]
-        assert planner.requests[0].system_prompt.startswith("Plan.\n\nYou are 'planner', a member of the team 'team'.")
+        assert planner.requests[0].system_prompt.startswith(
+            "Plan.\n\nYou are 'planner', a member of the team 'team'."
+        )
         assert planner.requests[0].tool_names == ["send_message", "broadcast", "list_teammates"]
         for model in (planner, coder, reviewer):
             model.assert_complete()
@@ -195,13 +197,16 @@ async def test_broadcast_reaches_every_other_teammate() -> None:
         team.add("c", Agent(c))
         await team.send("a", "tell everyone")
         await team.wait_idle()
-        result = [m for m in team["a"].agent.messages if m.role == "tool_result"][0]
+        result = next(m for m in team["a"].agent.messages if m.role == "tool_result")
         assert result.content[0].text == "Message sent to 2 teammates: b, c."  # type: ignore[attr-defined]
         assert result.details == {"ids": [2, 3], "to": ["b", "c"]}  # type: ignore[attr-defined]
         assert user_texts(team["b"].agent) == ["Broadcast from a:\nstandup in 5"]
         assert user_texts(team["c"].agent) == ["Broadcast from a:\nstandup in 5"]
         assert user_texts(team["a"].agent) == ["Message from lead:\ntell everyone"]
-        assert [(m.sender, m.to, m.broadcast) for m in team.messages[1:]] == [("a", "b", True), ("a", "c", True)]
+        assert [(m.sender, m.to, m.broadcast) for m in team.messages[1:]] == [
+            ("a", "b", True),
+            ("a", "c", True),
+        ]
 
         b.add("again b")
         c.add("again c")
@@ -226,7 +231,7 @@ async def test_list_teammates_shows_names_roles_states_and_unread() -> None:
         asked = until_idle(team, "asker")
         await team.send("asker", "who is there?")
         await asked
-        result = [m for m in team["asker"].agent.messages if m.role == "tool_result"][0]
+        result = next(m for m in team["asker"].agent.messages if m.role == "tool_result")
         assert result.content[0].text == (  # type: ignore[attr-defined]
             "Team 'crew' (you are 'asker'):\n"
             "- lead: the team lead (runs the team; reads its messages itself)\n"
@@ -273,7 +278,9 @@ async def test_inspection_counts_usage_and_cost_per_teammate_and_in_total() -> N
     def priced(text: str, cost: float) -> Any:
         return reply(text, usage=Usage(input=10, output=5, total_tokens=15, cost=Cost(total=cost)))
 
-    a = ScriptedModel([reply(send("b", "hi b"), usage=Usage(input=3, output=2, total_tokens=5)), priced("a done", 0.25)])
+    a = ScriptedModel(
+        [reply(send("b", "hi b"), usage=Usage(input=3, output=2, total_tokens=5)), priced("a done", 0.25)]
+    )
     b = ScriptedModel([priced("b done", 0.5)])
     async with Team() as team:
         ta = team.add("a", Agent(a), description="first")

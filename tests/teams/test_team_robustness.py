@@ -259,26 +259,53 @@ async def test_bad_input_gets_one_line_errors_naming_the_value_and_what_is_allow
     team.add("coder", agent)
     team.add("reviewer", Agent(ScriptedModel([])))
     cases: list[tuple[Any, type[Exception], str]] = [
-        (lambda: team.add("coder", Agent(ScriptedModel([]))), ValueError,
-         "duplicate teammate name 'coder': team 'team' already has coder, reviewer"),
-        (lambda: team.add("no spaces", Agent(ScriptedModel([]))), ValueError,
-         "invalid teammate name 'no spaces': use 1-64 letters, digits, '_', '-' or '.', "
-         "starting with a letter or digit"),
-        (lambda: team.add("", Agent(ScriptedModel([]))), ValueError,
-         "invalid teammate name '': use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"),
-        (lambda: team.add("lead", Agent(ScriptedModel([]))), ValueError,
-         "teammate name 'lead' is the team's lead (the code running the team); choose another name"),
-        (lambda: team.add("team", Agent(ScriptedModel([]))), ValueError,
-         "teammate name 'team' is reserved for the team's own notices; choose another name"),
-        (lambda: team.add("again", agent), ValueError,
-         "this agent is already teammate 'coder'; give each teammate its own Agent"),
-        (lambda: Team().add("x", agent), ValueError,
-         "the agent for 'x' already has a tool named 'broadcast' (is it in another team?)"),
+        (
+            lambda: team.add("coder", Agent(ScriptedModel([]))),
+            ValueError,
+            "duplicate teammate name 'coder': team 'team' already has coder, reviewer",
+        ),
+        (
+            lambda: team.add("no spaces", Agent(ScriptedModel([]))),
+            ValueError,
+            "invalid teammate name 'no spaces': use 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit",
+        ),
+        (
+            lambda: team.add("", Agent(ScriptedModel([]))),
+            ValueError,
+            "invalid teammate name '': use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit",
+        ),
+        (
+            lambda: team.add("lead", Agent(ScriptedModel([]))),
+            ValueError,
+            "teammate name 'lead' is the team's lead (the code running the team); choose another name",
+        ),
+        (
+            lambda: team.add("team", Agent(ScriptedModel([]))),
+            ValueError,
+            "teammate name 'team' is reserved for the team's own notices; choose another name",
+        ),
+        (
+            lambda: team.add("again", agent),
+            ValueError,
+            "this agent is already teammate 'coder'; give each teammate its own Agent",
+        ),
+        (
+            lambda: Team().add("x", agent),
+            ValueError,
+            "the agent for 'x' already has a tool named 'broadcast' (is it in another team?)",
+        ),
         (lambda: team.add("x", "openai:gpt-5"), TypeError, "teammate 'x' must be a ketch.Agent, got str"),
-        (lambda: Team("a/b"), ValueError,
-         "invalid team name 'a/b': use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"),
-        (lambda: Team(lead="team"), ValueError,
-         "invalid lead name 'team': it is the sender of the team's notices; choose another"),
+        (
+            lambda: Team("a/b"),
+            ValueError,
+            "invalid team name 'a/b': use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit",
+        ),
+        (
+            lambda: Team(lead="team"),
+            ValueError,
+            "invalid lead name 'team': it is the sender of the team's notices; choose another",
+        ),
     ]
     for make, kind, message in cases:
         with pytest.raises(kind) as info:
@@ -289,8 +316,10 @@ async def test_bad_input_gets_one_line_errors_naming_the_value_and_what_is_allow
         (team.send("tester", "hi"), "unknown teammate 'tester'; teammates: coder, reviewer"),
         (team.send("coder", ""), "empty message text '': write the message to send"),
         (team.send("coder", "   "), "empty message text '   ': write the message to send"),
-        (team.send("coder", "hi", sender="coder"), "cannot send a message to yourself ('coder'); "
-         "teammates: lead, reviewer"),
+        (
+            team.send("coder", "hi", sender="coder"),
+            "cannot send a message to yourself ('coder'); teammates: lead, reviewer",
+        ),
         (team.send("coder", "hi", sender="ghost"), "unknown sender 'ghost'; senders: lead, coder, reviewer"),
         (team.broadcast(" "), "empty message text ' ': write the message to send"),
         (Team().broadcast("hi"), "no teammates to broadcast to: team 'team' has no member besides 'lead'"),
@@ -347,6 +376,10 @@ async def test_mail_taken_back_from_a_finished_run_stays_before_newer_mail() -> 
         team.subscribe(on_failure)
         await team.send("worker", "first")
         await team.wait_idle()
-    assert user_texts(agent) == ["Message from lead:\nfirst", "Message from lead:\nA", "Message from lead:\nB"]
+    assert user_texts(agent) == [
+        "Message from lead:\nfirst",
+        "Message from lead:\nA",
+        "Message from lead:\nB",
+    ]
     assert [m.text for m in team.messages] == ["first", "A", "B"]
     assert (team["worker"].runs, team["worker"].received) == (2, 3)

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal, TypeAlias
 
 import msgspec
 
-from ..loop import AgentEvent
+from ketch.loop import AgentEvent
 
 TeammateStateName: TypeAlias = Literal["idle", "working"]
 

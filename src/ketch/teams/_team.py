@@ -41,7 +41,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeAlias
 
-from .. import Agent, AgentEvent, RunResult, Tool, Usage, UserMessage
+from ketch import Agent, AgentEvent, RunResult, Tool, Usage, UserMessage
+
 from ._events import (
     Mail,
     MailPosted,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import Tool, ToolContext, ToolResult
+from ketch import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from ._team import Team, Teammate
