@@ -36,7 +36,6 @@ import inspect
 import itertools
 import logging
 import re
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeAlias
@@ -124,7 +123,7 @@ class Teammate:
         self.errors: list[str] = []
         self.usage = Usage()
         self.last_result: RunResult | None = None
-        self._queue: deque[_Entry] = deque()  # posted, not handed to the agent yet
+        self._queue: list[_Entry] = []  # posted, not handed to the agent yet
         self._handed: dict[int, _Entry] = {}  # handed to the agent (prompt or steering), not read yet
         self._run_mail: list[Mail] = []  # every message handed to the current run
         self._task: asyncio.Task[None] | None = None
@@ -590,7 +589,7 @@ class Team:
                 for x in items:
                     if id(x) not in mine:
                         queue.push(x)
-        m._queue.extendleft(reversed(list(mine.values())))
+        m._queue[:0] = mine.values()
         mine.clear()
 
     async def _fail(self, m: Teammate, error: str, mails: list[Mail]) -> None:
