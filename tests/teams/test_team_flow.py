@@ -244,6 +244,7 @@ async def test_list_teammates_shows_names_roles_states_and_unread() -> None:
             "description": "works hard",
             "state": "working",
             "unread": 1,
+            "failed": False,
         }
         busy.release(1)
         await team.wait_idle()

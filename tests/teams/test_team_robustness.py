@@ -163,7 +163,7 @@ async def test_a_failing_teammate_tells_the_sender_and_the_team_goes_on(no_leake
         await team.send("b", "try again")  # b works again; the lead hears of the failure
         await team.wait_idle()
         assert team["b"].last_result is not None and team["b"].last_result.text == "x = 42"
-        assert (team["b"].runs, team["b"].failures) == (2, 1)
+        assert (team["b"].runs, team["b"].failures, team["b"].failed) == (2, 1, False)
         assert team.inbox == ()
 
 
@@ -178,10 +178,10 @@ async def test_a_failure_on_the_leads_message_reaches_the_leads_inbox() -> None:
 
 
 async def test_sending_to_a_teammate_whose_last_run_failed_says_so() -> None:
-    a = ScriptedModel([reply(send("b", "again")), "ok"])
+    a = ScriptedModel([reply(send("b", "again")), "ok", reply(send("b", "and again")), "ok"])
     async with Team(notify_failures=False) as team:
         team.add("a", Agent(a))
-        team.add("b", Agent(ScriptedModel([error_reply("boom"), "fine now"])))
+        team.add("b", Agent(ScriptedModel([error_reply("boom"), "fine now", "still fine"])))
         await team.send("b", "first")
         await team.wait_idle()
         assert team.inbox == ()  # notify_failures=False
@@ -194,6 +194,10 @@ async def test_sending_to_a_teammate_whose_last_run_failed_says_so() -> None:
                 False,
             )
         ]
+        assert team["b"].failed is False  # the run on message #3 went well
+        await team.send("a", "poke b once more")
+        await team.wait_idle()
+        assert tool_results(team["a"].agent)[-1] == ("Message #5 sent to b.", False)
 
 
 async def test_an_agent_that_refuses_to_run_keeps_its_mail_and_recovers(

@@ -84,7 +84,8 @@ class Teammate:
     ``sent`` counts the messages it sent, ``received`` those read into its transcript,
     ``unread`` those waiting (``mailbox``: oldest first). ``usage`` sums the runs the
     team started for it (``cost`` in US dollars); ``runs`` counts them, ``failures`` the
-    ones that did not end normally, with ``errors`` saying why.
+    ones that did not end normally, with ``errors`` saying why; ``failed`` is True while
+    the last one failed.
     """
 
     __slots__ = (
@@ -100,6 +101,7 @@ class Teammate:
         "agent",
         "description",
         "errors",
+        "failed",
         "failures",
         "last_result",
         "name",
@@ -121,6 +123,8 @@ class Teammate:
         self.runs = 0
         self.failures = 0
         self.errors: list[str] = []
+        self.failed = False
+        """True when its last run failed (``last_error`` says why)."""
         self.usage = Usage()
         self.last_result: RunResult | None = None
         self._queue: list[_Entry] = []  # posted, not handed to the agent yet
@@ -155,7 +159,7 @@ class Teammate:
 
     @property
     def last_error(self) -> str | None:
-        """Why its last failed run failed (None when none failed)."""
+        """Why its latest failed run failed (None when none failed; see ``failed``)."""
         return self.errors[-1] if self.errors else None
 
     def __repr__(self) -> str:
@@ -556,6 +560,7 @@ class Team:
             if reason != "stop" and not (reason == "aborted" and self._aborting):
                 detail = f": {result.summary.error}" if result.summary.error else ""
                 error = f"run ended with {reason}{detail}"
+        m.failed = error is not None
         if self._listeners:
             for mail in read:
                 await self._emit(MailRead(path=m.path, mail=mail))

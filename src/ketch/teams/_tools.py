@@ -52,6 +52,7 @@ class TeamTool(Tool):
             _SCHEMAS[name],
             read_only=name == "list_teammates",
             reports_progress=False,
+            deferred=False,  # never hidden behind tool search: teammates need them
         )
         self.team = team
         self.member = member
@@ -83,7 +84,7 @@ async def _send(team: Team, me: str, args: dict[str, Any]) -> ToolResult:
     mail = await team._post(me, to, text)
     note = ""
     target = team._members.get(to)
-    if target is not None and target.failures and target.last_error is not None:
+    if target is not None and target.failed:
         note = f" Note: {to}'s last run failed ({target.last_error}); this message starts a new one."
     return ToolResult(
         content=f"Message #{mail.id} sent to {to}.{note}",
@@ -112,6 +113,15 @@ def _list(team: Team, me: str) -> ToolResult:
     for m in team._members.values():
         you = " (you)" if m.name == me else ""
         role = f": {m.description}" if m.description else ""
-        lines.append(f"- {m.name}{you}{role} [{m.state}, {m.unread} unread]")
-        rows.append({"name": m.name, "description": m.description, "state": m.state, "unread": m.unread})
+        failed = ", last run failed" if m.failed else ""
+        lines.append(f"- {m.name}{you}{role} [{m.state}, {m.unread} unread{failed}]")
+        rows.append(
+            {
+                "name": m.name,
+                "description": m.description,
+                "state": m.state,
+                "unread": m.unread,
+                "failed": m.failed,
+            }
+        )
     return ToolResult(content="\n".join(lines), details=rows)
