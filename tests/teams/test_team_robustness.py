@@ -387,3 +387,39 @@ async def test_mail_taken_back_from_a_finished_run_stays_before_newer_mail() -> 
     ]
     assert [m.text for m in team.messages] == ["first", "A", "B"]
     assert (team["worker"].runs, team["worker"].received) == (2, 3)
+
+
+async def test_shutdown_from_inside_a_teammates_tool_does_not_wait_for_itself(no_leaked_tasks: None) -> None:
+    team = Team()
+
+    async def finish(args: dict[str, Any], ctx: Any) -> str:
+        with pytest.raises(RuntimeError) as info:
+            await team.wait_idle()
+        assert str(info.value) == (
+            "wait_idle() called inside teammate 'worker''s run would wait for itself; call it from outside the team"
+        )
+        await team.shutdown()
+        return "team closed"
+
+    model = ScriptedModel([reply(tool_call("finish")), "bye"])
+    worker = team.add("worker", Agent(model, tools=[Tool("finish", "", None, finish)]))
+    await team.send("worker", "wrap up")
+    await team.wait_idle()
+    assert tool_results(worker.agent) == [("team closed", False)]
+    assert worker.last_result is not None and worker.last_result.text == "bye"
+    assert team.is_closed and team_tasks() == []
+    assert [t.name for t in worker.agent.tools] == ["finish"]
+    model.assert_complete()
+
+
+async def test_an_exception_in_the_team_block_aborts_the_runs_in_flight(no_leaked_tasks: None) -> None:
+    model = HeldModel(["never"])
+    model.hold(1)
+    with pytest.raises(KeyError):
+        async with Team() as team:
+            worker = team.add("worker", Agent(model))
+            await team.send("worker", "go")
+            await model.entered(1)
+            team["nobody"]
+    assert worker.last_result is not None and worker.last_result.end_reason == "aborted"
+    assert team.is_closed and team_tasks() == []

@@ -32,6 +32,7 @@ them) and leaves no task behind.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import itertools
 import logging
@@ -63,6 +64,8 @@ TeamListener: TypeAlias = Callable[[TeamEvent], "Awaitable[None] | None"]
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _NAME_RULE = "1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
 _Entry: TypeAlias = tuple[UserMessage, Mail]
+_CURRENT: contextvars.ContextVar[Teammate | None] = contextvars.ContextVar("ketch_teammate", default=None)
+"""The teammate whose driver runs this code (tool tasks inherit it from the run)."""
 
 
 def render(mail: Mail) -> str:
@@ -371,7 +374,14 @@ class Team:
 
     async def wait_idle(self) -> None:
         """Wait until no teammate is working: every run ended and no mail is waiting to
-        start one (messages to the lead do not count)."""
+        start one (messages to the lead do not count). Raises ``RuntimeError`` inside a
+        teammate's run (it would wait for itself)."""
+        inside = _CURRENT.get()
+        if inside is not None and self._members.get(inside.name) is inside:
+            raise RuntimeError(
+                f"wait_idle() called inside teammate {inside.name!r}'s run would wait for itself; "
+                "call it from outside the team"
+            )
         await self._quiet.wait()
 
     # -- shutdown -----------------------------------------------------------------------------
@@ -388,11 +398,11 @@ class Team:
             for m in self._members.values():
                 if m._in_run:
                     m.agent.abort()
-        current = asyncio.current_task()
+        inside = _CURRENT.get()
         tasks: list[asyncio.Task[None]] = []
         for m in self._members.values():
             task = m._task
-            if task is None or task is current:
+            if task is None or m is inside:  # a teammate's own tool: its run goes on
                 continue
             if m._outside:  # waiting for a run the team did not start: nothing of ours runs
                 task.cancel()
@@ -497,6 +507,7 @@ class Team:
     async def _drive(self, m: Teammate) -> None:
         """Run ``m`` until its mailbox is empty; then end (see the module documentation)."""
         stalled = False
+        _CURRENT.set(m)  # this task's own context: seen by the run's tool tasks
         try:
             await self._emit_state(m, "working")
             while True:
