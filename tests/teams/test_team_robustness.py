@@ -423,3 +423,41 @@ async def test_an_exception_in_the_team_block_aborts_the_runs_in_flight(no_leake
             team["nobody"]
     assert worker.last_result is not None and worker.last_result.end_reason == "aborted"
     assert team.is_closed and team_tasks() == []
+
+
+async def test_every_teammate_sending_to_every_other_gets_each_message_once_in_order(
+    no_leaked_tasks: None,
+) -> None:
+    names = [f"m{i}" for i in range(6)]
+    rounds = 3
+
+    def member_model(me: str) -> FunctionModel:
+        done = 0
+
+        async def answer(request: Request, options: StreamOptions) -> Any:
+            nonlocal done
+            await asyncio.sleep(0)  # let the others run in between
+            if done == rounds:
+                return "ok"
+            k = done
+            done += 1
+            return reply(*(send(other, f"{me}#{k}") for other in names if other != me))
+
+        return FunctionModel(answer)
+
+    async with Team() as team:
+        for name in names:
+            team.add(name, Agent(member_model(name)))
+        await team.broadcast("go")
+        await team.wait_idle()
+        for name in names:
+            seen: dict[str, list[str]] = defaultdict(list)
+            for text in user_texts(team[name].agent):
+                match = _HEADER.match(text)
+                assert match is not None
+                seen[match.group(1)].append(match.group(2))
+            expected = {other: [f"{other}#{k}" for k in range(rounds)] for other in names if other != name}
+            assert dict(seen) == {"lead": ["go"], **expected}
+            member = team[name]
+            assert (member.sent, member.received, member.unread) == (rounds * 5, rounds * 5 + 1, 0)
+        assert len(team.messages) == 6 + 6 * 5 * rounds
