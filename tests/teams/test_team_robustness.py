@@ -136,6 +136,7 @@ async def test_unread_mail_stays_in_the_mailbox_after_shutdown() -> None:
     await team.send("worker", "second")  # steered into the held run
     await team.shutdown(abort=True)
     assert [m.text for m in worker.mailbox] == ["second"]
+    assert team.mailboxes == {"worker": worker.mailbox}
     assert (worker.received, worker.unread) == (1, 1)
     assert len(worker.agent.steering) == 0
 

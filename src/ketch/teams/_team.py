@@ -290,6 +290,11 @@ class Team:
         return tuple(self._log)
 
     @property
+    def mailboxes(self) -> dict[str, tuple[Mail, ...]]:
+        """Each teammate's unread messages, oldest first (a snapshot)."""
+        return {name: m.mailbox for name, m in self._members.items()}
+
+    @property
     def inbox(self) -> tuple[Mail, ...]:
         """The messages sent to the lead (``lead``), in order."""
         return tuple(self._inbox)
