@@ -309,3 +309,51 @@ async def test_receive_returns_none_when_the_team_is_idle() -> None:
         first = await team.receive()
         assert isinstance(first, Mail) and first.text == "pong"
         assert await team.receive() is None
+
+
+async def test_a_lead_agent_assigns_work_in_parallel_and_collects_the_results(no_leaked_tasks: None) -> None:
+    manager = ScriptedModel(
+        [
+            reply(send("w1", "part 1"), send("w2", "part 2")),
+            "Waiting for w2.",
+            reply(send("lead", "Both parts done.")),
+            "Reported.",
+        ]
+    )
+    w1 = ScriptedModel([reply(send("manager", "part 1 done")), "ok"])
+    w2 = ScriptedModel([reply(send("manager", "part 2 done")), "ok"])
+    async with Team() as team:
+        team.add("manager", Agent(manager), description="splits the work")
+        team.add("w1", Agent(w1))
+        team.add("w2", Agent(w2))
+        await team.send("manager", "Do parts 1 and 2.")
+        report = await team.receive()
+        await team.wait_idle()
+    assert report is not None and (report.sender, report.text) == ("manager", "Both parts done.")
+    # w1's answer was steered into the manager's first run; w2's came after that run ended
+    # and started the second.
+    assert [request_user_texts(r) for r in manager.requests] == [
+        ["Message from lead:\nDo parts 1 and 2."],
+        ["Message from lead:\nDo parts 1 and 2.", "Message from w1:\npart 1 done"],
+        [
+            "Message from lead:\nDo parts 1 and 2.",
+            "Message from w1:\npart 1 done",
+            "Message from w2:\npart 2 done",
+        ],
+        [
+            "Message from lead:\nDo parts 1 and 2.",
+            "Message from w1:\npart 1 done",
+            "Message from w2:\npart 2 done",
+        ],
+    ]
+    assert [(m.id, m.sender, m.to) for m in team.messages] == [
+        (1, "lead", "manager"),
+        (2, "manager", "w1"),
+        (3, "manager", "w2"),
+        (4, "w1", "manager"),
+        (5, "w2", "manager"),
+        (6, "manager", "lead"),
+    ]
+    assert (team["manager"].runs, team["w1"].runs, team["w2"].runs) == (2, 1, 1)
+    for model in (manager, w1, w2):
+        model.assert_complete()
