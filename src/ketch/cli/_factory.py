@@ -282,6 +282,7 @@ class Built:
     window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
+    subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -473,6 +474,9 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp)
+    from ._subagents import attach_subagents
+
+    subagents = attach_subagents(agent, settings, environ)
+    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp, subagents=subagents)
     built.fit_context(settings)
     return built

@@ -160,6 +160,9 @@ class Subagents:
                 self._parameters(),
                 self._execute,
                 label="Subagent",
+                # Delegating changes nothing by itself: each of the subagent's own calls
+                # goes through the parent's before_tool_call (the permission engine).
+                read_only=True,
             )
         return self._tool
 

@@ -918,6 +918,14 @@ class BashTool(Tool):
             else None
         )
 
+    def enable_background(self, tasks: TaskRegistry) -> None:
+        """Take ``background: true`` from now on, registering in ``tasks`` (as if given
+        to the constructor)."""
+        if self.tasks is None:
+            self.description += _BACKGROUND_NOTE
+        self.tasks = tasks
+        self.parameters = _parameters(self.max_timeout, background=True)
+
     @property
     def sandboxed(self) -> bool:
         """Whether commands run inside an active sandbox."""
