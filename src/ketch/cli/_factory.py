@@ -425,7 +425,10 @@ def build_agent(
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":
-        if tool_choice not in ("none", "required") and tool_choice not in {t.name for t in tools}:
+        from ._subagents import added_tool_names
+
+        names = {t.name for t in tools} | set(added_tool_names(settings, environ))
+        if tool_choice not in ("none", "required") and tool_choice not in names:
             raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
         # The 135M model keeps calling tools when left to choose: after the forced call it
         # answers from the result.

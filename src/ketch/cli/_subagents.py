@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ..subagents import SubagentEvent, SubagentFileError, Subagents, SubagentSpec, load_agent_file
+from ..subagents import MODES, SubagentEvent, SubagentFileError, Subagents, SubagentSpec, load_agent_file
 from ..tasks import TaskRegistry, notify_agent
 from ._config import ConfigError, Settings, config_dir
 
@@ -90,9 +90,19 @@ def attach_subagents(agent: Any, settings: Settings, environ: Mapping[str, str] 
     for tool in agent.tools:
         if isinstance(tool, BashTool):
             tool.enable_background(registry)
-    subagents = Subagents(specs, tasks=registry).attach(agent)
+    # The embedded 135M model gets the single mode only: its grammar then requires both
+    # `agent` and `task` (with every mode optional it stops after `agent`).
+    modes = ("single",) if agent.model.provider == "local" else MODES
+    subagents = Subagents(specs, tasks=registry, modes=modes).attach(agent)
     notify_agent(registry, agent, kinds=frozenset({"shell"}))
     return subagents
+
+
+def added_tool_names(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The names of the tools :func:`attach_subagents` adds (none without agent files)."""
+    if not load_cli_agents(settings, environ):
+        return ()
+    return ("subagent", "task_list", "task_output", "task_wait", "task_stop")
 
 
 # -- display ---------------------------------------------------------------------------------

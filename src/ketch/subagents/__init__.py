@@ -18,12 +18,14 @@ aborting the parent aborts it. See :class:`Subagents`.
 """
 
 from ._events import SubagentEvent
-from ._runtime import DEFAULT_MAX_DEPTH, MAX_BATCH, SubagentRun, Subagents
+from ._runtime import DEFAULT_MAX_DEPTH, MAX_BATCH, MODES, Mode, SubagentRun, Subagents
 from ._spec import SubagentFileError, SubagentSpec, load_agent_file, load_agents, parse_agent_file
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "MAX_BATCH",
+    "MODES",
+    "Mode",
     "SubagentEvent",
     "SubagentFileError",
     "SubagentRun",

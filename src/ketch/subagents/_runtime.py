@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ketch.subagents")
 
 RunStatus: TypeAlias = Literal["running", "completed", "failed", "aborted"]
+Mode: TypeAlias = Literal["single", "parallel", "chain", "background"]
+MODES: tuple[Mode, ...] = ("single", "parallel", "chain", "background")
 
 DEFAULT_MAX_DEPTH = 3
 MAX_BATCH = 16
@@ -97,6 +99,9 @@ class Subagents:
     is running, and stops its background ones unless ``background_survives_abort``.
     Subagents may start subagents (when a spec names the ``subagent`` tool) down to
     ``max_depth`` levels. :attr:`runs` keeps every run with its transcript.
+
+    ``modes`` limits what the tool offers (e.g. ``("single",)`` for a small model: the
+    schema then requires ``agent`` and ``task``); ``background`` needs ``tasks``.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class Subagents:
         start_runs: bool = False,
         background_survives_abort: bool = False,
         path: str = "main",
+        modes: Iterable[Mode] = MODES,
         _depth: int = 0,
     ) -> None:
         self.specs: dict[str, SubagentSpec] = {}
@@ -120,6 +126,10 @@ class Subagents:
             raise ValueError(f"max_depth must be >= 1, got {max_depth!r}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
+        self.modes: frozenset[Mode] = frozenset(modes)
+        unknown = sorted(set(self.modes) - set(MODES))
+        if unknown or not self.modes:
+            raise ValueError(f"modes must be some of {', '.join(MODES)}, got {sorted(self.modes)!r}")
         self.tasks = tasks
         self.max_depth = max_depth
         self.max_concurrency = max_concurrency
@@ -174,15 +184,23 @@ class Subagents:
             "`chain: [{agent, task}, ...]` (one after another; `{previous}` in a task is replaced by "
             "the previous answer)",
         ]
-        if self.tasks is not None and self.depth == 0:
+        if self._background_ok:
             lines[-1] += "; `background: true` with `agent` + `task` (returns a task id at once; you are "
             lines[-1] += "told when it finishes; see task_output, task_wait, task_stop)."
         else:
             lines[-1] += "."
+        if not self.modes & {"parallel", "chain"}:
+            lines[1] = "Give `agent` (which subagent) and `task` (what it should do)."
+            if self._background_ok:
+                lines[1] += " `background: true` runs it in the background (you are told when it finishes)."
         lines.append("Available agents:")
         for name in sorted(self.specs):
             lines.append(f"- {name}: {self.specs[name].description}")
         return "\n".join(lines)
+
+    @property
+    def _background_ok(self) -> bool:
+        return self.tasks is not None and self.depth == 0 and "background" in self.modes
 
     def _parameters(self) -> dict[str, Any]:
         agent: dict[str, Any] = {"type": "string", "description": "The subagent's name."}
@@ -191,13 +209,18 @@ class Subagents:
         props: dict[str, Any] = {
             "agent": agent,
             "task": {"type": "string", "description": "What it should do (all the context it needs)."},
-            "tasks": {"type": "array", "items": _ITEM, "maxItems": MAX_BATCH, "description": "Run these in parallel."},
-            "chain": {"type": "array", "items": _ITEM, "maxItems": MAX_BATCH, "description": "Run these in order."},
         }
-        if self.tasks is not None and self.depth == 0:
+        if "parallel" in self.modes:
+            props["tasks"] = {"type": "array", "items": _ITEM, "maxItems": MAX_BATCH, "description": "Run these in parallel."}
+        if "chain" in self.modes:
+            props["chain"] = {"type": "array", "items": _ITEM, "maxItems": MAX_BATCH, "description": "Run these in order."}
+        if self._background_ok:
             props["background"] = {"type": "boolean", "description": "Run in the background; returns a task id."}
             props["description"] = {"type": "string", "description": "A short label for a background run."}
-        return {"type": "object", "properties": props, "additionalProperties": False}
+        schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+        if not self.modes & {"parallel", "chain"}:
+            schema["required"] = ["agent", "task"]
+        return schema
 
     def _on_parent_event(self, event: AgentEvent) -> None:
         if event.type != "agent_end" or self.tasks is None or self.background_survives_abort:
@@ -212,6 +235,8 @@ class Subagents:
     # -- the tool -------------------------------------------------------------------------
     async def _execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         given = [m for m in ("agent", "tasks", "chain") if args.get(m) not in (None, [], "")]
+        if "single" not in self.modes and given == ["agent"] and args.get("background") is not True:
+            return ToolResult.error("Single subagent calls are not offered here; use `tasks` or `chain`.")
         if len(given) != 1:
             return ToolResult.error(
                 "Give exactly one mode: `agent` + `task`, `tasks: [...]` or `chain: [...]`"
@@ -227,6 +252,8 @@ class Subagents:
             if isinstance(member, ToolResult):
                 return member
             if args.get("background") is True:
+                if not self._background_ok:
+                    return ToolResult.error("Background subagents are not available here; run it in the foreground.")
                 return self._start_background(member, args.get("description"), ctx)
             run = await self._run(member, ctx.signal, ctx)
             return self._single_result(run)
@@ -368,6 +395,7 @@ class Subagents:
                     max_depth=self.max_depth,
                     max_concurrency=self.max_concurrency,
                     path=path,
+                    modes=self.modes - {"background"} or {"single"},
                     _depth=self.depth + 1,
                 )
             elif item in inherited:
@@ -397,9 +425,12 @@ class Subagents:
             system_prompt=spec.system_prompt,
             tools=tools,
             thinking=spec.thinking if spec.thinking is not None else parent.thinking,
-            options=cfg.options,
+            options=msgspec.structs.replace(
+                cfg.options, tool_choice=None, response_format=None, session_id=None, cache_key=None
+            ),
             deps=cfg.deps,
             max_turns=spec.max_turns,
+            length_recoveries=cfg.length_recoveries,
             get_api_key=cfg.get_api_key,
             before_tool_call=before,
             after_tool_call=cfg.after_tool_call,
