@@ -431,3 +431,29 @@ async def test_tools_are_a_subset_of_the_parents_by_name() -> None:
         "Subagent main/wrong#1 failed: agent 'wrong' names tool 'nope', which the parent lacks "
         "(it has: read, subagent, task_list, task_output, task_stop, task_wait, write)"
     )
+
+
+async def test_a_subagent_with_an_output_type_returns_validated_json() -> None:
+    class Finding(msgspec.Struct):
+        file: str
+        line: int
+
+    child = ScriptedModel(['{"file": "a.py", "line": 3}', '{"file": "a.py"}'])
+    parent = Agent(
+        ScriptedModel(
+            [
+                reply(tool_call("subagent", {"agent": "finder", "task": "find it"})),
+                reply(tool_call("subagent", {"agent": "finder", "task": "again"})),
+                "ok",
+            ]
+        )
+    )
+    subs = Subagents([SubagentSpec("finder", "f", model=child, output_type=Finding)]).attach(parent)
+    await parent.prompt("go")
+    good, bad = _tool_texts(parent)
+    assert good == '{"file":"a.py","line":3}'
+    assert subs.runs["main/finder#1"].output == Finding(file="a.py", line=3)
+    assert bad.startswith("Subagent main/finder#2 failed: its answer is not a valid Finding: ")
+    assert "line" in bad
+    fmt = child.requests[0].options.response_format
+    assert fmt is not None and fmt["schema"]["required"] == ["file", "line"]

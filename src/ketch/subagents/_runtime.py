@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import msgspec
 
-from ..llm import AbortSignal, AssistantMessage, Message, Usage
+from ..llm import AbortSignal, AssistantMessage, Message, Usage, response_format_for
 from ..loop import AgentEvent, Tool, ToolContext, ToolExecutionUpdate, ToolResult
 from ..permissions import PermissionEngine, parse_mode
 from ..sessions import Session
@@ -57,6 +57,7 @@ class SubagentRun:
     messages: list[Message] = dataclasses.field(default_factory=list)
     session_id: str | None = None
     task_id: str | None = None
+    output: Any = None
     started: float = 0.0
     ended: float | None = None
 
@@ -143,6 +144,7 @@ class Subagents:
         self.notifier: TaskNotifier | None = None
         self._counters: dict[str, itertools.count[int]] = {}
         self._background: set[str] = set()
+        self._stopping: set[asyncio.Task[Any]] = set()
         self._tool: Tool | None = None
 
     # -- wiring -------------------------------------------------------------------------
@@ -230,7 +232,9 @@ class Subagents:
         for task_id in list(self._background):
             info = self.tasks.get(task_id)
             if info.status == "running":
-                asyncio.get_running_loop().create_task(self.tasks.stop(task_id))
+                stopping = asyncio.get_running_loop().create_task(self.tasks.stop(task_id))
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
 
     # -- the tool -------------------------------------------------------------------------
     async def _execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
@@ -288,6 +292,9 @@ class Subagents:
         if run.status != "completed":
             text = f"Subagent {run.path} failed: {run.error}"
             return ToolResult(content=text, details=details, is_error=True, usage=usage)
+        if run.output is not None:
+            details["output"] = run.output
+            return ToolResult(content=_output_json(run.output), details=details, usage=usage)
         return ToolResult(content=run.text or "(no output)", details=details, usage=usage)
 
     @staticmethod
@@ -426,7 +433,11 @@ class Subagents:
             tools=tools,
             thinking=spec.thinking if spec.thinking is not None else parent.thinking,
             options=msgspec.structs.replace(
-                cfg.options, tool_choice=None, response_format=None, session_id=None, cache_key=None
+                cfg.options,
+                tool_choice=None,
+                response_format=None if spec.output_type is None else response_format_for(spec.output_type),
+                session_id=None,
+                cache_key=None,
             ),
             deps=cfg.deps,
             max_turns=spec.max_turns,
@@ -481,7 +492,13 @@ class Subagents:
             run.turns = result.summary.turns
             run.text = result.text
             reason = result.end_reason
-            if reason == "stop":
+            if reason == "stop" and spec.output_type is not None:
+                try:
+                    run.output = result.parse(spec.output_type)
+                    run.status = "completed"
+                except ValueError as exc:  # StructuredOutputError
+                    run.status, run.error = "failed", f"its answer is not a valid {_type_name(spec.output_type)}: {exc}"
+            elif reason == "stop":
                 run.status = "completed"
             elif reason == "aborted":
                 run.status, run.error = "aborted", "aborted"
@@ -519,6 +536,16 @@ class Subagents:
 
 class _SubagentFailed(Exception):
     pass
+
+
+def _type_name(type_: Any) -> str:
+    return getattr(type_, "__name__", None) or str(type_)
+
+
+def _output_json(value: Any) -> str:
+    dump = getattr(value, "model_dump", None)
+    data = dump(mode="json") if callable(dump) else msgspec.to_builtins(value)
+    return msgspec.json.encode(data).decode()
 
 
 def _forwarder(path: str, ctx: ToolContext[Any]) -> Callable[[AgentEvent], Any]:

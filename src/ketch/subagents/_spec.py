@@ -32,7 +32,10 @@ class SubagentSpec:
     turn, up to the depth limit). ``thinking`` and ``permission_mode`` default to the
     parent's (``permission_mode`` applies when the parent's ``before_tool_call`` is a
     :class:`ketch.permissions.PermissionEngine`). ``source`` is the file it was loaded
-    from, if any.
+    from, if any. ``output_type`` (a dataclass, TypedDict, msgspec Struct or pydantic
+    model) asks the subagent for structured output (``response_format``); its answer is
+    parsed and validated, kept as :attr:`SubagentRun.output` and passed to the parent as
+    JSON (an answer that does not validate is a failure naming the problem).
     """
 
     name: str
@@ -44,6 +47,7 @@ class SubagentSpec:
     thinking: ThinkingLevel | None = None
     permission_mode: str | None = None
     source: str | None = None
+    output_type: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
