@@ -457,3 +457,35 @@ async def test_a_subagent_with_an_output_type_returns_validated_json() -> None:
     assert "line" in bad
     fmt = child.requests[0].options.response_format
     assert fmt is not None and fmt["schema"]["required"] == ["file", "line"]
+
+
+async def test_a_subagent_uses_the_parents_permission_engine_with_its_own_mode() -> None:
+    from ketch.loop import Tool
+    from ketch.permissions import PermissionEngine
+
+    touched: list[str] = []
+    write = Tool("write", execute=lambda args, ctx: touched.append(args["path"]) or "written")
+    engine = PermissionEngine("default")  # no approver: whatever needs asking is denied
+    calls = [reply(tool_call("write", {"path": "x"})), "tried"]
+    parent = Agent(
+        ScriptedModel(
+            [
+                reply(tool_call("subagent", {"agent": "careful", "task": "write x"})),
+                reply(tool_call("subagent", {"agent": "trusted", "task": "write x"})),
+                "ok",
+            ]
+        ),
+        tools=[write],
+        before_tool_call=engine.before_tool_call,
+    )
+    Subagents(
+        [
+            SubagentSpec("careful", "c", model=ScriptedModel(calls), tools=["write"]),
+            SubagentSpec("trusted", "t", model=ScriptedModel(calls), tools=["write"], permission_mode="bypass"),
+        ]
+    ).attach(parent)
+    await parent.prompt("go")
+    assert touched == ["x"]  # only the bypass subagent's call ran
+    assert engine.mode == "default"
+    outcomes = [d.outcome for d in engine.decisions if d.tool_name == "write"]
+    assert outcomes == ["deny", "allow"]
