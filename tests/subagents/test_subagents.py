@@ -489,3 +489,24 @@ async def test_a_subagent_uses_the_parents_permission_engine_with_its_own_mode()
     assert engine.mode == "default"
     outcomes = [d.outcome for d in engine.decisions if d.tool_name == "write"]
     assert outcomes == ["deny", "allow"]
+
+
+async def test_a_failed_background_subagent_is_a_failed_task_with_the_reason() -> None:
+    tasks = TaskRegistry()
+    go = asyncio.Event()
+
+    async def child_reply(request: Request, options: StreamOptions) -> Reply:
+        await go.wait()  # fails once the parent is idle
+        return error_reply("boom")
+
+    parent = Agent(
+        ScriptedModel([reply(tool_call("subagent", {"agent": "bg", "task": "w", "background": True})), "started"])
+    )
+    subs = Subagents([SubagentSpec("bg", "bg", model=FunctionModel(child_reply))], tasks=tasks).attach(parent)
+    await parent.prompt("go")
+    go.set()
+    info = await tasks.wait("agent-1")
+    assert (info.status, info.error) == ("failed", "error: boom")
+    assert subs.runs["main/bg#1"].status == "failed"
+    (queued,) = parent.follow_ups.peek()
+    assert "<status>failed</status>\n<description>bg: w</description>\n<error>error: boom</error>" in _text(queued)

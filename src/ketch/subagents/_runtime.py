@@ -17,7 +17,7 @@ from ..llm import AbortSignal, AssistantMessage, Message, Usage, response_format
 from ..loop import AgentEvent, Tool, ToolContext, ToolExecutionUpdate, ToolResult
 from ..permissions import PermissionEngine, parse_mode
 from ..sessions import Session
-from ..tasks import TaskNotifier, TaskRegistry, notify_agent
+from ..tasks import TaskFailed, TaskNotifier, TaskRegistry, notify_agent
 from ._events import SubagentEvent
 from ._spec import SubagentSpec
 
@@ -293,9 +293,10 @@ class Subagents:
             text = f"Subagent {run.path} failed: {run.error}"
             return ToolResult(content=text, details=details, is_error=True, usage=usage)
         if run.output is not None:
-            details["output"] = run.output
-            return ToolResult(content=_output_json(run.output), details=details, usage=usage)
-        return ToolResult(content=run.text or "(no output)", details=details, usage=usage)
+            text = _output_json(run.output)
+            details["output"] = msgspec.json.decode(text)
+            return ToolResult(content=text, details=details, usage=usage)
+        return ToolResult(content=_answer(run), details=details, usage=usage)
 
     @staticmethod
     def _details(run: SubagentRun) -> dict[str, Any]:
@@ -323,7 +324,7 @@ class Subagents:
         parts = [f"{ok}/{len(runs)} subagents succeeded."]
         for run in runs:
             if run.status == "completed":
-                parts.append(f"--- {run.path}: completed\n{run.text or '(no output)'}")
+                parts.append(f"--- {run.path}: completed\n{_answer(run)}")
             else:
                 parts.append(f"--- {run.path}: {run.status}\n{run.error}")
         return ToolResult(
@@ -341,16 +342,16 @@ class Subagents:
             run = await self._run(_Member(member.agent, task), ctx.signal, ctx)
             runs.append(run)
             if run.status != "completed":
-                done = "".join(f"\n\n--- {r.path}: completed\n{r.text}" for r in runs[:-1])
+                done = "".join(f"\n\n--- {r.path}: completed\n{_answer(r)}" for r in runs[:-1])
                 return ToolResult(
                     content=f"Chain stopped at step {step} ({run.path}): {run.error}{done}",
                     details={"runs": [self._details(r) for r in runs]},
                     is_error=True,
                     usage={r.path: r.usage for r in runs},
                 )
-            previous = run.text
+            previous = _output_json(run.output) if run.output is not None else run.text
         return ToolResult(
-            content=previous or "(no output)",
+            content=_answer(runs[-1]) if runs else "(no output)",
             details={"runs": [self._details(r) for r in runs]},
             usage={r.path: r.usage for r in runs},
         )
@@ -366,8 +367,8 @@ class Subagents:
         async def work(write: Callable[[str], None]) -> str:
             run = await self._run(member, signal, None, path=path, write=write)
             if run.status != "completed":
-                raise _SubagentFailed(run.error or run.status)
-            return run.text
+                raise TaskFailed(run.error or run.status)
+            return _answer(run)
 
         info = registry.start(
             work, kind="subagent", description=f"{member.agent}: {label}", prefix="agent", stop=signal.abort
@@ -536,6 +537,13 @@ class Subagents:
 
 class _SubagentFailed(Exception):
     pass
+
+
+def _answer(run: SubagentRun) -> str:
+    """A finished run's answer for the parent: its structured output as JSON, else its text."""
+    if run.output is not None:
+        return _output_json(run.output)
+    return run.text or "(no output)"
 
 
 def _type_name(type_: Any) -> str:

@@ -20,10 +20,19 @@ command makes one per agent.
 """
 
 from ._notify import TaskNotifier, notification_text, notify_agent
-from ._registry import DEFAULT_MAX_OUTPUT, TaskInfo, TaskNotFoundError, TaskOutput, TaskRegistry, TaskStatus
+from ._registry import (
+    DEFAULT_MAX_OUTPUT,
+    TaskFailed,
+    TaskInfo,
+    TaskNotFoundError,
+    TaskOutput,
+    TaskRegistry,
+    TaskStatus,
+)
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
+    "TaskFailed",
     "TaskInfo",
     "TaskNotFoundError",
     "TaskNotifier",

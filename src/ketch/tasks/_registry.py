@@ -70,6 +70,11 @@ class TaskNotFoundError(LookupError):
     """No task has this id."""
 
 
+class TaskFailed(Exception):
+    """Raised by a task's work to fail it with exactly this message as its ``error``
+    (any other exception is recorded as ``"<type>: <message>"``)."""
+
+
 class _Entry:
     __slots__ = ("_stop", "buffer", "changed", "done", "info", "max_output", "start", "task")
 
@@ -183,7 +188,10 @@ class TaskRegistry:
         except Exception as exc:
             if info.status == "running":
                 info.status = "failed"
-            info.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if isinstance(exc, TaskFailed):
+                info.error = str(exc)
+            else:
+                info.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         else:
             if info.status == "running":
                 info.status = "completed"

@@ -1006,7 +1006,9 @@ class BashTool(Tool):
             details = result.details if isinstance(result.details, dict) else {}
             code = details.get("exit_code")
             if code is None:  # it did not start
-                raise RuntimeError(result.text)
+                from ..tasks import TaskFailed
+
+                raise TaskFailed(result.text)
             return int(code)
 
         label = description if isinstance(description, str) and description.strip() else command
