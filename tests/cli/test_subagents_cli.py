@@ -103,3 +103,27 @@ def test_nested_collapsed_lines() -> None:
     )
     assert subagent_line(failed, _tool_call_line) == "  ↳ main/h#1 ended (error: boom): 1 turn, 0 tool calls"
     assert subagent_line("text chunk", _tool_call_line) is None
+
+
+def test_a_background_bash_command_in_the_command(env: Env) -> None:
+    _agent(env.work / ".ketch" / "agents", "helper.md", HELPER)
+    script = env.script(
+        [
+            call_reply(("c1", "bash", {"command": "echo from-the-background", "background": True})),
+            call_reply(("c2", "task_wait", {"task_id": "bash-1", "timeout": 60})),
+            call_reply(("c3", "task_output", {"task_id": "bash-1"})),
+            text_reply("done"),
+        ]
+    )
+    proc = env.run(
+        "run", "--permission-mode", "bypass", "-o", "stream-json", "go", extra={"KETCH_TEST_SCRIPT": script}
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = [
+        e["message"]["content"][0]["text"]
+        for e in lines(proc.stdout)
+        if e["type"] == "message_end" and e["message"]["role"] == "tool_result"
+    ]
+    assert results[0].startswith("Started background task bash-1: echo from-the-background\n")
+    assert results[1].startswith("bash-1 [completed] shell: echo from-the-background (exit code 0)")
+    assert results[2] == "from-the-background\n\n[status: completed; next_offset: 20]"
