@@ -46,3 +46,18 @@ async def test_tool_usage_counts_towards_the_budget() -> None:
     result = await Agent(model, tools=[Tool("spend", execute=spend)], max_budget_usd=1.0).prompt("go")
     assert result.end_reason == "max_budget"
     assert model.remaining == 1
+
+
+async def test_tool_usage_survives_an_after_tool_call_override() -> None:
+    from ketch.loop import AfterToolCallResult
+
+    async def spend(args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+        return ToolResult(content="secret", usage={"main/x#1": _usage(10, 0.5)})
+
+    def redact(info: Any, result: ToolResult) -> AfterToolCallResult:
+        return AfterToolCallResult(content=[])
+
+    model = ScriptedModel([reply(tool_call("spend", {})), "done"])
+    result = await Agent(model, tools=[Tool("spend", execute=spend)], after_tool_call=redact).prompt("go")
+    assert list(result.summary.tool_usage) == ["main/x#1"]
+    assert round(result.cost, 6) == 0.5
