@@ -31,6 +31,8 @@ FACES = (
     "ketch.testing",
     "ketch.mcp",
     "ketch.teams",
+    "ketch.tasks",
+    "ketch.subagents",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -474,6 +474,9 @@ def load_settings(
     project_servers: dict[str, Any] = read_mcp_json(project_mcp).get("mcpServers", {}) if project_mcp != user_mcp else {}
     if project_servers:  # they run commands: a project's MCP servers need trust
         widening.append(f"mcpServers {', '.join(project_servers)} ({project_mcp})")
+    from ._subagents import project_agent_widening
+
+    widening += project_agent_widening(root)
     trusted = (
         trust
         or env.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")

@@ -280,6 +280,7 @@ class Built:
     window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
+    subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -422,7 +423,10 @@ def build_agent(
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":
-        if tool_choice not in ("none", "required") and tool_choice not in {t.name for t in tools}:
+        from ._subagents import added_tool_names
+
+        names = {t.name for t in tools} | set(added_tool_names(settings, environ))
+        if tool_choice not in ("none", "required") and tool_choice not in names:
             raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
         # The 135M model keeps calling tools when left to choose: after the forced call it
         # answers from the result.
@@ -471,6 +475,9 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp)
+    from ._subagents import attach_subagents
+
+    subagents = attach_subagents(agent, settings, environ)
+    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp, subagents=subagents)
     built.fit_context(settings)
     return built

@@ -30,6 +30,7 @@ from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent, mcp_manager
 from ._render import compaction_note
 from ._sessions import SessionOptions, open_session, pre_approve, use_recorded_model
+from ._subagents import subagent_line
 from ._wire import (
     EXIT_BROKEN_PIPE,
     BrokenPipeGuard,
@@ -131,6 +132,11 @@ class _TextOut:
         elif kind == "compaction_end" and self._show_tools:
             self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]
             self._err.flush()
+        elif kind == "tool_execution_update" and self._show_tools:
+            nested = subagent_line(event.partial, _tool_call_line)  # type: ignore[union-attr]
+            if nested is not None:
+                self._err.write(f"\x1b[2m{nested}\x1b[0m\n")
+                self._err.flush()
 
 
 class _StreamJsonOut:

@@ -242,8 +242,10 @@ def _check_model(settings: Settings, tool_choice: str | None) -> None:
     from ._factory import BUILTIN_TOOLS, api_key_for, choose_model, register_providers
 
     if tool_choice is not None:
+        from ._subagents import added_tool_names
+
         tools = BUILTIN_TOOLS if settings.tools is None else tuple(settings.tools)
-        allowed = ("auto", "required", "none", *tools)
+        allowed = ("auto", "required", "none", *tools, *added_tool_names(settings))
         if tool_choice not in allowed:
             raise ConfigError(f"--tool-choice {tool_choice!r}: expected one of {', '.join(allowed)}")
     spec, _ = choose_model(settings)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..llm._messages import AssistantMessage, Usage, UserMessage, message_text
 from ..loop import AgentEvent, CompactionEnd
+from ._subagents import subagent_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -208,6 +209,10 @@ class EventRenderer:
         elif kind == "tool_execution_start":
             self.note(f"⏺ {tool_summary(event.tool_name, event.args)}", "bold")  # type: ignore[union-attr]
             self.status.set(f"Running {event.tool_name}")  # type: ignore[union-attr]
+        elif kind == "tool_execution_update":
+            nested = subagent_line(event.partial, lambda name, args: tool_summary(name, args))  # type: ignore[union-attr]
+            if nested is not None:
+                self.note(nested)
         elif kind == "tool_execution_end":
             self._tool_end(event)
         elif kind == "retry":

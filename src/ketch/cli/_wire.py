@@ -288,6 +288,10 @@ def encode_event(event: AgentEvent) -> Any:
         )
     if kind == "agent_end":
         return _AgentEnd(summary=event.summary)  # type: ignore[union-attr]
+    if kind == "tool_execution_update" and getattr(event.partial, "type", None) == "subagent_event":  # type: ignore[union-attr]
+        from ._subagents import encode_nested
+
+        return encode_nested(event, encode_event)
     return event
 
 

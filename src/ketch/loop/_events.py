@@ -44,7 +44,12 @@ EndReason: TypeAlias = Literal[
 
 
 class RunSummary(msgspec.Struct, kw_only=True):
-    """How a run went: turns (model calls), tool calls and errors, usage, and why it ended."""
+    """How a run went: turns (model calls), tool calls and errors, usage, and why it ended.
+
+    ``usage`` includes what tools spent on models (:attr:`ToolResult.usage
+    <ketch.loop.ToolResult.usage>`, e.g. subagents), itemised in ``tool_usage`` by who
+    spent it (summed when the same key comes back).
+    """
 
     turns: int = 0
     tool_calls: int = 0
@@ -53,6 +58,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     end_reason: EndReason = "stop"
     error: str | None = None
     duration: float = 0.0
+    tool_usage: dict[str, Usage] = msgspec.field(default_factory=dict)
 
     @property
     def cost(self) -> float:

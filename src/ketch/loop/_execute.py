@@ -238,6 +238,7 @@ class ToolRunner:
                     details=result.details if override.details is msgspec.UNSET else override.details,
                     is_error=override.is_error if override.is_error is not None else result.is_error,
                     terminate=override.terminate if override.terminate is not None else result.terminate,
+                    usage=result.usage,  # what the tool spent stays spent
                 )
         return result, failure, verdict
 

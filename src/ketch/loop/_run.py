@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
 from ..llm._model import Model, PreparesMessages, Request, StreamOptions, ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._stream import (
@@ -507,6 +507,7 @@ class _Run:
                             yield event
                         batch = tools.result()
                         self.notes.extend(batch.notes)
+                        self._add_tool_usage(batch.outcomes)
                         if prior or batch.pending is not None:  # a resumed or a pausing batch
                             done = [_result_message(o) for o in batch.outcomes]
                             if prior:
@@ -830,6 +831,21 @@ class _Run:
             )
             self._commit(result)
             yield result
+
+    def _add_tool_usage(self, outcomes: list[CallOutcome]) -> None:
+        """Add what the batch's tools spent on models (``ToolResult.usage``) to the run's
+        usage, itemised in ``summary.tool_usage``."""
+        for outcome in outcomes:
+            spent = outcome.result.usage
+            if not spent:
+                continue
+            items = self.summary.tool_usage
+            for key, usage in spent.items():
+                self.summary.usage.add(usage)
+                item = items.get(key)
+                if item is None:
+                    items[key] = item = Usage()
+                item.add(usage)
 
     def _commit_outcomes(self, outcomes: list[CallOutcome]) -> Iterator[ToolResultMessage]:
         """The result messages of a batch's outcomes, in call order, each committed as it

@@ -39,7 +39,7 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
 
-from ..llm._messages import AssistantMessage, ImageContent, Message, TextContent, scrub_surrogates
+from ..llm._messages import AssistantMessage, ImageContent, Message, TextContent, Usage, scrub_surrogates
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 
@@ -56,12 +56,18 @@ class ToolResult(msgspec.Struct, kw_only=True):
     with the application (UI, logs). ``terminate`` asks the loop to stop after this
     batch when every result in it asks the same. ``is_error`` marks a failure the model
     should see as one.
+
+    ``usage`` is what the tool itself spent on models (a subagent's calls, a summary),
+    keyed by who spent it (e.g. ``"main/researcher#1"``): the loop adds it to the run's
+    usage (and so to its budget and usage limits checked from then on) and lists it in
+    :attr:`RunSummary.tool_usage <ketch.loop.RunSummary.tool_usage>`.
     """
 
     content: ResultContent | str = msgspec.field(default_factory=list)
     details: Any = None
     terminate: bool = False
     is_error: bool = False
+    usage: dict[str, Usage] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.content, str):

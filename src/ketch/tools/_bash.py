@@ -31,6 +31,12 @@ Ctrl-C or a closed terminal leaves no orphaned tool processes behind).
 
 A call is read-only (may run concurrently with other read-only tools) only when
 :func:`is_read_only_command` says so; otherwise the tool runs alone.
+
+With a task registry (``tasks=``, :class:`ketch.tasks.TaskRegistry`) the tool takes
+``background: true``: the command starts the same way (sandbox, environment, process
+group) as a task of kind ``shell`` and the call returns its id at once; its output goes
+to the registry (``task_output``), its default timeout is ``max_timeout``, it survives
+the run that started it, and ``task_stop`` kills its process group.
 """
 
 from __future__ import annotations
@@ -47,10 +53,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .._shell import matching_paren
-from ..llm import Aborted
+from ..llm import Aborted, AbortSignal
 from ..loop import Tool, ToolContext, ToolResult
 from ..sandbox import (
     DEFAULT_PROTECTED,
@@ -63,6 +69,9 @@ from ..sandbox import (
     tool_environment,
 )
 from ._workspace import Workspace, WorkspaceError
+
+if TYPE_CHECKING:
+    from ..tasks import TaskRegistry
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
@@ -106,8 +115,15 @@ mode), {protected} stay read-only, there is {network}, and background processes 
 with the command. A denied action fails like any other error, with a [sandbox: ...] note."""
 
 
-def _parameters(max_timeout: float) -> dict[str, Any]:
-    return {
+_BACKGROUND_NOTE = """
+
+`background: true` starts the command as a background task and returns its id at once \
+(for servers and long builds); read its output with task_output, wait with task_wait, \
+stop it with task_stop. It is not killed when this turn ends."""
+
+
+def _parameters(max_timeout: float, background: bool = False) -> dict[str, Any]:
+    params: dict[str, Any] = {
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The shell command to run."},
@@ -125,6 +141,16 @@ def _parameters(max_timeout: float) -> dict[str, Any]:
         "required": ["command"],
         "additionalProperties": False,
     }
+    if background:
+        params["properties"]["background"] = {
+            "type": "boolean",
+            "description": "Run as a background task and return its id at once.",
+        }
+        params["properties"]["description"] = {
+            "type": "string",
+            "description": "A short description of a background command (shown in task_list).",
+        }
+    return params
 
 
 # --- environment ---------------------------------------------------------------------
@@ -821,6 +847,7 @@ class BashTool(Tool):
         "sandbox",
         "sandbox_warning",
         "shell",
+        "tasks",
         "workspace",
         "write_allowed",
     )
@@ -845,6 +872,7 @@ class BashTool(Tool):
         protected: Iterable[str] = DEFAULT_PROTECTED,
         env_allow: Iterable[str] = (),
         unsandboxed_reason: str | None = None,
+        tasks: TaskRegistry | None = None,
     ) -> None:
         reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
         usable = sandbox if sandbox is not None and reason is None else None
@@ -855,14 +883,17 @@ class BashTool(Tool):
                 protected=protected_names(self.protected),
                 network="network access" if network else "no network access",
             )
+        if tasks is not None:
+            description += _BACKGROUND_NOTE
         super().__init__(
             "bash",
             description,
-            _parameters(max_timeout),
+            _parameters(max_timeout, background=tasks is not None),
             label="Bash",
             sequential=_sequential,
         )
         self.workspace = workspace
+        self.tasks = tasks
         self.default_timeout = timeout
         self.max_timeout = max_timeout
         self.env_allow = tuple(env_allow)
@@ -886,6 +917,14 @@ class BashTool(Tool):
             if reason is not None
             else None
         )
+
+    def enable_background(self, tasks: TaskRegistry) -> None:
+        """Take ``background: true`` from now on, registering in ``tasks`` (as if given
+        to the constructor)."""
+        if self.tasks is None:
+            self.description += _BACKGROUND_NOTE
+        self.tasks = tasks
+        self.parameters = _parameters(self.max_timeout, background=True)
 
     @property
     def sandboxed(self) -> bool:
@@ -926,16 +965,60 @@ class BashTool(Tool):
             return ToolResult.error(f"Working directory {ws.display(cwd)} {what}.")
         if ctx.signal.aborted:
             return ToolResult.error("Command not started: the run was aborted.")
+        background = args.get("background", False)
+        if background is not False:
+            if background is not True:
+                return ToolResult.error(f"background must be true or false, got {background!r}.")
+            if self.tasks is None:
+                return ToolResult.error("background commands need a task registry (BashTool(tasks=...)).")
+            timeout = timeout if "timeout" in args else self.max_timeout
+            return self._start_background(command, cwd, timeout, args.get("description"))
+        return await self._run(command, cwd, timeout, ctx)
+
+    async def _run(
+        self, command: str, cwd: Path, limit: float, ctx: ToolContext[Any], on_start: Callable[[int], None] | None = None
+    ) -> ToolResult:
         argv, env = [self.shell, "-c", command], self.env
         policy = None
         if self.sandbox is not None:
             policy = self.policy()
             argv, env = self.sandbox.wrap(argv, policy, env)
         try:
-            return await self._run_command(command, argv, env, cwd, timeout, policy, ctx)
+            return await self._run_command(command, argv, env, cwd, limit, policy, ctx, on_start)
         finally:
             if self.sandbox is not None:
                 self.sandbox.release(argv)
+
+    def _start_background(self, command: str, cwd: Path, limit: float, description: Any) -> ToolResult:
+        """Start ``command`` as a task of the registry; the result names its id."""
+        registry = self.tasks
+        assert registry is not None
+        stop = AbortSignal()
+        task_id = ""
+
+        async def work(write: Callable[[str], None]) -> int:
+            async def report(chunk: Any) -> None:
+                if isinstance(chunk, str):
+                    write(chunk)
+
+            ctx: ToolContext[Any] = ToolContext(call_id=task_id, tool_name="bash", signal=stop, report=report)
+            result = await self._run(command, cwd, limit, ctx, lambda pid: registry.set_pgid(task_id, pid))
+            details = result.details if isinstance(result.details, dict) else {}
+            code = details.get("exit_code")
+            if code is None:  # it did not start
+                from ..tasks import TaskFailed
+
+                raise TaskFailed(result.text)
+            return int(code)
+
+        label = description if isinstance(description, str) and description.strip() else command
+        info = registry.start(work, kind="shell", description=label, prefix="bash", stop=stop.abort)
+        task_id = info.id
+        return ToolResult(
+            content=f"Started background task {info.id}: {label}\n"
+            f"Read its output with task_output(task_id={info.id!r}); stop it with task_stop.",
+            details={"task_id": info.id, "command": command, "cwd": str(cwd)},
+        )
 
     async def _run_command(
         self,
@@ -946,6 +1029,7 @@ class BashTool(Tool):
         limit: float,
         policy: SandboxPolicy | None,
         ctx: ToolContext[Any],
+        on_start: Callable[[int], None] | None = None,
     ) -> ToolResult:
         ws, timeout = self.workspace, limit
         read_fd, write_fd = os.pipe()
@@ -961,6 +1045,8 @@ class BashTool(Tool):
             raise
         finally:
             os.close(write_fd)
+        if on_start is not None:
+            on_start(proc.pid)
         output = _Output(ws)
         loop = asyncio.get_running_loop()
         transport, _ = await loop.connect_read_pipe(lambda: output, os.fdopen(read_fd, "rb", buffering=0))

@@ -1,0 +1,37 @@
+"""Subagents: delegate work to agents with their own context, tools and model.
+
+Define them in code or in Markdown agent files (Claude Code's shape), attach them to
+a parent agent, and the model gets one ``subagent`` tool with four modes::
+
+    specs = [SubagentSpec("researcher", "Finds facts in the code", system_prompt="...", tools=["read", "grep"])]
+    specs += load_agents([".ketch/agents"])[0]
+    tasks = TaskRegistry()                               # for background: true
+    subagents = Subagents(specs, tasks=tasks).attach(agent)
+    await agent.prompt("...")                            # the model calls subagent(...)
+    subagents.runs["main/researcher#1"].messages         # a run's transcript, kept
+
+Single (``agent``, ``task``), parallel (``tasks: [...]``), chain (``chain: [...]``,
+``{previous}`` replaced by the previous answer) and background (``background: true``).
+Each subagent's usage counts in the parent's run (``RunSummary.tool_usage`` itemises
+it by path), its events reach the parent's subscribers as :class:`SubagentEvent`, and
+aborting the parent aborts it. See :class:`Subagents`.
+"""
+
+from ._events import SubagentEvent
+from ._runtime import DEFAULT_MAX_DEPTH, MAX_BATCH, MODES, Mode, SubagentRun, Subagents
+from ._spec import SubagentFileError, SubagentSpec, load_agent_file, load_agents, parse_agent_file
+
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "MAX_BATCH",
+    "MODES",
+    "Mode",
+    "SubagentEvent",
+    "SubagentFileError",
+    "SubagentRun",
+    "SubagentSpec",
+    "Subagents",
+    "load_agent_file",
+    "load_agents",
+    "parse_agent_file",
+]
