@@ -145,7 +145,13 @@ def _choice(command: dict[str, Any], field: str, what: str, allowed: tuple[str, 
 
 
 def parse_command(data: bytes) -> tuple[dict[str, Any], str | int | UnsetType]:
-    """The command object of one line and its id; :class:`BadLine` when it is none."""
+    """The command object of one line and its id; :class:`BadLine` when it is none.
+    Bytes that are not valid UTF-8 are decoded as U+FFFD."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_utf8()
+        data = data.decode("utf-8", "replace").encode("utf-8")
     try:
         command = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
@@ -162,6 +168,16 @@ def parse_command(data: bytes) -> tuple[dict[str, Any], str | int | UnsetType]:
         shown = repr(kind) if isinstance(kind, str) else _kind(kind)
         raise BadLine(f'unknown type {shown}; expected one of {", ".join(COMMANDS)}')
     return command, ident
+
+
+_warned = [False]
+
+
+def _warn_utf8() -> None:
+    if not _warned[0]:
+        _warned[0] = True
+        sys.stderr.write("ketch: warning: a line on stdin is not valid UTF-8; the invalid bytes were replaced with U+FFFD\n")
+        sys.stderr.flush()
 
 
 class _StdinLines:
