@@ -29,6 +29,7 @@ FACES = (
     "ketch.sessions",
     "ketch.sessions.conformance",
     "ketch.testing",
+    "ketch.client",
     "ketch.mcp",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
