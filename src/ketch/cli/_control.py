@@ -275,11 +275,16 @@ class _Controller:
         """Run ``first``, then again while queued messages wait (a steer or follow-up that
         arrived after the run's last look at its queues), each run with its result line."""
         step: Callable[[], Awaitable[RunResult]] | None = first
+        line = self.line
         try:
             while step is not None:
                 self.built.arm()
                 mark = len(self.built.permissions.decisions)
-                result = await step()
+                try:
+                    result = await step()
+                except Exception as exc:  # a run never raises; a hook or a bug might: say so, go on
+                    self.out.write(ErrorLine(line=line, error=f"the run failed: {type(exc).__name__}: {exc}"))
+                    return
                 self._result(result, mark)
                 self._apply_next_model()
                 step = None
@@ -342,6 +347,9 @@ class _Controller:
             ack = await self._command(command)
         except BadLine as exc:
             self.out.write(ErrorLine(id=ident, line=self.line, error=str(exc)))
+            return
+        except Exception as exc:  # e.g. the session store failing: the session goes on
+            self.out.write(ErrorLine(id=ident, line=self.line, error=f"failed: {type(exc).__name__}: {exc}"))
             return
         ack.id = ident
         self.out.write(ack)
