@@ -592,3 +592,21 @@ def test_usage_errors(env: Env) -> None:
     proc = env.run("run", "--input-format", "yaml")
     assert proc.returncode == 2
     assert proc.stderr.startswith("ketch: argument --input-format: invalid choice: 'yaml'")
+
+
+def test_a_line_over_the_limit_is_refused(env: Env) -> None:
+    script = env.script([text_reply("Fine.")])
+    c = Controlled(env, "--model", f"scripted:{script}", "--no-session")
+    try:
+        c.next()
+        c.send('{"type": "user", "text": "' + "x" * (17 * 1024 * 1024) + '"}')
+        assert c.next() == {
+            "type": "error",
+            "line": 1,
+            "error": "the line is longer than 16 MiB; send large text in smaller messages",
+        }
+        c.send({"type": "user", "text": "short"})
+        assert c.until("result")[-1]["text"] == "Fine."
+        assert c.close()[0] == 0
+    finally:
+        c.kill()

@@ -40,6 +40,7 @@ import os
 import signal
 import sys
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,8 @@ def _choice(command: dict[str, Any], field: str, what: str, allowed: tuple[str, 
 def parse_command(data: bytes) -> tuple[dict[str, Any], str | int | UnsetType]:
     """The command object of one line and its id; :class:`BadLine` when it is none.
     Bytes that are not valid UTF-8 are decoded as U+FFFD."""
+    if len(data) >= MAX_LINE:
+        raise BadLine(f"the line is longer than {MAX_LINE // (1024 * 1024)} MiB; send large text in smaller messages")
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -182,15 +185,19 @@ def _warn_utf8() -> None:
 
 class _StdinLines:
     """The lines of stdin, read by a thread (works for pipes, files and terminals alike):
-    ``await get()`` returns the next line without its newline, None at the end."""
+    ``await get()`` returns the next line without its newline, None at the end. The
+    lines of one read are handed over together, so commands written together (a prompt
+    and an interrupt, say) are handled one after the other before any run moves on."""
 
     def __init__(self, fd: int = 0) -> None:
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
+        self._ready: deque[bytes] = deque()
+        self._done = False
         self._fd = fd
         threading.Thread(target=self._read, name="ketch-stdin", daemon=True).start()
 
-    def _put(self, item: bytes | None) -> None:
+    def _put(self, item: list[bytes] | None) -> None:
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop is closed: the command is exiting
@@ -208,28 +215,41 @@ class _StdinLines:
                 chunk = b""
             if not chunk:
                 if buffer:
-                    self._put(bytes(buffer))
+                    self._put([bytes(buffer)])
                 self._put(None)
                 return
             buffer += chunk
+            lines: list[bytes] = []
             while True:
                 end = buffer.find(b"\n", searched)
                 if end < 0:
                     searched = len(buffer)
-                    if len(buffer) > MAX_LINE:  # keep a marker, drop the rest of the line
+                    if len(buffer) > MAX_LINE:  # keep the start (an error names it), drop the rest
                         del buffer[MAX_LINE:]
                         searched = len(buffer)
                     break
-                self._put(bytes(buffer[:end]))
+                lines.append(bytes(buffer[:end]))
                 del buffer[: end + 1]
                 searched = 0
+            if lines:
+                self._put(lines)
 
     async def get(self) -> bytes | None:
         """The next line, or None at the end of input."""
-        return await self._queue.get()
+        while not self._ready:
+            if self._done:
+                return None
+            batch = await self._queue.get()
+            if batch is None:
+                self._done = True
+                return None
+            self._ready.extend(batch)
+        return self._ready.popleft()
 
     def end(self) -> None:
         """Make :meth:`get` return None (the session ends early)."""
+        self._done = True
+        self._ready.clear()
         self._queue.put_nowait(None)
 
 
