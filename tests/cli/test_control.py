@@ -610,3 +610,42 @@ def test_a_line_over_the_limit_is_refused(env: Env) -> None:
         assert c.close()[0] == 0
     finally:
         c.kill()
+
+
+def test_resume_with_approve_flag_continues_at_once_and_set_model_waits_for_decisions(env: Env) -> None:
+    script = env.script(
+        [
+            call_reply(("w1", "write", {"path": "a.txt", "content": "A"})),
+            text_reply("Wrote a."),
+            call_reply(("w2", "write", {"path": "b.txt", "content": "B"})),
+        ]
+    )
+    c = Controlled(env, "--model", f"scripted:{script}")
+    try:
+        session_id = c.next()["session_id"]
+        c.send({"type": "user", "text": "write a"})
+        assert c.until("result")[-1]["pending_approvals"][0]["tool_call_id"] == "w1"
+        assert c.close()[0] == 0
+    finally:
+        c.kill()
+    script = env.script([text_reply("Wrote a."), call_reply(("w2", "write", {"path": "b.txt", "content": "B"}))], "rest.json")
+    c = Controlled(env, "--model", f"scripted:{script}", "--resume", session_id, "--approve", "w1")
+    try:
+        lines = c.until("result")
+        assert lines[0]["type"] == "init" and lines[1]["type"] == "agent_start"
+        assert (lines[-1]["end_reason"], lines[-1]["text"]) == ("stop", "Wrote a.")
+        assert (env.work / "a.txt").read_text() == "A"
+        c.send({"type": "user", "text": "write b"})
+        assert c.until("result")[-1]["end_reason"] == "approval_required"
+        c.send({"type": "control", "subtype": "set_model", "model": f"scripted:{script}"})
+        assert c.next() == {
+            "type": "error",
+            "line": 2,
+            "error": "control set_model: a run is paused for approval of w2 (write): decide those first "
+            "(approve, deny or edit); the paused run resumes with its own model",
+        }
+        c.send({"type": "approve", "call_id": "w9"})
+        assert c.next()["error"] == "approve w9: the paused run waits on no such call; it waits on w2 (write)"
+        assert c.close()[0] == 0
+    finally:
+        c.kill()
