@@ -10,7 +10,9 @@ Commands (each may carry an ``"id"``, a string or an integer, echoed in its answ
   active it steers it (the text reaches the model at its next turn); while a run is
   paused for approval it is queued as a follow-up of the resumed run.
 - ``{"type": "follow_up", "text": "…"}``: while a run is active (or paused), queued to
-  run when the agent would otherwise stop; otherwise it starts a run.
+  run when the agent would otherwise stop; otherwise it starts a run. A steer or
+  follow-up that comes as the run is ending starts the next run at once (with its own
+  ``result`` line), so nothing sent is left waiting.
 - ``{"type": "interrupt"}``: aborts the active run (its ``result`` line says
   ``aborted``) and drops the queued steering and follow-up messages.
 - ``{"type": "control", "subtype": "set_model", "model": "provider:id"}``,
