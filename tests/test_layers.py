@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "schema": set(),
     "sandbox": set(),
     "shell": set(),
+    "client": set(),  # embeddable next to any ketch install: the standard library only
     "llm": {"schema"},
     "loop": {"llm", "schema"},
     "agent": {"llm", "loop", "schema"},

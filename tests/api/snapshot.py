@@ -29,6 +29,7 @@ FACES = (
     "ketch.sessions",
     "ketch.sessions.conformance",
     "ketch.testing",
+    "ketch.client",
     "ketch.mcp",
     "ketch.teams",
     "ketch.tasks",

@@ -139,6 +139,12 @@ def _run_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="ketch run", description="Run one task headless.")
     _add_run_options(parser)
     parser.add_argument("--resume", metavar="ID", help="continue the session ID")
+    parser.add_argument(
+        "--input-format",
+        choices=("text", "stream-json"),
+        default="text",
+        help="stream-json (with -o stream-json): a multi-turn session driven by JSON lines on stdin",
+    )
     parser.set_defaults(headless=True)
     parser.add_argument(
         "task", nargs="?", help="the task, or '-' to read it from stdin (optional with --resume ID --approve/--deny)"
@@ -313,11 +319,23 @@ def _run(args: argparse.Namespace) -> int:
     # ketch run --resume ID --approve CALL_ID: continue the paused run, no new task
     deciding = task is None and bool(sessions.approve or (sessions.resuming and sessions.deny))
     interactive = task is None and not headless and not deciding and sys.stdin.isatty() and sys.stderr.isatty()
+    controlled = getattr(args, "input_format", "text") == "stream-json"
     try:
+        if controlled:
+            from ._control import check_args
+
+            check_args(args)
         settings, root = _settings(args, ask=interactive)
         _check_model(settings, args.tool_choice)
     except ConfigError as exc:
         return _error(str(exc))
+    if controlled:
+        from ._control import run_control
+
+        try:
+            return asyncio.run(run_control(settings, root, tool_choice=args.tool_choice, sessions=sessions))
+        except ConfigError as exc:
+            return _error(str(exc))
     if task == "-" or (task is None and not deciding and not sys.stdin.isatty()):
         task = _read_stdin()
         if not task.strip():
