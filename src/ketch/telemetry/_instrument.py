@@ -137,9 +137,9 @@ class Instrumentation:
     def _attach_agent(self, agent: Agent[Any]) -> None:
         self._agent = agent
         config = agent.config
-        middleware = self.tool_middleware
+        middleware = self._tool_middleware
         config.middlewares = [*config.middlewares, middleware]
-        unsubscribe = agent.subscribe(self.on_event)
+        unsubscribe = agent.subscribe(self._on_event)
 
         def undo() -> None:
             unsubscribe()
@@ -148,7 +148,7 @@ class Instrumentation:
         self._detach.append(undo)
 
     def _attach_config(self, config: LoopConfig[Any]) -> None:
-        middleware = self.tool_middleware
+        middleware = self._tool_middleware
         model = config.model
         config.middlewares = [*config.middlewares, middleware]
         config.model = TracedModel(model, self)
@@ -161,7 +161,7 @@ class Instrumentation:
         self._detach.append(undo)
 
     # -- the agent's events ---------------------------------------------------------------
-    def on_event(self, event: AgentEvent) -> None:
+    def _on_event(self, event: AgentEvent) -> None:
         """Record one event of an instrumented agent's run (an ``Agent.subscribe`` listener)."""
         kind = event.type
         if kind == "message_update":
@@ -169,7 +169,7 @@ class Instrumentation:
         if kind == "message_start":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
-                self._start_chat(message.provider or self._model().provider, self._model().id)
+                self._start_chat(message.provider or self._model().provider, message.model or self._model().id)
         elif kind == "message_end":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage and self._chat is not None:
@@ -263,7 +263,7 @@ class Instrumentation:
 
     # -- model calls ----------------------------------------------------------------------
     def _start_chat(self, provider: str, model_id: str, request: Request | None = None) -> None:
-        chat = self.start_chat(provider, model_id, self._options(), request, parent=self._run_context)
+        chat = self._open_chat(provider, model_id, self._options(), request, parent=self._run_context)
         if self.capture_content and request is None and self._agent is not None:
             chat.span.set_attribute("gen_ai.input.messages", _content.input_messages(self._agent.messages))
         if self._chat is not None:
@@ -273,7 +273,7 @@ class Instrumentation:
     def _options(self) -> StreamOptions | None:
         return self._agent.config.options if self._agent is not None else None
 
-    def start_chat(
+    def _open_chat(
         self,
         provider: str,
         model_id: str,
@@ -309,11 +309,8 @@ class Instrumentation:
         )
         return _Chat(span, name, attributes)
 
-    def end_chat(self, chat: _Chat, message: AssistantMessage | None) -> None:
-        """Close a model call's span with its response (None: the call never finished)."""
-        self._end_chat(chat, message)
-
     def _end_chat(self, chat: _Chat, message: AssistantMessage | None) -> None:
+        """Close a model call's span with its response (None: the call never finished)."""
         span = chat.span
         metric = chat.attributes
         error: str | None = None
@@ -358,7 +355,7 @@ class Instrumentation:
         span.set_status(Status(StatusCode.ERROR, error_type))
 
     # -- tool calls -----------------------------------------------------------------------
-    async def tool_middleware(
+    async def _tool_middleware(
         self, call: ToolCallInfo, next: Callable[[dict[str, Any]], Awaitable[ToolResult]]
     ) -> ToolResult:
         """The ``execute_tool {name}`` span around one tool execution, current while the
@@ -478,7 +475,7 @@ class TracedModel:
     async def _traced(self, request: Request, options: StreamOptions | None) -> AsyncIterator[StreamEvent]:
         instr = self.instrumentation
         model = self.model
-        chat = instr.start_chat(model.provider, model.id, options, request)
+        chat = instr._open_chat(model.provider, model.id, options, request)
         final: AssistantMessage | None = None
         try:
             async for event in model.stream(request, options):
@@ -489,7 +486,7 @@ class TracedModel:
                     final = event.error  # type: ignore[union-attr]
                 yield event
         finally:
-            instr.end_chat(chat, final)
+            instr._end_chat(chat, final)
 
 
 def instrument(
