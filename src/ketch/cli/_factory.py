@@ -35,6 +35,7 @@ from ..loop._events import RunResult
 from ..loop._tool import Tool
 from ..permissions import Approver, PermissionEngine
 from ._config import ConfigError, ProviderConfig, Settings
+from ._otel import attach as attach_telemetry
 from ._scripted import SCRIPT_ENV, load_scripted_model
 
 BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
@@ -473,6 +474,7 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
+    attach_telemetry(agent)  # --otel-endpoint
     built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp)
     built.fit_context(settings)
     return built
