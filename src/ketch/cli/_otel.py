@@ -8,6 +8,7 @@ naming what to install. Nothing OpenTelemetry is imported unless the flag is giv
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,8 +41,10 @@ def configure(url: str) -> None:
     except ImportError:
         raise ConfigError("--otel-endpoint needs the otel extra: pip install 'ketch[otel]'") from None
     try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        # By name: the exporter package is optional, even for the type checker.
+        base = "opentelemetry.exporter.otlp.proto.http"
+        OTLPSpanExporter = importlib.import_module(f"{base}.trace_exporter").OTLPSpanExporter
+        OTLPMetricExporter = importlib.import_module(f"{base}.metric_exporter").OTLPMetricExporter
     except ImportError:
         raise ConfigError(f"--otel-endpoint needs the OTLP exporter: pip install {EXPORTER_PACKAGE}") from None
     resource = Resource.create({"service.name": "ketch"})
