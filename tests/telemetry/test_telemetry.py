@@ -195,6 +195,39 @@ async def test_a_multi_tool_run_with_a_nested_agent_is_one_span_tree(otel: Otel)
         assert not {k for k in (s.attributes or {}) if "messages" in k or "arguments" in k or "result" in k}
 
 
+async def test_a_nested_agent_in_a_tool_run_in_the_loop_task_nests_too(otel: Otel) -> None:
+    # A tool without a ToolContext, alone in its batch, runs in the loop's own task.
+    inner_model = ScriptedModel(["inner answer"], provider="openai", id="inner")
+
+    @tool
+    async def ask(question: str) -> str:
+        """Ask a helper.
+
+        Args:
+            question: The question.
+        """
+        inner = Agent(inner_model)
+        instrument(inner, tracer_provider=otel.tracer_provider, agent_name="helper")
+        return (await inner.prompt(question)).text
+
+    model = ScriptedModel([reply(tool_call("ask", {"question": "q"}, id="a1")), "outer"], provider="openai", id="outer")
+    agent = Agent(model, tools=[ask])
+    instrument(agent, tracer_provider=otel.tracer_provider, agent_name="main")
+    assert (await agent.prompt("go")).text == "outer"
+    assert otel.tree() == [
+        ("invoke_agent main", None),
+        ("chat outer", "invoke_agent main"),
+        ("execute_tool ask", "invoke_agent main"),
+        ("invoke_agent helper", "execute_tool ask"),
+        ("chat inner", "invoke_agent helper"),
+        ("chat outer", "invoke_agent main"),
+    ]
+    # The run's span is no longer current once the run is over.
+    from opentelemetry import trace
+
+    assert not trace.get_current_span().get_span_context().is_valid
+
+
 async def test_metrics_token_usage_and_operation_duration_per_call(otel: Otel) -> None:
     model = ScriptedModel(
         [reply("hi", usage=_usage(10, 3, cache_read=4))], provider="google", id="gemini-2.5-flash"

@@ -207,7 +207,7 @@ class _Proxy:
                 call = _call_decoder.decode(body)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise ProxyError(400, "invalid_request", f"Malformed proxy request: {exc}") from None
-            name, model = self.model(call.model)
+            _, model = self.model(call.model)
             self.check_budget(token)
         except ProxyError as exc:
             return _error(exc)
@@ -260,7 +260,6 @@ class _Proxy:
             await response.write_eof()
         except (ConnectionError, RuntimeError):
             pass
-        del name
         return response
 
     def _redacted(self, message: AssistantMessage) -> AssistantMessage:
