@@ -34,6 +34,7 @@ FACES = (
     "ketch.teams",
     "ketch.tasks",
     "ketch.subagents",
+    "ketch.telemetry",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

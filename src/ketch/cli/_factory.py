@@ -33,6 +33,7 @@ from ..llm._tokens import ContextUsage
 from ..loop import NextTurn, RunResult, Tool, TurnInfo
 from ..permissions import Approver, PermissionEngine
 from ._config import ConfigError, ProviderConfig, Settings
+from ._otel import attach as attach_telemetry
 from ._scripted import SCRIPT_ENV, load_scripted_model
 
 BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
@@ -475,6 +476,7 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
+    attach_telemetry(agent)  # --otel-endpoint
     from ._subagents import attach_subagents
 
     subagents = attach_subagents(agent, settings, environ)

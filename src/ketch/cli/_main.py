@@ -114,6 +114,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="headless output format"
     )
+    parser.add_argument(
+        "--otel-endpoint", metavar="URL", help="send OpenTelemetry traces and metrics to this OTLP/HTTP collector"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -327,6 +330,10 @@ def _run(args: argparse.Namespace) -> int:
             check_args(args)
         settings, root = _settings(args, ask=interactive)
         _check_model(settings, args.tool_choice)
+        if args.otel_endpoint is not None:
+            from ._otel import configure
+
+            configure(args.otel_endpoint)
     except ConfigError as exc:
         return _error(str(exc))
     if controlled:
@@ -382,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     finally:
         _end_tool_processes()
+        if "ketch.cli._otel" in sys.modules:
+            from ._otel import shutdown
+
+            shutdown()
 
 
 def _end_tool_processes() -> None:

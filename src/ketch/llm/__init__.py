@@ -63,6 +63,7 @@ from ._stream import (
 if TYPE_CHECKING:
     from ._fallback import FallbackModel
     from ._http import close_session
+    from ._providers.proxy import ProxyModel, proxy
     from ._registry import ModelInfo, register_model, register_provider
     from ._resolve import get_model, register_api
     from ._structured import parse_structured, response_format_for
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "FallbackModel": "._fallback",
     "close_session": "._http",
+    "ProxyModel": "._providers.proxy",
+    "proxy": "._providers.proxy",
     "ModelInfo": "._registry",
     "register_model": "._registry",
     "register_provider": "._registry",
@@ -106,6 +109,7 @@ __all__ = [
     "ModelError",
     "ModelInfo",
     "PreparesMessages",
+    "ProxyModel",
     "Request",
     "Retry",
     "SettableContextWindow",
@@ -142,6 +146,7 @@ __all__ = [
     "messages_to_json",
     "parse_partial_json",
     "parse_structured",
+    "proxy",
     "register_api",
     "register_model",
     "register_provider",
