@@ -1,0 +1,219 @@
+"""``ketch serve``: the HTTP/SSE server and web page (:mod:`ketch.server`) for the
+sessions of a directory, with agents built as ``ketch run`` builds them (model, tools,
+permission engine, sandbox, hooks, MCP servers and settings from the same files, flags
+and environment). A tool call that needs approval pauses the run; the page (or
+``POST /api/sessions/{id}/approvals``) decides it.
+
+The bearer token is ``--token``, else ``KETCH_SERVER_TOKEN``, else generated; a generated
+one is printed once, inside the page's URL (``http://127.0.0.1:8765/?token=…``: opening
+it sets an HttpOnly, SameSite=Strict cookie and redirects to ``/``). The server binds to
+127.0.0.1 unless ``--host`` says otherwise. SIGINT/SIGTERM stop it: runs are aborted and
+sessions closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..llm._model import THINKING_LEVELS
+from ..loop._events import AgentEvent
+from ..permissions import PERMISSION_MODES
+from ._args import OneLineParser, finite_non_negative, positive_int
+from ._config import TRUST_ENV, ConfigError, Settings
+from ._wire import encode_event, encode_line
+
+TOKEN_ENV = "KETCH_SERVER_TOKEN"
+DEFAULT_PORT = 8765
+EXIT_USAGE = 2
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def encode_wire(event: AgentEvent) -> bytes:
+    """An event's JSON as ``ketch run -o stream-json`` writes it (one line, no newline)."""
+    return bytes(encode_line(encode_event(event), bytearray())[:-1])
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="ketch serve",
+        description="Serve the sessions of this directory over HTTP (JSON + Server-Sent Events) with a web page.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    parser.add_argument("--token", help=f"the bearer token (default: {TOKEN_ENV}, else a generated one, printed once)")
+    parser.add_argument(
+        "--cors-origin", action="append", metavar="ORIGIN", help="allow browser calls from this origin (repeatable; default none)"
+    )
+    parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
+    parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
+    parser.add_argument("--max-turns", type=positive_int, help="stop a run after this many model calls")
+    parser.add_argument("--max-budget-usd", type=finite_non_negative, help="stop a run once it cost this much")
+    parser.add_argument("--max-tokens", type=positive_int, help="output token limit per model call")
+    parser.add_argument("--temperature", type=finite_non_negative, help="sampling temperature (0 is greedy)")
+    parser.add_argument("--system-prompt", help="replace the default system prompt")
+    parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
+    parser.add_argument("-C", "--cwd", help="working directory (the tools' root; its sessions are listed)")
+    parser.add_argument("--permission-mode", choices=(*PERMISSION_MODES, "accept-edits"), help="default | accept_edits | plan | bypass")
+    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
+    parser.add_argument("--trust-project", action="store_true", help=f"apply this project's settings that widen permissions; also {TRUST_ENV}=1")
+    parser.add_argument("--tool-choice", metavar="CHOICE", help="auto | required | none | <tool name>: the first model call of each run")
+    parser.add_argument("--no-compaction", action="store_true", help="no automatic context management")
+    parser.add_argument("--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's")
+    return parser
+
+
+def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
+    from ..server import Hosted
+    from ._factory import build_agent, build_model, mcp_manager
+    from ._sessions import use_recorded_model
+
+    async def factory(session: Any) -> Hosted:
+        own = copy.deepcopy(settings)
+        use_recorded_model(own, session)
+        mcp = mcp_manager(own, root)
+        built = build_agent(own, root, approver=None, tool_choice=tool_choice, session=session, no_approver="pause", mcp=mcp)
+        for line in await built.attach_mcp():
+            sys.stderr.write(f"ketch: warning: {line}\n")
+        await session.record_permission_mode(built.permissions.mode)
+        await built.session_start("resume" if session.messages else "startup")
+
+        async def prompt(text: str) -> Any:
+            built.arm()
+            return await built.prompt(text)
+
+        def set_model(spec: str) -> None:
+            try:
+                built.agent.model = build_model(spec, own)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+            own.model = spec
+            built.fit_context(own)
+
+        async def close() -> None:
+            try:
+                await built.session_end("other")
+            finally:
+                if mcp is not None:
+                    await mcp.aclose()
+
+        return Hosted(agent=built.agent, prompt=prompt, set_model=set_model, context=built.context, close=close)
+
+    return factory
+
+
+async def serve(
+    settings: Settings,
+    root: Path,
+    *,
+    host: str,
+    port: int,
+    token: str,
+    show_token: bool,
+    tool_choice: str | None = None,
+    cors_origins: Sequence[str] = (),
+) -> int:
+    """Run the server until SIGINT/SIGTERM; returns the exit code."""
+    from aiohttp import web
+
+    from ..server import create_app
+    from ._sessions import store
+
+    loopback = host in _LOOPBACK
+    app = create_app(
+        _factory(settings, root, tool_choice),
+        store=store(),
+        cwd=str(root),
+        token=token,
+        encode=encode_wire,
+        cors_origins=cors_origins,
+        loopback_only=loopback,
+    )
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        sys.stderr.write(f"ketch: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
+        return EXIT_USAGE
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+    if show_token:
+        sys.stderr.write(f"ketch: serving {root} on {url}\nketch: open {url}?token={token}  (the token is shown only this once)\n")
+    else:
+        sys.stderr.write(f"ketch: serving {root} on {url}  (token from --token or {TOKEN_ENV}; open {url}?token=<token>)\n")
+    if not loopback:
+        sys.stderr.write(f"ketch: warning: listening on {host}: other machines can reach this server (token required)\n")
+    sys.stderr.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0
+
+
+def serve_command(argv: Sequence[str]) -> int:
+    """Run ``ketch serve …``; returns the exit code."""
+    from ._main import _check_model, _clean_args, _settings
+
+    args = _parser().parse_args(argv)
+    _clean_args(args)
+    args.resume = None
+    args.continue_session = False
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    show = token is None
+    if token is not None and len(token) < 16:
+        sys.stderr.write("ketch: --token: expected at least 16 characters (or leave it out for a generated one)\n")
+        return EXIT_USAGE
+    try:
+        settings, root = _settings(args)
+        _check_model(settings, args.tool_choice)
+    except ConfigError as exc:
+        sys.stderr.write(f"ketch: {exc}\n")
+        return EXIT_USAGE
+    try:
+        return asyncio.run(
+            serve(
+                settings,
+                root,
+                host=args.host,
+                port=args.port,
+                token=token or secrets.token_urlsafe(24),
+                show_token=show,
+                tool_choice=args.tool_choice,
+                cors_origins=tuple(args.cors_origin or ()),
+            )
+        )
+    except KeyboardInterrupt:
+        return 130
