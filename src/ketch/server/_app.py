@@ -154,7 +154,7 @@ def _middlewares(token: str | None, cors_origins: Sequence[str], loopback_only: 
                 # the URL printed at start: GET / with ?token= sets the cookie and leaves the
                 # token out of the address bar
                 if request.method == "GET" and request.path == "/" and _same(query, token):
-                    response = web.HTTPSeeOther("/")
+                    response = web.Response(status=303, headers={"Location": "/"})
                     response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
                     return response
                 return _error(
