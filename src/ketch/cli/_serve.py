@@ -183,6 +183,16 @@ async def serve(
     return 0
 
 
+def _check_model_spec(settings: Settings) -> None:
+    """A model that cannot be built is a usage error now, not at the first session (the
+    embedded model is not loaded here: that takes seconds)."""
+    from ._factory import LOCAL_MODEL, build_model, choose_model
+
+    spec, _ = choose_model(settings)
+    if spec != LOCAL_MODEL and not spec.startswith("local:"):
+        build_model(spec, settings)
+
+
 def serve_command(argv: Sequence[str]) -> int:
     """Run ``ketch serve …``; returns the exit code."""
     from ._main import _check_model, _clean_args, _settings
@@ -199,6 +209,7 @@ def serve_command(argv: Sequence[str]) -> int:
     try:
         settings, root = _settings(args)
         _check_model(settings, args.tool_choice)
+        _check_model_spec(settings)
     except ConfigError as exc:
         sys.stderr.write(f"ketch: {exc}\n")
         return EXIT_USAGE
