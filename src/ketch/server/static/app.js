@@ -408,7 +408,8 @@ function start() {
   const wanted = /session=([0-9a-zA-Z_-]+)/.exec(location.hash);
   loadSessions()
     .then(() => (wanted ? openSession(wanted[1]) : null))
-    .catch((err) => showError(err.message));
+    .catch((err) => showError(err.message))
+    .finally(() => { document.body.dataset.ready = "1"; });
 }
 
 document.addEventListener("DOMContentLoaded", start);
