@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 from serverhelp import Gate, subscribe, types
 
-from ketch import Tool, tool
-from ketch.testing import reply, tool_call
+from ketch import Agent, Tool, ToolContext, tool
+from ketch.testing import ScriptedModel, reply, tool_call
 
 
 def _hello() -> list[Any]:
@@ -324,3 +325,47 @@ async def test_sessions_created_are_listed_and_survive_a_restart(servers: Any, t
         assert [m["content"][0]["text"] for m in state["messages"]] == ["remember me", "Hello there, friend."]
     finally:
         await again.close()
+
+
+class _SubagentEvent(msgspec.Struct, tag="subagent_event", tag_field="type"):
+    """The shape of ketch.subagents.SubagentEvent (type, path, event), for the wire test."""
+
+    path: str
+    event: Any
+
+
+def _subagent_tool() -> Tool:
+    @tool
+    async def subagent(task: str, ctx: ToolContext) -> str:  # type: ignore[type-arg]
+        """Run a helper agent on a task.
+
+        Args:
+            task: What to do.
+        """
+        inner = Agent(ScriptedModel(["inner answer"]))
+        reports: list[Any] = []
+        inner.subscribe(lambda event: reports.append(ctx.report(_SubagentEvent(path="main/helper#1", event=event))))
+        result = await inner.prompt(task)
+        for pending in reports:
+            await pending
+        return result.text
+
+    return subagent
+
+
+async def test_subagent_events_arrive_nested_and_slimmed_like_top_level_ones(servers: Any) -> None:
+    script = lambda: [reply(tool_call("subagent", {"task": "look around"}, id="s1")), "outer done"]  # noqa: E731
+    server = await servers(script, tools=lambda: [_subagent_tool()])
+    sid = await server.create()
+    stream = await subscribe(server, sid)
+    await server.call("POST", f"/api/sessions/{sid}/prompt", {"text": "delegate"})
+    frames = await stream.until_idle()
+    stream.close()
+    nested = [f["data"] for f in frames if f["data"]["type"] == "tool_execution_update"]
+    assert {n["partial"]["path"] for n in nested} == {"main/helper#1"}
+    inner = [n["partial"]["event"] for n in nested]
+    assert [e["type"] for e in inner][:2] == ["agent_start", "turn_start"]
+    assert inner[-1]["type"] == "agent_end" and set(inner[-1]) == {"type", "summary"}
+    deltas = [e["event"] for e in inner if e["type"] == "message_update" and e["event"]["type"] == "text_delta"]
+    assert "".join(d["delta"] for d in deltas) == "inner answer"
+    assert all(set(d) == {"type", "index", "delta"} for d in deltas)  # no partial message
