@@ -139,9 +139,13 @@ def test_provider_keys_never_appear_in_any_response(tmp_path: Path) -> None:
             status, body = _get(served.url + path)
             assert status == 200, path
             bodies.append(body)
+        transcript = json.loads(bodies[-1])["messages"]
         status, body = _get(f"{served.url}/api/sessions/{sid}/model", method="POST", body={"model": "openai:gpt-5-mini"})
+        assert (status, json.loads(body)) == (200, {"model": "openai:gpt-5-mini"})
         bodies.append(body)
-        transcript = json.loads(bodies[-2])["messages"]
+        status, body = _get(f"{served.url}/api/sessions/{sid}")
+        assert json.loads(body)["model"] == "openai:gpt-5-mini"
+        bodies.append(body)
         assert transcript[2]["role"] == "tool_result"  # the command ran; its environment had no keys
         for body in bodies:
             assert SECRET.encode() not in body
