@@ -29,7 +29,7 @@ async def test_every_route_needs_the_token(servers: Any, credentials: str) -> No
         "token in query": {},
     }[credentials]
     seen = []
-    for method, path, _ in ROUTES:
+    for method, path in ROUTES:
         url = server.url + _concrete(path)
         if credentials == "token in query" and path != "/":
             url += f"?token={TOKEN}"  # only GET / takes it, to set the page's cookie
@@ -43,7 +43,7 @@ async def test_every_route_needs_the_token(servers: Any, credentials: str) -> No
             "Bearer",
             {"error": "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)"},
         )
-        for method, path, _ in ROUTES
+        for method, path in ROUTES
         if not (credentials == "token in query" and path == "/")
     ]
     if credentials == "token in query":
@@ -64,7 +64,7 @@ async def test_the_openapi_document_lists_every_route(servers: Any) -> None:
     }
     documented = {(method, path) for path, ops in doc["paths"].items() for method in ops}
     assert registered == documented
-    assert registered == {(m.lower(), p) for m, p, _ in ROUTES}
+    assert registered == {(m.lower(), p) for m, p in ROUTES}
 
 
 async def test_the_printed_url_sets_an_http_only_cookie_and_drops_the_token_from_the_address(servers: Any) -> None:

@@ -380,7 +380,7 @@ _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:",
 }
 
-ROUTES: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]], ...] = (
+_TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]], ...] = (
     ("GET", "/", index),
     ("GET", "/static/{name}", static),
     ("GET", "/openapi.json", openapi),
@@ -395,7 +395,9 @@ ROUTES: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("POST", "/api/sessions/{id}/model", set_model),
     ("GET", "/api/sessions/{id}/events", events),
 )
-"""Every route of the server: method, path, handler."""
+
+ROUTES: tuple[tuple[str, str], ...] = tuple((method, path) for method, path, _ in _TABLE)
+"""Every route of the server: ``(method, path)``."""
 
 
 def create_app(
@@ -431,7 +433,7 @@ def create_app(
     hub = _Hub(store, factory, cwd, encode or _default_encode, buffer)
     app[_HUB] = hub
     app[_HEARTBEAT] = heartbeat
-    for method, path, handler in ROUTES:
+    for method, path, handler in _TABLE:
         app.router.add_route(method, path, handler)
     for prefix, sub in subapps:
         app.add_subapp(prefix, sub)
