@@ -35,6 +35,7 @@ FACES = (
     "ketch.tasks",
     "ketch.subagents",
     "ketch.telemetry",
+    "ketch.server",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

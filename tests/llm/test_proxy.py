@@ -1,4 +1,4 @@
-"""ketch.llm.proxy against the proxy sub-application (ketch.server._proxy) on loopback,
+"""ketch.llm.proxy against the proxy sub-application (ketch.server.proxy_app) on loopback,
 with scripted models as the upstream the server resolves."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ketch.llm import (
     complete,
     proxy,
 )
-from ketch.server._proxy import proxy_app
+from ketch.server import proxy_app
 from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply, thinking, tool_call
 
 SECRET = "sk-proxy-test-provider-key-0123456789"

@@ -84,3 +84,50 @@ async def test_without_the_flag_nothing_is_instrumented(tmp_path: Path) -> None:
     assert _otel._providers is None
     built = build_agent(Settings(), tmp_path, approver=None, model=ScriptedModel(["x"]), environ={})
     assert built.agent.config.middlewares == ()
+
+
+def test_a_run_sends_its_spans_and_metrics_to_the_otlp_endpoint(tmp_path: Path) -> None:
+    """A real OTLP/HTTP exchange with a collector on loopback: the command's spans and
+    metrics arrive as protobuf at /v1/traces and /v1/metrics when the command ends."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[tuple[str, str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, self.headers["Content-Type"], body))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        proc = _ketch(tmp_path, "--otel-endpoint", f"http://127.0.0.1:{server.server_address[1]}/")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "hello\n", "")
+    spans = []
+    metrics = []
+    for path, content_type, body in received:
+        assert content_type == "application/x-protobuf"
+        if path == "/v1/traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            spans += [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        else:
+            assert path == "/v1/metrics"
+            request_m = ExportMetricsServiceRequest.FromString(body)
+            metrics += [m.name for rm in request_m.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+    assert sorted(spans) == ["chat scripted-model", "invoke_agent ketch"]
+    assert sorted(metrics) == ["gen_ai.client.operation.duration", "gen_ai.client.token.usage"]

@@ -10,6 +10,7 @@
     ketch config                the effective settings and where they come from
     ketch sessions …            list, show, export and delete saved sessions
     ketch mcp …                 serve ketch over MCP; list, add and remove MCP servers
+    ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
 
 Every run is saved as a session (``--no-session``: not): ``--resume ID`` continues one,
 ``--continue`` the latest of the directory, ``ketch --resume`` picks one interactively.
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp")
+_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp", "serve")
 
 _EPILOG = """\
 commands:
@@ -54,6 +55,7 @@ commands:
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
   ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
 
 exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
@@ -467,6 +469,10 @@ def _dispatch(argv: list[str]) -> int:
         from ._mcp import mcp_command
 
         return mcp_command(argv[1:])
+    if command == "serve":
+        from ._serve import serve_command
+
+        return serve_command(argv[1:])
     args = _parser().parse_args(argv)
     return _run(args)
 

@@ -1,8 +1,8 @@
 """``--otel-endpoint URL``: the command's runs as OpenTelemetry traces and metrics, sent
 over OTLP/HTTP (protobuf) to ``URL/v1/traces`` and ``URL/v1/metrics``.
 
-Needs the ``otel`` extra and the OTLP exporter package
-(``opentelemetry-exporter-otlp-proto-http``); without them the flag is a usage error
+Needs the ``otel`` extra, which brings the OTLP exporter package
+(``opentelemetry-exporter-otlp-proto-http``); without it the flag is a usage error
 naming what to install. Nothing OpenTelemetry is imported unless the flag is given.
 """
 

@@ -2,7 +2,7 @@
 
 The client POSTs the request (msgspec JSON: the model's name, the
 :class:`~ketch.llm.Request` and the options a provider may see) to ``{url}/stream`` with
-``Authorization: Bearer <token>``. The server (:mod:`ketch.server._proxy`, mounted by
+``Authorization: Bearer <token>``. The server (:func:`ketch.server.proxy_app`, mounted by
 ``ketch serve`` at ``/proxy``) checks the token, the model allow-list and the token's
 budget, calls the real model with its own keys and streams the events back as
 Server-Sent Events of compact frames: the block events without the growing ``partial``

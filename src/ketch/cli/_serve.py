@@ -1,0 +1,315 @@
+"""``ketch serve``: the HTTP/SSE server and web page (:mod:`ketch.server`) for the
+sessions of a directory, with agents built as ``ketch run`` builds them (model, tools,
+permission engine, sandbox, hooks, MCP servers and settings from the same files, flags
+and environment). A tool call that needs approval pauses the run; the page (or
+``POST /api/sessions/{id}/approvals``) decides it.
+
+The bearer token is ``--token``, else ``KETCH_SERVER_TOKEN``, else generated; a generated
+one is printed once, inside the page's URL (``http://127.0.0.1:8765/?token=…``: opening
+it sets an HttpOnly, SameSite=Strict cookie and redirects to ``/``). The server binds to
+127.0.0.1 unless ``--host`` says otherwise. SIGINT/SIGTERM stop it: runs are aborted and
+sessions closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..llm._model import THINKING_LEVELS
+from ..loop import AgentEvent
+from ..permissions import PERMISSION_MODES
+from ._args import OneLineParser, finite_non_negative, positive_int
+from ._config import TRUST_ENV, ConfigError, Settings
+from ._wire import encode_event, encode_line
+
+TOKEN_ENV = "KETCH_SERVER_TOKEN"
+PROXY_TOKENS_ENV = "KETCH_PROXY_TOKENS"
+DEFAULT_PORT = 8765
+EXIT_USAGE = 2
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _kind(value: Any) -> Any:
+    """A struct's ``type``: its field, or its msgspec tag."""
+    kind = getattr(value, "type", None)
+    if kind is None:
+        config = getattr(type(value), "__struct_config__", None)
+        kind = getattr(config, "tag", None)
+    return kind
+
+
+def _slim_nested(event: AgentEvent) -> Any:
+    """``encode_event``, also applied to the inner event of a subagent's progress report
+    (``partial.type == "subagent_event"``), so nested streaming deltas do not carry their
+    partial message either."""
+    partial = getattr(event, "partial", None)
+    if event.type == "tool_execution_update" and _kind(partial) == "subagent_event":
+        inner = getattr(partial, "event", None)
+        if inner is not None and hasattr(inner, "type"):
+            return {
+                "type": "tool_execution_update",
+                "tool_call_id": event.tool_call_id,
+                "tool_name": event.tool_name,
+                "args": event.args,
+                "partial": {"type": "subagent_event", "path": getattr(partial, "path", ""), "event": _slim_nested(inner)},
+            }
+    return encode_event(event)
+
+
+def encode_wire(event: AgentEvent) -> bytes:
+    """An event's JSON as ``ketch run -o stream-json`` writes it (one line, no newline);
+    a subagent's events nested in ``tool_execution_update`` are slimmed the same way."""
+    return bytes(encode_line(_slim_nested(event), bytearray())[:-1])
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="ketch serve",
+        description="Serve the sessions of this directory over HTTP (JSON + Server-Sent Events) with a web page.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    parser.add_argument("--token", help=f"the bearer token (default: {TOKEN_ENV}, else a generated one, printed once)")
+    parser.add_argument(
+        "--cors-origin", action="append", metavar="ORIGIN", help="allow browser calls from this origin (repeatable; default none)"
+    )
+    parser.add_argument(
+        "--proxy-model",
+        action="append",
+        metavar="MODEL",
+        help=f"serve the model proxy at /proxy for this provider:model (repeatable; the allow-list); client tokens from {PROXY_TOKENS_ENV}",
+    )
+    parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
+    parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
+    parser.add_argument("--max-turns", type=positive_int, help="stop a run after this many model calls")
+    parser.add_argument("--max-budget-usd", type=finite_non_negative, help="stop a run once it cost this much")
+    parser.add_argument("--max-tokens", type=positive_int, help="output token limit per model call")
+    parser.add_argument("--temperature", type=finite_non_negative, help="sampling temperature (0 is greedy)")
+    parser.add_argument("--system-prompt", help="replace the default system prompt")
+    parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
+    parser.add_argument("-C", "--cwd", help="working directory (the tools' root; its sessions are listed)")
+    parser.add_argument("--permission-mode", choices=(*PERMISSION_MODES, "accept-edits"), help="default | accept_edits | plan | bypass")
+    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
+    parser.add_argument("--trust-project", action="store_true", help=f"apply this project's settings that widen permissions; also {TRUST_ENV}=1")
+    parser.add_argument("--tool-choice", metavar="CHOICE", help="auto | required | none | <tool name>: the first model call of each run")
+    parser.add_argument("--no-compaction", action="store_true", help="no automatic context management")
+    parser.add_argument("--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's")
+    return parser
+
+
+def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
+    from ..server import Hosted
+    from ._factory import build_agent, build_model, mcp_manager
+    from ._sessions import use_recorded_model
+
+    async def factory(session: Any) -> Hosted:
+        own = copy.deepcopy(settings)
+        use_recorded_model(own, session)
+        mcp = mcp_manager(own, root)
+        built = build_agent(own, root, approver=None, tool_choice=tool_choice, session=session, no_approver="pause", mcp=mcp)
+        for line in await built.attach_mcp():
+            sys.stderr.write(f"ketch: warning: {line}\n")
+        await session.record_permission_mode(built.permissions.mode)
+        await built.session_start("resume" if session.messages else "startup")
+
+        async def prompt(text: str) -> Any:
+            built.arm()
+            return await built.prompt(text)
+
+        def set_model(spec: str) -> None:
+            try:
+                built.agent.model = build_model(spec, own)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+            own.model = spec
+            built.fit_context(own)
+
+        async def close() -> None:
+            try:
+                await built.session_end("other")
+            finally:
+                if mcp is not None:
+                    await mcp.aclose()
+
+        return Hosted(agent=built.agent, prompt=prompt, set_model=set_model, context=built.context, close=close)
+
+    return factory
+
+
+async def serve(
+    settings: Settings,
+    root: Path,
+    *,
+    host: str,
+    port: int,
+    token: str,
+    show_token: bool,
+    tool_choice: str | None = None,
+    cors_origins: Sequence[str] = (),
+    proxy_models: Sequence[str] = (),
+    proxy_tokens: dict[str, float | None] | None = None,
+) -> int:
+    """Run the server until SIGINT/SIGTERM; returns the exit code. ``proxy_models`` and
+    ``proxy_tokens``: the model proxy at ``/proxy`` (its allow-list and client budgets)."""
+    from aiohttp import web
+
+    from ..server import create_app
+    from ._sessions import store
+
+    loopback = host in _LOOPBACK
+    subapps = []
+    if proxy_models:
+        from ..server import proxy_app
+        from ._factory import build_model
+
+        subapps.append(
+            ("/proxy", proxy_app(models=proxy_models, budgets=proxy_tokens or {}, resolve=lambda name: build_model(name, settings), secrets=[token]))
+        )
+    app = create_app(
+        _factory(settings, root, tool_choice),
+        store=store(),
+        cwd=str(root),
+        token=token,
+        encode=encode_wire,
+        cors_origins=cors_origins,
+        loopback_only=loopback,
+        subapps=subapps,
+    )
+    # a client that goes away cancels its handler: the proxy then closes the upstream call
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        sys.stderr.write(f"ketch: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
+        return EXIT_USAGE
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+    if show_token:
+        sys.stderr.write(f"ketch: serving {root} on {url}\nketch: open {url}?token={token}  (the token is shown only this once)\n")
+    else:
+        sys.stderr.write(f"ketch: serving {root} on {url}  (token from --token or {TOKEN_ENV}; open {url}?token=<token>)\n")
+    if not loopback:
+        sys.stderr.write(f"ketch: warning: listening on {host}: other machines can reach this server (token required)\n")
+    sys.stderr.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0
+
+
+def proxy_budgets(text: str | None) -> dict[str, float | None]:
+    """The proxy's client tokens from ``KETCH_PROXY_TOKENS``: comma-separated ``token`` (no
+    limit) or ``token=usd`` (its budget in US dollars). Raises :class:`ConfigError`
+    naming the bad entry by position (never the token)."""
+    import math
+
+    budgets: dict[str, float | None] = {}
+    entries = [entry.strip() for entry in (text or "").split(",") if entry.strip()]
+    if not entries:
+        raise ConfigError(f"--proxy-model: set {PROXY_TOKENS_ENV} to the client tokens (comma-separated token or token=usd)")
+    for number, entry in enumerate(entries, 1):
+        token, has_budget, budget = entry.partition("=")
+        token = token.strip()
+        if len(token) < 16:
+            raise ConfigError(f"{PROXY_TOKENS_ENV}: token {number} has {len(token)} characters; expected at least 16")
+        if has_budget:
+            try:
+                usd = float(budget)
+            except ValueError:
+                usd = -1.0
+            if not math.isfinite(usd) or usd < 0:
+                raise ConfigError(f"{PROXY_TOKENS_ENV}: token {number}'s budget {budget.strip()!r} is not a non-negative number of US dollars")
+            budgets[token] = usd
+        else:
+            budgets[token] = None
+    return budgets
+
+
+def _check_model_spec(settings: Settings) -> None:
+    """A model that cannot be built is a usage error now, not at the first session (the
+    embedded model is not loaded here: that takes seconds)."""
+    from ._factory import LOCAL_MODEL, build_model, choose_model
+
+    spec, _ = choose_model(settings)
+    if spec != LOCAL_MODEL and not spec.startswith("local:"):
+        build_model(spec, settings)
+
+
+def serve_command(argv: Sequence[str]) -> int:
+    """Run ``ketch serve …``; returns the exit code."""
+    from ._main import _check_model, _clean_args, _settings
+
+    args = _parser().parse_args(argv)
+    _clean_args(args)
+    args.resume = None
+    args.continue_session = False
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    show = token is None
+    if token is not None and len(token) < 16:
+        sys.stderr.write("ketch: --token: expected at least 16 characters (or leave it out for a generated one)\n")
+        return EXIT_USAGE
+    try:
+        settings, root = _settings(args)
+        _check_model(settings, args.tool_choice)
+        _check_model_spec(settings)
+        proxy_models = tuple(args.proxy_model or ())
+        proxy_tokens = proxy_budgets(os.environ.get(PROXY_TOKENS_ENV)) if proxy_models else None
+        if proxy_models:
+            from ._factory import build_model
+
+            for name in proxy_models:
+                build_model(name, settings)
+    except ConfigError as exc:
+        sys.stderr.write(f"ketch: {exc}\n")
+        return EXIT_USAGE
+    try:
+        return asyncio.run(
+            serve(
+                settings,
+                root,
+                host=args.host,
+                port=args.port,
+                token=token or secrets.token_urlsafe(24),
+                show_token=show,
+                tool_choice=args.tool_choice,
+                cors_origins=tuple(args.cors_origin or ()),
+                proxy_models=proxy_models,
+                proxy_tokens=proxy_tokens,
+            )
+        )
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,449 @@
+"""The aiohttp application: routes, authentication, limits, CORS, the SSE stream."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from ketch import AgentEvent, approve, deny
+from ketch.sessions import Session, SessionLockedError, SessionNotFoundError, SessionStore, export_json
+
+from ._live import BadRequest, Conflict, Hosted, LiveSession
+from ._openapi import openapi_document
+
+log = logging.getLogger("ketch.server")
+
+AgentFactory = Callable[[Session], Awaitable[Any]]
+"""``async def factory(session) -> Agent | Hosted``: the agent for a session the server
+opens (attach the session: ``Agent(..., session=session)``)."""
+
+TOKEN_COOKIE = "ketch_token"
+MAX_BODY = 1024 * 1024
+MAX_TEXT = 256 * 1024
+STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
+_LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+_HUB: web.AppKey[_Hub] = web.AppKey("ketch_hub")
+_HEARTBEAT: web.AppKey[float] = web.AppKey("ketch_heartbeat")
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+def _default_encode(event: AgentEvent) -> bytes:
+    return msgspec.json.encode(event, enc_hook=str)
+
+
+class _Hub:
+    """The server's open sessions."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        factory: AgentFactory,
+        cwd: str,
+        encode: Callable[[AgentEvent], bytes],
+        buffer: int,
+    ) -> None:
+        self.store = store
+        self.factory = factory
+        self.cwd = cwd
+        self.encode = encode
+        self.buffer = buffer
+        self.live: dict[str, LiveSession] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+
+    async def _host(self, session: Session) -> LiveSession:
+        try:
+            made = await self.factory(session)
+        except BaseException:
+            await session.close()
+            raise
+        hosted = made if isinstance(made, Hosted) else Hosted(agent=made)
+        live = LiveSession(session, hosted, self.encode, buffer=self.buffer)
+        self.live[session.id] = live
+        return live
+
+    async def create(self) -> LiveSession:
+        session = await Session.create(self.store, cwd=self.cwd)
+        return await self._host(session)
+
+    async def get(self, session_id: str) -> LiveSession:
+        """The open session ``session_id``, opened now if need be."""
+        live = self.live.get(session_id)
+        if live is not None:
+            return live
+        lock = self._opening.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            live = self.live.get(session_id)
+            if live is None:
+                session = await Session.open(self.store, session_id)
+                live = await self._host(session)
+        return live
+
+    async def close(self) -> None:
+        for live in list(self.live.values()):
+            try:
+                await live.close()
+            except Exception:
+                log.exception("closing session %s failed", live.session.id)
+        self.live.clear()
+
+
+def _auth_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.cookies.get(TOKEN_COOKIE)
+
+
+def _same(given: str | None, token: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _middlewares(token: str | None, cors_origins: Sequence[str], loopback_only: bool, own_auth: Sequence[str] = ()) -> list[Any]:
+    origins = set(cors_origins)
+    # mounted sub-applications that check their own tokens (the model proxy's client tokens)
+    own = tuple(prefix.rstrip("/") + "/" for prefix in own_auth)
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            text = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
+            response = _error(exc.status, text or exc.reason)
+        if origins and request.headers.get("Origin") in origins and not response.prepared:
+            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
+            response.headers["Vary"] = "Origin"
+        return response
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        if loopback_only:
+            host = (request.host or "").rsplit(":", 1)[0] if not (request.host or "").startswith("[") else (request.host or "").split("]")[0] + "]"
+            if host not in _LOOPBACK_NAMES:
+                return _error(421, f"Host {request.host!r} is not this server's loopback address")
+        if request.method == "OPTIONS" and origins:
+            origin = request.headers.get("Origin")
+            if origin not in origins:
+                return _error(403, f"origin {origin!r} is not allowed (CORS)")
+            return web.Response(
+                status=204,
+                headers={
+                    "Access-Control-Allow-Origin": origin,
+                    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                    "Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID",
+                    "Access-Control-Max-Age": "600",
+                    "Vary": "Origin",
+                },
+            )
+        if token is not None and not request.path.startswith(own):
+            given = _auth_token(request)
+            if not _same(given, token):
+                query = request.query.get("token")
+                # the URL printed at start: GET / with ?token= sets the cookie and leaves the
+                # token out of the address bar
+                if request.method == "GET" and request.path == "/" and _same(query, token):
+                    response = web.Response(status=303, headers={"Location": "/"})
+                    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+                    return response
+                return _error(
+                    401,
+                    "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
+        answer: web.StreamResponse = await handler(request)
+        return answer
+
+    return [errors, guard]
+
+
+async def _body(request: web.Request, *required: str) -> dict[str, Any]:
+    raw = await request.read()  # aiohttp answers 413 past client_max_size
+    if not raw:
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise web.HTTPBadRequest(text="the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise web.HTTPBadRequest(text="the body must be a JSON object")
+    for name in required:
+        value = data.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise web.HTTPBadRequest(text=f"{name!r}: expected a non-empty string")
+        if len(value) > MAX_TEXT:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_TEXT, actual_size=len(value), text=f"{name!r} is longer than {MAX_TEXT} characters")
+    return data
+
+
+def _hub(request: web.Request) -> _Hub:
+    return request.app[_HUB]
+
+
+async def _live(request: web.Request) -> LiveSession:
+    session_id = request.match_info["id"]
+    try:
+        return await _hub(request).get(session_id)
+    except SessionNotFoundError:
+        raise web.HTTPNotFound(text=f"no session {session_id!r}") from None
+    except SessionLockedError as exc:
+        raise web.HTTPConflict(text=str(exc)) from None
+
+
+def _command(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except Conflict as exc:
+            return _error(409, str(exc))
+        except BadRequest as exc:
+            return _error(400, str(exc))
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+# -- handlers ---------------------------------------------------------------------------------
+async def list_sessions(request: web.Request) -> web.Response:
+    hub = _hub(request)
+    everywhere = request.query.get("all") in ("1", "true")
+    try:
+        limit = max(1, min(200, int(request.query.get("limit", "50"))))
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"limit {request.query.get('limit')!r}: expected an integer 1-200") from None
+    page = await hub.store.list(cwd=None if everywhere else hub.cwd, limit=limit, cursor=request.query.get("cursor"))
+    sessions = []
+    for info in page.sessions:
+        item = msgspec.to_builtins(info)
+        live = hub.live.get(info.id)
+        item["running"] = live is not None and live.running
+        sessions.append(item)
+    return web.json_response({"sessions": sessions, "next_cursor": page.next_cursor})
+
+
+@_command
+async def create_session(request: web.Request) -> web.Response:
+    data = await _body(request)
+    live = await _hub(request).create()
+    model = data.get("model")
+    if isinstance(model, str) and model.strip():
+        await live.set_model(model.strip())
+    return web.json_response(await live.state(), status=201)
+
+
+async def get_session(request: web.Request) -> web.Response:
+    hub = _hub(request)
+    session_id = request.match_info["id"]
+    try:
+        live = await hub.get(session_id)
+    except SessionNotFoundError:
+        raise web.HTTPNotFound(text=f"no session {session_id!r}") from None
+    except SessionLockedError as exc:  # open in another process: a read-only view
+        entries = await hub.store.load(session_id)
+        doc = json.loads(export_json(entries, session_id=session_id))
+        return web.json_response(
+            {"id": session_id, "title": doc["title"], "cwd": doc["cwd"], "messages": doc["messages"], "writable": False, "error": str(exc)}
+        )
+    return web.json_response(await live.state())
+
+
+@_command
+async def prompt(request: web.Request) -> web.Response:
+    data = await _body(request, "text")
+    live = await _live(request)
+    live.prompt(data["text"])
+    return web.json_response({"accepted": True, "last_event_id": live.last_event_id}, status=202)
+
+
+@_command
+async def steer(request: web.Request) -> web.Response:
+    data = await _body(request, "text")
+    live = await _live(request)
+    live.steer(data["text"])
+    return web.json_response({"accepted": True}, status=202)
+
+
+@_command
+async def follow_up(request: web.Request) -> web.Response:
+    data = await _body(request, "text")
+    live = await _live(request)
+    live.follow_up(data["text"])
+    return web.json_response({"accepted": True}, status=202)
+
+
+@_command
+async def abort(request: web.Request) -> web.Response:
+    await _body(request)
+    live = await _live(request)
+    live.abort()
+    return web.json_response({"accepted": True}, status=202)
+
+
+@_command
+async def approvals(request: web.Request) -> web.Response:
+    data = await _body(request)
+    raw = data.get("decisions")
+    if not isinstance(raw, dict) or not raw:
+        raise BadRequest('"decisions": expected an object {"<tool_call_id>": {"decision": "approve"|"deny", "reason": "..."}}')
+    decisions: dict[str, Any] = {}
+    for call_id, value in raw.items():
+        kind = value.get("decision") if isinstance(value, dict) else value
+        reason = value.get("reason") if isinstance(value, dict) else None
+        if kind == "approve":
+            decisions[call_id] = approve()
+        elif kind == "deny":
+            decisions[call_id] = deny(reason if isinstance(reason, str) and reason.strip() else None)
+        else:
+            raise BadRequest(f"decision for {call_id!r}: expected 'approve' or 'deny', got {kind!r}")
+    live = await _live(request)
+    left = live.decide(decisions)
+    return web.json_response({"accepted": True, "undecided": left, "resumed": not left}, status=202)
+
+
+@_command
+async def set_model(request: web.Request) -> web.Response:
+    data = await _body(request, "model")
+    live = await _live(request)
+    model = await live.set_model(data["model"].strip())
+    return web.json_response({"model": model})
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    live = await _live(request)
+    heartbeat: float = request.app[_HEARTBEAT]
+    last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    queue = live.subscribe(last)  # before the headers go out: a client that has them is subscribed
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    try:
+        await response.prepare(request)
+        while True:
+            try:
+                frame = await asyncio.wait_for(queue.get(), heartbeat)
+            except TimeoutError:
+                await response.write(b": ping\n\n")
+                continue
+            closed = not frame
+            chunk = [frame]
+            while not closed and not queue.empty():  # what queued meanwhile goes out in one write
+                more = queue.get_nowait()
+                closed = not more
+                chunk.append(more)
+            await response.write(b"".join(chunk))
+            if closed:
+                break
+    except (ConnectionResetError, ConnectionError):
+        pass  # the client went away; the run goes on
+    finally:
+        live.unsubscribe(queue)
+    return response
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def _static(name: str) -> bytes:
+    return resources.files("ketch.server").joinpath("static", name).read_bytes()
+
+
+async def index(request: web.Request) -> web.Response:
+    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8", headers=_PAGE_HEADERS)
+
+
+async def static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    kind = STATIC_FILES.get(name)
+    if kind is None or name == "index.html":
+        raise web.HTTPNotFound(text=f"no static file {name!r}")
+    return web.Response(body=_static(name), content_type=kind, charset="utf-8", headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:",
+}
+
+_TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]], ...] = (
+    ("GET", "/", index),
+    ("GET", "/static/{name}", static),
+    ("GET", "/openapi.json", openapi),
+    ("GET", "/api/sessions", list_sessions),
+    ("POST", "/api/sessions", create_session),
+    ("GET", "/api/sessions/{id}", get_session),
+    ("POST", "/api/sessions/{id}/prompt", prompt),
+    ("POST", "/api/sessions/{id}/steer", steer),
+    ("POST", "/api/sessions/{id}/follow_up", follow_up),
+    ("POST", "/api/sessions/{id}/abort", abort),
+    ("POST", "/api/sessions/{id}/approvals", approvals),
+    ("POST", "/api/sessions/{id}/model", set_model),
+    ("GET", "/api/sessions/{id}/events", events),
+)
+
+ROUTES: tuple[tuple[str, str], ...] = tuple((method, path) for method, path, _ in _TABLE)
+"""Every route of the server: ``(method, path)``."""
+
+
+def create_app(
+    factory: AgentFactory,
+    *,
+    store: SessionStore,
+    cwd: str,
+    token: str | None,
+    encode: Callable[[AgentEvent], bytes] | None = None,
+    cors_origins: Sequence[str] = (),
+    loopback_only: bool = True,
+    max_body: int = MAX_BODY,
+    buffer: int = 2000,
+    heartbeat: float = 15.0,
+    subapps: Sequence[tuple[str, web.Application]] = (),
+) -> web.Application:
+    """The server as an aiohttp application.
+
+    ``factory(session)`` builds the agent of each session the server opens (``Agent`` or
+    :class:`Hosted`); sessions live in ``store`` and new ones are created for ``cwd``
+    (which the list shows). ``token``: the bearer token every route needs (``None``
+    turns authentication off: only for tests and trusted setups). ``encode`` turns an
+    event into its JSON bytes (``ketch serve`` passes the stream-json encoder of ``ketch
+    run``; default: the event as msgspec encodes it). ``cors_origins``: origins allowed
+    to call the API from a browser (default none). ``loopback_only``: refuse requests
+    whose ``Host`` is not a loopback name (DNS rebinding). ``max_body``: request size
+    limit in bytes (413 past it). ``buffer``: events kept per session for
+    ``Last-Event-ID`` resumption. ``heartbeat``: seconds between SSE comments on an idle
+    stream. ``subapps``: ``(prefix, app)`` pairs mounted under the server's Host and CORS
+    checks that authenticate their own requests (the model proxy checks its client tokens,
+    which are not the server's token); an app that cannot do that does not belong here.
+    Closing the application aborts the runs and closes the sessions.
+    """
+    app = web.Application(client_max_size=max_body, middlewares=_middlewares(token, cors_origins, loopback_only, [prefix for prefix, _ in subapps]))
+    hub = _Hub(store, factory, cwd, encode or _default_encode, buffer)
+    app[_HUB] = hub
+    app[_HEARTBEAT] = heartbeat
+    for method, path, handler in _TABLE:
+        app.router.add_route(method, path, handler)
+    for prefix, sub in subapps:
+        app.add_subapp(prefix, sub)
+
+    async def shutdown(app: web.Application) -> None:
+        await hub.close()
+
+    app.on_shutdown.append(shutdown)
+    return app

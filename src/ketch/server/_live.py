@@ -1,0 +1,321 @@
+"""One open session on the server: its agent, its run, its event buffer and subscribers.
+
+Every agent event is encoded once into an SSE frame (``id: <epoch>.<seq>``, ``data:
+<json>``) that all subscribers share. The last ``buffer`` frames are kept so a client
+that reconnects with ``Last-Event-ID`` gets what it missed; an id the buffer no longer
+covers (or one from before a server restart, another epoch) gets a ``reset`` frame:
+reload the session and subscribe again. A subscriber whose queue grows past
+``queue_limit`` frames (a client that stopped reading) is dropped; it may reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ketch import Agent, AgentEvent, RunResult, RunState, message_to_dict
+
+log = logging.getLogger("ketch.server")
+
+
+@dataclass(slots=True)
+class Hosted:
+    """What a server's agent factory returns for a session: the agent and, optionally,
+    how the host runs a prompt (hooks), switches the model, measures the context and
+    cleans up. Fields left None use the agent directly."""
+
+    agent: Agent[Any]
+    prompt: Callable[[str], Awaitable[RunResult]] | None = None
+    """Run a prompt (default ``agent.prompt``)."""
+    set_model: Callable[[str], Any] | None = None
+    """Switch to the model ``provider:id`` (default: ``agent.model = spec``); raise
+    ``ValueError`` (or any exception) with a one-line message for a bad spec."""
+    context: Callable[[], Any] | None = None
+    """The context usage (``tokens``, ``window``; default ``agent.context_usage()``)."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """Called once when the server closes the session."""
+
+
+class Conflict(Exception):
+    """A command the session's state does not allow now (HTTP 409)."""
+
+
+class BadRequest(Exception):
+    """A command with a bad value (HTTP 400)."""
+
+
+_CLOSED = b""
+
+
+def _frame(event_id: str, data: bytes, event: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" + (f"event: {event}\n" if event else "")
+    return head.encode() + b"data: " + data + b"\n\n"
+
+
+class LiveSession:
+    """A session the server has open (holds the store's write lock until closed)."""
+
+    def __init__(
+        self,
+        session: Any,
+        hosted: Hosted,
+        encode: Callable[[AgentEvent], bytes],
+        *,
+        buffer: int = 2000,
+        queue_limit: int = 10000,
+    ) -> None:
+        self.session = session
+        self.hosted = hosted
+        self.agent = hosted.agent
+        self.epoch = secrets.token_hex(4)
+        self._encode = encode
+        self._seq = 0
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer)
+        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._queue_limit = queue_limit
+        self.task: asyncio.Task[None] | None = None
+        self.decisions: dict[str, Any] = {}
+        self.last_end: dict[str, Any] | None = None
+        self._unsubscribe = self.agent.subscribe(self._on_event)
+
+    # -- events --------------------------------------------------------------------------------
+    @property
+    def last_event_id(self) -> str:
+        """The id of the latest event (``<epoch>.<seq>``)."""
+        return f"{self.epoch}.{self._seq}"
+
+    def _on_event(self, event: AgentEvent) -> None:
+        try:
+            data = self._encode(event)
+        except Exception:  # never break the run over an event that cannot be encoded
+            log.exception("cannot encode a %s event", event.type)
+            return
+        self.publish(data)
+
+    def publish(self, data: bytes, event: str | None = None) -> None:
+        """Send one JSON payload to every subscriber (and keep it in the buffer)."""
+        self._seq += 1
+        frame = _frame(f"{self.epoch}.{self._seq}", data, event)
+        self._buffer.append((self._seq, frame))
+        for queue in list(self._subscribers):
+            if queue.qsize() >= self._queue_limit:
+                self._drop(queue)
+            else:
+                queue.put_nowait(frame)
+
+    def publish_json(self, obj: Any, event: str | None = None) -> None:
+        """:meth:`publish` of a plain JSON object."""
+        self.publish(msgspec.json.encode(obj), event)
+
+    def _drop(self, queue: asyncio.Queue[bytes]) -> None:
+        self._subscribers.discard(queue)
+        queue.put_nowait(_CLOSED)
+
+    def subscribe(self, last_event_id: str | None) -> asyncio.Queue[bytes]:
+        """A queue of frames from now on, starting with the frames after
+        ``last_event_id`` (or a ``reset`` frame when the buffer no longer has them)."""
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        if last_event_id:
+            epoch, _, seq_text = last_event_id.strip().partition(".")
+            try:
+                seq = int(seq_text)
+            except ValueError:
+                seq = -1
+            oldest = self._buffer[0][0] if self._buffer else self._seq + 1
+            if epoch != self.epoch or seq < oldest - 1 or seq > self._seq:
+                reset = msgspec.json.encode({"type": "reset", "last_event_id": self.last_event_id})
+                queue.put_nowait(_frame(self.last_event_id, reset, "reset"))
+            else:
+                for number, frame in self._buffer:
+                    if number > seq:
+                        queue.put_nowait(frame)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[bytes]) -> None:
+        """Stop sending to ``queue``."""
+        self._subscribers.discard(queue)
+
+    @property
+    def subscriber_count(self) -> int:
+        """How many clients are subscribed."""
+        return len(self._subscribers)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Whether a run (prompt or resume) is in progress."""
+        return self.task is not None
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The calls a paused run waits on, with the decisions given so far."""
+        state: RunState | None = self.session.pending_state
+        if state is None or self.running:
+            return []
+        return [
+            {
+                "tool_call_id": p.tool_call_id,
+                "tool_name": p.tool_name,
+                "args": dict(p.args),
+                "reason": p.reason or "",
+                "decided": p.tool_call_id in self.decisions,
+            }
+            for p in state.awaiting
+        ]
+
+    def context(self) -> dict[str, int]:
+        """Tokens in the context and the window."""
+        measure = self.hosted.context or self.agent.context_usage
+        usage = measure()
+        return {"tokens": int(usage.tokens), "window": int(usage.window)}
+
+    async def state(self, *, messages: bool = True) -> dict[str, Any]:
+        """The session as the API returns it (``messages``: with the transcript)."""
+        info = await self.session.info()
+        model = self.agent.model
+        out: dict[str, Any] = {
+            "id": self.session.id,
+            "title": info.title,
+            "cwd": self.session.cwd,
+            "model": f"{model.provider}:{model.id}",
+            "thinking": self.agent.thinking,
+            "running": self.running,
+            "phase": self.agent.phase.kind,
+            "pending_approvals": self.pending(),
+            "context": self.context(),
+            "cost": info.cost,
+            "last_end": self.last_end,
+            "writable": True,
+            "last_event_id": self.last_event_id,
+        }
+        if messages:
+            out["messages"] = [message_to_dict(m) for m in self.agent.messages]
+        return out
+
+    async def push_state(self) -> None:
+        """Publish a ``session_state`` event (no transcript)."""
+        try:
+            state = await self.state(messages=False)
+        except Exception:
+            log.exception("cannot read the state of session %s", self.session.id)
+            return
+        state["type"] = "session_state"
+        self.publish_json(state)
+
+    # -- commands ------------------------------------------------------------------------------
+    def _check_idle(self) -> None:
+        if self.running:
+            raise Conflict(
+                f"session {self.session.id} is running; steer it (POST .../steer), queue a follow-up "
+                "(POST .../follow_up) or abort it (POST .../abort) first"
+            )
+        waiting = self.pending()
+        if waiting:
+            calls = ", ".join(f"{p['tool_call_id']} ({p['tool_name']})" for p in waiting)
+            raise Conflict(
+                f"session {self.session.id} is paused for approval of {calls}: "
+                "approve or deny them (POST .../approvals) first"
+            )
+
+    def _start(self, make: Callable[[], Awaitable[RunResult]]) -> None:
+        self.task = asyncio.create_task(self._drive(make), name=f"ketch-server-run-{self.session.id}")
+
+    async def _drive(self, make: Callable[[], Awaitable[RunResult]]) -> None:
+        try:
+            result = await make()
+            self.last_end = {"end_reason": result.end_reason, "error": result.summary.error}
+        except asyncio.CancelledError:
+            self.last_end = {"end_reason": "aborted", "error": "the server stopped"}
+            raise
+        except Exception as exc:  # a factory or resume error: reported, the session stays usable
+            message = str(exc) or type(exc).__name__
+            self.last_end = {"end_reason": "error", "error": message}
+            self.publish_json({"type": "run_error", "error": message})
+        finally:
+            self.task = None
+            self.decisions = {}
+            await self.push_state()
+
+    def prompt(self, text: str) -> None:
+        """Start a run on ``text`` (:class:`Conflict` while running or paused)."""
+        self._check_idle()
+        run = self.hosted.prompt or self.agent.prompt
+        self._start(lambda: run(text))
+
+    def steer(self, text: str) -> None:
+        """Queue ``text`` for the running agent's next turn."""
+        if not self.running:
+            raise Conflict(f"session {self.session.id} is not running: send a prompt (POST .../prompt) instead")
+        self.agent.steer(text)
+
+    def follow_up(self, text: str) -> None:
+        """Queue ``text`` to run when the running agent would stop."""
+        if not self.running:
+            raise Conflict(f"session {self.session.id} is not running: send a prompt (POST .../prompt) instead")
+        self.agent.follow_up(text)
+
+    def abort(self) -> None:
+        """Abort the run."""
+        if not self.running:
+            raise Conflict(f"session {self.session.id} is not running: nothing to abort")
+        self.agent.abort()
+
+    def decide(self, decisions: dict[str, Any]) -> list[str]:
+        """Record decisions (``ketch.approve()``/``deny()`` per call id); once every
+        waiting call has one, resume the run. Returns the ids still undecided."""
+        if self.running:
+            raise Conflict(f"session {self.session.id} is running; it waits on no approval")
+        state: RunState | None = self.session.pending_state
+        if state is None:
+            raise Conflict(f"session {self.session.id} is not paused for approval")
+        waiting = [p.tool_call_id for p in state.awaiting]
+        for call_id in decisions:
+            if call_id not in waiting:
+                raise BadRequest(f"no waiting call {call_id!r}; the run waits on {', '.join(waiting)}")
+        self.decisions.update(decisions)
+        left = [c for c in waiting if c not in self.decisions]
+        if not left:
+            chosen = dict(self.decisions)
+            self._start(lambda: self.agent.resume(state, decisions=chosen))
+        return left
+
+    async def set_model(self, spec: str) -> str:
+        """Switch the model (:class:`Conflict` while running)."""
+        if self.running:
+            raise Conflict(f"session {self.session.id} is running: change the model when it is idle")
+        try:
+            if self.hosted.set_model is not None:
+                out = self.hosted.set_model(spec)
+                if asyncio.iscoroutine(out):
+                    await out
+            else:
+                self.agent.model = spec
+        except Exception as exc:
+            raise BadRequest(f"model {spec!r}: {str(exc) or type(exc).__name__}") from None
+        model = self.agent.model
+        await self.push_state()
+        return f"{model.provider}:{model.id}"
+
+    async def close(self) -> None:
+        """Abort a run, wait for it, stop the subscribers and close the session."""
+        if self.task is not None:
+            self.agent.abort()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), 10)
+            except Exception:
+                self.task.cancel()
+        for queue in list(self._subscribers):
+            self._drop(queue)
+        self._unsubscribe()
+        try:
+            if self.hosted.close is not None:
+                await self.hosted.close()
+        finally:
+            await self.session.close()
