@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp")
+_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp", "worker")
 
 _EPILOG = """\
 commands:
@@ -54,6 +54,7 @@ commands:
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
   ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
 
 exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
@@ -436,6 +437,10 @@ def _dispatch(argv: list[str]) -> int:
         from ._mcp import mcp_command
 
         return mcp_command(argv[1:])
+    if command == "worker":
+        from ._worker import worker_command
+
+        return worker_command(argv[1:])
     args = _parser().parse_args(argv)
     return _run(args)
 

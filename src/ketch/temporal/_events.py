@@ -105,7 +105,7 @@ class EventHub:
                 run.seq = seq
             event = item["event"]
             run.events.append(event)
-            if event.get("type") == "agent_end":
+            if event.get("type") == "agent_end" and event["summary"]["end_reason"] != "approval_required":
                 run.done = True
         run.changed.set()
         run.changed = asyncio.Event()

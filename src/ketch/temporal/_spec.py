@@ -145,6 +145,11 @@ class DurableAgent:
         self.model_name = model if isinstance(model, str) else f"{model.provider}:{model.id}"
         self.tools: list[Tool] = list(tools)
         self.deps = deps
+        from . import _pure
+
+        for t in self.tools:
+            if t.name in pure:
+                _pure.register(name, t)
         self.spec = AgentSpec(
             name=name,
             model=self.model_name,

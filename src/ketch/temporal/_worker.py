@@ -34,7 +34,6 @@ from ..llm import (
     message_to_dict,
 )
 from ..loop import MessageStart, Tool, ToolContext, ToolExecutionUpdate, ToolResult, to_tool_result
-from . import _pure
 from ._events import Publisher
 from ._spec import PUBLISH_ACTIVITY, DurableAgent, model_activity, tool_activity
 from ._workflow import AgentWorkflow
@@ -228,6 +227,21 @@ def _common_activities(shared: _Shared) -> list[Callable[..., Awaitable[Any]]]:
     return [publish, store, load]
 
 
+class _Worker(Worker):
+    """A Worker that also closes what its activities share when it shuts down."""
+
+    def __init__(self, shared: _Shared, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ketch_shared = shared
+
+    async def shutdown(self) -> None:
+        """Shut the worker down (see :meth:`temporalio.worker.Worker.shutdown`)."""
+        try:
+            await super().shutdown()
+        finally:
+            await self._ketch_shared.close()
+
+
 def build_worker(
     client: Client,
     *,
@@ -268,13 +282,11 @@ def build_worker(
     for agent in agents:
         model = (models or {}).get(agent.model_name, agent.model)
         activities.append(_model_activity(agent, _no_provider_retries(model), shared))
-        pure = {d.name for d in agent.spec.tools if d.pure}
         for tool in agent.tools:
-            if tool.name in pure:
-                _pure.register(agent.name, tool)
             activities.append(_tool_activity(agent, tool, shared))
     worker_options.setdefault("workflow_runner", sandbox_runner())
-    return Worker(
+    return _Worker(
+        shared,
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],

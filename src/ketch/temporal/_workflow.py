@@ -10,6 +10,7 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
@@ -181,6 +182,11 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
 
     async def execute(args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         if pure is not None:
+            fn, signature = getattr(pure, "fn", None), getattr(pure, "signature", None)
+            if fn is not None and signature is not None and not inspect.iscoroutinefunction(fn):
+                # a sync @tool function: called inline (no thread inside a workflow)
+                positional, keywords = signature.bind(args, ctx)
+                return fn(*positional, **keywords)
             return await pure.execute(args, ctx)
         payload = {
             "args": args,
@@ -378,11 +384,7 @@ class AgentWorkflow:
             if self._continue and result.summary.end_reason == "stop":
                 await self._continue_as_new(inp, conversation, summary)
             self._status = "done"
-            if self._events_url is not None and self._outbox:
-                await workflow.execute_activity(
-                    PUBLISH_ACTIVITY, self.activity_context(),
-                    start_to_close_timeout=timedelta(seconds=60), retry_policy=_retry(spec),
-                )
+            await self._flush()
             return {
                 "messages": [message_to_dict(m) for m in conversation.messages[inp.run_start:]],
                 "summary": msgspec.to_builtins(summary),
@@ -390,10 +392,20 @@ class AgentWorkflow:
                 "generations": inp.generation + 1,
             }
 
+    async def _flush(self) -> None:
+        """Publish the events produced since the last activity (at a pause and at the end)."""
+        if self._events_url is not None and self._outbox:
+            await workflow.execute_activity(
+                PUBLISH_ACTIVITY, self.activity_context(),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+
     async def _await_decisions(self, state: RunState, conversation: Conversation, config: LoopConfig[Any]) -> RunStream:
         self._status = "awaiting_approval"
         self._pending = [msgspec.to_builtins(p) for p in state.pending]
         self._decisions = None
+        await self._flush()
         await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted)
         decisions = self._decisions or {}
         if self._signal.aborted:
