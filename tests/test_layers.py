@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "llm": {"schema"},
     "loop": {"llm", "schema"},
     "agent": {"llm", "loop", "schema"},
+    "temporal": {"llm", "loop", "sessions"},
 }
 
 

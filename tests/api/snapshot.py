@@ -30,6 +30,7 @@ FACES = (
     "ketch.sessions.conformance",
     "ketch.testing",
     "ketch.mcp",
+    "ketch.temporal",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -48,7 +48,7 @@ async def main() -> None:
             runs["steering"] = run
 
             run = await start_run(client, agent, "approve", task_queue="record", id="approval")
-            while (await run.state())["status"] != "awaiting_approval":
+            while (await run.state())["status"] != "awaiting_approval":  # noqa: ASYNC110  (a script)
                 await asyncio.sleep(0.05)
             await run.decide({"call_danger": approve()})
             await run.result()

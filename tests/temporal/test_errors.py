@@ -9,7 +9,6 @@ from typing import Any
 from temporalio.client import Client
 
 from ketch.llm import MessageBuilder, Request, StreamEvent, StreamOptions, get_model
-
 from ketch.temporal import ActivitySettings, DurableAgent, build_worker, start_run
 from ketch.testing import FunctionModel, reply
 

@@ -68,3 +68,12 @@ async def test_a_failed_call_is_not_recorded(tmp_path: Path) -> None:
     retried = await tools["edit"].execute(args, _ctx("wf/call_4", "edit"))  # type: ignore[attr-defined]
     assert not retried.is_error
     assert (work / "missing.txt").read_text() == "b\n"
+
+
+def test_importing_ketch_does_not_import_temporalio() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, ketch, ketch.loop, ketch.tools; print('temporalio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

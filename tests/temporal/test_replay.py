@@ -20,6 +20,10 @@ from ketch.temporal import AgentWorkflow, sandbox_runner
 HISTORIES = sorted((Path(__file__).resolve().parent / "histories").glob("*.json"))
 
 
+def _history(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+
+
 def test_every_scenario_has_a_recorded_history() -> None:
     assert [p.stem for p in HISTORIES] == ["abort", "approval", "continued", "pure", "rounds", "steering"]
 
@@ -27,7 +31,7 @@ def test_every_scenario_has_a_recorded_history() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_recorded_history_replays(path: Path) -> None:
     test_app.agent()  # registers the agent's pure tools, as a worker process does
-    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    history = _history(path)
     replayer = Replayer(workflows=[AgentWorkflow], workflow_runner=sandbox_runner())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
@@ -42,7 +46,7 @@ async def test_a_workflow_change_that_breaks_replay_is_detected(monkeypatch: pyt
 
     monkeypatch.setattr(wf, "tool_activity", _spec.tool_activity)
     path = next(p for p in HISTORIES if p.stem == "rounds")
-    history = WorkflowHistory.from_json("rounds", json.loads(path.read_text()))
+    history = _history(path)
     replayer = Replayer(workflows=[AgentWorkflow], workflow_runner=sandbox_runner())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None

@@ -64,4 +64,22 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "NON_RETRYABLE_KINDS",
+    "ActivitySettings",
+    "AgentSpec",
+    "AgentWorkflow",
+    "DevServer",
+    "DurableAgent",
+    "DurableResult",
+    "EventHub",
+    "RunHandle",
+    "ToolDef",
+    "build_worker",
+    "export_session",
+    "run_handle",
+    "sandbox_runner",
+    "start_run",
+    "subscribe",
+    "temporal_binary",
+]

@@ -46,11 +46,8 @@ class DevServer:
         self._log_level = log_level
         self._process: subprocess.Popen[bytes] | None = None
 
-    async def start(self, timeout: float = 60.0) -> DevServer:
-        """Start the server and wait until a client connects."""
-        from temporalio.client import Client
-
-        self._process = subprocess.Popen(
+    def _launch(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
                 "--headless", "--http-port", str(_free_port()), "--metrics-port", str(_free_port()),
@@ -60,8 +57,14 @@ class DevServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    async def start(self, ready_timeout: float = 60.0) -> DevServer:
+        """Start the server and wait (up to ``ready_timeout`` seconds) until a client connects."""
+        from temporalio.client import Client
+
+        self._process = self._launch()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + ready_timeout
         while True:
             if self._process.poll() is not None:
                 raise RuntimeError(f"temporal dev server exited with status {self._process.returncode}")
@@ -71,7 +74,9 @@ class DevServer:
             except RuntimeError:
                 if loop.time() > deadline:
                     self.stop()
-                    raise TimeoutError(f"temporal dev server on {self.address} not ready after {timeout:g}s") from None
+                    raise TimeoutError(
+                        f"temporal dev server on {self.address} not ready after {ready_timeout:g}s"
+                    ) from None
                 await asyncio.sleep(0.2)
 
     def stop(self) -> None:

@@ -29,7 +29,6 @@ from ..llm import (
     StreamOptions,
     StreamStart,
     ToolSpec,
-    get_model,
     message_from_dict,
     message_to_dict,
 )
@@ -158,10 +157,10 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
         if final is None:
             raise ApplicationError("The stream ended without a terminal event", type="network")
         if final.stop_reason == "error":
-            kind = final.error_kind or "unknown"
+            error_kind = final.error_kind or "unknown"
             text = final.error_message or "model error"
             raise ApplicationError(
-                text, text, type=kind, non_retryable=kind in NON_RETRYABLE_KINDS,
+                text, text, type=error_kind, non_retryable=error_kind in NON_RETRYABLE_KINDS,
                 next_retry_delay=timedelta(seconds=retry_after) if retry_after is not None else None,
             )
         return message_to_dict(final)

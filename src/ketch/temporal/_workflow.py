@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -153,7 +153,11 @@ class _ActivityModel:
             retry_policy=_retry(spec),
         )
         wf.live_message = True
-        remove = signal.add_callback(handle.cancel) if signal is not None else None
+
+        def cancel() -> None:
+            handle.cancel()
+
+        remove = signal.add_callback(cancel) if signal is not None else None
         try:
             out: dict[str, Any] = await handle
         except ActivityError as err:
@@ -221,7 +225,7 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
 
 
 def _decision(data: dict[str, Any]) -> Decision:
-    return msgspec.convert(data, Decision)  # type: ignore[arg-type]
+    return cast(Decision, msgspec.convert(data, Decision))
 
 
 @workflow.defn(name="ketch.agent")
@@ -407,7 +411,7 @@ class AgentWorkflow:
         self._decisions = None
         await self._flush()
         await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted)
-        decisions = self._decisions or {}
+        decisions: dict[str, Decision] = self._decisions or {}
         if self._signal.aborted:
             decisions = {p.tool_call_id: deny("aborted") for p in state.pending if p.needs_decision}
         self._decisions = None

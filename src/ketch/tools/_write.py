@@ -15,8 +15,8 @@ import os
 from typing import Any, BinaryIO
 
 from ..loop._tool import ToolContext, ToolResult
-from ._idempotency import remember, replayed
 from ._edit import unified_diff
+from ._idempotency import remember, replayed
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 _THREAD_THRESHOLD = 1 << 20
