@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -36,12 +37,18 @@ def _free_port() -> int:
 class DevServer:
     """``temporal server start-dev`` on 127.0.0.1 (in memory, headless, free ports).
 
+    ``dynamic_config`` adds ``--dynamic-config-value KEY=VALUE`` settings (JSON values),
+    e.g. ``{"matching.numTaskqueueReadPartitions": 1}``.
+
     ``async with DevServer() as server:`` starts it and waits until it accepts
     clients; ``server.address`` is ``host:port`` for :meth:`temporalio.client.Client.connect`.
     """
 
-    def __init__(self, port: int | None = None, *, log_level: str = "error") -> None:
+    def __init__(
+        self, port: int | None = None, *, log_level: str = "error", dynamic_config: dict[str, object] | None = None
+    ) -> None:
         self.port = port or _free_port()
+        self._dynamic = dict(dynamic_config or {})
         self.address = f"127.0.0.1:{self.port}"
         self._log_level = log_level
         self._process: subprocess.Popen[bytes] | None = None
@@ -52,6 +59,7 @@ class DevServer:
                 temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
                 "--headless", "--http-port", str(_free_port()), "--metrics-port", str(_free_port()),
                 "--log-level", self._log_level,
+                *(a for k, v in self._dynamic.items() for a in ("--dynamic-config-value", f"{k}={json.dumps(v)}")),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
