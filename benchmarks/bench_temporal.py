@@ -135,6 +135,12 @@ def _start_workers(n: int, address: str, queue: str, env: dict[str, str]) -> lis
     return procs
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
     for p in procs:
         p.terminate()
@@ -204,6 +210,10 @@ async def main() -> None:
             client = await Client.connect(server.address)
             bench = agent()
             throughput: dict[str, float] = {}
+            worker_cpu: dict[str, float] = {}
+            server_cpu: dict[str, float] = {}
+            server_pid = server.pid
+            assert server_pid is not None
             # Latency: one run after another, each on a worker in this process; the same
             # for a plain workflow of the same shape (the SDK's and the server's floor).
             from temporalio.worker import Worker
@@ -219,12 +229,18 @@ async def main() -> None:
                 procs = _start_workers(n, server.address, queue, env)
                 try:
                     await asyncio.gather(*(_durable_run(client, bench, queue) for _ in range(10)))  # warm-up
+                    cpu = sum(_cpu_seconds(p.pid) for p in procs)
+                    server_before = _cpu_seconds(server_pid)
                     started = time.perf_counter()
                     await asyncio.gather(*(_durable_run(client, bench, queue) for _ in range(args.runs)))
                     throughput[str(n)] = round(args.runs / (time.perf_counter() - started), 1)
+                    worker_cpu[str(n)] = round(1000 * (sum(_cpu_seconds(p.pid) for p in procs) - cpu) / args.runs, 2)
+                    server_cpu[str(n)] = round(1000 * (_cpu_seconds(server_pid) - server_before) / args.runs, 2)
                 finally:
                     _stop(procs)
             out["durable_runs_per_s"] = throughput
+            out["worker_cpu_ms_per_run"] = worker_cpu
+            out["temporal_server_cpu_ms_per_run"] = server_cpu
         seq = await _inprocess(args.latency_runs, concurrent=False)
         out["inprocess_latency_ms"] = round(1000 * seq / args.latency_runs, 2)
         par = await _inprocess(args.runs, concurrent=True)

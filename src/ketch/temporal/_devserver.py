@@ -87,6 +87,11 @@ class DevServer:
                     ) from None
                 await asyncio.sleep(0.2)
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
     def stop(self) -> None:
         """Stop the server (and wait for it)."""
         p = self._process
