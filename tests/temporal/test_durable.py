@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import app as test_app
+import temporal_app as test_app
 from temporalio.client import Client
 
 from ketch.llm import AssistantMessage, Message, TextContent, ToolResultMessage, UserMessage, message_to_dict
@@ -252,3 +252,36 @@ async def test_transcript_query_and_session_export(
     finally:
         await session.close()
     assert isinstance(result.transcript[0], UserMessage)
+
+
+async def test_an_unsandboxed_worker_runs_the_same_transcript(
+    client: Client, queue: str, work_dir: Path, in_process_worker: Any
+) -> None:
+    from ketch.temporal import build_worker
+
+    async with build_worker(client, task_queue=queue, agents=[test_app.agent()], sandboxed=False):
+        run = await _start(client, queue, "rounds 2")
+        unsandboxed = _normal((await run.result()).transcript)
+    assert unsandboxed == await _uninterrupted(client, queue, in_process_worker, "rounds 2")
+
+
+async def test_a_transcript_too_large_for_the_history_goes_to_the_session_store(
+    client: Client, queue: str, work_dir: Path, tmp_path: Path
+) -> None:
+    from ketch.sessions import JsonlStore
+    from ketch.temporal import build_worker
+
+    store = JsonlStore(tmp_path / "blobs")
+    agent = test_app.agent(max_history_events=20, inline_limit=200)
+    async with build_worker(client, task_queue=queue, agents=[agent], store=store, sticky_timeout=1.0):
+        run = await start_run(client, agent, "rounds 4", task_queue=queue)
+        result = await run.result()
+    assert result.generations > 1
+    assert [_text(m) for m in result.transcript if isinstance(m, AssistantMessage)][-1] == "done after 4 rounds"
+    history = await run.workflow.fetch_history()  # the last workflow run, started by continue-as-new
+    started = history.events[0].workflow_execution_started_event_attributes
+    data = json.loads(started.input.payloads[0].data)
+    assert data["transcript"] == []
+    session_id, digest = data["transcript_ref"].split(":")
+    stored = json.loads(await store.get_blob(session_id, digest))
+    assert [m["role"] for m in stored][:3] == ["user", "assistant", "tool_result"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import app as test_app
+import temporal_app as test_app
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer

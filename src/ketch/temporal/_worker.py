@@ -250,6 +250,7 @@ def build_worker(
     store: Any = None,
     max_concurrent_activities: int = 100,
     sticky_timeout: float = 5.0,
+    sandboxed: bool = True,
     **worker_options: Any,
 ) -> Worker:
     """A Temporal worker that runs ``agents`` on ``task_queue``.
@@ -261,8 +262,10 @@ def build_worker(
     say); otherwise the agent's own. ``store`` is the :class:`~ketch.sessions.SessionStore`
     that keeps transcripts too large for the history (default: the default store,
     opened on first use). ``sticky_timeout``: seconds before a workflow cached by a
-    worker that stopped answering moves to another. Run it with ``async with worker:``
-    or ``await worker.run()``.
+    worker that stopped answering moves to another. ``sandboxed=False`` runs the
+    workflow without Temporal's sandbox (no per-run re-import of the workflow module:
+    less CPU per run; determinism then rests on the replay tests alone). Run it with
+    ``async with worker:`` or ``await worker.run()``.
     """
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
@@ -283,7 +286,12 @@ def build_worker(
         activities.append(_model_activity(agent, _no_provider_retries(model), shared))
         for tool in agent.tools:
             activities.append(_tool_activity(agent, tool, shared))
-    worker_options.setdefault("workflow_runner", sandbox_runner())
+    if sandboxed:
+        worker_options.setdefault("workflow_runner", sandbox_runner())
+    else:
+        from temporalio.worker import UnsandboxedWorkflowRunner
+
+        worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
     return _Worker(
         shared,
         client,

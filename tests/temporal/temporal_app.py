@@ -1,6 +1,6 @@
 """The durable agents the Temporal tests run, in worker subprocesses and in-process.
 
-Loaded by ``ketch worker --app app:app`` (with this directory on ``PYTHONPATH``). The
+Loaded by ``ketch worker --app temporal_app:app`` (with this directory on ``PYTHONPATH``). The
 model is a FunctionModel whose replies follow from the transcript alone, so any worker
 process answers a retried call as the first one would. ``KETCH_TEMPORAL_DIR`` is where
 the tools keep their side effects and the kill switches:
@@ -140,5 +140,5 @@ def agent(**overrides: Any) -> DurableAgent:
 
 
 def app() -> dict[str, Any]:
-    """What ``ketch worker --app app:app`` runs."""
+    """What ``ketch worker --app temporal_app:app`` runs."""
     return {"agents": [agent()], "sticky_timeout": 1.0}
