@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import temporal_app as test_app
 import pytest
+import temporal_app as test_app
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
