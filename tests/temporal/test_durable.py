@@ -221,12 +221,18 @@ async def test_pure_tools_run_inside_the_workflow_without_an_activity(
 
 
 async def test_a_long_run_continues_as_new_carrying_the_transcript(
-    client: Client, queue: str, work_dir: Path, in_process_worker: Any
+    client: Client, hub: EventHub, queue: str, work_dir: Path, in_process_worker: Any
 ) -> None:
     async with in_process_worker(max_history_events=20):
-        run = await _start(client, queue, "rounds 4", max_history_events=20)
+        run = await _start(client, queue, "rounds 4", hub, max_history_events=20)
+        events = [e async for _, e in run.events()]
         result = await run.result()
     assert result.generations > 1
+    kinds = [e["type"] for e in events]
+    assert (kinds[0], kinds.count("agent_start"), kinds.count("agent_end"), kinds[-1]) == (
+        "agent_start", 1, 1, "agent_end"
+    )
+    assert kinds.count("turn_start") == kinds.count("turn_end") == 5
     assert [_text(m) for m in result.transcript if isinstance(m, AssistantMessage)] == [
         "round 0", "round 1", "round 2", "round 3", "done after 4 rounds",
     ]

@@ -36,7 +36,9 @@ with workflow.unsafe.imports_passed_through():
         use_clock,
     )
     from ..loop import (
+        AgentEnd,
         AgentEvent,
+        AgentStart,
         Conversation,
         Decision,
         LoopConfig,
@@ -245,6 +247,7 @@ class AgentWorkflow:
         self._seq = 0
         self._events_url: str | None = None
         self._continue = False
+        self._generation = 0
         self.live_message = False
 
     # -- signals and queries -------------------------------------------------------------
@@ -302,6 +305,8 @@ class AgentWorkflow:
             return  # the model activity published it with the partial output
         if type(event) is MessageEnd and isinstance(event.message, AssistantMessage):
             self.live_message = False
+        if (type(event) is AgentEnd and self._continue) or (type(event) is AgentStart and self._generation):
+            return  # one run across continue-as-new: one agent_start, one agent_end
         self._seq += 1
         self._outbox.append({"seq": self._seq, "event": _jsonable(event)})
 
@@ -334,6 +339,7 @@ class AgentWorkflow:
         self._events_url = inp.events_url
         self._outbox = list(inp.outbox)
         self._seq = inp.seq
+        self._generation = inp.generation
         self._steering.extend(message_from_dict(m) for m in inp.steering)
         self._follow_ups.extend(message_from_dict(m) for m in inp.follow_ups)
         with use_clock(lambda: workflow.now().timestamp()):
