@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,22 @@ async def test_a_transcript_too_large_for_the_history_goes_to_the_session_store(
     session_id, digest = data["transcript_ref"].split(":")
     stored = json.loads(await store.get_blob(session_id, digest))
     assert [m["role"] for m in stored][:3] == ["user", "assistant", "tool_result"]
+
+
+DENIED = "The user denied this tool call. Reason: No decision within 0.5s; the call was not run"
+
+
+async def test_an_approval_pause_with_a_timeout_denies_the_call_when_no_decision_comes(
+    client: Client, queue: str, work_dir: Path, in_process_worker: Any
+) -> None:
+    async with in_process_worker(approval_timeout=0.5):
+        run = await _start(client, queue, "approve", approval_timeout=0.5)
+        result = await run.result()
+    assert [_text(m) for m in result.transcript] == [
+        "approve", "asking", DENIED,
+        f"after approval: {DENIED}",
+    ]
+    history = await run.workflow.fetch_history()
+    timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+              for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert timers == [timedelta(seconds=0.5)]  # workflow time: a timer in the history

@@ -83,6 +83,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, frozen=True):
     tool_execution: Literal["parallel", "sequential"] = "parallel"
     max_history_events: int = 10_000
     inline_limit: int = 256 * 1024
+    approval_timeout: float | None = None
     activities: ActivitySettings = msgspec.field(default_factory=ActivitySettings)
 
 
@@ -109,6 +110,8 @@ class DurableAgent:
     ``max_history_events``: the workflow continues as new (carrying the transcript)
     once its history is this long or Temporal suggests it. Payloads larger than
     ``inline_limit`` bytes are kept out of the history (see :func:`build_worker`).
+    ``approval_timeout``: seconds of workflow time a run paused for approval waits for
+    a decision before the calls are denied (None: as long as it takes).
 
     The same definition is used by the client (:meth:`start`) and the worker
     (:func:`build_worker`).
@@ -131,6 +134,7 @@ class DurableAgent:
         tool_execution: Literal["parallel", "sequential"] = "parallel",
         max_history_events: int = 10_000,
         inline_limit: int = 256 * 1024,
+        approval_timeout: float | None = None,
         settings: ActivitySettings | None = None,
         deps: Any = None,
     ) -> None:
@@ -180,6 +184,7 @@ class DurableAgent:
             tool_execution=tool_execution,
             max_history_events=max_history_events,
             inline_limit=inline_limit,
+            approval_timeout=approval_timeout,
             activities=settings or ActivitySettings(),
         )
 

@@ -10,6 +10,7 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -387,7 +388,7 @@ class AgentWorkflow:
                 if part.end_reason == "approval_required" and state is not None:
                     calls += part.tool_calls  # a resumed segment counts turns and usage again, not calls
                     errors += part.tool_errors
-                    stream = await self._await_decisions(state, conversation, config)
+                    stream = await self._await_decisions(state, conversation, config, spec.approval_timeout)
                     continue
                 break
             summary = _merge(carried, part, calls, errors, duration)
@@ -411,14 +412,25 @@ class AgentWorkflow:
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
             )
 
-    async def _await_decisions(self, state: RunState, conversation: Conversation, config: LoopConfig[Any]) -> RunStream:
+    async def _await_decisions(
+        self, state: RunState, conversation: Conversation, config: LoopConfig[Any], timeout: float | None
+    ) -> RunStream:
         self._status = "awaiting_approval"
         self._pending = [msgspec.to_builtins(p) for p in state.pending]
         self._decisions = None
         await self._flush()
-        await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted)
+        timed_out = False
+        try:
+            await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted, timeout=timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
         decisions: dict[str, Decision] = self._decisions or {}
-        if self._signal.aborted:
+        if timed_out:
+            decisions = {
+                p.tool_call_id: deny(f"No decision within {timeout:g}s; the call was not run")
+                for p in state.pending if p.needs_decision
+            }
+        elif self._signal.aborted:
             decisions = {p.tool_call_id: deny("aborted") for p in state.pending if p.needs_decision}
         self._decisions = None
         self._status = "running"
