@@ -10,7 +10,6 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -422,7 +421,7 @@ class AgentWorkflow:
         timed_out = False
         try:
             await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted, timeout=timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
         decisions: dict[str, Decision] = self._decisions or {}
         if timed_out:
