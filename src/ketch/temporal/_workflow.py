@@ -412,7 +412,7 @@ class AgentWorkflow:
             )
 
     async def _await_decisions(
-        self, state: RunState, conversation: Conversation, config: LoopConfig[Any], timeout: float | None
+        self, state: RunState, conversation: Conversation, config: LoopConfig[Any], wait: float | None
     ) -> RunStream:
         self._status = "awaiting_approval"
         self._pending = [msgspec.to_builtins(p) for p in state.pending]
@@ -420,13 +420,13 @@ class AgentWorkflow:
         await self._flush()
         timed_out = False
         try:
-            await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted, timeout=timeout)
+            await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted, timeout=wait)
         except TimeoutError:
             timed_out = True
         decisions: dict[str, Decision] = self._decisions or {}
         if timed_out:
             decisions = {
-                p.tool_call_id: deny(f"No decision within {timeout:g}s; the call was not run")
+                p.tool_call_id: deny(f"No decision within {wait:g}s; the call was not run")
                 for p in state.pending if p.needs_decision
             }
         elif self._signal.aborted:
