@@ -27,7 +27,7 @@ from ketch.temporal import ActivitySettings, DurableAgent
 from ketch.testing import FunctionModel, Reply, reply, tool_call
 from ketch.tools import tool
 
-SETTINGS = ActivitySettings(heartbeat_timeout=1.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)
+SETTINGS = ActivitySettings(heartbeat_timeout=2.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)
 
 
 def _dir() -> Path:

@@ -37,7 +37,10 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 async def _start(client: Client, queue: str, prompt: str, hub: EventHub | None = None, **agent: Any) -> RunHandle:
-    return await start_run(client, test_app.agent(**agent), prompt, task_queue=queue, events=hub)
+    # a workflow task handed to a worker killed a moment ago times out after 2 s, not 10
+    return await start_run(
+        client, test_app.agent(**agent), prompt, task_queue=queue, events=hub, task_timeout=timedelta(seconds=2)
+    )
 
 
 async def _until(run: RunHandle, predicate: Any) -> list[dict[str, Any]]:
