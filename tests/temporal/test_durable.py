@@ -314,3 +314,64 @@ async def test_an_approval_pause_with_a_timeout_denies_the_call_when_no_decision
     timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
               for e in history.events if e.HasField("timer_started_event_attributes")]
     assert timers == [timedelta(seconds=0.5)]  # workflow time: a timer in the history
+
+
+async def test_events_over_http_server_sent_events_resume_from_the_last_id(
+    client: Client, hub: EventHub, queue: str, work_dir: Path, in_process_worker: Any
+) -> None:
+    from ketch.temporal import run_handle, subscribe
+
+    async with in_process_worker():
+        run = await _start(client, queue, "rounds 1", hub)
+        remote = run_handle(client, run.id, events=hub.url)  # another process would hold only the URL
+        seen = [(n, e) async for n, e in remote.events()]
+        await run.result()
+    assert [n for n, _ in seen] == list(range(1, len(seen) + 1))
+    assert [e for _, e in seen] == hub.history(run.id)
+    assert (seen[0][1]["type"], seen[-1][1]["type"]) == ("agent_start", "agent_end")
+    rest = [(n, e) async for n, e in subscribe(hub.url, run.id, after=len(seen) - 3)]
+    assert rest == seen[-3:]
+
+
+async def test_a_follow_up_sent_while_the_run_is_ending_is_still_run(
+    client: Client, queue: str, work_dir: Path, in_process_worker: Any
+) -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    ending, release = asyncio.Event(), asyncio.Event()
+    published: list[dict[str, Any]] = []
+
+    async def post(request: web.Request) -> web.Response:
+        items = await request.json()
+        published.extend(i["event"] for i in items)
+        if any(i["event"]["type"] == "turn_end" for i in items) and not ending.is_set():
+            ending.set()  # the loop has ended; the run publishes its last events
+            await release.wait()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/runs/{run}/events", post)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with in_process_worker():
+            run = await start_run(
+                client, test_app.agent(), "hello", task_queue=queue, events=f"http://127.0.0.1:{port}"
+            )
+            await ending.wait()
+            await run.follow_up("more")
+            release.set()
+            result = await run.result()
+    finally:
+        await runner.cleanup()
+    assert [_text(m) for m in result.transcript] == ["hello", "echo: hello", "more", "echo: hello"]
+    assert (result.summary.turns, result.summary.end_reason) == (2, "stop")
+    kinds = [e["type"] for e in published]
+    # the first agent_end had gone out when the follow-up came; the run's real end follows it
+    assert (kinds.count("agent_start"), kinds.count("agent_end"), kinds[-1]) == (1, 2, "agent_end")
+    assert [e["summary"]["turns"] for e in published if e["type"] == "agent_end"] == [1, 2]

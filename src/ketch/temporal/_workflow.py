@@ -248,6 +248,8 @@ class AgentWorkflow:
         self._events_url: str | None = None
         self._continue = False
         self._generation = 0
+        self._more = False
+        self._last_end: dict[str, Any] | None = None
         self.live_message = False
 
     # -- signals and queries -------------------------------------------------------------
@@ -305,8 +307,11 @@ class AgentWorkflow:
             return  # the model activity published it with the partial output
         if type(event) is MessageEnd and isinstance(event.message, AssistantMessage):
             self.live_message = False
-        if (type(event) is AgentEnd and self._continue) or (type(event) is AgentStart and self._generation):
-            return  # one run across continue-as-new: one agent_start, one agent_end
+        if type(event) is AgentStart and (self._generation or self._more):
+            return  # one run across continue-as-new and late messages: one agent_start
+        if type(event) is AgentEnd and event.summary.end_reason != "approval_required":
+            self._last_end = _jsonable(event)  # published when the run really ends, with its whole summary
+            return
         self._seq += 1
         self._outbox.append({"seq": self._seq, "event": _jsonable(event)})
 
@@ -375,26 +380,47 @@ class AgentWorkflow:
                 stream = run_loop(prompts, conversation, config, self._signal)
             else:
                 stream = continue_loop(conversation, config, self._signal)
-            calls = errors = 0
-            duration = 0.0
+            summary = carried
             while True:
-                async for event in stream:
-                    self._emit(event)
-                result = await stream.result()
-                part = result.summary
-                duration += part.duration
-                state = result.state
-                if part.end_reason == "approval_required" and state is not None:
-                    calls += part.tool_calls  # a resumed segment counts turns and usage again, not calls
-                    errors += part.tool_errors
-                    stream = await self._await_decisions(state, conversation, config, spec.approval_timeout)
+                calls = errors = 0
+                duration = 0.0
+                while True:
+                    async for event in stream:
+                        self._emit(event)
+                    result = await stream.result()
+                    part = result.summary
+                    duration += part.duration
+                    state = result.state
+                    if part.end_reason == "approval_required" and state is not None:
+                        calls += part.tool_calls  # a resumed segment counts turns and usage again, not calls
+                        errors += part.tool_errors
+                        stream = await self._await_decisions(state, conversation, config, spec.approval_timeout)
+                        continue
+                    break
+                summary = _merge(summary, part, calls, errors, duration)
+                if self._continue and part.end_reason == "stop":
+                    await self._continue_as_new(inp, conversation, summary)
+                end = self._last_end
+                if end is not None:
+                    end["summary"] = msgspec.to_builtins(summary)
+                    self._seq += 1
+                    self._outbox.append({"seq": self._seq, "event": end})
+                    self._last_end = None
+                await self._flush()
+                if (
+                    part.end_reason == "stop"
+                    and (self._steering or self._follow_ups)
+                    and workflow.patched("ketch-late-messages")
+                ):
+                    # messages signalled while the run published its last events: go on
+                    queued = self._take(self._steering)() + self._take(self._follow_ups)()
+                    if spec.max_turns is not None:
+                        config.max_turns = spec.max_turns - summary.turns
+                    self._more = True
+                    stream = run_loop(queued, conversation, config, self._signal)
                     continue
                 break
-            summary = _merge(carried, part, calls, errors, duration)
-            if self._continue and result.summary.end_reason == "stop":
-                await self._continue_as_new(inp, conversation, summary)
             self._status = "done"
-            await self._flush()
             return {
                 "messages": [message_to_dict(m) for m in conversation.messages[inp.run_start:]],
                 "summary": msgspec.to_builtins(summary),
