@@ -17,6 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from aiohttp import web  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from ketch.loop import approve  # noqa: E402
@@ -62,6 +63,31 @@ async def main() -> None:
             run = await start_run(client, long, "rounds 4", task_queue="record", id="continued")
             assert (await run.result()).generations > 1
             runs["continued"] = run  # its last workflow run, started by continue-as-new
+
+            # a follow-up signalled while the run publishes its last events (workflow.patched path)
+            ending, release = asyncio.Event(), asyncio.Event()
+
+            async def post(request: web.Request) -> web.Response:
+                items = await request.json()
+                if any(i["event"]["type"] == "turn_end" for i in items) and not ending.is_set():
+                    ending.set()
+                    await release.wait()
+                return web.Response(status=204)
+
+            blocking = web.Application()
+            blocking.router.add_post("/runs/{run}/events", post)
+            runner = web.AppRunner(blocking)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            run = await start_run(client, agent, "hello", task_queue="record", id="late", events=f"http://127.0.0.1:{port}")
+            await ending.wait()
+            await run.follow_up("more")
+            release.set()
+            await run.result()
+            await runner.cleanup()
+            runs["late"] = run
 
             (Path(work) / "gate").unlink()
             run = await start_run(client, agent, "gate", task_queue="record", id="abort", events=hub)

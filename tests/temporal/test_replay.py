@@ -1,8 +1,9 @@
 """Recorded histories of representative runs replay without non-determinism errors.
 
-The histories in ``histories/`` were recorded by ``record_histories.py``; a change to
-the workflow (or to the loop it runs) that would break runs in flight across a deploy
-fails here.
+The histories in ``histories/`` were recorded by ``record_histories.py`` (six of them
+before the late-message path existed, ``late.json`` after: both generations replay on
+the current code); a change to the workflow (or to the loop it runs) that would break
+runs in flight across a deploy fails here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _history(path: Path) -> WorkflowHistory:
 
 
 def test_every_scenario_has_a_recorded_history() -> None:
-    assert [p.stem for p in HISTORIES] == ["abort", "approval", "continued", "pure", "rounds", "steering"]
+    assert [p.stem for p in HISTORIES] == ["abort", "approval", "continued", "late", "pure", "rounds", "steering"]
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
