@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "loop": {"llm", "schema"},
     "agent": {"llm", "loop", "schema"},
     "teams": {"ketch", "loop"},  # a capability on the public faces only
+    "temporal": {"llm", "loop", "sessions"},
 }
 
 

@@ -36,6 +36,7 @@ FACES = (
     "ketch.subagents",
     "ketch.telemetry",
     "ketch.server",
+    "ketch.temporal",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -685,6 +685,16 @@ async def test_429_with_retry_after_then_success(loopback: LoopbackServer) -> No
     assert len(loopback.requests) == 2
 
 
+async def test_a_failed_request_reports_the_servers_retry_after_on_its_error_event(loopback: LoopbackServer) -> None:
+    # with retries off (a durable runner retries instead) the delay asked for is kept
+    loopback.queue(json_reply({"error": {"message": "slow down"}}, 429, {"retry-after": "7"}))
+    events = await run(make(loopback, retry=NO_RETRY))
+    assert (events[-1].type, events[-1].error.error_kind, events[-1].retry_after) == ("error", "rate_limit", 7.0)
+    loopback.queue(json_reply({"error": {"message": "bad"}}, 400))
+    events = await run(make(loopback, retry=NO_RETRY))
+    assert (events[-1].type, events[-1].retry_after) == ("error", None)
+
+
 async def test_429_without_retry_after_uses_backoff(loopback: LoopbackServer) -> None:
     loopback.queue(json_reply({"error": {"message": "slow"}}, 429), json_reply({"error": {"message": "slow"}}, 429), text_stream("ok"))
     events = await run(make(loopback))

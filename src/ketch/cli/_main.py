@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp", "serve")
+_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp", "serve", "worker")
 
 _EPILOG = """\
 commands:
@@ -56,6 +56,7 @@ commands:
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
   ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
+  ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
 
 exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
@@ -473,6 +474,10 @@ def _dispatch(argv: list[str]) -> int:
         from ._serve import serve_command
 
         return serve_command(argv[1:])
+    if command == "worker":
+        from ._worker import worker_command
+
+        return worker_command(argv[1:])
     args = _parser().parse_args(argv)
     return _run(args)
 

@@ -26,6 +26,7 @@ from ._messages import (
     messages_from_json,
     messages_to_json,
     scrub_surrogates,
+    use_clock,
 )
 from ._model import (
     DEFAULT_CONTEXT_WINDOW,
@@ -152,4 +153,5 @@ __all__ = [
     "register_provider",
     "response_format_for",
     "scrub_surrogates",
+    "use_clock",
 ]

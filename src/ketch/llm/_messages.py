@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
@@ -25,8 +28,34 @@ import msgspec
 StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
 
 
+_clock: ContextVar[Callable[[], float] | None] = ContextVar("ketch_clock", default=None)
+
+
 def _now() -> float:
-    return time.time()
+    clock = _clock.get()
+    return time.time() if clock is None else clock()
+
+
+def monotonic() -> float:
+    """Seconds for measuring durations: ``time.monotonic()``, or the clock set by
+    :func:`use_clock` in this context."""
+    clock = _clock.get()
+    return time.monotonic() if clock is None else clock()
+
+
+@contextmanager
+def use_clock(clock: Callable[[], float]) -> Iterator[None]:
+    """Within this context (and the tasks it starts), message timestamps and the loop's
+    durations read ``clock()`` (seconds since the epoch) instead of the system clocks.
+
+    A seam for deterministic execution: a durable workflow passes its replay-safe clock
+    (``ketch.temporal`` does), so re-running the loop rebuilds the same messages.
+    """
+    token = _clock.set(clock)
+    try:
+        yield
+    finally:
+        _clock.reset(token)
 
 
 class TextContent(msgspec.Struct, tag="text", tag_field="type", kw_only=True, omit_defaults=True):

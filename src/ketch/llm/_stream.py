@@ -175,6 +175,8 @@ class StreamError(_Event, tag="error"):
 
     reason: Literal["error", "aborted"]
     error: AssistantMessage
+    retry_after: float | None = None
+    """The delay in seconds the server asked for before a retry (Retry-After), if any."""
 
 
 StreamEvent: TypeAlias = (

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any, Literal
@@ -28,7 +27,7 @@ import msgspec
 
 from .._schema import malformed_arguments_message, validate_arguments
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, ToolCall
+from ..llm._messages import AssistantMessage, Message, ToolCall, monotonic
 from ..llm._signal import AbortSignal, AbortWaiter, take_pending_cancel
 from ._config import (
     AfterToolCallResult,
@@ -145,9 +144,9 @@ class ToolRunner:
         report: Callable[[Any], Awaitable[None]],
     ) -> CallOutcome:
         """Run one call through the whole pipeline. Never raises (except cancellation)."""
-        started = time.monotonic()
+        started = monotonic()
         result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
-        duration = time.monotonic() - started
+        duration = monotonic() - started
         if verdict is None:
             return CallOutcome(call, result, duration, failure)
         outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
@@ -625,7 +624,7 @@ class ToolBatch:
         so nothing has to stream meanwhile). An abort cancels it like a started task."""
         signal = self.signal
         waiter = AbortWaiter(signal)
-        started = time.monotonic()
+        started = monotonic()
         waiter.active = True
         try:
             outcome = await self.runner.run_call(
@@ -635,7 +634,7 @@ class ToolBatch:
             if not waiter.caused_cancel():
                 raise
             self._aborted = True
-            return CallOutcome(call, stopped_result("aborted"), time.monotonic() - started, False)
+            return CallOutcome(call, stopped_result("aborted"), monotonic() - started, False)
         finally:
             waiter.active = False
             waiter.close()
@@ -660,7 +659,7 @@ class ToolBatch:
 
     async def _call(self, i: int, call: ToolCall, signal: AbortSignal, remove: Callable[[], None]) -> None:
         queue = self._queue
-        started = time.monotonic()
+        started = monotonic()
 
         async def report(partial: Any) -> None:
             if i not in self._finished:
@@ -672,7 +671,7 @@ class ToolBatch:
             outcome = await self.runner.run_call(call, self.tools, self.message, self.conversation, signal, report)
         except asyncio.CancelledError:
             kind = self._stop_kind.get(i, "aborted")
-            outcome = CallOutcome(call, stopped_result(kind), time.monotonic() - started, False)
+            outcome = CallOutcome(call, stopped_result(kind), monotonic() - started, False)
         finally:
             self._finished.add(i)
             remove()

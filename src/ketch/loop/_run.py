@@ -15,14 +15,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
 
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
+from ..llm._messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    monotonic,
+)
 from ..llm._model import Model, PreparesMessages, Request, StreamOptions, ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._stream import (
@@ -305,7 +312,7 @@ class _Run:
         an error message and emits ``agent_end`` (a cancelled run re-raises after it), unless
         the consumer closed the stream.
         """
-        started = time.monotonic()
+        started = monotonic()
         ending = True
         failure: Exception | None = None
         yield AgentStart()
@@ -588,7 +595,7 @@ class _Run:
                 yield self._agent_end(started)
 
     def _agent_end(self, started: float) -> AgentEnd:
-        self.summary.duration = time.monotonic() - started
+        self.summary.duration = monotonic() - started
         self.result = RunResult(
             messages=self.new_messages,
             summary=self.summary,

@@ -99,9 +99,14 @@ class ToolContext(Generic[Deps]):
     or progress value; ``messages`` is the transcript as the model saw it; ``deps`` is
     the run's ``LoopConfig.deps`` (the application's dependencies: a database handle,
     the current user; ``None`` unless given). Annotate it as ``ToolContext[MyDeps]``.
+    ``idempotency_key`` is set by a durable runner that may execute the same call again
+    (``ketch.temporal``: workflow id + tool call id): a tool with side effects skips one
+    it already performed under that key. ``None`` in-process.
     """
 
-    __slots__ = ("_report", "assistant_message", "call_id", "deps", "messages", "signal", "tool_name")
+    __slots__ = (
+        "_report", "assistant_message", "call_id", "deps", "idempotency_key", "messages", "signal", "tool_name"
+    )
 
     def __init__(
         self,
@@ -113,8 +118,10 @@ class ToolContext(Generic[Deps]):
         messages: Sequence[Message] = (),
         assistant_message: AssistantMessage | None = None,
         deps: Deps = None,  # type: ignore[assignment]  # None unless the run has deps
+        idempotency_key: str | None = None,
     ) -> None:
         self.call_id = call_id
+        self.idempotency_key = idempotency_key
         self.tool_name = tool_name
         self.signal = signal
         self.messages = messages

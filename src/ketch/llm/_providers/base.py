@@ -487,7 +487,10 @@ class HTTPModel:
             message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (exception_text(exc), "unknown")
             if not started:
                 yield builder.start()
-            yield builder.error(message, kind=kind)
+            failure = builder.error(message, kind=kind)
+            if isinstance(exc, ModelError) and exc.retry_after is not None:
+                failure.retry_after = exc.retry_after
+            yield failure
 
     def _check_window(self, builder: MessageBuilder) -> None:
         window = self._window

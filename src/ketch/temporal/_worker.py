@@ -1,0 +1,304 @@
+"""The worker side: activities for each agent's model and tools, and :func:`build_worker`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import msgspec
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from ..llm import (
+    AbortSignal,
+    AssistantMessage,
+    Model,
+    Request,
+    Retry,
+    StreamDone,
+    StreamError,
+    StreamOptions,
+    StreamStart,
+    ToolSpec,
+    message_from_dict,
+    message_to_dict,
+)
+from ..loop import MessageStart, Tool, ToolContext, ToolExecutionUpdate, ToolResult, to_tool_result
+from ._events import Publisher
+from ._spec import PUBLISH_ACTIVITY, DurableAgent, model_activity, tool_activity
+from ._workflow import AgentWorkflow
+
+NON_RETRYABLE_KINDS = frozenset({"auth", "invalid_request", "content_filter", "context_overflow"})
+"""Model error kinds Temporal does not retry: the run sees the error message at once."""
+
+PASSTHROUGH = (
+    "msgspec",
+    "ketch.llm",
+    "ketch.loop",
+    "ketch._agent",
+    "ketch._schema",
+    "ketch.temporal._spec",
+    "ketch.temporal._pure",
+)
+"""Modules the workflow sandbox shares with the worker instead of re-importing them
+(deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """The workflow runner durable agents use (also for :class:`temporalio.worker.Replayer`)."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
+
+
+def _jsonable(value: Any) -> Any:
+    return msgspec.to_builtins(value, enc_hook=repr)
+
+
+def _no_provider_retries(model: Model) -> Model:
+    """Turn the provider layer's own retries off (Temporal retries the activity)."""
+    retry = getattr(model, "retry", None)
+    if isinstance(retry, msgspec.Struct) and hasattr(retry, "max_attempts"):
+        model.retry = msgspec.structs.replace(retry, max_attempts=1)  # type: ignore[attr-defined]
+    return model
+
+
+class _Shared:
+    """What a worker's activities share: the HTTP session for publishing, the store."""
+
+    def __init__(self, store: Any) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self.store = store
+
+    def publisher(self, payload: dict[str, Any]) -> Publisher:
+        url = payload.get("events_url")
+        if url and self._session is None:
+            self._session = aiohttp.ClientSession()
+        pub = Publisher(self._session, url, payload.get("run_id", ""))
+        for item in payload.get("outbox") or ():
+            pub.add(item)
+        return pub
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating(interval: float) -> AsyncIterator[None]:
+    """Heartbeat every ``interval`` seconds while the body runs (a dead worker is noticed
+    by the heartbeat timeout; a cancellation reaches the activity through them)."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Callable[..., Awaitable[Any]]:
+    beat = agent.spec.activities.heartbeat_timeout / 3
+
+    @activity.defn(name=model_activity(agent.name))
+    async def call_model(payload: dict[str, Any]) -> dict[str, Any]:
+        info = activity.info()
+        pub = shared.publisher(payload)
+        if info.attempt > 1:
+            pub.add({"event": _jsonable(Retry(
+                attempt=info.attempt - 1, max_attempts=agent.spec.activities.max_attempts, delay=0.0,
+                error_kind="retry", error_message="the previous attempt did not finish; its output is void",
+                discard_partial=True,
+            ))})
+        request = Request(
+            system_prompt=payload["system_prompt"],
+            messages=[message_from_dict(m) for m in payload["messages"]],
+            tools=[msgspec.convert(t, ToolSpec) for t in payload["tools"]],
+        )
+        signal = AbortSignal()
+        options = StreamOptions(
+            thinking=payload["thinking"], max_tokens=payload["max_tokens"],
+            temperature=payload["temperature"], signal=signal,
+        )
+        final: AssistantMessage | None = None
+        retry_after: float | None = None
+        try:
+            async with _heartbeating(beat):
+                async for ev in model.stream(request, options):
+                    kind = type(ev)
+                    if kind is StreamStart:
+                        pub.add({"event": _jsonable(MessageStart(message=ev.partial))})  # type: ignore[union-attr]
+                    elif kind is StreamDone:
+                        final = ev.message  # type: ignore[union-attr]
+                    elif kind is StreamError:
+                        final = ev.error  # type: ignore[union-attr]
+                        retry_after = ev.retry_after  # type: ignore[union-attr]
+                    elif kind is Retry:
+                        pub.add({"event": _jsonable(ev)})
+                    else:
+                        pub.add({"event": {"type": "message_update", "event": _jsonable(ev)}})
+        except asyncio.CancelledError:
+            signal.abort()
+            raise
+        finally:
+            await pub.close()
+        if final is None:
+            raise ApplicationError("The stream ended without a terminal event", type="network")
+        if final.stop_reason == "error":
+            error_kind = final.error_kind or "unknown"
+            text = final.error_message or "model error"
+            raise ApplicationError(
+                text, text, type=error_kind, non_retryable=error_kind in NON_RETRYABLE_KINDS,
+                next_retry_delay=timedelta(seconds=retry_after) if retry_after is not None else None,
+            )
+        return message_to_dict(final)
+
+    return call_model
+
+
+def _tool_activity(agent: DurableAgent, tool: Tool, shared: _Shared) -> Callable[..., Awaitable[Any]]:
+    beat = agent.spec.activities.heartbeat_timeout / 3
+
+    @activity.defn(name=tool_activity(agent.name, tool.name))
+    async def call_tool(payload: dict[str, Any]) -> dict[str, Any]:
+        pub = shared.publisher(payload)
+        args = payload["args"]
+        call_id = payload["call_id"]
+
+        async def report(partial: Any) -> None:
+            pub.add({"event": _jsonable(ToolExecutionUpdate(
+                tool_call_id=call_id, tool_name=tool.name, args=args, partial=partial
+            ))})
+
+        signal = AbortSignal()
+        ctx: ToolContext[Any] = ToolContext(
+            call_id=call_id, tool_name=tool.name, signal=signal, report=report, deps=agent.deps,
+            idempotency_key=payload["idempotency_key"],
+        )
+        try:
+            async with _heartbeating(beat):
+                result = to_tool_result(await tool.execute(args, ctx))
+        except asyncio.CancelledError:
+            signal.abort()
+            raise
+        except Exception as exc:
+            result = ToolResult.error(f"{type(exc).__name__}: {exc}")
+        finally:
+            await pub.close()
+        return _jsonable(result)  # type: ignore[no-any-return]
+
+    return call_tool
+
+
+def _common_activities(shared: _Shared) -> list[Callable[..., Awaitable[Any]]]:
+    @activity.defn(name=PUBLISH_ACTIVITY)
+    async def publish(payload: dict[str, Any]) -> None:
+        pub = shared.publisher(payload)
+        await pub.close()
+
+    @activity.defn(name="ketch.store")
+    async def store(payload: dict[str, Any]) -> str:
+        writer = await shared.store().create(cwd=os.getcwd())
+        try:
+            digest = await writer.put_blob(json.dumps(payload["transcript"]).encode())
+        finally:
+            await writer.close()
+        return f"{writer.id}:{digest}"
+
+    @activity.defn(name="ketch.load")
+    async def load(ref: str) -> list[dict[str, Any]]:
+        session_id, digest = ref.split(":", 1)
+        data = await shared.store().get_blob(session_id, digest)
+        return json.loads(data)  # type: ignore[no-any-return]
+
+    return [publish, store, load]
+
+
+class _Worker(Worker):
+    """A Worker that also closes what its activities share when it shuts down."""
+
+    def __init__(self, shared: _Shared, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ketch_shared = shared
+
+    async def shutdown(self) -> None:
+        """Shut the worker down (see :meth:`temporalio.worker.Worker.shutdown`)."""
+        try:
+            await super().shutdown()
+        finally:
+            await self._ketch_shared.close()
+
+
+def build_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    agents: Sequence[DurableAgent],
+    models: Mapping[str, Model] | None = None,
+    store: Any = None,
+    max_concurrent_activities: int = 100,
+    sticky_timeout: float = 5.0,
+    sandboxed: bool = True,
+    **worker_options: Any,
+) -> Worker:
+    """A Temporal worker that runs ``agents`` on ``task_queue``.
+
+    Registers the durable agent workflow, each agent's model activity
+    (``<agent>.model``) and one activity per tool (``<agent>.tool.<name>``); pure tools
+    are registered for the workflow to run inline. ``models`` maps model names (as in
+    ``DurableAgent(model=...)``) to the Model to call instead (a scripted model in tests,
+    say); otherwise the agent's own. ``store`` is the :class:`~ketch.sessions.SessionStore`
+    that keeps transcripts too large for the history (default: the default store,
+    opened on first use). ``sticky_timeout``: seconds before a workflow cached by a
+    worker that stopped answering moves to another. ``sandboxed=False`` runs the
+    workflow without Temporal's sandbox (no per-run re-import of the workflow module:
+    less CPU per run; determinism then rests on the replay tests alone). Run it with
+    ``async with worker:`` or ``await worker.run()``.
+    """
+    names = [a.name for a in agents]
+    if len(set(names)) != len(names):
+        raise ValueError(f"agent names must be unique, got {names}")
+    opened: list[Any] = [store]
+
+    def get_store() -> Any:
+        if opened[0] is None:
+            from ..sessions import default_store
+
+            opened[0] = default_store()
+        return opened[0]
+
+    shared = _Shared(get_store)
+    activities: list[Callable[..., Awaitable[Any]]] = _common_activities(shared)
+    for agent in agents:
+        model = (models or {}).get(agent.model_name, agent.model)
+        activities.append(_model_activity(agent, _no_provider_retries(model), shared))
+        for tool in agent.tools:
+            activities.append(_tool_activity(agent, tool, shared))
+    if sandboxed:
+        worker_options.setdefault("workflow_runner", sandbox_runner())
+    else:
+        from temporalio.worker import UnsandboxedWorkflowRunner
+
+        worker_options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
+    return _Worker(
+        shared,
+        client,
+        task_queue=task_queue,
+        workflows=[AgentWorkflow],
+        activities=activities,
+        max_concurrent_activities=max_concurrent_activities,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout),
+        **worker_options,
+    )

@@ -1,0 +1,503 @@
+"""The durable agent workflow: ``run_loop`` inside Temporal's workflow sandbox.
+
+The loop runs unchanged with a :class:`~ketch.llm.Model` and :class:`~ketch.loop.Tool`
+objects whose ``stream`` and ``execute`` call activities: the workflow sees each model
+call's complete assistant message and each tool call's result, never partial output.
+Everything else the loop does (scheduling, stop controls, steering, approval) is
+deterministic workflow code; message timestamps and durations read the workflow's
+clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any, cast
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    import msgspec
+
+    from ..llm import (
+        AbortSignal,
+        AssistantMessage,
+        Message,
+        Request,
+        StreamDone,
+        StreamError,
+        StreamEvent,
+        StreamOptions,
+        message_from_dict,
+        message_to_dict,
+        use_clock,
+    )
+    from ..loop import (
+        AgentEnd,
+        AgentEvent,
+        AgentStart,
+        Conversation,
+        Decision,
+        LoopConfig,
+        MessageEnd,
+        MessageStart,
+        MessageUpdate,
+        RunState,
+        RunStream,
+        RunSummary,
+        Tool,
+        ToolContext,
+        ToolResult,
+        TurnInfo,
+        continue_loop,
+        deny,
+        resume_loop,
+        run_loop,
+    )
+    from . import _pure
+    from ._spec import (
+        PUBLISH_ACTIVITY,
+        AgentSpec,
+        RunInput,
+        ToolDef,
+        model_activity,
+        tool_activity,
+    )
+
+ABORTED_TEXT = "Request was aborted"
+
+
+def _jsonable(value: Any) -> Any:
+    return msgspec.to_builtins(value, enc_hook=repr)
+
+
+def _retry(spec: AgentSpec, *, non_retryable: list[str] | None = None) -> RetryPolicy:
+    s = spec.activities
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=s.initial_interval),
+        backoff_coefficient=s.backoff,
+        maximum_interval=timedelta(seconds=s.max_interval),
+        maximum_attempts=s.max_attempts,
+        non_retryable_error_types=non_retryable,
+    )
+
+
+def _failure_text(err: ActivityError) -> tuple[str, str]:
+    """The message and error kind an activity failure carries."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        kind = cause.type or "unknown"
+        text = str(cause.details[0]) if cause.details else cause.message
+        return text, kind
+    if cause is not None:
+        return str(cause), "unknown"
+    return str(err), "unknown"
+
+
+class _ActivityModel:
+    """A Model whose ``stream`` is one activity call returning the complete message."""
+
+    def __init__(self, wf: AgentWorkflow, spec: AgentSpec) -> None:
+        self._wf = wf
+        self._spec = spec
+
+    @property
+    def provider(self) -> str:
+        return self._spec.model_provider
+
+    @property
+    def api(self) -> str:
+        return self._spec.model_api
+
+    @property
+    def id(self) -> str:
+        return self._spec.model_id
+
+    @property
+    def context_window(self) -> int:
+        return self._spec.context_window
+
+    def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        return self._call(request, options or StreamOptions())
+
+    def _message(self, stop: str, text: str, kind: str | None) -> AssistantMessage:
+        return AssistantMessage(
+            provider=self.provider, api=self.api, model=self.id,
+            stop_reason=stop,  # type: ignore[arg-type]
+            error_message=text, error_kind=kind,
+        )
+
+    async def _call(self, request: Request, options: StreamOptions) -> AsyncIterator[StreamEvent]:
+        spec = self._spec
+        wf = self._wf
+        signal = options.signal
+        if signal is not None and signal.aborted:
+            yield StreamError(reason="aborted", error=self._message("aborted", ABORTED_TEXT, None))
+            return
+        payload = {
+            "system_prompt": request.system_prompt,
+            "messages": [message_to_dict(m) for m in request.messages],
+            "tools": [msgspec.to_builtins(t) for t in request.tools],
+            "thinking": options.thinking,
+            "max_tokens": options.max_tokens,
+            "temperature": options.temperature,
+            **wf.activity_context(),
+        }
+        s = spec.activities
+        handle = workflow.start_activity(
+            model_activity(spec.name),
+            payload,
+            start_to_close_timeout=timedelta(seconds=s.model_timeout),
+            heartbeat_timeout=timedelta(seconds=s.heartbeat_timeout),
+            retry_policy=_retry(spec),
+        )
+        wf.live_message = True
+
+        def cancel() -> None:
+            handle.cancel()
+
+        remove = signal.add_callback(cancel) if signal is not None else None
+        try:
+            out: dict[str, Any] = await handle
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError) or (signal is not None and signal.aborted):
+                yield StreamError(reason="aborted", error=self._message("aborted", ABORTED_TEXT, None))
+            else:
+                text, kind = _failure_text(err)
+                yield StreamError(reason="error", error=self._message("error", text, kind))
+            return
+        finally:
+            if remove is not None:
+                remove()
+        message = message_from_dict(out)
+        assert isinstance(message, AssistantMessage)
+        if message.stop_reason in ("error", "aborted"):
+            yield StreamError(reason=message.stop_reason, error=message)
+        else:
+            yield StreamDone(reason=message.stop_reason, message=message)
+
+
+def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
+    """A Tool whose ``execute`` runs the activity ``<agent>.tool.<name>`` (or, for a pure
+    tool registered on this worker, the tool itself, inside the workflow)."""
+    pure = _pure.lookup(spec.name, d.name) if d.pure else None
+    s = spec.activities
+
+    async def execute(args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        if pure is not None:
+            fn, signature = getattr(pure, "fn", None), getattr(pure, "signature", None)
+            if fn is not None and signature is not None and not inspect.iscoroutinefunction(fn):
+                # a sync @tool function: called inline (no thread inside a workflow)
+                positional, keywords = signature.bind(args, ctx)
+                return fn(*positional, **keywords)
+            return await pure.execute(args, ctx)
+        payload = {
+            "args": args,
+            "call_id": ctx.call_id,
+            "idempotency_key": f"{workflow.info().workflow_id}/{ctx.call_id}",
+            **wf.activity_context(),
+        }
+        timeout = d.timeout if d.timeout is not None else s.tool_timeout
+        try:
+            out: dict[str, Any] = await workflow.execute_activity(
+                tool_activity(spec.name, d.name),
+                payload,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=timedelta(seconds=s.heartbeat_timeout),
+                retry_policy=_retry(spec),
+            )
+        except ActivityError as err:
+            text, _ = _failure_text(err)
+            return ToolResult.error(text)
+        return msgspec.convert(out, ToolResult)
+
+    return Tool(
+        d.name,
+        d.description,
+        d.parameters,
+        execute,
+        sequential=d.sequential,
+        read_only=d.read_only,
+        requires_approval=d.requires_approval,
+        reports_progress=pure is not None,
+    )
+
+
+def _decision(data: dict[str, Any]) -> Decision:
+    return cast(Decision, msgspec.convert(data, Decision))
+
+
+@workflow.defn(name="ketch.agent")
+class AgentWorkflow:
+    """One durable agent run. Signals: ``steer``, ``follow_up``, ``abort``, ``decide``;
+    queries: ``state``, ``transcript``."""
+
+    def __init__(self) -> None:
+        self._steering: list[Message] = []
+        self._follow_ups: list[Message] = []
+        self._signal = AbortSignal()
+        self._decisions: dict[str, Decision] | None = None
+        self._conversation: Conversation | None = None
+        self._status = "running"
+        self._pending: list[dict[str, Any]] = []
+        self._outbox: list[dict[str, Any]] = []
+        self._seq = 0
+        self._events_url: str | None = None
+        self._continue = False
+        self._generation = 0
+        self._more = False
+        self._last_end: dict[str, Any] | None = None
+        self.live_message = False
+
+    # -- signals and queries -------------------------------------------------------------
+    @workflow.signal(name="steer")
+    def steer(self, message: dict[str, Any]) -> None:
+        """Queue a steering message (delivered before the next model call)."""
+        self._steering.append(message_from_dict(message))
+
+    @workflow.signal(name="follow_up")
+    def follow_up(self, message: dict[str, Any]) -> None:
+        """Queue a follow-up message (delivered when the agent would stop)."""
+        self._follow_ups.append(message_from_dict(message))
+
+    @workflow.signal(name="abort")
+    def abort(self) -> None:
+        """Abort the run: running activities are cancelled; it ends ``aborted``."""
+        self._signal.abort("aborted")
+
+    @workflow.signal(name="decide")
+    def decide(self, decisions: dict[str, dict[str, Any]]) -> None:
+        """Decisions for a run paused for approval: call id -> approve/deny/edit."""
+        self._decisions = {k: _decision(v) for k, v in decisions.items()}
+
+    @workflow.query(name="state")
+    def state(self) -> dict[str, Any]:
+        """``status`` (running, awaiting_approval, done), pending calls, message count."""
+        conversation = self._conversation
+        return {
+            "status": self._status,
+            "pending": self._pending,
+            "messages": len(conversation.messages) if conversation is not None else 0,
+            "steering": len(self._steering),
+            "follow_ups": len(self._follow_ups),
+        }
+
+    @workflow.query(name="transcript")
+    def transcript(self) -> list[dict[str, Any]]:
+        """The transcript so far."""
+        conversation = self._conversation
+        return [] if conversation is None else [message_to_dict(m) for m in conversation.messages]
+
+    # -- events -------------------------------------------------------------------------
+    def activity_context(self) -> dict[str, Any]:
+        """What every activity gets besides its own input: where to publish, the events
+        the workflow produced since the last activity (published first), the run id."""
+        outbox, self._outbox = self._outbox, []
+        return {"run_id": workflow.info().workflow_id, "events_url": self._events_url, "outbox": outbox}
+
+    def _emit(self, event: AgentEvent) -> None:
+        if self._events_url is None:
+            return
+        if type(event) is MessageUpdate:
+            return
+        if type(event) is MessageStart and isinstance(event.message, AssistantMessage) and self.live_message:
+            return  # the model activity published it with the partial output
+        if type(event) is MessageEnd and isinstance(event.message, AssistantMessage):
+            self.live_message = False
+        if type(event) is AgentStart and (self._generation or self._more):
+            return  # one run across continue-as-new and late messages: one agent_start
+        if type(event) is AgentEnd and event.summary.end_reason != "approval_required":
+            self._last_end = _jsonable(event)  # published when the run really ends, with its whole summary
+            return
+        self._seq += 1
+        self._outbox.append({"seq": self._seq, "event": _jsonable(event)})
+
+    def _take(self, queue: list[Message]) -> Callable[[], list[Message]]:
+        def take() -> list[Message]:
+            taken = list(queue)
+            queue.clear()
+            return taken
+
+        return take
+
+    def _stop_for_new_run(self, spec: AgentSpec) -> Callable[[TurnInfo], bool]:
+        def predicate(info: TurnInfo) -> bool:
+            if not info.tool_results:  # continue_loop needs a transcript that does not end the turn
+                return False
+            wfi = workflow.info()
+            if wfi.is_continue_as_new_suggested() or wfi.get_current_history_length() >= spec.max_history_events:
+                self._continue = True
+                return True
+            return False
+
+        return predicate
+
+    # -- the run ------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Run the agent loop to its end; returns new messages, summary and transcript."""
+        inp = msgspec.convert(data, RunInput)
+        spec = inp.agent
+        self._events_url = inp.events_url
+        self._outbox = list(inp.outbox)
+        self._seq = inp.seq
+        self._generation = inp.generation
+        self._steering.extend(message_from_dict(m) for m in inp.steering)
+        self._follow_ups.extend(message_from_dict(m) for m in inp.follow_ups)
+        with use_clock(lambda: workflow.now().timestamp()):
+            transcript_data = inp.transcript
+            if inp.transcript_ref is not None:
+                transcript_data = await workflow.execute_activity(
+                    "ketch.load", inp.transcript_ref, start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=_retry(spec),
+                )
+            conversation = Conversation(
+                system_prompt=spec.system_prompt,
+                messages=[message_from_dict(m) for m in transcript_data],
+                tools=[_activity_tool(self, spec, d) for d in spec.tools],
+            )
+            self._conversation = conversation
+            carried = msgspec.convert(inp.summary, RunSummary) if inp.summary is not None else RunSummary()
+            max_turns = spec.max_turns - carried.turns if spec.max_turns is not None else None
+            config: LoopConfig[Any] = LoopConfig(
+                model=_ActivityModel(self, spec),
+                thinking=spec.thinking,
+                options=StreamOptions(max_tokens=spec.max_tokens, temperature=spec.temperature),
+                max_turns=max_turns,
+                max_budget_usd=spec.max_budget_usd,
+                max_tool_concurrency=spec.max_tool_concurrency,
+                tool_execution=spec.tool_execution,
+                get_steering_messages=self._take(self._steering),
+                get_follow_up_messages=self._take(self._follow_ups),
+                stop_when=[self._stop_for_new_run(spec)],
+            )
+            stream: RunStream
+            if inp.generation == 0:
+                prompts = [message_from_dict(m) for m in inp.prompts]
+                stream = run_loop(prompts, conversation, config, self._signal)
+            else:
+                stream = continue_loop(conversation, config, self._signal)
+            summary = carried
+            while True:
+                calls = errors = 0
+                duration = 0.0
+                while True:
+                    async for event in stream:
+                        self._emit(event)
+                    result = await stream.result()
+                    part = result.summary
+                    duration += part.duration
+                    state = result.state
+                    if part.end_reason == "approval_required" and state is not None:
+                        calls += part.tool_calls  # a resumed segment counts turns and usage again, not calls
+                        errors += part.tool_errors
+                        stream = await self._await_decisions(state, conversation, config, spec.approval_timeout)
+                        continue
+                    break
+                summary = _merge(summary, part, calls, errors, duration)
+                if self._continue and part.end_reason == "stop":
+                    await self._continue_as_new(inp, conversation, summary)
+                end = self._last_end
+                if end is not None:
+                    end["summary"] = msgspec.to_builtins(summary)
+                    self._seq += 1
+                    self._outbox.append({"seq": self._seq, "event": end})
+                    self._last_end = None
+                await self._flush()
+                if (
+                    part.end_reason == "stop"
+                    and (self._steering or self._follow_ups)
+                    and workflow.patched("ketch-late-messages")
+                ):
+                    # messages signalled while the run published its last events: go on
+                    queued = self._take(self._steering)() + self._take(self._follow_ups)()
+                    if spec.max_turns is not None:
+                        config.max_turns = spec.max_turns - summary.turns
+                    self._more = True
+                    stream = run_loop(queued, conversation, config, self._signal)
+                    continue
+                break
+            self._status = "done"
+            return {
+                "messages": [message_to_dict(m) for m in conversation.messages[inp.run_start:]],
+                "summary": msgspec.to_builtins(summary),
+                "transcript": [message_to_dict(m) for m in conversation.messages],
+                "generations": inp.generation + 1,
+            }
+
+    async def _flush(self) -> None:
+        """Publish the events produced since the last activity (at a pause and at the end)."""
+        if self._events_url is not None and self._outbox:
+            await workflow.execute_activity(
+                PUBLISH_ACTIVITY, self.activity_context(),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+
+    async def _await_decisions(
+        self, state: RunState, conversation: Conversation, config: LoopConfig[Any], wait: float | None
+    ) -> RunStream:
+        self._status = "awaiting_approval"
+        self._pending = [msgspec.to_builtins(p) for p in state.pending]
+        self._decisions = None
+        await self._flush()
+        timed_out = False
+        try:
+            await workflow.wait_condition(lambda: self._decisions is not None or self._signal.aborted, timeout=wait)
+        except TimeoutError:
+            timed_out = True
+        decisions: dict[str, Decision] = self._decisions or {}
+        if timed_out:
+            decisions = {
+                p.tool_call_id: deny(f"No decision within {wait:g}s; the call was not run")
+                for p in state.pending if p.needs_decision
+            }
+        elif self._signal.aborted:
+            decisions = {p.tool_call_id: deny("aborted") for p in state.pending if p.needs_decision}
+        self._decisions = None
+        self._status = "running"
+        self._pending = []
+        return resume_loop(state, conversation, config, self._signal, decisions=decisions)
+
+    async def _continue_as_new(self, inp: RunInput, conversation: Conversation, summary: RunSummary) -> None:
+        spec = inp.agent
+        transcript = [message_to_dict(m) for m in conversation.messages]
+        ref: str | None = None
+        if len(msgspec.json.encode(transcript)) > spec.inline_limit:
+            ref = await workflow.execute_activity(
+                "ketch.store", {"run_id": workflow.info().workflow_id, "transcript": transcript},
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=_retry(spec),
+            )
+            transcript = []
+        nxt = RunInput(
+            agent=spec,
+            transcript=transcript,
+            transcript_ref=ref,
+            events_url=inp.events_url,
+            run_start=inp.run_start,
+            summary=msgspec.to_builtins(summary),
+            steering=[message_to_dict(m) for m in self._steering],
+            follow_ups=[message_to_dict(m) for m in self._follow_ups],
+            outbox=self._outbox,
+            seq=self._seq,
+            generation=inp.generation + 1,
+        )
+        workflow.continue_as_new(msgspec.to_builtins(nxt))
+
+
+def _merge(total: RunSummary, part: RunSummary, calls: int, errors: int, duration: float) -> RunSummary:
+    """The run's summary: what earlier workflow runs carried plus this one's."""
+    usage = msgspec.structs.replace(total.usage, cost=msgspec.structs.replace(total.usage.cost))
+    usage.add(part.usage)
+    return RunSummary(
+        turns=total.turns + part.turns,
+        tool_calls=total.tool_calls + part.tool_calls + calls,
+        tool_errors=total.tool_errors + part.tool_errors + errors,
+        usage=usage,
+        end_reason=part.end_reason,
+        error=part.error,
+        duration=total.duration + duration,
+    )

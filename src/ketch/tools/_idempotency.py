@@ -1,0 +1,60 @@
+"""Exactly-once side effects for the built-in file tools under a durable runner.
+
+A runner that may execute the same call again (``ketch.temporal`` retries an activity
+whose worker died after the write, before its result was recorded) sets
+``ToolContext.idempotency_key``. The ``write`` and ``edit`` tools record their result
+under that key once they changed the file; a repeated call with the same key returns
+the recorded result and changes nothing. The journal is a directory of small files
+(``$KETCH_IDEMPOTENCY_DIR``, default ``<tmp>/ketch-idempotency``), one per key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from ..loop import ToolContext, ToolResult
+
+
+def journal_dir() -> Path:
+    """Where results are recorded by idempotency key."""
+    return Path(os.environ.get("KETCH_IDEMPOTENCY_DIR") or Path(tempfile.gettempdir()) / "ketch-idempotency")
+
+
+def _path(key: str) -> Path:
+    return journal_dir() / (hashlib.sha256(key.encode()).hexdigest() + ".json")
+
+
+def replayed(ctx: ToolContext[object]) -> ToolResult | None:
+    """The result recorded for this call's key, if the call already ran."""
+    key = ctx.idempotency_key
+    if key is None:
+        return None
+    try:
+        data = _path(key).read_bytes()
+    except OSError:
+        return None
+    try:
+        return msgspec.json.decode(data, type=ToolResult)
+    except msgspec.DecodeError:
+        return None
+
+
+def remember(ctx: ToolContext[object], result: ToolResult) -> None:
+    """Record ``result`` under this call's key (a successful change only)."""
+    key = ctx.idempotency_key
+    if key is None or result.is_error:
+        return
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(msgspec.json.encode(result))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # best effort: without the record a repeat runs again, as without a key

@@ -1,0 +1,144 @@
+"""The durable agents the Temporal tests run, in worker subprocesses and in-process.
+
+Loaded by ``ketch worker --app temporal_app:app`` (with this directory on ``PYTHONPATH``). The
+model is a FunctionModel whose replies follow from the transcript alone, so any worker
+process answers a retried call as the first one would. ``KETCH_TEMPORAL_DIR`` is where
+the tools keep their side effects and the kill switches:
+
+- ``effects.jsonl``: one line per effect of the ``effect`` tool, keyed by the call's
+  idempotency key (a repeated key is skipped); ``calls.jsonl``: one line per execution.
+- ``hang-tool`` / ``hang-model``: when present, the first ``effect`` call (after its
+  effect) / the second model call (after some text) hangs once, for the test to kill
+  the worker there; the file is removed when it hangs.
+- ``gate``: the ``gate`` tool waits until this file exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ketch.llm import Request, StreamOptions, TextContent, ToolResultMessage, UserMessage
+from ketch.loop import ToolContext
+from ketch.temporal import ActivitySettings, DurableAgent
+from ketch.testing import FunctionModel, Reply, reply, tool_call
+from ketch.tools import tool
+
+SETTINGS = ActivitySettings(heartbeat_timeout=2.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)
+
+
+def _dir() -> Path:
+    return Path(os.environ["KETCH_TEMPORAL_DIR"])
+
+
+def _append(name: str, record: dict[str, Any]) -> None:
+    with open(_dir() / name, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _take(name: str) -> bool:
+    """Remove the switch file ``name``; True if it was there."""
+    try:
+        (_dir() / name).unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+@tool
+async def effect(n: int, ctx: ToolContext[Any]) -> str:
+    """Record a side effect once per idempotency key."""
+    key = ctx.idempotency_key
+    _append("calls.jsonl", {"key": key, "n": n})
+    path = _dir() / "effects.jsonl"
+    done = {json.loads(line)["key"] for line in path.read_text().splitlines()} if path.exists() else set()
+    if key not in done:
+        _append("effects.jsonl", {"key": key, "n": n})
+    if _take("hang-tool"):
+        await ctx.report("effect recorded")
+        await asyncio.Event().wait()
+    return f"effect {n}"
+
+
+@tool
+async def gate(ctx: ToolContext[Any]) -> str:
+    """Wait until the test opens the gate."""
+    await ctx.report("waiting")
+    while not (_dir() / "gate").exists():  # noqa: ASYNC110  (a file another process creates)
+        await asyncio.sleep(0.02)
+    return "gate open"
+
+
+@tool(requires_approval=True)
+def danger(what: str) -> str:
+    """Something that needs the user's approval."""
+    return f"did {what}"
+
+
+@tool
+def double(x: int) -> int:
+    """A pure tool: runs inside the workflow."""
+    return 2 * x
+
+
+def _texts(request: Request) -> list[str]:
+    out = []
+    for m in request.messages:
+        if isinstance(m, UserMessage):
+            content = m.content
+            out.append(content if isinstance(content, str) else "".join(
+                b.text for b in content if isinstance(b, TextContent)
+            ))
+    return out
+
+
+def _replies(request: Request, options: StreamOptions) -> Reply:
+    users = _texts(request)
+    prompt = users[0]
+    results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+    n = len(results)
+    if prompt.startswith("rounds "):
+        rounds = int(prompt.split()[1])
+        if n == 1 and _take("hang-model"):
+            return reply("half of a reply that never ends", hang=True, chunk_size=4)
+        if n < rounds:
+            return reply(f"round {n}", tool_call("effect", {"n": n}, id=f"call_{n}"))
+        return reply(f"done after {n} rounds")
+    if prompt == "gate":
+        if n == 0:
+            return reply("waiting at the gate", tool_call("gate", {}, id="call_gate"))
+        return reply("seen: " + ", ".join(users))
+    if prompt == "approve":
+        if n == 0:
+            return reply("asking", tool_call("danger", {"what": "it"}, id="call_danger"))
+        return reply("after approval: " + results[-1].content[0].text)  # type: ignore[union-attr]
+    if prompt == "pure":
+        if n == 0:
+            return reply("doubling", tool_call("double", {"x": 21}, id="call_double"))
+        return reply("got " + results[-1].content[0].text)  # type: ignore[union-attr]
+    return reply(f"echo: {prompt}")
+
+
+def model() -> FunctionModel:
+    """The scripted model (a fresh one per process)."""
+    return FunctionModel(_replies, provider="scripted", api="scripted", id="transcript-driven")
+
+
+def agent(**overrides: Any) -> DurableAgent:
+    """The test agent."""
+    options: dict[str, Any] = {
+        "system_prompt": "You are a test agent.",
+        "tools": [effect, gate, danger, double],
+        "pure": ["double"],
+        "settings": SETTINGS,
+    }
+    options.update(overrides)
+    return DurableAgent("tester", model(), **options)
+
+
+def app() -> dict[str, Any]:
+    """What ``ketch worker --app temporal_app:app`` runs."""
+    return {"agents": [agent()], "sticky_timeout": 1.0}
