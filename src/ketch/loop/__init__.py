@@ -37,12 +37,14 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
+from ._output import OUTPUT_TOOL_NAME, OutputMode, OutputStream, OutputValidator, RejectOutput
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
 from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
 __all__ = [
+    "OUTPUT_TOOL_NAME",
     "AfterToolCallResult",
     "AgentEnd",
     "AgentEvent",
@@ -63,8 +65,12 @@ __all__ = [
     "MessageStart",
     "MessageUpdate",
     "NextTurn",
+    "OutputMode",
+    "OutputStream",
+    "OutputValidator",
     "PendingCall",
     "Projection",
+    "RejectOutput",
     "Retry",
     "RunError",
     "RunResult",

@@ -481,3 +481,68 @@ async def stream_partials(
     output = await final()
     if output is not _NOTHING and (last is _NOTHING or output != last):
         yield output
+
+
+_END: Any = object()
+
+
+class OutputStream:
+    """Partial values of a stateful run's typed output (``Agent.stream_output()``).
+
+    ``async for partial in stream`` starts the run and yields validated partial values as
+    the answer streams, each different from the one before; the last one is
+    ``RunResult.output`` when the run ended with an accepted answer. ``await
+    stream.result()`` returns the run's result (starting the run if it was not iterated).
+    Leaving the loop early aborts the run. A stream can be iterated once.
+    """
+
+    __slots__ = ("_abort", "_partial", "_start", "_subscribe", "_task")
+
+    def __init__(
+        self,
+        start: Callable[[], Awaitable[Any]],
+        subscribe: Callable[[Callable[[Any], None]], Callable[[], None]],
+        abort: Callable[[], None],
+        partial: PartialOutput,
+    ) -> None:
+        self._start = start
+        self._subscribe = subscribe
+        self._abort = abort
+        self._partial = partial
+        self._task: asyncio.Future[Any] | None = None
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        if self._task is not None:
+            raise RuntimeError("This output stream was already started")
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        unsubscribe = self._subscribe(queue.put_nowait)
+        task = self._task = asyncio.ensure_future(self._start())
+        task.add_done_callback(lambda _: queue.put_nowait(_END))
+
+        async def events() -> AsyncIterator[Any]:
+            while (event := await queue.get()) is not _END:
+                yield event
+
+        async def final() -> Any:
+            result = await task
+            return _NOTHING if result.output is None else result.output
+
+        try:
+            async for value in stream_partials(events(), self._partial, final):
+                yield value
+        finally:
+            unsubscribe()
+            if not task.done():
+                self._abort()
+                await asyncio.wait([task])
+
+    async def result(self) -> Any:
+        """The run's :class:`~ketch.loop.RunResult` (the run is started if needed)."""
+        if self._task is None:
+            async for _ in self:
+                pass
+        assert self._task is not None
+        return await self._task
