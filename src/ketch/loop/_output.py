@@ -34,7 +34,7 @@ import asyncio
 import inspect
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, NamedTuple, TypeAlias, get_args
 
 import jiter
@@ -50,7 +50,7 @@ from ..llm._structured import (
     response_format_for,
     validate_structured,
 )
-from ._events import EndReason, MessageStart, MessageUpdate
+from ._events import EndReason, MessageStart, MessageUpdate, Retry
 
 OutputMode: TypeAlias = Literal["auto", "native", "tool", "prompted"]
 """How typed output is asked for (see the module documentation)."""
@@ -420,7 +420,7 @@ class PartialOutput:
     arguments in ``tool`` mode; a new assistant message starts over.
     """
 
-    __slots__ = ("_buffers", "_last", "mode", "schema", "tool_name")
+    __slots__ = ("_buffers", "_last", "_text", "mode", "schema", "tool_name")
 
     NOTHING: Any = _NOTHING
     """What :meth:`feed` returns when there is no new partial value."""
@@ -430,6 +430,7 @@ class PartialOutput:
         self.mode = run.mode
         self.tool_name = run.tool_name
         self._buffers: dict[int, list[str]] = {}
+        self._text: list[str] = []
         self._last: Any = _NOTHING
 
     def feed(self, event: Any) -> Any:
@@ -450,7 +451,9 @@ class PartialOutput:
                 buffer.append(update.delta)
                 raw = "".join(buffer)
             elif ukind is TextDelta:
-                raw = event.message.text
+                # From the deltas: the event's message may have grown since (a queued event).
+                self._text.append(update.delta)
+                raw = "".join(self._text)
                 if self.mode == "text":
                     return raw
             else:
@@ -460,8 +463,11 @@ class PartialOutput:
                 return _NOTHING
             self._last = data
             return self.schema.partial(data)
-        if kind is MessageStart and type(event.message) is AssistantMessage:
+        if (kind is MessageStart and type(event.message) is AssistantMessage) or (
+            kind is Retry and event.discard_partial
+        ):
             self._buffers.clear()
+            self._text.clear()
             self._last = _NOTHING
         return _NOTHING
 
@@ -492,11 +498,12 @@ class OutputStream:
     ``async for partial in stream`` starts the run and yields validated partial values as
     the answer streams, each different from the one before; the last one is
     ``RunResult.output`` when the run ended with an accepted answer. ``await
-    stream.result()`` returns the run's result (starting the run if it was not iterated).
-    Leaving the loop early aborts the run. A stream can be iterated once.
+    stream.result()`` finishes the run (starting it if needed) and returns its result.
+    ``await stream.aclose()`` (or leaving ``async with stream:``) aborts a run still
+    going. A stream can be iterated once.
     """
 
-    __slots__ = ("_abort", "_partial", "_start", "_subscribe", "_task")
+    __slots__ = ("_abort", "_gen", "_partial", "_start", "_subscribe", "_task")
 
     def __init__(
         self,
@@ -510,13 +517,29 @@ class OutputStream:
         self._abort = abort
         self._partial = partial
         self._task: asyncio.Future[Any] | None = None
+        self._gen: AsyncGenerator[Any, None] | None = None
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
+    def __aiter__(self) -> OutputStream:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[Any]:
-        if self._task is not None:
-            raise RuntimeError("This output stream was already started")
+    async def __anext__(self) -> Any:
+        if self._gen is None:
+            self._gen = self._iterate()
+        return await self._gen.__anext__()
+
+    async def __aenter__(self) -> OutputStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop iterating; a run still going is aborted (and waited for)."""
+        if self._gen is None:
+            self._gen = self._iterate()
+        await self._gen.aclose()
+
+    async def _iterate(self) -> AsyncGenerator[Any, None]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         unsubscribe = self._subscribe(queue.put_nowait)
         task = self._task = asyncio.ensure_future(self._start())
@@ -540,9 +563,11 @@ class OutputStream:
                 await asyncio.wait([task])
 
     async def result(self) -> Any:
-        """The run's :class:`~ketch.loop.RunResult` (the run is started if needed)."""
-        if self._task is None:
+        """The run's :class:`~ketch.loop.RunResult`: the remaining partial values are
+        skipped (the run is started if it was not)."""
+        if self._task is None or not self._task.done():
             async for _ in self:
                 pass
-        assert self._task is not None
+        if self._task is None:
+            raise RuntimeError("This output stream was closed before its run started")
         return await self._task
