@@ -44,7 +44,6 @@ from .loop import (
     AgentEvent,
     Conversation,
     LoopConfig,
-    RejectOutput,
     RunError,
     RunResult,
     RunState,
@@ -63,6 +62,7 @@ from .loop import (
 
 if TYPE_CHECKING:
     from .llm._resolve import get_model
+    from .loop._output import RejectOutput
     from .tools._decorator import tool
 
 __all__ = [
@@ -118,6 +118,10 @@ def __getattr__(name: str) -> Any:
         from .tools._decorator import tool
 
         return tool
+    if name == "RejectOutput":
+        from .loop._output import RejectOutput
+
+        return RejectOutput
     if name == "get_model":
         from .llm._resolve import get_model
 

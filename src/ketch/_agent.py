@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
 
 import msgspec
 
@@ -49,17 +49,12 @@ from .loop._config import (
     UsageLimits,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
-from .loop._output import (
-    OutputMode,
-    OutputRun,
-    OutputStream,
-    OutputValidator,
-    PartialOutput,
-    check_output_config,
-)
 from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
+
+if TYPE_CHECKING:
+    from .loop._output import OutputMode, OutputRun, OutputStream, OutputValidator
 
 log = logging.getLogger("ketch._agent")
 
@@ -278,6 +273,8 @@ class Agent(Generic[Deps]):
         output_validators: Sequence[OutputValidator] = (),
     ) -> None:
         if output_type is not None or output_mode != "auto" or output_retries != 1:
+            from .loop._output import check_output_config
+
             check_output_config(output_type, output_mode, output_retries)
         self.config: LoopConfig[Deps] = LoopConfig(
             model=_resolve(model),
@@ -309,7 +306,7 @@ class Agent(Generic[Deps]):
             output_type=output_type,
             output_mode=output_mode,
             output_retries=output_retries,
-            output_validators=list(output_validators),
+            output_validators=tuple(output_validators),
         )
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
@@ -576,7 +573,7 @@ class Agent(Generic[Deps]):
         ``fn(output)`` is called, sync or async, with each answer that matches
         ``output_type``; raising or returning :class:`~ketch.RejectOutput` sends its
         message back to the model (see ``output_retries``)."""
-        self.config.output_validators = [*self.config.output_validators, fn]
+        self.config.output_validators = (*self.config.output_validators, fn)
         return fn
 
     def stream_output(
@@ -590,12 +587,16 @@ class Agent(Generic[Deps]):
         output = self._output_run()
         if output is None:
             raise ValueError("stream_output() needs an agent with an output_type")
+        from .loop._output import OutputStream, PartialOutput
+
         return OutputStream(lambda: self.prompt(input, images=images), self.subscribe, self.abort, PartialOutput(output))
 
     def _output_run(self) -> OutputRun | None:
         cfg = self.config
         if cfg.output_type is None:
             return None
+        from .loop._output import OutputRun
+
         return OutputRun(
             cfg.output_type,
             cfg.output_mode,

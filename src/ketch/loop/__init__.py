@@ -1,5 +1,7 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
+from typing import TYPE_CHECKING, Any
+
 from ._config import (
     AfterToolCallResult,
     BeforeToolCallResult,
@@ -37,7 +39,6 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
-from ._output import OUTPUT_TOOL_NAME, OutputMode, OutputStream, OutputValidator, RejectOutput
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
@@ -103,3 +104,17 @@ __all__ = [
     "to_tool_result",
     "validate_message_sequence",
 ]
+
+if TYPE_CHECKING:
+    from ._output import OUTPUT_TOOL_NAME, OutputMode, OutputStream, OutputValidator, RejectOutput
+
+_OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
+
+
+def __getattr__(name: str) -> Any:
+    # Typed output is imported with its first use, not with the loop.
+    if name in _OUTPUT_NAMES:
+        from . import _output
+
+        return getattr(_output, name)
+    raise AttributeError(f"module 'ketch.loop' has no attribute {name!r}")

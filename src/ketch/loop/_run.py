@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -62,10 +62,12 @@ from ._events import (
     TurnStart,
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
-from ._output import OutputRun, PartialOutput, stream_partials
 from ._repair import default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from ._output import OutputRun
 
 log = logging.getLogger("ketch.loop")
 
@@ -144,6 +146,7 @@ class RunStream:
         output = self._run.output
         if output is None:
             raise ValueError("stream_output() needs a run with an output_type")
+        from ._output import PartialOutput, stream_partials
 
         async def final() -> Any:
             await self.result()
@@ -294,6 +297,8 @@ class _Run:
         self.options = config.options
         self.output: OutputRun | None = None  # typed output (LoopConfig.output_type)
         if config.output_type is not None:
+            from ._output import OutputRun  # imported with the first typed-output run
+
             self.output = OutputRun(
                 config.output_type,
                 config.output_mode,
