@@ -119,7 +119,7 @@ async def test_native_output_on_every_adapter(server: LoopbackServer, protocol: 
         wire.reply(rid(protocol, 1), text='{"city": "Paris", "temp": "warm"}'),
         wire.reply(rid(protocol, 2), text='{"city": "Paris", "temp": 18}'),
     )
-    agent = Agent(wire.model(server.url), output_type=Weather)  # auto: every HTTP adapter is native
+    agent = Agent(wire.model(server.url), output_type=Weather, output_mode="native")
     result = await agent.prompt("Weather in Paris?")
     assert result.end_reason == "stop"
     assert result.output == Weather(city="Paris", temp=18)
@@ -178,3 +178,11 @@ async def test_a_chat_endpoint_without_native_output_gets_the_output_tool(server
     body = server.requests[0].json
     assert "response_format" not in body
     assert body["tool_choice"] == "required"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_auto_mode_per_adapter(server: LoopbackServer, protocol: str) -> None:
+    """Native where the API takes a response schema alongside tools; Gemini (before
+    Gemini 3 it does not) gets the output tool."""
+    model = WIRES[protocol].model(server.url)
+    assert model.native_output is (protocol != GEMINI)  # type: ignore[attr-defined]
