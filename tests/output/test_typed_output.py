@@ -536,3 +536,37 @@ def test_a_tool_named_like_the_output_tool_is_refused() -> None:
     tool = Tool(OUTPUT_TOOL_NAME, "mine", {"type": "object", "properties": {}}, lambda a, c: "x")
     with pytest.raises(ValueError, match="^A tool is named 'final_result', the name of the output tool"):
         run_loop("hi", Conversation(tools=[tool]), LoopConfig(model=ScriptedModel(), output_type=int, output_mode="tool"))
+
+
+# -- event orders ------------------------------------------------------------------------
+
+
+def outline(events: list[Any]) -> list[str]:
+    out = []
+    for e in events:
+        if e.type == "message_update":
+            continue
+        out.append(f"{e.type}({e.message.role})" if e.type in ("message_start", "message_end") else e.type)
+    return out
+
+
+async def test_event_order_of_an_accepted_output_call() -> None:
+    model = ScriptedModel([reply(tool_call(OUTPUT_TOOL_NAME, {"response": 5}))])
+    events = [e async for e in run_loop("hi", Conversation(), config(model, int, output_mode="tool"))]
+    assert outline(events) == [
+        "agent_start", "turn_start", "message_start(user)", "message_end(user)",
+        "message_start(assistant)", "message_end(assistant)",
+        "message_start(tool_result)", "message_end(tool_result)", "turn_end", "agent_end",
+    ]
+
+
+async def test_event_order_of_a_text_retry() -> None:
+    model = ScriptedModel(["x", '{"response": 5}'])
+    events = [e async for e in run_loop("hi", Conversation(), config(model, int, output_mode="native"))]
+    assert outline(events) == [
+        "agent_start", "turn_start", "message_start(user)", "message_end(user)",
+        "message_start(assistant)", "message_end(assistant)", "turn_end",
+        "turn_start", "message_start(user)", "message_end(user)",
+        "message_start(assistant)", "message_end(assistant)", "turn_end", "agent_end",
+    ]
+    assert events[-1].summary.end_reason == "stop"
