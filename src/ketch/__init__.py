@@ -62,6 +62,7 @@ from .loop import (
 
 if TYPE_CHECKING:
     from .llm._resolve import get_model
+    from .loop._output import RejectOutput
     from .tools._decorator import tool
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "Model",
     "ModelError",
     "Phase",
+    "RejectOutput",
     "Request",
     "RunError",
     "RunResult",
@@ -116,6 +118,10 @@ def __getattr__(name: str) -> Any:
         from .tools._decorator import tool
 
         return tool
+    if name == "RejectOutput":
+        from .loop._output import RejectOutput
+
+        return RejectOutput
     if name == "get_model":
         from .llm._resolve import get_model
 

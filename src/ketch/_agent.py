@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
 
 import msgspec
 
@@ -52,6 +52,9 @@ from .loop._events import AgentEvent, MessageUpdate, RunResult
 from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
+
+if TYPE_CHECKING:
+    from .loop._output import OutputMode, OutputRun, OutputStream, OutputValidator
 
 log = logging.getLogger("ketch._agent")
 
@@ -264,7 +267,15 @@ class Agent(Generic[Deps]):
         prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
         context_manager: ContextManager | None = None,
         session: AgentSession | None = None,
+        output_type: Any = None,
+        output_mode: OutputMode = "auto",
+        output_retries: int = 1,
+        output_validators: Sequence[OutputValidator] = (),
     ) -> None:
+        if output_type is not None or output_mode != "auto" or output_retries != 1:
+            from .loop._output import check_output_config
+
+            check_output_config(output_type, output_mode, output_retries)
         self.config: LoopConfig[Deps] = LoopConfig(
             model=_resolve(model),
             thinking=thinking,
@@ -292,6 +303,10 @@ class Agent(Generic[Deps]):
             prepare_next_turn=prepare_next_turn,
             context_manager=context_manager,
             deps=deps,
+            output_type=output_type,
+            output_mode=output_mode,
+            output_retries=output_retries,
+            output_validators=tuple(output_validators),
         )
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
@@ -547,7 +562,49 @@ class Agent(Generic[Deps]):
 
     def build_llm_tools(self) -> list[ToolSpec]:
         """The tool definitions the next request would send (name, description, schema)."""
-        return [t.spec for t in self.tools]
+        specs = [t.spec for t in self.tools]
+        output = self._output_run()
+        return specs if output is None else output.tool_specs(specs)
+
+    # -- typed output -------------------------------------------------------------------
+    def output_validator(self, fn: OutputValidator) -> OutputValidator:
+        """Decorator: add ``fn`` to the output validators (``config.output_validators``).
+
+        ``fn(output)`` is called, sync or async, with each answer that matches
+        ``output_type``; raising or returning :class:`~ketch.RejectOutput` sends its
+        message back to the model (see ``output_retries``)."""
+        self.config.output_validators = (*self.config.output_validators, fn)
+        return fn
+
+    def stream_output(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> OutputStream:
+        """Run on a new prompt like :meth:`prompt`, as an :class:`~ketch.loop.OutputStream`:
+        ``async for partial in agent.stream_output(...)`` yields validated partial values
+        of ``output_type`` while the answer streams, ending with ``RunResult.output``;
+        ``await stream.result()`` returns the result. Raises ``ValueError`` without an
+        ``output_type``."""
+        output = self._output_run()
+        if output is None:
+            raise ValueError("stream_output() needs an agent with an output_type")
+        from .loop._output import OutputStream, PartialOutput
+
+        return OutputStream(lambda: self.prompt(input, images=images), self.subscribe, self.abort, PartialOutput(output))
+
+    def _output_run(self) -> OutputRun | None:
+        cfg = self.config
+        if cfg.output_type is None:
+            return None
+        from .loop._output import OutputRun
+
+        return OutputRun(
+            cfg.output_type,
+            cfg.output_mode,
+            cfg.output_retries,
+            cfg.output_validators,
+            self.model,
+            [t.name for t in self.tools],
+        )
 
     def abort(self) -> None:
         """Abort the current run (no effect when idle)."""
@@ -628,6 +685,8 @@ class Agent(Generic[Deps]):
                 kind: PhaseKind = (
                     reason if reason == "aborted" or reason == "error" or reason == "approval_required" else "done"
                 )
+                if reason == "output_invalid":
+                    kind = "error"
                 self._phase = Phase(kind, turn)
                 self._paused = result.state
             self._idle.set()

@@ -142,6 +142,22 @@ class PreparesMessages(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsNativeOutput(Protocol):
+    """A model that says whether it honours ``StreamOptions.response_format``.
+
+    ``native_output`` true: the provider's own structured output (a JSON schema the
+    answer must follow) works for this model, also alongside tools; typed output
+    (``output_type``) then uses it by default. A model without this property, or with
+    it false, gets typed output through an output tool instead.
+    """
+
+    @property
+    def native_output(self) -> bool:
+        """True when ``response_format`` is honoured (with or without tools)."""
+        ...
+
+
 ModelFactory: TypeAlias = Callable[[str], Model]
 
 

@@ -269,6 +269,47 @@ def parse_structured(text: str, type_: type[T]) -> T:
     raise StructuredOutputError(f"Structured output does not match {name}: {first}", text=text)
 
 
+def validate_structured(data: Any, type_: type[T]) -> T:
+    """Validate ``data`` (a decoded JSON value, such as a tool call's arguments) against
+    ``type_`` and return an instance, with the rules of :func:`parse_structured` (a
+    ``null`` for an optional property means "use the default").
+
+    Raises :class:`StructuredOutputError` naming the first value that does not match.
+    """
+    name = getattr(type_, "__name__", repr(type_))
+    text = ""
+    if _pydantic_model(type_):
+        pydantic = sys.modules["pydantic"]
+        try:
+            return type_.model_validate(data)  # type: ignore[attr-defined, no-any-return]
+        except pydantic.ValidationError as exc:
+            problem: Any = exc
+        original = _original(type_)
+        pruned = _prune(data, original, original.get("$defs", {}))
+        if pruned != data:
+            try:
+                return type_.model_validate(pruned)  # type: ignore[attr-defined, no-any-return]
+            except pydantic.ValidationError:
+                pass
+        raise StructuredOutputError(
+            f"Structured output does not match {name}: {_pydantic_problem(problem)}", text=text
+        )
+    try:
+        return msgspec.convert(data, type=type_)
+    except msgspec.ValidationError as exc:
+        first = exc
+    except TypeError:
+        raise _unsupported(type_) from None
+    original = _original(type_)
+    pruned = _prune(data, original, original.get("$defs", {}))
+    if pruned != data:
+        try:
+            return msgspec.convert(pruned, type=type_)
+        except msgspec.ValidationError:
+            pass
+    raise StructuredOutputError(f"Structured output does not match {name}: {first}", text=text)
+
+
 def _decode(body: str, name: str, text: str) -> Any:
     try:
         return msgspec.json.decode(body)

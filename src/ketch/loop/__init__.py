@@ -1,5 +1,7 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
+from typing import TYPE_CHECKING, Any
+
 from ._config import (
     AfterToolCallResult,
     BeforeToolCallResult,
@@ -43,6 +45,7 @@ from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approv
 from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
 __all__ = [
+    "OUTPUT_TOOL_NAME",
     "AfterToolCallResult",
     "AgentEnd",
     "AgentEvent",
@@ -63,8 +66,12 @@ __all__ = [
     "MessageStart",
     "MessageUpdate",
     "NextTurn",
+    "OutputMode",
+    "OutputStream",
+    "OutputValidator",
     "PendingCall",
     "Projection",
+    "RejectOutput",
     "Retry",
     "RunError",
     "RunResult",
@@ -97,3 +104,17 @@ __all__ = [
     "to_tool_result",
     "validate_message_sequence",
 ]
+
+if TYPE_CHECKING:
+    from ._output import OUTPUT_TOOL_NAME, OutputMode, OutputStream, OutputValidator, RejectOutput
+
+_OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
+
+
+def __getattr__(name: str) -> Any:
+    # Typed output is imported with its first use, not with the loop.
+    if name in _OUTPUT_NAMES:
+        from . import _output
+
+        return getattr(_output, name)
+    raise AttributeError(f"module 'ketch.loop' has no attribute {name!r}")

@@ -275,6 +275,12 @@ class LoopConfig(Generic[Deps]):
     absent from the run's messages and listed in ``RunResult.uncommitted`` (and
     ``RunStream.uncommitted``); putting it back is up to the caller (the
     :class:`~ketch.Agent` does).
+
+    Typed output: ``output_type`` makes the run end with a validated value of that type
+    in ``RunResult.output``, asked for as ``output_mode`` says (``auto``, ``native``,
+    ``tool``, ``prompted``); an invalid answer or one an ``output_validators`` function
+    rejects goes back to the model at most ``output_retries`` times, then the run ends
+    with ``end_reason == "output_invalid"`` (see :mod:`ketch.loop._output`).
     """
 
     model: Model
@@ -309,6 +315,11 @@ class LoopConfig(Generic[Deps]):
     context_manager: ContextManager | None = None
     skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
+
+    output_type: Any = None
+    output_mode: Literal["auto", "native", "tool", "prompted"] = "auto"
+    output_retries: int = 1
+    output_validators: Sequence[Callable[[Any], Any]] = ()
 
 
 def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:

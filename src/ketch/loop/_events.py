@@ -39,7 +39,15 @@ from ._tool import ToolResult
 T = TypeVar("T")
 
 EndReason: TypeAlias = Literal[
-    "stop", "max_turns", "max_budget", "aborted", "error", "stop_guard", "approval_required", "usage_limit"
+    "stop",
+    "max_turns",
+    "max_budget",
+    "aborted",
+    "error",
+    "stop_guard",
+    "approval_required",
+    "usage_limit",
+    "output_invalid",
 ]
 
 
@@ -87,6 +95,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     ``state`` is set when the run paused for approval (``end_reason ==
     "approval_required"``): resume it with :meth:`ketch.Agent.resume` or
     :func:`ketch.loop.resume_loop`.
+
+    ``output`` is the validated value of the run's ``output_type`` (typed output), None
+    without one or when the run did not end with an accepted answer.
     """
 
     messages: list[Message]
@@ -94,6 +105,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     tool_call_notes: list[ToolCallNote] = msgspec.field(default_factory=list)
     uncommitted: list[Message] = msgspec.field(default_factory=list)
     state: RunState | None = None
+    output: Any = None
 
     @property
     def end_reason(self) -> EndReason:

@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -72,6 +72,9 @@ from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_r
 from ._repair import default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from ._output import OutputRun
 
 log = logging.getLogger("ketch.loop")
 
@@ -140,6 +143,23 @@ class RunStream:
     async def aclose(self) -> None:
         """Stop the run early (running tools are cancelled)."""
         await self._gen.aclose()
+
+    def stream_output(self) -> AsyncIterator[Any]:
+        """Iterate the run, yielding validated partial values of its ``output_type`` as the
+        answer's JSON streams, each different from the one before; the last one is
+        :attr:`RunResult.output` when the run ended with an accepted answer. Use instead of
+        iterating the events; ``await result()`` afterwards. Raises ``ValueError`` for a
+        run without ``output_type``."""
+        output = self._run.output
+        if output is None:
+            raise ValueError("stream_output() needs a run with an output_type")
+        from ._output import PartialOutput, stream_partials
+
+        async def final() -> Any:
+            await self.result()
+            return output.value
+
+        return stream_partials(self._gen, PartialOutput(output), final)
 
     @property
     def signal(self) -> AbortSignal:
@@ -281,12 +301,28 @@ class _Run:
         self.turn = 0
         self.resumed: RunState | None = None  # set by resume_loop
         self.state: RunState | None = None  # set when the run pauses for approval
+        self.options = config.options
+        self.output: OutputRun | None = None  # typed output (LoopConfig.output_type)
+        if config.output_type is not None:
+            from ._output import OutputRun  # imported with the first typed-output run
+
+            self.output = OutputRun(
+                config.output_type,
+                config.output_mode,
+                config.output_retries,
+                config.output_validators,
+                config.model,
+                [t.name for t in conversation.tools],
+            )
+            self.options = self.output.options(config.options)
         self._set_tools(conversation.tools)
 
     def _set_tools(self, tools: Sequence[Tool]) -> None:
         self.conversation.tools = tools
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
+        if self.output is not None:
+            self.tool_specs = self.output.tool_specs(self.tool_specs)
 
     def _end(self, reason: EndReason, error: str | None = None) -> None:
         self.summary.end_reason = reason
@@ -475,6 +511,21 @@ class _Run:
                             return
                         calls = message.tool_calls
                         prior = None
+                        if calls and self.output is not None and self.output.tool_name is not None:
+                            verdict = await self.output.check_calls(message)
+                            if verdict is not None:  # the response called the output tool
+                                for result in verdict.results:
+                                    self._commit(result)
+                                    yield MessageStart(message=result)
+                                    yield MessageEnd(message=result)
+                                yield TurnEnd(
+                                    turn=self.turn, message=message, tool_results=verdict.results, context=self._usage()
+                                )
+                                if verdict.end is not None:
+                                    self._end(*verdict.end)
+                                    return
+                                pending = await self._poll_steering()
+                                continue
 
                     # -- the message's tool calls, as one batch
                     results: list[ToolResultMessage] = []
@@ -565,6 +616,14 @@ class _Run:
                 if follow_ups:
                     pending = follow_ups
                     continue
+                if self.output is not None and not message.tool_calls:
+                    verdict = await self.output.check_text(message)
+                    if verdict.end is not None:
+                        self._end(*verdict.end)
+                        return
+                    if verdict.retry is not None:
+                        pending = [verdict.retry]
+                        continue
                 if cfg.on_stop is not None and not message.tool_calls:
                     decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
                     if decision is not None and decision.action == "escalate":
@@ -602,6 +661,7 @@ class _Run:
             tool_call_notes=self.notes,
             uncommitted=list(self.uncommitted),
             state=self.state,
+            output=self.output.output if self.output is not None else None,
         )
         return AgentEnd(messages=self.new_messages, summary=self.summary, state=self.state)
 
@@ -776,7 +836,7 @@ class _Run:
             llm = conversation.view.build(messages, self.repair)
         else:
             llm = await llm_messages(messages, cfg, self.model)
-        options = cfg.options
+        options = self.options
         api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
         options = msgspec.structs.replace(
             options,
@@ -785,15 +845,17 @@ class _Run:
             api_key=api_key or options.api_key,
             max_tokens=self._max_tokens(options),
         )
-        return Request(system_prompt=conversation.system_prompt, messages=llm, tools=self.tool_specs), options
+        system = conversation.system_prompt if self.output is None else self.output.system_prompt(conversation.system_prompt)
+        return Request(system_prompt=system, messages=llm, tools=self.tool_specs), options
 
     def _plain_request(self) -> tuple[Request, StreamOptions]:
         """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
         ``get_api_key`` are configured."""
         conversation = self.conversation
-        options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
+        options = msgspec.structs.replace(self.options, thinking=self.thinking, signal=self.signal)
         messages = conversation.view.build(conversation.messages, self.repair)
-        return Request(system_prompt=conversation.system_prompt, messages=messages, tools=self.tool_specs), options
+        system = conversation.system_prompt if self.output is None else self.output.system_prompt(conversation.system_prompt)
+        return Request(system_prompt=system, messages=messages, tools=self.tool_specs), options
 
     def _stream_result(
         self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None

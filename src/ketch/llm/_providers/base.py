@@ -200,6 +200,13 @@ class HTTPModel:
         self.rewrite = rewrite
         self._client_timeout: aiohttp.ClientTimeout | None = None
 
+    @property
+    def native_output(self) -> bool:
+        """Whether the provider's own structured output (``response_format``) works for
+        this model: the registry's ``compat["native_output"]``, true when not set
+        (:class:`~ketch.llm.SupportsNativeOutput`)."""
+        return bool(self.info.compat.get("native_output", True))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
 

@@ -853,6 +853,14 @@ class GeminiModel(HTTPModel):
         self.json_schema = json_schema
         self._wire_cache = WireCache()
 
+    @property
+    def native_output(self) -> bool:
+        """False unless the registry's ``compat["native_output"]`` says otherwise: Gemini
+        models before Gemini 3 refuse ``responseSchema`` together with function calling,
+        so typed output uses a (forced) output tool by default; ``response_format`` itself
+        works on every Gemini model."""
+        return bool(self.info.compat.get("native_output", False))
+
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/models/{id}:streamGenerateContent?alt=sse`` (or
         ``:generateContent``) with the transcript prepared for this model."""

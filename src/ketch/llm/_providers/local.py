@@ -692,6 +692,10 @@ class LocalModel:
     api = "local"
     prepares_messages = True
     """Requests are prepared with :func:`~ketch.llm.prepare_messages` (see :class:`~ketch.llm.PreparesMessages`)."""
+    native_output = False
+    """A ``response_format`` grammar applies only to a request without tools, so typed
+    output goes through an output tool (a grammar-constrained forced call) by default
+    (see :class:`~ketch.llm.SupportsNativeOutput`)."""
 
     def __init__(
         self,

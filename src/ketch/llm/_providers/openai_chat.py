@@ -62,6 +62,8 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
       unstreamed).
     - ``replay_reasoning_field``: send this model's own earlier reasoning back under this
       assistant-message field (None: drop it).
+    - ``native_output``: whether ``response_format`` (``json_schema``) is accepted; typed
+      output uses an output tool instead when not.
     """
 
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
@@ -76,6 +78,7 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
     stream_tool_choice_auto: bool = True
     streaming: bool = True
     replay_reasoning_field: str | None = None
+    native_output: bool = True
 
 
 class Preset(msgspec.Struct, kw_only=True, frozen=True):
@@ -114,7 +117,7 @@ PRESETS: dict[str, Preset] = {
         provider="deepseek",
         base_url="https://api.deepseek.com/v1",
         env_keys=("DEEPSEEK_API_KEY",),
-        compat=Compat(max_tokens_field="max_tokens", reasoning_param="none"),
+        compat=Compat(max_tokens_field="max_tokens", reasoning_param="none", native_output=False),
     ),
     "groq": Preset(
         provider="groq",
@@ -268,6 +271,11 @@ class OpenAIChatModel(HTTPModel):
         kwargs.setdefault("requires_key", p.requires_key)
         kwargs.setdefault("compat", p.compat)
         return cls(id, **kwargs)
+
+    @property
+    def native_output(self) -> bool:
+        """Whether this endpoint accepts ``response_format`` (``Compat.native_output``)."""
+        return self.compat.native_output
 
     # -- request ---------------------------------------------------------------------
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
