@@ -43,6 +43,8 @@ from .llm import (
 from .loop import (
     AgentEvent,
     Conversation,
+    Guardrail,
+    GuardrailResult,
     LoopConfig,
     RunError,
     RunResult,
@@ -56,8 +58,11 @@ from .loop import (
     continue_loop,
     deny,
     edit,
+    input_guardrail,
+    output_guardrail,
     run_loop,
     stop_after_tool,
+    tool_guardrail,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +78,8 @@ __all__ = [
     "AssistantMessage",
     "Conversation",
     "CustomMessage",
+    "Guardrail",
+    "GuardrailResult",
     "ImageContent",
     "LoopConfig",
     "Message",
@@ -101,13 +108,16 @@ __all__ = [
     "deny",
     "edit",
     "get_model",
+    "input_guardrail",
     "message_from_dict",
     "message_to_dict",
     "messages_from_json",
     "messages_to_json",
+    "output_guardrail",
     "run_loop",
     "stop_after_tool",
     "tool",
+    "tool_guardrail",
 ]
 
 

@@ -49,6 +49,7 @@ from .loop._config import (
     UsageLimits,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
+from .loop._guardrails import Guardrail
 from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
@@ -263,6 +264,7 @@ class Agent(Generic[Deps]):
         middlewares: Sequence[Middleware] = (),
         prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
         context_manager: ContextManager | None = None,
+        guardrails: Sequence[Guardrail] = (),
         session: AgentSession | None = None,
     ) -> None:
         self.config: LoopConfig[Deps] = LoopConfig(
@@ -291,6 +293,7 @@ class Agent(Generic[Deps]):
             middlewares=middlewares,
             prepare_next_turn=prepare_next_turn,
             context_manager=context_manager,
+            guardrails=guardrails,
             deps=deps,
         )
         self.system_prompt = system_prompt

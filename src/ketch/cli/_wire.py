@@ -106,6 +106,7 @@ EXIT_CODES: dict[str, int] = {
     "stop": 0,
     "error": 1,
     "stop_guard": 1,
+    "guardrail": 1,
     "max_turns": 3,
     "max_budget": 4,
     "usage_limit": 4,

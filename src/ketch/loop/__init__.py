@@ -37,6 +37,17 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
+from ._guardrails import (
+    Guardrail,
+    GuardrailResult,
+    GuardrailTrip,
+    InputCheck,
+    OutputCheck,
+    ToolResultCheck,
+    input_guardrail,
+    output_guardrail,
+    tool_guardrail,
+)
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
@@ -58,11 +69,16 @@ __all__ = [
     "Decision",
     "Deny",
     "Edit",
+    "Guardrail",
+    "GuardrailResult",
+    "GuardrailTrip",
+    "InputCheck",
     "LoopConfig",
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
     "NextTurn",
+    "OutputCheck",
     "PendingCall",
     "Projection",
     "Retry",
@@ -81,6 +97,7 @@ __all__ = [
     "ToolExecutionStart",
     "ToolExecutionUpdate",
     "ToolResult",
+    "ToolResultCheck",
     "TurnEnd",
     "TurnInfo",
     "TurnStart",
@@ -90,10 +107,13 @@ __all__ = [
     "default_convert_to_llm",
     "deny",
     "edit",
+    "input_guardrail",
+    "output_guardrail",
     "repair_messages",
     "resume_loop",
     "run_loop",
     "stop_after_tool",
     "to_tool_result",
+    "tool_guardrail",
     "validate_message_sequence",
 ]

@@ -17,6 +17,7 @@ from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessa
 from ..llm._model import Model, StreamOptions, ThinkingLevel
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextMeter
+from ._guardrails import Guardrail
 from ._repair import LLMView
 from ._tool import Deps, Tool, ToolResult
 
@@ -266,7 +267,8 @@ class LoopConfig(Generic[Deps]):
     ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
     calls not yet started. ``max_repeated_tool_calls``: a call with the same tool and
     arguments as that many earlier calls of the run is not run; its error result tells
-    the model so (None: no limit).
+    the model so (None: no limit). ``guardrails``: input, output and tool guardrails
+    (:class:`~ketch.loop.Guardrail`; a trip ends the run with ``guardrail``).
 
     Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
     messages to commit. Once the run is aborted they are not called, and the abort is
@@ -307,6 +309,7 @@ class LoopConfig(Generic[Deps]):
     middlewares: Sequence[Middleware] = ()
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
+    guardrails: Sequence[Guardrail] = ()
     skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
 

@@ -33,18 +33,30 @@ from ..llm._messages import AssistantMessage, Message, ToolResultMessage, Usage
 from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
+from ._guardrails import GuardrailTrip
 from ._state import RunState
 from ._tool import ToolResult
 
 T = TypeVar("T")
 
 EndReason: TypeAlias = Literal[
-    "stop", "max_turns", "max_budget", "aborted", "error", "stop_guard", "approval_required", "usage_limit"
+    "stop",
+    "max_turns",
+    "max_budget",
+    "aborted",
+    "error",
+    "stop_guard",
+    "approval_required",
+    "usage_limit",
+    "guardrail",
 ]
 
 
 class RunSummary(msgspec.Struct, kw_only=True):
-    """How a run went: turns (model calls), tool calls and errors, usage, and why it ended."""
+    """How a run went: turns (model calls), tool calls and errors, usage, and why it ended.
+
+    ``guardrail`` is the guardrail that ended the run (``end_reason == "guardrail"``).
+    """
 
     turns: int = 0
     tool_calls: int = 0
@@ -53,6 +65,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     end_reason: EndReason = "stop"
     error: str | None = None
     duration: float = 0.0
+    guardrail: GuardrailTrip | None = None
 
     @property
     def cost(self) -> float:

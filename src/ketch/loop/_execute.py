@@ -45,6 +45,7 @@ from ._events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
+from ._guardrails import Guardrails, GuardrailTrip, ToolResultCheck
 from ._state import Decision, Deny, Edit, PendingCall, denied_text
 from ._tool import Tool, ToolContext, ToolResult, to_tool_result
 
@@ -80,9 +81,10 @@ class CallOutcome:
     """A finished call: its result, whether it counts as a failure, and its duration;
     ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop).
     ``approval`` is set (to the reason, possibly "") for a call that did not run because
-    it needs approval; its ``result`` then means nothing."""
+    it needs approval; its ``result`` then means nothing. ``trip`` is the tool guardrail
+    that tripped on the call."""
 
-    __slots__ = ("approval", "call", "counts_as_failure", "duration", "note", "result", "stop")
+    __slots__ = ("approval", "call", "counts_as_failure", "duration", "note", "result", "stop", "trip")
 
     def __init__(
         self,
@@ -100,15 +102,18 @@ class CallOutcome:
         self.note = note
         self.stop = stop
         self.approval: str | None = None
+        self.trip: GuardrailTrip | None = None
 
 
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
-    __slots__ = ("_failures", "_repeats", "config", "decisions")
+    __slots__ = ("_failures", "_repeats", "_trips", "config", "decisions", "guards")
 
     def __init__(self, config: LoopConfig[Any], decisions: dict[str, Decision] | None = None) -> None:
         self.config = config
+        self.guards: Guardrails | None = None
+        self._trips: dict[str, GuardrailTrip] = {}  # call id -> the tool guardrail that tripped
         self._failures: dict[str, int] = {}
         self._repeats: dict[tuple[str, bytes], int] = {}  # (tool, canonical args) -> calls run
         self.decisions = decisions or {}
@@ -149,11 +154,26 @@ class ToolRunner:
         result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
         duration = time.monotonic() - started
         if verdict is None:
-            return CallOutcome(call, result, duration, failure)
-        outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
-        if result is _PENDING:
-            outcome.approval = verdict.reason or ""
+            outcome = CallOutcome(call, result, duration, failure)
+        else:
+            outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
+            if result is _PENDING:
+                outcome.approval = verdict.reason or ""
+        if self._trips:
+            outcome.trip = self._trips.pop(call.id, None)
         return outcome
+
+    async def _guard(self, rails: list[Any], arg: Any, call: ToolCall) -> ToolResult | None:
+        """Tool guardrails on ``arg``: the error result replacing the call's (recording a
+        trip), or None when they passed."""
+        assert self.guards is not None
+        verdict = await self.guards.check(rails, arg)
+        if verdict is None:
+            return None
+        if isinstance(verdict, GuardrailTrip):
+            self._trips[call.id] = verdict
+            return ToolResult.error(verdict.text, details=verdict.info)
+        return ToolResult.error(verdict)
 
     async def _pipeline(
         self,
@@ -191,6 +211,12 @@ class ToolRunner:
                 if seen >= repeats:
                     return ToolResult.error(repeated_call_text(tool.name, seen)), True, None
                 self._repeats[key] = seen + 1
+            guards = self.guards
+            if guards is not None and guards.tool_call:
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+                refused = await self._guard(guards.tool_call, info, call)
+                if refused is not None:
+                    return refused, False, None
             decision = self.decisions.get(call.id) if self.decisions else None
             if decision is not None:
                 if type(decision) is Deny:
@@ -239,6 +265,12 @@ class ToolRunner:
                     is_error=override.is_error if override.is_error is not None else result.is_error,
                     terminate=override.terminate if override.terminate is not None else result.terminate,
                 )
+        guards = self.guards
+        if guards is not None and guards.tool_result:
+            check = ToolResultCheck(ToolCallInfo(call, tool, args, assistant, conversation, signal), result)
+            replaced = await self._guard(guards.tool_result, check, call)
+            if replaced is not None:
+                return replaced, False, verdict
         return result, failure, verdict
 
     async def _execute(
@@ -311,10 +343,11 @@ class BatchResult:
     (or came as its only call finished); ``stop``: the run should stop after this batch
     (every result asked to ``terminate``, or a ``before_tool_call`` blocked a call with
     ``stop``). ``pending``: the calls not run because one of them needs approval (in
-    call order; ``outcomes`` then holds only the calls that ran).
+    call order; ``outcomes`` then holds only the calls that ran). ``tripped``: the first
+    (in call order) tool guardrail that tripped; the run ends after the batch.
     """
 
-    __slots__ = ("aborted", "notes", "outcomes", "pending", "steering", "stop")
+    __slots__ = ("aborted", "notes", "outcomes", "pending", "steering", "stop", "tripped")
 
     def __init__(
         self,
@@ -331,13 +364,15 @@ class BatchResult:
         self.pending = pending
         every = True
         stop = False
+        self.tripped: GuardrailTrip | None = None
         for o in outcomes:
+            if o.trip is not None and self.tripped is None:
+                self.tripped = o.trip
             if o.stop:
                 stop = True
-                break
-            if not o.result.terminate:
+            elif not o.result.terminate:
                 every = False
-        self.stop = stop or every
+        self.stop = stop or every or self.tripped is not None
 
 
 def _noop() -> None:

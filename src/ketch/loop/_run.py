@@ -62,6 +62,7 @@ from ._events import (
     TurnStart,
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
+from ._guardrails import Guardrails, GuardrailTrip, InputCheck, InputGate, OutputCheck, reject_message
 from ._repair import default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
@@ -274,6 +275,9 @@ class _Run:
         self.turn = 0
         self.resumed: RunState | None = None  # set by resume_loop
         self.state: RunState | None = None  # set when the run pauses for approval
+        self.guards = Guardrails.of(config.guardrails)
+        self.runner.guards = self.guards
+        self.gate: InputGate | None = None  # parallel input guardrails of the first call
         self._set_tools(conversation.tools)
 
     def _set_tools(self, tools: Sequence[Tool]) -> None:
@@ -284,6 +288,10 @@ class _Run:
     def _end(self, reason: EndReason, error: str | None = None) -> None:
         self.summary.end_reason = reason
         self.summary.error = error
+
+    def _trip(self, trip: GuardrailTrip) -> None:
+        self.summary.guardrail = trip
+        self._end("guardrail", trip.text)
 
     def _commit(self, message: Message) -> None:
         self.conversation.messages.append(message)
@@ -323,11 +331,31 @@ class _Run:
                         yield MessageEnd(message=prompt)
                     self._end("usage_limit", reached)
                     return
+            rejected: str | None = None
+            guards = self.guards
+            if guards is not None and prompts and (guards.input or guards.parallel):
+                check = InputCheck(prompts, self.conversation, cfg.deps)
+                verdict = await guards.check(guards.input, check)
+                if isinstance(verdict, GuardrailTrip):  # nothing is sent; the prompts are kept
+                    for prompt in prompts:
+                        self._commit(prompt)
+                        yield MessageStart(message=prompt)
+                        yield MessageEnd(message=prompt)
+                    self._trip(verdict)
+                    return
+                rejected = verdict
+                if guards.parallel:
+                    self.gate = InputGate(guards, check, signal)
             yield TurnStart(turn=self.turn)
             for prompt in prompts or ():
                 self._commit(prompt)
                 yield MessageStart(message=prompt)
                 yield MessageEnd(message=prompt)
+            if rejected is not None:
+                note = reject_message(rejected)
+                self._commit(note)
+                yield MessageStart(message=note)
+                yield MessageEnd(message=note)
             pending: list[Message] = (
                 [] if cfg.skip_initial_steering_poll or resumed is not None else await self._poll_steering()
             )
@@ -368,6 +396,7 @@ class _Run:
                                 and cfg.convert_to_llm is None
                                 and cfg.get_api_key is None
                                 and cfg.usage_limits is None
+                                and self.gate is None
                                 and not signal.aborted
                             ):
                                 # Nothing to await before the call: no generator, no hand-off.
@@ -385,6 +414,13 @@ class _Run:
                                         case _:
                                             yield item
                                 stream, failed = opened
+                            gate = self.gate
+                            if gate is not None:
+                                if stream is not None:
+                                    stream = gate.wrap(stream)
+                                else:
+                                    gate.cancel()
+                                    self.gate = gate = None
                             if stream is None:
                                 assert failed is not None
                                 message = failed
@@ -434,6 +470,18 @@ class _Run:
                             finally:
                                 if is_closable(stream):
                                     await stream.aclose()
+                            if gate is not None:
+                                self.gate = None
+                                stopped = gate.outcome if broke is None else None
+                                if isinstance(stopped, GuardrailTrip):  # the call is discarded
+                                    self._trip(stopped)
+                                    return
+                                if stopped is not None:  # a reject: discard the call, tell the model, call again
+                                    note = reject_message(stopped)
+                                    self._commit(note)
+                                    yield MessageStart(message=note)
+                                    yield MessageEnd(message=note)
+                                    continue
                             message = self._stream_result(final, partial, broke)
                             if unfinished and message is partial and message.stop_reason == "aborted":
                                 _drop_unfinished_calls(message, unfinished)
@@ -525,6 +573,9 @@ class _Run:
                     if (batch is not None and batch.aborted) or signal.aborted:
                         self._end("aborted", "aborted")
                         return
+                    if batch is not None and batch.tripped is not None:
+                        self._trip(batch.tripped)
+                        return
 
                     if cfg.prepare_next_turn is not None or cfg.stop_when:
                         info = TurnInfo(
@@ -557,6 +608,14 @@ class _Run:
                 if follow_ups:
                     pending = follow_ups
                     continue
+                if guards is not None and guards.output and not message.tool_calls:
+                    verdict = await guards.check(guards.output, OutputCheck(message, self.conversation, cfg.deps))
+                    if isinstance(verdict, GuardrailTrip):
+                        self._trip(verdict)
+                        return
+                    if verdict is not None:
+                        pending = [reject_message(verdict)]
+                        continue
                 if cfg.on_stop is not None and not message.tool_calls:
                     decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
                     if decision is not None and decision.action == "escalate":
@@ -577,6 +636,9 @@ class _Run:
         except Exception as exc:
             failure = exc
         finally:
+            if self.gate is not None:
+                self.gate.cancel()
+                self.gate = None
             if ending:
                 if failure is not None:
                     error = self._error_message(exception_text(failure))
@@ -728,7 +790,10 @@ class _Run:
                             messages = item
                         case _:
                             yield item
-            opened = _Opened(self.model.stream(*await self._request(messages)))
+            request, options = await self._request(messages)
+            if self.gate is not None:
+                options = msgspec.structs.replace(options, signal=self.gate.signal)
+            opened = _Opened(self.model.stream(request, options))
         except Exception as exc:
             opened = _Opened(None, self._error_message(exception_text(exc)))
         yield opened
