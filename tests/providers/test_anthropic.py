@@ -435,9 +435,8 @@ def test_cache_markers() -> None:
 
 
 def test_stop_reasons() -> None:
-    assert [map_stop_reason(r) for r in ("end_turn", "stop_sequence", "pause_turn", None, "new_reason")] == [
-        "stop"
-    ] * 5
+    assert [map_stop_reason(r) for r in ("end_turn", "pause_turn", None, "new_reason")] == ["stop"] * 4
+    assert map_stop_reason("stop_sequence") == "stop_sequence"
     assert map_stop_reason("max_tokens") == "length"
     assert map_stop_reason("model_context_window_exceeded") == "length"
     assert map_stop_reason("tool_use") == "tool_use"
@@ -1242,3 +1241,9 @@ async def test_get_model_builds_this_adapter(monkeypatch: pytest.MonkeyPatch) ->
     )
     assert model.resolve_api_key() == KEY
     assert KEY not in repr(model)
+
+
+def test_stop_sequences_are_sent() -> None:
+    context = Request(messages=[UserMessage(content="Hi")])
+    assert body_for(context, StreamOptions(stop_sequences=["END"]))["stop_sequences"] == ["END"]
+    assert "stop_sequences" not in body_for(context)

@@ -104,6 +104,8 @@ class BrokenPipeGuard:
 
 EXIT_CODES: dict[str, int] = {
     "stop": 0,
+    "stop_sequence": 0,
+    "denied": 1,
     "error": 1,
     "stop_guard": 1,
     "guardrail": 1,

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
 
-StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
+StopReason: TypeAlias = Literal["stop", "stop_sequence", "length", "tool_use", "error", "aborted"]
 
 
 def _now() -> float:

@@ -53,11 +53,15 @@ class StreamOptions(msgspec.Struct, kw_only=True):
 
     ``response_format`` is a JSON schema (``{"name": ..., "schema": {...}}``) for
     structured output. ``api_key`` and ``headers`` are never logged or shown in reprs.
-    ``extra`` holds provider-specific request fields.
+    ``extra`` holds provider-specific request fields. ``stop_sequences``: texts that end
+    the response (Anthropic, OpenAI Chat and Gemini send them; the Responses API has no
+    such field). Only Anthropic says a stop sequence ended the response (the message's
+    ``stop_reason`` is then ``stop_sequence``); elsewhere it reads ``stop``.
     """
 
     temperature: float | None = None
     max_tokens: int | None = None
+    stop_sequences: list[str] | None = None
     thinking: ThinkingLevel = "off"
     tool_choice: ToolChoice | None = None
     response_format: dict[str, Any] | None = None

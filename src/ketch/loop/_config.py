@@ -67,7 +67,8 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     for the user's ``approval`` first.
 
     Build with :meth:`blocked`, :meth:`with_args` or :meth:`approval_required`. ``stop`` (with ``block``) ends the
-    run after this batch, whatever the batch's other calls returned; ``note`` is anything
+    run after this batch, whatever the batch's other calls returned, with ``end_reason ==
+    "denied"`` and the block's reason as the run's ``error``; ``note`` is anything
     worth reporting about the decision (a permission decision, say): the loop emits it as
     a ``tool_call_note`` event just before the call's ``tool_execution_end``.
     """
@@ -90,7 +91,8 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     @classmethod
     def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:
         """Do not run the call: its result is an error with ``reason`` (a generic text
-        when None). ``stop`` also ends the run after this batch."""
+        when None). ``stop`` also ends the run after this batch (``end_reason ==
+        "denied"``; queued messages are not taken)."""
         return cls(block=True, reason=reason, stop=stop, note=note)
 
     @classmethod

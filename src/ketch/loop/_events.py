@@ -49,6 +49,8 @@ EndReason: TypeAlias = Literal[
     "approval_required",
     "usage_limit",
     "guardrail",
+    "stop_sequence",
+    "denied",
 ]
 
 
@@ -139,9 +141,10 @@ class RunResult(msgspec.Struct, kw_only=True):
         return parse_structured(self.text, type_)
 
     def raise_for_error(self) -> RunResult:
-        """Raise :class:`RunError` unless the run ended with ``stop``; return self otherwise."""
+        """Raise :class:`RunError` unless the run ended with ``stop`` or
+        ``stop_sequence``; return self otherwise."""
         s = self.summary
-        if s.end_reason != "stop":
+        if s.end_reason != "stop" and s.end_reason != "stop_sequence":
             detail = f": {s.error}" if s.error else ""
             raise RunError(f"Run ended with {s.end_reason}{detail}", s)
         return self

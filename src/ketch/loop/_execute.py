@@ -220,7 +220,9 @@ class ToolRunner:
             decision = self.decisions.get(call.id) if self.decisions else None
             if decision is not None:
                 if type(decision) is Deny:
-                    return ToolResult.error(denied_text(decision.reason)), False, None
+                    text = denied_text(decision.reason)
+                    stop = BeforeToolCallResult.blocked(text, stop=True) if decision.stop else None
+                    return ToolResult.error(text), False, stop
                 if type(decision) is Edit:
                     args, problem = validate_arguments(tool.name, tool.parameters, decision.args)
                     if problem is not None:
@@ -344,10 +346,11 @@ class BatchResult:
     (every result asked to ``terminate``, or a ``before_tool_call`` blocked a call with
     ``stop``). ``pending``: the calls not run because one of them needs approval (in
     call order; ``outcomes`` then holds only the calls that ran). ``tripped``: the first
-    (in call order) tool guardrail that tripped; the run ends after the batch.
+    (in call order) tool guardrail that tripped; ``denied``: the result text of the first
+    call blocked with ``stop`` (the run ends after the batch with ``denied``).
     """
 
-    __slots__ = ("aborted", "notes", "outcomes", "pending", "steering", "stop", "tripped")
+    __slots__ = ("aborted", "denied", "notes", "outcomes", "pending", "steering", "stop", "tripped")
 
     def __init__(
         self,
@@ -365,10 +368,13 @@ class BatchResult:
         every = True
         stop = False
         self.tripped: GuardrailTrip | None = None
+        self.denied: str | None = None
         for o in outcomes:
             if o.trip is not None and self.tripped is None:
                 self.tripped = o.trip
             if o.stop:
+                if not stop:
+                    self.denied = o.result.text
                 stop = True
             elif not o.result.terminate:
                 every = False

@@ -576,6 +576,9 @@ class _Run:
                     if batch is not None and batch.tripped is not None:
                         self._trip(batch.tripped)
                         return
+                    if batch is not None and batch.denied is not None:
+                        self._end("denied", batch.denied)
+                        return
 
                     if cfg.prepare_next_turn is not None or cfg.stop_when:
                         info = TurnInfo(
@@ -625,7 +628,7 @@ class _Run:
                     if injected is not None:
                         pending = [injected]
                         continue
-                self._end("stop")
+                self._end("stop_sequence" if message.stop_reason == "stop_sequence" else "stop")
                 return
         except GeneratorExit:
             ending = False

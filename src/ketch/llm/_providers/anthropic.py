@@ -328,6 +328,8 @@ def build_request(
         body["thinking"] = thinking
     elif options.temperature is not None:
         body["temperature"] = options.temperature
+    if options.stop_sequences:
+        body["stop_sequences"] = list(options.stop_sequences)
     if output_config:
         body["output_config"] = output_config
     return body
@@ -337,7 +339,7 @@ def build_request(
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "stop",
-    "stop_sequence": "stop",
+    "stop_sequence": "stop_sequence",
     "pause_turn": "stop",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
