@@ -396,7 +396,7 @@ class Agent(Generic[Deps]):
         window = self.model.context_window
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = Conversation(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages, pending_context=context.pending_context)
         return context.meter.measure(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
@@ -412,6 +412,12 @@ class Agent(Generic[Deps]):
         """Drop every queued message, including ones taken by a run being aborted."""
         self.steering.clear()
         self.follow_ups.clear()
+
+    def add_context(self, context: str | Message) -> None:
+        """Add ``context`` to the next request (also during a run): committed to the
+        transcript before the next model call, a string as a user message (see
+        :meth:`ketch.loop.Conversation.add_context`)."""
+        self._context.pending_context.append(UserMessage(content=context) if isinstance(context, str) else context)
 
     def has_queued_messages(self) -> bool:
         """True when steering or follow-up messages are queued."""
@@ -599,7 +605,7 @@ class Agent(Generic[Deps]):
         )
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = Conversation(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages, pending_context=context.pending_context)
         context.system_prompt = self.system_prompt
         context.tools = list(self.tools)
         result: RunResult | None = None

@@ -364,3 +364,19 @@ async def test_post_tool_use_failure_python_callback(tmp_path: Path) -> None:
     assert tool_results_seen(model) == [
         "ls: cannot access 'build'\n\nPostToolUseFailure hook context: the directory does not exist yet; create it first"
     ]
+
+
+async def test_pre_tool_use_context_of_a_denied_call_goes_to_the_next_request(tmp_path: Path) -> None:
+    hooks = runner(tmp_path)
+    hooks.add(
+        "PreToolUse",
+        lambda e: {"hookSpecificOutput": {
+            "permissionDecision": "deny", "permissionDecisionReason": "no", "additionalContext": "use make instead",
+        }},
+    )
+    agent, model = agent_with(hooks, [])
+    await agent.prompt("list")
+    last = model.requests[-1].messages
+    assert tool_results_seen(model) == ["Denied by a PreToolUse hook: no"]
+    assert last[-1].role == "user"
+    assert [b.text for b in last[-1].content] == ["PreToolUse hook context: use make instead"]  # type: ignore[union-attr]

@@ -37,6 +37,8 @@ class Conversation:
     ``messages`` is appended to in place as messages commit. Reuse one conversation
     across runs on the same transcript: it keeps the model's view of the history
     (``view``) and the window accounting (``meter``) up to date incrementally.
+
+    ``pending_context``: messages :meth:`add_context` queued for the next request.
     """
 
     system_prompt: str = ""
@@ -44,6 +46,16 @@ class Conversation:
     tools: Sequence[Tool] = ()
     view: LLMView = field(default_factory=LLMView, repr=False, compare=False)
     meter: ContextMeter = field(default_factory=ContextMeter, repr=False, compare=False)
+    pending_context: list[Message] = field(default_factory=list, repr=False, compare=False)
+
+    def add_context(self, context: str | Message) -> None:
+        """Add ``context`` to the next request: before the next model call the loop
+        commits it to the transcript (a string as a user message), after the messages
+        queued for that turn, with ``message_start``/``message_end`` events. For hooks
+        (``info.conversation`` of ``before_tool_call``, ``after_tool_call``, ``on_stop``,
+        ``stop_when``, ``prepare_next_turn``) that want the model to know something
+        without changing a tool result or the system prompt (so prompt caches still hit)."""
+        self.pending_context.append(UserMessage(content=context) if isinstance(context, str) else context)
 
 
 @dataclass(slots=True, frozen=True)

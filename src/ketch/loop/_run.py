@@ -386,6 +386,13 @@ class _Run:
                             yield MessageStart(message=queued)
                             yield MessageEnd(message=queued)
                         pending = []
+                        added = self.conversation.pending_context
+                        if added and not signal.aborted:
+                            for context in added:
+                                self._commit(context)
+                                yield MessageStart(message=context)
+                                yield MessageEnd(message=context)
+                            added.clear()
 
                         # -- one model call; on a context overflow, compact once and call once more
                         reason: ContextReason = "request"
