@@ -563,6 +563,14 @@ class Agent(Generic[Deps]):
         if self._signal is not None:
             self._signal.abort()
 
+    def abort_silent(self) -> None:
+        """Abort the current run like :meth:`abort`, but the model is not told: no
+        ``[Request interrupted by user]`` note follows the aborted response in later
+        requests (its ``error_kind`` is ``"silent"``). For cancelling work the user did
+        not ask to stop (a superseded side request, a timeout of the application's own)."""
+        if self._signal is not None:
+            self._signal.abort("silent")
+
     async def wait_for_idle(self) -> None:
         """Wait until no run is in progress (listeners of ``agent_end`` included)."""
         await self._idle.wait()

@@ -63,7 +63,7 @@ from ._events import (
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
 from ._guardrails import Guardrails, GuardrailTrip, InputCheck, InputGate, OutputCheck, reject_message
-from ._repair import default_convert_to_llm, repair_messages
+from ._repair import SILENT_ABORT, default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
 
@@ -431,6 +431,8 @@ class _Run:
                             if stream is None:
                                 assert failed is not None
                                 message = failed
+                                if message.stop_reason == "aborted" and signal.reason == SILENT_ABORT:
+                                    message.error_kind = SILENT_ABORT
                                 self._commit(message)
                                 yield MessageStart(message=message)
                                 yield MessageEnd(message=message)
@@ -490,8 +492,11 @@ class _Run:
                                     yield MessageEnd(message=note)
                                     continue
                             message = self._stream_result(final, partial, broke)
-                            if unfinished and message is partial and message.stop_reason == "aborted":
-                                _drop_unfinished_calls(message, unfinished)
+                            if message.stop_reason == "aborted":
+                                if unfinished and message is partial:
+                                    _drop_unfinished_calls(message, unfinished)
+                                if signal.reason == SILENT_ABORT:
+                                    message.error_kind = SILENT_ABORT  # no interruption note for the model
                             if self._compact_and_retry(message, reason):
                                 reason = "overflow"
                                 yield Retry(
