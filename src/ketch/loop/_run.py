@@ -857,7 +857,7 @@ class _Run:
             api_key=api_key or options.api_key,
             max_tokens=self._max_tokens(options),
         )
-        return Request(system_prompt=conversation.system_prompt, messages=llm, tools=self.tool_specs), options
+        return Request.of(conversation.system_prompt, llm, self.tool_specs), options
 
     def _plain_request(self) -> tuple[Request, StreamOptions]:
         """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
@@ -865,7 +865,7 @@ class _Run:
         conversation = self.conversation
         options = msgspec.structs.replace(self.cfg.options, thinking=self.thinking, signal=self.signal)
         messages = conversation.view.build(conversation.messages, self.repair)
-        return Request(system_prompt=conversation.system_prompt, messages=messages, tools=self.tool_specs), options
+        return Request.of(conversation.system_prompt, messages, self.tool_specs), options
 
     def _stream_result(
         self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None

@@ -201,7 +201,7 @@ def config_fingerprint(model: Model, system_prompt: str, tools: Sequence[Tool]) 
     system prompt, and each tool's name and parameter schema."""
     doc = {
         "model": f"{model.provider}:{model.id}",
-        "system_prompt": system_prompt,
+        "system_prompt": str(system_prompt),
         "tools": [[t.name, t.parameters] for t in tools],
     }
     return hashlib.sha256(msgspec.json.encode(doc, order="sorted")).hexdigest()[:16]
