@@ -51,7 +51,7 @@ from ._guardrails import (
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
-from ._tool import Tool, ToolContext, ToolResult, to_tool_result
+from ._tool import Tool, ToolContext, ToolPreview, ToolProgress, ToolResult, to_tool_result
 
 __all__ = [
     "AfterToolCallResult",
@@ -96,6 +96,8 @@ __all__ = [
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
+    "ToolPreview",
+    "ToolProgress",
     "ToolResult",
     "ToolResultCheck",
     "TurnEnd",

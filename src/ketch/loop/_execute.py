@@ -1,9 +1,11 @@
 """Tool execution: the per-call pipeline and the batch scheduler.
 
 Per call: unknown tool -> circuit breaker -> malformed arguments -> ``prepare_arguments``
--> schema validation -> a resumed run's decision, or the tool's ``requires_approval`` ->
-``before_tool_call`` -> middlewares (outermost first) -> execute
-(with timeout, cancellation and progress) -> ``after_tool_call``. Every failure becomes
+-> schema validation -> the tool's ``validate`` -> the repeated-call guard -> the tool's
+``preview`` (an update) -> tool-call guardrails -> a resumed run's decision, or the
+tool's ``requires_approval`` -> ``before_tool_call`` -> middlewares (outermost first) ->
+execute (with timeout, cancellation and progress) -> ``after_tool_call`` -> tool-result
+guardrails. Every failure becomes
 an error :class:`ToolResult`; nothing raises out of a call. An exception's text is
 :func:`ketch.llm._errors.exception_text` (``Type: message``), as for model errors.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
@@ -47,7 +50,9 @@ from ._events import (
 )
 from ._guardrails import Guardrails, GuardrailTrip, ToolResultCheck
 from ._state import Decision, Deny, Edit, PendingCall, denied_text
-from ._tool import Tool, ToolContext, ToolResult, to_tool_result
+from ._tool import Tool, ToolContext, ToolPreview, ToolResult, to_tool_result
+
+log = logging.getLogger("ketch.loop")
 
 BLOCKED_TEXT = "Tool execution was blocked"
 SKIPPED_TEXT = "Skipped due to queued user message."
@@ -204,6 +209,12 @@ class ToolRunner:
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
                 return ToolResult.error(problem), True, None
+            ctx: ToolContext[Any] | None = None
+            if tool.validate is not None:
+                ctx = self._context(tool, call, assistant, conversation, signal, report)
+                invalid = await _maybe_await(tool.validate(args, ctx))
+                if invalid is not None:
+                    return ToolResult.error(str(invalid)), True, None
             repeats = cfg.max_repeated_tool_calls
             if repeats is not None:
                 key = (tool.name, msgspec.json.encode(args, order="sorted"))
@@ -211,6 +222,15 @@ class ToolRunner:
                 if seen >= repeats:
                     return ToolResult.error(repeated_call_text(tool.name, seen)), True, None
                 self._repeats[key] = seen + 1
+            if tool.preview is not None:
+                ctx = ctx or self._context(tool, call, assistant, conversation, signal, report)
+                try:
+                    shown = await _maybe_await(tool.preview(args, ctx))
+                except Exception:
+                    log.exception("preview of tool %r failed; skipped", tool.name)
+                    shown = None
+                if shown is not None:
+                    await report(ToolPreview(preview=shown))
             guards = self.guards
             if guards is not None and guards.tool_call:
                 info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
@@ -285,15 +305,7 @@ class ToolRunner:
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
     ) -> ToolResult:
-        ctx = ToolContext(
-            call_id=call.id,
-            tool_name=tool.name,
-            signal=signal,
-            report=report,
-            messages=conversation.messages,
-            assistant_message=assistant,
-            deps=self.config.deps,
-        )
+        ctx = self._context(tool, call, assistant, conversation, signal, report)
 
         async def innermost(final_args: dict[str, Any]) -> ToolResult:
             return to_tool_result(await tool.execute(final_args, ctx))
@@ -309,6 +321,26 @@ class ToolRunner:
             return await run(args)
         async with asyncio.timeout(timeout):
             return await run(args)
+
+
+    def _context(
+        self,
+        tool: Tool,
+        call: ToolCall,
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> ToolContext[Any]:
+        return ToolContext(
+            call_id=call.id,
+            tool_name=tool.name,
+            signal=signal,
+            report=report,
+            messages=conversation.messages,
+            assistant_message=assistant,
+            deps=self.config.deps,
+        )
 
 
 def _wrap(
@@ -403,6 +435,16 @@ def _end_event(outcome: CallOutcome) -> ToolExecutionEnd | ApprovalRequired:
 
 async def _no_progress(partial: Any) -> None:
     return None
+
+
+class _Delivered:
+    """An update whose sender waits until the batch's consumer has taken it."""
+
+    __slots__ = ("done", "update")
+
+    def __init__(self, update: ToolExecutionUpdate, done: asyncio.Future[None]) -> None:
+        self.update = update
+        self.done = done
 
 
 class _Inbox:
@@ -571,7 +613,7 @@ class ToolBatch:
         if n == 1 and not signal.aborted:
             call = calls[0]
             tool = self.tools.get(call.name)
-            if tool is None or not tool.reports_progress:
+            if tool is None or (not tool.reports_progress and tool.preview is None):
                 yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                 outcome = await self._call_here(call)
                 runner.record(outcome)
@@ -643,6 +685,10 @@ class ToolBatch:
                                 self._interrupt_running()
                     case ToolExecutionUpdate():
                         yield item
+                    case _Delivered():
+                        yield item.update
+                        if not item.done.done():
+                            item.done.set_result(None)
             if self._paused and not signal.aborted:
                 pass  # the calls not started wait with the paused one
             elif skip_rest:
@@ -704,9 +750,14 @@ class ToolBatch:
 
         async def report(partial: Any) -> None:
             if i not in self._finished:
-                queue.put(
-                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
-                )
+                update = ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
+                if type(partial) is ToolPreview:
+                    # The call goes on (to the permission gate) once the consumer has the preview.
+                    delivered = asyncio.get_running_loop().create_future()
+                    queue.put(_Delivered(update, delivered))
+                    await delivered
+                else:
+                    queue.put(update)
 
         try:
             outcome = await self.runner.run_call(call, self.tools, self.message, self.conversation, signal, report)
