@@ -17,7 +17,7 @@ Provider adapters, the HTTP client and the built-in tools load on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from ._agent import Agent, AgentSession, AgentState, Phase
+from ._agent import Agent, AgentSession, AgentState
 from .llm import (
     AbortSignal,
     AssistantMessage,
@@ -46,6 +46,7 @@ from .loop import (
     Guardrail,
     GuardrailResult,
     LoopConfig,
+    Phase,
     RunError,
     RunResult,
     RunState,

@@ -16,8 +16,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeAlias
 
-import msgspec
-
 from .llm._messages import (
     AssistantMessage,
     Cost,
@@ -50,6 +48,7 @@ from .loop._config import (
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
 from .loop._guardrails import Guardrail
+from .loop._phase import Phase, PhaseKind
 from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
@@ -57,35 +56,7 @@ from .loop._tool import Deps, Tool, ToolResult
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
-PhaseKind: TypeAlias = Literal[
-    "starting",
-    "llm_in_flight",
-    "turn_finished",
-    "tool_executing",
-    "idle",
-    "done",
-    "aborted",
-    "error",
-    "approval_required",
-]
 Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
-_TERMINAL = frozenset({"done", "aborted", "error", "approval_required"})
-
-
-class Phase(msgspec.Struct, frozen=True):
-    """Where the agent is: ``kind`` and the 1-based turn (model call) number.
-
-    ``done``, ``aborted``, ``error`` and ``approval_required`` (the run paused; see
-    :meth:`Agent.resume`) are terminal and stay until the next run.
-    """
-
-    kind: PhaseKind
-    turn: int
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for ``done``, ``aborted``, ``error`` and ``approval_required``."""
-        return self.kind in _TERMINAL
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ from ._guardrails import (
     output_guardrail,
     tool_guardrail,
 )
+from ._phase import Phase, PhaseRef
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
@@ -80,6 +81,8 @@ __all__ = [
     "NextTurn",
     "OutputCheck",
     "PendingCall",
+    "Phase",
+    "PhaseRef",
     "Projection",
     "Retry",
     "RunError",

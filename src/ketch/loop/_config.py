@@ -18,6 +18,7 @@ from ..llm._model import Model, StreamOptions, ThinkingLevel
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextMeter
 from ._guardrails import Guardrail
+from ._phase import PhaseRef
 from ._repair import LLMView
 from ._tool import Deps, Tool, ToolResult
 
@@ -283,6 +284,8 @@ class LoopConfig(Generic[Deps]):
     arguments as that many earlier calls of the run is not run; its error result tells
     the model so (None: no limit). ``guardrails``: input, output and tool guardrails
     (:class:`~ketch.loop.Guardrail`; a trip ends the run with ``guardrail``).
+    ``phase``: a :class:`~ketch.loop.PhaseRef` the loop keeps up to date (observable
+    from other tasks; its owner sets the terminal kind).
 
     Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
     messages to commit. Once the run is aborted they are not called, and the abort is
@@ -324,6 +327,7 @@ class LoopConfig(Generic[Deps]):
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
     guardrails: Sequence[Guardrail] = ()
+    phase: PhaseRef | None = None
     skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
 

@@ -316,6 +316,9 @@ class _Run:
         started = time.monotonic()
         ending = True
         failure: Exception | None = None
+        phase = self.cfg.phase
+        if phase is not None:
+            phase._set("starting", 0)
         yield AgentStart()
         try:
             cfg = self.cfg
@@ -346,6 +349,8 @@ class _Run:
                 rejected = verdict
                 if guards.parallel:
                     self.gate = InputGate(guards, check, signal)
+            if phase is not None:
+                phase._set("llm_in_flight", self.turn)
             yield TurnStart(turn=self.turn)
             for prompt in prompts or ():
                 self._commit(prompt)
@@ -377,6 +382,8 @@ class _Run:
                                 self._end(stop, self.summary.error)  # set for a usage limit
                                 return
                             self.turn += 1
+                            if phase is not None:
+                                phase._set("llm_in_flight", self.turn)
                             yield TurnStart(turn=self.turn)
                         first = False
                         for queued in pending:
@@ -516,6 +523,8 @@ class _Run:
 
                         self.summary.turns += 1
                         self.summary.usage.add(message.usage)
+                        if phase is not None:
+                            phase._set("turn_finished")
                         if message.stop_reason == "error" or message.stop_reason == "aborted":
                             closed: list[ToolResultMessage] = []
                             if message.stop_reason == "aborted":
@@ -560,6 +569,8 @@ class _Run:
                         self._end("usage_limit", text)
                         return
                     if calls:
+                        if phase is not None:
+                            phase._set("tool_executing")
                         tools = ToolBatch(
                             self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
                         )
@@ -665,6 +676,8 @@ class _Run:
 
     def _agent_end(self, started: float) -> AgentEnd:
         self.summary.duration = time.monotonic() - started
+        if self.cfg.phase is not None:
+            self.cfg.phase._set("idle")
         self.result = RunResult(
             messages=self.new_messages,
             summary=self.summary,
