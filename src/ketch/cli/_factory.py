@@ -282,6 +282,7 @@ class Built:
     window: int = DEFAULT_CONTEXT_WINDOW
     hooks: HookRunner | None = None
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
+    instructions: Any = None  # the AGENTS.md files merged into the system prompt (cli._instructions)
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -459,6 +460,12 @@ def build_agent(
         system_prompt = embedded_system_prompt()
     else:
         system_prompt = default_system_prompt(root, tools)
+    instructions = None
+    if not embedded:
+        from ._instructions import load_instructions
+
+        instructions = load_instructions(root, trusted=settings.trusted, environ=environ)
+        system_prompt = instructions.system_prompt(system_prompt)
     if session is not None:
         config["session"] = session
     agent = Agent(
@@ -473,6 +480,8 @@ def build_agent(
         get_api_key=get_api_key,
         **config,
     )
-    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp)
+    built = Built(
+        agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp, instructions=instructions
+    )
     built.fit_context(settings)
     return built
