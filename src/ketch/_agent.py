@@ -517,8 +517,13 @@ class Agent(Generic[Deps]):
         (``transform_context``, then ``convert_to_llm`` or the default conversion, then the
         repair pass when the model needs it), for side requests that must share the
         request's cache prefix. The context manager is not run: it may compact, which
-        changes the transcript. The list is a new one; the messages are shared."""
+        changes the transcript. Context added with :meth:`add_context` and not yet sent
+        is included at the end, where the next run commits it. The list is a new one;
+        the messages are shared."""
         messages = self._messages
+        pending = self._context.pending_context
+        if pending and self._context.messages is self._messages:
+            messages = [*messages, *pending]
         transform = self.config.transform_context
         if transform is not None:
             out = transform(messages, AbortSignal())

@@ -75,3 +75,12 @@ async def test_agent_add_context_before_a_prompt() -> None:
     agent.add_context("The user prefers short answers.")
     result = await agent.prompt("hi")
     assert user_texts(result.messages) == ["hi", "The user prefers short answers."]
+
+
+async def test_build_llm_messages_includes_context_not_sent_yet() -> None:
+    agent = Agent(ScriptedModel(["ok"]))
+    await agent.prompt("hi")
+    agent.add_context("Pending note.")
+    built = await agent.build_llm_messages()
+    assert user_texts(built) == ["hi", "Pending note."]
+    assert [m.role for m in built] == ["user", "assistant", "user"]

@@ -65,7 +65,8 @@ class GuardrailResult(msgspec.Struct, kw_only=True, frozen=True):
 
     @classmethod
     def trip(cls, message: str | None = None, *, info: Any = None) -> GuardrailResult:
-        """End the run (``end_reason == "guardrail"``); ``info`` is kept on the summary."""
+        """End the run (``end_reason == "guardrail"``); ``info`` is kept on the summary
+        (keep it JSON-encodable: it travels in the ``agent_end`` event)."""
         return cls(action="trip", message=message, info=info)
 
 
