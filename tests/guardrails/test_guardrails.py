@@ -300,3 +300,46 @@ def test_guardrail_arguments_are_checked() -> None:
         tool_guardrail(on="both")  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="guardrails must be Guardrail objects, got function"):
         run_loop("x", Conversation(), LoopConfig(model=ScriptedModel([]), guardrails=[lambda c: None]))  # type: ignore[list-item]
+
+
+async def test_an_abort_while_a_parallel_guardrail_still_runs_ends_the_run_as_aborted() -> None:
+    from ketch.llm import AbortSignal
+
+    called = asyncio.Event()
+    never = asyncio.Event()
+
+    def respond(request: Request, options: StreamOptions) -> Any:
+        called.set()
+        return reply("partial", hang=True)
+
+    @input_guardrail(parallel=True)
+    async def stuck(check: InputCheck) -> None:
+        await never.wait()  # never answers
+
+    async def abort_when_called(signal: AbortSignal) -> None:
+        await called.wait()
+        signal.abort()
+
+    signal = AbortSignal()
+    model = FunctionModel(respond)
+    stream = run_loop("q", Conversation(), LoopConfig(model=model, guardrails=[stuck]), signal)
+    aborter = asyncio.create_task(abort_when_called(signal))
+    events = await collect(stream)
+    await aborter
+    result = await stream.result()
+    assert result.end_reason == "aborted" and result.summary.guardrail is None
+    assert labels(events)[-4:] == ["message_start:assistant", "message_end:assistant", "turn_end", "agent_end"]
+    assert result.last_assistant is not None and result.last_assistant.stop_reason == "aborted"
+
+
+async def test_a_tool_guardrail_that_raises_trips_and_the_call_does_not_run() -> None:
+    @tool_guardrail
+    async def broken(call: ToolCallInfo) -> None:
+        raise ValueError("bad policy file")
+
+    ran: list[str] = []
+    model = ScriptedModel([reply(tool_call("echo", {"x": "1"}, id="a")), "never"])
+    result = await Agent(model, tools=[echo_tool(ran)], guardrails=[broken]).prompt("go")
+    assert ran == []
+    assert result.end_reason == "guardrail"
+    assert result.summary.error == 'Guardrail "broken" tripped: ValueError: bad policy file'
