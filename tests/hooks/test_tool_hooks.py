@@ -258,7 +258,8 @@ async def test_continue_false_stops_the_run_after_the_batch(tmp_path: Path) -> N
     assert tool_results_seen(model) == []  # the model is not called again
     assert result.messages[-1].content[0].text == "Stopped by a PreToolUse hook: maintenance window"  # type: ignore[union-attr]
     assert labels == [*START, *tool_turn("c1"), "agent_end"]
-    assert result.end_reason == "stop"
+    assert result.end_reason == "denied"  # as through the permission engine
+    assert result.summary.error == "Stopped by a PreToolUse hook: maintenance window"
     assert notices == [HookNotice("PreToolUse", "stopped", "PreToolUse hook stopped the run: maintenance window")]
 
 

@@ -289,8 +289,9 @@ class HookRunner:
             info.conversation.add_context(CONTEXT_TEXT.format(event="PreToolUse", text=context))
 
     async def before_tool_call(self, info: ToolCallInfo) -> BeforeToolCallResult | None:
-        """``before_tool_call`` for an agent without a permission engine: a deny (or a
-        stop) blocks the call with the hooks' reason; ``updatedInput`` is validated
+        """``before_tool_call`` for an agent without a permission engine: a deny blocks
+        the call with the hooks' reason (a stop also ends the run after the batch, with
+        ``end_reason == "denied"``, as through the permission engine); ``updatedInput`` is validated
         against the tool's schema and replaces the arguments; ``ask`` blocks (there is no
         one to ask; use :meth:`gate` to hand it to an approval step)."""
         return await self._gate(info, None)
@@ -317,7 +318,7 @@ class HookRunner:
             reason = verdict.reason or "no reason given"
             if verdict.stop:
                 self._context_of_blocked(info)
-                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason))
+                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason), stop=True)
             if verdict.decision == "deny":
                 self._context_of_blocked(info)
                 return BeforeToolCallResult.blocked(DENIED_TEXT.format(reason=reason))
