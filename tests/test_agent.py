@@ -348,7 +348,7 @@ def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
 
     params = inspect.signature(Agent.__init__).parameters
     agent_only = {"self", "model", "system_prompt", "tools", "messages", "options", "steering_mode", "follow_up_mode", "deps", "session"}
-    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "deps"}
+    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "deps", "phase"}
     fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
     assert set(params) - agent_only == set(fields) - loop_only
     for name in set(params) - agent_only:

@@ -17,7 +17,7 @@ Provider adapters, the HTTP client and the built-in tools load on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from ._agent import Agent, AgentSession, AgentState, Phase
+from ._agent import Agent, AgentSession, AgentState
 from .llm import (
     AbortSignal,
     AssistantMessage,
@@ -43,7 +43,10 @@ from .llm import (
 from .loop import (
     AgentEvent,
     Conversation,
+    Guardrail,
+    GuardrailResult,
     LoopConfig,
+    Phase,
     RunError,
     RunResult,
     RunState,
@@ -56,8 +59,11 @@ from .loop import (
     continue_loop,
     deny,
     edit,
+    input_guardrail,
+    output_guardrail,
     run_loop,
     stop_after_tool,
+    tool_guardrail,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +80,8 @@ __all__ = [
     "AssistantMessage",
     "Conversation",
     "CustomMessage",
+    "Guardrail",
+    "GuardrailResult",
     "ImageContent",
     "LoopConfig",
     "Message",
@@ -103,13 +111,16 @@ __all__ = [
     "deny",
     "edit",
     "get_model",
+    "input_guardrail",
     "message_from_dict",
     "message_to_dict",
     "messages_from_json",
     "messages_to_json",
+    "output_guardrail",
     "run_loop",
     "stop_after_tool",
     "tool",
+    "tool_guardrail",
 ]
 
 

@@ -16,8 +16,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
 
-import msgspec
-
 from .llm._messages import (
     AssistantMessage,
     Cost,
@@ -49,6 +47,8 @@ from .loop._config import (
     UsageLimits,
 )
 from .loop._events import AgentEvent, MessageUpdate, RunResult
+from .loop._guardrails import Guardrail
+from .loop._phase import Phase, PhaseKind
 from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
 from .loop._state import Decision, RunState
 from .loop._tool import Deps, Tool, ToolResult
@@ -59,35 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
-PhaseKind: TypeAlias = Literal[
-    "starting",
-    "llm_in_flight",
-    "turn_finished",
-    "tool_executing",
-    "idle",
-    "done",
-    "aborted",
-    "error",
-    "approval_required",
-]
 Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
-_TERMINAL = frozenset({"done", "aborted", "error", "approval_required"})
-
-
-class Phase(msgspec.Struct, frozen=True):
-    """Where the agent is: ``kind`` and the 1-based turn (model call) number.
-
-    ``done``, ``aborted``, ``error`` and ``approval_required`` (the run paused; see
-    :meth:`Agent.resume`) are terminal and stay until the next run.
-    """
-
-    kind: PhaseKind
-    turn: int
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for ``done``, ``aborted``, ``error`` and ``approval_required``."""
-        return self.kind in _TERMINAL
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -266,6 +238,7 @@ class Agent(Generic[Deps]):
         middlewares: Sequence[Middleware] = (),
         prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
         context_manager: ContextManager | None = None,
+        guardrails: Sequence[Guardrail] = (),
         session: AgentSession | None = None,
         output_type: Any = None,
         output_mode: OutputMode = "auto",
@@ -302,6 +275,7 @@ class Agent(Generic[Deps]):
             middlewares=middlewares,
             prepare_next_turn=prepare_next_turn,
             context_manager=context_manager,
+            guardrails=guardrails,
             deps=deps,
             output_type=output_type,
             output_mode=output_mode,
@@ -408,7 +382,7 @@ class Agent(Generic[Deps]):
         window = self.model.context_window
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = Conversation(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages, pending_context=context.pending_context)
         return context.meter.measure(self._messages, window)
 
     # -- queues -----------------------------------------------------------------------------
@@ -424,6 +398,12 @@ class Agent(Generic[Deps]):
         """Drop every queued message, including ones taken by a run being aborted."""
         self.steering.clear()
         self.follow_ups.clear()
+
+    def add_context(self, context: str | Message) -> None:
+        """Add ``context`` to the next request (also during a run): committed to the
+        transcript before the next model call, a string as a user message (see
+        :meth:`ketch.loop.Conversation.add_context`)."""
+        self._context.pending_context.append(UserMessage(content=context) if isinstance(context, str) else context)
 
     def has_queued_messages(self) -> bool:
         """True when steering or follow-up messages are queued."""
@@ -552,8 +532,13 @@ class Agent(Generic[Deps]):
         (``transform_context``, then ``convert_to_llm`` or the default conversion, then the
         repair pass when the model needs it), for side requests that must share the
         request's cache prefix. The context manager is not run: it may compact, which
-        changes the transcript. The list is a new one; the messages are shared."""
+        changes the transcript. Context added with :meth:`add_context` and not yet sent
+        is included at the end, where the next run commits it. The list is a new one;
+        the messages are shared."""
         messages = self._messages
+        pending = self._context.pending_context
+        if pending and self._context.messages is self._messages:
+            messages = [*messages, *pending]
         transform = self.config.transform_context
         if transform is not None:
             out = transform(messages, AbortSignal())
@@ -611,6 +596,14 @@ class Agent(Generic[Deps]):
         if self._signal is not None:
             self._signal.abort()
 
+    def abort_silent(self) -> None:
+        """Abort the current run like :meth:`abort`, but the model is not told: no
+        ``[Request interrupted by user]`` note follows the aborted response in later
+        requests (its ``error_kind`` is ``"silent"``). For cancelling work the user did
+        not ask to stop (a superseded side request, a timeout of the application's own)."""
+        if self._signal is not None:
+            self._signal.abort("silent")
+
     async def wait_for_idle(self) -> None:
         """Wait until no run is in progress (listeners of ``agent_end`` included)."""
         await self._idle.wait()
@@ -653,7 +646,7 @@ class Agent(Generic[Deps]):
         )
         context = self._context
         if context.messages is not self._messages:
-            context = self._context = Conversation(messages=self._messages)
+            context = self._context = Conversation(messages=self._messages, pending_context=context.pending_context)
         context.system_prompt = self.system_prompt
         context.tools = list(self.tools)
         result: RunResult | None = None

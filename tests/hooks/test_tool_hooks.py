@@ -258,7 +258,8 @@ async def test_continue_false_stops_the_run_after_the_batch(tmp_path: Path) -> N
     assert tool_results_seen(model) == []  # the model is not called again
     assert result.messages[-1].content[0].text == "Stopped by a PreToolUse hook: maintenance window"  # type: ignore[union-attr]
     assert labels == [*START, *tool_turn("c1"), "agent_end"]
-    assert result.end_reason == "stop"
+    assert result.end_reason == "denied"  # as through the permission engine
+    assert result.summary.error == "Stopped by a PreToolUse hook: maintenance window"
     assert notices == [HookNotice("PreToolUse", "stopped", "PreToolUse hook stopped the run: maintenance window")]
 
 
@@ -364,3 +365,19 @@ async def test_post_tool_use_failure_python_callback(tmp_path: Path) -> None:
     assert tool_results_seen(model) == [
         "ls: cannot access 'build'\n\nPostToolUseFailure hook context: the directory does not exist yet; create it first"
     ]
+
+
+async def test_pre_tool_use_context_of_a_denied_call_goes_to_the_next_request(tmp_path: Path) -> None:
+    hooks = runner(tmp_path)
+    hooks.add(
+        "PreToolUse",
+        lambda e: {"hookSpecificOutput": {
+            "permissionDecision": "deny", "permissionDecisionReason": "no", "additionalContext": "use make instead",
+        }},
+    )
+    agent, model = agent_with(hooks, [])
+    await agent.prompt("list")
+    last = model.requests[-1].messages
+    assert tool_results_seen(model) == ["Denied by a PreToolUse hook: no"]
+    assert last[-1].role == "user"
+    assert [b.text for b in last[-1].content] == ["PreToolUse hook context: use make instead"]  # type: ignore[union-attr]

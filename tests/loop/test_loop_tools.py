@@ -264,7 +264,8 @@ async def test_blocked_with_stop_ends_the_run_after_the_batch() -> None:
     events = await collect(run_loop("go", Conversation(tools=[rec.tool("a")]), cfg))
     end = events[-1]
     assert end.type == "agent_end"
-    assert (end.summary.end_reason, end.summary.turns) == ("stop", 1)
+    assert (end.summary.end_reason, end.summary.turns) == ("denied", 1)
+    assert end.summary.error == "stopped by policy"
     assert results_of(end.messages) == [("a", "a ok", False), ("b", "stopped by policy", True)]
     assert [e.type for e in events[-3:]] == ["message_end", "turn_end", "agent_end"]
     assert len(model.requests) == 1

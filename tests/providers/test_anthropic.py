@@ -435,9 +435,8 @@ def test_cache_markers() -> None:
 
 
 def test_stop_reasons() -> None:
-    assert [map_stop_reason(r) for r in ("end_turn", "stop_sequence", "pause_turn", None, "new_reason")] == [
-        "stop"
-    ] * 5
+    assert [map_stop_reason(r) for r in ("end_turn", "pause_turn", None, "new_reason")] == ["stop"] * 4
+    assert map_stop_reason("stop_sequence") == "stop_sequence"
     assert map_stop_reason("max_tokens") == "length"
     assert map_stop_reason("model_context_window_exceeded") == "length"
     assert map_stop_reason("tool_use") == "tool_use"
@@ -1242,3 +1241,51 @@ async def test_get_model_builds_this_adapter(monkeypatch: pytest.MonkeyPatch) ->
     )
     assert model.resolve_api_key() == KEY
     assert KEY not in repr(model)
+
+
+def test_stop_sequences_are_sent() -> None:
+    context = Request(messages=[UserMessage(content="Hi")])
+    assert body_for(context, StreamOptions(stop_sequences=["END"]))["stop_sequences"] == ["END"]
+    assert "stop_sequences" not in body_for(context)
+
+
+def test_system_prompt_blocks_carry_their_own_cache_markers() -> None:
+    from ketch.llm import SystemBlock, SystemPrompt
+
+    messages = [UserMessage(content="Hi")]
+    prompt = SystemPrompt([SystemBlock("rules", cache=True), SystemBlock("tools", cache=True), "today is Monday"])
+    assert prompt == "rules\n\ntools\n\ntoday is Monday"
+    body = body_for(Request.of(prompt, messages, []), cache_retention="short")
+    assert body["system"] == [
+        {"type": "text", "text": "rules", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "tools", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "today is Monday"},
+    ]
+    assert body["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL  # the last message's marker
+    unmarked = body_for(
+        Request.of(SystemPrompt(["a", "b"]), messages, []), cache_retention="short", cache_last_message=False
+    )
+    assert unmarked["system"] == [
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": EPHEMERAL},
+    ]
+    assert all("cache_control" not in b for m in unmarked["messages"] for b in m["content"])
+    off = body_for(Request.of(prompt, messages, []), cache_retention="none")
+    assert [b.get("cache_control") for b in off["system"]] == [None, None, None]
+    plain = Request.of("just text", messages, [])
+    assert (type(plain.system_prompt), plain.system_blocks) == (str, None)
+
+
+async def test_an_agent_with_a_system_prompt_of_blocks_sends_them_over_http(loopback: LoopbackServer) -> None:
+    from ketch import Agent
+    from ketch.llm import SystemBlock, SystemPrompt
+
+    loopback.queue(sse(an.TEXT))
+    prompt = SystemPrompt([SystemBlock("stable rules", cache=True), "Today is Monday."])
+    result = await Agent(model_for(loopback), system_prompt=prompt).prompt("Hi")
+    assert result.end_reason == "stop"
+    body = loopback.requests[0].json
+    assert body["system"] == [
+        {"type": "text", "text": "stable rules", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "Today is Monday."},
+    ]
+    assert body["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL

@@ -1405,3 +1405,10 @@ async def test_get_model_builds_the_adapter_from_the_registry(loopback: Loopback
     assert loopback.requests[0].json["generationConfig"] == {
         "thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True}
     }
+
+
+def test_stop_sequences_go_in_the_generation_config() -> None:
+    body = build_request(Request(messages=[UserMessage(content="Hi")]), StreamOptions(stop_sequences=["END"]), info=NO_THINKING)
+    assert body["generationConfig"]["stopSequences"] == ["END"]
+    plain = build_request(Request(messages=[UserMessage(content="Hi")]), StreamOptions(), info=NO_THINKING)
+    assert "stopSequences" not in plain.get("generationConfig", {})

@@ -1001,3 +1001,12 @@ async def test_session_id_becomes_prompt_cache_key_for_openai_only(loopback: Loo
     await run(make(loopback, compat=PRESETS["groq"].compat, provider="groq"), HI, StreamOptions(session_id="s-1"))
     assert loopback.requests[0].json["prompt_cache_key"] == "s-1"
     assert "prompt_cache_key" not in loopback.requests[1].json
+
+
+async def test_stop_sequences_are_sent_as_stop(loopback: LoopbackServer) -> None:
+    loopback.queue(text_stream("ok"))
+    await run(make(loopback), HI, StreamOptions(stop_sequences=["END", "###"]))
+    assert loopback.requests[0].json["stop"] == ["END", "###"]
+    loopback.queue(text_stream("ok"))
+    await run(make(loopback), HI, StreamOptions())
+    assert "stop" not in loopback.requests[1].json

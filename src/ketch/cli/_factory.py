@@ -282,6 +282,7 @@ class Built:
     hooks: HookRunner | None = None
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
     subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
+    instructions: Any = None  # the AGENTS.md files merged into the system prompt (cli._instructions)
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -462,6 +463,12 @@ def build_agent(
         system_prompt = embedded_system_prompt()
     else:
         system_prompt = default_system_prompt(root, tools)
+    instructions = None
+    if not embedded:
+        from ._instructions import load_instructions
+
+        instructions = load_instructions(root, trusted=settings.trusted, environ=environ)
+        system_prompt = instructions.system_prompt(system_prompt)
     if session is not None:
         config["session"] = session
     agent = Agent(
@@ -480,6 +487,18 @@ def build_agent(
     from ._subagents import attach_subagents
 
     subagents = attach_subagents(agent, settings, environ)
-    built = Built(agent, permissions, spec, reason, root, chooser, manager, hooks=runner, mcp=mcp, subagents=subagents)
+    built = Built(
+        agent,
+        permissions,
+        spec,
+        reason,
+        root,
+        chooser,
+        manager,
+        hooks=runner,
+        mcp=mcp,
+        subagents=subagents,
+        instructions=instructions,
+    )
     built.fit_context(settings)
     return built

@@ -444,7 +444,7 @@ async def _run_in_session(
         if reason == "approval_required" and not guard.broken:
             calls = ", ".join(f"{p.tool_name} ({p.tool_call_id})" for p in pending)
             sys.stderr.write(_PAUSED.format(calls=calls, s="s" if len(pending) == 1 else "", id=session_id))
-        elif reason != "stop" and not guard.broken:
+        elif reason != "stop" and reason != "stop_sequence" and not guard.broken:
             detail = f": {result.summary.error}" if result.summary.error else ""
             sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")
     return EXIT_BROKEN_PIPE if guard.broken else exit_code_for(result.end_reason)

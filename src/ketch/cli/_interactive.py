@@ -47,6 +47,7 @@ Commands:
   /model [provider:id]  show or switch the model
   /thinking [level]     show or set the thinking level (off minimal low medium high xhigh)
   /tools                list the tools
+  /memory               the instruction files (AGENTS.md) in the system prompt
   /mcp                  the MCP servers: status and tools
   /mode [mode]          show or set the permission mode (default accept_edits plan bypass)
   /cost                 tokens and cost of this session
@@ -430,6 +431,10 @@ class Session:
             else:
                 self.compacting = True
                 self.task = asyncio.create_task(self._compact(arg or None))
+        elif name == "/memory":
+            lines = self.built.instructions.describe() if self.built.instructions is not None else ["no instruction files"]
+            for line in lines:
+                r.note(line, "")
         elif name == "/tools":
             for tool in self.agent.tools:
                 first = (tool.description or "").strip().splitlines()

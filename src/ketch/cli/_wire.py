@@ -104,8 +104,11 @@ class BrokenPipeGuard:
 
 EXIT_CODES: dict[str, int] = {
     "stop": 0,
+    "stop_sequence": 0,
+    "denied": 1,
     "error": 1,
     "stop_guard": 1,
+    "guardrail": 1,
     "max_turns": 3,
     "max_budget": 4,
     "usage_limit": 4,

@@ -259,7 +259,8 @@ class HookRunner:
 
         Exit code 2 (stderr as the reason) and ``decision: block`` deny; ``"continue":
         false`` stops (also recorded for :meth:`stop_requested`). Additional context is
-        kept and added to the call's result by :meth:`after_tool_call`.
+        kept and added to the call's result by :meth:`after_tool_call` (for a call the
+        gate blocks, to the next request).
         """
         if not self.has("PreToolUse"):
             return None
@@ -281,9 +282,17 @@ class HookRunner:
             stop_reason=outcome.stop_reason,
         )
 
+    def _context_of_blocked(self, info: ToolCallInfo) -> None:
+        """A blocked call gets no result to carry its PreToolUse hooks' additional
+        context: it goes to the next request instead (``Conversation.add_context``)."""
+        context = self._tool_context.pop(info.tool_call.id, None)
+        if context:
+            info.conversation.add_context(CONTEXT_TEXT.format(event="PreToolUse", text=context))
+
     async def before_tool_call(self, info: ToolCallInfo) -> BeforeToolCallResult | None:
-        """``before_tool_call`` for an agent without a permission engine: a deny (or a
-        stop) blocks the call with the hooks' reason; ``updatedInput`` is validated
+        """``before_tool_call`` for an agent without a permission engine: a deny blocks
+        the call with the hooks' reason (a stop also ends the run after the batch, with
+        ``end_reason == "denied"``, as through the permission engine); ``updatedInput`` is validated
         against the tool's schema and replaces the arguments; ``ask`` blocks (there is no
         one to ask; use :meth:`gate` to hand it to an approval step)."""
         return await self._gate(info, None)
@@ -306,24 +315,23 @@ class HookRunner:
     ) -> BeforeToolCallResult | None:
         verdict = await self.pre_tool_use(info)
         updated = False
-        call_id = info.tool_call.id
         if verdict is not None:
             reason = verdict.reason or "no reason given"
             if verdict.stop:
-                self._tool_context.pop(call_id, None)
-                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason))
+                self._context_of_blocked(info)
+                return BeforeToolCallResult.blocked(STOPPED_TEXT.format(reason=verdict.stop_reason or reason), stop=True)
             if verdict.decision == "deny":
-                self._tool_context.pop(call_id, None)
+                self._context_of_blocked(info)
                 return BeforeToolCallResult.blocked(DENIED_TEXT.format(reason=reason))
             if verdict.updated_input is not None:
                 args, problem = validate_arguments(info.tool.name, info.tool.parameters, verdict.updated_input)
                 if problem is not None:
-                    self._tool_context.pop(call_id, None)
+                    self._context_of_blocked(info)
                     return BeforeToolCallResult.blocked(f"A PreToolUse hook's updatedInput is invalid: {problem}")
                 info = dataclasses.replace(info, args=args)
                 updated = True
             if verdict.decision == "ask" and then is None:
-                self._tool_context.pop(call_id, None)
+                self._context_of_blocked(info)
                 return BeforeToolCallResult.blocked(NO_APPROVER_TEXT.format(reason=reason))
         if then is not None:
             result = then(info)
@@ -331,7 +339,7 @@ class HookRunner:
                 result = await result
             if result is not None:
                 if result.block:
-                    self._tool_context.pop(call_id, None)
+                    self._context_of_blocked(info)
                     return result  # type: ignore[no-any-return]
                 if result.args is not None:
                     return result  # type: ignore[no-any-return]

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
 
-StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
+StopReason: TypeAlias = Literal["stop", "stop_sequence", "length", "tool_use", "error", "aborted"]
 
 
 _clock: ContextVar[Callable[[], float] | None] = ContextVar("ketch_clock", default=None)

@@ -7,7 +7,7 @@ runtime failures: those end the stream with a :class:`~ketch.llm._stream.StreamE
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import msgspec
@@ -40,12 +40,61 @@ class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
     parameters: dict[str, Any]
 
 
+class SystemBlock(msgspec.Struct, frozen=True):
+    """One block of a :class:`SystemPrompt`: its ``text`` and whether a provider's
+    prompt cache should end a cached prefix after it (``cache``)."""
+
+    text: str
+    cache: bool = False
+
+
+class SystemPrompt(str):
+    """A system prompt made of blocks, each with its own cache marker.
+
+    It is the blocks' texts joined with blank lines (a ``str``), so it goes wherever a
+    system prompt does (``Agent(system_prompt=...)``, ``Conversation.system_prompt``);
+    the loop sends the joined text as ``Request.system_prompt`` and the blocks as
+    ``Request.system_blocks``. Adapters that can send blocks do: Anthropic sends one
+    ``text`` block per block, with ``cache_control`` on those marked ``cache`` (on the
+    last block when none is marked; Anthropic allows four cache breakpoints per request,
+    the last message's included). OpenAI and Gemini cache prompt prefixes by themselves
+    and get the joined text. Put what never changes first, so the cached prefix survives
+    changes to later blocks::
+
+        SystemPrompt([SystemBlock(RULES, cache=True), SystemBlock(f"Today is {today}.")])
+    """
+
+    __slots__ = ("blocks",)
+    blocks: tuple[SystemBlock, ...]
+
+    def __new__(cls, blocks: Sequence[SystemBlock | str]) -> SystemPrompt:
+        parts = tuple(b if isinstance(b, SystemBlock) else SystemBlock(b) for b in blocks)
+        self = super().__new__(cls, "\n\n".join(b.text for b in parts if b.text))
+        self.blocks = parts
+        return self
+
+    def __repr__(self) -> str:
+        return f"SystemPrompt({list(self.blocks)!r})"
+
+
 class Request(msgspec.Struct, kw_only=True):
-    """Everything a model sees in one request."""
+    """Everything a model sees in one request. ``system_blocks``, when set, is the
+    system prompt as blocks with cache markers (``system_prompt`` is then their joined
+    text, for adapters that send one text); see :meth:`of`."""
 
     system_prompt: str = ""
     messages: list[Message] = msgspec.field(default_factory=list)
     tools: list[ToolSpec] = msgspec.field(default_factory=list)
+    system_blocks: tuple[SystemBlock, ...] | None = None
+
+    @classmethod
+    def of(cls, system_prompt: str, messages: list[Message], tools: list[ToolSpec]) -> Request:
+        """A request whose ``system_prompt`` may be a :class:`SystemPrompt` (split into
+        the plain joined text and ``system_blocks``)."""
+        if type(system_prompt) is str:
+            return cls(system_prompt=system_prompt, messages=messages, tools=tools)
+        blocks = system_prompt.blocks if isinstance(system_prompt, SystemPrompt) else None
+        return cls(system_prompt=str(system_prompt), messages=messages, tools=tools, system_blocks=blocks)
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -53,11 +102,15 @@ class StreamOptions(msgspec.Struct, kw_only=True):
 
     ``response_format`` is a JSON schema (``{"name": ..., "schema": {...}}``) for
     structured output. ``api_key`` and ``headers`` are never logged or shown in reprs.
-    ``extra`` holds provider-specific request fields.
+    ``extra`` holds provider-specific request fields. ``stop_sequences``: texts that end
+    the response (Anthropic, OpenAI Chat and Gemini send them; the Responses API has no
+    such field). Only Anthropic says a stop sequence ended the response (the message's
+    ``stop_reason`` is then ``stop_sequence``); elsewhere it reads ``stop``.
     """
 
     temperature: float | None = None
     max_tokens: int | None = None
+    stop_sequences: list[str] | None = None
     thinking: ThinkingLevel = "off"
     tool_choice: ToolChoice | None = None
     response_format: dict[str, Any] | None = None

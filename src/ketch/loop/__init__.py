@@ -39,10 +39,22 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
+from ._guardrails import (
+    Guardrail,
+    GuardrailResult,
+    GuardrailTrip,
+    InputCheck,
+    OutputCheck,
+    ToolResultCheck,
+    input_guardrail,
+    output_guardrail,
+    tool_guardrail,
+)
+from ._phase import Phase, PhaseRef
 from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
 from ._run import RunStream, continue_loop, resume_loop, run_loop
 from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
-from ._tool import Tool, ToolContext, ToolResult, to_tool_result
+from ._tool import Tool, ToolContext, ToolPreview, ToolProgress, ToolResult, to_tool_result
 
 __all__ = [
     "OUTPUT_TOOL_NAME",
@@ -61,15 +73,22 @@ __all__ = [
     "Decision",
     "Deny",
     "Edit",
+    "Guardrail",
+    "GuardrailResult",
+    "GuardrailTrip",
+    "InputCheck",
     "LoopConfig",
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
     "NextTurn",
+    "OutputCheck",
     "OutputMode",
     "OutputStream",
     "OutputValidator",
     "PendingCall",
+    "Phase",
+    "PhaseRef",
     "Projection",
     "RejectOutput",
     "Retry",
@@ -87,7 +106,10 @@ __all__ = [
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
+    "ToolPreview",
+    "ToolProgress",
     "ToolResult",
+    "ToolResultCheck",
     "TurnEnd",
     "TurnInfo",
     "TurnStart",
@@ -97,11 +119,14 @@ __all__ = [
     "default_convert_to_llm",
     "deny",
     "edit",
+    "input_guardrail",
+    "output_guardrail",
     "repair_messages",
     "resume_loop",
     "run_loop",
     "stop_after_tool",
     "to_tool_result",
+    "tool_guardrail",
     "validate_message_sequence",
 ]
 

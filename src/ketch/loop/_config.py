@@ -17,6 +17,8 @@ from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessa
 from ..llm._model import Model, StreamOptions, ThinkingLevel
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextMeter
+from ._guardrails import Guardrail
+from ._phase import PhaseRef
 from ._repair import LLMView
 from ._tool import Deps, Tool, ToolResult
 
@@ -36,6 +38,8 @@ class Conversation:
     ``messages`` is appended to in place as messages commit. Reuse one conversation
     across runs on the same transcript: it keeps the model's view of the history
     (``view``) and the window accounting (``meter``) up to date incrementally.
+
+    ``pending_context``: messages :meth:`add_context` queued for the next request.
     """
 
     system_prompt: str = ""
@@ -43,6 +47,16 @@ class Conversation:
     tools: Sequence[Tool] = ()
     view: LLMView = field(default_factory=LLMView, repr=False, compare=False)
     meter: ContextMeter = field(default_factory=ContextMeter, repr=False, compare=False)
+    pending_context: list[Message] = field(default_factory=list, repr=False, compare=False)
+
+    def add_context(self, context: str | Message) -> None:
+        """Add ``context`` to the next request: before the next model call the loop
+        commits it to the transcript (a string as a user message), after the messages
+        queued for that turn, with ``message_start``/``message_end`` events. For hooks
+        (``info.conversation`` of ``before_tool_call``, ``after_tool_call``, ``on_stop``,
+        ``stop_when``, ``prepare_next_turn``) that want the model to know something
+        without changing a tool result or the system prompt (so prompt caches still hit)."""
+        self.pending_context.append(UserMessage(content=context) if isinstance(context, str) else context)
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,7 +80,8 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     for the user's ``approval`` first.
 
     Build with :meth:`blocked`, :meth:`with_args` or :meth:`approval_required`. ``stop`` (with ``block``) ends the
-    run after this batch, whatever the batch's other calls returned; ``note`` is anything
+    run after this batch, whatever the batch's other calls returned, with ``end_reason ==
+    "denied"`` and the block's reason as the run's ``error``; ``note`` is anything
     worth reporting about the decision (a permission decision, say): the loop emits it as
     a ``tool_call_note`` event just before the call's ``tool_execution_end``.
     """
@@ -89,7 +104,8 @@ class BeforeToolCallResult(msgspec.Struct, kw_only=True):
     @classmethod
     def blocked(cls, reason: str | None = None, *, stop: bool = False, note: Any = None) -> BeforeToolCallResult:
         """Do not run the call: its result is an error with ``reason`` (a generic text
-        when None). ``stop`` also ends the run after this batch."""
+        when None). ``stop`` also ends the run after this batch (``end_reason ==
+        "denied"``; queued messages are not taken)."""
         return cls(block=True, reason=reason, stop=stop, note=note)
 
     @classmethod
@@ -266,7 +282,10 @@ class LoopConfig(Generic[Deps]):
     ``steering_during_tools="interrupt"`` polls steering after each tool finishes and skips
     calls not yet started. ``max_repeated_tool_calls``: a call with the same tool and
     arguments as that many earlier calls of the run is not run; its error result tells
-    the model so (None: no limit).
+    the model so (None: no limit). ``guardrails``: input, output and tool guardrails
+    (:class:`~ketch.loop.Guardrail`; a trip ends the run with ``guardrail``).
+    ``phase``: a :class:`~ketch.loop.PhaseRef` the loop keeps up to date (observable
+    from other tasks; its owner sets the terminal kind).
 
     Queues: ``get_steering_messages`` and ``get_follow_up_messages`` hand the loop
     messages to commit. Once the run is aborted they are not called, and the abort is
@@ -313,6 +332,8 @@ class LoopConfig(Generic[Deps]):
     middlewares: Sequence[Middleware] = ()
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
+    guardrails: Sequence[Guardrail] = ()
+    phase: PhaseRef | None = None
     skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
 

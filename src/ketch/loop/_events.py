@@ -33,6 +33,7 @@ from ..llm._messages import AssistantMessage, Message, ToolResultMessage, Usage
 from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
+from ._guardrails import GuardrailTrip
 from ._state import RunState
 from ._tool import ToolResult
 
@@ -48,6 +49,9 @@ EndReason: TypeAlias = Literal[
     "approval_required",
     "usage_limit",
     "output_invalid",
+    "guardrail",
+    "stop_sequence",
+    "denied",
 ]
 
 
@@ -57,6 +61,8 @@ class RunSummary(msgspec.Struct, kw_only=True):
     ``usage`` includes what tools spent on models (:attr:`ToolResult.usage
     <ketch.loop.ToolResult.usage>`, e.g. subagents), itemised in ``tool_usage`` by who
     spent it (summed when the same key comes back).
+
+    ``guardrail`` is the guardrail that ended the run (``end_reason == "guardrail"``).
     """
 
     turns: int = 0
@@ -67,6 +73,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     error: str | None = None
     duration: float = 0.0
     tool_usage: dict[str, Usage] = msgspec.field(default_factory=dict)
+    guardrail: GuardrailTrip | None = None
 
     @property
     def cost(self) -> float:
@@ -144,9 +151,10 @@ class RunResult(msgspec.Struct, kw_only=True):
         return parse_structured(self.text, type_)
 
     def raise_for_error(self) -> RunResult:
-        """Raise :class:`RunError` unless the run ended with ``stop``; return self otherwise."""
+        """Raise :class:`RunError` unless the run ended with ``stop`` or
+        ``stop_sequence``; return self otherwise."""
         s = self.summary
-        if s.end_reason != "stop":
+        if s.end_reason != "stop" and s.end_reason != "stop_sequence":
             detail = f": {s.error}" if s.error else ""
             raise RunError(f"Run ended with {s.end_reason}{detail}", s)
         return self

@@ -1,9 +1,11 @@
 """Tool execution: the per-call pipeline and the batch scheduler.
 
 Per call: unknown tool -> circuit breaker -> malformed arguments -> ``prepare_arguments``
--> schema validation -> a resumed run's decision, or the tool's ``requires_approval`` ->
-``before_tool_call`` -> middlewares (outermost first) -> execute
-(with timeout, cancellation and progress) -> ``after_tool_call``. Every failure becomes
+-> schema validation -> the tool's ``validate`` -> the repeated-call guard -> the tool's
+``preview`` (an update) -> tool-call guardrails -> a resumed run's decision, or the
+tool's ``requires_approval`` -> ``before_tool_call`` -> middlewares (outermost first) ->
+execute (with timeout, cancellation and progress) -> ``after_tool_call`` -> tool-result
+guardrails. Every failure becomes
 an error :class:`ToolResult`; nothing raises out of a call. An exception's text is
 :func:`ketch.llm._errors.exception_text` (``Type: message``), as for model errors.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any, Literal
@@ -44,8 +47,11 @@ from ._events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
+from ._guardrails import Guardrails, GuardrailTrip, ToolResultCheck
 from ._state import Decision, Deny, Edit, PendingCall, denied_text
-from ._tool import Tool, ToolContext, ToolResult, to_tool_result
+from ._tool import Tool, ToolContext, ToolPreview, ToolResult, to_tool_result
+
+log = logging.getLogger("ketch.loop")
 
 BLOCKED_TEXT = "Tool execution was blocked"
 SKIPPED_TEXT = "Skipped due to queued user message."
@@ -79,9 +85,10 @@ class CallOutcome:
     """A finished call: its result, whether it counts as a failure, and its duration;
     ``note`` and ``stop`` are what ``before_tool_call`` said (its note; block and stop).
     ``approval`` is set (to the reason, possibly "") for a call that did not run because
-    it needs approval; its ``result`` then means nothing."""
+    it needs approval; its ``result`` then means nothing. ``trip`` is the tool guardrail
+    that tripped on the call."""
 
-    __slots__ = ("approval", "call", "counts_as_failure", "duration", "note", "result", "stop")
+    __slots__ = ("approval", "call", "counts_as_failure", "duration", "note", "result", "stop", "trip")
 
     def __init__(
         self,
@@ -99,15 +106,18 @@ class CallOutcome:
         self.note = note
         self.stop = stop
         self.approval: str | None = None
+        self.trip: GuardrailTrip | None = None
 
 
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
-    __slots__ = ("_failures", "_repeats", "config", "decisions")
+    __slots__ = ("_failures", "_repeats", "_trips", "config", "decisions", "guards")
 
     def __init__(self, config: LoopConfig[Any], decisions: dict[str, Decision] | None = None) -> None:
         self.config = config
+        self.guards: Guardrails | None = None
+        self._trips: dict[str, GuardrailTrip] = {}  # call id -> the tool guardrail that tripped
         self._failures: dict[str, int] = {}
         self._repeats: dict[tuple[str, bytes], int] = {}  # (tool, canonical args) -> calls run
         self.decisions = decisions or {}
@@ -148,11 +158,26 @@ class ToolRunner:
         result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
         duration = monotonic() - started
         if verdict is None:
-            return CallOutcome(call, result, duration, failure)
-        outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
-        if result is _PENDING:
-            outcome.approval = verdict.reason or ""
+            outcome = CallOutcome(call, result, duration, failure)
+        else:
+            outcome = CallOutcome(call, result, duration, failure, verdict.note, verdict.block and verdict.stop)
+            if result is _PENDING:
+                outcome.approval = verdict.reason or ""
+        if self._trips:
+            outcome.trip = self._trips.pop(call.id, None)
         return outcome
+
+    async def _guard(self, rails: list[Any], arg: Any, call: ToolCall) -> ToolResult | None:
+        """Tool guardrails on ``arg``: the error result replacing the call's (recording a
+        trip), or None when they passed."""
+        assert self.guards is not None
+        verdict = await self.guards.check(rails, arg)
+        if verdict is None:
+            return None
+        if isinstance(verdict, GuardrailTrip):
+            self._trips[call.id] = verdict
+            return ToolResult.error(verdict.text, details=verdict.info)
+        return ToolResult.error(verdict)
 
     async def _pipeline(
         self,
@@ -183,6 +208,12 @@ class ToolRunner:
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
                 return ToolResult.error(problem), True, None
+            ctx: ToolContext[Any] | None = None
+            if tool.validate is not None:
+                ctx = self._context(tool, call, assistant, conversation, signal, report)
+                invalid = await _maybe_await(tool.validate(args, ctx))
+                if invalid is not None:
+                    return ToolResult.error(str(invalid)), True, None
             repeats = cfg.max_repeated_tool_calls
             if repeats is not None:
                 key = (tool.name, msgspec.json.encode(args, order="sorted"))
@@ -190,10 +221,27 @@ class ToolRunner:
                 if seen >= repeats:
                     return ToolResult.error(repeated_call_text(tool.name, seen)), True, None
                 self._repeats[key] = seen + 1
+            if tool.preview is not None:
+                ctx = ctx or self._context(tool, call, assistant, conversation, signal, report)
+                try:
+                    shown = await _maybe_await(tool.preview(args, ctx))
+                except Exception:
+                    log.exception("preview of tool %r failed; skipped", tool.name)
+                    shown = None
+                if shown is not None:
+                    await report(ToolPreview(preview=shown))
+            guards = self.guards
+            if guards is not None and guards.tool_call:
+                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+                refused = await self._guard(guards.tool_call, info, call)
+                if refused is not None:
+                    return refused, False, None
             decision = self.decisions.get(call.id) if self.decisions else None
             if decision is not None:
                 if type(decision) is Deny:
-                    return ToolResult.error(denied_text(decision.reason)), False, None
+                    text = denied_text(decision.reason)
+                    stop = BeforeToolCallResult.blocked(text, stop=True) if decision.stop else None
+                    return ToolResult.error(text), False, stop
                 if type(decision) is Edit:
                     args, problem = validate_arguments(tool.name, tool.parameters, decision.args)
                     if problem is not None:
@@ -239,6 +287,12 @@ class ToolRunner:
                     terminate=override.terminate if override.terminate is not None else result.terminate,
                     usage=result.usage,  # what the tool spent stays spent
                 )
+        guards = self.guards
+        if guards is not None and guards.tool_result:
+            check = ToolResultCheck(ToolCallInfo(call, tool, args, assistant, conversation, signal), result)
+            replaced = await self._guard(guards.tool_result, check, call)
+            if replaced is not None:
+                return replaced, False, verdict
         return result, failure, verdict
 
     async def _execute(
@@ -251,15 +305,7 @@ class ToolRunner:
         signal: AbortSignal,
         report: Callable[[Any], Awaitable[None]],
     ) -> ToolResult:
-        ctx = ToolContext(
-            call_id=call.id,
-            tool_name=tool.name,
-            signal=signal,
-            report=report,
-            messages=conversation.messages,
-            assistant_message=assistant,
-            deps=self.config.deps,
-        )
+        ctx = self._context(tool, call, assistant, conversation, signal, report)
 
         async def innermost(final_args: dict[str, Any]) -> ToolResult:
             return to_tool_result(await tool.execute(final_args, ctx))
@@ -275,6 +321,26 @@ class ToolRunner:
             return await run(args)
         async with asyncio.timeout(timeout):
             return await run(args)
+
+
+    def _context(
+        self,
+        tool: Tool,
+        call: ToolCall,
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> ToolContext[Any]:
+        return ToolContext(
+            call_id=call.id,
+            tool_name=tool.name,
+            signal=signal,
+            report=report,
+            messages=conversation.messages,
+            assistant_message=assistant,
+            deps=self.config.deps,
+        )
 
 
 def _wrap(
@@ -311,10 +377,12 @@ class BatchResult:
     (or came as its only call finished); ``stop``: the run should stop after this batch
     (every result asked to ``terminate``, or a ``before_tool_call`` blocked a call with
     ``stop``). ``pending``: the calls not run because one of them needs approval (in
-    call order; ``outcomes`` then holds only the calls that ran).
+    call order; ``outcomes`` then holds only the calls that ran). ``tripped``: the first
+    (in call order) tool guardrail that tripped; ``denied``: the result text of the first
+    call blocked with ``stop`` (the run ends after the batch with ``denied``).
     """
 
-    __slots__ = ("aborted", "notes", "outcomes", "pending", "steering", "stop")
+    __slots__ = ("aborted", "denied", "notes", "outcomes", "pending", "steering", "stop", "tripped")
 
     def __init__(
         self,
@@ -331,13 +399,18 @@ class BatchResult:
         self.pending = pending
         every = True
         stop = False
+        self.tripped: GuardrailTrip | None = None
+        self.denied: str | None = None
         for o in outcomes:
+            if o.trip is not None and self.tripped is None:
+                self.tripped = o.trip
             if o.stop:
+                if not stop:
+                    self.denied = o.result.text
                 stop = True
-                break
-            if not o.result.terminate:
+            elif not o.result.terminate:
                 every = False
-        self.stop = stop or every
+        self.stop = stop or every or self.tripped is not None
 
 
 def _noop() -> None:
@@ -362,6 +435,16 @@ def _end_event(outcome: CallOutcome) -> ToolExecutionEnd | ApprovalRequired:
 
 async def _no_progress(partial: Any) -> None:
     return None
+
+
+class _Delivered:
+    """An update whose sender waits until the batch's consumer has taken it."""
+
+    __slots__ = ("done", "update")
+
+    def __init__(self, update: ToolExecutionUpdate, done: asyncio.Future[None]) -> None:
+        self.update = update
+        self.done = done
 
 
 class _Inbox:
@@ -530,7 +613,7 @@ class ToolBatch:
         if n == 1 and not signal.aborted:
             call = calls[0]
             tool = self.tools.get(call.name)
-            if tool is None or not tool.reports_progress:
+            if tool is None or (not tool.reports_progress and tool.preview is None):
                 yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                 outcome = await self._call_here(call)
                 runner.record(outcome)
@@ -602,6 +685,10 @@ class ToolBatch:
                                 self._interrupt_running()
                     case ToolExecutionUpdate():
                         yield item
+                    case _Delivered():
+                        yield item.update
+                        if not item.done.done():
+                            item.done.set_result(None)
             if self._paused and not signal.aborted:
                 pass  # the calls not started wait with the paused one
             elif skip_rest:
@@ -663,9 +750,14 @@ class ToolBatch:
 
         async def report(partial: Any) -> None:
             if i not in self._finished:
-                queue.put(
-                    ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
-                )
+                update = ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name, args=call.args, partial=partial)
+                if type(partial) is ToolPreview:
+                    # The call goes on (to the permission gate) once the consumer has the preview.
+                    delivered = asyncio.get_running_loop().create_future()
+                    queue.put(_Delivered(update, delivered))
+                    await delivered
+                else:
+                    queue.put(update)
 
         try:
             outcome = await self.runner.run_call(call, self.tools, self.message, self.conversation, signal, report)

@@ -278,6 +278,10 @@ class OutputRun:
         """The accepted value (None when there is none)."""
         return None if self.value is _NOTHING else self.value
 
+    def discard(self) -> None:
+        """Forget the accepted value (an output guardrail rejected the answer)."""
+        self.value = _NOTHING
+
     @property
     def has_output(self) -> bool:
         """Whether an answer was accepted."""

@@ -27,6 +27,9 @@ from ..llm._messages import (
 )
 
 INTERRUPTED_NOTE = "[Request interrupted by user]"
+SILENT_ABORT = "silent"
+"""The abort reason of a silent abort (``signal.abort("silent")``, :meth:`ketch.Agent.abort_silent`),
+also the ``error_kind`` the loop gives the aborted message: no interruption note follows it."""
 
 
 def default_convert_to_llm(messages: list[Message]) -> list[Message]:
@@ -38,7 +41,8 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
     - an aborted assistant message keeps its text (thinking and tool calls are dropped,
       and so are the text's provider signatures, which belong to a response that never
       completed) and is followed by a user note ``[Request interrupted by user]``, so the
-      model learns its previous response was cut off; the error results that close its
+      model learns its previous response was cut off (not after a silent abort: its
+      ``error_kind`` is ``"silent"``); the error results that close its
       tool calls in the transcript are dropped with the calls;
     - an assistant message that failed (``stop_reason == "error"``) is dropped.
     """
@@ -69,7 +73,8 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
                         content=text, provider=m.provider, api=m.api, model=m.model,
                         timestamp=m.timestamp,
                     ))
-                append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
+                if m.error_kind != SILENT_ABORT:
+                    append(UserMessage(content=[TextContent(text=INTERRUPTED_NOTE)], timestamp=m.timestamp))
                 ids = {b.id for b in m.content if type(b) is ToolCall}
                 dropped = ids or None
                 continue

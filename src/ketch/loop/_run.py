@@ -69,7 +69,8 @@ from ._events import (
     TurnStart,
 )
 from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
-from ._repair import default_convert_to_llm, repair_messages
+from ._guardrails import Guardrails, GuardrailTrip, InputCheck, InputGate, OutputCheck, reject_message
+from ._repair import SILENT_ABORT, default_convert_to_llm, repair_messages
 from ._state import Decision, PendingCall, RunState, config_fingerprint
 from ._tool import Tool, ToolResult
 
@@ -79,6 +80,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("ketch.loop")
 
 ABORTED_REQUEST_TEXT = "Request was aborted"
+
+
+class _Tripped:
+    """What :meth:`_Run._guard_output` returns when an output guardrail tripped."""
+
+
+_TRIPPED = _Tripped()
 
 
 
@@ -315,6 +323,9 @@ class _Run:
                 [t.name for t in conversation.tools],
             )
             self.options = self.output.options(config.options)
+        self.guards = Guardrails.of(config.guardrails)
+        self.runner.guards = self.guards
+        self.gate: InputGate | None = None  # parallel input guardrails of the first call
         self._set_tools(conversation.tools)
 
     def _set_tools(self, tools: Sequence[Tool]) -> None:
@@ -327,6 +338,26 @@ class _Run:
     def _end(self, reason: EndReason, error: str | None = None) -> None:
         self.summary.end_reason = reason
         self.summary.error = error
+
+    def _trip(self, trip: GuardrailTrip) -> None:
+        self.summary.guardrail = trip
+        self._end("guardrail", trip.text)
+
+    async def _guard_output(self, message: AssistantMessage) -> Message | _Tripped | None:
+        """The output guardrails on the answer the run would end with: None when they
+        pass, the reject message to send back, or :data:`_TRIPPED` (the run ended)."""
+        assert self.guards is not None
+        output = self.output.output if self.output is not None else None
+        check = OutputCheck(message, self.conversation, self.cfg.deps, output)
+        verdict = await self.guards.check(self.guards.output, check)
+        if verdict is None:
+            return None
+        if self.output is not None:
+            self.output.discard()
+        if isinstance(verdict, GuardrailTrip):
+            self._trip(verdict)
+            return _TRIPPED
+        return reject_message(verdict)
 
     def _commit(self, message: Message) -> None:
         self.conversation.messages.append(message)
@@ -351,6 +382,9 @@ class _Run:
         started = monotonic()
         ending = True
         failure: Exception | None = None
+        phase = self.cfg.phase
+        if phase is not None:
+            phase._set("starting", 0)
         yield AgentStart()
         try:
             cfg = self.cfg
@@ -366,11 +400,33 @@ class _Run:
                         yield MessageEnd(message=prompt)
                     self._end("usage_limit", reached)
                     return
+            rejected: str | None = None
+            guards = self.guards
+            if guards is not None and prompts and (guards.input or guards.parallel):
+                check = InputCheck(prompts, self.conversation, cfg.deps)
+                verdict = await guards.check(guards.input, check)
+                if isinstance(verdict, GuardrailTrip):  # nothing is sent; the prompts are kept
+                    for prompt in prompts:
+                        self._commit(prompt)
+                        yield MessageStart(message=prompt)
+                        yield MessageEnd(message=prompt)
+                    self._trip(verdict)
+                    return
+                rejected = verdict
+                if guards.parallel:
+                    self.gate = InputGate(guards, check, signal)
+            if phase is not None:
+                phase._set("llm_in_flight", self.turn)
             yield TurnStart(turn=self.turn)
             for prompt in prompts or ():
                 self._commit(prompt)
                 yield MessageStart(message=prompt)
                 yield MessageEnd(message=prompt)
+            if rejected is not None:
+                note = reject_message(rejected)
+                self._commit(note)
+                yield MessageStart(message=note)
+                yield MessageEnd(message=note)
             pending: list[Message] = (
                 [] if cfg.skip_initial_steering_poll or resumed is not None else await self._poll_steering()
             )
@@ -392,6 +448,8 @@ class _Run:
                                 self._end(stop, self.summary.error)  # set for a usage limit
                                 return
                             self.turn += 1
+                            if phase is not None:
+                                phase._set("llm_in_flight", self.turn)
                             yield TurnStart(turn=self.turn)
                         first = False
                         for queued in pending:
@@ -401,6 +459,13 @@ class _Run:
                             yield MessageStart(message=queued)
                             yield MessageEnd(message=queued)
                         pending = []
+                        added = self.conversation.pending_context
+                        if added and not signal.aborted:
+                            for context in added:
+                                self._commit(context)
+                                yield MessageStart(message=context)
+                                yield MessageEnd(message=context)
+                            added.clear()
 
                         # -- one model call; on a context overflow, compact once and call once more
                         reason: ContextReason = "request"
@@ -411,6 +476,7 @@ class _Run:
                                 and cfg.convert_to_llm is None
                                 and cfg.get_api_key is None
                                 and cfg.usage_limits is None
+                                and self.gate is None
                                 and not signal.aborted
                             ):
                                 # Nothing to await before the call: no generator, no hand-off.
@@ -428,9 +494,18 @@ class _Run:
                                         case _:
                                             yield item
                                 stream, failed = opened
+                            gate = self.gate
+                            if gate is not None:
+                                if stream is not None:
+                                    stream = gate.wrap(stream)
+                                else:
+                                    gate.cancel()
+                                    self.gate = gate = None
                             if stream is None:
                                 assert failed is not None
                                 message = failed
+                                if message.stop_reason == "aborted" and signal.reason == SILENT_ABORT:
+                                    message.error_kind = SILENT_ABORT
                                 self._commit(message)
                                 yield MessageStart(message=message)
                                 yield MessageEnd(message=message)
@@ -477,9 +552,24 @@ class _Run:
                             finally:
                                 if is_closable(stream):
                                     await stream.aclose()
+                            if gate is not None:
+                                self.gate = None
+                                stopped = gate.outcome if broke is None else None
+                                if isinstance(stopped, GuardrailTrip):  # the call is discarded
+                                    self._trip(stopped)
+                                    return
+                                if stopped is not None:  # a reject: discard the call, tell the model, call again
+                                    note = reject_message(stopped)
+                                    self._commit(note)
+                                    yield MessageStart(message=note)
+                                    yield MessageEnd(message=note)
+                                    continue
                             message = self._stream_result(final, partial, broke)
-                            if unfinished and message is partial and message.stop_reason == "aborted":
-                                _drop_unfinished_calls(message, unfinished)
+                            if message.stop_reason == "aborted":
+                                if unfinished and message is partial:
+                                    _drop_unfinished_calls(message, unfinished)
+                                if signal.reason == SILENT_ABORT:
+                                    message.error_kind = SILENT_ABORT  # no interruption note for the model
                             if self._compact_and_retry(message, reason):
                                 reason = "overflow"
                                 yield Retry(
@@ -499,6 +589,8 @@ class _Run:
 
                         self.summary.turns += 1
                         self.summary.usage.add(message.usage)
+                        if phase is not None:
+                            phase._set("turn_finished")
                         if message.stop_reason == "error" or message.stop_reason == "aborted":
                             closed: list[ToolResultMessage] = []
                             if message.stop_reason == "aborted":
@@ -512,17 +604,24 @@ class _Run:
                         calls = message.tool_calls
                         prior = None
                         if calls and self.output is not None and self.output.tool_name is not None:
-                            verdict = await self.output.check_calls(message)
-                            if verdict is not None:  # the response called the output tool
-                                for result in verdict.results:
+                            answer = await self.output.check_calls(message)
+                            if answer is not None:  # the response called the output tool
+                                for result in answer.results:
                                     self._commit(result)
                                     yield MessageStart(message=result)
                                     yield MessageEnd(message=result)
                                 yield TurnEnd(
-                                    turn=self.turn, message=message, tool_results=verdict.results, context=self._usage()
+                                    turn=self.turn, message=message, tool_results=answer.results, context=self._usage()
                                 )
-                                if verdict.end is not None:
-                                    self._end(*verdict.end)
+                                if answer.end == ("stop", None) and self.guards is not None and self.guards.output:
+                                    guarded = await self._guard_output(message)
+                                    if isinstance(guarded, _Tripped):
+                                        return
+                                    if guarded is not None:
+                                        pending = [guarded]
+                                        continue
+                                if answer.end is not None:
+                                    self._end(*answer.end)
                                     return
                                 pending = await self._poll_steering()
                                 continue
@@ -558,6 +657,8 @@ class _Run:
                         self._end("usage_limit", text)
                         return
                     if calls:
+                        if phase is not None:
+                            phase._set("tool_executing")
                         tools = ToolBatch(
                             self.runner, self.tools, self.conversation, message, calls, signal, self._poll_steering
                         )
@@ -583,6 +684,12 @@ class _Run:
                     yield TurnEnd(turn=self.turn, message=message, tool_results=results, context=self._usage())
                     if (batch is not None and batch.aborted) or signal.aborted:
                         self._end("aborted", "aborted")
+                        return
+                    if batch is not None and batch.tripped is not None:
+                        self._trip(batch.tripped)
+                        return
+                    if batch is not None and batch.denied is not None:
+                        self._end("denied", batch.denied)
                         return
 
                     if cfg.prepare_next_turn is not None or cfg.stop_when:
@@ -617,12 +724,19 @@ class _Run:
                     pending = follow_ups
                     continue
                 if self.output is not None and not message.tool_calls:
-                    verdict = await self.output.check_text(message)
-                    if verdict.end is not None:
-                        self._end(*verdict.end)
+                    answer = await self.output.check_text(message)
+                    if answer.end is not None:
+                        self._end(*answer.end)
                         return
-                    if verdict.retry is not None:
-                        pending = [verdict.retry]
+                    if answer.retry is not None:
+                        pending = [answer.retry]
+                        continue
+                if guards is not None and guards.output and not message.tool_calls:
+                    guarded = await self._guard_output(message)
+                    if isinstance(guarded, _Tripped):
+                        return
+                    if guarded is not None:
+                        pending = [guarded]
                         continue
                 if cfg.on_stop is not None and not message.tool_calls:
                     decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
@@ -633,7 +747,7 @@ class _Run:
                     if injected is not None:
                         pending = [injected]
                         continue
-                self._end("stop")
+                self._end("stop_sequence" if message.stop_reason == "stop_sequence" else "stop")
                 return
         except GeneratorExit:
             ending = False
@@ -644,6 +758,9 @@ class _Run:
         except Exception as exc:
             failure = exc
         finally:
+            if self.gate is not None:
+                self.gate.cancel()
+                self.gate = None
             if ending:
                 if failure is not None:
                     error = self._error_message(exception_text(failure))
@@ -655,6 +772,8 @@ class _Run:
 
     def _agent_end(self, started: float) -> AgentEnd:
         self.summary.duration = monotonic() - started
+        if self.cfg.phase is not None:
+            self.cfg.phase._set("idle")
         self.result = RunResult(
             messages=self.new_messages,
             summary=self.summary,
@@ -796,7 +915,10 @@ class _Run:
                             messages = item
                         case _:
                             yield item
-            opened = _Opened(self.model.stream(*await self._request(messages)))
+            request, options = await self._request(messages)
+            if self.gate is not None:
+                options = msgspec.structs.replace(options, signal=self.gate.signal)
+            opened = _Opened(self.model.stream(request, options))
         except Exception as exc:
             opened = _Opened(None, self._error_message(exception_text(exc)))
         yield opened
@@ -846,7 +968,7 @@ class _Run:
             max_tokens=self._max_tokens(options),
         )
         system = conversation.system_prompt if self.output is None else self.output.system_prompt(conversation.system_prompt)
-        return Request(system_prompt=system, messages=llm, tools=self.tool_specs), options
+        return Request.of(system, llm, self.tool_specs), options
 
     def _plain_request(self) -> tuple[Request, StreamOptions]:
         """:meth:`_request` for the transcript itself when no ``convert_to_llm`` and no
@@ -855,7 +977,7 @@ class _Run:
         options = msgspec.structs.replace(self.options, thinking=self.thinking, signal=self.signal)
         messages = conversation.view.build(conversation.messages, self.repair)
         system = conversation.system_prompt if self.output is None else self.output.system_prompt(conversation.system_prompt)
-        return Request(system_prompt=system, messages=messages, tools=self.tool_specs), options
+        return Request.of(system, messages, self.tool_specs), options
 
     def _stream_result(
         self, final: AssistantMessage | None, partial: AssistantMessage | None, error: Exception | None

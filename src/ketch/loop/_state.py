@@ -44,10 +44,12 @@ class Approve(msgspec.Struct, frozen=True, tag="approve", tag_field="type"):
 
 
 class Deny(msgspec.Struct, frozen=True, tag="deny", tag_field="type"):
-    """Do not run the call; the model gets an error result with ``reason``."""
+    """Do not run the call; the model gets an error result with ``reason``. ``stop``
+    also ends the run after the batch (``end_reason == "denied"``)."""
 
     type: ClassVar[Literal["deny"]] = "deny"
     reason: str | None = None
+    stop: bool = False
 
 
 class Edit(msgspec.Struct, frozen=True, tag="edit", tag_field="type"):
@@ -66,9 +68,10 @@ def approve() -> Approve:
     return Approve()
 
 
-def deny(reason: str | None = None) -> Deny:
-    """Deny a paused call; ``reason`` is what the model is told."""
-    return Deny(reason=reason)
+def deny(reason: str | None = None, *, stop: bool = False) -> Deny:
+    """Deny a paused call; ``reason`` is what the model is told. ``stop`` also ends the
+    run after this batch, with ``end_reason == "denied"``."""
+    return Deny(reason=reason, stop=stop)
 
 
 def edit(args: dict[str, Any]) -> Edit:
@@ -198,7 +201,7 @@ def config_fingerprint(model: Model, system_prompt: str, tools: Sequence[Tool]) 
     system prompt, and each tool's name and parameter schema."""
     doc = {
         "model": f"{model.provider}:{model.id}",
-        "system_prompt": system_prompt,
+        "system_prompt": str(system_prompt),
         "tools": [[t.name, t.parameters] for t in tools],
     }
     return hashlib.sha256(msgspec.json.encode(doc, order="sorted")).hexdigest()[:16]

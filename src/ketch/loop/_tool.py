@@ -22,6 +22,14 @@ A tool is a name, a description, a JSON schema for its arguments and an async
   it runs, so no task is started for it. An abort cancels it as it would a task, but
   the run waits for it to return (``tool_abort_grace`` applies to tasks). ``@tool``
   functions without a :class:`ToolContext` parameter declare False.
+- ``validate``: ``validate(args, ctx)`` (plain or async) checks arguments that fit
+  the schema but are wrong in context (an edit of a file the model has not read): a
+  string it returns is the call's error result, and the call does not run. It runs
+  after schema validation, before everything else.
+- ``preview``: ``preview(args, ctx)`` (plain or async) returns what the call would do
+  (a diff, a command line), emitted as a ``tool_execution_update`` whose ``partial`` is
+  a :class:`ToolPreview`, before the permission gate and execution; None emits nothing,
+  and a preview that raises is logged and skipped.
 - ``deferred``: for tool search (:class:`ketch.tools.ToolSearch`), whether the tool's
   definition is sent to the model only after a ``tool_search`` call activated it.
   ``None`` (default): deferred when the agent has more tools than the tool search's
@@ -29,6 +37,13 @@ A tool is a name, a description, a JSON schema for its arguments and an async
 
 Build one directly for dynamic tools, subclass it and override :meth:`Tool.execute`,
 or use the ``@tool`` decorator from :mod:`ketch.tools`.
+
+There is no ``idempotent`` declaration: the loop runs a tool only once the assistant
+message asking for it is complete, so when a request fails after tool-call deltas
+streamed (a cut connection, an idle stream) and the adapter retries it (a ``retry``
+event with ``discard_partial``), no call of the discarded response has run, and
+retrying never replays a side effect. A model error that ends the turn ends the run
+(``error``) before any of its calls run.
 """
 
 from __future__ import annotations
@@ -91,6 +106,25 @@ class ToolResult(msgspec.Struct, kw_only=True):
         return cls(content=[TextContent(text=message)], details=details, is_error=True)
 
 
+class ToolProgress(msgspec.Struct, kw_only=True, tag="tool_progress", tag_field="type"):
+    """A structured progress report (:meth:`ToolContext.progress`): a ``message``,
+    ``progress`` out of ``total`` (either may be None), and any ``data``. On the wire
+    (JSON) the event's ``partial`` has ``"type": "tool_progress"``."""
+
+    message: str | None = None
+    progress: float | None = None
+    total: float | None = None
+    data: Any = None
+
+
+class ToolPreview(msgspec.Struct, kw_only=True, tag="tool_preview", tag_field="type"):
+    """What a call would do (the tool's ``preview``), emitted before the permission gate
+    and execution as a ``tool_execution_update``; ``preview`` is what the tool's
+    function returned (a diff, a command). On the wire ``"type": "tool_preview"``."""
+
+    preview: Any
+
+
 class ToolContext(Generic[Deps]):
     """What a running tool may use besides its arguments.
 
@@ -134,6 +168,13 @@ class ToolContext(Generic[Deps]):
         if self._report is not None:
             await self._report(partial)
 
+    async def progress(
+        self, message: str | None = None, *, progress: float | None = None, total: float | None = None, data: Any = None
+    ) -> None:
+        """Report structured progress: a :class:`ToolProgress` as the update's ``partial``."""
+        if self._report is not None:
+            await self._report(ToolProgress(message=message, progress=progress, total=total, data=data))
+
     def __repr__(self) -> str:
         return f"ToolContext(call_id={self.call_id!r}, tool_name={self.tool_name!r})"
 
@@ -153,12 +194,14 @@ class Tool:
         "name",
         "parameters",
         "prepare_arguments",
+        "preview",
         "read_only",
         "reports_progress",
         "requires_approval",
         "sequential",
         "strict",
         "timeout",
+        "validate",
     )
 
     def __init__(
@@ -178,6 +221,8 @@ class Tool:
         strict: bool = False,
         reports_progress: bool = True,
         deferred: bool | None = None,
+        validate: Callable[[dict[str, Any], ToolContext[Any]], Any] | None = None,
+        preview: Callable[[dict[str, Any], ToolContext[Any]], Any] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise ValueError("Tool name must be a non-empty string")
@@ -195,6 +240,8 @@ class Tool:
         self.strict = strict
         self.reports_progress = reports_progress
         self.deferred = deferred
+        self.validate = validate
+        self.preview = preview
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         """Run the tool. Return a string, JSON-serialisable value, image(s) or :class:`ToolResult`."""

@@ -251,7 +251,7 @@ class KetchMCPServer:
             return ToolResult.error(f"the ketch agent failed: {type(exc).__name__}: {exc}")
         reason = result.end_reason
         text = result.text
-        if reason == "stop":
+        if reason == "stop" or reason == "stop_sequence":
             return ToolResult(content=text)
         detail = f": {result.summary.error}" if result.summary.error else ""
         note = f"[the ketch agent's run ended with {reason}{detail}]"

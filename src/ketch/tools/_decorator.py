@@ -54,6 +54,8 @@ class ToolOptions(TypedDict, total=False):
     timeout: float | None
     prepare_arguments: Callable[[dict[str, Any]], dict[str, Any]] | None
     strict: bool
+    validate: Callable[[dict[str, Any], ToolContext[Any]], Any] | None
+    preview: Callable[[dict[str, Any], ToolContext[Any]], Any] | None
 
 
 def _is_async_callable(fn: Any) -> bool:

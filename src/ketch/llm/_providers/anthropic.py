@@ -17,7 +17,8 @@ Where the provider's data lives in ketch messages:
   images) in a user turn; consecutive results share one user turn.
 
 Prompt caching (on by default, ``cache_retention="short"``) marks the system prompt
-(or, without one, the last tool) and the freshest message with
+(a :class:`~ketch.llm.SystemPrompt`'s blocks marked ``cache``, else its last block;
+without a system prompt, the last tool) and the freshest message (``cache_last_message``) with
 ``cache_control: {"type": "ephemeral"}`` (``"long"`` adds ``"ttl": "1h"``). Per
 request, ``StreamOptions.extra`` may set ``cache_retention`` and
 ``cache_last_message``; those keys are read here and never sent.
@@ -310,7 +311,16 @@ def build_request(
         output_config["effort"] = effort
 
     body: dict[str, Any] = {"model": info.id, "max_tokens": max_tokens, "stream": stream}
-    if request.system_prompt:
+    if request.system_blocks is not None and request.system_prompt:
+        blocks = [b for b in request.system_blocks if b.text]
+        marked = any(b.cache for b in blocks)
+        body["system"] = [
+            {"type": "text", "text": b.text, "cache_control": dict(marker)}
+            if marker is not None and (b.cache or (not marked and i == len(blocks) - 1))
+            else {"type": "text", "text": b.text}
+            for i, b in enumerate(blocks)
+        ]
+    elif request.system_prompt:
         system: dict[str, Any] = {"type": "text", "text": request.system_prompt}
         if marker is not None:
             system["cache_control"] = dict(marker)
@@ -328,6 +338,8 @@ def build_request(
         body["thinking"] = thinking
     elif options.temperature is not None:
         body["temperature"] = options.temperature
+    if options.stop_sequences:
+        body["stop_sequences"] = list(options.stop_sequences)
     if output_config:
         body["output_config"] = output_config
     return body
@@ -337,7 +349,7 @@ def build_request(
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "stop",
-    "stop_sequence": "stop",
+    "stop_sequence": "stop_sequence",
     "pause_turn": "stop",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
@@ -702,7 +714,9 @@ class AnthropicModel(HTTPModel):
             lambda messages: convert_messages(messages, images=images),
             normalize_tool_call_id,
         )
-        request = Request(system_prompt=request.system_prompt, messages=[], tools=request.tools)
+        request = Request(
+            system_prompt=request.system_prompt, messages=[], tools=request.tools, system_blocks=request.system_blocks
+        )
         cache = options.cache if type(options) is _Options else {}
         retention = cache.get("cache_retention", self.cache_retention)
         body = build_request(

@@ -511,6 +511,8 @@ def build_request(
     config: dict[str, Any] = {}
     if options.temperature is not None:
         config["temperature"] = options.temperature
+    if options.stop_sequences:
+        config["stopSequences"] = list(options.stop_sequences)
     thinking, max_output = thinking_config(info, options.thinking, options.max_tokens, budgets=budgets)
     if max_output is not None:
         config["maxOutputTokens"] = max_output

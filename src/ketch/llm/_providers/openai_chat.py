@@ -286,6 +286,8 @@ class OpenAIChatModel(HTTPModel):
             body[compat.max_tokens_field] = options.max_tokens
         if options.temperature is not None:
             body["temperature"] = options.temperature
+        if options.stop_sequences:
+            body["stop"] = list(options.stop_sequences)
         choice = options.tool_choice
         if request.tools:
             body["tools"] = [
