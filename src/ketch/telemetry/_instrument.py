@@ -137,7 +137,7 @@ class Instrumentation:
     def _attach_agent(self, agent: Agent[Any]) -> None:
         self._agent = agent
         config = agent.config
-        middleware = self._tool_middleware
+        middleware = self.tool_middleware
         config.middlewares = [*config.middlewares, middleware]
         unsubscribe = agent.subscribe(self._on_event)
 
@@ -148,10 +148,10 @@ class Instrumentation:
         self._detach.append(undo)
 
     def _attach_config(self, config: LoopConfig[Any]) -> None:
-        middleware = self._tool_middleware
+        middleware = self.tool_middleware
         model = config.model
         config.middlewares = [*config.middlewares, middleware]
-        config.model = TracedModel(model, self)
+        config.model = self.wrap_model(model)
 
         def undo() -> None:
             config.middlewares = [m for m in config.middlewares if m is not middleware]
@@ -354,12 +354,19 @@ class Instrumentation:
         span.set_attribute("error.type", error_type)
         span.set_status(Status(StatusCode.ERROR, error_type))
 
+    def wrap_model(self, model: Model) -> TracedModel:
+        """``model`` with each call a ``chat`` span under the current span (for models
+        called outside an instrumented agent: ``ketch.temporal.build_worker(...,
+        wrap_model=...)``)."""
+        return TracedModel(model, self)
+
     # -- tool calls -----------------------------------------------------------------------
-    async def _tool_middleware(
+    async def tool_middleware(
         self, call: ToolCallInfo, next: Callable[[dict[str, Any]], Awaitable[ToolResult]]
     ) -> ToolResult:
         """The ``execute_tool {name}`` span around one tool execution, current while the
-        tool runs (a tool middleware: :attr:`LoopConfig.middlewares`)."""
+        tool runs (a tool middleware: :attr:`LoopConfig.middlewares`, or the
+        ``middlewares`` of :func:`ketch.temporal.build_worker`)."""
         from opentelemetry import trace
 
         tool_call = call.tool_call

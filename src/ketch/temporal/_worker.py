@@ -28,11 +28,21 @@ from ..llm import (
     StreamError,
     StreamOptions,
     StreamStart,
+    ToolCall,
     ToolSpec,
     message_from_dict,
     message_to_dict,
 )
-from ..loop import MessageStart, Tool, ToolContext, ToolExecutionUpdate, ToolResult, to_tool_result
+from ..loop import (
+    Conversation,
+    MessageStart,
+    Tool,
+    ToolCallInfo,
+    ToolContext,
+    ToolExecutionUpdate,
+    ToolResult,
+    to_tool_result,
+)
 from ._events import Publisher
 from ._spec import PUBLISH_ACTIVITY, DurableAgent, model_activity, tool_activity
 from ._workflow import AgentWorkflow
@@ -51,6 +61,10 @@ PASSTHROUGH = (
 )
 """Modules the workflow sandbox shares with the worker instead of re-importing them
 (deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
+Next = Callable[[dict[str, Any]], Awaitable[ToolResult]]
+ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
+"""``async def mw(call, next) -> ToolResult``, as in ``LoopConfig.middlewares``."""
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -168,7 +182,27 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
     return call_model
 
 
-def _tool_activity(agent: DurableAgent, tool: Tool, shared: _Shared) -> Callable[..., Awaitable[Any]]:
+def _wrapped(
+    middlewares: Sequence[ToolMiddleware], tool: Tool, call_id: str, args: dict[str, Any], signal: AbortSignal, run: Next
+) -> Next:
+    """``run`` inside ``middlewares`` (outermost first). An activity has the call, not the
+    run: the middlewares see an empty assistant message and conversation."""
+    if not middlewares:
+        return run
+    info = ToolCallInfo(ToolCall(id=call_id, name=tool.name, args=args), tool, args, AssistantMessage(), Conversation(), signal)
+    for mw in reversed(middlewares):
+
+        async def step(a: dict[str, Any], mw: ToolMiddleware = mw, inner: Next = run) -> ToolResult:
+            current = info if a is info.args else ToolCallInfo(info.tool_call, tool, a, info.assistant_message, info.conversation, signal)
+            return to_tool_result(await mw(current, inner))
+
+        run = step
+    return run
+
+
+def _tool_activity(
+    agent: DurableAgent, tool: Tool, shared: _Shared, middlewares: Sequence[ToolMiddleware] = ()
+) -> Callable[..., Awaitable[Any]]:
     beat = agent.spec.activities.heartbeat_timeout / 3
 
     @activity.defn(name=tool_activity(agent.name, tool.name))
@@ -187,9 +221,12 @@ def _tool_activity(agent: DurableAgent, tool: Tool, shared: _Shared) -> Callable
             call_id=call_id, tool_name=tool.name, signal=signal, report=report, deps=agent.deps,
             idempotency_key=payload["idempotency_key"],
         )
+        async def execute(a: dict[str, Any]) -> ToolResult:
+            return to_tool_result(await tool.execute(a, ctx))
+
         try:
             async with _heartbeating(beat):
-                result = to_tool_result(await tool.execute(args, ctx))
+                result = await _wrapped(middlewares, tool, call_id, args, signal, execute)(args)
         except asyncio.CancelledError:
             signal.abort()
             raise
@@ -251,6 +288,8 @@ def build_worker(
     max_concurrent_activities: int = 100,
     sticky_timeout: float = 5.0,
     sandboxed: bool = True,
+    wrap_model: Callable[[Model], Model] | None = None,
+    middlewares: Sequence[ToolMiddleware] = (),
     **worker_options: Any,
 ) -> Worker:
     """A Temporal worker that runs ``agents`` on ``task_queue``.
@@ -264,8 +303,14 @@ def build_worker(
     opened on first use). ``sticky_timeout``: seconds before a workflow cached by a
     worker that stopped answering moves to another. ``sandboxed=False`` runs the
     workflow without Temporal's sandbox (no per-run re-import of the workflow module:
-    less CPU per run; determinism then rests on the replay tests alone). Run it with
-    ``async with worker:`` or ``await worker.run()``.
+    less CPU per run; determinism then rests on the replay tests alone).
+    ``wrap_model`` is applied to each agent's model and ``middlewares`` wrap each tool
+    activity's execution as ``LoopConfig.middlewares`` wrap an in-process one (the
+    middleware sees the call; its assistant message and conversation are empty): with
+    :mod:`ketch.telemetry`, ``wrap_model=instrumentation.wrap_model`` and
+    ``middlewares=[instrumentation.tool_middleware]`` give the ``chat`` and
+    ``execute_tool`` spans, under the activity spans of Temporal's ``TracingInterceptor``.
+    Run it with ``async with worker:`` or ``await worker.run()``.
     """
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
@@ -282,10 +327,10 @@ def build_worker(
     shared = _Shared(get_store)
     activities: list[Callable[..., Awaitable[Any]]] = _common_activities(shared)
     for agent in agents:
-        model = (models or {}).get(agent.model_name, agent.model)
-        activities.append(_model_activity(agent, _no_provider_retries(model), shared))
+        model = _no_provider_retries((models or {}).get(agent.model_name, agent.model))
+        activities.append(_model_activity(agent, wrap_model(model) if wrap_model is not None else model, shared))
         for tool in agent.tools:
-            activities.append(_tool_activity(agent, tool, shared))
+            activities.append(_tool_activity(agent, tool, shared, middlewares))
     if sandboxed:
         worker_options.setdefault("workflow_runner", sandbox_runner())
     else:
