@@ -233,40 +233,23 @@ def parse_structured(text: str, type_: type[T]) -> T:
     body = _strip_fences(text)
     if not body:
         raise StructuredOutputError(f"Structured output for {name} is empty", text=text)
+    problem: Any
     if _pydantic_model(type_):
         pydantic = sys.modules["pydantic"]
         try:
             return type_.model_validate_json(body)  # type: ignore[attr-defined, no-any-return]
         except pydantic.ValidationError as exc:
-            problem: Any = exc
-        data = _decode(body, name, text)
-        original = _original(type_)
-        pruned = _prune(data, original, original.get("$defs", {}))
-        if pruned != data:
-            try:
-                return type_.model_validate(pruned)  # type: ignore[attr-defined, no-any-return]
-            except pydantic.ValidationError:
-                pass
-        raise StructuredOutputError(
-            f"Structured output does not match {name}: {_pydantic_problem(problem)}", text=text
-        )
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        first = exc
-    except msgspec.DecodeError as exc:
-        raise StructuredOutputError(f"Structured output for {name} is not valid JSON: {exc}", text=text) from None
-    except TypeError:
-        raise _unsupported(type_) from None
-    data = _decode(body, name, text)
-    original = _original(type_)
-    pruned = _prune(data, original, original.get("$defs", {}))
-    if pruned != data:
+            problem = exc
+    else:
         try:
-            return msgspec.convert(pruned, type=type_)
-        except msgspec.ValidationError:
-            pass
-    raise StructuredOutputError(f"Structured output does not match {name}: {first}", text=text)
+            return msgspec.json.decode(body, type=type_)
+        except msgspec.ValidationError as exc:
+            problem = exc
+        except msgspec.DecodeError as exc:
+            raise StructuredOutputError(f"Structured output for {name} is not valid JSON: {exc}", text=text) from None
+        except TypeError:
+            raise _unsupported(type_) from None
+    return _pruned(_decode(body, name, text), type_, name, problem, text)
 
 
 def validate_structured(data: Any, type_: type[T]) -> T:
@@ -277,37 +260,39 @@ def validate_structured(data: Any, type_: type[T]) -> T:
     Raises :class:`StructuredOutputError` naming the first value that does not match.
     """
     name = getattr(type_, "__name__", repr(type_))
-    text = ""
+    problem: Any
     if _pydantic_model(type_):
         pydantic = sys.modules["pydantic"]
         try:
             return type_.model_validate(data)  # type: ignore[attr-defined, no-any-return]
         except pydantic.ValidationError as exc:
-            problem: Any = exc
-        original = _original(type_)
-        pruned = _prune(data, original, original.get("$defs", {}))
-        if pruned != data:
-            try:
-                return type_.model_validate(pruned)  # type: ignore[attr-defined, no-any-return]
-            except pydantic.ValidationError:
-                pass
-        raise StructuredOutputError(
-            f"Structured output does not match {name}: {_pydantic_problem(problem)}", text=text
-        )
-    try:
-        return msgspec.convert(data, type=type_)
-    except msgspec.ValidationError as exc:
-        first = exc
-    except TypeError:
-        raise _unsupported(type_) from None
+            problem = exc
+    else:
+        try:
+            return msgspec.convert(data, type=type_)
+        except msgspec.ValidationError as exc:
+            problem = exc
+        except TypeError:
+            raise _unsupported(type_) from None
+    return _pruned(data, type_, name, problem, "")
+
+
+def _pruned(data: Any, type_: type[T], name: str, problem: Any, text: str) -> T:
+    """``data`` without the properties ``type_`` does not declare (and optional ``null``s),
+    validated again; else the error for the first attempt's ``problem``."""
     original = _original(type_)
     pruned = _prune(data, original, original.get("$defs", {}))
+    pydantic_model = _pydantic_model(type_)
     if pruned != data:
+        invalid = sys.modules["pydantic"].ValidationError if pydantic_model else msgspec.ValidationError
         try:
+            if pydantic_model:
+                return type_.model_validate(pruned)  # type: ignore[attr-defined, no-any-return]
             return msgspec.convert(pruned, type=type_)
-        except msgspec.ValidationError:
+        except invalid:
             pass
-    raise StructuredOutputError(f"Structured output does not match {name}: {first}", text=text)
+    detail = _pydantic_problem(problem) if pydantic_model else str(problem)
+    raise StructuredOutputError(f"Structured output does not match {name}: {detail}", text=text)
 
 
 def _decode(body: str, name: str, text: str) -> Any:

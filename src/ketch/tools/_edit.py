@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from ..loop import ToolContext, ToolResult
-from ._idempotency import remember, replayed
+from ._idempotency import once
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
@@ -359,12 +359,7 @@ class EditTool(WorkspaceTool):
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Replace ``old_string`` with ``new_string`` in the file at ``args["path"]``. A call repeated with the same
         ``ctx.idempotency_key`` returns the first one's result and changes nothing."""
-        done = replayed(ctx)
-        if done is not None:
-            return done
-        result = await self._run(args, ctx)
-        remember(ctx, result)
-        return result
+        return await once(ctx, lambda: self._run(args, ctx))
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         ws = self.workspace

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -58,3 +59,14 @@ def remember(ctx: ToolContext[object], result: ToolResult) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # best effort: without the record a repeat runs again, as without a key
+
+
+async def once(ctx: ToolContext[object], run: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+    """``run()``'s result, recorded under the call's key; a call repeated with the same
+    key gets the recorded result and ``run`` is not called."""
+    done = replayed(ctx)
+    if done is not None:
+        return done
+    result = await run()
+    remember(ctx, result)
+    return result

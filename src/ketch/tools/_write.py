@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from ..loop import ToolContext, ToolResult
 from ._edit import unified_diff
-from ._idempotency import remember, replayed
+from ._idempotency import once
 from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
 
 _THREAD_THRESHOLD = 1 << 20
@@ -66,12 +66,7 @@ class WriteTool(WorkspaceTool):
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Write ``args["content"]`` to ``args["path"]``. A call repeated with the same
         ``ctx.idempotency_key`` returns the first one's result and changes nothing."""
-        done = replayed(ctx)
-        if done is not None:
-            return done
-        result = await self._run(args, ctx)
-        remember(ctx, result)
-        return result
+        return await once(ctx, lambda: self._run(args, ctx))
 
     async def _run(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         ws = self.workspace
