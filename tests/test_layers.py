@@ -25,7 +25,13 @@ ALLOWED: dict[str, set[str]] = {
     "llm": {"schema"},
     "loop": {"llm", "schema"},
     "agent": {"llm", "loop", "schema"},
-    "teams": {"ketch", "loop"},  # a capability on the public faces only
+    # Capabilities, each on the faces of what it builds on (and of no capability it
+    # does not need):
+    "teams": {"ketch", "loop"},
+    "tasks": {"ketch", "llm", "loop"},
+    "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
+    "telemetry": {"ketch", "llm", "loop"},
+    "server": {"ketch", "llm", "sessions"},
     "temporal": {"llm", "loop", "sessions"},
 }
 
@@ -36,6 +42,12 @@ def _part(dotted: list[str]) -> str:
         return "ketch"
     name = dotted[1]
     return name[1:] if name.startswith("_") and not name.startswith("__") else name
+
+
+def _is_module(dotted: list[str]) -> bool:
+    """Whether ``ketch.<...>`` names a module or package (not a name inside one)."""
+    path = SRC.joinpath(*dotted[1:])
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def _imports() -> dict[str, set[str]]:
@@ -56,8 +68,8 @@ def _imports() -> dict[str, set[str]]:
                 base = package[: len(package) - node.level + 1]
                 if node.module:
                     targets = [[*base, *node.module.split(".")]]
-                else:
-                    targets = [[*base, alias.name] for alias in node.names]
+                else:  # ``from .. import Agent`` imports a name of the package, ``from . import _x`` a module
+                    targets = [[*base, alias.name] if _is_module([*base, alias.name]) else base for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 targets = [node.module.split(".")]
             for target in targets:
