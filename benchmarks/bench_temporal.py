@@ -1,23 +1,32 @@
-"""Durable runs on Temporal: throughput with 1, 2 and 4 workers, per-run overhead.
+"""Durable runs on Temporal: throughput with 1, 2 and 4 workers, per-run overhead;
+ketch against the OpenAI Agents SDK's Temporal integration.
 
-Run from the repository root (needs the ``temporal`` extra; starts its own Temporal dev
-server and the scripted LLM server, both on loopback)::
+Run from the repository root (needs the ``temporal`` extra, and ``bench-temporal`` for
+the SDK; starts its own Temporal dev servers and the scripted LLM server, all on
+loopback)::
 
     PYTHONPATH=src python benchmarks/bench_temporal.py [--runs 200] [--workers 1,2,4]
+        [--latency-runs 30] [--unsandboxed] [--only ketch|openai-agents]
 
-The task is a short run of the benchmark suite's script: the prompt, one round of a
-streamed ``add(a, b)`` call, then a final answer of 5 streamed chunks (two model calls,
-one tool call), against the scripted OpenAI-compatible server (``suite.server``).
+The task is a short run of the benchmark suite's script: the prompt, one round of an
+``add(a, b)`` call, then a final answer of 5 chunks (two model calls, one tool call),
+against the scripted OpenAI-compatible server (``suite.server``). Each framework gets a
+fresh dev server; for each:
 
-- throughput: ``--runs`` runs started at once, all on worker processes
-  (``ketch worker --app bench_temporal:app``); runs per second from the first start to
-  the last result;
-- per-run latency: runs one after another (one worker), against the same run in-process
-  (``ketch.Agent``); the difference is the cost of durability per run (two model
-  activities, one tool activity, their workflow tasks and history writes).
+- throughput: ``--runs`` runs started at once, all on worker processes (ketch:
+  ``ketch worker --app bench_temporal:app``; the SDK: ``python -m bench_temporal_oai``),
+  after 10 warm-up runs; runs per second from the first start to the last result, and
+  the CPU the workers and the dev server spent per run (``/proc/<pid>/stat``);
+- per-run latency: runs one after another on a worker in this process, against the same
+  run in-process (``ketch.Agent``; ``Runner.run`` without Temporal); the difference is
+  the cost of durability per run (two model activities, one tool activity, their
+  workflow tasks and history writes). ketch's part also times a plain workflow of the
+  same shape (three no-op activities), the floor the server sets.
 
-The OpenAI Agents SDK's Temporal integration is compared only when ``openai-agents``
-is installed (the ``bench`` extra); otherwise the script says so.
+ketch's model activity streams the response; the SDK's (``Runner.run``, the plugin's
+``invoke_model_activity``) does not. The SDK part runs only when
+``temporalio-openai-agents`` (with ``openai-agents``) is installed; otherwise the output
+says so. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import platform
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -93,16 +104,8 @@ class Plain:
         return 0
 
 
-async def _sequential(client: Any, queue: str, runs: int, plain: bool, bench: Any) -> float:
-    """Mean milliseconds per run, one run after another (after three warm-up runs)."""
-    import uuid
-
-    async def once() -> None:
-        if plain:
-            await client.execute_workflow("plain", id=f"plain-{uuid.uuid4().hex}", task_queue=queue)
-        else:
-            await _durable_run(client, bench, queue)
-
+async def _sequential(once: Callable[[], Awaitable[Any]], runs: int) -> float:
+    """Mean milliseconds per run of ``once``, one run after another (after three warm-up runs)."""
     for _ in range(3):
         await once()
     started = time.perf_counter()
@@ -123,18 +126,18 @@ def _start_llm_server() -> tuple[subprocess.Popen[str], int]:
     return p, int(line.split()[1])
 
 
-def _start_workers(n: int, address: str, queue: str, env: dict[str, str]) -> list[subprocess.Popen[str]]:
-    procs = []
-    for _ in range(n):
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "ketch", "worker", "--task-queue", queue, "--address", address,
-             "--app", "bench_temporal:app"],
-            env=env, stdout=subprocess.PIPE, text=True,
-        ))
+def _start_workers(
+    n: int, command: list[str], ready: str, env: dict[str, str]
+) -> list[subprocess.Popen[str]]:
+    """``n`` worker processes running ``command``, once each has printed its ``ready`` line."""
+    procs = [
+        subprocess.Popen(command, cwd=HERE, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)
+    ]
     for p in procs:
         assert p.stdout is not None
         line = p.stdout.readline()
-        if not line.startswith("ketch worker:"):
+        if not line.startswith(ready):
+            _stop(procs)
             raise RuntimeError(f"worker did not start: {line!r}")
     return procs
 
@@ -163,7 +166,7 @@ async def _durable_run(client: Any, bench: Any, queue: str) -> None:
     result = await run.result()
     if result.summary.end_reason != "stop" or result.summary.tool_calls != ROUNDS:
         raise RuntimeError(f"run ended with {result.summary.end_reason}: {result.summary.error}")
-    text = result.transcript[-1].content[0].text  # type: ignore[union-attr]
+    text = result.transcript[-1].content[0].text  # type: ignore[attr-defined]
     if not text.startswith("Sums: 3."):
         raise RuntimeError(f"unexpected final text {text[:40]!r}")
 
@@ -189,80 +192,168 @@ async def _inprocess(runs: int, concurrent: bool) -> float:
     return time.perf_counter() - started
 
 
+async def _throughput(
+    server: Any,
+    counts: list[int],
+    runs: int,
+    queue_prefix: str,
+    command: Callable[[str], list[str]],
+    ready: str,
+    env: dict[str, str],
+    run: Callable[[str], Awaitable[None]],
+) -> dict[str, dict[str, float]]:
+    """For each worker count: ``runs`` runs started at once on worker processes (after
+    10 warm-up runs); runs/s, and the workers' and the dev server's CPU per run."""
+    keys = ("runs_per_s", "worker_cpu_ms_per_run", "temporal_server_cpu_ms_per_run")
+    out: dict[str, dict[str, float]] = {key: {} for key in keys}
+    server_pid = server.pid
+    assert server_pid is not None
+    for n in counts:
+        queue = f"{queue_prefix}-{n}"
+        procs = _start_workers(n, command(queue), ready, env)
+        try:
+            await asyncio.gather(*(run(queue) for _ in range(10)))  # warm-up
+            cpu = sum(_cpu_seconds(p.pid) for p in procs)
+            server_before = _cpu_seconds(server_pid)
+            started = time.perf_counter()
+            await asyncio.gather(*(run(queue) for _ in range(runs)))
+            out["runs_per_s"][str(n)] = round(runs / (time.perf_counter() - started), 1)
+            worker_cpu = sum(_cpu_seconds(p.pid) for p in procs) - cpu
+            out["worker_cpu_ms_per_run"][str(n)] = round(1000 * worker_cpu / runs, 2)
+            server_cpu = _cpu_seconds(server_pid) - server_before
+            out["temporal_server_cpu_ms_per_run"][str(n)] = round(1000 * server_cpu / runs, 2)
+        finally:
+            _stop(procs)
+    return out
+
+
+async def _measure_ketch(args: argparse.Namespace, counts: list[int], env: dict[str, str]) -> dict[str, Any]:
+    """ketch's durable runs (``ketch worker`` processes) on a dev server of their own."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from ketch.temporal import DevServer, build_worker
+
+    out: dict[str, Any] = {}
+    bench = agent()
+    async with DevServer() as server:
+        client = await Client.connect(server.address)
+        # Latency: one run after another, each on a worker in this process; the same
+        # for a plain workflow of the same shape (the SDK's and the server's floor).
+        async with Worker(client, task_queue="plain", workflows=[Plain], activities=[_noop]):
+            out["plain_workflow_latency_ms"] = await _sequential(
+                lambda: client.execute_workflow("plain", id=f"plain-{uuid.uuid4().hex}", task_queue="plain"),
+                args.latency_runs,
+            )
+        async with build_worker(client, task_queue="latency", agents=[bench], sandboxed=not args.unsandboxed):
+            out["durable_latency_ms"] = await _sequential(
+                lambda: _durable_run(client, bench, "latency"), args.latency_runs
+            )
+        command = [sys.executable, "-m", "ketch", "worker", "--address", server.address,
+                   "--app", "bench_temporal:app", "--task-queue"]
+        figures = await _throughput(
+            server, counts, args.runs, QUEUE, lambda queue: [*command, queue], "ketch worker:", env,
+            lambda queue: _durable_run(client, bench, queue),
+        )
+    out["durable_runs_per_s"] = figures["runs_per_s"]
+    out["worker_cpu_ms_per_run"] = figures["worker_cpu_ms_per_run"]
+    out["temporal_server_cpu_ms_per_run"] = figures["temporal_server_cpu_ms_per_run"]
+    seq = await _inprocess(args.latency_runs, concurrent=False)
+    out["inprocess_latency_ms"] = round(1000 * seq / args.latency_runs, 2)
+    par = await _inprocess(args.runs, concurrent=True)
+    out["inprocess_runs_per_s"] = round(args.runs / par, 1)
+    out["overhead_per_run_ms"] = round(out["durable_latency_ms"] - out["inprocess_latency_ms"], 2)
+    out["overhead_over_plain_workflow_ms"] = round(out["durable_latency_ms"] - out["plain_workflow_latency_ms"], 2)
+    return out
+
+
+async def _measure_openai_agents(
+    args: argparse.Namespace, counts: list[int], env: dict[str, str]
+) -> dict[str, Any]:
+    """The same task on the OpenAI Agents SDK's Temporal integration (``bench_temporal_oai``
+    worker processes) on a dev server of its own, measured the same way."""
+    from importlib.metadata import version
+
+    import bench_temporal_oai as oai
+    from temporalio.client import Client
+
+    from ketch.temporal import DevServer
+
+    out: dict[str, Any] = {
+        "versions": {name: version(name) for name in ("openai-agents", "temporalio-openai-agents", "openai")},
+        "model_calls": "not streamed (Runner.run: the plugin's invoke_model_activity)",
+    }
+    async with DevServer() as server:
+        client = await Client.connect(server.address, plugins=[oai.plugin()])
+        async with oai.worker(client, "oai-latency"):
+            out["durable_latency_ms"] = await _sequential(
+                lambda: oai.durable_run(client, "oai-latency", f"oai-{uuid.uuid4().hex}"), args.latency_runs
+            )
+        command = [sys.executable, "-m", "bench_temporal_oai", "--address", server.address, "--task-queue"]
+        figures = await _throughput(
+            server, counts, args.runs, "oai", lambda queue: [*command, queue], "oai worker:", env,
+            lambda queue: oai.durable_run(client, queue, f"oai-{uuid.uuid4().hex}"),
+        )
+    out.update(figures)
+    url = os.environ["BENCH_LLM_URL"]
+    seq = await oai.inprocess(args.latency_runs, False, url)
+    out["inprocess_latency_ms"] = round(1000 * seq / args.latency_runs, 2)
+    par = await oai.inprocess(args.runs, True, url)
+    out["inprocess_runs_per_s"] = round(args.runs / par, 1)
+    out["overhead_per_run_ms"] = round(out["durable_latency_ms"] - out["inprocess_latency_ms"], 2)
+    return out
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--latency-runs", type=int, default=30)
-    parser.add_argument("--unsandboxed", action="store_true", help="workers run the workflow without the sandbox")
+    parser.add_argument(
+        "--unsandboxed", action="store_true", help="ketch's workers run the workflow without the sandbox"
+    )
+    parser.add_argument("--only", choices=["ketch", "openai-agents"], help="measure one of the two")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
 
-    from temporalio.client import Client
-
-    from ketch.temporal import DevServer
+    from importlib.metadata import version
+    from importlib.util import find_spec
 
     llm, port = _start_llm_server()
     os.environ["BENCH_LLM_URL"] = _url(port)
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
     if args.unsandboxed:
         os.environ["BENCH_UNSANDBOXED"] = "1"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(HERE)]))
     out: dict[str, Any] = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_at_start": [round(x, 2) for x in os.getloadavg()],
+        "temporalio": version("temporalio"),
         "task": f"{ROUNDS} tool round + {CHUNKS}-chunk answer (2 model calls, 1 tool call)",
         "runs": args.runs,
         "sandboxed": not args.unsandboxed,
     }
     try:
-        async with DevServer() as server:
-            client = await Client.connect(server.address)
-            bench = agent()
-            throughput: dict[str, float] = {}
-            worker_cpu: dict[str, float] = {}
-            server_cpu: dict[str, float] = {}
-            server_pid = server.pid
-            assert server_pid is not None
-            # Latency: one run after another, each on a worker in this process; the same
-            # for a plain workflow of the same shape (the SDK's and the server's floor).
-            from temporalio.worker import Worker
-
-            from ketch.temporal import build_worker
-
-            async with Worker(client, task_queue="plain", workflows=[Plain], activities=[_noop]):
-                out["plain_workflow_latency_ms"] = await _sequential(client, "plain", args.latency_runs, True, bench)
-            async with build_worker(client, task_queue="latency", agents=[bench], sandboxed=not args.unsandboxed):
-                out["durable_latency_ms"] = await _sequential(client, "latency", args.latency_runs, False, bench)
-            for n in counts:
-                queue = f"{QUEUE}-{n}"
-                procs = _start_workers(n, server.address, queue, env)
-                try:
-                    await asyncio.gather(*(_durable_run(client, bench, queue) for _ in range(10)))  # warm-up
-                    cpu = sum(_cpu_seconds(p.pid) for p in procs)
-                    server_before = _cpu_seconds(server_pid)
-                    started = time.perf_counter()
-                    await asyncio.gather(*(_durable_run(client, bench, queue) for _ in range(args.runs)))
-                    throughput[str(n)] = round(args.runs / (time.perf_counter() - started), 1)
-                    worker_cpu[str(n)] = round(1000 * (sum(_cpu_seconds(p.pid) for p in procs) - cpu) / args.runs, 2)
-                    server_cpu[str(n)] = round(1000 * (_cpu_seconds(server_pid) - server_before) / args.runs, 2)
-                finally:
-                    _stop(procs)
-            out["durable_runs_per_s"] = throughput
-            out["worker_cpu_ms_per_run"] = worker_cpu
-            out["temporal_server_cpu_ms_per_run"] = server_cpu
-        seq = await _inprocess(args.latency_runs, concurrent=False)
-        out["inprocess_latency_ms"] = round(1000 * seq / args.latency_runs, 2)
-        par = await _inprocess(args.runs, concurrent=True)
-        out["inprocess_runs_per_s"] = round(args.runs / par, 1)
-        out["overhead_per_run_ms"] = round(out["durable_latency_ms"] - out["inprocess_latency_ms"], 2)
-        out["overhead_over_plain_workflow_ms"] = round(out["durable_latency_ms"] - out["plain_workflow_latency_ms"], 2)
-        try:
-            import agents  # noqa: F401
-            out["openai_agents_temporal"] = "installed but not benchmarked by this script"
-        except ImportError:
-            out["openai_agents_temporal"] = "not run: openai-agents is not installed in this environment"
+        if args.only != "openai-agents":
+            out["ketch"] = await _measure_ketch(args, counts, env)
+        if args.only != "ketch":
+            if find_spec("agents") is None or find_spec("temporalio.openai_agents") is None:
+                out["openai_agents_temporal"] = (
+                    "not run: temporalio-openai-agents (with openai-agents; the bench extra) is not installed"
+                )
+            else:
+                out["openai_agents_temporal"] = await _measure_openai_agents(args, counts, env)
     finally:
         llm.terminate()
         llm.wait()
+    out["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
 
 
