@@ -375,3 +375,14 @@ async def test_a_follow_up_sent_while_the_run_is_ending_is_still_run(
     # the first agent_end had gone out when the follow-up came; the run's real end follows it
     assert (kinds.count("agent_start"), kinds.count("agent_end"), kinds[-1]) == (1, 2, "agent_end")
     assert [e["summary"]["turns"] for e in published if e["type"] == "agent_end"] == [1, 2]
+
+
+async def test_a_worker_process_stops_on_sigterm_with_exit_code_0_after_serving_a_run(
+    client: Client, queue: str, work_dir: Path, spawn_worker: Any
+) -> None:
+    worker = await spawn_worker()
+    run = await _start(client, queue, "rounds 1")
+    assert (await run.result()).summary.end_reason == "stop"
+    worker.process.terminate()
+    _, err = worker.process.communicate(timeout=30)
+    assert (worker.process.returncode, err) == (0, "")

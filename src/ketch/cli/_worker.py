@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -98,4 +99,11 @@ def worker_command(argv: Sequence[str]) -> int:
         print(f"ketch worker: {exc}", file=sys.stderr)
         return EXIT_USAGE
     asyncio.run(_serve(args, app))
-    return 0
+    # The worker stopped cleanly. temporalio's Rust bridge threads can outlive the event
+    # loop and abort CPython's finalization ("Fatal Python error: PyGILState_Release ...
+    # finalizing", temporalio/sdk-python#300), turning exit code 0 into SIGABRT: flush
+    # and leave without finalizing.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
