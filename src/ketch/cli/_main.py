@@ -64,7 +64,9 @@ exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
 """
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the model, its limits, the tools and the permissions:
+    ``ketch``, ``ketch run`` and ``ketch serve`` take them alike."""
     parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
     parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
     parser.add_argument("--max-turns", type=positive_int, help="stop after this many model calls")
@@ -80,22 +82,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="default | accept_edits | plan | bypass",
     )
     parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
-    parser.add_argument(
-        "--deny",
-        action="append",
-        metavar="RULE",
-        help="deny rule, e.g. 'Bash(rm:*)'; with --resume, CALL_ID[:reason] denies a call the run paused on (repeatable)",
-    )
-    parser.add_argument(
-        "--approve", action="append", metavar="CALL_ID", help="with --resume: run this call the run paused on (repeatable)"
-    )
-    parser.add_argument(
-        "--continue",
-        dest="continue_session",
-        action="store_true",
-        help="continue the latest session of this directory",
-    )
-    parser.add_argument("--no-session", action="store_true", help="do not save this run as a session")
+
+
+def add_agent_settings(parser: argparse.ArgumentParser) -> None:
+    """Project trust, the first call's tool choice and context management (the same
+    for ``ketch run`` and ``ketch serve``)."""
     parser.add_argument(
         "--trust-project",
         action="store_true",
@@ -114,6 +105,27 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's"
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    add_agent_options(parser)
+    parser.add_argument(
+        "--deny",
+        action="append",
+        metavar="RULE",
+        help="deny rule, e.g. 'Bash(rm:*)'; with --resume, CALL_ID[:reason] denies a call the run paused on (repeatable)",
+    )
+    parser.add_argument(
+        "--approve", action="append", metavar="CALL_ID", help="with --resume: run this call the run paused on (repeatable)"
+    )
+    parser.add_argument(
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="continue the latest session of this directory",
+    )
+    parser.add_argument("--no-session", action="store_true", help="do not save this run as a session")
+    add_agent_settings(parser)
     parser.add_argument(
         "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="headless output format"
     )

@@ -24,11 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..llm._model import THINKING_LEVELS
 from ..loop import AgentEvent
-from ..permissions import PERMISSION_MODES
-from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import TRUST_ENV, ConfigError, Settings
+from ._args import OneLineParser
+from ._config import ConfigError, Settings
 from ._wire import encode_event, encode_line
 
 TOKEN_ENV = "KETCH_SERVER_TOKEN"
@@ -98,22 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help=f"serve the model proxy at /proxy for this provider:model (repeatable; the allow-list); client tokens from {PROXY_TOKENS_ENV}",
     )
-    parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
-    parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
-    parser.add_argument("--max-turns", type=positive_int, help="stop a run after this many model calls")
-    parser.add_argument("--max-budget-usd", type=finite_non_negative, help="stop a run once it cost this much")
-    parser.add_argument("--max-tokens", type=positive_int, help="output token limit per model call")
-    parser.add_argument("--temperature", type=finite_non_negative, help="sampling temperature (0 is greedy)")
-    parser.add_argument("--system-prompt", help="replace the default system prompt")
-    parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
-    parser.add_argument("-C", "--cwd", help="working directory (the tools' root; its sessions are listed)")
-    parser.add_argument("--permission-mode", choices=(*PERMISSION_MODES, "accept-edits"), help="default | accept_edits | plan | bypass")
-    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    from ._main import add_agent_options, add_agent_settings
+
+    add_agent_options(parser)
     parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
-    parser.add_argument("--trust-project", action="store_true", help=f"apply this project's settings that widen permissions; also {TRUST_ENV}=1")
-    parser.add_argument("--tool-choice", metavar="CHOICE", help="auto | required | none | <tool name>: the first model call of each run")
-    parser.add_argument("--no-compaction", action="store_true", help="no automatic context management")
-    parser.add_argument("--context-window", type=positive_int, metavar="TOKENS", help="use this context window instead of the model's")
+    add_agent_settings(parser)
     return parser
 
 
