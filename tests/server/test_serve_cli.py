@@ -184,6 +184,7 @@ def test_the_model_proxy_is_served_at_proxy_with_its_own_client_tokens(tmp_path:
         assert _get(f"{served.url}/api/sessions", token=PROXY_TOKEN)[0] == 401
         assert _get(f"{served.url}/proxy/../api/sessions", token=PROXY_TOKEN)[0] in (401, 404)
         assert _get(f"{served.url}/proxy%2F..%2Fapi/sessions", token=PROXY_TOKEN)[0] in (401, 404)
+        assert _get(f"{served.url}/proxy/%2e%2e/api/sessions", token=PROXY_TOKEN)[0] in (401, 404)
 
         async def ask() -> str:
             model = proxy(f"{served.url}/proxy", PROXY_TOKEN, model=name)

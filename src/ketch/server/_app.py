@@ -110,10 +110,13 @@ def _same(given: str | None, token: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
-def _middlewares(token: str | None, cors_origins: Sequence[str], loopback_only: bool, own_auth: Sequence[str] = ()) -> list[Any]:
+def _middlewares(
+    token: str | None, cors_origins: Sequence[str], loopback_only: bool, own_auth: Sequence[web.Application] = ()
+) -> list[Any]:
     origins = set(cors_origins)
-    # mounted sub-applications that check their own tokens (the model proxy's client tokens)
-    own = tuple(prefix.rstrip("/") + "/" for prefix in own_auth)
+    # mounted sub-applications that check their own tokens (the model proxy's client
+    # tokens): a request the router matched to one of their routes skips the server's
+    own = {id(sub) for sub in own_auth}
 
     @web.middleware
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -149,7 +152,7 @@ def _middlewares(token: str | None, cors_origins: Sequence[str], loopback_only: 
                     "Vary": "Origin",
                 },
             )
-        if token is not None and not request.path.startswith(own):
+        if token is not None and not (own and any(id(a) in own for a in request.match_info.apps)):
             given = _auth_token(request)
             if not _same(given, token):
                 query = request.query.get("token")
@@ -433,7 +436,7 @@ def create_app(
     which are not the server's token); an app that cannot do that does not belong here.
     Closing the application aborts the runs and closes the sessions.
     """
-    app = web.Application(client_max_size=max_body, middlewares=_middlewares(token, cors_origins, loopback_only, [prefix for prefix, _ in subapps]))
+    app = web.Application(client_max_size=max_body, middlewares=_middlewares(token, cors_origins, loopback_only, [sub for _, sub in subapps]))
     hub = _Hub(store, factory, cwd, encode or _default_encode, buffer)
     app[_HUB] = hub
     app[_HEARTBEAT] = heartbeat
