@@ -41,10 +41,9 @@ def _events_until_idle(url: str) -> bytes:
     return out
 
 
-def test_a_generated_token_is_printed_once_in_the_page_url_and_the_server_stops_on_sigterm(tmp_path: Path) -> None:
-    env, work = serve_env(tmp_path)
-    port = free_port()
-    proc = subprocess.Popen(
+def _serve_without_token_flag(env: dict[str, str], work: Path, port: int) -> subprocess.Popen[str]:
+    """``ketch serve --port P`` with no ``--token``: the token comes from the environment or is generated."""
+    return subprocess.Popen(
         [sys.executable, "-m", "ketch", "serve", "--port", str(port)],
         cwd=work,
         env=env,
@@ -53,6 +52,12 @@ def test_a_generated_token_is_printed_once_in_the_page_url_and_the_server_stops_
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_a_generated_token_is_printed_once_in_the_page_url_and_the_server_stops_on_sigterm(tmp_path: Path) -> None:
+    env, work = serve_env(tmp_path)
+    port = free_port()
+    proc = _serve_without_token_flag(env, work, port)
     try:
         wait_listening(port, proc)
         assert proc.stderr is not None
@@ -75,15 +80,7 @@ def test_a_generated_token_is_printed_once_in_the_page_url_and_the_server_stops_
 def test_a_token_from_the_environment_is_used_and_not_printed(tmp_path: Path) -> None:
     env, work = serve_env(tmp_path, KETCH_SERVER_TOKEN="env-token-abcdefghijklmnop")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ketch", "serve", "--port", str(port)],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _serve_without_token_flag(env, work, port)
     try:
         wait_listening(port, proc)
         assert _get(f"http://127.0.0.1:{port}/api/sessions", "env-token-abcdefghijklmnop")[0] == 200
