@@ -1,11 +1,12 @@
 """Talking to models: messages, the streaming protocol, the model interface, errors.
 
-This package imports nothing else from ketch. Provider adapters and the HTTP client
-load lazily, on first use.
+This package imports nothing else from ketch but the bottom helper ``ketch._lazy``.
+Provider adapters and the HTTP client load lazily, on first use.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_getattr
 from ._errors import ErrorKind, ModelError
 from ._messages import (
     AssistantMessage,
@@ -87,13 +88,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ketch.llm' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

@@ -11,8 +11,9 @@ listed by name and loaded by a ``tool_search`` call (:class:`ToolActivations` re
 activations a compaction would drop).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_getattr
 from .._schema import Param, validate_arguments
 from ._decorator import FunctionTool, ToolOptions, tool
 
@@ -61,10 +62,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ketch.tools' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
