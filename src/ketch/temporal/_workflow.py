@@ -103,22 +103,11 @@ class _ActivityModel:
     def __init__(self, wf: AgentWorkflow, spec: AgentSpec) -> None:
         self._wf = wf
         self._spec = spec
-
-    @property
-    def provider(self) -> str:
-        return self._spec.model_provider
-
-    @property
-    def api(self) -> str:
-        return self._spec.model_api
-
-    @property
-    def id(self) -> str:
-        return self._spec.model_id
-
-    @property
-    def context_window(self) -> int:
-        return self._spec.context_window
+        # The Model protocol's members, fixed as the (frozen) spec is.
+        self.provider = spec.model_provider
+        self.api = spec.model_api
+        self.id = spec.model_id
+        self.context_window = spec.context_window
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         return self._call(request, options or StreamOptions())
