@@ -234,21 +234,12 @@ def parse_structured(text: str, type_: type[T]) -> T:
     if not body:
         raise StructuredOutputError(f"Structured output for {name} is empty", text=text)
     problem: Any
-    if _pydantic_model(type_):
-        pydantic = sys.modules["pydantic"]
-        try:
-            return type_.model_validate_json(body)  # type: ignore[attr-defined, no-any-return]
-        except pydantic.ValidationError as exc:
-            problem = exc
-    else:
-        try:
-            return msgspec.json.decode(body, type=type_)
-        except msgspec.ValidationError as exc:
-            problem = exc
-        except msgspec.DecodeError as exc:
-            raise StructuredOutputError(f"Structured output for {name} is not valid JSON: {exc}", text=text) from None
-        except TypeError:
-            raise _unsupported(type_) from None
+    try:
+        return _validate(body, type_, json=True)
+    except _invalid(type_) as exc:
+        problem = exc
+    except msgspec.DecodeError as exc:
+        raise StructuredOutputError(f"Structured output for {name} is not valid JSON: {exc}", text=text) from None
     return _pruned(_decode(body, name, text), type_, name, problem, text)
 
 
@@ -261,20 +252,34 @@ def validate_structured(data: Any, type_: type[T]) -> T:
     """
     name = getattr(type_, "__name__", repr(type_))
     problem: Any
-    if _pydantic_model(type_):
-        pydantic = sys.modules["pydantic"]
-        try:
-            return type_.model_validate(data)  # type: ignore[attr-defined, no-any-return]
-        except pydantic.ValidationError as exc:
-            problem = exc
-    else:
-        try:
-            return msgspec.convert(data, type=type_)
-        except msgspec.ValidationError as exc:
-            problem = exc
-        except TypeError:
-            raise _unsupported(type_) from None
+    try:
+        return _validate(data, type_, json=False)
+    except _invalid(type_) as exc:
+        problem = exc
     return _pruned(data, type_, name, problem, "")
+
+
+def _validate(value: Any, type_: type[T], *, json: bool) -> T:
+    """``value`` as ``type_``: JSON text when ``json``, else decoded JSON data; pydantic
+    validates a pydantic model, msgspec anything else.
+
+    Raises :func:`_invalid` of ``type_`` for a value that does not match (msgspec's
+    ``DecodeError`` for text that is not JSON), ``TypeError`` for a type msgspec cannot
+    validate.
+    """
+    if _pydantic_model(type_):
+        if json:
+            return type_.model_validate_json(value)  # type: ignore[attr-defined, no-any-return]
+        return type_.model_validate(value)  # type: ignore[attr-defined, no-any-return]
+    try:
+        return msgspec.json.decode(value, type=type_) if json else msgspec.convert(value, type=type_)
+    except TypeError:
+        raise _unsupported(type_) from None
+
+
+def _invalid(type_: Any) -> type[Exception]:
+    """The error :func:`_validate` raises for a value that does not match ``type_``."""
+    return sys.modules["pydantic"].ValidationError if _pydantic_model(type_) else msgspec.ValidationError
 
 
 def _pruned(data: Any, type_: type[T], name: str, problem: Any, text: str) -> T:
@@ -282,16 +287,12 @@ def _pruned(data: Any, type_: type[T], name: str, problem: Any, text: str) -> T:
     validated again; else the error for the first attempt's ``problem``."""
     original = _original(type_)
     pruned = _prune(data, original, original.get("$defs", {}))
-    pydantic_model = _pydantic_model(type_)
     if pruned != data:
-        invalid = sys.modules["pydantic"].ValidationError if pydantic_model else msgspec.ValidationError
         try:
-            if pydantic_model:
-                return type_.model_validate(pruned)  # type: ignore[attr-defined, no-any-return]
-            return msgspec.convert(pruned, type=type_)
-        except invalid:
+            return _validate(pruned, type_, json=False)
+        except _invalid(type_):
             pass
-    detail = _pydantic_problem(problem) if pydantic_model else str(problem)
+    detail = _pydantic_problem(problem) if _pydantic_model(type_) else str(problem)
     raise StructuredOutputError(f"Structured output does not match {name}: {detail}", text=text)
 
 
