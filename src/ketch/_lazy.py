@@ -1,7 +1,7 @@
 """Lazy names for package faces (PEP 562): a name imports its module on first use.
 
-The bottom of ketch, below ``llm``: it imports nothing of ketch. A face keeps its
-``TYPE_CHECKING`` imports of the lazy names, for type checkers and editors, and sets::
+It imports nothing of ketch, so any layer may use it. A face keeps its ``TYPE_CHECKING``
+imports of the lazy names, for type checkers and editors, and sets::
 
     __getattr__ = lazy_getattr(__name__, {"get_model": "._resolve"}, globals())
 """
