@@ -54,9 +54,9 @@ from ..llm._model import THINKING_LEVELS, Model
 from ..loop import Decision, RunResult, RunState, approve, deny, edit
 from ..permissions import PERMISSION_MODES, parse_mode
 from ._config import ConfigError, Settings
-from ._factory import Built, build_agent, build_model, mcp_manager
-from ._headless import _pending, _StreamJsonOut, _version, exit_now
-from ._sessions import SessionOptions, open_session, use_recorded_model
+from ._factory import Built, build_agent, build_model
+from ._headless import _pending, _StreamJsonOut, _version, exit_now, mcp_and_session
+from ._sessions import SessionOptions, use_recorded_model
 from ._wire import EXIT_BROKEN_PIPE, BrokenPipeGuard, Denied, Init, Pending, make_result
 
 INPUT_FORMATS = ("text", "stream-json")
@@ -533,15 +533,8 @@ async def run_control(
 ) -> int:
     """The controlled session (see the module docstring); returns the exit code."""
     options = sessions if sessions is not None else SessionOptions(enabled=False)
-    mcp = mcp_manager(settings, root)
-    session = await open_session(options, root)
-    try:
+    async with mcp_and_session(settings, root, options) as (mcp, session):
         return await _serve(settings, root, tool_choice, options, session, mcp)
-    finally:
-        if mcp is not None:
-            await mcp.aclose()
-        if session is not None:
-            await session.close()
 
 
 async def _serve(

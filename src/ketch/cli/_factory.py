@@ -362,6 +362,55 @@ def _hook_notice(notice: HookNotice) -> None:
     sys.stderr.flush()
 
 
+def build_gated_tools(
+    settings: Settings,
+    root: Path,
+    *,
+    no_approver_message: str,
+    approver: Approver | None = None,
+    no_approver: Literal["deny", "pause"] = "deny",
+    hooks: Sequence[HookSpec] | None = None,
+    session_id: str | None = None,
+) -> tuple[list[Tool], HookRunner | None, PermissionEngine]:
+    """The built-in tools of ``root`` (see :func:`build_tools`; writable unless the
+    permission mode is ``plan``, bash never sees the providers' key variables), the
+    :class:`HookRunner` of ``hooks`` (default ``settings.hooks``; None without hooks; its
+    notices go to stderr) and the :class:`PermissionEngine` that gates the calls: rules
+    from the settings, the workspace ``root``, the hooks as its first step."""
+    secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
+    permissions: PermissionEngine | None = None
+
+    def mode() -> str:
+        return permissions.mode if permissions is not None else settings.permission_mode
+
+    tools = build_tools(
+        root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings
+    )
+    runner: HookRunner | None = None
+    specs = settings.hooks if hooks is None else hooks
+    if specs:
+        runner = HookRunner(
+            specs,
+            cwd=root,
+            permission_mode=mode,
+            secret_names=secret_names,
+            on_notice=_hook_notice,
+            session_id=session_id,
+        )
+    permissions = PermissionEngine(
+        settings.permission_mode,
+        allow=settings.allow,
+        ask=settings.ask,
+        deny=settings.deny,
+        approver=approver,
+        hooks=runner,
+        no_approver_message=no_approver_message,
+        no_approver=no_approver,
+        root=root,
+    )
+    return tools, runner, permissions
+
+
 def build_agent(
     settings: Settings,
     root: Path,
@@ -389,36 +438,14 @@ def build_agent(
     gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
-    secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
-    permissions: PermissionEngine | None = None
-
-    def mode() -> str:
-        return permissions.mode if permissions is not None else settings.permission_mode
-
-    tools = build_tools(
-        root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings
-    )
-    runner: HookRunner | None = None
-    specs = settings.hooks if hooks is None else hooks
-    if specs:
-        runner = HookRunner(
-            specs,
-            cwd=root,
-            permission_mode=mode,
-            secret_names=secret_names,
-            on_notice=_hook_notice,
-            session_id=session.id if session is not None else None,
-        )
-    permissions = PermissionEngine(
-        settings.permission_mode,
-        allow=settings.allow,
-        ask=settings.ask,
-        deny=settings.deny,
-        approver=approver,
-        hooks=runner,
+    tools, runner, permissions = build_gated_tools(
+        settings,
+        root,
         no_approver_message=HEADLESS_DENIAL,
+        approver=approver,
         no_approver=no_approver,
-        root=root,
+        hooks=hooks,
+        session_id=session.id if session is not None else None,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
     embedded = _is_embedded(resolved)

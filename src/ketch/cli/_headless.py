@@ -19,7 +19,8 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
@@ -319,10 +320,18 @@ async def run_headless(
     """Run ``task`` once (``None``: only continue the session's paused run with the
     decisions in ``sessions``) and write the output; returns the exit code."""
     options = sessions if sessions is not None else SessionOptions(enabled=False)
+    async with mcp_and_session(settings, root, options) as (mcp, session):
+        return await _run_in_session(task, settings, root, output, tool_choice, interactive_approval, options, session, mcp)
+
+
+@asynccontextmanager
+async def mcp_and_session(settings: Settings, root: Path, options: SessionOptions) -> AsyncIterator[tuple[Any, Any]]:
+    """The MCP manager of ``settings`` and the session ``options`` name (each None when
+    there is none), both closed on leaving."""
     mcp = mcp_manager(settings, root)
     session = await open_session(options, root)
     try:
-        return await _run_in_session(task, settings, root, output, tool_choice, interactive_approval, options, session, mcp)
+        yield mcp, session
     finally:
         if mcp is not None:
             await mcp.aclose()

@@ -228,30 +228,10 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     """The :class:`ketch.mcp._server.KetchMCPServer` of ``ketch mcp serve``: the built-in
     tools of ``root`` gated by a permission engine from ``settings`` (nobody to ask), and
     with ``agent`` the ``ketch_agent`` tool running agents built as ``ketch run`` builds them."""
-    from ..hooks import HookRunner
     from ..mcp import KetchMCPServer
-    from ..permissions import PermissionEngine
-    from ._factory import build_agent, build_tools, mcp_manager
+    from ._factory import build_agent, build_gated_tools, mcp_manager
 
-    secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
-    engine: PermissionEngine | None = None
-
-    def mode() -> str:
-        return engine.mode if engine is not None else settings.permission_mode
-
-    tools = build_tools(root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings)
-    runner = None
-    if settings.hooks:
-        runner = HookRunner(settings.hooks, cwd=root, permission_mode=mode, secret_names=secret_names, on_notice=_notice)
-    engine = PermissionEngine(
-        settings.permission_mode,
-        allow=settings.allow,
-        ask=settings.ask,
-        deny=settings.deny,
-        hooks=runner,
-        no_approver_message=SERVE_DENIAL,
-        root=root,
-    )
+    tools, runner, engine = build_gated_tools(settings, root, no_approver_message=SERVE_DENIAL)
 
     async def run_agent(task: str, on_event: Any) -> Any:
         mcp = mcp_manager(settings, root)
@@ -280,11 +260,6 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
         version=_version(),
         instructions=f"ketch: coding tools and a coding agent working in {root}.",
     )
-
-
-def _notice(notice: Any) -> None:
-    sys.stderr.write(f"ketch: {notice.text}\n")
-    sys.stderr.flush()
 
 
 def _serve(argv: list[str]) -> int:

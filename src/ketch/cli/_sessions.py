@@ -204,6 +204,7 @@ def list_lines(infos: Sequence[SessionInfo], *, current: str | None = None) -> l
 def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
     """The transcript as the text lines of ``ketch sessions show``: each message's role
     and text, tool calls as ``→ tool argument`` and the first lines of their results."""
+    from ..sessions._export import content_text
     from ._headless import _result_preview, _tool_call_line
 
     out: list[str] = []
@@ -211,9 +212,9 @@ def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
         role = message.get("role")
         content = message.get("content")
         if role == "user":
-            out.append(f"user: {_text(content)}")
+            out.append(f"user: {content_text(content)}")
         elif role == "assistant":
-            text = _text(content)
+            text = content_text(content)
             if text:
                 out.append(f"assistant: {text}")
             for block in content or []:
@@ -222,20 +223,12 @@ def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
             if message.get("stop_reason") in ("error", "aborted"):
                 out.append(f"  ({message['stop_reason']}: {message.get('error_message') or 'no message'})")
         elif role == "tool_result":
-            out.extend(_result_preview(_text(content), bool(message.get("is_error"))))
+            out.extend(_result_preview(content_text(content), bool(message.get("is_error"))))
         elif role == "context_summary":
             out.append(f"summary of the earlier conversation: {message.get('summary', '')}")
         else:
-            out.append(f"{role}: {_text(content) or message.get('text', '')}")
+            out.append(f"{role}: {content_text(content) or message.get('text', '')}")
     return out
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
 async def _list(args: Any) -> int:

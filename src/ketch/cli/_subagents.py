@@ -25,7 +25,15 @@ from typing import Any
 
 import msgspec
 
-from ..subagents import MODES, SubagentEvent, SubagentFileError, Subagents, SubagentSpec, load_agent_file
+from ..subagents import (
+    MODES,
+    SubagentEvent,
+    SubagentFileError,
+    Subagents,
+    SubagentSpec,
+    load_agent_file,
+    load_agents,
+)
 from ..tasks import TaskRegistry, notify_agent
 from ._config import ConfigError, Settings, config_dir
 
@@ -61,13 +69,10 @@ def load_cli_agents(settings: Settings, environ: Mapping[str, str] | None = None
     :class:`ConfigError` for the first bad file."""
     found: dict[str, SubagentSpec] = {}
     for directory, kind in agent_directories(settings, environ):
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.md")):
-            try:
-                spec = load_agent_file(path)
-            except SubagentFileError as exc:
-                raise ConfigError(str(exc)) from None
+        specs, errors = load_agents([directory])
+        if errors:
+            raise ConfigError(errors[0])
+        for spec in specs:
             if kind == "project" and not settings.trusted and spec.permission_mode in _WIDENING_MODES:
                 spec = SubagentSpec(**{**_fields(spec), "permission_mode": None})
             found[spec.name] = spec

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -190,6 +191,14 @@ class Summary:
         out.forked_from = info.forked_from
         return out
 
+    @classmethod
+    def over(cls, entries: Iterable[Entry]) -> Summary:
+        """The summary of ``entries``, folded in order."""
+        out = cls()
+        for entry in entries:
+            out.add(entry)
+        return out
+
 
 def encode_cursor(info: SessionInfo) -> str:
     """The cursor after ``info`` in a listing (newest ``updated`` first, then id)."""
@@ -205,6 +214,12 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         return float(updated), session_id
     except ValueError:
         raise ValueError(f"Invalid session list cursor {cursor!r}: pass a next_cursor from a previous page") from None
+
+
+def check_fsync(fsync: str) -> None:
+    """ValueError for an fsync policy other than ``"never"`` or ``"always"``."""
+    if fsync not in ("never", "always"):
+        raise ValueError(f"Invalid fsync policy {fsync!r}: use 'never' or 'always'")
 
 
 def check_limit(limit: int) -> None:
@@ -228,6 +243,23 @@ def index_of(entries: list[Entry], entry_id: str, session_id: str) -> int:
         if entry.id == entry_id:
             return index
     raise ValueError(f"Entry {entry_id!r} is not in session {session_id}")
+
+
+def fork_entries(entries: list[Entry], session_id: str, at_entry_id: str) -> list[Entry]:
+    """The entries of a fork of ``session_id`` at ``at_entry_id``: its ``session`` entry
+    stamped now and recording ``forked_from``, then the entries up to and including
+    ``at_entry_id`` (ValueError naming it if absent)."""
+    index = index_of(entries, at_entry_id, session_id)
+    first = entries[0]
+    cwd = first.payload.get("cwd") if first.type == "session" else None
+    head = Entry(
+        id=first.id,
+        parent_id=None,
+        timestamp=time.time(),
+        type="session",
+        payload=session_payload(cwd if isinstance(cwd, str) else "", (session_id, at_entry_id)),
+    )
+    return [head, *entries[1 : index + 1]]
 
 
 def normal_cwd(cwd: str) -> str:

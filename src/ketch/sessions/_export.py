@@ -50,12 +50,14 @@ def transcript(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     return current
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's ``content`` as :func:`ketch.message_to_dict` writes it: the
+    string itself, or its text blocks joined ("" for anything else)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return ""
-    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
 def session_title(entries: Sequence[Entry]) -> str:
@@ -65,7 +67,7 @@ def session_title(entries: Sequence[Entry]) -> str:
             continue
         message = entry.payload.get("message")
         if isinstance(message, dict) and message.get("role") == "user":
-            text = " ".join(_text(message.get("content")).split())
+            text = " ".join(content_text(message.get("content")).split())
             return text[:TITLE_CHARS]
     return ""
 
@@ -148,7 +150,7 @@ def _section(message: dict[str, Any]) -> tuple[str, list[str]]:
     if role == "assistant":
         return "Assistant", _assistant(message)
     if role == "tool_result":
-        text = _cut(_text(message.get("content"))) or "(no output)"
+        text = _cut(content_text(message.get("content"))) or "(no output)"
         heading = f"Tool result `{message.get('tool_name', '')}` (`{message.get('tool_call_id', '')}`)"
         if message.get("is_error"):
             heading += ": error"

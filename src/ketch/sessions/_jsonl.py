@@ -38,16 +38,17 @@ from ._entries import (
     SessionNotFoundError,
     SessionPage,
     Summary,
+    check_fsync,
     check_limit,
     decode_cursor,
     encode_cursor,
     encode_entry,
-    index_of,
+    fork_entries,
     normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
-from ._store import SessionStore, SessionWriter
+from ._store import LockedWriter, SessionStore, SessionWriter
 
 log = logging.getLogger("ketch.sessions")
 
@@ -160,8 +161,7 @@ class JsonlStore:
     """
 
     def __init__(self, root: Path | None = None, *, fsync: Literal["never", "always"] = "never") -> None:
-        if fsync not in ("never", "always"):
-            raise ValueError(f"Invalid fsync policy {fsync!r}: use 'never' or 'always'")
+        check_fsync(fsync)
         if root is None:
             from ._store import default_sessions_dir
 
@@ -248,8 +248,7 @@ class JsonlStore:
         session_id = uuid.uuid4().hex
         paths = _Paths(self._project_dir(cwd), session_id)
         self._mkdir(paths.dir)
-        lock = FileLock(paths.lock, session_id)
-        lock.acquire()
+        lock = FileLock(paths.lock, session_id).acquire()
         try:
             entry = Entry(
                 id=uuid.uuid4().hex,
@@ -273,17 +272,14 @@ class JsonlStore:
             lock.release(unlink=True)
             raise
         self._dirs[session_id] = paths.dir
-        summary = Summary()
-        summary.add(entry)
-        writer = _JsonlWriter(self, session_id, paths, lock, fd, [entry], summary, len(line))
+        writer = _JsonlWriter(self, session_id, paths, lock, fd, [entry], Summary.over([entry]), len(line))
         writer._write_sidecar()
         return writer
 
     def _open(self, session_id: str) -> _JsonlWriter:
         """Open ``session_id`` for appending (takes its lock)."""
         paths = self._find(session_id)
-        lock = FileLock(paths.lock, session_id)
-        lock.acquire()
+        lock = FileLock(paths.lock, session_id).acquire()
         try:
             try:
                 fd = os.open(paths.log, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -303,10 +299,7 @@ class JsonlStore:
         except BaseException:
             lock.release()
             raise
-        summary = Summary()
-        for entry in entries:
-            summary.add(entry)
-        writer = _JsonlWriter(self, session_id, paths, lock, fd, entries, summary, end)
+        writer = _JsonlWriter(self, session_id, paths, lock, fd, entries, Summary.over(entries), end)
         sidecar = self._read_sidecar(paths)
         if sidecar is None or sidecar.size != end:
             writer._write_sidecar()
@@ -332,24 +325,10 @@ class JsonlStore:
     def _fork(self, session_id: str, at_entry_id: str) -> SessionInfo:
         """A new session with the entries up to ``at_entry_id`` and the blobs."""
         paths = self._find(session_id)
-        entries = self._load(session_id)
-        index = index_of(entries, at_entry_id, session_id)
-        first = entries[0]
-        cwd = first.payload.get("cwd") if first.type == "session" else None
-        if not isinstance(cwd, str):
-            cwd = ""
-        head = Entry(
-            id=first.id,
-            parent_id=None,
-            timestamp=time.time(),
-            type="session",
-            payload=session_payload(cwd, (session_id, at_entry_id)),
-        )
-        copied = [head, *entries[1 : index + 1]]
+        copied = fork_entries(self._load(session_id), session_id, at_entry_id)
         new_id = uuid.uuid4().hex
         new = _Paths(paths.dir, new_id)
-        lock = FileLock(new.lock, new_id)
-        lock.acquire()
+        lock = FileLock(new.lock, new_id).acquire()
         try:
             if paths.blobs.is_dir():
                 self._mkdir(new.blobs)
@@ -363,10 +342,7 @@ class JsonlStore:
                         except OSError:
                             shutil.copyfile(blob.path, target)
             data = b"".join(encode_entry(e) + b"\n" for e in copied)
-            summary = Summary()
-            for entry in copied:
-                summary.add(entry)
-            info = summary.info(new_id)
+            info = Summary.over(copied).info(new_id)
             _write_file(new.info, _sidecar_encoder.encode(_Sidecar(len(data), info)), fsync=False)
             _write_file(new.log, data, fsync=self.fsync == "always")
             if self.fsync == "always":
@@ -384,8 +360,7 @@ class JsonlStore:
     def _delete(self, session_id: str) -> None:
         """Remove the session and its blobs (SessionLockedError while it is open)."""
         paths = self._find(session_id)
-        lock = FileLock(paths.lock, session_id)
-        lock.acquire()
+        lock = FileLock(paths.lock, session_id).acquire()
         try:
             try:
                 paths.log.unlink()
@@ -489,8 +464,10 @@ def _read_blob(paths: _Paths, session_id: str, digest: str) -> bytes:
         raise LookupError(f"Blob {digest} not found in session {session_id}") from None
 
 
-class _JsonlWriter:
+class _JsonlWriter(LockedWriter):
     """The writer of one JSONL session (holds its lock until :meth:`close`)."""
+
+    store_name = "JsonlStore"
 
     def __init__(
         self,
@@ -503,28 +480,17 @@ class _JsonlWriter:
         summary: Summary,
         size: int,
     ) -> None:
-        self.id = session_id
-        self.entries = entries
+        super().__init__(session_id, lock, entries, summary)
         self._store = store
         self._paths = paths
-        self._lock = lock
-        self._fd: int | None = fd
-        self._summary = summary
+        self._fd = fd  # closed with the lock: use it only after _check_open()
         self._size = size
         self._fsync = store.fsync == "always"
 
-    def __repr__(self) -> str:
-        state = "closed" if self._fd is None else "open"
-        return f"<JsonlStore writer {self.id} {state}, {len(self.entries)} entries>"
-
-    def _check_open(self) -> int:
-        if self._fd is None:
-            raise RuntimeError(f"Session {self.id}: the writer is closed; open the session again to append")
-        return self._fd
-
     async def append(self, entry: Entry) -> None:
         """Append ``entry``: one write of its line (and an fsync with ``fsync="always"``)."""
-        fd = self._check_open()
+        self._check_open()
+        fd = self._fd
         line = encode_entry(entry) + b"\n"
         try:
             _write_all(fd, line)
@@ -564,14 +530,14 @@ class _JsonlWriter:
 
     async def close(self) -> None:
         """Write the summary and release the lock (idempotent)."""
-        fd, self._fd = self._fd, None
-        if fd is None:
+        lock, self._lock = self._lock, None
+        if lock is None:
             return
         try:
             self._write_sidecar()
         finally:
-            os.close(fd)
-            self._lock.release()
+            os.close(self._fd)
+            lock.release()
 
     def _write_sidecar(self) -> None:
         sidecar = _Sidecar(self._size, self._summary.info(self.id))

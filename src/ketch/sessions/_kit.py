@@ -145,6 +145,12 @@ def _user(text: str) -> dict[str, Any]:
     return {"message": message_to_dict(UserMessage(content=[TextContent(text=text)], timestamp=1.5))}
 
 
+async def _add_users(env: _Env, writer: SessionWriter, label: str, count: int) -> None:
+    """Append ``count`` user messages, ``"<label> 0"`` onwards, one after another."""
+    for i in range(count):
+        await _add(env, writer, "message", _user(f"{label} {i}"))
+
+
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 300 else text[:300] + "…"
@@ -263,8 +269,7 @@ async def ordering(make_store: StoreFactory) -> None:
     async with _env(make_store) as env:
         store = await env.store()
         writer = await env.create(store)
-        for i in range(300):
-            await _add(env, writer, "message", _user(f"message {i}"))
+        await _add_users(env, writer, "message", 300)
         batch = [_entry(writer, "message", _user(f"concurrent {i}"), env.tick()) for i in range(50)]
         await asyncio.gather(*(writer.append(e) for e in batch))
         loaded = await store.load(writer.id)
@@ -300,8 +305,7 @@ async def reopen(make_store: StoreFactory) -> None:
     async with _env(make_store) as env:
         store = await env.store()
         writer = await env.create(store)
-        for i in range(5):
-            await _add(env, writer, "message", _user(f"first {i}"))
+        await _add_users(env, writer, "first", 5)
         await writer.close()
         expected = list(writer.entries)
         second = await env.store()
@@ -462,8 +466,7 @@ async def fork_isolation(make_store: StoreFactory) -> None:
     async with _env(make_store) as env:
         store = await env.store()
         parent = await env.create(store)
-        for i in range(5):
-            await _add(env, parent, "message", _user(f"parent {i}"))
+        await _add_users(env, parent, "parent", 5)
         digest = await parent.put_blob(b"file content before the edit")
         at = parent.entries[3]
         info = await store.fork(parent.id, at.id)

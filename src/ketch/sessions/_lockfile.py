@@ -24,8 +24,9 @@ class FileLock:
         self.session_id = session_id
         self._fd: int | None = None
 
-    def acquire(self) -> None:
-        """Take the lock or raise :class:`SessionLockedError` naming the holder's pid."""
+    def acquire(self) -> FileLock:
+        """Take the lock (returns this lock) or raise :class:`SessionLockedError` naming
+        the holder's pid."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -48,6 +49,7 @@ class FileLock:
         except OSError:
             pass  # the pid is only for the error message of a refused opener
         self._fd = fd
+        return self
 
     def release(self, *, unlink: bool = False) -> None:
         """Drop the lock (idempotent); ``unlink`` removes the lock file first."""

@@ -41,16 +41,17 @@ from ._entries import (
     SessionNotFoundError,
     SessionPage,
     Summary,
+    check_fsync,
     check_limit,
     decode_cursor,
     encode_cursor,
     encode_entry,
-    index_of,
+    fork_entries,
     normal_cwd,
     session_payload,
 )
 from ._lockfile import FileLock
-from ._store import SessionStore, SessionWriter
+from ._store import LockedWriter, SessionStore, SessionWriter
 
 _T = TypeVar("_T")
 _SESSION_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")
@@ -121,8 +122,7 @@ class SqliteStore:
         fsync: Literal["never", "always"] = "never",
         busy_timeout: float = 30.0,
     ) -> None:
-        if fsync not in ("never", "always"):
-            raise ValueError(f"Invalid fsync policy {fsync!r}: use 'never' or 'always'")
+        check_fsync(fsync)
         if path is None:
             from ._store import default_sessions_dir
 
@@ -197,9 +197,10 @@ class SqliteStore:
             return fn(self._reader)
 
     def _lock(self, session_id: str) -> FileLock:
+        """Take the session's write lock (SessionLockedError if another writer holds it)."""
         locks = self.path.with_name(self.path.name + ".locks")
         locks.mkdir(mode=0o700, exist_ok=True)
-        return FileLock(locks / f"{session_id}.lock", session_id)
+        return FileLock(locks / f"{session_id}.lock", session_id).acquire()
 
     def _check_id(self, session_id: str) -> None:
         if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
@@ -216,13 +217,11 @@ class SqliteStore:
         session_id = uuid.uuid4().hex
         self._use(lambda conn: None)
         lock = self._lock(session_id)
-        lock.acquire()
         try:
             entry = Entry(
                 id=uuid.uuid4().hex, parent_id=None, timestamp=time.time(), type="session", payload=session_payload(cwd)
             )
-            summary = Summary()
-            summary.add(entry)
+            summary = Summary.over([entry])
             statements = [
                 ("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(session_id, summary)),
                 ("INSERT INTO entries VALUES (?, ?, ?)", (session_id, 0, encode_entry(entry))),
@@ -238,16 +237,12 @@ class SqliteStore:
         self._check_id(session_id)
         self._info(session_id)  # SessionNotFoundError before a lock file is made
         lock = self._lock(session_id)
-        lock.acquire()
         try:
             entries, seq = await asyncio.to_thread(self._read, lambda conn: _entries(conn, session_id))
         except BaseException:
             lock.release()
             raise
-        summary = Summary()
-        for entry in entries:
-            summary.add(entry)
-        return _SqliteWriter(self, session_id, lock, entries, summary, seq)
+        return _SqliteWriter(self, session_id, lock, entries, Summary.over(entries), seq)
 
     async def load(self, session_id: str) -> builtins.list[Entry]:
         """Every entry of the session, in order."""
@@ -276,21 +271,8 @@ class SqliteStore:
     async def fork(self, session_id: str, at_entry_id: str) -> SessionInfo:
         """A new session with the entries up to and including ``at_entry_id`` (its
         ``session`` entry records ``forked_from``); blobs are shared, not copied."""
-        entries = await self.load(session_id)
-        index = index_of(entries, at_entry_id, session_id)
-        first = entries[0]
-        cwd = first.payload.get("cwd") if first.type == "session" else None
-        head = Entry(
-            id=first.id,
-            parent_id=None,
-            timestamp=time.time(),
-            type="session",
-            payload=session_payload(cwd if isinstance(cwd, str) else "", (session_id, at_entry_id)),
-        )
-        copied = [head, *entries[1 : index + 1]]
-        summary = Summary()
-        for entry in copied:
-            summary.add(entry)
+        copied = fork_entries(await self.load(session_id), session_id, at_entry_id)
+        summary = Summary.over(copied)
         new_id = uuid.uuid4().hex
         statements = [
             ("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(new_id, summary)),
@@ -306,7 +288,6 @@ class SqliteStore:
         self._check_id(session_id)
         self._info(session_id)
         lock = self._lock(session_id)
-        lock.acquire()
         try:
             gone = self._use(lambda conn: _write(conn, _delete_statements(session_id)))
             if not gone:
@@ -411,8 +392,10 @@ def _get_blob(conn: sqlite3.Connection, session_id: str, digest: str) -> bytes:
     return data
 
 
-class _SqliteWriter:
+class _SqliteWriter(LockedWriter):
     """The writer of one SQLite session (holds its lock until :meth:`close`)."""
+
+    store_name = "SqliteStore"
 
     def __init__(
         self,
@@ -423,22 +406,11 @@ class _SqliteWriter:
         summary: Summary,
         seq: int,
     ) -> None:
-        self.id = session_id
-        self.entries = entries
+        super().__init__(session_id, lock, entries, summary)
         self._store = store
-        self._lock: FileLock | None = lock
-        self._summary = summary
         self._seq = seq
         self._in_thread = store.fsync == "always"
         self._order = asyncio.Lock()  # appends sent to a thread commit in call order
-
-    def __repr__(self) -> str:
-        state = "closed" if self._lock is None else "open"
-        return f"<SqliteStore writer {self.id} {state}, {len(self.entries)} entries>"
-
-    def _check_open(self) -> None:
-        if self._lock is None:
-            raise RuntimeError(f"Session {self.id}: the writer is closed; open the session again to append")
 
     async def append(self, entry: Entry) -> None:
         """Append ``entry`` and update the session's summary in one transaction."""

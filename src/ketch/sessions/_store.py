@@ -5,12 +5,13 @@ from __future__ import annotations
 import builtins
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
-from ._entries import Entry, SessionInfo, SessionPage
+from ._entries import Entry, SessionInfo, SessionPage, Summary
 
 if TYPE_CHECKING:
     from ._jsonl import JsonlStore
+    from ._lockfile import FileLock
 
 
 
@@ -43,6 +44,27 @@ class SessionWriter(Protocol):
     async def close(self) -> None:
         """Release the write lock. Idempotent."""
         ...
+
+
+class LockedWriter:
+    """What the stores' writers share: the session's id, its entries and summary, and
+    its write lock, held until close (``None`` once closed)."""
+
+    store_name: ClassVar[str]
+
+    def __init__(self, session_id: str, lock: FileLock, entries: builtins.list[Entry], summary: Summary) -> None:
+        self.id = session_id
+        self.entries = entries
+        self._lock: FileLock | None = lock
+        self._summary = summary
+
+    def __repr__(self) -> str:
+        state = "closed" if self._lock is None else "open"
+        return f"<{self.store_name} writer {self.id} {state}, {len(self.entries)} entries>"
+
+    def _check_open(self) -> None:
+        if self._lock is None:
+            raise RuntimeError(f"Session {self.id}: the writer is closed; open the session again to append")
 
 
 @runtime_checkable
