@@ -9,6 +9,7 @@ reach the model at the next turn; follow-ups when it would otherwise stop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -346,10 +347,8 @@ class Agent(Generic[Deps]):
         self._listeners.append(listener)
 
         def unsubscribe() -> None:
-            try:
+            with contextlib.suppress(ValueError):  # already unsubscribed
                 self._listeners.remove(listener)
-            except ValueError:
-                pass
 
         return unsubscribe
 

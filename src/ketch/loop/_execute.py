@@ -109,6 +109,45 @@ class CallOutcome:
         self.trip: GuardrailTrip | None = None
 
 
+class _Call:
+    """What the steps of one call's pipeline share: the call and its tool, the message
+    and conversation it came in, its abort signal and where its progress goes."""
+
+    __slots__ = ("assistant", "call", "conversation", "report", "signal", "tool")
+
+    def __init__(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        assistant: AssistantMessage,
+        conversation: Conversation,
+        signal: AbortSignal,
+        report: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        self.call = call
+        self.tool = tool
+        self.assistant = assistant
+        self.conversation = conversation
+        self.signal = signal
+        self.report = report
+
+    def info(self, args: dict[str, Any]) -> ToolCallInfo:
+        """The call with ``args`` as hooks, guardrails and middlewares see it."""
+        return ToolCallInfo(self.call, self.tool, args, self.assistant, self.conversation, self.signal)
+
+    def context(self, deps: Any) -> ToolContext[Any]:
+        """The :class:`ToolContext` the tool's ``validate``, ``preview`` and ``execute`` get."""
+        return ToolContext(
+            call_id=self.call.id,
+            tool_name=self.tool.name,
+            signal=self.signal,
+            report=self.report,
+            messages=self.conversation.messages,
+            assistant_message=self.assistant,
+            deps=deps,
+        )
+
+
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
@@ -155,7 +194,11 @@ class ToolRunner:
     ) -> CallOutcome:
         """Run one call through the whole pipeline. Never raises (except cancellation)."""
         started = monotonic()
-        result, failure, verdict = await self._pipeline(call, tools, assistant, conversation, signal, report)
+        tool = tools.get(call.name)
+        if tool is None:
+            result, failure, verdict = ToolResult.error(f'Tool "{call.name}" not found'), True, None
+        else:
+            result, failure, verdict = await self._pipeline(_Call(call, tool, assistant, conversation, signal, report))
         duration = monotonic() - started
         if verdict is None:
             outcome = CallOutcome(call, result, duration, failure)
@@ -179,21 +222,11 @@ class ToolRunner:
             return ToolResult.error(verdict.text, details=verdict.info)
         return ToolResult.error(verdict)
 
-    async def _pipeline(
-        self,
-        call: ToolCall,
-        tools: dict[str, Tool],
-        assistant: AssistantMessage,
-        conversation: Conversation,
-        signal: AbortSignal,
-        report: Callable[[Any], Awaitable[None]],
-    ) -> tuple[ToolResult, bool, BeforeToolCallResult | None]:
+    async def _pipeline(self, c: _Call) -> tuple[ToolResult, bool, BeforeToolCallResult | None]:
         """The call's result, whether it counts as a failure, and the ``before_tool_call``
         verdict (None when there was none)."""
         cfg = self.config
-        tool = tools.get(call.name)
-        if tool is None:
-            return ToolResult.error(f'Tool "{call.name}" not found'), True, None
+        call, tool = c.call, c.tool
         limit = cfg.max_tool_errors
         if limit is not None and self._failures.get(call.name, 0) >= limit:
             return ToolResult.error(f'Tool "{call.name}" disabled after {limit} consecutive errors'), False, None
@@ -210,7 +243,7 @@ class ToolRunner:
                 return ToolResult.error(problem), True, None
             ctx: ToolContext[Any] | None = None
             if tool.validate is not None:
-                ctx = self._context(tool, call, assistant, conversation, signal, report)
+                ctx = c.context(cfg.deps)
                 invalid = await _maybe_await(tool.validate(args, ctx))
                 if invalid is not None:
                     return ToolResult.error(str(invalid)), True, None
@@ -222,18 +255,17 @@ class ToolRunner:
                     return ToolResult.error(repeated_call_text(tool.name, seen)), True, None
                 self._repeats[key] = seen + 1
             if tool.preview is not None:
-                ctx = ctx or self._context(tool, call, assistant, conversation, signal, report)
+                ctx = ctx or c.context(cfg.deps)
                 try:
                     shown = await _maybe_await(tool.preview(args, ctx))
                 except Exception:
                     log.exception("preview of tool %r failed; skipped", tool.name)
                     shown = None
                 if shown is not None:
-                    await report(ToolPreview(preview=shown))
+                    await c.report(ToolPreview(preview=shown))
             guards = self.guards
             if guards is not None and guards.tool_call:
-                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
-                refused = await self._guard(guards.tool_call, info, call)
+                refused = await self._guard(guards.tool_call, c.info(args), call)
                 if refused is not None:
                     return refused, False, None
             decision = self.decisions.get(call.id) if self.decisions else None
@@ -249,8 +281,7 @@ class ToolRunner:
             elif tool.requires_approval and tool.needs_approval(args):
                 return _PENDING, False, BeforeToolCallResult.approval_required()
             if cfg.before_tool_call is not None:
-                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
-                verdict = await _maybe_await(cfg.before_tool_call(info))
+                verdict = await _maybe_await(cfg.before_tool_call(c.info(args)))
                 if verdict is not None:
                     if verdict.approval:
                         if decision is None:
@@ -265,7 +296,7 @@ class ToolRunner:
             return ToolResult.error(exception_text(exc)), True, verdict
 
         try:
-            result = await self._execute(tool, call, args, assistant, conversation, signal, report)
+            result = await self._execute(c, args)
             failure = result.is_error
         except TimeoutError:
             timeout = tool.timeout if tool.timeout is not None else cfg.tool_timeout
@@ -275,8 +306,7 @@ class ToolRunner:
 
         if cfg.after_tool_call is not None:
             try:
-                info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
-                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(info, result))
+                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(c.info(args), result))
             except Exception as exc:
                 return ToolResult.error(exception_text(exc)), True, verdict
             if override is not None:
@@ -289,23 +319,15 @@ class ToolRunner:
                 )
         guards = self.guards
         if guards is not None and guards.tool_result:
-            check = ToolResultCheck(ToolCallInfo(call, tool, args, assistant, conversation, signal), result)
+            check = ToolResultCheck(c.info(args), result)
             replaced = await self._guard(guards.tool_result, check, call)
             if replaced is not None:
                 return replaced, False, verdict
         return result, failure, verdict
 
-    async def _execute(
-        self,
-        tool: Tool,
-        call: ToolCall,
-        args: dict[str, Any],
-        assistant: AssistantMessage,
-        conversation: Conversation,
-        signal: AbortSignal,
-        report: Callable[[Any], Awaitable[None]],
-    ) -> ToolResult:
-        ctx = self._context(tool, call, assistant, conversation, signal, report)
+    async def _execute(self, c: _Call, args: dict[str, Any]) -> ToolResult:
+        tool = c.tool
+        ctx = c.context(self.config.deps)
 
         async def innermost(final_args: dict[str, Any]) -> ToolResult:
             return to_tool_result(await tool.execute(final_args, ctx))
@@ -313,7 +335,7 @@ class ToolRunner:
         run: Callable[[dict[str, Any]], Awaitable[ToolResult]] = innermost
         middlewares = self.config.middlewares
         if middlewares:
-            info = ToolCallInfo(call, tool, args, assistant, conversation, signal)
+            info = c.info(args)
             for mw in reversed(middlewares):
                 run = _wrap(mw, info, run)
         timeout = tool.timeout if tool.timeout is not None else self.config.tool_timeout
@@ -321,26 +343,6 @@ class ToolRunner:
             return await run(args)
         async with asyncio.timeout(timeout):
             return await run(args)
-
-
-    def _context(
-        self,
-        tool: Tool,
-        call: ToolCall,
-        assistant: AssistantMessage,
-        conversation: Conversation,
-        signal: AbortSignal,
-        report: Callable[[Any], Awaitable[None]],
-    ) -> ToolContext[Any]:
-        return ToolContext(
-            call_id=call.id,
-            tool_name=tool.name,
-            signal=signal,
-            report=report,
-            messages=conversation.messages,
-            assistant_message=assistant,
-            deps=self.config.deps,
-        )
 
 
 def _wrap(

@@ -265,28 +265,35 @@ async def get_session(request: web.Request) -> web.Response:
     return web.json_response(await live.state())
 
 
-@_command
-async def prompt(request: web.Request) -> web.Response:
+async def _send_text(request: web.Request, send: Callable[[LiveSession, str], None]) -> LiveSession:
+    """The request's session, after ``send(session, text)`` with the body's ``text``."""
     data = await _body(request, "text")
     live = await _live(request)
-    live.prompt(data["text"])
-    return web.json_response({"accepted": True, "last_event_id": live.last_event_id}, status=202)
+    send(live, data["text"])
+    return live
+
+
+def _accepted(**more: Any) -> web.Response:
+    """202 with ``{"accepted": true}`` and ``more``."""
+    return web.json_response({"accepted": True, **more}, status=202)
+
+
+@_command
+async def prompt(request: web.Request) -> web.Response:
+    live = await _send_text(request, LiveSession.prompt)
+    return _accepted(last_event_id=live.last_event_id)
 
 
 @_command
 async def steer(request: web.Request) -> web.Response:
-    data = await _body(request, "text")
-    live = await _live(request)
-    live.steer(data["text"])
-    return web.json_response({"accepted": True}, status=202)
+    await _send_text(request, LiveSession.steer)
+    return _accepted()
 
 
 @_command
 async def follow_up(request: web.Request) -> web.Response:
-    data = await _body(request, "text")
-    live = await _live(request)
-    live.follow_up(data["text"])
-    return web.json_response({"accepted": True}, status=202)
+    await _send_text(request, LiveSession.follow_up)
+    return _accepted()
 
 
 @_command
@@ -294,7 +301,7 @@ async def abort(request: web.Request) -> web.Response:
     await _body(request)
     live = await _live(request)
     live.abort()
-    return web.json_response({"accepted": True}, status=202)
+    return _accepted()
 
 
 @_command
@@ -315,7 +322,7 @@ async def approvals(request: web.Request) -> web.Response:
             raise BadRequest(f"decision for {call_id!r}: expected 'approve' or 'deny', got {kind!r}")
     live = await _live(request)
     left = live.decide(decisions)
-    return web.json_response({"accepted": True, "undecided": left, "resumed": not left}, status=202)
+    return _accepted(undecided=left, resumed=not left)
 
 
 @_command

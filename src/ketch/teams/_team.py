@@ -32,6 +32,7 @@ them) and leaves no task behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import itertools
@@ -333,10 +334,8 @@ class Team:
         self._listeners.append(listener)
 
         def unsubscribe() -> None:
-            try:
+            with contextlib.suppress(ValueError):  # already unsubscribed
                 self._listeners.remove(listener)
-            except ValueError:
-                pass
 
         return unsubscribe
 
