@@ -22,8 +22,7 @@ def test_an_unknown_name_is_refused_as_a_module_refuses_it(face: ModuleType) -> 
 
 
 def test_the_temporal_face_refuses_an_unknown_name() -> None:
-    pytest.importorskip("temporalio")
-    import ketch.temporal
+    import ketch.temporal  # the test command installs the temporal extra
 
     with pytest.raises(AttributeError, match=r"^module 'ketch.temporal' has no attribute 'x'$"):
         ketch.temporal.x  # noqa: B018
