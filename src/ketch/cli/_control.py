@@ -55,8 +55,9 @@ from ..loop import Decision, RunResult, RunState, approve, deny, edit
 from ..permissions import PERMISSION_MODES, parse_mode
 from ._config import ConfigError, Settings
 from ._factory import Built, build_agent, build_model
-from ._headless import _pending, _StreamJsonOut, _version, exit_now, mcp_and_session
+from ._headless import _pending, _StreamJsonOut, _version, mcp_and_session
 from ._sessions import SessionOptions, use_recorded_model
+from ._signals import exit_now, handle_signals
 from ._wire import EXIT_BROKEN_PIPE, BrokenPipeGuard, Denied, Init, Pending, make_result
 
 INPUT_FORMATS = ("text", "stream-json")
@@ -500,18 +501,7 @@ class _Controller:
             code[0] = 130
             self.end()
 
-        loop = asyncio.get_running_loop()
-        handlers: list[tuple[signal.Signals, Callable[[], None]]] = [
-            (signal.SIGINT, on_signal),
-            (signal.SIGTERM, on_signal),
-        ]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            handlers.append((signal.SIGHUP, lambda: exit_now(129)))
-        for sig, handler in handlers:
-            try:
-                loop.add_signal_handler(sig, handler)
-            except (NotImplementedError, RuntimeError):
-                pass
+        handle_signals({signal.SIGINT: on_signal, signal.SIGTERM: on_signal, signal.SIGHUP: lambda: exit_now(129)})
         if first is not None:
             self.start(first)
         while not self.ending:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO
 
 from ..llm import AssistantMessage
 from ..loop import AgentEvent
@@ -31,6 +31,7 @@ from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
 from ._factory import Built, build_agent, mcp_manager
 from ._render import compaction_note
 from ._sessions import SessionOptions, open_session, pre_approve, use_recorded_model
+from ._signals import exit_now, handle_signals
 from ._subagents import subagent_line
 from ._wire import (
     EXIT_BROKEN_PIPE,
@@ -215,7 +216,6 @@ def _install_signals(built: Built) -> Callable[[], None]:
     """SIGINT/SIGTERM abort the run, a second one exits at once, SIGHUP exits at once.
     The handlers stay until the event loop closes; call the returned function when the
     run is over, from then on any of these signals exits at once."""
-    loop = asyncio.get_running_loop()
     hits = [0]
 
     def on_signal() -> None:
@@ -227,35 +227,12 @@ def _install_signals(built: Built) -> Callable[[], None]:
     def on_hangup() -> None:
         exit_now(129)
 
-    handlers = [(signal.SIGINT, on_signal), (signal.SIGTERM, on_signal)]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps it ignored
-        handlers.append((signal.SIGHUP, on_hangup))
-    for sig, handler in handlers:
-        try:
-            loop.add_signal_handler(sig, handler)
-        except (NotImplementedError, RuntimeError):
-            pass
+    handle_signals({signal.SIGINT: on_signal, signal.SIGTERM: on_signal, signal.SIGHUP: on_hangup})
 
     def run_over() -> None:
         hits[0] = max(hits[0], 1)
 
     return run_over
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave the program at once with ``code``, after ending the tools' processes
-    (a second Ctrl-C, a hangup): nothing a tool started outlives ketch."""
-    from ..tools._bash import kill_process_groups
-
-    try:
-        kill_process_groups(children=True)
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
 
 
 def _pending(state: Any) -> list[Pending]:

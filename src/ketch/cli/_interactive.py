@@ -30,8 +30,9 @@ from ..permissions import Approval, PermissionRequest, parse_mode
 from ..tools._bash import kill_process_groups
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
 from ._factory import Built, build_agent, build_model, mcp_manager
-from ._headless import exit_now, parse_answer
+from ._headless import parse_answer
 from ._render import EventRenderer, format_tokens
+from ._signals import exit_now, handle_signals
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -703,9 +704,6 @@ class Session:
     def _install_signals(self) -> Callable[[], None]:
         """SIGTERM ends the session like /exit (exit code 143); SIGHUP (the terminal is
         gone) exits at once (129). Both end the tools' processes first."""
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-
         def on_term() -> None:
             kill_process_groups(children=True)
             self.exit_code = 143
@@ -714,21 +712,7 @@ class Session:
             if self.prompt is not None and self.prompt.app.is_running:
                 self.prompt.app.exit(exception=EOFError())
 
-        handlers: list[tuple[signal.Signals, Callable[[], None]]] = [(signal.SIGTERM, on_term)]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            handlers.append((signal.SIGHUP, lambda: exit_now(129)))
-        for sig, handler in handlers:
-            try:
-                loop.add_signal_handler(sig, handler)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
-
-        def restore() -> None:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-        return restore
+        return handle_signals({signal.SIGTERM: on_term, signal.SIGHUP: lambda: exit_now(129)})
 
     async def _shutdown(self) -> None:
         task = self.task

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,17 @@ if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
 EXIT_USAGE = 2
-_COMMANDS = ("run", "models", "doctor", "config", "sessions", "mcp", "serve", "worker")
+# The commands besides ``run``: the module that has each (imported when it runs, so that
+# ``ketch`` starts fast) and its entry point, which takes the arguments after the command.
+_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("._catalog", "models_command"),
+    "doctor": ("._doctor", "doctor_command"),
+    "config": ("._show_config", "config_command"),
+    "sessions": ("._sessions", "sessions_command"),
+    "mcp": ("._mcp", "mcp_command"),
+    "serve": ("._serve", "serve_command"),
+    "worker": ("._worker", "worker_command"),
+}
 
 _EPILOG = """\
 commands:
@@ -458,38 +469,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    command = argv[0] if argv and argv[0] in _COMMANDS else None
+    command = argv[0] if argv else None
     if command == "run":
-        args = _run_parser().parse_args(argv[1:])
-        return _run(args)
-    if command == "models":
-        from ._catalog import models_command
-
-        return models_command(argv[1:])
-    if command == "doctor":
-        from ._doctor import doctor_command
-
-        return doctor_command(argv[1:])
-    if command == "config":
-        from ._show_config import config_command
-
-        return config_command(argv[1:])
-    if command == "sessions":
-        from ._sessions import sessions_command
-
-        return sessions_command(argv[1:])
-    if command == "mcp":
-        from ._mcp import mcp_command
-
-        return mcp_command(argv[1:])
-    if command == "serve":
-        from ._serve import serve_command
-
-        return serve_command(argv[1:])
-    if command == "worker":
-        from ._worker import worker_command
-
-        return worker_command(argv[1:])
-    args = _parser().parse_args(argv)
-    return _run(args)
+        return _run(_run_parser().parse_args(argv[1:]))
+    if command in _SUBCOMMANDS:
+        module, entry = _SUBCOMMANDS[command]
+        main: Callable[[list[str]], int] = getattr(importlib.import_module(module, __package__), entry)
+        return main(argv[1:])
+    return _run(_parser().parse_args(argv))
 

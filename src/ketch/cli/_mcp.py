@@ -26,6 +26,7 @@ offered). Over stdio by default; ``--http`` serves streamable HTTP on 127.0.0.1 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -297,17 +298,13 @@ async def _serve_stdio(server: Any) -> None:
     processes end with it)."""
     import signal
 
+    from ._signals import handle_signals
+
     task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
     assert task is not None
-    try:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    except (NotImplementedError, RuntimeError):
-        pass
-    try:
+    handle_signals({signal.SIGTERM: task.cancel})
+    with contextlib.suppress(asyncio.CancelledError):
         await server.serve_stdio()
-    except asyncio.CancelledError:
-        pass
 
 
 # -- dispatch -----------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from ..loop import AgentEvent
 from ._args import OneLineParser
 from ._config import ConfigError, Settings
+from ._signals import handle_signals
 from ._wire import encode_event, encode_line
 
 TOKEN_ENV = "KETCH_SERVER_TOKEN"
@@ -205,12 +206,7 @@ async def serve(
         sys.stderr.write(f"ketch: warning: listening on {host}: other machines can reach this server (token required)\n")
     sys.stderr.flush()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    handle_signals({signal.SIGINT: stop.set, signal.SIGTERM: stop.set})
     try:
         await stop.wait()
     finally:
