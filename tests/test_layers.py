@@ -19,6 +19,7 @@ SRC = Path(ketch.__file__).parent
 # What each layer may import of ketch (parts not listed may import any part but cli).
 ALLOWED: dict[str, set[str]] = {
     "lazy": set(),  # the PEP 562 helper of the package faces
+    "proc": set(),  # process-group signalling of the tools, hooks and tasks
     "schema": set(),
     "sandbox": set(),
     "shell": set(),
@@ -29,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     # Capabilities, each on the faces of what it builds on (and of no capability it
     # does not need):
     "teams": {"ketch", "loop"},
-    "tasks": {"ketch", "llm", "loop"},
+    "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
     "server": {"ketch", "llm", "sessions"},
@@ -118,7 +119,7 @@ def test_nothing_imports_the_cli_and_there_is_no_cycle() -> None:
 # ketch.tools ...), never another package's implementation modules. The listed exceptions are
 # the names the faces do not export on purpose: window accounting, which ketch.context
 # re-exports from the llm layer, and the command's (cli's) use of internals it alone needs.
-CORE = {"ketch", "llm", "loop", "agent", "lazy", "schema", "shell", "sandbox", "__main__"}
+CORE = {"ketch", "llm", "loop", "agent", "lazy", "proc", "schema", "shell", "sandbox", "__main__"}
 PRIVATE_ALLOWED: dict[str, set[str]] = {
     "context": {"ketch.llm._tokens"},
     "hooks": {"ketch.llm._errors"},
@@ -151,7 +152,7 @@ def _private_imports() -> dict[str, set[str]]:
                 continue
             base = package[: len(package) - node.level + 1] if node.level else []
             target = [*base, *node.module.split(".")]
-            if target[0] != "ketch" or _part(target) == part or _part(target) in {"lazy", "schema", "shell"}:
+            if target[0] != "ketch" or _part(target) == part or _part(target) in {"lazy", "proc", "schema", "shell"}:
                 continue
             if any(piece.startswith("_") for piece in target[1:]):
                 found.setdefault(part, set()).add(".".join(target))

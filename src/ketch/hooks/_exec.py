@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
+from .._proc import signal_group
 from ._spec import HookSpec
 
 MAX_TEXT = 10_000
@@ -109,17 +108,10 @@ def _from_stdout(event: str, stdout: str) -> HookResult:
     return HookResult()
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def _stop(proc: asyncio.subprocess.Process) -> None:
     """Kill the hook's process group and reap it, reading its pipes to their end so the
     transport closes (bounded: a process that left the group may hold a pipe open)."""
-    _kill_group(proc.pid)
+    signal_group(proc.pid)
     try:
         async with asyncio.timeout(5.0):
             await proc.communicate()

@@ -8,14 +8,13 @@ import builtins
 import inspect
 import itertools
 import logging
-import os
-import signal as _signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+from .._proc import signal_group
 from ..loop import Tool
 
 log = logging.getLogger("ketch.tasks")
@@ -310,7 +309,7 @@ class TaskRegistry:
                 await self._finish(entry)
         await entry.done.wait()
         if info.pgid is not None:
-            _kill_group(info.pgid)
+            signal_group(info.pgid)
         return info
 
     async def stop_all(self) -> None:
@@ -335,10 +334,3 @@ class TaskRegistry:
     def __repr__(self) -> str:
         running = sum(1 for e in self._entries.values() if e.info.status == "running")
         return f"TaskRegistry(tasks={len(self._entries)}, running={running})"
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, _signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

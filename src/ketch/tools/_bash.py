@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._proc import signal_group
 from .._shell import matching_paren
 from ..llm import Aborted, AbortSignal
 from ..loop import Tool, ToolContext, ToolResult
@@ -576,13 +577,6 @@ def _proc_stats() -> list[tuple[str, list[bytes]]] | None:
     return found
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def _wait_group_gone(pgid: int, limit: float) -> bool:
     deadline = time.monotonic() + limit
     while _group_alive(pgid):
@@ -595,14 +589,14 @@ async def _wait_group_gone(pgid: int, limit: float) -> bool:
 async def _terminate_group(proc: asyncio.subprocess.Process, grace: float) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace`` seconds, then reap the shell."""
     pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     try:
         if not await _wait_group_gone(pgid, grace):
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
             await _wait_group_gone(pgid, 5.0)
         await proc.wait()
     except asyncio.CancelledError:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         raise
 
 
@@ -637,7 +631,7 @@ async def start_process_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.P
             started = await spawn
         except OSError:
             raise asyncio.CancelledError from None
-        _signal_group(started.pid, signal.SIGKILL)
+        signal_group(started.pid, signal.SIGKILL)
         await started.wait()
         raise
     track_process_group(proc.pid)
@@ -677,13 +671,13 @@ def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
     if not groups:
         return
     for pgid in groups:
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while groups and time.monotonic() < deadline:
         time.sleep(0.01)
         groups = {g for g in groups if _group_alive(g)}
     for pgid in groups:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
 
 
 class _Output(asyncio.Protocol):

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
+from .._proc import signal_group
 from ..llm import Aborted
 from ..loop import ToolContext, ToolResult
 from ..sandbox import tool_environment
@@ -271,10 +271,7 @@ class _Child:
         if kill and proc.returncode is None:
             # os.killpg, not proc.kill: Popen.send_signal would reap the process behind
             # the child watcher's back.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(proc.pid)
         try:
             await proc.wait()
         finally:
