@@ -77,26 +77,6 @@ if TYPE_CHECKING:
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
 
-SECRET_NAME_PATTERNS: tuple[str, ...] = (
-    "*_API_KEY",
-    "*_APIKEY",
-    "*_TOKEN",
-    "*_TOKENS",
-    "*SECRET*",
-    "*PASSWORD*",
-    "*PASSWD*",
-    "*_ACCESS_KEY*",
-    "*_PRIVATE_KEY*",
-    "*_CREDENTIALS",
-    "AWS_*",
-)
-"""``fnmatch`` patterns (matched against the upper-cased name) of variables never passed on."""
-
-SECRET_NAMES: frozenset[str] = frozenset(
-    {"API_KEY", "APIKEY", "TOKEN", "PASSWORD", "DATABASE_URL", "GOOGLE_APPLICATION_CREDENTIALS", "NETRC"}
-)
-"""Variable names (upper-case) never passed on, besides :data:`SECRET_NAME_PATTERNS`."""
-
 _DESCRIPTION = """Run a shell command with bash in the workspace and return its output.
 
 stdout and stderr are merged. The command runs in the workspace root unless `cwd` is \
@@ -165,21 +145,19 @@ def scrub_environment(
 ) -> dict[str, str]:
     """A copy of ``env`` without variables that look like secrets.
 
-    A name is dropped when, upper-cased, it is in :data:`SECRET_NAMES` or ``extra_names``,
-    matches one of :data:`SECRET_NAME_PATTERNS` or ``extra_patterns`` (``fnmatch``) or is
-    a conventional secret name (:func:`ketch.sandbox.is_secret_name`: ``*_KEY``,
-    ``*_PAT``, ``*_TOKEN``, …); a value holding a URL with a password is dropped too.
-    Prefer :func:`ketch.sandbox.tool_environment`, which starts from an allow-list.
+    A name is dropped when it is a conventional secret name or in ``extra_names``
+    (:func:`ketch.sandbox.is_secret_name`: ``*_KEY``, ``*_PAT``, ``*_TOKEN``, …), or when,
+    upper-cased, it matches one of ``extra_patterns`` (``fnmatch``); a value holding a URL
+    with a password is dropped too. Prefer :func:`ketch.sandbox.tool_environment`, which
+    starts from an allow-list.
     """
     extra = tuple(extra_names)
-    names = SECRET_NAMES | {n.upper() for n in extra}
-    patterns = SECRET_NAME_PATTERNS + tuple(p.upper() for p in extra_patterns)
+    patterns = tuple(p.upper() for p in extra_patterns)
     return {
         key: value
         for key, value in env.items()
-        if key.upper() not in names
+        if not is_secret_name(key, extra)
         and not any(fnmatch.fnmatchcase(key.upper(), p) for p in patterns)
-        and not is_secret_name(key, extra)
         and not has_url_password(value)
     }
 
