@@ -19,7 +19,7 @@ SRC = Path(ketch.__file__).parent
 # What each layer may import of ketch (parts not listed may import any part but cli).
 ALLOWED: dict[str, set[str]] = {
     "lazy": set(),  # the PEP 562 helper of the package faces
-    "proc": set(),  # process-group signalling of the tools, hooks and tasks
+    "proc": set(),  # process groups of the tools, hooks and tasks
     "schema": set(),
     "sandbox": set(),
     "shell": set(),

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .._proc import signal_group
+from .._proc import spawn_group, stop_group
 from ._spec import HookSpec
 
 MAX_TEXT = 10_000
@@ -108,25 +108,12 @@ def _from_stdout(event: str, stdout: str) -> HookResult:
     return HookResult()
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    """Kill the hook's process group and reap it, reading its pipes to their end so the
-    transport closes (bounded: a process that left the group may hold a pipe open)."""
-    signal_group(proc.pid)
-    try:
-        async with asyncio.timeout(5.0):
-            await proc.communicate()
-    except (TimeoutError, OSError, ValueError):
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()
-
-
 async def _run_command(
     spec: HookSpec, payload: bytes, cwd: str, env: Mapping[str, str], event: str
 ) -> HookRun:
     assert isinstance(spec.handler, str)
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
+    try:
+        proc = await spawn_group(
             "/bin/sh",
             "-c",
             spec.handler,
@@ -135,30 +122,17 @@ async def _run_command(
             stderr=asyncio.subprocess.PIPE,
             cwd=cwd,
             env=dict(env),
-            start_new_session=True,
         )
-    )
-    try:
-        proc = await asyncio.shield(spawn)
     except OSError as exc:
         return HookRun(spec, error=f"could not start: {exc.strerror or exc}")
-    except asyncio.CancelledError:
-        # Cancelled while the process was being started: it may be running already, and
-        # nothing else knows about it. Stop it, then go on cancelling.
-        try:
-            started = await spawn
-        except OSError:
-            raise asyncio.CancelledError from None
-        await _stop(started)
-        raise
     try:
         async with asyncio.timeout(spec.timeout):
             out, err = await proc.communicate(payload)
     except TimeoutError:
-        await _stop(proc)
+        await stop_group(proc)
         return HookRun(spec, error=f"timed out after {spec.timeout:g}s and was stopped")
     except BaseException:  # cancelled (the run was aborted): stop the hook, then go on cancelling
-        await _stop(proc)
+        await stop_group(proc)
         raise
     code = proc.returncode
     stderr = err.decode(errors="replace")

@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._proc import signal_group
+from .._proc import signal_group, spawn_group
 from .._shell import matching_paren
 from ..llm import Aborted, AbortSignal
 from ..loop import Tool, ToolContext, ToolResult
@@ -600,18 +600,8 @@ def track_process_group(pgid: int) -> None:
 async def start_process_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
     """``asyncio.create_subprocess_exec(*argv, **kwargs)`` in a new session, tracked (see
     :func:`track_process_group`). A cancellation that arrives while the process is being
-    started does not leave it running unseen: its group is killed and reaped first."""
-    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, start_new_session=True, **kwargs))
-    try:
-        proc = await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        try:
-            started = await spawn
-        except OSError:
-            raise asyncio.CancelledError from None
-        signal_group(started.pid, signal.SIGKILL)
-        await started.wait()
-        raise
+    started does not leave it running unseen (:func:`ketch._proc.spawn_group`)."""
+    proc = await spawn_group(*argv, **kwargs)
     track_process_group(proc.pid)
     return proc
 
