@@ -56,8 +56,11 @@ class Env:
             timeout=60,
         )
 
-    def popen(self, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        """Start ``python -m ketch *args`` with pipes."""
+    def popen(self, *args: str, extra: dict[str, str] | None = None, nohup: bool = False) -> subprocess.Popen[str]:
+        """Start ``python -m ketch *args`` with pipes; with ``nohup`` SIGHUP is ignored in
+        it from the start, as under ``nohup``."""
+        import signal
+
         env = dict(self.vars, **(extra or {}))
         return subprocess.Popen(
             [sys.executable, "-m", "ketch", *args],
@@ -67,6 +70,7 @@ class Env:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None,
         )
 
 

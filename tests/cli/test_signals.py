@@ -145,6 +145,21 @@ def test_headless_hangup_kills_the_tool_processes(env: Env, children: list[int],
     _assert_gone(pid)
 
 
+def test_headless_under_nohup_a_hangup_is_ignored(env: Env, children: list[int]) -> None:
+    # SIGHUP is ignored from the start (nohup): ketch leaves it so, and the SIGINT sent
+    # after it aborts the run (130); a handled hangup would have exited with 129 first.
+    proc = env.popen("run", "--permission-mode", "bypass", "--model", f"scripted:{_script(env)}", "go", nohup=True)
+    try:
+        pid = _child_pid(env, _pause, children)
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGINT)
+        assert _wait(proc) == 130
+    finally:
+        proc.kill()
+        proc.communicate()
+    _assert_gone(pid)
+
+
 def test_headless_normal_exit_kills_processes_left_in_the_background(
     env: Env, children: list[int], sandboxed: bool
 ) -> None:
