@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from ketch._proc import live_process_groups
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext, ToolResult
 from ketch.tools import GrepTool, Workspace
-from ketch.tools._bash import live_process_groups
 from support import running
 
 RG = shutil.which("rg")

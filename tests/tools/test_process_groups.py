@@ -9,10 +9,11 @@ import os
 import signal
 from pathlib import Path
 
+from ketch._proc import kill_process_groups, live_process_groups, spawn_group
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
 from ketch.tools import Workspace
-from ketch.tools._bash import BashTool, kill_process_groups, live_process_groups, start_process_group
+from ketch.tools._bash import BashTool
 from support import running
 
 
@@ -81,7 +82,7 @@ def _with_token(token: str) -> list[int]:
 
 async def test_a_cancellation_while_the_process_starts_leaves_nothing_running(tmp_path: Path) -> None:
     token = f"ketch-start-race-{os.getpid()}-{tmp_path.name}"
-    task = asyncio.create_task(start_process_group("/bin/sh", "-c", f"exec -a {token} sleep 1000"))
+    task = asyncio.create_task(spawn_group("/bin/sh", "-c", f"exec -a {token} sleep 1000"))
     await asyncio.sleep(0)  # the process is spawned; its start is still being awaited
     task.cancel()
     try:

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._proc import kill_process_groups
 from ..llm._model import THINKING_LEVELS
 from ..loop import AgentEvent
 from ..permissions import Approval, PermissionRequest, parse_mode
-from ..tools._bash import kill_process_groups
 from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
 from ._factory import Built, build_agent, build_model, mcp_manager
 from ._headless import parse_answer

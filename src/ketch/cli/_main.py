@@ -429,7 +429,7 @@ def _end_tool_processes() -> None:
         return
     import signal
 
-    from ..tools._bash import kill_process_groups
+    from .._proc import kill_process_groups
 
     saved: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

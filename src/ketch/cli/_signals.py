@@ -35,7 +35,7 @@ def handle_signals(handlers: Mapping[signal.Signals, Callable[[], object]]) -> C
 def exit_now(code: int) -> NoReturn:
     """Leave the program at once with ``code``, after ending the tools' processes
     (a second Ctrl-C, a hangup): nothing a tool started outlives ketch."""
-    from ..tools._bash import kill_process_groups
+    from .._proc import kill_process_groups
 
     try:
         kill_process_groups(children=True)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .._proc import spawn_group, stop_group
+from .._proc import spawn_group, stop_group, untrack_process_group
 from ._spec import HookSpec
 
 MAX_TEXT = 10_000
@@ -134,6 +134,7 @@ async def _run_command(
     except BaseException:  # cancelled (the run was aborted): stop the hook, then go on cancelling
         await stop_group(proc)
         raise
+    untrack_process_group(proc.pid, unless_alive=True)
     code = proc.returncode
     stderr = err.decode(errors="replace")
     if code == 0:

@@ -25,7 +25,7 @@ A non-zero exit status, death by a signal, a timeout and an abort are results wi
 cancellation of the calling task, the whole process group gets SIGTERM, then SIGKILL
 after a short grace period. Background processes still holding the output pipe when
 the shell exits are left running, but the pipe is closed and their later output lost.
-Every command's process group is tracked until it is empty; :func:`kill_process_groups`
+Every command's process group is tracked until it is empty; :func:`ketch._proc.kill_process_groups`
 ends those still running (the ``ketch`` command calls it on every way out, so a second
 Ctrl-C or a closed terminal leaves no orphaned tool processes behind).
 
@@ -48,14 +48,13 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._proc import signal_group, spawn_group
+from .._proc import group_alive, signal_group, spawn_group, untrack_process_group
 from .._shell import matching_paren
 from ..llm import Aborted, AbortSignal
 from ..loop import Tool, ToolContext, ToolResult
@@ -516,48 +515,9 @@ def is_read_only_command(command: str) -> bool:
 # --- process handling ----------------------------------------------------------------
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is still running (zombies do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not sys.platform.startswith("linux"):
-        return True
-    stats = _proc_stats()
-    if stats is None:
-        return True
-    group = str(pgid).encode()
-    return any(fields[2] == group and fields[0] not in (b"Z", b"X") for _, fields in stats)
-
-
-def _proc_stats() -> list[tuple[str, list[bytes]]] | None:
-    """Each process's pid and the fields of ``/proc/PID/stat`` after its name (state,
-    parent, group, …); None when ``/proc`` cannot be read."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    found: list[tuple[str, list[bytes]]] = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2:
-            found.append((entry, fields))
-    return found
-
-
 async def _wait_group_gone(pgid: int, limit: float) -> bool:
     deadline = time.monotonic() + limit
-    while _group_alive(pgid):
+    while group_alive(pgid):
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.02)
@@ -576,76 +536,6 @@ async def _terminate_group(proc: asyncio.subprocess.Process, grace: float) -> No
     except asyncio.CancelledError:
         signal_group(pgid, signal.SIGKILL)
         raise
-
-
-# --- live process groups ---------------------------------------------------------------
-
-_LIVE_GROUPS: set[int] = set()
-
-
-def track_process_group(pgid: int) -> None:
-    """Remember the process group ``pgid`` (a tool's child started in a new session) so
-    that :func:`kill_process_groups` ends it when the program exits. Groups already gone
-    are forgotten on the way."""
-    for old in list(_LIVE_GROUPS):
-        try:
-            os.killpg(old, 0)
-        except ProcessLookupError:
-            _LIVE_GROUPS.discard(old)
-        except PermissionError:
-            pass
-    _LIVE_GROUPS.add(pgid)
-
-
-async def start_process_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
-    """``asyncio.create_subprocess_exec(*argv, **kwargs)`` in a new session, tracked (see
-    :func:`track_process_group`). A cancellation that arrives while the process is being
-    started does not leave it running unseen (:func:`ketch._proc.spawn_group`)."""
-    proc = await spawn_group(*argv, **kwargs)
-    track_process_group(proc.pid)
-    return proc
-
-
-def untrack_process_group(pgid: int) -> None:
-    """Forget the process group ``pgid`` (its processes have ended)."""
-    _LIVE_GROUPS.discard(pgid)
-
-
-def live_process_groups() -> frozenset[int]:
-    """The tracked process groups (see :func:`track_process_group`)."""
-    return frozenset(_LIVE_GROUPS)
-
-
-def _child_groups() -> set[int]:
-    """Process groups led by direct children of this process (Linux; else empty)."""
-    me = str(os.getpid()).encode()
-    return {int(pid) for pid, fields in _proc_stats() or () if fields[1] == me and fields[2] == pid.encode()}
-
-
-def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
-    """End every tracked process group: SIGTERM, then SIGKILL for whatever is still alive
-    after ``grace`` seconds. Synchronous and safe to call on any way out of a program
-    (the command line calls it before it exits, also on a second Ctrl-C or a hangup):
-    tools' processes run in sessions of their own, so nothing else would stop them.
-
-    ``children`` also ends the groups led by direct children of this process (on Linux),
-    which covers a tool process started but not yet tracked; only a program that owns all
-    its children (the ``ketch`` command) should ask for that.
-    """
-    groups = {g for g in _LIVE_GROUPS if _group_alive(g)}
-    _LIVE_GROUPS.clear()
-    if children:
-        groups |= _child_groups()
-    if not groups:
-        return
-    for pgid in groups:
-        signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while groups and time.monotonic() < deadline:
-        time.sleep(0.01)
-        groups = {g for g in groups if _group_alive(g)}
-    for pgid in groups:
-        signal_group(pgid, signal.SIGKILL)
 
 
 class _Output(asyncio.Protocol):
@@ -996,7 +886,7 @@ class BashTool(Tool):
         ws, timeout = self.workspace, limit
         read_fd, write_fd = os.pipe()
         try:
-            proc = await start_process_group(
+            proc = await spawn_group(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd, env=env
             )
         except OSError as exc:
@@ -1030,8 +920,7 @@ class BashTool(Tool):
             if not finished:
                 await _wait_closed(output, self.drain_timeout)
         finally:
-            if not _group_alive(proc.pid):
-                untrack_process_group(proc.pid)
+            untrack_process_group(proc.pid, unless_alive=True)
             transport.close()
             output.close_log()
             reporter.cancel()

@@ -33,11 +33,10 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
-from .._proc import signal_group
+from .._proc import signal_group, spawn_group, untrack_process_group
 from ..llm import Aborted
 from ..loop import ToolContext, ToolResult
 from ..sandbox import tool_environment
-from ._bash import start_process_group, untrack_process_group
 from ._grep_worker import walk
 from ._workspace import Workspace, WorkspaceTool, special_kind
 
@@ -244,7 +243,7 @@ _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grep_worker
 
 class _Child:
     """A search process in a session of its own, tracked so that the program's exit
-    (see :func:`ketch.tools._bash.kill_process_groups`) ends it too. It gets the scrubbed
+    (see :func:`ketch._proc.kill_process_groups`) ends it too. It gets the scrubbed
     :func:`~ketch.sandbox.tool_environment`, never the agent's keys."""
 
     __slots__ = ("proc",)
@@ -254,7 +253,7 @@ class _Child:
 
     @classmethod
     async def start(cls, argv: list[str], cwd: Path | None = None, stdin: bool = False) -> _Child:
-        proc = await start_process_group(
+        proc = await spawn_group(
             *argv,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

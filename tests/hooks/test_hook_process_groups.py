@@ -1,0 +1,57 @@
+"""White-box test: reads ketch._proc's registry of live process groups directly.
+
+A shell hook's process group is tracked like a tool's: forgotten once it is empty, kept
+while something the hook left behind still runs, so that the program's exit ends it."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from hookkit import runner, write_script
+from test_hook_robustness import agent_with, gone_soon
+
+from ketch._proc import kill_process_groups, live_process_groups
+from ketch.hooks import HookNotice
+from support import running
+
+# The group of the script's shell: field 5 of /proc/$$/stat (the name has no spaces).
+_GROUP = "read -r _ _ _ _ group _ < /proc/$$/stat\n"
+
+
+async def test_a_finished_hook_leaves_no_group_behind(tmp_path: Path) -> None:
+    hook = write_script(tmp_path, "quick.sh", f"{_GROUP}echo $group > {tmp_path / 'group'}\n")
+    notices: list[HookNotice] = []
+    hooks = runner(tmp_path, notices)
+    hooks.add("PreToolUse", hook)
+    calls: list[dict[str, Any]] = []
+    agent, _ = agent_with(hooks, calls)
+    result = await agent.prompt("list")
+    assert (notices, calls, result.end_reason) == ([], [{"command": "ls"}], "stop")
+    group = int((tmp_path / "group").read_text())
+    assert group not in live_process_groups()
+
+
+async def test_what_a_hook_leaves_running_is_ended_on_exit(tmp_path: Path) -> None:
+    body = f"{_GROUP}echo $group > {tmp_path / 'group'}\n(trap '' TERM; exec sleep 1000) > /dev/null 2>&1 &\necho $! > {tmp_path / 'pid'}\n"
+    hook = write_script(tmp_path, "spawn.sh", body)
+    notices: list[HookNotice] = []
+    hooks = runner(tmp_path, notices)
+    hooks.add("PreToolUse", hook)
+    calls: list[dict[str, Any]] = []
+    agent, _ = agent_with(hooks, calls)
+    result = await agent.prompt("list")
+    assert (notices, calls, result.end_reason) == ([], [{"command": "ls"}], "stop")
+    group = int((tmp_path / "group").read_text())
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        assert running(pid)
+        assert group in live_process_groups()  # the hook is done; its child still runs
+        kill_process_groups(grace=0.05)  # SIGTERM is ignored: SIGKILL ends it
+        assert gone_soon(pid)
+        assert group not in live_process_groups()
+    finally:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
