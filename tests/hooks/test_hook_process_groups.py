@@ -21,31 +21,27 @@ from support import running
 _GROUP = "read -r _ _ _ _ group _ < /proc/$$/stat\n"
 
 
-async def test_a_finished_hook_leaves_no_group_behind(tmp_path: Path) -> None:
-    hook = write_script(tmp_path, "quick.sh", f"{_GROUP}echo $group > {tmp_path / 'group'}\n")
+async def _run_hook(tmp_path: Path, body: str) -> int:
+    """Run a prompt with ``body`` as its PreToolUse shell hook; the hook's process group."""
     notices: list[HookNotice] = []
     hooks = runner(tmp_path, notices)
-    hooks.add("PreToolUse", hook)
+    hooks.add("PreToolUse", write_script(tmp_path, "hook.sh", f"{_GROUP}echo $group > {tmp_path / 'group'}\n{body}"))
     calls: list[dict[str, Any]] = []
     agent, _ = agent_with(hooks, calls)
     result = await agent.prompt("list")
     assert (notices, calls, result.end_reason) == ([], [{"command": "ls"}], "stop")
-    group = int((tmp_path / "group").read_text())
+    return int((tmp_path / "group").read_text())
+
+
+async def test_a_finished_hook_leaves_no_group_behind(tmp_path: Path) -> None:
+    group = await _run_hook(tmp_path, "exit 0\n")
     assert group not in live_process_groups()
 
 
 async def test_what_a_hook_leaves_running_is_ended_on_exit(tmp_path: Path) -> None:
-    body = f"{_GROUP}echo $group > {tmp_path / 'group'}\n(trap '' TERM; exec sleep 1000) > /dev/null 2>&1 &\necho $! > {tmp_path / 'pid'}\n"
-    hook = write_script(tmp_path, "spawn.sh", body)
-    notices: list[HookNotice] = []
-    hooks = runner(tmp_path, notices)
-    hooks.add("PreToolUse", hook)
-    calls: list[dict[str, Any]] = []
-    agent, _ = agent_with(hooks, calls)
-    result = await agent.prompt("list")
-    assert (notices, calls, result.end_reason) == ([], [{"command": "ls"}], "stop")
-    group = int((tmp_path / "group").read_text())
-    pid = int((tmp_path / "pid").read_text())
+    pid_file = tmp_path / "pid"
+    group = await _run_hook(tmp_path, f"(trap '' TERM; exec sleep 1000) > /dev/null 2>&1 &\necho $! > {pid_file}\n")
+    pid = int(pid_file.read_text())
     try:
         assert running(pid)
         assert group in live_process_groups()  # the hook is done; its child still runs
