@@ -15,13 +15,16 @@ import statistics
 import time
 from typing import Any
 
-from ketch import Agent, Tool
+from ketch import Agent
+from ketch import Tool
 from ketch.context import Compactor
 from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm import ToolCall, Usage
+from ketch.llm import ToolCall
+from ketch.llm import Usage
 from ketch.llm._tokens import estimate_message_tokens
 from ketch.loop import ContextRequest
-from ketch.testing import FunctionModel, Reply
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
 
 TURNS = 2000
 WINDOW = 32_000

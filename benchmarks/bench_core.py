@@ -16,9 +16,19 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ketch import Agent, Conversation, LoopConfig, Tool, run_loop
-from ketch.llm import MessageBuilder, Request, StreamEvent, StreamOptions, Usage
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch import Agent
+from ketch import Conversation
+from ketch import LoopConfig
+from ketch import Tool
+from ketch import run_loop
+from ketch.llm import MessageBuilder
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import Usage
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 TURNS = 2000
 REPEATS = 5

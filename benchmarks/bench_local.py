@@ -32,7 +32,9 @@ import sys
 import time
 from typing import Any
 
-from ketch.llm import Request, StreamOptions, UserMessage
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import UserMessage
 from ketch.llm._providers import local
 
 PROMPT = "Write a long story about a dragon who learns to read."

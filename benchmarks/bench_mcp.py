@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ketch.llm import AbortSignal
-from ketch.loop import Tool, ToolContext
-from ketch.mcp import MCPManager, load_mcp_json
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.mcp import MCPManager
+from ketch.mcp import load_mcp_json
 from ketch.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent

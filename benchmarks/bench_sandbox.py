@@ -16,8 +16,10 @@ from pathlib import Path
 
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
-from ketch.sandbox import default_sandbox, sandbox_unavailable_reason
-from ketch.tools import BashTool, Workspace
+from ketch.sandbox import default_sandbox
+from ketch.sandbox import sandbox_unavailable_reason
+from ketch.tools import BashTool
+from ketch.tools import Workspace
 
 RUNS = 50
 WARMUP = 3

@@ -14,14 +14,23 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ketch import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, message_to_dict
-from ketch.sessions import Entry, JsonlStore, SessionStore, SqliteStore
+from ketch import AssistantMessage
+from ketch import TextContent
+from ketch import ToolCall
+from ketch import ToolResultMessage
+from ketch import UserMessage
+from ketch import message_to_dict
+from ketch.sessions import Entry
+from ketch.sessions import JsonlStore
+from ketch.sessions import SessionStore
+from ketch.sessions import SqliteStore
 
 MESSAGES = 10_000
 RUNS = 5
@@ -165,7 +174,8 @@ def _tool_turns(turns: int) -> Any:
 async def _run_cost(make: Callable[[Path], SessionStore] | None) -> tuple[float, int]:
     """Seconds per committed message of a 2,000-tool-turn Agent run, with a session on
     ``make``'s store (None: no session), and the messages committed."""
-    from ketch import Agent, Tool
+    from ketch import Agent
+    from ketch import Tool
     from ketch.sessions import Session
 
     noop = Tool("noop", "Does nothing.", {"type": "object", "properties": {}}, _noop)

@@ -18,14 +18,22 @@ import asyncio
 import platform
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 from ketch import Agent
-from ketch.llm import AbortSignal, Request, StreamOptions
-from ketch.loop import Tool, ToolContext
-from ketch.subagents import Subagents, SubagentSpec
-from ketch.testing import FunctionModel, Reply, reply, tool_call
+from ketch.llm import AbortSignal
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.subagents import Subagents
+from ketch.subagents import SubagentSpec
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 RUNS = 500
 WARMUP = 50

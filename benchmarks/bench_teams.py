@@ -23,10 +23,16 @@ import time
 import tracemalloc
 from typing import Any
 
-from ketch import Agent, Tool
-from ketch.llm import Request, StreamOptions, ToolResultMessage
+from ketch import Agent
+from ketch import Tool
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import ToolResultMessage
 from ketch.teams import Team
-from ketch.testing import FunctionModel, Reply, reply, tool_call
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 ROUND_TRIPS = 400
 WARMUP = 40

@@ -40,12 +40,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio import activity
+from temporalio import workflow
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -69,7 +71,8 @@ async def add(a: int, b: int) -> int:
 
 def agent() -> Any:
     """The benchmark's durable agent (its model points at ``$BENCH_LLM_URL``)."""
-    from ketch import get_model, tool
+    from ketch import get_model
+    from ketch import tool
     from ketch.temporal import DurableAgent
 
     url = os.environ.get("BENCH_LLM_URL", "http://127.0.0.1:9/v1")
@@ -173,7 +176,9 @@ async def _durable_run(client: Any, bench: Any, queue: str) -> None:
 
 async def _inprocess(runs: int, concurrent: bool) -> float:
     """Seconds for ``runs`` in-process runs of the same task (one after another, or all at once)."""
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=os.environ["BENCH_LLM_URL"], api_key="x")
     add_tool = tool(name="add")(add)
@@ -232,7 +237,8 @@ async def _measure_ketch(args: argparse.Namespace, counts: list[int], env: dict[
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from ketch.temporal import DevServer, build_worker
+    from ketch.temporal import DevServer
+    from ketch.temporal import build_worker
 
     out: dict[str, Any] = {}
     bench = agent()

@@ -27,16 +27,23 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio import activity
+from temporalio import workflow
 
 # Tracing would export to OpenAI's platform; ketch's runs export nothing either.
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 with workflow.unsafe.imports_passed_through():
-    from agents import Agent, Model, ModelProvider, OpenAIChatCompletionsModel, Runner, function_tool
+    from agents import Agent
+    from agents import Model
+    from agents import ModelProvider
+    from agents import OpenAIChatCompletionsModel
+    from agents import Runner
+    from agents import function_tool
     from openai import AsyncOpenAI
     from suite import script
-    from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+    from temporalio.openai_agents import ModelActivityParameters
+    from temporalio.openai_agents import OpenAIAgentsPlugin
     from temporalio.openai_agents.workflow import activity_as_tool
 
 WORKFLOW = "oai-bench"

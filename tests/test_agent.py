@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 
 from ketch import Agent
-from ketch.llm import AssistantMessage, ImageContent, TextContent, ToolResultMessage, UserMessage
+from ketch.llm import AssistantMessage
+from ketch.llm import ImageContent
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
 from ketch.loop import Tool
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import describe
 
 

@@ -6,10 +6,16 @@ from __future__ import annotations
 
 from typing import get_args
 
-from ketch.cli._wire import OUTPUT_FORMATS, OutputFormat
-from ketch.llm._model import THINKING_LEVELS, TOOL_CHOICE_MODES, ThinkingLevel, ToolChoiceMode
-from ketch.llm._providers.anthropic import _CACHE_RETENTIONS, CacheRetention
-from ketch.permissions import PERMISSION_MODES, PermissionMode
+from ketch.cli._wire import OUTPUT_FORMATS
+from ketch.cli._wire import OutputFormat
+from ketch.llm._model import THINKING_LEVELS
+from ketch.llm._model import TOOL_CHOICE_MODES
+from ketch.llm._model import ThinkingLevel
+from ketch.llm._model import ToolChoiceMode
+from ketch.llm._providers.anthropic import _CACHE_RETENTIONS
+from ketch.llm._providers.anthropic import CacheRetention
+from ketch.permissions import PERMISSION_MODES
+from ketch.permissions import PermissionMode
 
 
 def test_thinking_levels_are_the_literal_in_order_of_effort() -> None:

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 from . import script
-from .impls import CALLS, SETUPS
+from .impls import CALLS
+from .impls import SETUPS
 
 
 def _cpu() -> tuple[float, float]:

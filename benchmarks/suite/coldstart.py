@@ -21,7 +21,9 @@ def main() -> None:
     """Command line entry point."""
     url, t0 = sys.argv[1], float(sys.argv[2])
     import ketch
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
 
     t_import = time.monotonic()
     marks: dict[str, float] = {}

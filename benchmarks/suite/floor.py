@@ -8,7 +8,9 @@ so the lowest CPU cost a Python client of this protocol can expect.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp

@@ -38,7 +38,11 @@ WARMUP = 3
 
 def transcript(n: int) -> list[Any]:
     """``n`` messages: exchanges of prompt, tool call, tool result, answer."""
-    from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+    from ketch.llm import AssistantMessage
+    from ketch.llm import TextContent
+    from ketch.llm import ToolCall
+    from ketch.llm import ToolResultMessage
+    from ketch.llm import UserMessage
 
     out: list[Any] = []
     i = 0
@@ -129,7 +133,8 @@ async def run(url_base: str) -> dict[str, Any]:
     machine does not fall on one size only); ratios against the smallest."""
     import aiohttp
 
-    from ketch import Agent, tool
+    from ketch import Agent
+    from ketch import tool
 
     from .impls import add_numbers
 

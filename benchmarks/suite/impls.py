@@ -11,7 +11,8 @@ answer of 300 streamed chunks — and returns ``(final_text, tool_calls_seen)``;
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 from . import script
@@ -44,7 +45,9 @@ async def setup_floor(url: str) -> tuple[RunOnce, Close]:
 # -- (2) ketch ----------------------------------------------------------------------------------
 async def setup_ketch(url: str) -> tuple[RunOnce, Close]:
     """ketch's ``Agent`` with the OpenAI Chat Completions adapter pointed at the server."""
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
     from ketch.llm import close_session
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
@@ -61,7 +64,9 @@ async def setup_ketch(url: str) -> tuple[RunOnce, Close]:
 
 async def setup_ketch_anthropic(url: str) -> tuple[RunOnce, Close]:
     """ketch with the Anthropic Messages adapter pointed at the server."""
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
     from ketch.llm import close_session
 
     model = get_model("anthropic:claude-sonnet-4-5", base_url=url, api_key="x")
@@ -80,7 +85,11 @@ async def setup_ketch_anthropic(url: str) -> tuple[RunOnce, Close]:
 async def setup_openai_agents(url: str) -> tuple[RunOnce, Close]:
     """OpenAI Agents SDK: ``OpenAIChatCompletionsModel`` on an ``AsyncOpenAI`` client
     pointed at the server, tracing disabled, ``Runner.run_streamed``."""
-    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from agents import Agent
+    from agents import OpenAIChatCompletionsModel
+    from agents import Runner
+    from agents import function_tool
+    from agents import set_tracing_disabled
     from agents.items import ToolCallItem
     from openai import AsyncOpenAI
 
@@ -103,7 +112,8 @@ async def setup_openai_agents(url: str) -> tuple[RunOnce, Close]:
 async def setup_pydantic_ai(url: str) -> tuple[RunOnce, Close]:
     """Pydantic AI: ``OpenAIChatModel`` with an ``OpenAIProvider`` pointed at the server;
     ``agent.run`` with an event stream handler, so model responses stream."""
-    from pydantic_ai import Agent, Tool
+    from pydantic_ai import Agent
+    from pydantic_ai import Tool
     from pydantic_ai.messages import ToolReturnPart
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider

@@ -53,7 +53,9 @@ def open_fds() -> tuple[int, int]:
 
 async def concurrent_runs(url: str, n: int) -> dict[str, Any]:
     """``n`` concurrent ketch runs of the benchmark task; figures and checks."""
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
     from ketch.llm import close_session
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
@@ -146,7 +148,9 @@ async def concurrent_runs(url: str, n: int) -> dict[str, Any]:
 
 def idle_agents(n: int) -> dict[str, Any]:
     """Memory of ``n`` idle ``Agent`` objects sharing one model and one tool."""
-    from ketch import Agent, get_model, tool
+    from ketch import Agent
+    from ketch import get_model
+    from ketch import tool
 
     from .impls import add_numbers
 

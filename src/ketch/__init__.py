@@ -15,56 +15,55 @@ The public API, kept small::
 Provider adapters, the HTTP client and the built-in tools load on first use.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ._agent import Agent, AgentSession, AgentState
-from .llm import (
-    AbortSignal,
-    AssistantMessage,
-    CustomMessage,
-    ImageContent,
-    Message,
-    Model,
-    ModelError,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    complete,
-    message_from_dict,
-    message_to_dict,
-    messages_from_json,
-    messages_to_json,
-)
-from .loop import (
-    AgentEvent,
-    Conversation,
-    Guardrail,
-    GuardrailResult,
-    LoopConfig,
-    Phase,
-    RunError,
-    RunResult,
-    RunState,
-    StopDecision,
-    Tool,
-    ToolContext,
-    ToolResult,
-    UsageLimits,
-    approve,
-    continue_loop,
-    deny,
-    edit,
-    input_guardrail,
-    output_guardrail,
-    run_loop,
-    stop_after_tool,
-    tool_guardrail,
-)
+from ._agent import Agent
+from ._agent import AgentSession
+from ._agent import AgentState
+from .llm import AbortSignal
+from .llm import AssistantMessage
+from .llm import CustomMessage
+from .llm import ImageContent
+from .llm import Message
+from .llm import Model
+from .llm import ModelError
+from .llm import Request
+from .llm import StreamOptions
+from .llm import TextContent
+from .llm import ThinkingContent
+from .llm import ToolCall
+from .llm import ToolResultMessage
+from .llm import Usage
+from .llm import UserMessage
+from .llm import complete
+from .llm import message_from_dict
+from .llm import message_to_dict
+from .llm import messages_from_json
+from .llm import messages_to_json
+from .loop import AgentEvent
+from .loop import Conversation
+from .loop import Guardrail
+from .loop import GuardrailResult
+from .loop import LoopConfig
+from .loop import Phase
+from .loop import RunError
+from .loop import RunResult
+from .loop import RunState
+from .loop import StopDecision
+from .loop import Tool
+from .loop import ToolContext
+from .loop import ToolResult
+from .loop import UsageLimits
+from .loop import approve
+from .loop import continue_loop
+from .loop import deny
+from .loop import edit
+from .loop import input_guardrail
+from .loop import output_guardrail
+from .loop import run_loop
+from .loop import stop_after_tool
+from .loop import tool_guardrail
 
 if TYPE_CHECKING:
     from .llm._resolve import get_model

@@ -14,48 +14,70 @@ import dataclasses
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Generic
+from typing import Literal
+from typing import Protocol
+from typing import TypeAlias
 
-from .llm._messages import (
-    AssistantMessage,
-    Cost,
-    ImageContent,
-    Message,
-    TextContent,
-    Usage,
-    UserMessage,
-)
-from .llm._model import Model, StreamOptions, ThinkingLevel, ToolSpec
+from .llm._messages import AssistantMessage
+from .llm._messages import Cost
+from .llm._messages import ImageContent
+from .llm._messages import Message
+from .llm._messages import TextContent
+from .llm._messages import Usage
+from .llm._messages import UserMessage
+from .llm._model import Model
+from .llm._model import StreamOptions
+from .llm._model import ThinkingLevel
+from .llm._model import ToolSpec
 from .llm._signal import AbortSignal
 from .llm._tokens import ContextUsage
-from .loop._config import (
-    LENGTH_RECOVERY_PROMPT,
-    AfterToolCallResult,
-    BeforeToolCallResult,
-    ContextManager,
-    ContextRequest,
-    Conversation,
-    LoopConfig,
-    MaybeAwaitable,
-    Middleware,
-    NextTurn,
-    Projection,
-    StopDecision,
-    StopInfo,
-    ToolCallInfo,
-    TurnInfo,
-    UsageLimits,
-)
-from .loop._events import AgentEvent, MessageUpdate, RunResult
+from .loop._config import LENGTH_RECOVERY_PROMPT
+from .loop._config import AfterToolCallResult
+from .loop._config import BeforeToolCallResult
+from .loop._config import ContextManager
+from .loop._config import ContextRequest
+from .loop._config import Conversation
+from .loop._config import LoopConfig
+from .loop._config import MaybeAwaitable
+from .loop._config import Middleware
+from .loop._config import NextTurn
+from .loop._config import Projection
+from .loop._config import StopDecision
+from .loop._config import StopInfo
+from .loop._config import ToolCallInfo
+from .loop._config import TurnInfo
+from .loop._config import UsageLimits
+from .loop._events import AgentEvent
+from .loop._events import MessageUpdate
+from .loop._events import RunResult
 from .loop._guardrails import Guardrail
-from .loop._phase import Phase, PhaseKind
-from .loop._run import RunStream, check_resume, continue_loop, llm_messages, resume_loop, run_loop
-from .loop._state import Decision, RunState
-from .loop._tool import Deps, Tool, ToolResult
+from .loop._phase import Phase
+from .loop._phase import PhaseKind
+from .loop._run import RunStream
+from .loop._run import check_resume
+from .loop._run import continue_loop
+from .loop._run import llm_messages
+from .loop._run import resume_loop
+from .loop._run import run_loop
+from .loop._state import Decision
+from .loop._state import RunState
+from .loop._tool import Deps
+from .loop._tool import Tool
+from .loop._tool import ToolResult
 
 if TYPE_CHECKING:
-    from .loop._output import OutputMode, OutputRun, OutputStream, OutputValidator
+    from .loop._output import OutputMode
+    from .loop._output import OutputRun
+    from .loop._output import OutputStream
+    from .loop._output import OutputValidator
 
 log = logging.getLogger("ketch._agent")
 
@@ -571,7 +593,8 @@ class Agent(Generic[Deps]):
         output = self._output_run()
         if output is None:
             raise ValueError("stream_output() needs an agent with an output_type")
-        from .loop._output import OutputStream, PartialOutput
+        from .loop._output import OutputStream
+        from .loop._output import PartialOutput
 
         return OutputStream(lambda: self.prompt(input, images=images), self.subscribe, self.abort, PartialOutput(output))
 

@@ -16,28 +16,30 @@ import asyncio
 import inspect
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeAlias
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import Any
+from typing import TypeAlias
 
 import msgspec
 
-from .llm import (
-    DEFAULT_CONTEXT_WINDOW,
-    AssistantMessage,
-    Message,
-    MessageBuilder,
-    Request,
-    StopReason,
-    StreamEvent,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    guard_stream,
-    scrub_surrogates,
-)
+from .llm import DEFAULT_CONTEXT_WINDOW
+from .llm import AssistantMessage
+from .llm import Message
+from .llm import MessageBuilder
+from .llm import Request
+from .llm import StopReason
+from .llm import StreamEvent
+from .llm import StreamOptions
+from .llm import TextContent
+from .llm import ThinkingContent
+from .llm import ToolCall
+from .llm import ToolSpec
+from .llm import Usage
+from .llm import guard_stream
+from .llm import scrub_surrogates
 
 __all__ = [
     "FunctionModel",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 
-from .snapshot import SNAPSHOT, snapshot
+from .snapshot import SNAPSHOT
+from .snapshot import snapshot
 
 
 def test_public_api_matches_the_released_snapshot() -> None:

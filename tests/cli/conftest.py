@@ -6,7 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import Env, FakeServer, Terminal, make_env
+from clihelp import Env
+from clihelp import FakeServer
+from clihelp import Terminal
+from clihelp import make_env
 
 
 @pytest.fixture

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clihelp import Env, FakeServer, call_reply, text_reply
+from clihelp import Env
+from clihelp import FakeServer
+from clihelp import call_reply
+from clihelp import text_reply
 
 TRACEBACK = "Traceback"
 

@@ -10,15 +10,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clihelp import Env, Terminal, call_reply, lines, shape, text_reply
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import lines
+from clihelp import shape
+from clihelp import text_reply
 
 from ketch.cli._config import Settings
-from ketch.cli._factory import build_agent, context_reserve
+from ketch.cli._factory import build_agent
+from ketch.cli._factory import context_reserve
 from ketch.cli._interactive import Session
 from ketch.cli._render import EventRenderer
-from ketch.context import Compactor, ContextSummary
+from ketch.context import Compactor
+from ketch.context import ContextSummary
 from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm._messages import UserMessage, message_text
+from ketch.llm._messages import UserMessage
+from ketch.llm._messages import message_text
 from ketch.llm._providers.local import LocalModel
 from ketch.testing import ScriptedModel
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clihelp import Env, FakeServer, Terminal, call_reply, lines
+from clihelp import Env
+from clihelp import FakeServer
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import lines
 
 from ketch.llm._registry import lookup
 

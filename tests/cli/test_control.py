@@ -10,7 +10,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from clihelp import Env, call_reply, shape, text_reply
+from clihelp import Env
+from clihelp import call_reply
+from clihelp import shape
+from clihelp import text_reply
 
 TIMEOUT = 60  # a guard against a hung child only; nothing waits on time
 

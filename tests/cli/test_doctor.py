@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from clihelp import Env, FakeServer
+from clihelp import Env
+from clihelp import FakeServer
 
 
 def _rows(stdout: str) -> dict[str, tuple[str, str]]:

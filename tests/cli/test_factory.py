@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ketch.cli._config import Settings, load_settings, redact
+from ketch.cli._config import Settings
+from ketch.cli._config import load_settings
+from ketch.cli._config import redact
 from ketch.cli._factory import build_agent
 from ketch.cli._headless import parse_answer
-from ketch.cli._render import MarkdownStream, tool_summary
+from ketch.cli._render import MarkdownStream
+from ketch.cli._render import tool_summary
 from ketch.permissions import Approval
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 async def test_tool_choice_applies_to_the_first_call_of_each_run(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ketch.cli._config import Settings
-from ketch.cli._factory import build_agent, default_system_prompt, embedded_system_prompt
+from ketch.cli._factory import build_agent
+from ketch.cli._factory import default_system_prompt
+from ketch.cli._factory import embedded_system_prompt
 from ketch.llm._providers.local import LocalModel
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from clihelp import Env, call_reply, lines, shape, text_reply
+from clihelp import Env
+from clihelp import call_reply
+from clihelp import lines
+from clihelp import shape
+from clihelp import text_reply
 
-from ketch.permissions import RULE_FORMS, args_digest
+from ketch.permissions import RULE_FORMS
+from ketch.permissions import args_digest
 
 DENIED_WRITE = (
     "Permission denied: write needs the user's approval, but this run is non-interactive "

@@ -7,12 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
-from clihelp import Env, Terminal
+from clihelp import Env
+from clihelp import Terminal
 
 from ketch.cli._config import Settings
 from ketch.cli._factory import build_agent
-from ketch.cli._instructions import HEADER, MAX_FILE_BYTES, MAX_IMPORT_DEPTH, load_instructions
-from ketch.llm import SystemBlock, SystemPrompt
+from ketch.cli._instructions import HEADER
+from ketch.cli._instructions import MAX_FILE_BYTES
+from ketch.cli._instructions import MAX_IMPORT_DEPTH
+from ketch.cli._instructions import load_instructions
+from ketch.llm import SystemBlock
+from ketch.llm import SystemPrompt
 from ketch.testing import ScriptedModel
 
 

@@ -12,10 +12,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from clihelp import Env, Terminal, call_reply, text_reply
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import text_reply
 from rich.cells import cell_len
 
-from ketch.cli._interactive import banner, shorten_path
+from ketch.cli._interactive import banner
+from ketch.cli._interactive import shorten_path
 
 
 def _start(env: Env, terminals: list[Terminal], script: str, *args: str) -> Terminal:

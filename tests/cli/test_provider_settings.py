@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ketch.cli._config import ConfigError, load_settings
+from ketch.cli._config import ConfigError
+from ketch.cli._config import load_settings
 from ketch.cli._factory import build_model
 from ketch.llm import _registry as registry
 

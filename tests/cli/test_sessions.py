@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clihelp import Env, FakeServer, call_reply, lines, text_reply
+from clihelp import Env
+from clihelp import FakeServer
+from clihelp import call_reply
+from clihelp import lines
+from clihelp import text_reply
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
 

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clihelp import Env, Terminal, call_reply, text_reply
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import text_reply
 
 
 @pytest.fixture(autouse=True)

@@ -16,11 +16,16 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clihelp import Env, Terminal, call_reply, lines, text_reply
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import lines
+from clihelp import text_reply
 
 from support import running
 

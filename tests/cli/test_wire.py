@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from ketch.cli._wire import encode_event, encode_line
-from ketch.llm import MessageBuilder, StreamEvent
+from ketch.cli._wire import encode_event
+from ketch.cli._wire import encode_line
+from ketch.llm import MessageBuilder
+from ketch.llm import StreamEvent
 from ketch.loop import MessageUpdate
 
 

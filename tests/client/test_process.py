@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ketch.client import Process, ProcessError
+from ketch.client import Process
+from ketch.client import ProcessError
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 GUARD = 60  # against a hung child only; nothing waits on time

@@ -23,27 +23,36 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
-from loopback import LoopbackServer, json_reply
-from test_handoff_matrix import (
-    ANTHROPIC,
-    CHAT,
-    GEMINI,
-    PROTOCOLS,
-    RESPONSES,
-    SYSTEM,
-    VALIDATORS,
-    WEATHER,
-    WEATHER_SCHEMA,
-    WIRES,
-    Call,
-    call_ids,
-)
+from loopback import LoopbackServer
+from loopback import json_reply
+from test_handoff_matrix import ANTHROPIC
+from test_handoff_matrix import CHAT
+from test_handoff_matrix import GEMINI
+from test_handoff_matrix import PROTOCOLS
+from test_handoff_matrix import RESPONSES
+from test_handoff_matrix import SYSTEM
+from test_handoff_matrix import VALIDATORS
+from test_handoff_matrix import WEATHER
+from test_handoff_matrix import WEATHER_SCHEMA
+from test_handoff_matrix import WIRES
+from test_handoff_matrix import Call
+from test_handoff_matrix import call_ids
 
-from ketch.context import Compactor, ContextSummary
+from ketch.context import Compactor
+from ketch.context import ContextSummary
 from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm import Message, Request, StreamOptions, ToolCall, ToolResultMessage, UserMessage
+from ketch.llm import Message
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
 from ketch.llm._tokens import estimate_message_tokens
-from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import run_loop
 from ketch.testing import FunctionModel
 
 SUMMARY = "## Goal\nWeather for Paris, Oslo, Rome and Lima.\n\n## Progress\n- [x] Paris: 18°C"

@@ -7,30 +7,31 @@ from __future__ import annotations
 from typing import Any
 
 from ketch import Agent
-from ketch.context import (
-    CLEARED_TOOL_RESULT,
-    Compactor,
-    ContextSummary,
-    clear_old_tool_results,
-    find_cut,
-    trim_long_text,
-)
+from ketch.context import CLEARED_TOOL_RESULT
+from ketch.context import Compactor
+from ketch.context import ContextSummary
+from ketch.context import clear_old_tool_results
+from ketch.context import find_cut
+from ketch.context import trim_long_text
 from ketch.context._summary import SUMMARY_SYSTEM_PROMPT
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    messages_from_json,
-    messages_to_json,
-)
-from ketch.loop import ContextRequest, Projection, Tool
-from ketch.testing import FunctionModel, Reply, ScriptedModel, tool_call
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import ImageContent
+from ketch.llm import Message
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import messages_from_json
+from ketch.llm import messages_to_json
+from ketch.loop import ContextRequest
+from ketch.loop import Projection
+from ketch.loop import Tool
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import ScriptedModel
+from ketch.testing import tool_call
 
 
 def call_turn(i: int, name: str = "read", out: str = "x" * 40, args: dict[str, Any] | None = None) -> list[Message]:

@@ -8,22 +8,31 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch import Agent, GuardrailResult, input_guardrail, output_guardrail, tool_guardrail
-from ketch.llm import Request, StreamOptions, ToolResultMessage, UserMessage
-from ketch.loop import (
-    Conversation,
-    Guardrail,
-    GuardrailTrip,
-    InputCheck,
-    LoopConfig,
-    OutputCheck,
-    Tool,
-    ToolCallInfo,
-    ToolResultCheck,
-    run_loop,
-)
-from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
-from support import collect, describe
+from ketch import Agent
+from ketch import GuardrailResult
+from ketch import input_guardrail
+from ketch import output_guardrail
+from ketch import tool_guardrail
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import Guardrail
+from ketch.loop import GuardrailTrip
+from ketch.loop import InputCheck
+from ketch.loop import LoopConfig
+from ketch.loop import OutputCheck
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import ToolResultCheck
+from ketch.loop import run_loop
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from support import collect
+from support import describe
 
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}}
 

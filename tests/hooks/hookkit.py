@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ketch import Agent
-from ketch.hooks import HookNotice, HookRunner
+from ketch.hooks import HookNotice
+from ketch.hooks import HookRunner
 from ketch.loop import Tool
 from support import describe
 

@@ -14,7 +14,9 @@ from hookkit import write_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 
-from clihelp import Env, Terminal, make_env
+from clihelp import Env
+from clihelp import Terminal
+from clihelp import make_env
 
 
 @pytest.fixture

@@ -10,10 +10,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from hookkit import runner, write_script
-from test_hook_robustness import agent_with, gone_soon
+from hookkit import runner
+from hookkit import write_script
+from test_hook_robustness import agent_with
+from test_hook_robustness import gone_soon
 
-from ketch._proc import kill_process_groups, live_process_groups
+from ketch._proc import kill_process_groups
+from ketch._proc import live_process_groups
 from ketch.hooks import HookNotice
 from support import running
 

@@ -9,13 +9,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hookkit import START, TEXT_END, bash_tool, recorded, runner, tool_turn, write_script
+from hookkit import START
+from hookkit import TEXT_END
+from hookkit import bash_tool
+from hookkit import recorded
+from hookkit import runner
+from hookkit import tool_turn
+from hookkit import write_script
 
 from ketch import Agent
 from ketch.context import Compactor
-from ketch.hooks import HookNotice, HookRunner
+from ketch.hooks import HookNotice
+from ketch.hooks import HookRunner
 from ketch.llm import ToolResultMessage
-from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import running
 
 

@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 from hookkit import write_script
 
-from ketch.cli._config import ConfigError, load_settings
-from ketch.hooks import HookConfigError, HookSpec, hooks_from_json, parse_hooks
+from ketch.cli._config import ConfigError
+from ketch.cli._config import load_settings
+from ketch.hooks import HookConfigError
+from ketch.hooks import HookSpec
+from ketch.hooks import hooks_from_json
+from ketch.hooks import parse_hooks
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

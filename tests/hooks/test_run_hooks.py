@@ -6,14 +6,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hookkit import START, TEXT_END, py_script, read_json, read_lines, recorded, runner, write_script
+from hookkit import START
+from hookkit import TEXT_END
+from hookkit import py_script
+from hookkit import read_json
+from hookkit import read_lines
+from hookkit import recorded
+from hookkit import runner
+from hookkit import write_script
 
 from ketch import Agent
 from ketch.context import Compactor
 from ketch.hooks import HookNotice
-from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from ketch.loop import Conversation, StopDecision, StopInfo
-from ketch.testing import FunctionModel, ScriptedModel
+from ketch.llm import AssistantMessage
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import StopDecision
+from ketch.loop import StopInfo
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
 
 
 def texts(messages: list[Any]) -> list[tuple[str, str]]:

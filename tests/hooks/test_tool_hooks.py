@@ -7,24 +7,27 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from hookkit import (
-    START,
-    TEXT_END,
-    bash_tool,
-    py_script,
-    read_json,
-    recorded,
-    runner,
-    tool_turn,
-    write_script,
-)
+from hookkit import START
+from hookkit import TEXT_END
+from hookkit import bash_tool
+from hookkit import py_script
+from hookkit import read_json
+from hookkit import recorded
+from hookkit import runner
+from hookkit import tool_turn
+from hookkit import write_script
 
 from ketch import Agent
-from ketch.hooks import HookNotice, HookResult
-from ketch.llm import TextContent, ToolResultMessage
-from ketch.loop import BeforeToolCallResult, ToolCallInfo
+from ketch.hooks import HookNotice
+from ketch.hooks import HookResult
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.loop import BeforeToolCallResult
+from ketch.loop import ToolCallInfo
 from ketch.permissions import HookVerdict
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def result_text(agent: Agent) -> str:

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ketch.llm import AbortSignal, FallbackModel, Request, StreamOptions
-from ketch.llm._stream import AsyncClosable, MessageBuilder, StreamEvent, guard_stream, is_closable
+from ketch.llm import AbortSignal
+from ketch.llm import FallbackModel
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm._stream import AsyncClosable
+from ketch.llm._stream import MessageBuilder
+from ketch.llm._stream import StreamEvent
+from ketch.llm._stream import guard_stream
+from ketch.llm._stream import is_closable
 from ketch.testing import ScriptedModel
 
 

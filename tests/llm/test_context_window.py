@@ -13,22 +13,22 @@ import pytest
 
 from ketch import Agent
 from ketch.cli._config import Settings
-from ketch.cli._factory import build_agent, context_window
+from ketch.cli._factory import build_agent
+from ketch.cli._factory import context_window
 from ketch.context import Compactor
-from ketch.llm import (
-    DEFAULT_CONTEXT_WINDOW,
-    FallbackModel,
-    Model,
-    ModelInfo,
-    Request,
-    SettableContextWindow,
-    StreamEvent,
-    StreamOptions,
-    get_model,
-)
+from ketch.llm import DEFAULT_CONTEXT_WINDOW
+from ketch.llm import FallbackModel
+from ketch.llm import Model
+from ketch.llm import ModelInfo
+from ketch.llm import Request
+from ketch.llm import SettableContextWindow
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import get_model
 from ketch.llm._providers.local import LocalModel
 from ketch.loop import TurnEnd
-from ketch.testing import FunctionModel, ScriptedModel
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
 
 
 class Served:

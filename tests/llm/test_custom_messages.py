@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ketch.context import estimate_message_tokens
-from ketch.llm import CustomMessage, Message, UserMessage
+from ketch.llm import CustomMessage
+from ketch.llm import Message
+from ketch.llm import UserMessage
 from ketch.loop import default_convert_to_llm
 
 

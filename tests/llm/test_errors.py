@@ -9,21 +9,20 @@ from typing import get_args
 
 import pytest
 
-from ketch.llm import ErrorKind, ModelError
-from ketch.llm._errors import (
-    AuthError,
-    ContentFilterError,
-    ContextOverflowError,
-    InvalidRequestError,
-    NetworkError,
-    OverloadedError,
-    RateLimitError,
-    RequestTimeoutError,
-    ServerError,
-    StreamIdleError,
-    error_for_kind,
-    exception_text,
-)
+from ketch.llm import ErrorKind
+from ketch.llm import ModelError
+from ketch.llm._errors import AuthError
+from ketch.llm._errors import ContentFilterError
+from ketch.llm._errors import ContextOverflowError
+from ketch.llm._errors import InvalidRequestError
+from ketch.llm._errors import NetworkError
+from ketch.llm._errors import OverloadedError
+from ketch.llm._errors import RateLimitError
+from ketch.llm._errors import RequestTimeoutError
+from ketch.llm._errors import ServerError
+from ketch.llm._errors import StreamIdleError
+from ketch.llm._errors import error_for_kind
+from ketch.llm._errors import exception_text
 
 
 class _BrokenStr(Exception):

@@ -8,18 +8,19 @@ from typing import Any
 import pytest
 
 from ketch import Agent
-from ketch.llm import (
-    AbortSignal,
-    FallbackModel,
-    MessageBuilder,
-    Model,
-    Request,
-    StreamEvent,
-    StreamOptions,
-    UserMessage,
-    complete,
-)
-from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply
+from ketch.llm import AbortSignal
+from ketch.llm import FallbackModel
+from ketch.llm import MessageBuilder
+from ketch.llm import Model
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
 
 CTX = Request(messages=[UserMessage(content="hi", timestamp=1.0)])
 

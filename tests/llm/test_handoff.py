@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import re
 
-from ketch.llm import (
-    AssistantMessage,
-    CustomMessage,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    messages_to_json,
-)
-from ketch.llm._handoff import (
-    MISSING_TOOL_RESULT,
-    anthropic_tool_id,
-    mistral_tool_id,
-    openai_chat_tool_id,
-    openai_responses_tool_id,
-    prepare_messages,
-)
+from ketch.llm import AssistantMessage
+from ketch.llm import CustomMessage
+from ketch.llm import Message
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.llm import messages_to_json
+from ketch.llm._handoff import MISSING_TOOL_RESULT
+from ketch.llm._handoff import anthropic_tool_id
+from ketch.llm._handoff import mistral_tool_id
+from ketch.llm._handoff import openai_chat_tool_id
+from ketch.llm._handoff import openai_responses_tool_id
+from ketch.llm._handoff import prepare_messages
 
 TARGET = {"provider": "anthropic", "api": "anthropic-messages", "model": "claude-sonnet-4-5"}
 OTHER = {"provider": "openai", "api": "openai-responses", "model": "gpt-5"}

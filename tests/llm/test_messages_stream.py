@@ -9,26 +9,24 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    CustomMessage,
-    ImageContent,
-    MessageBuilder,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    guard_stream,
-    message_from_dict,
-    message_to_dict,
-    messages_from_json,
-    messages_to_json,
-    parse_partial_json,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import CustomMessage
+from ketch.llm import ImageContent
+from ketch.llm import MessageBuilder
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import guard_stream
+from ketch.llm import message_from_dict
+from ketch.llm import message_to_dict
+from ketch.llm import messages_from_json
+from ketch.llm import messages_to_json
+from ketch.llm import parse_partial_json
 from ketch.llm._errors import RateLimitError
 from ketch.llm._stream import parse_tool_arguments
 

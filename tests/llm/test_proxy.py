@@ -5,29 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from ketch import Agent, tool
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    MessageBuilder,
-    Model,
-    Request,
-    StreamEvent,
-    StreamOptions,
-    Usage,
-    complete,
-    proxy,
-)
+from ketch import Agent
+from ketch import tool
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import MessageBuilder
+from ketch.llm import Model
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import Usage
+from ketch.llm import complete
+from ketch.llm import proxy
 from ketch.server import proxy_app
-from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply, thinking, tool_call
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from ketch.testing import thinking
+from ketch.testing import tool_call
 
 SECRET = "sk-proxy-test-provider-key-0123456789"
 TOKEN = "client-token-abc123"

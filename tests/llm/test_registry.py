@@ -11,23 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from ketch.llm import Cost, Usage
-from ketch.llm._registry import (
-    DEFAULT_THINKING_BUDGETS,
-    ModelInfo,
-    Pricing,
-    ProviderInfo,
-    clamp_thinking,
-    default_info,
-    get_info,
-    get_provider,
-    list_models,
-    list_providers,
-    lookup,
-    register_model,
-    register_provider,
-    thinking_budget_tokens,
-)
+from ketch.llm import Cost
+from ketch.llm import Usage
+from ketch.llm._registry import DEFAULT_THINKING_BUDGETS
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import Pricing
+from ketch.llm._registry import ProviderInfo
+from ketch.llm._registry import clamp_thinking
+from ketch.llm._registry import default_info
+from ketch.llm._registry import get_info
+from ketch.llm._registry import get_provider
+from ketch.llm._registry import list_models
+from ketch.llm._registry import list_providers
+from ketch.llm._registry import lookup
+from ketch.llm._registry import register_model
+from ketch.llm._registry import register_provider
+from ketch.llm._registry import thinking_budget_tokens
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

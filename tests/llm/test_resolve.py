@@ -4,14 +4,24 @@ Resolving "provider:model" specs into model objects."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from ketch.llm import Request, StreamEvent, StreamOptions
-from ketch.llm._registry import ModelInfo, get_info, list_providers, register_model, register_provider
-from ketch.llm._resolve import get_model, model_class, parse_spec, register_api
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import get_info
+from ketch.llm._registry import list_providers
+from ketch.llm._registry import register_model
+from ketch.llm._registry import register_provider
+from ketch.llm._resolve import get_model
+from ketch.llm._resolve import model_class
+from ketch.llm._resolve import parse_spec
+from ketch.llm._resolve import register_api
 from ketch.testing import ScriptedModel
 
 
@@ -225,7 +235,9 @@ def test_default_model_for_a_provider_alone() -> None:
 
 
 def test_openai_chat_providers() -> None:
-    from ketch.llm._providers.openai_chat import PRESETS, Compat, OpenAIChatModel
+    from ketch.llm._providers.openai_chat import PRESETS
+    from ketch.llm._providers.openai_chat import Compat
+    from ketch.llm._providers.openai_chat import OpenAIChatModel
 
     groq = get_model("groq:llama-3.3-70b-versatile")
     assert isinstance(groq, OpenAIChatModel)
@@ -245,7 +257,8 @@ def test_openai_chat_providers() -> None:
 
 
 def test_registered_openai_compatible_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
+    from ketch.llm._providers.openai_chat import Compat
+    from ketch.llm._providers.openai_chat import OpenAIChatModel
 
     register_provider(
         "myprovider", base_url="https://llm.example.com/v1", api_key_env="MYPROVIDER_API_KEY",

@@ -9,13 +9,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated
+from typing import Any
+from typing import TypedDict
 
 import msgspec
 import pydantic
 import pytest
 
-from ketch.llm._structured import StructuredOutputError, parse_structured, response_format_for
+from ketch.llm._structured import StructuredOutputError
+from ketch.llm._structured import parse_structured
+from ketch.llm._structured import response_format_for
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

@@ -12,17 +12,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch.llm import (
-    AssistantMessage,
-    Message,
-    Request,
-    StreamOptions,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from ketch.llm._messages import messages_from_json, messages_to_json, scrub_surrogates
+from ketch.llm import AssistantMessage
+from ketch.llm import Message
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.llm._messages import messages_from_json
+from ketch.llm._messages import messages_to_json
+from ketch.llm._messages import scrub_surrogates
 from ketch.llm._providers.anthropic import AnthropicModel
 from ketch.llm._providers.base import HTTPModel
 from ketch.llm._providers.gemini import GeminiModel
@@ -144,8 +144,11 @@ def test_validation_messages_show_arguments_with_lone_surrogates() -> None:
 
 
 async def test_a_tool_returning_lone_surrogates_gives_json_with_replacement_characters() -> None:
-    from ketch import Agent, tool
-    from ketch.testing import ScriptedModel, reply, tool_call
+    from ketch import Agent
+    from ketch import tool
+    from ketch.testing import ScriptedModel
+    from ketch.testing import reply
+    from ketch.testing import tool_call
 
     @tool
     def files() -> dict[str, list[str]]:

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ketch import Agent
-from ketch.llm import AbortSignal, TextContent, UserMessage
-from ketch.loop import Conversation, LoopConfig, run_loop
-from ketch.testing import ScriptedModel, reply
+from ketch.llm import AbortSignal
+from ketch.llm import TextContent
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
 
 NOTE = "[Request interrupted by user]"
 

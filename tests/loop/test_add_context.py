@@ -6,18 +6,19 @@ from typing import Any
 
 from ketch import Agent
 from ketch.llm import UserMessage
-from ketch.loop import (
-    Conversation,
-    LoopConfig,
-    StopDecision,
-    StopInfo,
-    Tool,
-    ToolCallInfo,
-    ToolResult,
-    run_loop,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
-from support import collect, describe
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import StopDecision
+from ketch.loop import StopInfo
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from support import collect
+from support import describe
 
 SCHEMA = {"type": "object", "properties": {}}
 

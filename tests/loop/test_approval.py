@@ -8,18 +8,22 @@ from typing import Any
 
 import pytest
 
-from ketch import Agent, RunState, approve, deny, edit
+from ketch import Agent
+from ketch import RunState
+from ketch import approve
+from ketch import deny
+from ketch import edit
 from ketch.llm import ToolResultMessage
-from ketch.loop import (
-    BeforeToolCallResult,
-    Conversation,
-    LoopConfig,
-    Tool,
-    ToolCallInfo,
-    resume_loop,
-    run_loop,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.loop import BeforeToolCallResult
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import resume_loop
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import collect
 
 GOLDEN = Path(__file__).parent / "golden"

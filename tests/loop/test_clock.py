@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from ketch.llm import ToolResultMessage, UserMessage, use_clock
-from ketch.loop import Conversation, LoopConfig, Tool, ToolExecutionEnd, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.llm import use_clock
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolExecutionEnd
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 async def test_a_run_under_an_injected_clock_is_stamped_and_timed_by_it() -> None:

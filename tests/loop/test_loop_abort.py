@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Message,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from ketch.loop import Conversation, LoopConfig, Tool, default_convert_to_llm, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Message
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import default_convert_to_llm
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import describe
 
 ABORTED = "Tool execution was aborted."

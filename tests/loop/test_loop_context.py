@@ -8,19 +8,25 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ketch import Agent
-from ketch.llm import AssistantMessage, Message, TextContent, Usage, UserMessage
-from ketch.llm._tokens import context_usage, estimate_text_tokens
-from ketch.loop import (
-    CompactionEnd,
-    CompactionStart,
-    ContextRequest,
-    Conversation,
-    LoopConfig,
-    Projection,
-    run_loop,
-)
-from ketch.testing import ScriptedModel, error_reply, reply
-from support import collect, describe
+from ketch.llm import AssistantMessage
+from ketch.llm import Message
+from ketch.llm import TextContent
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm._tokens import context_usage
+from ketch.llm._tokens import estimate_text_tokens
+from ketch.loop import CompactionEnd
+from ketch.loop import CompactionStart
+from ketch.loop import ContextRequest
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Projection
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from support import collect
+from support import describe
 
 
 class FakeManager:

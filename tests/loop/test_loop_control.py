@@ -9,32 +9,32 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    MessageBuilder,
-    TextContent,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import MessageBuilder
 from ketch.llm import Retry as StreamRetry
-from ketch.loop import (
-    Conversation,
-    LoopConfig,
-    NextTurn,
-    Retry,
-    StopDecision,
-    Tool,
-    ToolContext,
-    repair_messages,
-    run_loop,
-    stop_after_tool,
-)
-from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import NextTurn
+from ketch.loop import Retry
+from ketch.loop import StopDecision
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import repair_messages
+from ketch.loop import run_loop
+from ketch.loop import stop_after_tool
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from ketch.tools import tool
-from support import collect, describe
+from support import collect
+from support import describe
 
 
 def noop_tool(name: str = "noop", **kw: Any) -> Tool:
@@ -662,7 +662,8 @@ async def test_function_model_sees_repaired_transcript() -> None:
 
 async def test_the_loop_and_the_adapters_repair_a_missing_result_with_one_text() -> None:
     from ketch.llm import ToolCall
-    from ketch.llm._handoff import MISSING_TOOL_RESULT, prepare_messages
+    from ketch.llm._handoff import MISSING_TOOL_RESULT
+    from ketch.llm._handoff import prepare_messages
 
     sent: list[Any] = []
 

@@ -9,9 +9,17 @@ from typing import Any
 import pytest
 
 from ketch import Agent
-from ketch.llm import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from ketch.loop import Tool, TurnInfo, validate_message_sequence
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import AssistantMessage
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import Tool
+from ketch.loop import TurnInfo
+from ketch.loop import validate_message_sequence
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 

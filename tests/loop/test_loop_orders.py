@@ -7,10 +7,22 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import AssistantMessage, TextContent, ToolResultMessage, UserMessage
-from ketch.loop import Conversation, LoopConfig, Tool, ToolResult, continue_loop, run_loop
-from ketch.testing import ScriptedModel, error_reply, reply, tool_call
-from support import collect, describe
+from ketch.llm import AssistantMessage
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolResult
+from ketch.loop import continue_loop
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from ketch.testing import tool_call
+from support import collect
+from support import describe
 
 
 def echo_tool(name: str = "echo", **kw: Any) -> Tool:
@@ -144,7 +156,8 @@ async def test_exhausted_script_is_an_error_message() -> None:
 
 
 async def test_usage_and_cost_totals() -> None:
-    from ketch.llm import Cost, Usage
+    from ketch.llm import Cost
+    from ketch.llm import Usage
 
     u = Usage(input=10, output=5, total_tokens=15, cost=Cost(input=0.01, output=0.02, total=0.03))
     model = ScriptedModel([reply(tool_call("echo"), usage=u), reply("done", usage=u)])

@@ -6,18 +6,18 @@ import asyncio
 from typing import Any
 
 from ketch.llm import ToolResultMessage
-from ketch.loop import (
-    AfterToolCallResult,
-    BeforeToolCallResult,
-    Conversation,
-    LoopConfig,
-    Tool,
-    ToolCallInfo,
-    ToolContext,
-    ToolResult,
-    run_loop,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.loop import AfterToolCallResult
+from ketch.loop import BeforeToolCallResult
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import collect
 
 

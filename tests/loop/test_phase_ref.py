@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 
 from ketch import Phase
-from ketch.loop import Conversation, LoopConfig, PhaseRef, Tool, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import PhaseRef
+from ketch.loop import Tool
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 async def test_the_loop_writes_each_phase_and_leaves_the_terminal_kind_to_the_owner() -> None:

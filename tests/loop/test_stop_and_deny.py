@@ -5,11 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ketch import Agent, approve, deny
+from ketch import Agent
+from ketch import approve
+from ketch import deny
 from ketch.llm import ToolResultMessage
-from ketch.loop import BeforeToolCallResult, Conversation, LoopConfig, Tool, ToolCallInfo, run_loop
-from ketch.permissions import Deny, PermissionEngine
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.loop import BeforeToolCallResult
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import run_loop
+from ketch.permissions import Deny
+from ketch.permissions import PermissionEngine
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import collect
 
 SCHEMA = {"type": "object", "properties": {}}

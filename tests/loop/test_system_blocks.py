@@ -7,7 +7,10 @@ from typing import Any
 import msgspec
 
 from ketch import Agent
-from ketch.llm import Request, StreamOptions, SystemBlock, SystemPrompt
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import SystemBlock
+from ketch.llm import SystemPrompt
 from ketch.testing import FunctionModel
 
 PROMPT = SystemPrompt([SystemBlock("You are careful.", cache=True), SystemBlock("Today is Monday.")])

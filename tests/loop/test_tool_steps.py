@@ -9,28 +9,27 @@ from typing import Any
 import msgspec
 
 from ketch import Agent
-from ketch.llm import (
-    MessageBuilder,
-    Request,
-    Retry,
-    StreamEvent,
-    StreamOptions,
-    ToolResultMessage,
-)
-from ketch.loop import (
-    BeforeToolCallResult,
-    Conversation,
-    LoopConfig,
-    Tool,
-    ToolCallInfo,
-    ToolContext,
-    ToolPreview,
-    ToolProgress,
-    run_loop,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import MessageBuilder
+from ketch.llm import Request
+from ketch.llm import Retry
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import ToolResultMessage
+from ketch.loop import BeforeToolCallResult
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import ToolContext
+from ketch.loop import ToolPreview
+from ketch.loop import ToolProgress
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from ketch.tools import tool
-from support import collect, describe
+from support import collect
+from support import describe
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from ketch import Agent
-from ketch.llm import Cost, Usage
-from ketch.loop import Tool, ToolContext, ToolResult
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import Cost
+from ketch.llm import Usage
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def _usage(tokens: int, cost: float) -> Usage:

@@ -6,10 +6,17 @@ from typing import Any
 
 import pytest
 
-from ketch import Agent, UsageLimits
-from ketch.llm import ToolResultMessage, Usage
-from ketch.loop import Conversation, LoopConfig, Tool, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch import Agent
+from ketch import UsageLimits
+from ketch.llm import ToolResultMessage
+from ketch.llm import Usage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from support import collect
 
 SCHEMA = {"type": "object", "properties": {}}

@@ -10,7 +10,8 @@ sleeping.
 from __future__ import annotations
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("changing")
 cancelled = 0

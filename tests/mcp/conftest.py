@@ -14,13 +14,16 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ketch.mcp import MCPManager, MCPServerConfig, load_mcp_json
+from ketch.mcp import MCPManager
+from ketch.mcp import MCPServerConfig
+from ketch.mcp import load_mcp_json
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent

@@ -14,21 +14,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcphelp import child_processes, server_pids
+from mcphelp import child_processes
+from mcphelp import server_pids
 
 from ketch import Agent
-from ketch.llm import ImageContent, TextContent, ToolResultMessage
+from ketch.llm import ImageContent
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
 from ketch.loop import Tool
-from ketch.mcp import (
-    NO_ELICITATION,
-    ElicitationRequest,
-    ElicitationResponse,
-    MCPManager,
-    ServerStatus,
-    load_mcp_json,
-)
-from ketch.permissions import NO_APPROVER, PermissionEngine
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.mcp import NO_ELICITATION
+from ketch.mcp import ElicitationRequest
+from ketch.mcp import ElicitationResponse
+from ketch.mcp import MCPManager
+from ketch.mcp import ServerStatus
+from ketch.mcp import load_mcp_json
+from ketch.permissions import NO_APPROVER
+from ketch.permissions import PermissionEngine
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def results(messages: list[Any]) -> list[ToolResultMessage]:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ketch.mcp import MCPConfigError, MCPServerConfig, load_mcp_json
+from ketch.mcp import MCPConfigError
+from ketch.mcp import MCPServerConfig
+from ketch.mcp import load_mcp_json
 
 
 def test_a_file_in_the_common_shape(tmp_path: Path) -> None:

@@ -8,19 +8,24 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+from typing import TextIO
 
 import pytest
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from ketch.cli._mcp import SERVE_DENIAL
-from ketch.permissions import HOOK_DENIED, PLAN_DENIED, RULE_DENIED
-from mcp import ClientSession, StdioServerParameters
+from ketch.permissions import HOOK_DENIED
+from ketch.permissions import PLAN_DENIED
+from ketch.permissions import RULE_DENIED
+from mcp import ClientSession
+from mcp import StdioServerParameters
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOOLS = ["read", "write", "edit", "bash", "grep", "find", "ls", "ketch_agent"]

@@ -14,8 +14,13 @@ import pydantic
 import pytest
 
 from ketch import Agent
-from ketch.loop import OUTPUT_TOOL_NAME, Conversation, LoopConfig, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.loop import OUTPUT_TOOL_NAME
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 @dataclasses.dataclass

@@ -19,7 +19,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers"))
 
 from loopback import LoopbackServer
-from test_handoff_matrix import ANTHROPIC, CHAT, GEMINI, PROTOCOLS, RESPONSES, VALIDATORS, WIRES, Call
+from test_handoff_matrix import ANTHROPIC
+from test_handoff_matrix import CHAT
+from test_handoff_matrix import GEMINI
+from test_handoff_matrix import PROTOCOLS
+from test_handoff_matrix import RESPONSES
+from test_handoff_matrix import VALIDATORS
+from test_handoff_matrix import WIRES
+from test_handoff_matrix import Call
 
 from ketch import Agent
 from ketch.llm._providers.gemini import gemini_schema

@@ -6,16 +6,30 @@ Black-box: only public names (``ketch``, ``ketch.loop``, ``ketch.testing``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, TypedDict
+from typing import Any
+from typing import Literal
+from typing import TypedDict
 
 import msgspec
 import pydantic
 import pytest
 
-from ketch import Agent, RejectOutput, RunError
-from ketch.llm import StreamOptions, TextContent, ToolResultMessage, UserMessage
-from ketch.loop import OUTPUT_TOOL_NAME, Conversation, LoopConfig, Tool, ToolResult, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch import Agent
+from ketch import RejectOutput
+from ketch import RunError
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.loop import OUTPUT_TOOL_NAME
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 RETRY = "\n\nFix the errors and try again."
 

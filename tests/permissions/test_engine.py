@@ -8,21 +8,22 @@ from typing import Any
 
 import pytest
 
-from ketch import Agent, Tool
+from ketch import Agent
+from ketch import Tool
 from ketch.loop import ToolCallInfo
-from ketch.permissions import (
-    Allow,
-    Approval,
-    Decision,
-    Deny,
-    HookVerdict,
-    PermissionEngine,
-    PermissionRequest,
-    SandboxedTool,
-    Verdict,
-    args_digest,
-)
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.permissions import Allow
+from ketch.permissions import Approval
+from ketch.permissions import Decision
+from ketch.permissions import Deny
+from ketch.permissions import HookVerdict
+from ketch.permissions import PermissionEngine
+from ketch.permissions import PermissionRequest
+from ketch.permissions import SandboxedTool
+from ketch.permissions import Verdict
+from ketch.permissions import args_digest
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 NO_APPROVER = (
     "Permission denied: {tool} needs approval, but nobody can approve it in this run "
@@ -407,7 +408,8 @@ async def test_decisions_are_on_the_run_result(tmp_path: Path) -> None:
 
 
 def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
-    from ketch.tools import BashTool, Workspace
+    from ketch.tools import BashTool
+    from ketch.tools import Workspace
 
     bash = BashTool(Workspace(tmp_path), unsandboxed_reason="no sandbox here")
     assert isinstance(bash, SandboxedTool) and bash.sandboxed is False

@@ -7,10 +7,16 @@ from typing import Any
 
 import pytest
 
-from ketch import Agent, RunState, Tool, approve, deny
+from ketch import Agent
+from ketch import RunState
+from ketch import Tool
+from ketch import approve
+from ketch import deny
 from ketch.llm import ToolResultMessage
 from ketch.permissions import PermissionEngine
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 

@@ -5,7 +5,8 @@ hooks, callback or asking). Covers every evasion named in issue 12."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ketch.permissions import SimpleCommand, parse_command
+from ketch.permissions import SimpleCommand
+from ketch.permissions import parse_command
 
 
 def _words(text: str) -> list[tuple[tuple[str, ...], bool]]:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import msgspec

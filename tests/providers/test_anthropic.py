@@ -11,46 +11,49 @@ from typing import Any
 import anthropic_streams as an
 import msgspec
 import pytest
-from loopback import LoopbackServer, Reply
+from loopback import LoopbackServer
+from loopback import Reply
 from loopback import body_reply as error
 from loopback import recorded_reply as sse
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    ImageContent,
-    MessageBuilder,
-    ModelError,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-    complete,
-)
-from ketch.llm._handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
-from ketch.llm._providers.anthropic import (
-    IMAGE_OMITTED,
-    AnthropicModel,
-    AnthropicStreamState,
-    build_request,
-    cache_control,
-    convert_messages,
-    convert_tool_choice,
-    convert_tools,
-    map_stop_reason,
-    normalize_tool_call_id,
-    parse_response,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import ImageContent
+from ketch.llm import MessageBuilder
+from ketch.llm import ModelError
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.llm._handoff import LEADING_USER_TEXT
+from ketch.llm._handoff import MISSING_TOOL_RESULT
+from ketch.llm._providers.anthropic import IMAGE_OMITTED
+from ketch.llm._providers.anthropic import AnthropicModel
+from ketch.llm._providers.anthropic import AnthropicStreamState
+from ketch.llm._providers.anthropic import build_request
+from ketch.llm._providers.anthropic import cache_control
+from ketch.llm._providers.anthropic import convert_messages
+from ketch.llm._providers.anthropic import convert_tool_choice
+from ketch.llm._providers.anthropic import convert_tools
+from ketch.llm._providers.anthropic import map_stop_reason
+from ketch.llm._providers.anthropic import normalize_tool_call_id
+from ketch.llm._providers.anthropic import parse_response
 from ketch.llm._providers.base import HTTPExchange
-from ketch.llm._registry import ModelInfo, Pricing, lookup
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import Pricing
+from ketch.llm._registry import lookup
 from ketch.llm._retry import RetryPolicy
-from support import final, plain, run, trace
+from support import final
+from support import plain
+from support import run
+from support import trace
 
 KEY = "sk-ant-test-S3CRET-abcdef1234567890"
 ONE_SHOT = RetryPolicy(max_attempts=1)
@@ -1250,7 +1253,8 @@ def test_stop_sequences_are_sent() -> None:
 
 
 def test_system_prompt_blocks_carry_their_own_cache_markers() -> None:
-    from ketch.llm import SystemBlock, SystemPrompt
+    from ketch.llm import SystemBlock
+    from ketch.llm import SystemPrompt
 
     messages = [UserMessage(content="Hi")]
     prompt = SystemPrompt([SystemBlock("rules", cache=True), SystemBlock("tools", cache=True), "today is Monday"])
@@ -1277,7 +1281,8 @@ def test_system_prompt_blocks_carry_their_own_cache_markers() -> None:
 
 async def test_an_agent_with_a_system_prompt_of_blocks_sends_them_over_http(loopback: LoopbackServer) -> None:
     from ketch import Agent
-    from ketch.llm import SystemBlock, SystemPrompt
+    from ketch.llm import SystemBlock
+    from ketch.llm import SystemPrompt
 
     loopback.queue(sse(an.TEXT))
     prompt = SystemPrompt([SystemBlock("stable rules", cache=True), "Today is Monday."])

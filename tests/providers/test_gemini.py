@@ -13,46 +13,49 @@ from typing import Any
 import gemini_streams as gs
 import msgspec
 import pytest
-from loopback import LoopbackServer, Reply, recorded_reply
+from loopback import LoopbackServer
+from loopback import Reply
 from loopback import body_reply as error
+from loopback import recorded_reply
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    CustomMessage,
-    ImageContent,
-    MessageBuilder,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-    complete,
-    messages_from_json,
-    messages_to_json,
-)
-from ketch.llm._handoff import LEADING_USER_TEXT, MISSING_TOOL_RESULT
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import CustomMessage
+from ketch.llm import ImageContent
+from ketch.llm import MessageBuilder
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.llm import messages_from_json
+from ketch.llm import messages_to_json
+from ketch.llm._handoff import LEADING_USER_TEXT
+from ketch.llm._handoff import MISSING_TOOL_RESULT
 from ketch.llm._providers.base import HTTPExchange
-from ketch.llm._providers.gemini import (
-    SKIP_SIGNATURE,
-    GeminiModel,
-    GeminiStreamState,
-    build_request,
-    classify_error,
-    convert_messages,
-    convert_tool_choice,
-    convert_tools,
-    gemini_schema,
-    thinking_config,
-)
-from ketch.llm._registry import ModelInfo, Pricing
+from ketch.llm._providers.gemini import SKIP_SIGNATURE
+from ketch.llm._providers.gemini import GeminiModel
+from ketch.llm._providers.gemini import GeminiStreamState
+from ketch.llm._providers.gemini import build_request
+from ketch.llm._providers.gemini import classify_error
+from ketch.llm._providers.gemini import convert_messages
+from ketch.llm._providers.gemini import convert_tool_choice
+from ketch.llm._providers.gemini import convert_tools
+from ketch.llm._providers.gemini import gemini_schema
+from ketch.llm._providers.gemini import thinking_config
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import Pricing
 from ketch.llm._retry import RetryPolicy
-from support import final, plain, run, trace
+from support import final
+from support import plain
+from support import run
+from support import trace
 
 KEY = "AIzaSyTEST-S3CRET-abcdef1234567890"
 ONE_SHOT = RetryPolicy(max_attempts=1)

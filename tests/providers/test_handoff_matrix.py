@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import anthropic_streams
@@ -27,29 +28,35 @@ import gemini_streams
 import msgspec
 import pytest
 import responses_streams
-from loopback import LoopbackServer, Reply, sse
+from loopback import LoopbackServer
+from loopback import Reply
+from loopback import sse
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Message,
-    Model,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Message
+from ketch.llm import Model
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import UserMessage
 from ketch.llm._handoff import MISSING_TOOL_RESULT
 from ketch.llm._providers.anthropic import AnthropicModel
-from ketch.llm._providers.gemini import SKIP_SIGNATURE, GeminiModel
-from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
+from ketch.llm._providers.gemini import SKIP_SIGNATURE
+from ketch.llm._providers.gemini import GeminiModel
+from ketch.llm._providers.openai_chat import Compat
+from ketch.llm._providers.openai_chat import OpenAIChatModel
 from ketch.llm._providers.openai_responses import OpenAIResponsesModel
 from ketch.llm._retry import NO_RETRY
-from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import run_loop
 from ketch.loop._repair import INTERRUPTED_NOTE
 
 CHAT = "openai-chat"

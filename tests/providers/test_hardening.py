@@ -9,16 +9,28 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from loopback import LoopbackServer, Reply, json_reply, sse, sse_reply
+from loopback import LoopbackServer
+from loopback import Reply
+from loopback import json_reply
+from loopback import sse
+from loopback import sse_reply
 
-from ketch.llm import Request, StreamOptions, UserMessage, get_model, messages_to_json, register_provider
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import UserMessage
+from ketch.llm import get_model
+from ketch.llm import messages_to_json
+from ketch.llm import register_provider
 from ketch.llm._providers.anthropic import AnthropicModel
-from ketch.llm._providers.base import HTTPExchange, HTTPModel
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._providers.base import HTTPModel
 from ketch.llm._providers.gemini import GeminiModel
 from ketch.llm._providers.openai_chat import OpenAIChatModel
 from ketch.llm._providers.openai_responses import OpenAIResponsesModel
 from ketch.llm._retry import RetryPolicy
-from support import final, run, trace
+from support import final
+from support import run
+from support import trace
 
 KEY = "sk-test-Q7vX2mZ9kL4pW8rT1yB6nC3dF5gH0jKs"
 ONE_SHOT = RetryPolicy(max_attempts=1)

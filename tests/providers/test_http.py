@@ -10,19 +10,23 @@ import warnings
 from typing import Any
 
 import pytest
-from loopback import LoopbackServer, Reply, sse_reply
+from loopback import LoopbackServer
+from loopback import Reply
+from loopback import sse_reply
 
-from ketch.llm import AbortSignal, Request, StreamOptions, UserMessage
-from ketch.llm._http import (
-    Deadline,
-    SSEBatch,
-    close_session,
-    get_session,
-    iter_sse,
-    redact_headers,
-    redact_text,
-)
-from ketch.llm._providers.openai_chat import Compat, OpenAIChatModel
+from ketch.llm import AbortSignal
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import UserMessage
+from ketch.llm._http import Deadline
+from ketch.llm._http import SSEBatch
+from ketch.llm._http import close_session
+from ketch.llm._http import get_session
+from ketch.llm._http import iter_sse
+from ketch.llm._http import redact_headers
+from ketch.llm._http import redact_text
+from ketch.llm._providers.openai_chat import Compat
+from ketch.llm._providers.openai_chat import OpenAIChatModel
 from ketch.llm._retry import NO_RETRY
 
 

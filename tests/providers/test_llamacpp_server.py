@@ -17,20 +17,20 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Request,
-    StreamEvent,
-    StreamOptions,
-    TextContent,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-    complete,
-)
-from ketch.llm._providers.openai_chat import PRESETS, OpenAIChatModel
-from ketch.llm._retry import NO_RETRY, RetryPolicy
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.llm._providers.openai_chat import PRESETS
+from ketch.llm._providers.openai_chat import OpenAIChatModel
+from ketch.llm._retry import NO_RETRY
+from ketch.llm._retry import RetryPolicy
 
 LlamaServer = Any  # conftest.LlamaServer; not imported, as tests/conftest.py shares the module name
 

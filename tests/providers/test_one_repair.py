@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopback import LoopbackServer, sse_reply
+from loopback import LoopbackServer
+from loopback import sse_reply
 
 from ketch import Agent
-from ketch.llm import (
-    AssistantMessage,
-    FallbackModel,
-    PreparesMessages,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    get_model,
-)
+from ketch.llm import AssistantMessage
+from ketch.llm import FallbackModel
+from ketch.llm import PreparesMessages
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.llm import get_model
 from ketch.llm._providers.anthropic import AnthropicModel
 from ketch.llm._providers.gemini import GeminiModel
 from ketch.llm._providers.local import LocalModel

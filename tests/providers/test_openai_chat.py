@@ -9,28 +9,34 @@ from typing import Any
 
 import msgspec
 import pytest
-from loopback import LoopbackServer, Reply, json_reply, sse_reply, text_reply
+from loopback import LoopbackServer
+from loopback import Reply
+from loopback import json_reply
+from loopback import sse_reply
+from loopback import text_reply
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    CustomMessage,
-    ImageContent,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-    complete,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import CustomMessage
+from ketch.llm import ImageContent
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import complete
 from ketch.llm._providers.base import HTTPExchange
-from ketch.llm._providers.openai_chat import PRESETS, Compat, OpenAIChatModel
-from ketch.llm._registry import ModelInfo, Pricing
-from ketch.llm._retry import NO_RETRY, RetryPolicy
+from ketch.llm._providers.openai_chat import PRESETS
+from ketch.llm._providers.openai_chat import Compat
+from ketch.llm._providers.openai_chat import OpenAIChatModel
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import Pricing
+from ketch.llm._retry import NO_RETRY
+from ketch.llm._retry import RetryPolicy
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, multiplier=2.0, max_delay=1.0, jitter=0)
 HI = Request(messages=[UserMessage(content="hi", timestamp=0)])

@@ -11,48 +11,50 @@ from typing import Any
 import msgspec
 import pytest
 import responses_streams as rs
-from loopback import LoopbackServer, Reply
+from loopback import LoopbackServer
+from loopback import Reply
 from loopback import body_reply as error
 from loopback import recorded_reply as sse
 
-from ketch.llm import (
-    AbortSignal,
-    AssistantMessage,
-    Cost,
-    CustomMessage,
-    ImageContent,
-    MessageBuilder,
-    ModelError,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ThinkingLevel,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-    complete,
-    get_model,
-    messages_from_json,
-    messages_to_json,
-)
+from ketch.llm import AbortSignal
+from ketch.llm import AssistantMessage
+from ketch.llm import Cost
+from ketch.llm import CustomMessage
+from ketch.llm import ImageContent
+from ketch.llm import MessageBuilder
+from ketch.llm import ModelError
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ThinkingLevel
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.llm import get_model
+from ketch.llm import messages_from_json
+from ketch.llm import messages_to_json
 from ketch.llm._providers.base import HTTPExchange
-from ketch.llm._providers.openai_responses import (
-    OpenAIResponsesModel,
-    ResponsesStreamState,
-    build_request,
-    classify_failure,
-    convert_messages,
-    convert_tool_choice,
-    convert_tools,
-    reasoning_signature,
-    text_signature,
-)
-from ketch.llm._registry import ModelInfo, Pricing, lookup
+from ketch.llm._providers.openai_responses import OpenAIResponsesModel
+from ketch.llm._providers.openai_responses import ResponsesStreamState
+from ketch.llm._providers.openai_responses import build_request
+from ketch.llm._providers.openai_responses import classify_failure
+from ketch.llm._providers.openai_responses import convert_messages
+from ketch.llm._providers.openai_responses import convert_tool_choice
+from ketch.llm._providers.openai_responses import convert_tools
+from ketch.llm._providers.openai_responses import reasoning_signature
+from ketch.llm._providers.openai_responses import text_signature
+from ketch.llm._registry import ModelInfo
+from ketch.llm._registry import Pricing
+from ketch.llm._registry import lookup
 from ketch.llm._retry import RetryPolicy
-from support import final, plain, run, trace
+from support import final
+from support import plain
+from support import run
+from support import trace
 
 KEY = "sk-test-S3CRET-abcdef1234567890"
 ONE_SHOT = RetryPolicy(max_attempts=1)

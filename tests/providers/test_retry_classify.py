@@ -5,35 +5,33 @@ Retry policy, Retry-After parsing and error classification."""
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from email.utils import format_datetime
 
 import aiohttp
 import msgspec
 import pytest
 
-from ketch.llm._classify import (
-    classify_error_object,
-    classify_exception,
-    classify_response,
-    error_details,
-    is_context_overflow,
-    kind_for_status,
-)
-from ketch.llm._errors import (
-    AuthError,
-    ContentFilterError,
-    ContextOverflowError,
-    InvalidRequestError,
-    ModelError,
-    NetworkError,
-    OverloadedError,
-    RateLimitError,
-    RequestTimeoutError,
-    ServerError,
-    StreamIdleError,
-)
-from ketch.llm._retry import RetryPolicy, parse_retry_after
+from ketch.llm._classify import classify_error_object
+from ketch.llm._classify import classify_exception
+from ketch.llm._classify import classify_response
+from ketch.llm._classify import error_details
+from ketch.llm._classify import is_context_overflow
+from ketch.llm._classify import kind_for_status
+from ketch.llm._errors import AuthError
+from ketch.llm._errors import ContentFilterError
+from ketch.llm._errors import ContextOverflowError
+from ketch.llm._errors import InvalidRequestError
+from ketch.llm._errors import ModelError
+from ketch.llm._errors import NetworkError
+from ketch.llm._errors import OverloadedError
+from ketch.llm._errors import RateLimitError
+from ketch.llm._errors import RequestTimeoutError
+from ketch.llm._errors import ServerError
+from ketch.llm._errors import StreamIdleError
+from ketch.llm._retry import RetryPolicy
+from ketch.llm._retry import parse_retry_after
 
 
 # -- RetryPolicy ---------------------------------------------------------------------------

@@ -19,27 +19,27 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch.llm import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    Request,
-    StreamOptions,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-)
+from ketch.llm import AssistantMessage
+from ketch.llm import ImageContent
+from ketch.llm import Message
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ThinkingContent
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.llm import ToolSpec
+from ketch.llm import UserMessage
 from ketch.llm._handoff import MISSING_TOOL_RESULT
 from ketch.llm._providers import wire_cache
 from ketch.llm._providers.anthropic import AnthropicModel
-from ketch.llm._providers.base import HTTPExchange, HTTPModel
+from ketch.llm._providers.base import HTTPExchange
+from ketch.llm._providers.base import HTTPModel
 from ketch.llm._providers.gemini import GeminiModel
 from ketch.llm._providers.openai_chat import OpenAIChatModel
 from ketch.llm._providers.openai_responses import OpenAIResponsesModel
-from ketch.llm._providers.wire_cache import WireItems, encode_body
+from ketch.llm._providers.wire_cache import WireItems
+from ketch.llm._providers.wire_cache import encode_body
 from ketch.llm._retry import RetryPolicy
 
 MODEL = "gpt-4o-mini"

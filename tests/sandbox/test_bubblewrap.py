@@ -17,9 +17,16 @@ import pytest
 
 import ketch.sandbox as sandbox_module
 from ketch.llm import AbortSignal
-from ketch.loop import ToolContext, ToolResult
-from ketch.sandbox import BubblewrapSandbox, Sandbox, SandboxPolicy, default_sandbox, denial_hint
-from ketch.tools import BashTool, Workspace, coding_tools
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.sandbox import BubblewrapSandbox
+from ketch.sandbox import Sandbox
+from ketch.sandbox import SandboxPolicy
+from ketch.sandbox import default_sandbox
+from ketch.sandbox import denial_hint
+from ketch.tools import BashTool
+from ketch.tools import Workspace
+from ketch.tools import coding_tools
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,11 @@ import pytest
 
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
-from ketch.sandbox import is_secret_name, tool_environment
+from ketch.sandbox import is_secret_name
+from ketch.sandbox import tool_environment
 from ketch.tools import Workspace
-from ketch.tools._bash import BashTool, scrub_environment
+from ketch.tools._bash import BashTool
+from ketch.tools._bash import scrub_environment
 
 PARENT = {
     "PATH": "/usr/bin",

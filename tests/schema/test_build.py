@@ -12,34 +12,31 @@ import pathlib
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import (
-    Annotated,
-    Any,
-    Generic,
-    Literal,
-    NotRequired,
-    Optional,
-    Required,
-    TypedDict,
-    TypeVar,
-    Union,
-)
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Annotated
+from typing import Any
+from typing import Generic
+from typing import Literal
+from typing import NotRequired
+from typing import Optional
+from typing import Required
+from typing import TypedDict
+from typing import TypeVar
+from typing import Union
 
 import annotated_types as at
 import msgspec
 import pydantic
 import pytest
 
-from ketch._schema import (
-    Docstring,
-    Param,
-    converter_for,
-    function_schema,
-    parse_docstring,
-    type_schema,
-    validate_arguments,
-)
+from ketch._schema import Docstring
+from ketch._schema import Param
+from ketch._schema import converter_for
+from ketch._schema import function_schema
+from ketch._schema import parse_docstring
+from ketch._schema import type_schema
+from ketch._schema import validate_arguments
 from ketch.loop import ToolContext
 
 

@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from ketch._schema import Issue, check_arguments, malformed_arguments_message, validate_arguments
+from ketch._schema import Issue
+from ketch._schema import check_arguments
+from ketch._schema import malformed_arguments_message
+from ketch._schema import validate_arguments
 
 WEATHER: dict[str, Any] = {
     "type": "object",

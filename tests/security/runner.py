@@ -27,10 +27,18 @@ import msgspec
 from ketch import Agent
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
-from ketch.permissions import Approval, PermissionEngine, PermissionRequest
-from ketch.sandbox import Sandbox, default_sandbox, sandbox_unavailable_reason
-from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools import BashTool, Workspace, coding_tools
+from ketch.permissions import Approval
+from ketch.permissions import PermissionEngine
+from ketch.permissions import PermissionRequest
+from ketch.sandbox import Sandbox
+from ketch.sandbox import default_sandbox
+from ketch.sandbox import sandbox_unavailable_reason
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import BashTool
+from ketch.tools import Workspace
+from ketch.tools import coding_tools
 
 
 async def run_agent(request: dict[str, Any], sandbox: Sandbox | None) -> dict[str, Any]:

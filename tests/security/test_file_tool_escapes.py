@@ -30,7 +30,10 @@ import pytest
 from ketch.permissions import PLAN_DENIED
 from ketch.tools._workspace import hard_link_message
 
-from .conftest import PROBE_NAME, Probe, Runner, World
+from .conftest import PROBE_NAME
+from .conftest import Probe
+from .conftest import Runner
+from .conftest import World
 
 MODES = ["default", "accept_edits", "plan", "bypass"]
 EDIT_TOOLS = ("write", "edit")

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAKE_KEYS, PROBE_NAME, Probe, Runner, World
+from .conftest import FAKE_KEYS
+from .conftest import PROBE_NAME
+from .conftest import Probe
+from .conftest import Runner
+from .conftest import World
 
 MODES = [pytest.param(False, id="plan"), pytest.param(True, id="write")]
 

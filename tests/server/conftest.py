@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverhelp import Server, start_server
+from serverhelp import Server
+from serverhelp import start_server
 
 
 @pytest.fixture

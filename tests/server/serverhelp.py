@@ -11,17 +11,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from ketch import Agent, tool
+from ketch import Agent
+from ketch import tool
 from ketch.cli._serve import encode_wire
 from ketch.server import create_app
-from ketch.sessions import JsonlStore, Session
+from ketch.sessions import JsonlStore
+from ketch.sessions import Session
 from ketch.testing import ScriptedModel
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -6,10 +6,17 @@ import asyncio
 from typing import Any
 
 import msgspec
-from serverhelp import Gate, subscribe, types
+from serverhelp import Gate
+from serverhelp import subscribe
+from serverhelp import types
 
-from ketch import Agent, Tool, ToolContext, tool
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch import Agent
+from ketch import Tool
+from ketch import ToolContext
+from ketch import tool
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def _hello() -> list[Any]:

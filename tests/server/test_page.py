@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serverhelp import TOKEN, ServeProcess, start_serve
+from serverhelp import TOKEN
+from serverhelp import ServeProcess
+from serverhelp import start_serve
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from serverhelp import TOKEN
 
-from ketch.server import ROUTES, openapi_document
+from ketch.server import ROUTES
+from ketch.server import openapi_document
 
 
 def _hello() -> list[Any]:

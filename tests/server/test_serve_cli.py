@@ -9,7 +9,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from serverhelp import TOKEN, free_port, serve_env, start_serve, wait_listening
+from serverhelp import TOKEN
+from serverhelp import free_port
+from serverhelp import serve_env
+from serverhelp import start_serve
+from serverhelp import wait_listening
 
 SECRET = "sk-proj-SECRETVALUE0123456789abcdef"
 
@@ -162,7 +166,10 @@ def _proxy_get(url: str, token: str) -> tuple[int, Any]:
 def test_the_model_proxy_is_served_at_proxy_with_its_own_client_tokens(tmp_path: Path) -> None:
     import asyncio
 
-    from ketch.llm import Request, UserMessage, complete, proxy
+    from ketch.llm import Request
+    from ketch.llm import UserMessage
+    from ketch.llm import complete
+    from ketch.llm import proxy
 
     script = tmp_path / "upstream.json"
     script.write_text(json.dumps(["Hello from upstream."]))

@@ -22,7 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ketch.sessions import Entry, JsonlStore, SessionStore, SqliteStore
+from ketch.sessions import Entry
+from ketch.sessions import JsonlStore
+from ketch.sessions import SessionStore
+from ketch.sessions import SqliteStore
 
 SIZES = [20, 300, 2000, 60, 150_000, 900, 40, 5000, 10, 700, 80, 3000, 50, 400, 30, 1200]
 

@@ -14,11 +14,24 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import ToolCall, ToolResultMessage
-from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, run_loop
-from ketch.sessions._checkpoints import FileCheckpoints, RewindReport, restore_files
-from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools import BashTool, EditTool, ReadTool, Workspace, WriteTool
+from ketch.llm import ToolCall
+from ketch.llm import ToolResultMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import run_loop
+from ketch.sessions._checkpoints import FileCheckpoints
+from ketch.sessions._checkpoints import RewindReport
+from ketch.sessions._checkpoints import restore_files
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import BashTool
+from ketch.tools import EditTool
+from ketch.tools import ReadTool
+from ketch.tools import Workspace
+from ketch.tools import WriteTool
 
 
 def sha(data: bytes | str) -> str:

@@ -21,11 +21,15 @@ from typing import Any
 import pytest
 
 import ketch
-from ketch.sessions import Entry, JsonlStore, SessionStore, SqliteStore
+from ketch.sessions import Entry
+from ketch.sessions import JsonlStore
+from ketch.sessions import SessionStore
+from ketch.sessions import SqliteStore
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 sys.path.insert(0, str(CHILD.parent))
-from _crash_child import entry_id, payload  # noqa: E402
+from _crash_child import entry_id  # noqa: E402
+from _crash_child import payload  # noqa: E402
 
 
 def _env() -> dict[str, str]:

@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ketch import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, message_to_dict
-from ketch.sessions import Entry, export_json, export_markdown
+from ketch import AssistantMessage
+from ketch import TextContent
+from ketch import ToolCall
+from ketch import ToolResultMessage
+from ketch import UserMessage
+from ketch import message_to_dict
+from ketch.sessions import Entry
+from ketch.sessions import export_json
+from ketch.sessions import export_markdown
 
 _clock = [1000.0]
 

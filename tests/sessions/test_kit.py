@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from ketch.sessions import JsonlStore, SessionStore, SqliteStore
-from ketch.sessions.conformance import CHECKS, Check, StoreFactory, check_store
+from ketch.sessions import JsonlStore
+from ketch.sessions import SessionStore
+from ketch.sessions import SqliteStore
+from ketch.sessions.conformance import CHECKS
+from ketch.sessions.conformance import Check
+from ketch.sessions.conformance import StoreFactory
+from ketch.sessions.conformance import check_store
 
 
 def _factories(tmp_path: Path) -> dict[str, StoreFactory]:

@@ -5,15 +5,32 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
+from typing import ClassVar
 
 import pytest
 
-from ketch import Agent, CustomMessage, Tool, approve, message_to_dict
-from ketch.llm import StreamOptions, ToolResultMessage, UserMessage
-from ketch.sessions import JsonlStore, Session, SessionLockedError, SessionStore, SqliteStore
-from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools import BashTool, EditTool, ReadTool, Workspace, WriteTool
+from ketch import Agent
+from ketch import CustomMessage
+from ketch import Tool
+from ketch import approve
+from ketch import message_to_dict
+from ketch.llm import StreamOptions
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.sessions import JsonlStore
+from ketch.sessions import Session
+from ketch.sessions import SessionLockedError
+from ketch.sessions import SessionStore
+from ketch.sessions import SqliteStore
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import BashTool
+from ketch.tools import EditTool
+from ketch.tools import ReadTool
+from ketch.tools import Workspace
+from ketch.tools import WriteTool
 
 SCHEMA = {"type": "object", "properties": {"k": {"type": "string"}}}
 SECRET = "sk-test-SECRET-0123456789abcdef"

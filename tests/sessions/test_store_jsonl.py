@@ -13,16 +13,14 @@ from typing import Any
 
 import pytest
 
-from ketch.sessions import (
-    Entry,
-    JsonlStore,
-    SessionLockedError,
-    SessionNotFoundError,
-    SessionWriter,
-    default_sessions_dir,
-    default_store,
-    new_entry,
-)
+from ketch.sessions import Entry
+from ketch.sessions import JsonlStore
+from ketch.sessions import SessionLockedError
+from ketch.sessions import SessionNotFoundError
+from ketch.sessions import SessionWriter
+from ketch.sessions import default_sessions_dir
+from ketch.sessions import default_store
+from ketch.sessions import new_entry
 
 
 def _message(text: str, role: str = "user") -> dict[str, Any]:

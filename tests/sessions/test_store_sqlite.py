@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ketch.sessions import SessionLockedError, SqliteStore, new_entry
+from ketch.sessions import SessionLockedError
+from ketch.sessions import SqliteStore
+from ketch.sessions import new_entry
 
 
 def _count(db: Path, table: str) -> int:

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ketch.subagents import SubagentFileError, SubagentSpec, load_agent_file, load_agents, parse_agent_file
+from ketch.subagents import SubagentFileError
+from ketch.subagents import SubagentSpec
+from ketch.subagents import load_agent_file
+from ketch.subagents import load_agents
+from ketch.subagents import parse_agent_file
 
 GOOD = """---
 name: reviewer

@@ -10,12 +10,26 @@ import msgspec
 import pytest
 
 from ketch import Agent
-from ketch.llm import Cost, Request, StreamOptions, TextContent, Usage, UserMessage
-from ketch.loop import AgentEvent, ToolExecutionUpdate
-from ketch.sessions import JsonlStore, Session
-from ketch.subagents import SubagentEvent, Subagents, SubagentSpec
+from ketch.llm import Cost
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import Usage
+from ketch.llm import UserMessage
+from ketch.loop import AgentEvent
+from ketch.loop import ToolExecutionUpdate
+from ketch.sessions import JsonlStore
+from ketch.sessions import Session
+from ketch.subagents import SubagentEvent
+from ketch.subagents import Subagents
+from ketch.subagents import SubagentSpec
 from ketch.tasks import TaskRegistry
-from ketch.testing import FunctionModel, Reply, ScriptedModel, error_reply, reply, tool_call
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def _usage(tokens: int, cost: float) -> Usage:

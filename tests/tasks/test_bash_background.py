@@ -11,9 +11,12 @@ import pytest
 
 from ketch import Agent
 from ketch.llm import AbortSignal
-from ketch.loop import ToolContext, ToolResult
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
 from ketch.tasks import TaskRegistry
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from ketch.tools import Workspace
 from ketch.tools._bash import BashTool
 from support import running

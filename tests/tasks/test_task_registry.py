@@ -9,8 +9,11 @@ from collections.abc import Callable
 import pytest
 
 from ketch.llm import AbortSignal
-from ketch.loop import ToolContext, ToolResult
-from ketch.tasks import TaskInfo, TaskNotFoundError, TaskRegistry
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tasks import TaskInfo
+from ketch.tasks import TaskNotFoundError
+from ketch.tasks import TaskRegistry
 
 
 def _ctx() -> ToolContext[None]:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
+from collections.abc import Iterable
 from typing import Any
 
 from ketch import Agent
-from ketch.llm import Request, StreamOptions, UserMessage
-from ketch.testing import FunctionModel, Reply, reply
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import UserMessage
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import reply
 
 
 class HeldModel(FunctionModel):

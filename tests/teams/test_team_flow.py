@@ -8,12 +8,23 @@ from typing import Any
 
 import msgspec
 import pytest
-from teamkit import HeldModel, request_user_texts, team_tasks, until_idle, user_texts
+from teamkit import HeldModel
+from teamkit import request_user_texts
+from teamkit import team_tasks
+from teamkit import until_idle
+from teamkit import user_texts
 
-from ketch import Agent, Usage
+from ketch import Agent
+from ketch import Usage
 from ketch.llm import Cost
-from ketch.teams import Mail, MailRead, Team, TeamEvent, TeammateEvent
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.teams import Mail
+from ketch.teams import MailRead
+from ketch.teams import Team
+from ketch.teams import TeamEvent
+from ketch.teams import TeammateEvent
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def send(to: str, text: str) -> Any:

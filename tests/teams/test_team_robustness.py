@@ -11,12 +11,21 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from teamkit import HeldModel, team_tasks, user_texts
+from teamkit import HeldModel
+from teamkit import team_tasks
+from teamkit import user_texts
 
-from ketch import Agent, Tool
-from ketch.llm import Request, StreamOptions
-from ketch.teams import Team, TeammateFailed
-from ketch.testing import FunctionModel, ScriptedModel, error_reply, reply, tool_call
+from ketch import Agent
+from ketch import Tool
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.teams import Team
+from ketch.teams import TeammateFailed
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 def send(to: str, text: str) -> Any:

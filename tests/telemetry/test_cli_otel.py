@@ -20,9 +20,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ketch.cli import _otel
-from ketch.cli._config import ConfigError, Settings
+from ketch.cli._config import ConfigError
+from ketch.cli._config import Settings
 from ketch.cli._factory import build_agent
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -90,7 +93,8 @@ def test_a_run_sends_its_spans_and_metrics_to_the_otlp_endpoint(tmp_path: Path) 
     """A real OTLP/HTTP exchange with a collector on loopback: the command's spans and
     metrics arrive as protobuf at /v1/traces and /v1/metrics when the command ends."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+    from http.server import ThreadingHTTPServer
 
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest

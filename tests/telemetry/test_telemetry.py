@@ -12,15 +12,24 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from ketch import Agent, LoopConfig, ToolContext, Usage, run_loop, tool
+from ketch import Agent
+from ketch import LoopConfig
+from ketch import ToolContext
+from ketch import Usage
+from ketch import run_loop
+from ketch import tool
 from ketch.llm import Cost
 from ketch.telemetry import instrument
-from ketch.testing import ScriptedModel, error_reply, reply, tool_call
+from ketch.testing import ScriptedModel
+from ketch.testing import error_reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 
 
 class Otel:

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from ketch.temporal import DevServer, EventHub, build_worker
+from ketch.temporal import DevServer
+from ketch.temporal import EventHub
+from ketch.temporal import build_worker
 
 HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")

@@ -21,7 +21,10 @@ from aiohttp import web  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from ketch.loop import approve  # noqa: E402
-from ketch.temporal import DevServer, EventHub, build_worker, start_run  # noqa: E402
+from ketch.temporal import DevServer  # noqa: E402
+from ketch.temporal import EventHub  # noqa: E402
+from ketch.temporal import build_worker  # noqa: E402
+from ketch.temporal import start_run  # noqa: E402
 
 
 async def main() -> None:

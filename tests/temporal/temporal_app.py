@@ -21,10 +21,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ketch.llm import Request, StreamOptions, TextContent, ToolResultMessage, UserMessage
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
 from ketch.loop import ToolContext
-from ketch.temporal import ActivitySettings, DurableAgent
-from ketch.testing import FunctionModel, Reply, reply, tool_call
+from ketch.temporal import ActivitySettings
+from ketch.temporal import DurableAgent
+from ketch.testing import FunctionModel
+from ketch.testing import Reply
+from ketch.testing import reply
+from ketch.testing import tool_call
 from ketch.tools import tool
 
 SETTINGS = ActivitySettings(heartbeat_timeout=2.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)

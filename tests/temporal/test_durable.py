@@ -10,9 +10,16 @@ from typing import Any
 import temporal_app as test_app
 from temporalio.client import Client
 
-from ketch.llm import AssistantMessage, Message, TextContent, ToolResultMessage, UserMessage, message_to_dict
+from ketch.llm import AssistantMessage
+from ketch.llm import Message
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.llm import UserMessage
+from ketch.llm import message_to_dict
 from ketch.loop import approve
-from ketch.temporal import EventHub, RunHandle, start_run
+from ketch.temporal import EventHub
+from ketch.temporal import RunHandle
+from ketch.temporal import start_run
 
 
 def _normal(messages: list[Message]) -> list[dict[str, Any]]:
@@ -247,7 +254,8 @@ async def test_a_long_run_continues_as_new_carrying_the_transcript(
 async def test_transcript_query_and_session_export(
     client: Client, queue: str, work_dir: Path, in_process_worker: Any, tmp_path: Path
 ) -> None:
-    from ketch.sessions import JsonlStore, Session
+    from ketch.sessions import JsonlStore
+    from ketch.sessions import Session
     from ketch.temporal import export_session
 
     async with in_process_worker():
@@ -319,7 +327,8 @@ async def test_an_approval_pause_with_a_timeout_denies_the_call_when_no_decision
 async def test_events_over_http_server_sent_events_resume_from_the_last_id(
     client: Client, hub: EventHub, queue: str, work_dir: Path, in_process_worker: Any
 ) -> None:
-    from ketch.temporal import run_handle, subscribe
+    from ketch.temporal import run_handle
+    from ketch.temporal import subscribe
 
     async with in_process_worker():
         run = await _start(client, queue, "rounds 1", hub)

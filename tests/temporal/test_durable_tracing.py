@@ -8,14 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import temporal_app as test_app
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 from ketch.telemetry import Instrumentation
-from ketch.temporal import DevServer, build_worker, start_run
+from ketch.temporal import DevServer
+from ketch.temporal import build_worker
+from ketch.temporal import start_run
 
 
 def _parent(span: ReadableSpan, spans: list[ReadableSpan]) -> str | None:

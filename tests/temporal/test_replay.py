@@ -16,7 +16,8 @@ import temporal_app as test_app
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from ketch.temporal import AgentWorkflow, sandbox_runner
+from ketch.temporal import AgentWorkflow
+from ketch.temporal import sandbox_runner
 
 HISTORIES = sorted((Path(__file__).resolve().parent / "histories").glob("*.json"))
 

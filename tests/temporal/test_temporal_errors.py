@@ -8,9 +8,17 @@ from typing import Any
 
 from temporalio.client import Client
 
-from ketch.llm import MessageBuilder, Request, StreamEvent, StreamOptions, get_model
-from ketch.temporal import ActivitySettings, DurableAgent, build_worker, start_run
-from ketch.testing import FunctionModel, reply
+from ketch.llm import MessageBuilder
+from ketch.llm import Request
+from ketch.llm import StreamEvent
+from ketch.llm import StreamOptions
+from ketch.llm import get_model
+from ketch.temporal import ActivitySettings
+from ketch.temporal import DurableAgent
+from ketch.temporal import build_worker
+from ketch.temporal import start_run
+from ketch.testing import FunctionModel
+from ketch.testing import reply
 
 FAST = ActivitySettings(heartbeat_timeout=5.0, initial_interval=0.05, max_interval=0.1, max_attempts=5)
 

@@ -15,9 +15,12 @@ import pytest
 import temporal_app as test_app
 from temporalio.testing import WorkflowEnvironment
 
-from ketch.llm import TextContent, ToolResultMessage
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
 from ketch.loop import approve
-from ketch.temporal import EventHub, build_worker, start_run
+from ketch.temporal import EventHub
+from ketch.temporal import build_worker
+from ketch.temporal import start_run
 
 
 def _test_server() -> str:

@@ -16,9 +16,13 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal
-from ketch.loop import ToolContext, ToolResult
-from ketch.tools import ReadTool, Workspace
-from ketch.tools._bash import BashTool, is_read_only_command, scrub_environment
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tools import ReadTool
+from ketch.tools import Workspace
+from ketch.tools._bash import BashTool
+from ketch.tools._bash import is_read_only_command
+from ketch.tools._bash import scrub_environment
 from support import running
 
 needs_proc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")

@@ -4,15 +4,28 @@ import asyncio
 import dataclasses
 import enum
 import threading
-from typing import Annotated, Any
+from typing import Annotated
+from typing import Any
 
 import pydantic
 import pytest
 
-from ketch.llm import AbortSignal, ImageContent, TextContent, ToolResultMessage
-from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, ToolResult, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
-from ketch.tools import FunctionTool, Param, tool
+from ketch.llm import AbortSignal
+from ketch.llm import ImageContent
+from ketch.llm import TextContent
+from ketch.llm import ToolResultMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import FunctionTool
+from ketch.tools import Param
+from ketch.tools import tool
 
 
 def make_ctx(name: str = "t", report: Any = None) -> ToolContext:

@@ -15,8 +15,10 @@ import pytest
 
 from ketch._proc import live_process_groups
 from ketch.llm import AbortSignal
-from ketch.loop import ToolContext, ToolResult
-from ketch.tools import GrepTool, Workspace
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tools import GrepTool
+from ketch.tools import Workspace
 from support import running
 
 RG = shutil.which("rg")

@@ -9,7 +9,9 @@ import os
 import signal
 from pathlib import Path
 
-from ketch._proc import kill_process_groups, live_process_groups, spawn_group
+from ketch._proc import kill_process_groups
+from ketch._proc import live_process_groups
+from ketch._proc import spawn_group
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
 from ketch.tools import Workspace

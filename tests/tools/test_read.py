@@ -11,10 +11,14 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import AbortSignal, ImageContent, TextContent
-from ketch.loop import ToolContext, ToolResult
+from ketch.llm import AbortSignal
+from ketch.llm import ImageContent
+from ketch.llm import TextContent
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
 from ketch.tools import Workspace
-from ketch.tools._read import ReadTool, sniff_image
+from ketch.tools._read import ReadTool
+from ketch.tools._read import sniff_image
 
 
 @pytest.fixture

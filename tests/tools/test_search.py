@@ -12,9 +12,14 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal
-from ketch.loop import Tool, ToolContext, ToolResult
-from ketch.tools import LsTool, Workspace
-from ketch.tools._search import FindTool, GrepTool, glob_to_regex
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tools import LsTool
+from ketch.tools import Workspace
+from ketch.tools._search import FindTool
+from ketch.tools._search import GrepTool
+from ketch.tools._search import glob_to_regex
 
 RG = shutil.which("rg")
 

@@ -20,8 +20,16 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal
-from ketch.loop import Tool, ToolContext, ToolResult
-from ketch.tools import EditTool, FindTool, GrepTool, LsTool, ReadTool, Workspace, WriteTool
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tools import EditTool
+from ketch.tools import FindTool
+from ketch.tools import GrepTool
+from ketch.tools import LsTool
+from ketch.tools import ReadTool
+from ketch.tools import Workspace
+from ketch.tools import WriteTool
 
 RG = shutil.which("rg")
 

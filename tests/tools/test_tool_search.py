@@ -10,12 +10,23 @@ from typing import Any
 import msgspec
 import pytest
 
-from ketch import Agent, Tool, ToolResultMessage, UserMessage, approve
-from ketch.context import Compactor, ContextSummary
-from ketch.loop import NextTurn, TurnInfo
-from ketch.sessions import JsonlStore, Session
-from ketch.testing import FunctionModel, ScriptedModel, reply, tool_call
-from ketch.tools import ToolActivations, ToolSearch
+from ketch import Agent
+from ketch import Tool
+from ketch import ToolResultMessage
+from ketch import UserMessage
+from ketch import approve
+from ketch.context import Compactor
+from ketch.context import ContextSummary
+from ketch.loop import NextTurn
+from ketch.loop import TurnInfo
+from ketch.sessions import JsonlStore
+from ketch.sessions import Session
+from ketch.testing import FunctionModel
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import ToolActivations
+from ketch.tools import ToolSearch
 
 TOPICS = ["billing", "crm", "calendar", "storage", "email", "chat", "deploy", "metrics", "tickets", "docs"]
 LISTING = (

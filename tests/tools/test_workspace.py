@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 
-from ketch.llm import AbortSignal, ToolResultMessage
-from ketch.loop import Conversation, LoopConfig, Tool, ToolContext, ToolResult, run_loop
-from ketch.testing import ScriptedModel, reply, tool_call
+from ketch.llm import AbortSignal
+from ketch.llm import ToolResultMessage
+from ketch.loop import Conversation
+from ketch.loop import LoopConfig
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.loop import run_loop
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
 from ketch.tools import coding_tools
-from ketch.tools._workspace import Workspace, WorkspaceError
+from ketch.tools._workspace import Workspace
+from ketch.tools._workspace import WorkspaceError
 
 
 def _ctx() -> ToolContext:

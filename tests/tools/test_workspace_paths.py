@@ -13,7 +13,8 @@ import pytest
 from ketch.llm import AbortSignal
 from ketch.loop import ToolContext
 from ketch.tools import coding_tools
-from ketch.tools._workspace import Workspace, WorkspaceError
+from ketch.tools._workspace import Workspace
+from ketch.tools._workspace import WorkspaceError
 
 
 @pytest.fixture

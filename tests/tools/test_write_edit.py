@@ -12,9 +12,15 @@ from typing import Any
 import pytest
 
 from ketch.llm import AbortSignal
-from ketch.loop import Tool, ToolContext, ToolResult
-from ketch.tools import ReadTool, Workspace, WriteTool
-from ketch.tools._edit import EditTool, find_matches, unified_diff
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.tools import ReadTool
+from ketch.tools import Workspace
+from ketch.tools import WriteTool
+from ketch.tools._edit import EditTool
+from ketch.tools._edit import find_matches
+from ketch.tools._edit import unified_diff
 
 
 class Kit:

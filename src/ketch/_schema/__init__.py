@@ -12,21 +12,26 @@ The bottom layer of ketch: it imports nothing else of ketch, so ``llm``, ``loop`
 - :mod:`._docstring`: Google, NumPy and reST docstrings (:func:`parse_docstring`).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ._validate import (
-    Issue,
-    IssueKind,
-    check_arguments,
-    format_issues,
-    malformed_arguments_message,
-    validate_arguments,
-)
+from ._validate import Issue
+from ._validate import IssueKind
+from ._validate import check_arguments
+from ._validate import format_issues
+from ._validate import malformed_arguments_message
+from ._validate import validate_arguments
 
 if TYPE_CHECKING:
-    from ._build import Param, type_schema
-    from ._docstring import Docstring, parse_docstring
-    from ._function import Converter, FunctionSchema, ParamInfo, converter_for, function_schema
+    from ._build import Param
+    from ._build import type_schema
+    from ._docstring import Docstring
+    from ._docstring import parse_docstring
+    from ._function import Converter
+    from ._function import FunctionSchema
+    from ._function import ParamInfo
+    from ._function import converter_for
+    from ._function import function_schema
 
 # The builder loads on first use: the loop needs only the validator.
 _LAZY = {

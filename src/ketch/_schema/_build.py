@@ -25,9 +25,11 @@ import sys
 import types
 import typing
 from collections import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import MISSING
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import msgspec
 

@@ -8,25 +8,25 @@ import enum
 import inspect
 import typing
 from collections import abc
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
 
 import msgspec
 
-from ._build import (
-    EMPTY,
-    MAPPING_TYPES,
-    NONE_TYPE,
-    Builder,
-    is_field_info,
-    is_path,
-    is_pydantic_model,
-    is_struct,
-    is_union,
-    object_schema,
-    type_hints,
-    unwrap,
-)
+from ._build import EMPTY
+from ._build import MAPPING_TYPES
+from ._build import NONE_TYPE
+from ._build import Builder
+from ._build import is_field_info
+from ._build import is_path
+from ._build import is_pydantic_model
+from ._build import is_struct
+from ._build import is_union
+from ._build import object_schema
+from ._build import type_hints
+from ._build import unwrap
 from ._docstring import parse_docstring
 
 _PLAIN_ARRAY_ORIGINS: Final = (list, abc.Sequence, abc.Iterable, abc.Collection)

@@ -40,7 +40,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any
+from typing import Final
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 

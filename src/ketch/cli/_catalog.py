@@ -15,8 +15,10 @@ from pathlib import Path
 import msgspec
 
 from ._args import OneLineParser
-from ._config import ConfigError, load_settings
-from ._factory import key_source, register_providers
+from ._config import ConfigError
+from ._config import load_settings
+from ._factory import key_source
+from ._factory import register_providers
 
 
 class ModelRow(msgspec.Struct, kw_only=True):
@@ -41,7 +43,8 @@ def _context(n: int) -> str:
 
 def model_rows(provider: str | None = None) -> list[ModelRow]:
     """Every registered model (or ``provider``'s), with where its key comes from."""
-    from ..llm._registry import get_provider, list_models
+    from ..llm._registry import get_provider
+    from ..llm._registry import list_models
 
     settings = load_settings(Path.cwd())
     register_providers(settings.providers)

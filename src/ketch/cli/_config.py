@@ -66,16 +66,23 @@ import os
 import re
 import sys
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
+from typing import Any
 
 import msgspec
 
-from ..hooks import HookConfigError, HookSpec, parse_hooks
+from ..hooks import HookConfigError
+from ..hooks import HookSpec
+from ..hooks import parse_hooks
 from ..llm._model import THINKING_LEVELS
-from ..permissions import Rule, parse_mode
+from ..permissions import Rule
+from ..permissions import parse_mode
 
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"

@@ -43,22 +43,44 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
+from msgspec import UnsetType
 
-from ..llm._model import THINKING_LEVELS, Model
-from ..loop import Decision, RunResult, RunState, approve, deny, edit
-from ..permissions import PERMISSION_MODES, parse_mode
-from ._config import ConfigError, Settings
-from ._factory import Built, build_agent, build_model
-from ._headless import _pending, _StreamJsonOut, _version, mcp_and_session
-from ._sessions import SessionOptions, use_recorded_model
-from ._signals import exit_now, handle_signals
-from ._wire import EXIT_BROKEN_PIPE, BrokenPipeGuard, Denied, Init, Pending, make_result
+from ..llm._model import THINKING_LEVELS
+from ..llm._model import Model
+from ..loop import Decision
+from ..loop import RunResult
+from ..loop import RunState
+from ..loop import approve
+from ..loop import deny
+from ..loop import edit
+from ..permissions import PERMISSION_MODES
+from ..permissions import parse_mode
+from ._config import ConfigError
+from ._config import Settings
+from ._factory import Built
+from ._factory import build_agent
+from ._factory import build_model
+from ._headless import _pending
+from ._headless import _StreamJsonOut
+from ._headless import _version
+from ._headless import mcp_and_session
+from ._sessions import SessionOptions
+from ._sessions import use_recorded_model
+from ._signals import exit_now
+from ._signals import handle_signals
+from ._wire import EXIT_BROKEN_PIPE
+from ._wire import BrokenPipeGuard
+from ._wire import Denied
+from ._wire import Init
+from ._wire import Pending
+from ._wire import make_result
 
 INPUT_FORMATS = ("text", "stream-json")
 """The input formats of ``ketch run`` (``--input-format``)."""

@@ -19,9 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import ConfigError, Settings, load_settings, redact_url
-from ._factory import api_key_for, key_source, register_providers
+from ._args import OneLineParser
+from ._args import finite_non_negative
+from ._args import positive_int
+from ._config import ConfigError
+from ._config import Settings
+from ._config import load_settings
+from ._config import redact_url
+from ._factory import api_key_for
+from ._factory import key_source
+from ._factory import register_providers
 
 _REQUIRED = ("msgspec", "aiohttp", "jiter")
 _OPTIONAL = {
@@ -47,7 +54,8 @@ class Check:
 
 
 def _version(module: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version
     from importlib.util import find_spec
 
     try:

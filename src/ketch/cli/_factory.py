@@ -20,21 +20,37 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 from .. import Agent
-from ..context import Compactor, default_reserve
-from ..hooks import HookNotice, HookRunner, HookSpec
-from ..llm import DEFAULT_CONTEXT_WINDOW, Model, SettableContextWindow, StreamOptions
+from ..context import Compactor
+from ..context import default_reserve
+from ..hooks import HookNotice
+from ..hooks import HookRunner
+from ..hooks import HookSpec
+from ..llm import DEFAULT_CONTEXT_WINDOW
+from ..llm import Model
+from ..llm import SettableContextWindow
+from ..llm import StreamOptions
 from ..llm._tokens import ContextUsage
-from ..loop import NextTurn, RunResult, Tool, TurnInfo
-from ..permissions import Approver, PermissionEngine
-from ._config import ConfigError, ProviderConfig, Settings
+from ..loop import NextTurn
+from ..loop import RunResult
+from ..loop import Tool
+from ..loop import TurnInfo
+from ..permissions import Approver
+from ..permissions import PermissionEngine
+from ._config import ConfigError
+from ._config import ProviderConfig
+from ._config import Settings
 from ._otel import attach as attach_telemetry
-from ._scripted import SCRIPT_ENV, load_scripted_model
+from ._scripted import SCRIPT_ENV
+from ._scripted import load_scripted_model
 
 BUILTIN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash", "grep", "find", "ls")
 """The built-in coding tools, in the order they are offered."""
@@ -113,7 +129,8 @@ def choose_model(settings: Settings, environ: Mapping[str, str] | None = None) -
 def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
     """Register configured providers (custom OpenAI-compatible ones, or overrides of
     known ones' base URL, API or key variable) with the model registry."""
-    from ..llm._registry import get_provider, register_provider
+    from ..llm._registry import get_provider
+    from ..llm._registry import register_provider
 
     for name, cfg in providers.items():
         known = get_provider(name)
@@ -146,7 +163,8 @@ def build_model(spec: str, settings: Settings) -> Model:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     register_providers(settings.providers)
-    from ..llm._resolve import get_model, parse_spec
+    from ..llm._resolve import get_model
+    from ..llm._resolve import parse_spec
 
     try:
         provider, _ = parse_spec(spec)
@@ -343,7 +361,9 @@ def mcp_manager(settings: Settings, root: Path, *, elicitation: Any = None, errl
         return None
     import logging
 
-    from ..mcp import MCPConfigError, MCPManager, server_config
+    from ..mcp import MCPConfigError
+    from ..mcp import MCPManager
+    from ..mcp import server_config
 
     # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
     logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())

@@ -19,32 +19,42 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
+from typing import BinaryIO
 
 from ..llm import AssistantMessage
 from ..loop import AgentEvent
-from ..permissions import Approval, PermissionRequest
-from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, save_allow_rules
-from ._factory import Built, build_agent, mcp_manager
+from ..permissions import Approval
+from ..permissions import PermissionRequest
+from ._config import SAVE_RULE_PROMPT
+from ._config import ConfigError
+from ._config import Settings
+from ._config import save_allow_rules
+from ._factory import Built
+from ._factory import build_agent
+from ._factory import mcp_manager
 from ._render import compaction_note
-from ._sessions import SessionOptions, open_session, pre_approve, use_recorded_model
-from ._signals import exit_now, handle_signals
+from ._sessions import SessionOptions
+from ._sessions import open_session
+from ._sessions import pre_approve
+from ._sessions import use_recorded_model
+from ._signals import exit_now
+from ._signals import handle_signals
 from ._subagents import subagent_line
-from ._wire import (
-    EXIT_BROKEN_PIPE,
-    BrokenPipeGuard,
-    Denied,
-    Init,
-    OutputFormat,
-    Pending,
-    encode_event,
-    encode_line,
-    exit_code_for,
-    make_result,
-)
+from ._wire import EXIT_BROKEN_PIPE
+from ._wire import BrokenPipeGuard
+from ._wire import Denied
+from ._wire import Init
+from ._wire import OutputFormat
+from ._wire import Pending
+from ._wire import encode_event
+from ._wire import encode_line
+from ._wire import exit_code_for
+from ._wire import make_result
 
 
 def _version() -> str:
@@ -250,7 +260,8 @@ def _decisions(options: SessionOptions, session: Any, settings: Settings) -> dic
     session's paused run waits on (each must be decided). A ``--deny`` value that is no
     waiting call is a deny rule (already in ``settings``); one that decides a call is
     taken out of the rules."""
-    from .. import approve, deny
+    from .. import approve
+    from .. import deny
     from ..permissions import Rule
 
     state = session.pending_state if session is not None else None

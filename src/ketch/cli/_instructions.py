@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
-from ..llm import SystemBlock, SystemPrompt
-from ._config import config_dir, project_root
+from ..llm import SystemBlock
+from ..llm import SystemPrompt
+from ._config import config_dir
+from ._config import project_root
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 """The file names read in each directory: the first that exists."""

@@ -22,17 +22,30 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
 
 from .._proc import kill_process_groups
 from ..llm._model import THINKING_LEVELS
 from ..loop import AgentEvent
-from ..permissions import Approval, PermissionRequest, parse_mode
-from ._config import SAVE_RULE_PROMPT, ConfigError, Settings, config_dir, save_allow_rules
-from ._factory import Built, build_agent, build_model, mcp_manager
+from ..permissions import Approval
+from ..permissions import PermissionRequest
+from ..permissions import parse_mode
+from ._config import SAVE_RULE_PROMPT
+from ._config import ConfigError
+from ._config import Settings
+from ._config import config_dir
+from ._config import save_allow_rules
+from ._factory import Built
+from ._factory import build_agent
+from ._factory import build_model
+from ._factory import mcp_manager
 from ._headless import parse_answer
-from ._render import EventRenderer, format_tokens
-from ._signals import exit_now, handle_signals
+from ._render import EventRenderer
+from ._render import format_tokens
+from ._signals import exit_now
+from ._signals import handle_signals
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -359,7 +372,8 @@ class Session:
     async def _resume_paused(self) -> None:
         """The session's last run paused for approval (``ketch run`` without a terminal):
         ask about each waiting call, then continue that run."""
-        from .. import approve, deny
+        from .. import approve
+        from .. import deny
         from ._headless import _tool_call_line
         from ._sessions import pre_approve
 
@@ -482,7 +496,8 @@ class Session:
             else:
                 await self.built.session_end("clear")
                 if self.session is not None:
-                    from ._sessions import SessionOptions, open_session
+                    from ._sessions import SessionOptions
+                    from ._sessions import open_session
 
                     await self._switch(await open_session(SessionOptions(), self.root))
                 else:
@@ -507,7 +522,9 @@ class Session:
     # -- sessions -------------------------------------------------------------------------
     async def _session_command(self, name: str, arg: str, busy: bool) -> None:
         """``/sessions``, ``/fork``, ``/rewind [N]``, ``/export [file]``."""
-        from ._sessions import _all_sessions, list_lines, store
+        from ._sessions import _all_sessions
+        from ._sessions import list_lines
+        from ._sessions import store
 
         r = self.renderer
         assert r is not None
@@ -547,7 +564,8 @@ class Session:
 
     def _prompts(self) -> list[tuple[int, str]]:
         """(index in the transcript, text) of each user prompt of the conversation."""
-        from ..llm._messages import UserMessage, message_text
+        from ..llm._messages import UserMessage
+        from ..llm._messages import message_text
 
         return [(i, message_text(m)) for i, m in enumerate(self.agent.messages) if type(m) is UserMessage]
 
@@ -627,7 +645,9 @@ class Session:
     async def run(self) -> int:
         """Read and act on input until the user exits; returns the exit code."""
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.history import History
+        from prompt_toolkit.history import InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings
         from prompt_toolkit.patch_stdout import patch_stdout
         from rich.console import Console
@@ -729,7 +749,10 @@ async def _pick(options: SessionOptions, root: Path) -> SessionOptions:
     to resume (Enter: a new session)."""
     from prompt_toolkit import PromptSession
 
-    from ._sessions import SessionOptions, _all_sessions, list_lines, store
+    from ._sessions import SessionOptions
+    from ._sessions import _all_sessions
+    from ._sessions import list_lines
+    from ._sessions import store
 
     infos = await _all_sessions(store(), str(root))
     if not infos:
@@ -755,7 +778,9 @@ async def run_interactive(
 ) -> int:
     """Run the interactive session (saved as a session unless ``sessions.enabled`` is
     false); returns the exit code."""
-    from ._sessions import SessionOptions, open_session, use_recorded_model
+    from ._sessions import SessionOptions
+    from ._sessions import open_session
+    from ._sessions import use_recorded_model
 
     options = sessions if sessions is not None else SessionOptions()
     if options.resume == "":

@@ -31,15 +31,25 @@ import asyncio
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from ..llm._model import THINKING_LEVELS
 from ..permissions import PERMISSION_MODES
-from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import TRUST_ENV, ConfigError, Settings, finish_settings, load_settings
-from ._wire import EXIT_BROKEN_PIPE, OUTPUT_FORMATS, silence_stdout
+from ._args import OneLineParser
+from ._args import finite_non_negative
+from ._args import positive_int
+from ._config import TRUST_ENV
+from ._config import ConfigError
+from ._config import Settings
+from ._config import finish_settings
+from ._config import load_settings
+from ._wire import EXIT_BROKEN_PIPE
+from ._wire import OUTPUT_FORMATS
+from ._wire import silence_stdout
 
 if TYPE_CHECKING:
     from ._sessions import SessionOptions
@@ -274,7 +284,10 @@ def _read_stdin() -> str:
 def _check_model(settings: Settings, tool_choice: str | None) -> None:
     """Fail before the run when the chosen provider needs a key and has none, or when
     ``--tool-choice`` names no tool of the run."""
-    from ._factory import BUILTIN_TOOLS, api_key_for, choose_model, register_providers
+    from ._factory import BUILTIN_TOOLS
+    from ._factory import api_key_for
+    from ._factory import choose_model
+    from ._factory import register_providers
 
     if tool_choice is not None:
         from ._subagents import added_tool_names

@@ -37,17 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from ..permissions import PERMISSION_MODES
-from ._args import OneLineParser, finite_non_negative, positive_int
-from ._config import (
-    TRUST_ENV,
-    ConfigError,
-    Settings,
-    finish_settings,
-    load_settings,
-    project_mcp_json,
-    read_mcp_json,
-    user_mcp_json,
-)
+from ._args import OneLineParser
+from ._args import finite_non_negative
+from ._args import positive_int
+from ._config import TRUST_ENV
+from ._config import ConfigError
+from ._config import Settings
+from ._config import finish_settings
+from ._config import load_settings
+from ._config import project_mcp_json
+from ._config import read_mcp_json
+from ._config import user_mcp_json
 
 EXIT_USAGE = 2
 SCOPES = ("user", "project")
@@ -230,7 +230,9 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
     tools of ``root`` gated by a permission engine from ``settings`` (nobody to ask), and
     with ``agent`` the ``ketch_agent`` tool running agents built as ``ketch run`` builds them."""
     from ..mcp import KetchMCPServer
-    from ._factory import build_agent, build_gated_tools, mcp_manager
+    from ._factory import build_agent
+    from ._factory import build_gated_tools
+    from ._factory import mcp_manager
 
     tools, runner, engine = build_gated_tools(settings, root, no_approver_message=SERVE_DENIAL)
 

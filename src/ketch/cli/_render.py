@@ -9,10 +9,15 @@ Tool calls show their arguments, results their first lines, and edits their diff
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ..llm._messages import AssistantMessage, Usage, UserMessage, message_text
-from ..loop import AgentEvent, CompactionEnd
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Usage
+from ..llm._messages import UserMessage
+from ..llm._messages import message_text
+from ..loop import AgentEvent
+from ..loop import CompactionEnd
 from ._subagents import subagent_line
 
 if TYPE_CHECKING:

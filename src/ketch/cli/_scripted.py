@@ -26,7 +26,8 @@ from pathlib import Path
 
 import msgspec
 
-from ..testing import Reply, ScriptedModel
+from ..testing import Reply
+from ..testing import ScriptedModel
 
 SCRIPT_ENV = "KETCH_TEST_SCRIPT"
 

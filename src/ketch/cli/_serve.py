@@ -26,9 +26,11 @@ from typing import Any
 
 from ..loop import AgentEvent
 from ._args import OneLineParser
-from ._config import ConfigError, Settings
+from ._config import ConfigError
+from ._config import Settings
 from ._signals import handle_signals
-from ._wire import encode_event, encode_line
+from ._wire import encode_event
+from ._wire import encode_line
 
 TOKEN_ENV = "KETCH_SERVER_TOKEN"
 PROXY_TOKENS_ENV = "KETCH_PROXY_TOKENS"
@@ -97,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help=f"serve the model proxy at /proxy for this provider:model (repeatable; the allow-list); client tokens from {PROXY_TOKENS_ENV}",
     )
-    from ._main import add_agent_options, add_agent_settings
+    from ._main import add_agent_options
+    from ._main import add_agent_settings
 
     add_agent_options(parser)
     parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
@@ -107,7 +110,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
     from ..server import Hosted
-    from ._factory import build_agent, build_model, mcp_manager
+    from ._factory import build_agent
+    from ._factory import build_model
+    from ._factory import mcp_manager
     from ._sessions import use_recorded_model
 
     async def factory(session: Any) -> Hosted:
@@ -245,7 +250,9 @@ def proxy_budgets(text: str | None) -> dict[str, float | None]:
 def _check_model_spec(settings: Settings) -> None:
     """A model that cannot be built is a usage error now, not at the first session (the
     embedded model is not loaded here: that takes seconds)."""
-    from ._factory import LOCAL_MODEL, build_model, choose_model
+    from ._factory import LOCAL_MODEL
+    from ._factory import build_model
+    from ._factory import choose_model
 
     spec, _ = choose_model(settings)
     if spec != LOCAL_MODEL and not spec.startswith("local:"):
@@ -254,7 +261,9 @@ def _check_model_spec(settings: Settings) -> None:
 
 def serve_command(argv: Sequence[str]) -> int:
     """Run ``ketch serve …``; returns the exit code."""
-    from ._main import _check_model, _clean_args, _settings
+    from ._main import _check_model
+    from ._main import _clean_args
+    from ._main import _settings
 
     args = _parser().parse_args(argv)
     _clean_args(args)

@@ -17,19 +17,24 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from ._args import OneLineParser
-from ._config import ConfigError, Settings
+from ._config import ConfigError
+from ._config import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .. import RunState
     from ..permissions import PermissionEngine
-    from ..sessions import Session, SessionInfo, SessionStore
+    from ..sessions import Session
+    from ..sessions import SessionInfo
+    from ..sessions import SessionStore
 
 EXIT_USAGE = 2
 
@@ -99,7 +104,8 @@ async def open_session(options: SessionOptions, root: Path, sessions: SessionSto
     unknown id, a session open elsewhere or a store that cannot be written."""
     if not options.enabled:
         return None
-    from ..sessions import Session, SessionLockedError
+    from ..sessions import Session
+    from ..sessions import SessionLockedError
 
     sessions = store() if sessions is None else sessions
     try:
@@ -150,7 +156,9 @@ def pre_approve(engine: PermissionEngine, state: RunState, decisions: Mapping[st
     """The calls of a paused run the user approved (``decisions``) run without being asked
     again when ``engine`` has an approver (on a terminal): each is allowed once."""
     from ..loop import Approve
-    from ..permissions import Approval, PermissionRequest, args_digest
+    from ..permissions import Approval
+    from ..permissions import PermissionRequest
+    from ..permissions import args_digest
 
     approver = engine.approver
     approved = {
@@ -205,7 +213,8 @@ def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
     """The transcript as the text lines of ``ketch sessions show``: each message's role
     and text, tool calls as ``→ tool argument`` and the first lines of their results."""
     from ..sessions._export import content_text
-    from ._headless import _result_preview, _tool_call_line
+    from ._headless import _result_preview
+    from ._headless import _tool_call_line
 
     out: list[str] = []
     for message in messages:
@@ -246,7 +255,8 @@ async def _list(args: Any) -> int:
 
 
 async def _show(args: Any) -> int:
-    from ..sessions._export import export_json, transcript
+    from ..sessions._export import export_json
+    from ..sessions._export import transcript
 
     sessions = store()
     session_id = await resolve_id(sessions, args.id)
@@ -260,7 +270,8 @@ async def _show(args: Any) -> int:
 
 
 async def _export(args: Any) -> int:
-    from ..sessions import export_json, export_markdown
+    from ..sessions import export_json
+    from ..sessions import export_markdown
 
     sessions = store()
     session_id = await resolve_id(sessions, args.id)

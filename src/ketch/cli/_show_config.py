@@ -9,8 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._args import OneLineParser
-from ._config import ConfigError, config_dir, load_settings, redact, redact_url
-from ._factory import api_key_for, choose_model, key_source
+from ._config import ConfigError
+from ._config import config_dir
+from ._config import load_settings
+from ._config import redact
+from ._config import redact_url
+from ._factory import api_key_for
+from ._factory import choose_model
+from ._factory import key_source
 
 _SHOWN = (
     "thinking",

@@ -8,7 +8,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from typing import NoReturn
 
 

@@ -19,23 +19,25 @@ subagent and one when it ends (:func:`subagent_line`); ``-o stream-json`` writes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ..subagents import (
-    MODES,
-    SubagentEvent,
-    SubagentFileError,
-    Subagents,
-    SubagentSpec,
-    load_agent_file,
-    load_agents,
-)
-from ..tasks import TaskRegistry, notify_agent
-from ._config import ConfigError, Settings, config_dir
+from ..subagents import MODES
+from ..subagents import SubagentEvent
+from ..subagents import SubagentFileError
+from ..subagents import Subagents
+from ..subagents import SubagentSpec
+from ..subagents import load_agent_file
+from ..subagents import load_agents
+from ..tasks import TaskRegistry
+from ..tasks import notify_agent
+from ._config import ConfigError
+from ._config import Settings
+from ._config import config_dir
 
 AGENTS_DIR = "agents"
 PROJECT_AGENTS = Path(".ketch") / "agents"

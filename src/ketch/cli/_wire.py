@@ -25,13 +25,22 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO, Literal, TypeAlias, get_args
+from typing import Any
+from typing import BinaryIO
+from typing import Literal
+from typing import TypeAlias
+from typing import get_args
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
+from msgspec import UnsetType
 
-from ..llm import AssistantMessage, ToolCall, Usage, scrub_surrogates
-from ..loop import AgentEvent, RunSummary
+from ..llm import AssistantMessage
+from ..llm import ToolCall
+from ..llm import Usage
+from ..llm import scrub_surrogates
+from ..loop import AgentEvent
+from ..loop import RunSummary
 from ..permissions import Decision
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]

@@ -13,6 +13,7 @@ tool can embed it next to any installation of the ``ketch`` command::
                 break
 """
 
-from ._process import Process, ProcessError
+from ._process import Process
+from ._process import ProcessError
 
 __all__ = ["Process", "ProcessError"]

@@ -11,7 +11,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 

@@ -5,10 +5,18 @@ Use it by giving an agent a manager::
     agent = Agent(model, context_manager=Compactor())
 """
 
-from ..llm._tokens import ContextUsage, context_usage, estimate_message_tokens, set_token_counter
-from ._manager import Compactor, PreCompact, default_reserve
-from ._strategies import CLEARED_TOOL_RESULT, clear_old_tool_results, trim_long_text
-from ._summary import ContextSummary, find_cut
+from ..llm._tokens import ContextUsage
+from ..llm._tokens import context_usage
+from ..llm._tokens import estimate_message_tokens
+from ..llm._tokens import set_token_counter
+from ._manager import Compactor
+from ._manager import PreCompact
+from ._manager import default_reserve
+from ._strategies import CLEARED_TOOL_RESULT
+from ._strategies import clear_old_tool_results
+from ._strategies import trim_long_text
+from ._summary import ContextSummary
+from ._summary import find_cut
 
 __all__ = [
     "CLEARED_TOOL_RESULT",

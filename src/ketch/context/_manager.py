@@ -11,22 +11,34 @@ reuse it instead of summarising again.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
-from ..llm import Message, Model, Request, StreamOptions, UserMessage, complete
-from ..llm._tokens import ContextMeter, estimate_message_tokens
-from ..loop import CompactionEnd, CompactionStart, ContextRequest, Projection
-from ._strategies import ClearedView, trim_long_text
-from ._summary import (
-    SUMMARY_SYSTEM_PROMPT,
-    ContextSummary,
-    extract_summary,
-    file_lists,
-    find_cut,
-    summary_prompt,
-)
+from ..llm import Message
+from ..llm import Model
+from ..llm import Request
+from ..llm import StreamOptions
+from ..llm import UserMessage
+from ..llm import complete
+from ..llm._tokens import ContextMeter
+from ..llm._tokens import estimate_message_tokens
+from ..loop import CompactionEnd
+from ..loop import CompactionStart
+from ..loop import ContextRequest
+from ..loop import Projection
+from ._strategies import ClearedView
+from ._strategies import trim_long_text
+from ._summary import SUMMARY_SYSTEM_PROMPT
+from ._summary import ContextSummary
+from ._summary import extract_summary
+from ._summary import file_lists
+from ._summary import find_cut
+from ._summary import summary_prompt
 
 
 def default_reserve(window: int) -> int:

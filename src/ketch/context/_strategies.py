@@ -9,7 +9,12 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..llm import AssistantMessage, Message, TextContent, ToolCall, ToolResultMessage, UserMessage
+from ..llm import AssistantMessage
+from ..llm import Message
+from ..llm import TextContent
+from ..llm import ToolCall
+from ..llm import ToolResultMessage
+from ..llm import UserMessage
 from ..llm._tokens import estimate_message_tokens
 
 CLEARED_TOOL_RESULT = "[tool result cleared to save context]"

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
+from typing import ClassVar
 
 import msgspec
 
-from ..llm import (
-    AssistantMessage,
-    CustomMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from ..llm import AssistantMessage
+from ..llm import CustomMessage
+from ..llm import ImageContent
+from ..llm import Message
+from ..llm import TextContent
+from ..llm import ThinkingContent
+from ..llm import ToolCall
+from ..llm import ToolResultMessage
+from ..llm import UserMessage
 from ..llm._tokens import estimate_message_tokens
 
 

@@ -30,26 +30,24 @@ process group is killed) is reported through ``on_notice`` and never fails the r
     result = await runner.prompt(agent, "clean up the build directory")
 """
 
-from ._exec import HookOutcome, HookResult, HookRun
-from ._runner import (
-    DENIED_TEXT,
-    NO_APPROVER_TEXT,
-    PROMPT_BLOCKED_TEXT,
-    STOPPED_TEXT,
-    HookNotice,
-    HookRunner,
-    PromptCheck,
-)
-from ._spec import (
-    DEFAULT_TIMEOUT,
-    HOOK_EVENTS,
-    HookCallback,
-    HookConfigError,
-    HookEvent,
-    HookSpec,
-    hooks_from_json,
-    parse_hooks,
-)
+from ._exec import HookOutcome
+from ._exec import HookResult
+from ._exec import HookRun
+from ._runner import DENIED_TEXT
+from ._runner import NO_APPROVER_TEXT
+from ._runner import PROMPT_BLOCKED_TEXT
+from ._runner import STOPPED_TEXT
+from ._runner import HookNotice
+from ._runner import HookRunner
+from ._runner import PromptCheck
+from ._spec import DEFAULT_TIMEOUT
+from ._spec import HOOK_EVENTS
+from ._spec import HookCallback
+from ._spec import HookConfigError
+from ._spec import HookEvent
+from ._spec import HookSpec
+from ._spec import hooks_from_json
+from ._spec import parse_hooks
 
 __all__ = [
     "DEFAULT_TIMEOUT",

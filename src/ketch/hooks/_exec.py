@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Literal
 
 import msgspec
 
-from .._proc import spawn_group, stop_group, untrack_process_group
+from .._proc import spawn_group
+from .._proc import stop_group
+from .._proc import untrack_process_group
 from ._spec import HookSpec
 
 MAX_TEXT = 10_000

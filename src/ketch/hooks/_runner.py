@@ -10,30 +10,44 @@ import inspect
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
 
 import msgspec
 
 from .._schema import validate_arguments
-from ..llm import ImageContent, Message, TextContent, UserMessage
+from ..llm import ImageContent
+from ..llm import Message
+from ..llm import TextContent
+from ..llm import UserMessage
 from ..llm._errors import exception_text
-from ..loop import (
-    AfterToolCallResult,
-    BeforeToolCallResult,
-    RunResult,
-    RunSummary,
-    StopDecision,
-    StopInfo,
-    ToolCallInfo,
-    ToolResult,
-    TurnInfo,
-)
-from ..permissions import HOOK_DENIED, HOOK_STOPPED, HookVerdict
-from ._exec import HookOutcome, merge, run_hook
-from ._spec import DEFAULT_TIMEOUT, HookCallback, HookEvent, HookSpec
+from ..loop import AfterToolCallResult
+from ..loop import BeforeToolCallResult
+from ..loop import RunResult
+from ..loop import RunSummary
+from ..loop import StopDecision
+from ..loop import StopInfo
+from ..loop import ToolCallInfo
+from ..loop import ToolResult
+from ..loop import TurnInfo
+from ..permissions import HOOK_DENIED
+from ..permissions import HOOK_STOPPED
+from ..permissions import HookVerdict
+from ._exec import HookOutcome
+from ._exec import merge
+from ._exec import run_hook
+from ._spec import DEFAULT_TIMEOUT
+from ._spec import HookCallback
+from ._spec import HookEvent
+from ._spec import HookSpec
 
 if TYPE_CHECKING:
     from .. import Agent

@@ -7,71 +7,72 @@ Provider adapters and the HTTP client load lazily, on first use.
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_getattr
-from ._errors import ErrorKind, ModelError
-from ._messages import (
-    AssistantMessage,
-    ContentBlock,
-    Cost,
-    CustomMessage,
-    ImageContent,
-    Message,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    message_from_dict,
-    message_to_dict,
-    messages_from_json,
-    messages_to_json,
-    scrub_surrogates,
-    use_clock,
-)
-from ._model import (
-    DEFAULT_CONTEXT_WINDOW,
-    Model,
-    PreparesMessages,
-    Request,
-    SettableContextWindow,
-    StreamOptions,
-    SupportsNativeOutput,
-    SystemBlock,
-    SystemPrompt,
-    ThinkingLevel,
-    ToolSpec,
-    complete,
-)
-from ._signal import Aborted, AbortSignal
-from ._stream import (
-    AsyncClosable,
-    MessageBuilder,
-    Retry,
-    StreamDone,
-    StreamError,
-    StreamEvent,
-    StreamStart,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ThinkingDelta,
-    ThinkingEnd,
-    ThinkingStart,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-    guard_stream,
-    parse_partial_json,
-)
+from ._errors import ErrorKind
+from ._errors import ModelError
+from ._messages import AssistantMessage
+from ._messages import ContentBlock
+from ._messages import Cost
+from ._messages import CustomMessage
+from ._messages import ImageContent
+from ._messages import Message
+from ._messages import StopReason
+from ._messages import TextContent
+from ._messages import ThinkingContent
+from ._messages import ToolCall
+from ._messages import ToolResultMessage
+from ._messages import Usage
+from ._messages import UserMessage
+from ._messages import message_from_dict
+from ._messages import message_to_dict
+from ._messages import messages_from_json
+from ._messages import messages_to_json
+from ._messages import scrub_surrogates
+from ._messages import use_clock
+from ._model import DEFAULT_CONTEXT_WINDOW
+from ._model import Model
+from ._model import PreparesMessages
+from ._model import Request
+from ._model import SettableContextWindow
+from ._model import StreamOptions
+from ._model import SupportsNativeOutput
+from ._model import SystemBlock
+from ._model import SystemPrompt
+from ._model import ThinkingLevel
+from ._model import ToolSpec
+from ._model import complete
+from ._signal import Aborted
+from ._signal import AbortSignal
+from ._stream import AsyncClosable
+from ._stream import MessageBuilder
+from ._stream import Retry
+from ._stream import StreamDone
+from ._stream import StreamError
+from ._stream import StreamEvent
+from ._stream import StreamStart
+from ._stream import TextDelta
+from ._stream import TextEnd
+from ._stream import TextStart
+from ._stream import ThinkingDelta
+from ._stream import ThinkingEnd
+from ._stream import ThinkingStart
+from ._stream import ToolCallDelta
+from ._stream import ToolCallEnd
+from ._stream import ToolCallStart
+from ._stream import guard_stream
+from ._stream import parse_partial_json
 
 if TYPE_CHECKING:
     from ._fallback import FallbackModel
     from ._http import close_session
-    from ._providers.proxy import ProxyModel, proxy
-    from ._registry import ModelInfo, register_model, register_provider
-    from ._resolve import get_model, register_api
-    from ._structured import parse_structured, response_format_for
+    from ._providers.proxy import ProxyModel
+    from ._providers.proxy import proxy
+    from ._registry import ModelInfo
+    from ._registry import register_model
+    from ._registry import register_provider
+    from ._resolve import get_model
+    from ._resolve import register_api
+    from ._structured import parse_structured
+    from ._structured import response_format_for
 
 _LAZY = {
     "FallbackModel": "._fallback",

@@ -16,15 +16,13 @@ from typing import Any
 
 import msgspec
 
-from ._errors import (
-    ModelError,
-    NetworkError,
-    RequestTimeoutError,
-    ServerError,
-    StreamIdleError,
-    error_for_kind,
-    exception_text,
-)
+from ._errors import ModelError
+from ._errors import NetworkError
+from ._errors import RequestTimeoutError
+from ._errors import ServerError
+from ._errors import StreamIdleError
+from ._errors import error_for_kind
+from ._errors import exception_text
 from ._retry import parse_retry_after
 
 OVERFLOW_PATTERNS: tuple[re.Pattern[str], ...] = tuple(

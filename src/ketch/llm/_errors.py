@@ -9,7 +9,8 @@ assistant message whose stop reason is ``error``.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Literal
+from typing import TypeAlias
 
 ErrorKind: TypeAlias = Literal[
     "rate_limit",

@@ -17,13 +17,25 @@ says it too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Iterable
+from collections.abc import Sequence
 
 import msgspec
 
-from ._errors import FAILOVER_KINDS, exception_text
-from ._model import Model, PreparesMessages, Request, StreamOptions
-from ._stream import MessageBuilder, Retry, StreamDone, StreamError, StreamEvent, StreamStart, is_closable
+from ._errors import FAILOVER_KINDS
+from ._errors import exception_text
+from ._model import Model
+from ._model import PreparesMessages
+from ._model import Request
+from ._model import StreamOptions
+from ._stream import MessageBuilder
+from ._stream import Retry
+from ._stream import StreamDone
+from ._stream import StreamError
+from ._stream import StreamEvent
+from ._stream import StreamStart
+from ._stream import is_closable
 
 _NO_OPTIONS = StreamOptions()
 

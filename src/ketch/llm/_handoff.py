@@ -28,19 +28,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 
 import msgspec
 
-from ._messages import (
-    AssistantMessage,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from ._messages import AssistantMessage
+from ._messages import Message
+from ._messages import TextContent
+from ._messages import ThinkingContent
+from ._messages import ToolCall
+from ._messages import ToolResultMessage
+from ._messages import UserMessage
 
 MISSING_TOOL_RESULT = "No result provided"
 """The text of the synthetic error result given to a tool call that never got one."""

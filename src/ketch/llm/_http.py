@@ -19,11 +19,22 @@ import asyncio
 import functools
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import NamedTuple
+from typing import Protocol
+from typing import TypeVar
 
-from ._errors import ModelError, RequestTimeoutError, ServerError, StreamIdleError
-from ._signal import Aborted, AbortSignal, take_pending_cancel
+from ._errors import ModelError
+from ._errors import RequestTimeoutError
+from ._errors import ServerError
+from ._errors import StreamIdleError
+from ._signal import Aborted
+from ._signal import AbortSignal
+from ._signal import take_pending_cancel
 
 if TYPE_CHECKING:
     import aiohttp

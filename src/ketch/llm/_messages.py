@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any
+from typing import ClassVar
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 

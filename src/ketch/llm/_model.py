@@ -7,14 +7,25 @@ runtime failures: those end the stream with a :class:`~ketch.llm._stream.StreamE
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Literal
+from typing import Protocol
+from typing import TypeAlias
+from typing import get_args
+from typing import runtime_checkable
 
 import msgspec
 
-from ._messages import AssistantMessage, Message
+from ._messages import AssistantMessage
+from ._messages import Message
 from ._signal import AbortSignal
-from ._stream import StreamDone, StreamError, StreamEvent
+from ._stream import StreamDone
+from ._stream import StreamError
+from ._stream import StreamEvent
 
 ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)

@@ -22,13 +22,17 @@ budget-style providers come from :func:`thinking_budget_tokens`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+from typing import Literal
 
 import msgspec
 
 from ._messages import Usage
-from ._model import DEFAULT_CONTEXT_WINDOW, THINKING_LEVELS, ThinkingLevel
+from ._model import DEFAULT_CONTEXT_WINDOW
+from ._model import THINKING_LEVELS
+from ._model import ThinkingLevel
 
 
 class Pricing(msgspec.Struct, kw_only=True, frozen=True):

@@ -32,14 +32,20 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from functools import cache
-from typing import Any, cast
+from typing import Any
+from typing import cast
 
 import msgspec
 
 from ._model import Model
-from ._registry import ModelInfo, get_info, get_provider, list_providers, lookup
+from ._registry import ModelInfo
+from ._registry import get_info
+from ._registry import get_provider
+from ._registry import list_providers
+from ._registry import lookup
 
 ModelClass = Callable[..., Model]
 

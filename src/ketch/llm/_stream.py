@@ -14,23 +14,33 @@ messages and aborts into ``aborted`` messages that keep the partial content.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
 from types import AsyncGeneratorType
-from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
+from typing import Any
+from typing import ClassVar
+from typing import Literal
+from typing import Protocol
+from typing import TypeAlias
+from typing import TypeGuard
+from typing import TypeVar
+from typing import runtime_checkable
 
 import jiter
 import msgspec
 
-from ._errors import ModelError, ServerError, exception_text
-from ._messages import (
-    AssistantMessage,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    Usage,
-)
-from ._signal import AbortSignal, AbortWaiter
+from ._errors import ModelError
+from ._errors import ServerError
+from ._errors import exception_text
+from ._messages import AssistantMessage
+from ._messages import StopReason
+from ._messages import TextContent
+from ._messages import ThinkingContent
+from ._messages import ToolCall
+from ._messages import Usage
+from ._signal import AbortSignal
+from ._signal import AbortWaiter
 
 
 @runtime_checkable

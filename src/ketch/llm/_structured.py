@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import msgspec
 

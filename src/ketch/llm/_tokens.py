@@ -11,23 +11,22 @@ the estimate with :func:`set_token_counter`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from ._messages import (
-    AssistantMessage,
-    CustomMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    scrub_surrogates,
-)
+from ._messages import AssistantMessage
+from ._messages import CustomMessage
+from ._messages import ImageContent
+from ._messages import Message
+from ._messages import TextContent
+from ._messages import ThinkingContent
+from ._messages import ToolCall
+from ._messages import ToolResultMessage
+from ._messages import UserMessage
+from ._messages import scrub_surrogates
 
 IMAGE_TOKENS = 1200
 """Estimated tokens for one image."""

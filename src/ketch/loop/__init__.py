@@ -1,60 +1,74 @@
 """The stateless tool-call loop. Imports only :mod:`ketch.llm`."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ._config import (
-    AfterToolCallResult,
-    BeforeToolCallResult,
-    ContextManager,
-    ContextRequest,
-    Conversation,
-    LoopConfig,
-    NextTurn,
-    Projection,
-    StopDecision,
-    StopInfo,
-    ToolCallInfo,
-    TurnInfo,
-    UsageLimits,
-    stop_after_tool,
-)
-from ._events import (
-    AgentEnd,
-    AgentEvent,
-    AgentStart,
-    ApprovalRequired,
-    CompactionEnd,
-    CompactionStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    Retry,
-    RunError,
-    RunResult,
-    RunSummary,
-    ToolCallNote,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-    TurnEnd,
-    TurnStart,
-)
-from ._guardrails import (
-    Guardrail,
-    GuardrailResult,
-    GuardrailTrip,
-    InputCheck,
-    OutputCheck,
-    ToolResultCheck,
-    input_guardrail,
-    output_guardrail,
-    tool_guardrail,
-)
-from ._phase import Phase, PhaseRef
-from ._repair import default_convert_to_llm, repair_messages, validate_message_sequence
-from ._run import RunStream, continue_loop, resume_loop, run_loop
-from ._state import Approve, Decision, Deny, Edit, PendingCall, RunState, approve, deny, edit
-from ._tool import Tool, ToolContext, ToolPreview, ToolProgress, ToolResult, to_tool_result
+from ._config import AfterToolCallResult
+from ._config import BeforeToolCallResult
+from ._config import ContextManager
+from ._config import ContextRequest
+from ._config import Conversation
+from ._config import LoopConfig
+from ._config import NextTurn
+from ._config import Projection
+from ._config import StopDecision
+from ._config import StopInfo
+from ._config import ToolCallInfo
+from ._config import TurnInfo
+from ._config import UsageLimits
+from ._config import stop_after_tool
+from ._events import AgentEnd
+from ._events import AgentEvent
+from ._events import AgentStart
+from ._events import ApprovalRequired
+from ._events import CompactionEnd
+from ._events import CompactionStart
+from ._events import MessageEnd
+from ._events import MessageStart
+from ._events import MessageUpdate
+from ._events import Retry
+from ._events import RunError
+from ._events import RunResult
+from ._events import RunSummary
+from ._events import ToolCallNote
+from ._events import ToolExecutionEnd
+from ._events import ToolExecutionStart
+from ._events import ToolExecutionUpdate
+from ._events import TurnEnd
+from ._events import TurnStart
+from ._guardrails import Guardrail
+from ._guardrails import GuardrailResult
+from ._guardrails import GuardrailTrip
+from ._guardrails import InputCheck
+from ._guardrails import OutputCheck
+from ._guardrails import ToolResultCheck
+from ._guardrails import input_guardrail
+from ._guardrails import output_guardrail
+from ._guardrails import tool_guardrail
+from ._phase import Phase
+from ._phase import PhaseRef
+from ._repair import default_convert_to_llm
+from ._repair import repair_messages
+from ._repair import validate_message_sequence
+from ._run import RunStream
+from ._run import continue_loop
+from ._run import resume_loop
+from ._run import run_loop
+from ._state import Approve
+from ._state import Decision
+from ._state import Deny
+from ._state import Edit
+from ._state import PendingCall
+from ._state import RunState
+from ._state import approve
+from ._state import deny
+from ._state import edit
+from ._tool import Tool
+from ._tool import ToolContext
+from ._tool import ToolPreview
+from ._tool import ToolProgress
+from ._tool import ToolResult
+from ._tool import to_tool_result
 
 __all__ = [
     "OUTPUT_TOOL_NAME",
@@ -131,7 +145,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ._output import OUTPUT_TOOL_NAME, OutputMode, OutputStream, OutputValidator, RejectOutput
+    from ._output import OUTPUT_TOOL_NAME
+    from ._output import OutputMode
+    from ._output import OutputStream
+    from ._output import OutputValidator
+    from ._output import RejectOutput
 
 _OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
 

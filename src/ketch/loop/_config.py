@@ -7,20 +7,38 @@ into an error assistant message, tool-side hooks into an error tool result.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Generic
+from typing import Literal
+from typing import Protocol
+from typing import TypeAlias
+from typing import TypeVar
 
 import msgspec
 
-from ..llm._messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
-from ..llm._model import Model, StreamOptions, ThinkingLevel
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import ToolCall
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import Usage
+from ..llm._messages import UserMessage
+from ..llm._model import Model
+from ..llm._model import StreamOptions
+from ..llm._model import ThinkingLevel
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextMeter
 from ._guardrails import Guardrail
 from ._phase import PhaseRef
 from ._repair import LLMView
-from ._tool import Deps, Tool, ToolResult
+from ._tool import Deps
+from ._tool import Tool
+from ._tool import ToolResult
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]

@@ -25,11 +25,18 @@ overflow (``error_kind="context_overflow"``).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import Any
+from typing import ClassVar
+from typing import Literal
+from typing import TypeAlias
+from typing import TypeVar
 
 import msgspec
 
-from ..llm._messages import AssistantMessage, Message, ToolResultMessage, Usage
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import Usage
 from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage

@@ -23,33 +23,49 @@ import dataclasses
 import inspect
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
-from typing import Any, Literal
+from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import Any
+from typing import Literal
 
 import msgspec
 
-from .._schema import malformed_arguments_message, validate_arguments
+from .._schema import malformed_arguments_message
+from .._schema import validate_arguments
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, ToolCall, monotonic
-from ..llm._signal import AbortSignal, AbortWaiter, take_pending_cancel
-from ._config import (
-    AfterToolCallResult,
-    BeforeToolCallResult,
-    Conversation,
-    LoopConfig,
-    ToolCallInfo,
-)
-from ._events import (
-    AgentEvent,
-    ApprovalRequired,
-    ToolCallNote,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-)
-from ._guardrails import Guardrails, GuardrailTrip, ToolResultCheck
-from ._state import Decision, Deny, Edit, PendingCall, denied_text
-from ._tool import Tool, ToolContext, ToolPreview, ToolResult, to_tool_result
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import ToolCall
+from ..llm._messages import monotonic
+from ..llm._signal import AbortSignal
+from ..llm._signal import AbortWaiter
+from ..llm._signal import take_pending_cancel
+from ._config import AfterToolCallResult
+from ._config import BeforeToolCallResult
+from ._config import Conversation
+from ._config import LoopConfig
+from ._config import ToolCallInfo
+from ._events import AgentEvent
+from ._events import ApprovalRequired
+from ._events import ToolCallNote
+from ._events import ToolExecutionEnd
+from ._events import ToolExecutionStart
+from ._events import ToolExecutionUpdate
+from ._guardrails import Guardrails
+from ._guardrails import GuardrailTrip
+from ._guardrails import ToolResultCheck
+from ._state import Decision
+from ._state import Deny
+from ._state import Edit
+from ._state import PendingCall
+from ._state import denied_text
+from ._tool import Tool
+from ._tool import ToolContext
+from ._tool import ToolPreview
+from ._tool import ToolResult
+from ._tool import to_tool_result
 
 log = logging.getLogger("ketch.loop")
 

@@ -28,20 +28,33 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
+from typing import overload
 
 import msgspec
 
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, TextContent, UserMessage
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import TextContent
+from ..llm._messages import UserMessage
 from ..llm._signal import AbortSignal
-from ..llm._stream import StreamEvent, is_closable
+from ..llm._stream import StreamEvent
+from ..llm._stream import is_closable
 from ._tool import ToolResult
 
 if TYPE_CHECKING:
-    from ._config import Conversation, ToolCallInfo
+    from ._config import Conversation
+    from ._config import ToolCallInfo
 
 GuardrailKind: TypeAlias = Literal["input", "output", "tool_call", "tool_result"]
 

@@ -34,23 +34,42 @@ import asyncio
 import inspect
 import re
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal, NamedTuple, TypeAlias, get_args
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import Literal
+from typing import NamedTuple
+from typing import TypeAlias
+from typing import get_args
 
 import jiter
 import msgspec
 
 from ..llm._errors import exception_text
-from ..llm._messages import AssistantMessage, Message, TextContent, ToolCall, ToolResultMessage, UserMessage
-from ..llm._model import Model, StreamOptions, SupportsNativeOutput, ToolSpec
-from ..llm._stream import TextDelta, ToolCallDelta, ToolCallStart
-from ..llm._structured import (
-    StructuredOutputError,
-    parse_structured,
-    response_format_for,
-    validate_structured,
-)
-from ._events import EndReason, MessageStart, MessageUpdate, Retry
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import TextContent
+from ..llm._messages import ToolCall
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import UserMessage
+from ..llm._model import Model
+from ..llm._model import StreamOptions
+from ..llm._model import SupportsNativeOutput
+from ..llm._model import ToolSpec
+from ..llm._stream import TextDelta
+from ..llm._stream import ToolCallDelta
+from ..llm._stream import ToolCallStart
+from ..llm._structured import StructuredOutputError
+from ..llm._structured import parse_structured
+from ..llm._structured import response_format_for
+from ..llm._structured import validate_structured
+from ._events import EndReason
+from ._events import MessageStart
+from ._events import MessageUpdate
+from ._events import Retry
 
 OutputMode: TypeAlias = Literal["auto", "native", "tool", "prompted"]
 """How typed output is asked for (see the module documentation)."""

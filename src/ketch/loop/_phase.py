@@ -3,7 +3,9 @@ stateless loop keeps up to date (``LoopConfig.phase``)."""
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias, get_args
+from typing import Literal
+from typing import TypeAlias
+from typing import get_args
 
 import msgspec
 

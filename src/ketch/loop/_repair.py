@@ -15,16 +15,14 @@ from collections.abc import Sequence
 
 from ..llm._handoff import MISSING_TOOL_RESULT
 from ..llm._lists import extend_with_room
-from ..llm._messages import (
-    AssistantMessage,
-    CustomMessage,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from ..llm._messages import AssistantMessage
+from ..llm._messages import CustomMessage
+from ..llm._messages import Message
+from ..llm._messages import TextContent
+from ..llm._messages import ThinkingContent
+from ..llm._messages import ToolCall
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import UserMessage
 
 INTERRUPTED_NOTE = "[Request interrupted by user]"
 SILENT_ABORT = "silent"

@@ -15,64 +15,90 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import NamedTuple
 
 import msgspec
 
 from ..llm._errors import exception_text
-from ..llm._messages import (
-    AssistantMessage,
-    Message,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    monotonic,
-)
-from ..llm._model import Model, PreparesMessages, Request, StreamOptions, ToolSpec
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import ToolCall
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import Usage
+from ..llm._messages import UserMessage
+from ..llm._messages import monotonic
+from ..llm._model import Model
+from ..llm._model import PreparesMessages
+from ..llm._model import Request
+from ..llm._model import StreamOptions
+from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
-from ..llm._stream import (
-    StreamDone,
-    StreamError,
-    StreamEvent,
-    StreamStart,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ThinkingDelta,
-    ThinkingEnd,
-    ThinkingStart,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-    is_closable,
-)
-from ..llm._tokens import ContextUsage, estimate_message_tokens
-from ._config import ContextRequest, Conversation, LoopConfig, Projection, StopInfo, TurnInfo, UsageLimits
-from ._events import (
-    AgentEnd,
-    AgentEvent,
-    AgentStart,
-    CompactionEnd,
-    EndReason,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    Retry,
-    RunResult,
-    RunSummary,
-    ToolCallNote,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    TurnEnd,
-    TurnStart,
-)
-from ._execute import BatchResult, CallOutcome, ToolBatch, ToolRunner, stopped_result
-from ._guardrails import Guardrails, GuardrailTrip, InputCheck, InputGate, OutputCheck, reject_message
-from ._repair import SILENT_ABORT, default_convert_to_llm, repair_messages
-from ._state import Decision, PendingCall, RunState, config_fingerprint
-from ._tool import Tool, ToolResult
+from ..llm._stream import StreamDone
+from ..llm._stream import StreamError
+from ..llm._stream import StreamEvent
+from ..llm._stream import StreamStart
+from ..llm._stream import TextDelta
+from ..llm._stream import TextEnd
+from ..llm._stream import TextStart
+from ..llm._stream import ThinkingDelta
+from ..llm._stream import ThinkingEnd
+from ..llm._stream import ThinkingStart
+from ..llm._stream import ToolCallDelta
+from ..llm._stream import ToolCallEnd
+from ..llm._stream import ToolCallStart
+from ..llm._stream import is_closable
+from ..llm._tokens import ContextUsage
+from ..llm._tokens import estimate_message_tokens
+from ._config import ContextRequest
+from ._config import Conversation
+from ._config import LoopConfig
+from ._config import Projection
+from ._config import StopInfo
+from ._config import TurnInfo
+from ._config import UsageLimits
+from ._events import AgentEnd
+from ._events import AgentEvent
+from ._events import AgentStart
+from ._events import CompactionEnd
+from ._events import EndReason
+from ._events import MessageEnd
+from ._events import MessageStart
+from ._events import MessageUpdate
+from ._events import Retry
+from ._events import RunResult
+from ._events import RunSummary
+from ._events import ToolCallNote
+from ._events import ToolExecutionEnd
+from ._events import ToolExecutionStart
+from ._events import TurnEnd
+from ._events import TurnStart
+from ._execute import BatchResult
+from ._execute import CallOutcome
+from ._execute import ToolBatch
+from ._execute import ToolRunner
+from ._execute import stopped_result
+from ._guardrails import Guardrails
+from ._guardrails import GuardrailTrip
+from ._guardrails import InputCheck
+from ._guardrails import InputGate
+from ._guardrails import OutputCheck
+from ._guardrails import reject_message
+from ._repair import SILENT_ABORT
+from ._repair import default_convert_to_llm
+from ._repair import repair_messages
+from ._state import Decision
+from ._state import PendingCall
+from ._state import RunState
+from ._state import config_fingerprint
+from ._tool import Tool
+from ._tool import ToolResult
 
 if TYPE_CHECKING:
     from ._output import OutputRun
@@ -161,7 +187,8 @@ class RunStream:
         output = self._run.output
         if output is None:
             raise ValueError("stream_output() needs a run with an output_type")
-        from ._output import PartialOutput, stream_partials
+        from ._output import PartialOutput
+        from ._output import stream_partials
 
         async def final() -> Any:
             await self.result()

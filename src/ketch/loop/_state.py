@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any
+from typing import ClassVar
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 
-from ..llm._messages import (
-    AssistantMessage,
-    Message,
-    ToolResultMessage,
-    Usage,
-    message_from_dict,
-    message_to_dict,
-)
+from ..llm._messages import AssistantMessage
+from ..llm._messages import Message
+from ..llm._messages import ToolResultMessage
+from ..llm._messages import Usage
+from ..llm._messages import message_from_dict
+from ..llm._messages import message_to_dict
 from ..llm._model import Model
 from ._tool import Tool
 

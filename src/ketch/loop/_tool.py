@@ -49,12 +49,23 @@ retrying never replays a side effect. A model error that ends the turn ends the 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import Generic
+from typing import Literal
+from typing import TypeAlias
+from typing import TypeVar
 
 import msgspec
 
-from ..llm._messages import AssistantMessage, ImageContent, Message, TextContent, Usage, scrub_surrogates
+from ..llm._messages import AssistantMessage
+from ..llm._messages import ImageContent
+from ..llm._messages import Message
+from ..llm._messages import TextContent
+from ..llm._messages import Usage
+from ..llm._messages import scrub_surrogates
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 

@@ -21,18 +21,20 @@ progress, shutdown) and the server requests (elicitation, sampling, roots).
 to MCP clients; ``ketch mcp serve`` is the command built on it.
 """
 
-from ._client import (
-    NO_ELICITATION,
-    ElicitationCallback,
-    ElicitationRequest,
-    ElicitationResponse,
-    MCPManager,
-    MCPTool,
-    ServerState,
-    ServerStatus,
-)
-from ._config import MCPConfigError, MCPServerConfig, load_mcp_json, server_config
-from ._server import AGENT_TOOL, KetchMCPServer
+from ._client import NO_ELICITATION
+from ._client import ElicitationCallback
+from ._client import ElicitationRequest
+from ._client import ElicitationResponse
+from ._client import MCPManager
+from ._client import MCPTool
+from ._client import ServerState
+from ._client import ServerStatus
+from ._config import MCPConfigError
+from ._config import MCPServerConfig
+from ._config import load_mcp_json
+from ._config import server_config
+from ._server import AGENT_TOOL
+from ._server import KetchMCPServer
 from ._tools import tool_name
 
 __all__ = [

@@ -13,26 +13,39 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
 
-from ketch.llm import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    Model,
-    Request,
-    StreamOptions,
-    TextContent,
-    UserMessage,
-    complete,
-)
-from ketch.loop import NextTurn, Tool, ToolContext, ToolResult, TurnInfo
+from ketch.llm import AssistantMessage
+from ketch.llm import ImageContent
+from ketch.llm import Message
+from ketch.llm import Model
+from ketch.llm import Request
+from ketch.llm import StreamOptions
+from ketch.llm import TextContent
+from ketch.llm import UserMessage
+from ketch.llm import complete
+from ketch.loop import NextTurn
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.loop import TurnInfo
 
 from ._config import MCPServerConfig
-from ._tools import convert_content, convert_result, flags, tool_name
+from ._tools import convert_content
+from ._tools import convert_result
+from ._tools import flags
+from ._tools import tool_name
 
 if TYPE_CHECKING:
     from ketch import Agent
@@ -181,7 +194,8 @@ class _Server:
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.config
         if cfg.type == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
+            from mcp.client.stdio import StdioServerParameters
+            from mcp.client.stdio import stdio_client
 
             assert cfg.command is not None
             params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None, cwd=cfg.cwd)

@@ -21,9 +21,13 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
+from typing import cast
 
 Transport: TypeAlias = Literal["stdio", "http", "sse"]
 _TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")

@@ -29,23 +29,29 @@ import inspect
 import itertools
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
 from ketch.tools import validate_arguments
 
-from ..llm import AbortSignal, AssistantMessage, ImageContent, TextContent, ToolCall
-from ..loop import (
-    AfterToolCallResult,
-    AgentEvent,
-    BeforeToolCallResult,
-    Conversation,
-    RunResult,
-    Tool,
-    ToolCallInfo,
-    ToolContext,
-    ToolResult,
-)
+from ..llm import AbortSignal
+from ..llm import AssistantMessage
+from ..llm import ImageContent
+from ..llm import TextContent
+from ..llm import ToolCall
+from ..loop import AfterToolCallResult
+from ..loop import AgentEvent
+from ..loop import BeforeToolCallResult
+from ..loop import Conversation
+from ..loop import RunResult
+from ..loop import Tool
+from ..loop import ToolCallInfo
+from ..loop import ToolContext
+from ..loop import ToolResult
 
 if TYPE_CHECKING:
     import mcp_types

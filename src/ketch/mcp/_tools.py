@@ -6,7 +6,8 @@ import json
 import re
 from typing import Any
 
-from ketch.llm import ImageContent, TextContent
+from ketch.llm import ImageContent
+from ketch.llm import TextContent
 from ketch.loop import ToolResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

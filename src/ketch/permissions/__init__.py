@@ -38,33 +38,35 @@ Every decision is recorded in :attr:`PermissionEngine.decisions` and returned as
     agent = Agent(model, tools=tools, before_tool_call=engine.before_tool_call)
 """
 
-from ._engine import (
-    CHECK_FAILED,
-    HOOK_DENIED,
-    HOOK_STOPPED,
-    NO_APPROVER,
-    PERMISSION_MODES,
-    PLAN_DENIED,
-    RULE_DENIED,
-    USER_DENIED,
-    Allow,
-    Approval,
-    Approver,
-    CanUseTool,
-    Decision,
-    Deny,
-    HookVerdict,
-    PermissionEngine,
-    PermissionMode,
-    PermissionRequest,
-    PreToolUseHook,
-    SandboxedTool,
-    Verdict,
-    args_digest,
-    parse_mode,
-)
-from ._rules import RULE_FORMS, Rule, parse_rules, rule_subject
-from ._shell import SimpleCommand, parse_command
+from ._engine import CHECK_FAILED
+from ._engine import HOOK_DENIED
+from ._engine import HOOK_STOPPED
+from ._engine import NO_APPROVER
+from ._engine import PERMISSION_MODES
+from ._engine import PLAN_DENIED
+from ._engine import RULE_DENIED
+from ._engine import USER_DENIED
+from ._engine import Allow
+from ._engine import Approval
+from ._engine import Approver
+from ._engine import CanUseTool
+from ._engine import Decision
+from ._engine import Deny
+from ._engine import HookVerdict
+from ._engine import PermissionEngine
+from ._engine import PermissionMode
+from ._engine import PermissionRequest
+from ._engine import PreToolUseHook
+from ._engine import SandboxedTool
+from ._engine import Verdict
+from ._engine import args_digest
+from ._engine import parse_mode
+from ._rules import RULE_FORMS
+from ._rules import Rule
+from ._rules import parse_rules
+from ._rules import rule_subject
+from ._shell import SimpleCommand
+from ._shell import parse_command
 
 __all__ = [
     "CHECK_FAILED",

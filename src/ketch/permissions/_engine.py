@@ -7,15 +7,29 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
+from typing import Any
+from typing import Literal
+from typing import Protocol
+from typing import TypeAlias
+from typing import get_args
+from typing import runtime_checkable
 
 import msgspec
 
-from ..loop import BeforeToolCallResult, Tool, ToolCallInfo
-from ._rules import Rule, parse_rules, resolve_path, rule_subject
-from ._shell import SimpleCommand, parse_command
+from ..loop import BeforeToolCallResult
+from ..loop import Tool
+from ..loop import ToolCallInfo
+from ._rules import Rule
+from ._rules import parse_rules
+from ._rules import resolve_path
+from ._rules import rule_subject
+from ._shell import SimpleCommand
+from ._shell import parse_command
 
 PermissionMode: TypeAlias = Literal["default", "accept_edits", "plan", "bypass"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)

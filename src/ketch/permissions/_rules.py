@@ -11,12 +11,19 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
-from ._shell import SimpleCommand, _Lexer, _Unsupported, command_basename, possible_names, trusted_name
+from ._shell import SimpleCommand
+from ._shell import _Lexer
+from ._shell import _Unsupported
+from ._shell import command_basename
+from ._shell import possible_names
+from ._shell import trusted_name
 
 RULE_FORMS = (
     "expected Tool, Tool(specifier) or mcp__server[__tool], e.g. Bash(git status), "

@@ -23,9 +23,17 @@ import sys
 import threading
 
 from ._bubblewrap import BubblewrapSandbox
-from ._env import BASE_ALLOW, SECRET_PATTERNS, has_url_password, is_secret_name, tool_environment
-from ._hints import denial_hint, protected_names
-from ._policy import DEFAULT_PROTECTED, Sandbox, SandboxPolicy, protected_path
+from ._env import BASE_ALLOW
+from ._env import SECRET_PATTERNS
+from ._env import has_url_password
+from ._env import is_secret_name
+from ._env import tool_environment
+from ._hints import denial_hint
+from ._hints import protected_names
+from ._policy import DEFAULT_PROTECTED
+from ._policy import Sandbox
+from ._policy import SandboxPolicy
+from ._policy import protected_path
 
 __all__ = [
     "BASE_ALLOW",

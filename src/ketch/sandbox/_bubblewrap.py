@@ -6,7 +6,8 @@ import glob
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 from ._policy import SandboxPolicy

@@ -5,7 +5,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 
 BASE_ALLOW: tuple[str, ...] = (
     "PATH",

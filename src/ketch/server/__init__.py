@@ -22,7 +22,9 @@ model proxy (what :func:`ketch.llm.proxy` talks to), mounted with ``create_app(.
 subapps=[("/proxy", proxy_app(...))])``.
 """
 
-from ._app import ROUTES, AgentFactory, create_app
+from ._app import ROUTES
+from ._app import AgentFactory
+from ._app import create_app
 from ._live import Hosted
 from ._openapi import openapi_document
 from ._proxy import proxy_app

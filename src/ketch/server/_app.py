@@ -6,17 +6,28 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from ketch import AgentEvent, approve, deny
-from ketch.sessions import Session, SessionLockedError, SessionNotFoundError, SessionStore, export_json
+from ketch import AgentEvent
+from ketch import approve
+from ketch import deny
+from ketch.sessions import Session
+from ketch.sessions import SessionLockedError
+from ketch.sessions import SessionNotFoundError
+from ketch.sessions import SessionStore
+from ketch.sessions import export_json
 
-from ._live import BadRequest, Conflict, Hosted, LiveSession
+from ._live import BadRequest
+from ._live import Conflict
+from ._live import Hosted
+from ._live import LiveSession
 from ._openapi import openapi_document
 
 log = logging.getLogger("ketch.server")

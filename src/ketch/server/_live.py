@@ -14,13 +14,18 @@ import asyncio
 import logging
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from ketch import Agent, AgentEvent, RunResult, RunState, message_to_dict
+from ketch import Agent
+from ketch import AgentEvent
+from ketch import RunResult
+from ketch import RunState
+from ketch import message_to_dict
 
 log = logging.getLogger("ketch.server")
 

@@ -30,39 +30,39 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from ..llm import (
-    AbortSignal,
-    AssistantMessage,
-    Model,
-    Request,
-    Retry,
-    StreamDone,
-    StreamError,
-    StreamEvent,
-    StreamOptions,
-    StreamStart,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ThinkingDelta,
-    ThinkingEnd,
-    ThinkingLevel,
-    ThinkingStart,
-    ToolCall,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-    scrub_surrogates,
-)
+from ..llm import AbortSignal
+from ..llm import AssistantMessage
+from ..llm import Model
+from ..llm import Request
+from ..llm import Retry
+from ..llm import StreamDone
+from ..llm import StreamError
+from ..llm import StreamEvent
+from ..llm import StreamOptions
+from ..llm import StreamStart
+from ..llm import TextDelta
+from ..llm import TextEnd
+from ..llm import TextStart
+from ..llm import ThinkingDelta
+from ..llm import ThinkingEnd
+from ..llm import ThinkingLevel
+from ..llm import ThinkingStart
+from ..llm import ToolCall
+from ..llm import ToolCallDelta
+from ..llm import ToolCallEnd
+from ..llm import ToolCallStart
+from ..llm import ToolResultMessage
+from ..llm import ToolSpec
+from ..llm import UserMessage
+from ..llm import scrub_surrogates
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 """The largest request body the proxy reads (a long transcript is large): 64 MiB."""

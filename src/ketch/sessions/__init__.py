@@ -23,13 +23,26 @@ content-addressed blobs::
 ``ketch.sessions.conformance`` checks that a store keeps the contract.
 """
 
-from ._checkpoints import BlobSink, FileCheckpoints, RewindReport, TouchesFiles, restore_files
-from ._entries import Entry, SessionInfo, SessionLockedError, SessionNotFoundError, SessionPage, new_entry
-from ._export import export_json, export_markdown
+from ._checkpoints import BlobSink
+from ._checkpoints import FileCheckpoints
+from ._checkpoints import RewindReport
+from ._checkpoints import TouchesFiles
+from ._checkpoints import restore_files
+from ._entries import Entry
+from ._entries import SessionInfo
+from ._entries import SessionLockedError
+from ._entries import SessionNotFoundError
+from ._entries import SessionPage
+from ._entries import new_entry
+from ._export import export_json
+from ._export import export_markdown
 from ._jsonl import JsonlStore
 from ._session import Session
 from ._sqlite import SqliteStore
-from ._store import SessionStore, SessionWriter, default_sessions_dir, default_store
+from ._store import SessionStore
+from ._store import SessionWriter
+from ._store import default_sessions_dir
+from ._store import default_store
 
 __all__ = [
     "BlobSink",

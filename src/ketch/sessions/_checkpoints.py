@@ -60,16 +60,28 @@ import os
 import secrets
 import stat as _stat
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import NamedTuple
+from typing import Protocol
+from typing import runtime_checkable
 
 import msgspec
 
-from ketch.loop import Tool, ToolCallInfo, ToolResult
+from ketch.loop import Tool
+from ketch.loop import ToolCallInfo
+from ketch.loop import ToolResult
 
 if TYPE_CHECKING:
-    from ketch.tools import BashTool, EditTool, WriteTool
+    from ketch.tools import BashTool
+    from ketch.tools import EditTool
+    from ketch.tools import WriteTool
 
 
 log = logging.getLogger("ketch.sessions")
@@ -169,7 +181,9 @@ def _read_regular(path: str | int, *, dir_fd: int | None = None) -> tuple[bytes,
 @functools.cache
 def _builtin_tools() -> tuple[tuple[type[WriteTool], type[EditTool]], type[BashTool]]:
     """The built-in tool classes (imported on first use: ``ketch.tools`` loads them lazily)."""
-    from ketch.tools import BashTool, EditTool, WriteTool
+    from ketch.tools import BashTool
+    from ketch.tools import EditTool
+    from ketch.tools import WriteTool
 
     return (WriteTool, EditTool), BashTool
 

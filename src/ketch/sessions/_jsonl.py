@@ -28,27 +28,28 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+from typing import Literal
 
 import msgspec
 
-from ._entries import (
-    Entry,
-    SessionInfo,
-    SessionNotFoundError,
-    SessionPage,
-    Summary,
-    check_fsync,
-    check_limit,
-    decode_cursor,
-    encode_cursor,
-    encode_entry,
-    fork_entries,
-    normal_cwd,
-    session_payload,
-)
+from ._entries import Entry
+from ._entries import SessionInfo
+from ._entries import SessionNotFoundError
+from ._entries import SessionPage
+from ._entries import Summary
+from ._entries import check_fsync
+from ._entries import check_limit
+from ._entries import decode_cursor
+from ._entries import encode_cursor
+from ._entries import encode_entry
+from ._entries import fork_entries
+from ._entries import normal_cwd
+from ._entries import session_payload
 from ._lockfile import FileLock
-from ._store import LockedWriter, SessionStore, SessionWriter
+from ._store import LockedWriter
+from ._store import SessionStore
+from ._store import SessionWriter
 
 log = logging.getLogger("ketch.sessions")
 

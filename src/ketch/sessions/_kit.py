@@ -16,24 +16,30 @@ import hashlib
 import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
-from ketch import (
-    AssistantMessage,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    message_to_dict,
-)
+from ketch import AssistantMessage
+from ketch import TextContent
+from ketch import ThinkingContent
+from ketch import ToolCall
+from ketch import ToolResultMessage
+from ketch import Usage
+from ketch import UserMessage
+from ketch import message_to_dict
 
-from ._entries import Entry, SessionInfo, SessionLockedError, SessionNotFoundError
-from ._store import SessionStore, SessionWriter
+from ._entries import Entry
+from ._entries import SessionInfo
+from ._entries import SessionLockedError
+from ._entries import SessionNotFoundError
+from ._store import SessionStore
+from ._store import SessionWriter
 
 StoreFactory = Callable[[], "SessionStore | Awaitable[SessionStore]"]
 """Returns a store over the storage under test (a store, or an awaitable of one)."""

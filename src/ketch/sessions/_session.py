@@ -17,12 +17,21 @@ from typing import Any
 
 import msgspec
 
-from ketch import Agent, Message, RunState, message_from_dict, message_to_dict
+from ketch import Agent
+from ketch import Message
+from ketch import RunState
+from ketch import message_from_dict
+from ketch import message_to_dict
 from ketch.loop import AgentEvent
 
-from ._checkpoints import FileCheckpoints, RewindReport, restore_files
-from ._entries import Entry, SessionInfo, new_entry
-from ._store import SessionStore, SessionWriter
+from ._checkpoints import FileCheckpoints
+from ._checkpoints import RewindReport
+from ._checkpoints import restore_files
+from ._entries import Entry
+from ._entries import SessionInfo
+from ._entries import new_entry
+from ._store import SessionStore
+from ._store import SessionWriter
 
 log = logging.getLogger("ketch.sessions")
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 import builtins
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
+from typing import ClassVar
+from typing import Protocol
+from typing import runtime_checkable
 
-from ._entries import Entry, SessionInfo, SessionPage, Summary
+from ._entries import Entry
+from ._entries import SessionInfo
+from ._entries import SessionPage
+from ._entries import Summary
 
 if TYPE_CHECKING:
     from ._jsonl import JsonlStore

@@ -13,6 +13,9 @@ or all at once: ``await check_store(make_store)``. Each check raises AssertionEr
 naming what was wrong.
 """
 
-from ._kit import CHECKS, Check, StoreFactory, check_store
+from ._kit import CHECKS
+from ._kit import Check
+from ._kit import StoreFactory
+from ._kit import check_store
 
 __all__ = ["CHECKS", "Check", "StoreFactory", "check_store"]

@@ -18,8 +18,17 @@ aborting the parent aborts it. See :class:`Subagents`.
 """
 
 from ._events import SubagentEvent
-from ._runtime import DEFAULT_MAX_DEPTH, MAX_BATCH, MODES, Mode, SubagentRun, Subagents
-from ._spec import SubagentFileError, SubagentSpec, load_agent_file, load_agents, parse_agent_file
+from ._runtime import DEFAULT_MAX_DEPTH
+from ._runtime import MAX_BATCH
+from ._runtime import MODES
+from ._runtime import Mode
+from ._runtime import SubagentRun
+from ._runtime import Subagents
+from ._spec import SubagentFileError
+from ._spec import SubagentSpec
+from ._spec import load_agent_file
+from ._spec import load_agents
+from ._spec import parse_agent_file
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

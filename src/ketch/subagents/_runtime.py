@@ -8,16 +8,32 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 
-from ..llm import AbortSignal, AssistantMessage, Message, Usage, response_format_for
-from ..loop import AgentEvent, Tool, ToolContext, ToolExecutionUpdate, ToolResult
-from ..permissions import PermissionEngine, parse_mode
+from ..llm import AbortSignal
+from ..llm import AssistantMessage
+from ..llm import Message
+from ..llm import Usage
+from ..llm import response_format_for
+from ..loop import AgentEvent
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolExecutionUpdate
+from ..loop import ToolResult
+from ..permissions import PermissionEngine
+from ..permissions import parse_mode
 from ..sessions import Session
-from ..tasks import TaskFailed, TaskNotifier, TaskRegistry, notify_agent
+from ..tasks import TaskFailed
+from ..tasks import TaskNotifier
+from ..tasks import TaskRegistry
+from ..tasks import notify_agent
 from ._events import SubagentEvent
 from ._spec import SubagentSpec
 

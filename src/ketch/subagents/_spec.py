@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..llm import Model, ThinkingLevel
+from ..llm import Model
+from ..llm import ThinkingLevel
 from ..loop import Tool
 from ..permissions import parse_mode
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
 
 from ..llm import UserMessage
 
 if TYPE_CHECKING:
     from .. import Agent
-    from ._registry import TaskInfo, TaskRegistry
+    from ._registry import TaskInfo
+    from ._registry import TaskRegistry
 
 log = logging.getLogger("ketch.tasks")
 

@@ -9,8 +9,12 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Literal, TypeAlias
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Coroutine
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 

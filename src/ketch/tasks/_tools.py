@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ..loop import Tool, ToolContext, ToolResult
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolResult
 
 if TYPE_CHECKING:
-    from ._registry import TaskInfo, TaskRegistry
+    from ._registry import TaskInfo
+    from ._registry import TaskRegistry
 
 MAX_WAIT = 600.0
 """The longest ``task_wait`` may wait, in seconds."""

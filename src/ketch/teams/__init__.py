@@ -20,17 +20,19 @@ turn (steering). Messages are delivered exactly once and in order per sender. Ev
 every teammate reach :meth:`Team.subscribe` listeners tagged ``<team>/<teammate>``.
 """
 
-from ._events import (
-    Mail,
-    MailPosted,
-    MailRead,
-    TeamEvent,
-    TeammateEvent,
-    TeammateFailed,
-    TeammateState,
-    TeammateStateName,
-)
-from ._team import TEAM_SENDER, Team, TeamListener, Teammate, render
+from ._events import Mail
+from ._events import MailPosted
+from ._events import MailRead
+from ._events import TeamEvent
+from ._events import TeammateEvent
+from ._events import TeammateFailed
+from ._events import TeammateState
+from ._events import TeammateStateName
+from ._team import TEAM_SENDER
+from ._team import Team
+from ._team import TeamListener
+from ._team import Teammate
+from ._team import render
 
 __all__ = [
     "TEAM_SENDER",

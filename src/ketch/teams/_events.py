@@ -7,7 +7,9 @@ under its name. ``msgspec.json.encode(event)`` gives the wire form.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, TypeAlias
+from typing import ClassVar
+from typing import Literal
+from typing import TypeAlias
 
 import msgspec
 

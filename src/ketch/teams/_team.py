@@ -38,22 +38,29 @@ import inspect
 import itertools
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from types import MappingProxyType, TracebackType
-from typing import Any, TypeAlias
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
+from types import MappingProxyType
+from types import TracebackType
+from typing import Any
+from typing import TypeAlias
 
-from ketch import Agent, AgentEvent, RunResult, Tool, Usage, UserMessage
+from ketch import Agent
+from ketch import AgentEvent
+from ketch import RunResult
+from ketch import Tool
+from ketch import Usage
+from ketch import UserMessage
 
-from ._events import (
-    Mail,
-    MailPosted,
-    MailRead,
-    TeamEvent,
-    TeammateEvent,
-    TeammateFailed,
-    TeammateState,
-    TeammateStateName,
-)
+from ._events import Mail
+from ._events import MailPosted
+from ._events import MailRead
+from ._events import TeamEvent
+from ._events import TeammateEvent
+from ._events import TeammateFailed
+from ._events import TeammateState
+from ._events import TeammateStateName
 
 log = logging.getLogger("ketch.teams")
 

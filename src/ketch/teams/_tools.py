@@ -7,12 +7,16 @@ tools cost a few hundred bytes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ketch import Tool, ToolContext, ToolResult
+from ketch import Tool
+from ketch import ToolContext
+from ketch import ToolResult
 
 if TYPE_CHECKING:
-    from ._team import Team, Teammate
+    from ._team import Team
+    from ._team import Teammate
 
 _TEXT = {"type": "string", "description": "The message."}
 _SEND_SCHEMA: dict[str, Any] = {

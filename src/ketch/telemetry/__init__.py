@@ -10,6 +10,9 @@ semantic conventions.
 Importing this package imports no OpenTelemetry module; :func:`instrument` does.
 """
 
-from ._instrument import Instrumentation, TracedModel, instrument, provider_name
+from ._instrument import Instrumentation
+from ._instrument import TracedModel
+from ._instrument import instrument
+from ._instrument import provider_name
 
 __all__ = ["Instrumentation", "TracedModel", "instrument", "provider_name"]

@@ -9,18 +9,16 @@ from typing import Any
 
 import msgspec
 
-from ..llm import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    scrub_surrogates,
-)
+from ..llm import AssistantMessage
+from ..llm import ImageContent
+from ..llm import Message
+from ..llm import StopReason
+from ..llm import TextContent
+from ..llm import ThinkingContent
+from ..llm import ToolCall
+from ..llm import ToolResultMessage
+from ..llm import UserMessage
+from ..llm import scrub_surrogates
 
 _encoder = msgspec.json.Encoder()
 

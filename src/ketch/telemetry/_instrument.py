@@ -12,26 +12,33 @@ Nothing is added to the loop itself: an uninstrumented run does exactly what it 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from typing import Any
 
-from ..llm import (
-    AssistantMessage,
-    Model,
-    Request,
-    StreamDone,
-    StreamError,
-    StreamEvent,
-    StreamOptions,
-    Usage,
-)
-from ..loop import AgentEvent, LoopConfig, ToolCallInfo, ToolResult
+from ..llm import AssistantMessage
+from ..llm import Model
+from ..llm import Request
+from ..llm import StreamDone
+from ..llm import StreamError
+from ..llm import StreamEvent
+from ..llm import StreamOptions
+from ..llm import Usage
+from ..loop import AgentEvent
+from ..loop import LoopConfig
+from ..loop import ToolCallInfo
+from ..loop import ToolResult
 from . import _content
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.metrics import Histogram, MeterProvider
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.metrics import Histogram
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span
+    from opentelemetry.trace import Tracer
+    from opentelemetry.trace import TracerProvider
 
     from .. import Agent
 
@@ -92,7 +99,8 @@ class Instrumentation:
         capture_content: bool = False,
         agent_name: str = "agent",
     ) -> None:
-        from opentelemetry import metrics, trace
+        from opentelemetry import metrics
+        from opentelemetry import trace
 
         package = "ketch"
         self.capture_content = capture_content
@@ -191,7 +199,8 @@ class Instrumentation:
         return self._agent.model
 
     def _start_run(self) -> None:
-        from opentelemetry import context, trace
+        from opentelemetry import context
+        from opentelemetry import trace
 
         self._end_run_span()  # a run that never ended (its consumer stopped reading)
         agent = self._agent
@@ -349,7 +358,8 @@ class Instrumentation:
 
     @staticmethod
     def _set_error(span: Span, error_type: str) -> None:
-        from opentelemetry.trace import Status, StatusCode
+        from opentelemetry.trace import Status
+        from opentelemetry.trace import StatusCode
 
         span.set_attribute("error.type", error_type)
         span.set_status(Status(StatusCode.ERROR, error_type))

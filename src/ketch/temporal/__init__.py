@@ -27,11 +27,22 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from ._client import RunHandle, export_session, run_handle, start_run
-    from ._devserver import DevServer, temporal_binary
-    from ._events import EventHub, subscribe
-    from ._spec import ActivitySettings, AgentSpec, DurableAgent, DurableResult, ToolDef
-    from ._worker import NON_RETRYABLE_KINDS, build_worker, sandbox_runner
+    from ._client import RunHandle
+    from ._client import export_session
+    from ._client import run_handle
+    from ._client import start_run
+    from ._devserver import DevServer
+    from ._devserver import temporal_binary
+    from ._events import EventHub
+    from ._events import subscribe
+    from ._spec import ActivitySettings
+    from ._spec import AgentSpec
+    from ._spec import DurableAgent
+    from ._spec import DurableResult
+    from ._spec import ToolDef
+    from ._worker import NON_RETRYABLE_KINDS
+    from ._worker import build_worker
+    from ._worker import sandbox_runner
     from ._workflow import AgentWorkflow
 
 _LAZY = {

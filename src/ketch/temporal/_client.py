@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
+from temporalio.client import WorkflowHandle
 
-from ..llm import Message, UserMessage, message_from_dict, message_to_dict
-from ..loop import Decision, RunSummary
-from ._events import EventHub, subscribe
-from ._spec import WORKFLOW_NAME, DurableAgent, DurableResult, RunInput
+from ..llm import Message
+from ..llm import UserMessage
+from ..llm import message_from_dict
+from ..llm import message_to_dict
+from ..loop import Decision
+from ..loop import RunSummary
+from ._events import EventHub
+from ._events import subscribe
+from ._spec import WORKFLOW_NAME
+from ._spec import DurableAgent
+from ._spec import DurableResult
+from ._spec import RunInput
 
 
 def _message(value: str | Message) -> dict[str, Any]:

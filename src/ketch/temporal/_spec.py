@@ -8,12 +8,16 @@ back with ``msgspec.convert``, so histories are plain JSON.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 import msgspec
 
-from ..llm import Message, Model, get_model
-from ..loop import RunSummary, Tool
+from ..llm import Message
+from ..llm import Model
+from ..llm import get_model
+from ..loop import RunSummary
+from ..loop import Tool
 
 WORKFLOW_NAME = "ketch.agent"
 """The workflow type every durable agent runs as (the agent is in the input)."""

@@ -6,7 +6,11 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -16,35 +20,35 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from ..llm import (
-    AbortSignal,
-    AssistantMessage,
-    Model,
-    Request,
-    Retry,
-    StreamDone,
-    StreamError,
-    StreamOptions,
-    StreamStart,
-    ToolCall,
-    ToolSpec,
-    message_from_dict,
-    message_to_dict,
-)
-from ..loop import (
-    Conversation,
-    MessageStart,
-    Tool,
-    ToolCallInfo,
-    ToolContext,
-    ToolExecutionUpdate,
-    ToolResult,
-    to_tool_result,
-)
+from ..llm import AbortSignal
+from ..llm import AssistantMessage
+from ..llm import Model
+from ..llm import Request
+from ..llm import Retry
+from ..llm import StreamDone
+from ..llm import StreamError
+from ..llm import StreamOptions
+from ..llm import StreamStart
+from ..llm import ToolCall
+from ..llm import ToolSpec
+from ..llm import message_from_dict
+from ..llm import message_to_dict
+from ..loop import Conversation
+from ..loop import MessageStart
+from ..loop import Tool
+from ..loop import ToolCallInfo
+from ..loop import ToolContext
+from ..loop import ToolExecutionUpdate
+from ..loop import ToolResult
+from ..loop import to_tool_result
 from ._events import Publisher
-from ._spec import PUBLISH_ACTIVITY, DurableAgent, model_activity, tool_activity
+from ._spec import PUBLISH_ACTIVITY
+from ._spec import DurableAgent
+from ._spec import model_activity
+from ._spec import tool_activity
 from ._workflow import AgentWorkflow
 
 NON_RETRYABLE_KINDS = frozenset({"auth", "invalid_request", "content_filter", "context_overflow"})

@@ -11,61 +11,59 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
+from typing import cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import msgspec
 
-    from ..llm import (
-        AbortSignal,
-        AssistantMessage,
-        Message,
-        Request,
-        StreamDone,
-        StreamError,
-        StreamEvent,
-        StreamOptions,
-        message_from_dict,
-        message_to_dict,
-        use_clock,
-    )
-    from ..loop import (
-        AgentEnd,
-        AgentEvent,
-        AgentStart,
-        Conversation,
-        Decision,
-        LoopConfig,
-        MessageEnd,
-        MessageStart,
-        MessageUpdate,
-        RunState,
-        RunStream,
-        RunSummary,
-        Tool,
-        ToolContext,
-        ToolResult,
-        TurnInfo,
-        continue_loop,
-        deny,
-        resume_loop,
-        run_loop,
-    )
+    from ..llm import AbortSignal
+    from ..llm import AssistantMessage
+    from ..llm import Message
+    from ..llm import Request
+    from ..llm import StreamDone
+    from ..llm import StreamError
+    from ..llm import StreamEvent
+    from ..llm import StreamOptions
+    from ..llm import message_from_dict
+    from ..llm import message_to_dict
+    from ..llm import use_clock
+    from ..loop import AgentEnd
+    from ..loop import AgentEvent
+    from ..loop import AgentStart
+    from ..loop import Conversation
+    from ..loop import Decision
+    from ..loop import LoopConfig
+    from ..loop import MessageEnd
+    from ..loop import MessageStart
+    from ..loop import MessageUpdate
+    from ..loop import RunState
+    from ..loop import RunStream
+    from ..loop import RunSummary
+    from ..loop import Tool
+    from ..loop import ToolContext
+    from ..loop import ToolResult
+    from ..loop import TurnInfo
+    from ..loop import continue_loop
+    from ..loop import deny
+    from ..loop import resume_loop
+    from ..loop import run_loop
     from . import _pure
-    from ._spec import (
-        PUBLISH_ACTIVITY,
-        AgentSpec,
-        RunInput,
-        ToolDef,
-        model_activity,
-        tool_activity,
-    )
+    from ._spec import PUBLISH_ACTIVITY
+    from ._spec import AgentSpec
+    from ._spec import RunInput
+    from ._spec import ToolDef
+    from ._spec import model_activity
+    from ._spec import tool_activity
 
 ABORTED_TEXT = "Request was aborted"
 

@@ -14,8 +14,11 @@ activations a compaction would drop).
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_getattr
-from .._schema import Param, validate_arguments
-from ._decorator import FunctionTool, ToolOptions, tool
+from .._schema import Param
+from .._schema import validate_arguments
+from ._decorator import FunctionTool
+from ._decorator import ToolOptions
+from ._decorator import tool
 
 if TYPE_CHECKING:
     from ._bash import BashTool
@@ -23,8 +26,10 @@ if TYPE_CHECKING:
     from ._edit import EditTool
     from ._ls import LsTool
     from ._read import ReadTool
-    from ._search import FindTool, GrepTool
-    from ._search_tools import ToolActivations, ToolSearch
+    from ._search import FindTool
+    from ._search import GrepTool
+    from ._search_tools import ToolActivations
+    from ._search_tools import ToolSearch
     from ._workspace import Workspace
     from ._write import WriteTool
 

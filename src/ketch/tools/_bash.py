@@ -50,25 +50,34 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO
+from typing import TYPE_CHECKING
+from typing import Any
 
-from .._proc import group_alive, signal_group, spawn_group, untrack_process_group
+from .._proc import group_alive
+from .._proc import signal_group
+from .._proc import spawn_group
+from .._proc import untrack_process_group
 from .._shell import matching_paren
-from ..llm import Aborted, AbortSignal
-from ..loop import Tool, ToolContext, ToolResult
-from ..sandbox import (
-    DEFAULT_PROTECTED,
-    Sandbox,
-    SandboxPolicy,
-    denial_hint,
-    has_url_password,
-    is_secret_name,
-    protected_names,
-    tool_environment,
-)
-from ._workspace import Workspace, WorkspaceError
+from ..llm import Aborted
+from ..llm import AbortSignal
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolResult
+from ..sandbox import DEFAULT_PROTECTED
+from ..sandbox import Sandbox
+from ..sandbox import SandboxPolicy
+from ..sandbox import denial_hint
+from ..sandbox import has_url_password
+from ..sandbox import is_secret_name
+from ..sandbox import protected_names
+from ..sandbox import tool_environment
+from ._workspace import Workspace
+from ._workspace import WorkspaceError
 
 if TYPE_CHECKING:
     from ..tasks import TaskRegistry

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Literal
 
 from ..loop import Tool
-from ..sandbox import DEFAULT_PROTECTED, Sandbox, default_sandbox, sandbox_unavailable_reason
+from ..sandbox import DEFAULT_PROTECTED
+from ..sandbox import Sandbox
+from ..sandbox import default_sandbox
+from ..sandbox import sandbox_unavailable_reason
 from ._bash import BashTool
 from ._edit import EditTool
 from ._ls import LsTool
 from ._read import ReadTool
-from ._search import FindTool, GrepTool
+from ._search import FindTool
+from ._search import GrepTool
 from ._workspace import Workspace
 from ._write import WriteTool
 

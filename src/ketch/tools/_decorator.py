@@ -33,12 +33,20 @@ import asyncio
 import inspect
 import types
 from collections.abc import Callable
-from typing import Any, Literal, TypedDict, Unpack, overload
+from typing import Any
+from typing import Literal
+from typing import TypedDict
+from typing import Unpack
+from typing import overload
 
 import msgspec
 
-from .._schema import FunctionSchema, function_schema
-from ..loop import Tool, ToolContext, ToolResult, to_tool_result
+from .._schema import FunctionSchema
+from .._schema import function_schema
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolResult
+from ..loop import to_tool_result
 
 
 class ToolOptions(TypedDict, total=False):

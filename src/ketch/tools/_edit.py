@@ -23,9 +23,13 @@ import difflib
 import os
 from typing import Any
 
-from ..loop import ToolContext, ToolResult
+from ..loop import ToolContext
+from ..loop import ToolResult
 from ._idempotency import once
-from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
+from ._workspace import Workspace
+from ._workspace import WorkspaceError
+from ._workspace import WorkspaceTool
+from ._workspace import open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
 

@@ -20,7 +20,9 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 
 _MAX_FILE_BYTES = 32 * 1024 * 1024
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
-from ..loop import ToolContext, ToolResult
+from ..loop import ToolContext
+from ..loop import ToolResult
 
 
 def journal_dir() -> Path:

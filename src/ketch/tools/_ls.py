@@ -12,8 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..loop import ToolContext, ToolResult
-from ._workspace import Workspace, WorkspaceTool, special_kind
+from ..loop import ToolContext
+from ..loop import ToolResult
+from ._workspace import Workspace
+from ._workspace import WorkspaceTool
+from ._workspace import special_kind
 
 _DESCRIPTION = """List a folder's entries (default: the workspace root), hidden ones \
 included. Folders end with `/`. At most `limit` entries are shown (default 500). Use \

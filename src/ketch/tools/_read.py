@@ -18,12 +18,19 @@ import base64
 import difflib
 import os
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
+from stat import S_ISDIR
+from stat import S_ISREG
 from typing import Any
 
-from ..llm import ImageContent, TextContent
-from ..loop import ToolContext, ToolResult
-from ._workspace import Workspace, WorkspaceError, WorkspaceTool, not_regular_message, open_regular
+from ..llm import ImageContent
+from ..llm import TextContent
+from ..loop import ToolContext
+from ..loop import ToolResult
+from ._workspace import Workspace
+from ._workspace import WorkspaceError
+from ._workspace import WorkspaceTool
+from ._workspace import not_regular_message
+from ._workspace import open_regular
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024

@@ -27,18 +27,27 @@ import re
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any
+from typing import Literal
+from typing import NamedTuple
+from typing import TypeVar
 
 import msgspec
 
-from .._proc import signal_group, spawn_group, untrack_process_group
+from .._proc import signal_group
+from .._proc import spawn_group
+from .._proc import untrack_process_group
 from ..llm import Aborted
-from ..loop import ToolContext, ToolResult
+from ..loop import ToolContext
+from ..loop import ToolResult
 from ..sandbox import tool_environment
 from ._grep_worker import walk
-from ._workspace import Workspace, WorkspaceTool, special_kind
+from ._workspace import Workspace
+from ._workspace import WorkspaceTool
+from ._workspace import special_kind
 
 IGNORED_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".venv", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"}

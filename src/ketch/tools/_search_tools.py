@@ -33,23 +33,27 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 
-from ..llm import CustomMessage, Message, ToolResultMessage
-from ..loop import (
-    AgentEvent,
-    ContextManager,
-    ContextRequest,
-    NextTurn,
-    Projection,
-    Tool,
-    ToolContext,
-    ToolResult,
-    TurnInfo,
-)
+from ..llm import CustomMessage
+from ..llm import Message
+from ..llm import ToolResultMessage
+from ..loop import AgentEvent
+from ..loop import ContextManager
+from ..loop import ContextRequest
+from ..loop import NextTurn
+from ..loop import Projection
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolResult
+from ..loop import TurnInfo
 
 if TYPE_CHECKING:
     from .. import Agent

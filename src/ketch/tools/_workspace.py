@@ -30,7 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..loop import Tool, ToolResult
+from ..loop import Tool
+from ..loop import ToolResult
 
 
 class WorkspaceError(Exception):

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, BinaryIO
+from typing import Any
+from typing import BinaryIO
 
-from ..loop import ToolContext, ToolResult
+from ..loop import ToolContext
+from ..loop import ToolResult
 from ._edit import unified_diff
 from ._idempotency import once
-from ._workspace import Workspace, WorkspaceError, WorkspaceTool, open_regular
+from ._workspace import Workspace
+from ._workspace import WorkspaceError
+from ._workspace import WorkspaceTool
+from ._workspace import open_regular
 
 _THREAD_THRESHOLD = 1 << 20
 _DIFF_MAX_BYTES = 1 << 20

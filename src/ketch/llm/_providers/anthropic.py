@@ -41,29 +41,46 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal, TypeAlias, Unpack, get_args
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
+from typing import Unpack
+from typing import get_args
 
 import msgspec
 
-from .._classify import classify_error_object, error_details
-from .._errors import ContentFilterError, ModelError, error_for_kind
+from .._classify import classify_error_object
+from .._classify import error_details
+from .._errors import ContentFilterError
+from .._errors import ModelError
+from .._errors import error_for_kind
 from .._handoff import LEADING_USER_TEXT
-from .._messages import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from .._model import Request, StreamOptions, ToolSpec
-from .._registry import ModelInfo, clamp_thinking, lookup, thinking_budget_tokens
-from .._stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents, feed_events
+from .._messages import AssistantMessage
+from .._messages import ImageContent
+from .._messages import Message
+from .._messages import StopReason
+from .._messages import TextContent
+from .._messages import ThinkingContent
+from .._messages import ToolCall
+from .._messages import ToolResultMessage
+from .._messages import UserMessage
+from .._model import Request
+from .._model import StreamOptions
+from .._model import ToolSpec
+from .._registry import ModelInfo
+from .._registry import clamp_thinking
+from .._registry import lookup
+from .._registry import thinking_budget_tokens
+from .._stream import MessageBuilder
+from .._stream import StreamEvent
+from .base import HTTPModel
+from .base import HTTPOptions
+from .base import HTTPRequest
+from .base import SSEEvents
+from .base import feed_events
 from .wire_cache import WireCache
 
 API = "anthropic-messages"

@@ -20,39 +20,55 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict, TypeVar
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import TypeAlias
+from typing import TypedDict
+from typing import TypeVar
 
 import msgspec
 
-from .._classify import classify_error_body, classify_exception, classify_response
-from .._errors import (
-    AuthError,
-    ContextOverflowError,
-    InvalidRequestError,
-    ModelError,
-    NetworkError,
-    ServerError,
-    exception_text,
-)
-from .._http import (
-    DEFAULT_MAX_EVENT_BYTES,
-    Deadline,
-    SSEBatch,
-    TimedContent,
-    get_session,
-    iter_sse,
-    proxy_for,
-    read_limited,
-    redact_headers,
-    redact_text,
-    secrets_from_env,
-)
-from .._model import Request, StreamOptions
-from .._registry import ModelInfo, default_info, list_providers, lookup
+from .._classify import classify_error_body
+from .._classify import classify_exception
+from .._classify import classify_response
+from .._errors import AuthError
+from .._errors import ContextOverflowError
+from .._errors import InvalidRequestError
+from .._errors import ModelError
+from .._errors import NetworkError
+from .._errors import ServerError
+from .._errors import exception_text
+from .._http import DEFAULT_MAX_EVENT_BYTES
+from .._http import Deadline
+from .._http import SSEBatch
+from .._http import TimedContent
+from .._http import get_session
+from .._http import iter_sse
+from .._http import proxy_for
+from .._http import read_limited
+from .._http import redact_headers
+from .._http import redact_text
+from .._http import secrets_from_env
+from .._model import Request
+from .._model import StreamOptions
+from .._registry import ModelInfo
+from .._registry import default_info
+from .._registry import list_providers
+from .._registry import lookup
 from .._retry import RetryPolicy
-from .._signal import Aborted, AbortSignal
-from .._stream import MessageBuilder, Retry, StreamDone, StreamEvent, is_closable
+from .._signal import Aborted
+from .._signal import AbortSignal
+from .._stream import MessageBuilder
+from .._stream import Retry
+from .._stream import StreamDone
+from .._stream import StreamEvent
+from .._stream import is_closable
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
@@ -536,7 +552,8 @@ def _error_in_body(data: bytes) -> ModelError | None:
 
 
 def _html_page(url: str, status: int, secrets: tuple[str, ...]) -> ModelError:
-    from urllib.parse import urlsplit, urlunsplit
+    from urllib.parse import urlsplit
+    from urllib.parse import urlunsplit
 
     parts = urlsplit(url)
     host = parts.hostname or ""

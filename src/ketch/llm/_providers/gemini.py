@@ -31,29 +31,44 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator, Container, Iterator, Mapping
+from collections.abc import AsyncIterator
+from collections.abc import Container
+from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from .._classify import classify_error_object, classify_response
-from .._errors import AuthError, ContentFilterError, ModelError, ServerError, error_for_kind
-from .._handoff import LEADING_USER_TEXT, Preparer, prepare_messages
-from .._messages import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from .._model import Request, StreamOptions, ToolSpec
-from .._registry import ModelInfo, clamp_thinking, thinking_budget_tokens
+from .._classify import classify_error_object
+from .._classify import classify_response
+from .._errors import AuthError
+from .._errors import ContentFilterError
+from .._errors import ModelError
+from .._errors import ServerError
+from .._errors import error_for_kind
+from .._handoff import LEADING_USER_TEXT
+from .._handoff import Preparer
+from .._handoff import prepare_messages
+from .._messages import AssistantMessage
+from .._messages import ImageContent
+from .._messages import Message
+from .._messages import TextContent
+from .._messages import ThinkingContent
+from .._messages import ToolCall
+from .._messages import ToolResultMessage
+from .._messages import UserMessage
+from .._model import Request
+from .._model import StreamOptions
+from .._model import ToolSpec
+from .._registry import ModelInfo
+from .._registry import clamp_thinking
+from .._registry import thinking_budget_tokens
 from .._retry import parse_retry_after
-from .._stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPRequest, SSEEvents
+from .._stream import MessageBuilder
+from .._stream import StreamEvent
+from .base import HTTPModel
+from .base import HTTPRequest
+from .base import SSEEvents
 from .wire_cache import WireCache
 
 API = "gemini"

@@ -54,29 +54,40 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from collections.abc import Mapping
 from contextlib import aclosing
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 import msgspec
 
-from .._errors import ContextOverflowError, InvalidRequestError, ModelError
+from .._errors import ContextOverflowError
+from .._errors import InvalidRequestError
+from .._errors import ModelError
 from .._handoff import prepare_messages
-from .._messages import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from .._model import Request, StreamOptions, ToolSpec
-from .._registry import ModelInfo, Pricing
-from .._stream import MessageBuilder, StreamEvent, guard_stream
-from .local_grammar import ANY_OBJECT_GRAMMAR, json_schema_grammar, tool_call_grammar
+from .._messages import AssistantMessage
+from .._messages import ImageContent
+from .._messages import Message
+from .._messages import TextContent
+from .._messages import ToolCall
+from .._messages import ToolResultMessage
+from .._messages import UserMessage
+from .._model import Request
+from .._model import StreamOptions
+from .._model import ToolSpec
+from .._registry import ModelInfo
+from .._registry import Pricing
+from .._stream import MessageBuilder
+from .._stream import StreamEvent
+from .._stream import guard_stream
+from .local_grammar import ANY_OBJECT_GRAMMAR
+from .local_grammar import json_schema_grammar
+from .local_grammar import tool_call_grammar
 
 DEFAULT_MAX_TOKENS = 512
 """Tokens generated when ``StreamOptions.max_tokens`` is not given."""

@@ -12,28 +12,36 @@ llama.cpp, llama-cpp-python)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal, Unpack
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from typing import Any
+from typing import Literal
+from typing import Unpack
 
 import msgspec
 
 from .._classify import classify_error_object
 from .._errors import ContentFilterError
-from .._handoff import mistral_tool_id, openai_chat_tool_id
-from .._messages import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from .._model import Request, StreamOptions, ThinkingLevel
+from .._handoff import mistral_tool_id
+from .._handoff import openai_chat_tool_id
+from .._messages import AssistantMessage
+from .._messages import ImageContent
+from .._messages import Message
+from .._messages import TextContent
+from .._messages import ThinkingContent
+from .._messages import ToolCall
+from .._messages import ToolResultMessage
+from .._messages import UserMessage
+from .._model import Request
+from .._model import StreamOptions
+from .._model import ThinkingLevel
 from .._registry import clamp_thinking
-from .._stream import MessageBuilder, StreamEvent
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .._stream import MessageBuilder
+from .._stream import StreamEvent
+from .base import HTTPModel
+from .base import HTTPOptions
+from .base import HTTPRequest
+from .base import SSEEvents
 from .wire_cache import WireCache
 
 

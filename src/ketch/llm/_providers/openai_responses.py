@@ -31,28 +31,47 @@ response cut short while reasoning), are not replayed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Unpack
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Unpack
 
 import msgspec
 
 from .._classify import classify_error_object
-from .._errors import ContentFilterError, ModelError, OverloadedError, error_for_kind
+from .._errors import ContentFilterError
+from .._errors import ModelError
+from .._errors import OverloadedError
+from .._errors import error_for_kind
 from .._handoff import openai_responses_tool_id
-from .._messages import (
-    AssistantMessage,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
-from .._model import TOOL_CHOICE_MODES, Request, StreamOptions, ToolSpec
-from .._registry import ModelInfo, clamp_thinking, default_info, lookup
-from .._stream import MessageBuilder, StreamDone, StreamEvent, TextStart, ThinkingStart, ToolCallStart
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents, feed_events
+from .._messages import AssistantMessage
+from .._messages import ImageContent
+from .._messages import Message
+from .._messages import TextContent
+from .._messages import ThinkingContent
+from .._messages import ToolCall
+from .._messages import ToolResultMessage
+from .._messages import UserMessage
+from .._model import TOOL_CHOICE_MODES
+from .._model import Request
+from .._model import StreamOptions
+from .._model import ToolSpec
+from .._registry import ModelInfo
+from .._registry import clamp_thinking
+from .._registry import default_info
+from .._registry import lookup
+from .._stream import MessageBuilder
+from .._stream import StreamDone
+from .._stream import StreamEvent
+from .._stream import TextStart
+from .._stream import ThinkingStart
+from .._stream import ToolCallStart
+from .base import HTTPModel
+from .base import HTTPOptions
+from .base import HTTPRequest
+from .base import SSEEvents
+from .base import feed_events
 from .wire_cache import WireCache
 
 API = "openai-responses"

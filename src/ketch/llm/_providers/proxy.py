@@ -20,17 +20,30 @@ with its kind; the server already retried it, so the client does not.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Unpack
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Unpack
 
 import msgspec
 
-from .._errors import ErrorKind, ModelError, error_for_kind
+from .._errors import ErrorKind
+from .._errors import ModelError
+from .._errors import error_for_kind
 from .._messages import AssistantMessage
-from .._model import DEFAULT_CONTEXT_WINDOW, Request, StreamOptions
+from .._model import DEFAULT_CONTEXT_WINDOW
+from .._model import Request
+from .._model import StreamOptions
 from .._registry import lookup
-from .._stream import MessageBuilder, Retry, StreamDone, StreamEvent
-from .base import HTTPModel, HTTPOptions, HTTPRequest, SSEEvents
+from .._stream import MessageBuilder
+from .._stream import Retry
+from .._stream import StreamDone
+from .._stream import StreamEvent
+from .base import HTTPModel
+from .base import HTTPOptions
+from .base import HTTPRequest
+from .base import SSEEvents
 
 PROXY_API = "ketch-proxy"
 

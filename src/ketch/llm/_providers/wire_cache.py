@@ -33,14 +33,24 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, Self, SupportsIndex, overload
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
+from typing import Self
+from typing import SupportsIndex
+from typing import overload
 
 import msgspec
 
-from .._handoff import Preparer, prepare_messages
+from .._handoff import Preparer
+from .._handoff import prepare_messages
 from .._lists import extend_with_room
-from .._messages import Message, ToolResultMessage, scrub_surrogates
+from .._messages import Message
+from .._messages import ToolResultMessage
+from .._messages import scrub_surrogates
 
 if TYPE_CHECKING:
     from .base import HTTPModel
