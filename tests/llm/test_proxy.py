@@ -142,11 +142,23 @@ async def test_options_a_provider_may_see_are_forwarded_and_keys_are_not(make_pr
     upstream = ScriptedModel(["ok"], provider="openai", id="gpt-5-mini")
     served = await make_proxy({"openai:gpt-5-mini": upstream})
     model = proxy(served.url, TOKEN, model="openai:gpt-5-mini")
-    options = StreamOptions(temperature=0.5, max_tokens=77, thinking="low", api_key="client-key", extra={"model": "x"})
+    fmt = {"name": "answer", "schema": {"type": "object"}}
+    options = StreamOptions(
+        temperature=0.5,
+        max_tokens=77,
+        thinking="low",
+        tool_choice="none",
+        response_format=fmt,
+        session_id="s-1",
+        cache_key="k-1",
+        api_key="client-key",
+        extra={"model": "x"},
+    )
     message = await complete(model, Request(messages=[]), options)
     assert message.text == "ok"
     got = upstream.requests[0].options
-    assert (got.temperature, got.max_tokens, got.thinking) == (0.5, 77, "low")
+    assert (got.temperature, got.max_tokens, got.thinking, got.tool_choice) == (0.5, 77, "low", "none")
+    assert (got.response_format, got.session_id, got.cache_key) == (fmt, "s-1", "k-1")
     assert got.api_key is None and got.extra is None and got.headers is None
 
 

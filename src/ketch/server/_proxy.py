@@ -71,6 +71,8 @@ _KEYLIKE_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET")
 
 
 class _Options(msgspec.Struct, kw_only=True):
+    """The options a client may set (the client's ``FORWARDED_OPTIONS``), each a ``StreamOptions`` field."""
+
     temperature: float | None = None
     max_tokens: int | None = None
     thinking: ThinkingLevel = "off"
@@ -212,18 +214,8 @@ class _Proxy:
         except ProxyError as exc:
             return _error(exc)
         wire = call.request
-        o = call.options
         signal = AbortSignal()
-        options = StreamOptions(
-            temperature=o.temperature,
-            max_tokens=o.max_tokens,
-            thinking=o.thinking,
-            tool_choice=o.tool_choice,
-            response_format=o.response_format,
-            session_id=o.session_id,
-            cache_key=o.cache_key,
-            signal=signal,
-        )
+        options = StreamOptions(**msgspec.structs.asdict(call.options), signal=signal)
         upstream = Request(system_prompt=wire.system_prompt, messages=list(wire.messages), tools=wire.tools)
         response = web.StreamResponse(
             headers={"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
