@@ -468,11 +468,12 @@ def test_get_model_builds_a_local_model() -> None:
 
 async def test_benchmark_reports_load_first_token_and_rate(model: LocalModel) -> None:
     result = await benchmark(model, prompt="Write a long story about a dragon.", max_tokens=16)
-    assert result.path == default_model_path()
-    assert result.completion_tokens == 16
-    assert result.prompt_tokens > 0
-    assert result.first_token_seconds is not None and result.first_token_seconds > 0
-    assert result.tokens_per_second is not None and result.tokens_per_second > 0
+    assert result.load.path == default_model_path()
+    run = result.generation
+    assert run.completion_tokens == 16
+    assert run.prompt_tokens > 0
+    assert run.first_token_seconds is not None and run.first_token_seconds > 0
+    assert run.tokens_per_second is not None and run.tokens_per_second > 0
     assert result.text != ""
 
 

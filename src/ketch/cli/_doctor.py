@@ -158,11 +158,12 @@ async def _bench_local(max_tokens: int) -> list[Check]:
         result = await benchmark(max_tokens=max_tokens)
     except Exception as exc:
         return [Check("warn", "local model bench", f"failed: {type(exc).__name__}: {exc}")]
-    out = [Check("ok", "local model load", f"{result.load_seconds * 1000:.0f} ms")]
-    first = result.first_token_seconds
+    run = result.generation
+    out = [Check("ok", "local model load", f"{result.load.seconds * 1000:.0f} ms")]
+    first = run.first_token_seconds
     out.append(Check("ok", "first token", "n/a" if first is None else f"{first * 1000:.0f} ms"))
-    rate = result.tokens_per_second
-    detail = f"{result.completion_tokens} tokens" + ("" if rate is None else f", {rate:.1f} tokens/s")
+    rate = run.tokens_per_second
+    detail = f"{run.completion_tokens} tokens" + ("" if rate is None else f", {rate:.1f} tokens/s")
     out.append(Check("ok", "generation", detail))
     return out
 

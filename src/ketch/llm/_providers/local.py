@@ -140,14 +140,11 @@ class GenerationStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Benchmark(msgspec.Struct, kw_only=True, frozen=True):
-    """What :func:`benchmark` measured: loading, first token, generation rate."""
+    """What :func:`benchmark` measured: the ``load`` of the file, the ``generation`` of one
+    answer (first token, rate, token counts), and the answer's ``text``."""
 
-    path: str
-    load_seconds: float
-    first_token_seconds: float | None
-    tokens_per_second: float | None
-    prompt_tokens: int
-    completion_tokens: int
+    load: LoadStats
+    generation: GenerationStats
     text: str
 
 
@@ -966,12 +963,4 @@ async def benchmark(
             raise ModelError(message.error_message or "local model failed")
     run = model.last_stats
     assert final is not None and run is not None
-    return Benchmark(
-        path=stats.path,
-        load_seconds=stats.seconds,
-        first_token_seconds=run.first_token_seconds,
-        tokens_per_second=run.tokens_per_second,
-        prompt_tokens=run.prompt_tokens,
-        completion_tokens=run.completion_tokens,
-        text=final.text,
-    )
+    return Benchmark(load=stats, generation=run, text=final.text)
