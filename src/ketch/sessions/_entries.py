@@ -126,7 +126,8 @@ def _message_title(message: Any) -> str:
 
 
 class Summary:
-    """The derived fields of a session, folded entry by entry (private to the stores)."""
+    """The derived fields of a session, folded entry by entry (private to the stores).
+    Its slots are the fields of :class:`SessionInfo` but ``id``."""
 
     __slots__ = ("cost", "created", "cwd", "forked_from", "message_count", "title", "updated")
 
@@ -167,28 +168,14 @@ class Summary:
 
     def info(self, session_id: str) -> SessionInfo:
         """This summary as a :class:`SessionInfo`."""
-        return SessionInfo(
-            id=session_id,
-            cwd=self.cwd,
-            created=self.created,
-            updated=self.updated,
-            title=self.title,
-            message_count=self.message_count,
-            cost=self.cost,
-            forked_from=self.forked_from,
-        )
+        return SessionInfo(id=session_id, **{name: getattr(self, name) for name in self.__slots__})
 
     @classmethod
     def of(cls, info: SessionInfo) -> Summary:
         """A summary that continues from ``info``."""
         out = cls()
-        out.cwd = info.cwd
-        out.created = info.created
-        out.updated = info.updated
-        out.title = info.title
-        out.message_count = info.message_count
-        out.cost = info.cost
-        out.forked_from = info.forked_from
+        for name in cls.__slots__:
+            setattr(out, name, getattr(info, name))
         return out
 
     @classmethod
