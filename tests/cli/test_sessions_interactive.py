@@ -162,7 +162,10 @@ def test_fork_continues_in_a_copy_and_clear_starts_a_new_session(env: Env, termi
     listing = json.loads(env.run("sessions", "list", "-o", "json").stdout)
     assert len(listing) == 3
     by_id = {i["id"]: i for i in listing}
-    assert by_id[fork]["forked_from"][0] == original
+    fields = {"id", "cwd", "title", "created", "updated", "message_count", "cost", "forked_from"}
+    assert all(set(i) == fields for i in listing)
+    assert by_id[fork]["forked_from"] == [original, by_id[fork]["forked_from"][1]]
+    assert by_id[original]["forked_from"] is None and by_id[fork]["title"] == "first"
     (fresh,) = [i for i in listing if i["id"] not in (original, fork)]
     assert _texts(_show(env, fresh["id"])) == ["fresh", "three"]
 

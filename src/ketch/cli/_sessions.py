@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
+import msgspec
+
 from ._args import OneLineParser
 from ._config import ConfigError
 from ._config import Settings
@@ -185,17 +187,10 @@ def _when(timestamp: float) -> str:
 
 
 def info_dict(info: SessionInfo) -> dict[str, Any]:
-    """A session's metadata as the JSON object ``ketch sessions list -o json`` writes."""
-    return {
-        "id": info.id,
-        "cwd": info.cwd,
-        "title": info.title,
-        "created": info.created,
-        "updated": info.updated,
-        "message_count": info.message_count,
-        "cost": info.cost,
-        "forked_from": list(info.forked_from) if info.forked_from is not None else None,
-    }
+    """A session's metadata as the JSON object ``ketch sessions list -o json`` writes:
+    every :class:`~ketch.sessions.SessionInfo` field (``forked_from`` a list or null)."""
+    out: dict[str, Any] = msgspec.to_builtins(info)
+    return out
 
 
 def list_lines(infos: Sequence[SessionInfo], *, current: str | None = None) -> list[str]:
