@@ -58,7 +58,19 @@ def _sig(obj: Any) -> str:
     return _stable(text)
 
 
-def _members(cls: type) -> list[str]:
+def _own(cls: type, public: set[type]) -> dict[str, Any]:
+    """The attributes ``cls`` defines or inherits from ketch's private bases (a method
+    inherited from a public base is listed under that base)."""
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if klass is not cls and (klass in public or not klass.__module__.startswith("ketch")):
+            break
+        for name, value in vars(klass).items():
+            found.setdefault(name, value)
+    return found
+
+
+def _members(cls: type, public: set[type]) -> list[str]:
     lines: list[str] = []
     if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
         for name in cls.__struct_fields__:
@@ -68,7 +80,7 @@ def _members(cls: type) -> list[str]:
         for f in dataclasses.fields(cls):
             if not f.name.startswith("_"):
                 lines.append(f"  field {f.name}")
-    for name, value in sorted(vars(cls).items()):
+    for name, value in sorted(_own(cls, public).items()):
         if name.startswith("_") and name != "__init__":
             continue
         if isinstance(value, (staticmethod, classmethod)):
@@ -85,6 +97,12 @@ def _members(cls: type) -> list[str]:
 def snapshot() -> str:
     """The whole public API, one line per name (classes with their members)."""
     out: list[str] = []
+    public = {
+        obj
+        for face in FACES
+        for obj in (getattr(importlib.import_module(face), name) for name in importlib.import_module(face).__all__)
+        if inspect.isclass(obj)
+    }
     for face in FACES:
         module = importlib.import_module(face)
         out.append(f"# {face}")
@@ -92,7 +110,7 @@ def snapshot() -> str:
             obj = getattr(module, name)
             if inspect.isclass(obj):
                 out.append(f"class {name}{_sig(obj)}")
-                out.extend(_members(obj))
+                out.extend(_members(obj, public))
             elif callable(obj) and (inspect.isfunction(obj) or inspect.isbuiltin(obj)):
                 out.append(f"def {name}{_sig(obj)}")
             else:

@@ -25,10 +25,9 @@ from typing import Any
 
 from ..loop import ToolContext
 from ..loop import ToolResult
-from ._idempotency import once
+from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
-from ._workspace import WorkspaceTool
 from ._workspace import open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
@@ -352,20 +351,15 @@ def _closest_line(text: str, old: str) -> str:
     return f"\nThe most similar line is line {number}: {lines[number - 1].rstrip()}"
 
 
-class EditTool(WorkspaceTool):
+class EditTool(FileChangeTool):
     """The ``edit`` tool (sequential). See the module docstring for the matching rules."""
 
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, label="Edit", sequential=True)
+        super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, "Edit")
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
-        """Replace ``old_string`` with ``new_string`` in the file at ``args["path"]``. A call repeated with the same
-        ``ctx.idempotency_key`` returns the first one's result and changes nothing."""
-        return await once(ctx, lambda: self._run(args, ctx))
-
-    async def _run(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         ws = self.workspace
         old = args.get("old_string")
         new = args.get("new_string")

@@ -16,11 +16,14 @@ import tempfile
 from collections.abc import Awaitable
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ._workspace import Workspace
+from ._workspace import WorkspaceTool
 
 
 def journal_dir() -> Path:
@@ -72,3 +75,22 @@ async def once(ctx: ToolContext[object], run: Callable[[], Awaitable[ToolResult]
     result = await run()
     remember(ctx, result)
     return result
+
+
+class FileChangeTool(WorkspaceTool):
+    """Base of the tools that change files (``write``, ``edit``): sequential, and each call
+    runs :meth:`_change` exactly once per ``ctx.idempotency_key``."""
+
+    __slots__ = ()
+
+    def __init__(self, workspace: Workspace, name: str, description: str, parameters: dict[str, Any], label: str) -> None:
+        super().__init__(workspace, name, description, parameters, label=label, sequential=True)
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+        """Run the change. A call repeated with the same ``ctx.idempotency_key`` returns the
+        first one's result and changes nothing."""
+        return await once(ctx, lambda: self._change(args, ctx))
+
+    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+        """Change the files as ``args`` say; the result for the model."""
+        raise NotImplementedError

@@ -18,10 +18,9 @@ from typing import BinaryIO
 from ..loop import ToolContext
 from ..loop import ToolResult
 from ._edit import unified_diff
-from ._idempotency import once
+from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
-from ._workspace import WorkspaceTool
 from ._workspace import open_regular
 
 _THREAD_THRESHOLD = 1 << 20
@@ -60,20 +59,15 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-class WriteTool(WorkspaceTool):
+class WriteTool(FileChangeTool):
     """The ``write`` tool (sequential). See the module docstring for its behaviour."""
 
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
-        super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, label="Write", sequential=True)
+        super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, "Write")
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
-        """Write ``args["content"]`` to ``args["path"]``. A call repeated with the same
-        ``ctx.idempotency_key`` returns the first one's result and changes nothing."""
-        return await once(ctx, lambda: self._run(args, ctx))
-
-    async def _run(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         ws = self.workspace
         content = args.get("content")
         if not isinstance(content, str):
