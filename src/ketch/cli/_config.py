@@ -130,7 +130,9 @@ class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     env_allow: list[str] = msgspec.field(default_factory=list)
 
 
-class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The config file's top-level values, each applied to the :class:`Settings` field of its name."""
+
     model: str | None = None
     thinking: str | None = None
     max_turns: int | None = None
@@ -141,6 +143,9 @@ class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tools: list[str] | None = None
     compaction: bool | None = None
     context_window: int | None = None
+
+
+class _File(_Scalars, kw_only=True, forbid_unknown_fields=True):
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     hooks: dict[str, Any] | None = None
@@ -359,18 +364,7 @@ def _read(path: Path) -> _File:
         raise ConfigError(f"{path}: values nested too deeply") from None
 
 
-_FILE_SCALARS = (
-    "model",
-    "thinking",
-    "max_turns",
-    "max_budget_usd",
-    "max_tokens",
-    "temperature",
-    "system_prompt",
-    "tools",
-    "compaction",
-    "context_window",
-)
+_FILE_SCALARS = _Scalars.__struct_fields__
 _FLAG_NAMES = {"compaction": "--no-compaction"}
 
 
