@@ -138,7 +138,7 @@ def test_get_info_unknown_model_is_a_default() -> None:
         id="qwen3",
         provider="ollama",
         api="openai-chat",
-        base_url="http://localhost:11434/v1",
+        base_url="http://127.0.0.1:11434/v1",
     )
     assert (info.context_window, info.max_output_tokens, info.pricing) == (128_000, 16_384, Pricing())
 
@@ -197,7 +197,7 @@ def test_shipped_providers() -> None:
         ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         True,
     )
-    assert table["ollama"] == ("openai-chat", "http://localhost:11434/v1", (), False)
+    assert table["ollama"] == ("openai-chat", "http://127.0.0.1:11434/v1", ("OLLAMA_API_KEY",), False)
     assert table["local"] == ("local", "", (), False)
     for name, env in [
         ("groq", "GROQ_API_KEY"),

@@ -243,13 +243,13 @@ def test_openai_chat_providers() -> None:
     assert isinstance(groq, OpenAIChatModel)
     assert (groq.provider, groq.id, groq.base_url) == ("groq", "llama-3.3-70b-versatile", "https://api.groq.com/openai/v1")
     assert (groq.env_keys, groq.requires_key) == (("GROQ_API_KEY",), True)
-    assert groq.compat == PRESETS["groq"].compat
+    assert groq.compat == PRESETS["groq"]
     assert groq.info.pricing.input == 0.59
 
     ollama = get_model("ollama:qwen3")
     assert isinstance(ollama, OpenAIChatModel)
-    assert (ollama.provider, ollama.base_url, ollama.requires_key) == ("ollama", "http://localhost:11434/v1", False)
-    assert ollama.compat == PRESETS["ollama"].compat
+    assert (ollama.provider, ollama.base_url, ollama.requires_key) == ("ollama", "http://127.0.0.1:11434/v1", False)
+    assert ollama.compat == PRESETS["ollama"]
 
     chat = get_model("openai:gpt-4o", api="openai-chat", compat={"tool_result_name": True})
     assert isinstance(chat, OpenAIChatModel)

@@ -178,7 +178,7 @@ async def test_a_chat_endpoint_without_native_output_gets_the_output_tool(server
     from ketch.llm._providers.openai_chat import OpenAIChatModel
 
     server.queue(WIRES[CHAT].reply("rid-ds", calls=[Call("call_1", OUTPUT_TOOL_NAME, {"city": "Rome", "temp": 30})]))
-    model = OpenAIChatModel.preset("deepseek", "deepseek-chat", base_url=server.url + "/v1", api_key="k")
+    model = OpenAIChatModel("deepseek-chat", provider="deepseek", base_url=server.url + "/v1", api_key="k")
     assert model.native_output is False
     result = await Agent(model, output_type=Weather).prompt("Rome?")
     assert result.output == Weather(city="Rome", temp=30)

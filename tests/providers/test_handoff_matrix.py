@@ -1151,7 +1151,7 @@ async def test_gemini_3_gets_placeholder_signatures_on_calls_it_did_not_make(loo
 async def test_mistral_gets_nine_character_ids(loopback: LoopbackServer, source: str) -> None:
     transcript = await write_transcript(loopback, source)
     loopback.queue(WIRES[CHAT].reply("cmpl-next", text=DONE))
-    model = OpenAIChatModel.preset("mistral", "mistral-large-latest", base_url=loopback.url + "/v1",
+    model = OpenAIChatModel("mistral-large-latest", provider="mistral", base_url=loopback.url + "/v1",
                                    api_key="mistral-test", retry=NO_RETRY)
     await turn(model, transcript)
     body = loopback.requests[-1].json

@@ -46,7 +46,7 @@ ASK_WEATHER = Request(messages=[UserMessage(content="What is the weather in Pari
 def model_for(server: LlamaServer, **kwargs: Any) -> OpenAIChatModel:
     kwargs.setdefault("retry", RetryPolicy(max_attempts=2, base_delay=0.01, jitter=0))
     kwargs.setdefault("idle_timeout", 60.0)
-    return OpenAIChatModel.preset("llama-cpp-python", "smollm2", base_url=server.base_url, **kwargs)
+    return OpenAIChatModel("smollm2", provider="llama-cpp-python", base_url=server.base_url, **kwargs)
 
 
 async def events_of(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent]:
@@ -81,7 +81,7 @@ async def test_streamed_text(llama_server: LlamaServer) -> None:
 
 
 async def test_non_streamed_text(llama_server: LlamaServer) -> None:
-    compat = msgspec.structs.replace(PRESETS["llama-cpp-python"].compat, streaming=False)
+    compat = msgspec.structs.replace(PRESETS["llama-cpp-python"], streaming=False)
     model = model_for(llama_server, compat=compat)
     events = await events_of(model.stream(STORY, StreamOptions(max_tokens=8, temperature=0)))
     assert [e.type for e in events] == ["start", "text_start", "text_delta", "text_end", "done"]
@@ -152,7 +152,7 @@ async def test_null_tool_call_content_is_what_this_server_rejects(llama_server: 
         ],
         tools=[WEATHER],
     )
-    null_compat = msgspec.structs.replace(PRESETS["llama-cpp-python"].compat, tool_call_content="null")
+    null_compat = msgspec.structs.replace(PRESETS["llama-cpp-python"], tool_call_content="null")
     strict = model_for(llama_server, compat=null_compat, retry=NO_RETRY)
     message = await complete(strict, context, StreamOptions(max_tokens=8, tool_choice="none"))
     assert (message.stop_reason, message.error_kind) == ("error", "server")

@@ -29,12 +29,14 @@ from ketch.llm import ToolSpec
 from ketch.llm import Usage
 from ketch.llm import UserMessage
 from ketch.llm import complete
+from ketch.llm import get_model
 from ketch.llm._providers.base import HTTPExchange
 from ketch.llm._providers.openai_chat import PRESETS
 from ketch.llm._providers.openai_chat import Compat
 from ketch.llm._providers.openai_chat import OpenAIChatModel
 from ketch.llm._registry import ModelInfo
 from ketch.llm._registry import Pricing
+from ketch.llm._registry import get_provider
 from ketch.llm._retry import NO_RETRY
 from ketch.llm._retry import RetryPolicy
 
@@ -182,7 +184,7 @@ async def test_reasoning_then_text(loopback: LoopbackServer) -> None:
             delta(finish="stop"),
         )
     )
-    events = await run(make(loopback, compat=PRESETS["deepseek"].compat))
+    events = await run(make(loopback, compat=PRESETS["deepseek"]))
     assert [summary(e) for e in events] == [
         ("start",),
         ("thinking_start", 0),
@@ -199,7 +201,7 @@ async def test_reasoning_then_text(loopback: LoopbackServer) -> None:
 
 async def test_reasoning_field_named_reasoning(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(delta(reasoning="hmm"), delta("ok", finish="stop")))
-    events = await run(make(loopback, compat=PRESETS["ollama"].compat))
+    events = await run(make(loopback, compat=PRESETS["ollama"]))
     assert events[-1].message.content == [ThinkingContent(thinking="hmm"), TextContent(text="ok")]
 
 
@@ -297,14 +299,14 @@ async def test_usage_normalised_with_cache_and_cost(loopback: LoopbackServer) ->
 
 async def test_reasoning_tokens_added_when_not_in_completion_tokens(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(delta("x", finish="stop"), usage_chunk(10, 5, reasoning=20)))
-    events = await run(make(loopback, compat=PRESETS["xai"].compat))
+    events = await run(make(loopback, compat=PRESETS["xai"]))
     assert events[-1].message.usage == Usage(input=10, output=25, total_tokens=35)
 
 
 async def test_deepseek_cache_hit_tokens(loopback: LoopbackServer) -> None:
     chunk = {"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5, "prompt_cache_hit_tokens": 60}}
     loopback.queue(sse_reply(delta("x", finish="stop"), chunk))
-    events = await run(make(loopback, compat=PRESETS["deepseek"].compat))
+    events = await run(make(loopback, compat=PRESETS["deepseek"]))
     assert events[-1].message.usage == Usage(input=40, output=5, cache_read=60, total_tokens=105)
 
 
@@ -388,7 +390,7 @@ async def test_tools_with_auto_choice_unstreamed_when_endpoint_cannot_stream_the
             }
         )
     )
-    model = OpenAIChatModel.preset("llama-cpp-python", "smol", base_url=loopback.url + "/v1", retry=FAST)
+    model = OpenAIChatModel("smol", provider="llama-cpp-python", base_url=loopback.url + "/v1", retry=FAST)
     events = await run(model, Request(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(max_tokens=30))
     assert [summary(e) for e in events] == [
         ("start",),
@@ -408,7 +410,7 @@ async def test_tools_with_auto_choice_unstreamed_when_endpoint_cannot_stream_the
 
 async def test_forced_tool_still_streams_on_that_endpoint(loopback: LoopbackServer) -> None:
     loopback.queue(sse_reply(tool_delta(0, id="c", name="get_weather", args="{}"), delta(finish="tool_calls")))
-    model = OpenAIChatModel.preset("llama-cpp-python", "smol", base_url=loopback.url + "/v1", retry=FAST)
+    model = OpenAIChatModel("smol", provider="llama-cpp-python", base_url=loopback.url + "/v1", retry=FAST)
     await run(model, Request(messages=[UserMessage(content="w")], tools=[WEATHER]), StreamOptions(tool_choice="get_weather"))
     body = loopback.requests[0].json
     assert body["stream"] is True
@@ -495,7 +497,7 @@ async def test_compatible_endpoints_send_empty_content_with_tool_calls(loopback:
         AssistantMessage(content=[ToolCall(id="c1", name="get_weather", args={})], stop_reason="tool_use"),
         ToolResultMessage(tool_call_id="c1", tool_name="get_weather", content=[TextContent(text="Sunny")]),
     ]
-    await run(make(loopback, compat=PRESETS["llamacpp"].compat), Request(messages=messages))
+    await run(make(loopback, compat=PRESETS["llamacpp"]), Request(messages=messages))
     assert loopback.requests[0].json["messages"][1] == {
         "role": "assistant",
         "content": "",
@@ -517,7 +519,7 @@ async def test_tool_call_ids_normalised_consistently(loopback: LoopbackServer) -
     assert sent[1]["tool_calls"][0]["id"] == expected
     assert sent[2]["tool_call_id"] == expected
 
-    await run(make(loopback, compat=PRESETS["mistral"].compat), Request(messages=messages))
+    await run(make(loopback, compat=PRESETS["mistral"]), Request(messages=messages))
     sent = loopback.requests[1].json["messages"]
     new_id = sent[1]["tool_calls"][0]["id"]
     assert len(new_id) == 9 and new_id.isalnum()
@@ -583,7 +585,7 @@ async def test_no_reasoning_effort_for_models_without_reasoning(loopback: Loopba
 async def test_openrouter_reasoning_object(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("ok"))
     info = ModelInfo(id="m", provider="openrouter", api="openai-chat", thinking={"high": "high"})
-    model = OpenAIChatModel.preset("openrouter", "m", base_url=loopback.url, api_key="k", info=info)
+    model = OpenAIChatModel("m", provider="openrouter", base_url=loopback.url, api_key="k", info=info)
     await run(model, HI, StreamOptions(thinking="high", max_tokens=5))
     body = loopback.requests[0].json
     assert (body["reasoning"], body["max_tokens"]) == ({"effort": "high"}, 5)
@@ -965,7 +967,7 @@ async def test_aborted_message_can_be_sent_back(loopback: LoopbackServer) -> Non
     assert loopback.requests[0].json["messages"] == [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
 
 
-def test_presets_have_distinct_providers_and_urls() -> None:
+def test_presets_are_quirks_of_registered_providers() -> None:
     assert set(PRESETS) == {
         "openai",
         "deepseek",
@@ -980,14 +982,51 @@ def test_presets_have_distinct_providers_and_urls() -> None:
         "llamacpp",
         "llama-cpp-python",
     }
-    assert PRESETS["groq"].base_url == "https://api.groq.com/openai/v1"
-    assert PRESETS["openrouter"].env_keys == ("OPENROUTER_API_KEY",)
-    assert PRESETS["ollama"].requires_key is False
-    assert PRESETS["llama-cpp-python"].compat == Compat(
+    assert PRESETS["llama-cpp-python"] == Compat(
         max_tokens_field="max_tokens", stream_usage=False, stream_tool_choice_auto=False
     )
-    with pytest.raises(ValueError, match="Unknown OpenAI-compatible preset 'nope'"):
-        OpenAIChatModel.preset("nope", "m")
+    # Every preset's provider is registered, and the registry alone says where it is and
+    # where its key comes from: a model built directly and one from get_model agree.
+    for name in PRESETS:
+        provider = get_provider(name)
+        assert provider is not None, name
+        direct = OpenAIChatModel("m", provider=name)
+        resolved = get_model(f"{name}:m", api="openai-chat")
+        assert isinstance(resolved, OpenAIChatModel)
+        assert (direct.base_url, direct.env_keys, direct.requires_key, direct.compat) == (
+            provider.base_url.rstrip("/"),
+            provider.api_key_env,
+            provider.requires_key,
+            PRESETS[name],
+        ), name
+        assert (resolved.base_url, resolved.env_keys, resolved.requires_key, resolved.compat) == (
+            direct.base_url,
+            direct.env_keys,
+            direct.requires_key,
+            direct.compat,
+        ), name
+    groq = OpenAIChatModel("llama-3.3-70b-versatile", provider="groq")
+    assert (groq.base_url, groq.env_keys) == ("https://api.groq.com/openai/v1", ("GROQ_API_KEY",))
+    ollama = OpenAIChatModel("qwen3", provider="ollama")
+    assert (ollama.base_url, ollama.env_keys, ollama.requires_key) == (
+        "http://127.0.0.1:11434/v1",
+        ("OLLAMA_API_KEY",),
+        False,
+    )
+
+
+def test_an_unknown_provider_needs_a_base_url_and_reads_no_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError) as info:
+        OpenAIChatModel("m", provider="house")
+    assert str(info.value) == (
+        "No base_url for provider 'house': pass base_url, or register the provider (ketch.llm.register_provider)"
+    )
+    # Given a URL, it does not send another provider's key there.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    model = OpenAIChatModel("m", provider="house", base_url="http://127.0.0.1:9/v1/")
+    assert (model.base_url, model.env_keys, model.requires_key) == ("http://127.0.0.1:9/v1", (), True)
+    assert model.resolve_api_key() is None
+    assert model.compat == PRESETS["openai"]
 
 
 async def test_total_timeout(loopback: LoopbackServer) -> None:
@@ -1004,7 +1043,7 @@ async def test_total_timeout(loopback: LoopbackServer) -> None:
 async def test_session_id_becomes_prompt_cache_key_for_openai_only(loopback: LoopbackServer) -> None:
     loopback.queue(text_stream("ok"), text_stream("ok"))
     await run(make(loopback), HI, StreamOptions(session_id="s-1"))
-    await run(make(loopback, compat=PRESETS["groq"].compat, provider="groq"), HI, StreamOptions(session_id="s-1"))
+    await run(make(loopback, compat=PRESETS["groq"], provider="groq"), HI, StreamOptions(session_id="s-1"))
     assert loopback.requests[0].json["prompt_cache_key"] == "s-1"
     assert "prompt_cache_key" not in loopback.requests[1].json
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 # Provider name -> api, default base URL (adapters append their endpoint path) and the
-# environment variables holding the key (first set wins). Endpoint quirks belong to the
-# adapters (``ketch.llm._providers.openai_chat.PRESETS``); ``compat`` here overrides them.
+# environment variables holding the key (first set wins): the one home of these facts, the
+# adapters read them from here. Endpoint quirks belong to the adapters
+# (``ketch.llm._providers.openai_chat.PRESETS``); ``compat`` here overrides them.
 PROVIDERS: dict[str, dict[str, Any]] = {
     "openai": {
         "api": "openai-responses",
@@ -61,27 +62,34 @@ PROVIDERS: dict[str, dict[str, Any]] = {
         "base_url": "https://api.x.ai/v1",
         "api_key_env": ("XAI_API_KEY",),
     },
+    # Servers on this machine need no key (the variable named is read for one when set).
     "ollama": {
         "api": "openai-chat",
-        "base_url": "http://localhost:11434/v1",
+        "base_url": "http://127.0.0.1:11434/v1",
+        "api_key_env": ("OLLAMA_API_KEY",),
         "requires_key": False,
     },
     "vllm": {
         "api": "openai-chat",
-        "base_url": "http://localhost:8000/v1",
+        "base_url": "http://127.0.0.1:8000/v1",
         "api_key_env": ("VLLM_API_KEY",),
         "requires_key": False,
     },
     "lmstudio": {
         "api": "openai-chat",
-        "base_url": "http://localhost:1234/v1",
+        "base_url": "http://127.0.0.1:1234/v1",
         "api_key_env": ("LM_STUDIO_API_KEY",),
         "requires_key": False,
     },
     "llamacpp": {
         "api": "openai-chat",
-        "base_url": "http://localhost:8080/v1",
+        "base_url": "http://127.0.0.1:8080/v1",
         "api_key_env": ("LLAMA_API_KEY",),
+        "requires_key": False,
+    },
+    "llama-cpp-python": {
+        "api": "openai-chat",
+        "base_url": "http://127.0.0.1:8000/v1",
         "requires_key": False,
     },
     "local": {

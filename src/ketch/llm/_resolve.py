@@ -151,8 +151,7 @@ def _compat(cls: ModelClass, provider: str, info: ModelInfo, override: Any) -> A
         return override
     flags = {**info.compat, **(override or {})}
     presets = getattr(module, "PRESETS", None)
-    preset = presets.get(provider) if isinstance(presets, Mapping) else None
-    base = getattr(preset, "compat", None)
+    base = presets.get(provider) if isinstance(presets, Mapping) else None
     if not flags:
         return base
     if not isinstance(base, compat_type):

@@ -679,8 +679,6 @@ class AnthropicModel(HTTPModel):
     """
 
     api = API
-    default_base_url = "https://api.anthropic.com/v1"
-    default_env_keys = ("ANTHROPIC_API_KEY",)
 
     def __init__(
         self,

@@ -59,6 +59,7 @@ from .._model import Request
 from .._model import StreamOptions
 from .._registry import ModelInfo
 from .._registry import default_info
+from .._registry import get_provider
 from .._registry import list_providers
 from .._registry import lookup
 from .._retry import RetryPolicy
@@ -135,7 +136,7 @@ class HTTPOptions(TypedDict, total=False):
     base_url: str | None
     api_key: str | None
     env_keys: tuple[str, ...] | None
-    requires_key: bool
+    requires_key: bool | None
     info: ModelInfo | None
     headers: Mapping[str, str] | None
     retry: RetryPolicy | None
@@ -151,6 +152,9 @@ class HTTPModel:
     """A model reached over HTTP. Subclasses implement the wire protocol (and prepare
     the request's messages for it: :class:`~ketch.llm.PreparesMessages`).
 
+    ``base_url``, ``env_keys`` and ``requires_key`` default to those the registry holds
+    for ``provider`` (their one home; see :func:`~ketch.llm.register_provider`); a
+    provider the registry does not know needs ``base_url`` and reads no key variable.
     ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
     variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
     update) and, when it holds real data about the model (registered, named or with
@@ -172,8 +176,6 @@ class HTTPModel:
     """
 
     api: str = ""
-    default_base_url: str = ""
-    default_env_keys: tuple[str, ...] = ()
     prepares_messages: bool = True
 
     def __init__(
@@ -184,7 +186,7 @@ class HTTPModel:
         base_url: str | None = None,
         api_key: str | None = None,
         env_keys: tuple[str, ...] | None = None,
-        requires_key: bool = True,
+        requires_key: bool | None = None,
         info: ModelInfo | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
@@ -197,10 +199,19 @@ class HTTPModel:
     ) -> None:
         self.id = id
         self.provider = provider
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        known = get_provider(provider)
+        url = base_url or (known.base_url if known is not None else "")
+        if not url:
+            raise ValueError(
+                f"No base_url for provider {provider!r}: pass base_url, or register the provider"
+                " (ketch.llm.register_provider)"
+            )
+        self.base_url = url.rstrip("/")
         self._api_key = api_key
-        self.env_keys = self.default_env_keys if env_keys is None else env_keys
-        self.requires_key = requires_key
+        if env_keys is None:
+            env_keys = known.api_key_env if known is not None else ()
+        self.env_keys = env_keys
+        self.requires_key = requires_key if requires_key is not None else known is None or known.requires_key
         self.info = info if info is not None else default_info(provider, self.api, id, self.base_url)
         # Limits are enforced only from real data, never from the defaults of an unknown model.
         self._known_info = info is not None and _describes_model(info)

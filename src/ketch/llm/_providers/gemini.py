@@ -851,8 +851,6 @@ class GeminiModel(HTTPModel):
     """
 
     api = API
-    default_base_url = "https://generativelanguage.googleapis.com/v1beta"
-    default_env_keys = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
     def __init__(
         self,

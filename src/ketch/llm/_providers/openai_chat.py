@@ -2,12 +2,12 @@
 
 :class:`OpenAIChatModel` talks to ``POST {base_url}/chat/completions``. Servers that
 copy the protocol differ in small ways; those differences are data in :class:`Compat`
-and :data:`PRESETS` holds them, with base URLs and key variables, for the common
-endpoints (DeepSeek, Groq, OpenRouter, Together, Mistral, xAI, Ollama, vLLM, LM Studio,
-llama.cpp, llama-cpp-python)::
+and :data:`PRESETS` holds them for the common providers (DeepSeek, Groq, OpenRouter,
+Together, Mistral, xAI, Ollama, vLLM, LM Studio, llama.cpp, llama-cpp-python), whose
+base URLs and key variables the registry holds::
 
-    model = OpenAIChatModel.preset("groq", "llama-3.3-70b-versatile")
-    local = OpenAIChatModel.preset("ollama", "qwen3:8b", base_url="http://gpu:11434/v1")
+    model = OpenAIChatModel("llama-3.3-70b-versatile", provider="groq")
+    local = OpenAIChatModel("qwen3:8b", provider="ollama", base_url="http://gpu:11434/v1")
 """
 
 from __future__ import annotations
@@ -89,96 +89,35 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
     native_output: bool = True
 
 
-class Preset(msgspec.Struct, kw_only=True, frozen=True):
-    """An OpenAI-compatible endpoint: provider name, base URL, key variables, quirks."""
-
-    provider: str
-    base_url: str
-    env_keys: tuple[str, ...] = ()
-    requires_key: bool = True
-    compat: Compat = Compat()
-
-
 _LOCAL = Compat(max_tokens_field="max_tokens")
 _REASONING_FIRST = Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content"))
 
-
-def _local_server(provider: str, port: int, env_key: str, compat: Compat) -> Preset:
-    """A server on this machine: it needs no key (``env_key`` names the variable read for one)."""
-    return Preset(
-        provider=provider,
-        base_url=f"http://127.0.0.1:{port}/v1",
-        env_keys=(env_key,),
-        requires_key=False,
-        compat=compat,
-    )
-
-
-PRESETS: dict[str, Preset] = {
-    "openai": Preset(
-        provider="openai",
-        base_url="https://api.openai.com/v1",
-        env_keys=("OPENAI_API_KEY",),
-        compat=Compat(system_role="auto", tool_call_content="null"),
+PRESETS: dict[str, Compat] = {
+    "openai": Compat(system_role="auto", tool_call_content="null"),
+    "deepseek": Compat(max_tokens_field="max_tokens", reasoning_param="none", native_output=False),
+    "groq": Compat(reasoning_fields=("reasoning", "reasoning_content")),
+    "openrouter": Compat(
+        max_tokens_field="max_tokens",
+        reasoning_fields=("reasoning", "reasoning_content"),
+        reasoning_param="openrouter",
     ),
-    "deepseek": Preset(
-        provider="deepseek",
-        base_url="https://api.deepseek.com/v1",
-        env_keys=("DEEPSEEK_API_KEY",),
-        compat=Compat(max_tokens_field="max_tokens", reasoning_param="none", native_output=False),
+    "together": _REASONING_FIRST,
+    "mistral": Compat(
+        max_tokens_field="max_tokens",
+        stream_usage=False,
+        reasoning_param="none",
+        tool_call_id="mistral",
+        tool_result_name=True,
     ),
-    "groq": Preset(
-        provider="groq",
-        base_url="https://api.groq.com/openai/v1",
-        env_keys=("GROQ_API_KEY",),
-        compat=Compat(reasoning_fields=("reasoning", "reasoning_content")),
-    ),
-    "openrouter": Preset(
-        provider="openrouter",
-        base_url="https://openrouter.ai/api/v1",
-        env_keys=("OPENROUTER_API_KEY",),
-        compat=Compat(
-            max_tokens_field="max_tokens",
-            reasoning_fields=("reasoning", "reasoning_content"),
-            reasoning_param="openrouter",
-        ),
-    ),
-    "together": Preset(
-        provider="together",
-        base_url="https://api.together.xyz/v1",
-        env_keys=("TOGETHER_API_KEY",),
-        compat=_REASONING_FIRST,
-    ),
-    "mistral": Preset(
-        provider="mistral",
-        base_url="https://api.mistral.ai/v1",
-        env_keys=("MISTRAL_API_KEY",),
-        compat=Compat(
-            max_tokens_field="max_tokens",
-            stream_usage=False,
-            reasoning_param="none",
-            tool_call_id="mistral",
-            tool_result_name=True,
-        ),
-    ),
-    "xai": Preset(
-        provider="xai",
-        base_url="https://api.x.ai/v1",
-        env_keys=("XAI_API_KEY",),
-        compat=Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
-    ),
-    "ollama": _local_server("ollama", 11434, "OLLAMA_API_KEY", _REASONING_FIRST),
-    "vllm": _local_server("vllm", 8000, "VLLM_API_KEY", _REASONING_FIRST),
-    "lmstudio": _local_server("lmstudio", 1234, "LM_STUDIO_API_KEY", _LOCAL),
-    "llamacpp": _local_server("llamacpp", 8080, "LLAMA_API_KEY", _LOCAL),
-    "llama-cpp-python": Preset(
-        provider="llama-cpp-python",
-        base_url="http://127.0.0.1:8000/v1",
-        requires_key=False,
-        compat=Compat(max_tokens_field="max_tokens", stream_usage=False, stream_tool_choice_auto=False),
-    ),
+    "xai": Compat(max_tokens_field="max_tokens", reasoning_in_output=False),
+    "ollama": _REASONING_FIRST,
+    "vllm": _REASONING_FIRST,
+    "lmstudio": _LOCAL,
+    "llamacpp": _LOCAL,
+    "llama-cpp-python": Compat(max_tokens_field="max_tokens", stream_usage=False, stream_tool_choice_auto=False),
 }
-"""Known OpenAI-compatible endpoints by name."""
+"""The quirks of known OpenAI-compatible providers, by provider name. Their base URLs and
+key variables are the registry's (:func:`~ketch.llm.get_provider`)."""
 
 
 # -- wire types (decoded with msgspec; unknown fields are ignored) ---------------------
@@ -244,14 +183,12 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 class OpenAIChatModel(HTTPModel):
     """A model behind an OpenAI Chat Completions endpoint.
 
-    ``compat`` describes the endpoint's quirks (OpenAI's own by default); use
-    :meth:`preset` for the endpoints in :data:`PRESETS`. All other arguments are those
-    of :class:`~ketch.llm._providers.base.HTTPModel`.
+    ``compat`` describes the endpoint's quirks: by default those :data:`PRESETS` holds
+    for ``provider``, else OpenAI's. All other arguments are those of
+    :class:`~ketch.llm._providers.base.HTTPModel`.
     """
 
     api = "openai-chat"
-    default_base_url = "https://api.openai.com/v1"
-    default_env_keys = ("OPENAI_API_KEY",)
 
     def __init__(
         self,
@@ -262,23 +199,8 @@ class OpenAIChatModel(HTTPModel):
         **options: Unpack[HTTPOptions],
     ) -> None:
         super().__init__(id, provider=provider, **options)
-        self.compat = compat if compat is not None else PRESETS["openai"].compat
+        self.compat = compat if compat is not None else PRESETS.get(provider, PRESETS["openai"])
         self._wire_cache = WireCache()
-
-    @classmethod
-    def preset(cls, name: str, id: str, **kwargs: Any) -> OpenAIChatModel:
-        """A model on the endpoint :data:`PRESETS` calls ``name``; ``kwargs`` override
-        the preset (``base_url``, ``api_key``, ``compat`` …)."""
-        try:
-            p = PRESETS[name]
-        except KeyError:
-            raise ValueError(f"Unknown OpenAI-compatible preset {name!r}; known: {', '.join(PRESETS)}") from None
-        kwargs.setdefault("provider", p.provider)
-        kwargs.setdefault("base_url", p.base_url)
-        kwargs.setdefault("env_keys", p.env_keys)
-        kwargs.setdefault("requires_key", p.requires_key)
-        kwargs.setdefault("compat", p.compat)
-        return cls(id, **kwargs)
 
     @property
     def native_output(self) -> bool:

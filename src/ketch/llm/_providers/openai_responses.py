@@ -671,8 +671,6 @@ class OpenAIResponsesModel(HTTPModel):
     """
 
     api = API
-    default_base_url = "https://api.openai.com/v1"
-    default_env_keys = ("OPENAI_API_KEY",)
 
     def __init__(
         self,
