@@ -4,7 +4,6 @@ output read incrementally, and stopping it kills its process group."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,7 @@ from ketch.tools import Workspace
 from ketch.tools._bash import BashTool
 from support import running
 
-
-@pytest.fixture(autouse=True)
-def _temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+pytestmark = pytest.mark.usefixtures("scratch_in_tmp_path")
 
 
 @pytest.fixture

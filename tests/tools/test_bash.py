@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,7 @@ def _read_text(path: str) -> str:
         return f.read()
 
 
-@pytest.fixture(autouse=True)
-def _temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the scratch folders for full output logs inside the test's folder."""
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+pytestmark = pytest.mark.usefixtures("scratch_in_tmp_path")
 
 
 @pytest.fixture
