@@ -209,6 +209,35 @@ def test_the_idle_limit_defaults_to_90_seconds() -> None:
     assert get_model("anthropic:claude-sonnet-4-5", max_event_bytes=1 << 20).max_event_bytes == 1 << 20  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("cls", "provider", "id"),
+    [
+        (OpenAIChatModel, "openai", "gpt-4o"),
+        (OpenAIResponsesModel, "openai", "gpt-5-mini"),
+        (AnthropicModel, "anthropic", "claude-haiku-4-5"),
+        (GeminiModel, "google", "gemini-2.5-flash"),
+    ],
+)
+def test_every_adapter_built_directly_knows_what_the_registry_knows(cls: type[HTTPModel], provider: str, id: str) -> None:
+    known = cls(id)  # type: ignore[call-arg]
+    resolved = get_model(f"{provider}:{id}")
+    assert (known.provider, known.base_url, known.env_keys) == (
+        resolved.provider,  # type: ignore[attr-defined]
+        resolved.base_url,  # type: ignore[attr-defined]
+        resolved.env_keys,  # type: ignore[attr-defined]
+    )
+    assert (known.context_window, known.info.pricing, known.info.thinking) == (
+        resolved.context_window,
+        resolved.info.pricing,  # type: ignore[attr-defined]
+        resolved.info.thinking,  # type: ignore[attr-defined]
+    )
+    assert known.info.pricing.input > 0
+    # A model the registry does not know gets the defaults, and may be sent images.
+    unknown = cls("not-a-listed-model")  # type: ignore[call-arg]
+    assert (unknown.info.name, unknown.info.pricing.input, unknown.context_window) == ("", 0.0, 128_000)
+    assert unknown._takes_images() and known._takes_images()
+
+
 async def test_an_idle_provider_is_retried_once_then_fails(loopback: LoopbackServer) -> None:
     # Silent from the start (no headers): the idle limit covers the first byte, and a
     # provider that stays silent twice is not waited for again (it was 4 x 120 s + backoff).

@@ -72,7 +72,6 @@ from .._model import StreamOptions
 from .._model import ToolSpec
 from .._registry import ModelInfo
 from .._registry import clamp_thinking
-from .._registry import lookup
 from .._registry import thinking_budget_tokens
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
@@ -692,9 +691,6 @@ class AnthropicModel(HTTPModel):
         stream: bool = True,
         **options: Unpack[HTTPOptions],
     ) -> None:
-        info = options.get("info")
-        if info is None:
-            info = options["info"] = lookup(provider, id)
         super().__init__(id, provider=provider, **options)
         self.cache_retention: CacheRetention = cache_retention
         self.cache_last_message = cache_last_message
@@ -702,8 +698,6 @@ class AnthropicModel(HTTPModel):
         self.structured_output: StructuredOutput = "tool" if mode == "tool" else "json_schema"
         self.beta = beta
         self.streaming = stream
-        # An unknown model may well accept images; a known one says so.
-        self._images = info is None or "image" in info.input_modalities
         self._wire_cache = WireCache()
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
@@ -721,7 +715,7 @@ class AnthropicModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
-        images = self._images
+        images = self._takes_images()
         converted = self._wire_cache.items_for(
             self,
             request.messages,

@@ -156,7 +156,8 @@ class HTTPModel:
     for ``provider`` (their one home; see :func:`~ketch.llm.register_provider`); a
     provider the registry does not know needs ``base_url`` and reads no key variable.
     ``api_key`` wins over ``StreamOptions.api_key``, which wins over the environment
-    variables in ``env_keys``. ``info`` gives pricing (cost is computed on every usage
+    variables in ``env_keys``. ``info`` (default: the registry's entry for
+    ``provider``/``id``, when there is one) gives pricing (cost is computed on every usage
     update) and, when it holds real data about the model (registered, named or with
     explicit limits), the context window that usage is checked against and the input
     modalities. ``idle_timeout`` (default :data:`DEFAULT_IDLE_TIMEOUT`, 90 s) bounds
@@ -212,6 +213,8 @@ class HTTPModel:
             env_keys = known.api_key_env if known is not None else ()
         self.env_keys = env_keys
         self.requires_key = requires_key if requires_key is not None else known is None or known.requires_key
+        if info is None:
+            info = lookup(provider, id)
         self.info = info if info is not None else default_info(provider, self.api, id, self.base_url)
         # Limits are enforced only from real data, never from the defaults of an unknown model.
         self._known_info = info is not None and _describes_model(info)
@@ -242,6 +245,10 @@ class HTTPModel:
         """The context window in tokens: the user's setting, else the registry's (the
         default for a model the registry does not list)."""
         return self._window_override or self.info.context_window
+
+    def _takes_images(self) -> bool:
+        """Whether images may be sent: a known model says so; an unknown one may well."""
+        return not self._known_info or "image" in self.info.input_modalities
 
     def set_context_window(self, window: int | None) -> None:
         """Override :attr:`context_window` (None: the registry's again)."""

@@ -271,7 +271,7 @@ class OpenAIChatModel(HTTPModel):
         """The ``messages`` array for ``request`` (system prompt first). The list is
         new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat
-        images_ok = not self._known_info or "image" in self.info.input_modalities
+        images_ok = self._takes_images()
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
         out = self._wire_cache.items_for(
             self,

@@ -57,10 +57,7 @@ from .._model import TOOL_CHOICE_MODES
 from .._model import Request
 from .._model import StreamOptions
 from .._model import ToolSpec
-from .._registry import ModelInfo
 from .._registry import clamp_thinking
-from .._registry import default_info
-from .._registry import lookup
 from .._stream import MessageBuilder
 from .._stream import StreamDone
 from .._stream import StreamEvent
@@ -680,13 +677,8 @@ class OpenAIResponsesModel(HTTPModel):
         stream: bool = True,
         **options: Unpack[HTTPOptions],
     ) -> None:
-        info = options.get("info")
-        if info is None:
-            info = options["info"] = lookup(provider, id)
         super().__init__(id, provider=provider, **options)
         self.streaming = stream
-        # A known model says whether it accepts images; an unknown one may well.
-        self._images = "image" in self.info.input_modalities or _is_default(self.info)
         self._wire_cache = WireCache()
 
     def reasoning_effort(self, options: StreamOptions) -> str | None:
@@ -696,7 +688,7 @@ class OpenAIResponsesModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
-        images = self._images
+        images = self._takes_images()
         converted = self._wire_cache.items_for(
             self,
             request.messages,
@@ -734,9 +726,3 @@ class OpenAIResponsesModel(HTTPModel):
         if status == 503 and error.kind == "server":
             return OverloadedError(error.message, status=status, retry_after=error.retry_after, body=error.body)
         return error
-
-
-def _is_default(info: ModelInfo) -> bool:
-    """Whether ``info`` is the registry's placeholder for a model it does not know."""
-    bare = msgspec.structs.replace(info, base_url="", compat={})
-    return bare == default_info(info.provider, info.api, info.id)
