@@ -298,6 +298,12 @@ def clamp_thinking(info: ModelInfo, level: str) -> tuple[ThinkingLevel, str | in
     return "off", levels.get("off")
 
 
+def output_limit(info: ModelInfo, max_tokens: int | None) -> int:
+    """The request's output limit before thinking: ``max_tokens``, else the model's
+    maximum capped at 32000 (APIs that require a limit, such as Anthropic's, get this)."""
+    return max_tokens if max_tokens else min(info.max_output_tokens, 32_000)
+
+
 def thinking_budget_tokens(
     info: ModelInfo,
     level: str,
@@ -308,13 +314,13 @@ def thinking_budget_tokens(
     """``(budget, max_tokens)`` for budget-style thinking at ``level``.
 
     The level is clamped first; its budget comes from ``budgets``, else the model's
-    map, else :data:`DEFAULT_THINKING_BUDGETS`. With ``base = max_tokens`` or
-    ``min(model max, 32000)``, the request's output limit becomes
+    map, else :data:`DEFAULT_THINKING_BUDGETS`. With ``base`` the
+    :func:`output_limit`, the request's output limit becomes
     ``min(base + budget, model max)``; when that leaves no room beyond the budget, the
     budget shrinks to ``max(0, limit - 1024)``. ``off`` gives ``(off value or 0, base)``.
     """
     model_max = info.max_output_tokens
-    base = max_tokens if max_tokens else min(model_max, 32_000)
+    base = output_limit(info, max_tokens)
     clamped, value = clamp_thinking(info, level)
     if clamped == "off":
         return (value if isinstance(value, int) else 0), base

@@ -72,6 +72,7 @@ from .._model import StreamOptions
 from .._model import ToolSpec
 from .._registry import ModelInfo
 from .._registry import clamp_thinking
+from .._registry import output_limit
 from .._registry import thinking_budget_tokens
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
@@ -266,7 +267,7 @@ def _thinking_settings(
     info: ModelInfo, level: str, max_tokens: int | None
 ) -> tuple[dict[str, Any] | None, str | None, int]:
     """``(thinking param, adaptive effort, max_tokens)`` for ``level``."""
-    base = max_tokens if max_tokens else min(info.max_output_tokens, 32_000)
+    base = output_limit(info, max_tokens)
     if level == "off" or not info.thinking:
         return None, None, base
     if info.thinking_style == "adaptive":
