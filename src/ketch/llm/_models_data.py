@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._registry import DEFAULT_THINKING_BUDGETS
+
 # Provider name -> api, default base URL (adapters append their endpoint path) and the
 # environment variables holding the key (first set wins): the one home of these facts, the
 # adapters read them from here. Endpoint quirks belong to the adapters
@@ -103,9 +105,10 @@ PROVIDERS: dict[str, dict[str, Any]] = {
 _EFFORT_GPT5 = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high"}
 _EFFORT_O = {"low": "low", "medium": "medium", "high": "high"}
 _EFFORT_LOW_HIGH = {"low": "low", "high": "high"}
-_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
-_BUDGET_X = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
-_GEMINI_FLASH = {"off": 0, "minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 24576}
+# Budget-style models take the registry's default budget for each level they support.
+_BUDGET_X: dict[str, int] = {level: tokens for level, tokens in DEFAULT_THINKING_BUDGETS.items()}
+_BUDGET = {level: tokens for level, tokens in _BUDGET_X.items() if level != "xhigh"}
+_GEMINI_FLASH = {"off": 0, **_BUDGET_X, "xhigh": 24576}
 _TI = ("text", "image")
 
 MODELS: tuple[dict[str, Any], ...] = (
