@@ -32,6 +32,7 @@ from ._model import DEFAULT_CONTEXT_WINDOW
 from ._model import Model
 from ._model import PreparesMessages
 from ._model import Request
+from ._model import RetriesRequests
 from ._model import SettableContextWindow
 from ._model import StreamOptions
 from ._model import SupportsNativeOutput
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from ._registry import register_provider
     from ._resolve import get_model
     from ._resolve import register_api
+    from ._retry import RetryPolicy
     from ._structured import parse_structured
     from ._structured import response_format_for
 
@@ -84,6 +86,7 @@ _LAZY = {
     "register_provider": "._registry",
     "get_model": "._resolve",
     "register_api": "._resolve",
+    "RetryPolicy": "._retry",
     "parse_structured": "._structured",
     "response_format_for": "._structured",
 }
@@ -111,7 +114,9 @@ __all__ = [
     "PreparesMessages",
     "ProxyModel",
     "Request",
+    "RetriesRequests",
     "Retry",
+    "RetryPolicy",
     "SettableContextWindow",
     "StopReason",
     "StreamDone",

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
 from typing import Protocol
@@ -26,6 +27,9 @@ from ._signal import AbortSignal
 from ._stream import StreamDone
 from ._stream import StreamError
 from ._stream import StreamEvent
+
+if TYPE_CHECKING:
+    from ._retry import RetryPolicy
 
 ThinkingLevel: TypeAlias = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
@@ -220,6 +224,18 @@ class SupportsNativeOutput(Protocol):
     def native_output(self) -> bool:
         """True when ``response_format`` is honoured (with or without tools)."""
         ...
+
+
+@runtime_checkable
+class RetriesRequests(Protocol):
+    """A model that retries a failed request itself, as its ``retry`` policy says (every
+    HTTP model ketch ships; pass ``retry=RetryPolicy(...)`` to :func:`get_model`).
+
+    Whatever retries the whole call elsewhere sets ``retry`` to one attempt: a durable
+    agent's worker does, since Temporal retries the activity.
+    """
+
+    retry: RetryPolicy
 
 
 ModelFactory: TypeAlias = Callable[[str], Model]

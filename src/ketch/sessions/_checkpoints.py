@@ -266,10 +266,9 @@ class FileCheckpoints:
         if tool.is_read_only(args):
             return None, []
         named: list[str] | None = None
-        touched = getattr(tool, "touched_paths", None)
         file_tools, bash_tool = _builtin_tools()
-        if callable(touched):
-            named = [os.path.join(self.root, p) for p in touched(args)]
+        if isinstance(tool, TouchesFiles):
+            named = [os.path.join(self.root, p) for p in tool.touched_paths(args)]
         elif isinstance(tool, file_tools):
             try:
                 named = [os.fspath(tool.workspace.resolve(args.get("path", "")))]

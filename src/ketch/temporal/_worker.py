@@ -27,6 +27,7 @@ from ..llm import AbortSignal
 from ..llm import AssistantMessage
 from ..llm import Model
 from ..llm import Request
+from ..llm import RetriesRequests
 from ..llm import Retry
 from ..llm import StreamDone
 from ..llm import StreamError
@@ -82,9 +83,8 @@ def _jsonable(value: Any) -> Any:
 
 def _no_provider_retries(model: Model) -> Model:
     """Turn the provider layer's own retries off (Temporal retries the activity)."""
-    retry = getattr(model, "retry", None)
-    if isinstance(retry, msgspec.Struct) and hasattr(retry, "max_attempts"):
-        model.retry = msgspec.structs.replace(retry, max_attempts=1)  # type: ignore[attr-defined]
+    if isinstance(model, RetriesRequests):
+        model.retry = msgspec.structs.replace(model.retry, max_attempts=1)
     return model
 
 
