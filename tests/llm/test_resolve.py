@@ -271,6 +271,12 @@ def test_registered_openai_compatible_provider(monkeypatch: pytest.MonkeyPatch) 
     assert model.compat == Compat(max_tokens_field="max_tokens")
     assert model.resolve_api_key() == "secret-value"
     assert "secret-value" not in repr(model)
+    # Without flags the endpoint has no quirks (not OpenAI's), built either way.
+    register_provider("plainprovider", base_url="https://plain.example.com/v1")
+    plain = get_model("plainprovider:m")
+    assert isinstance(plain, OpenAIChatModel)
+    assert plain.compat == Compat() == OpenAIChatModel("m", provider="plainprovider").compat
+    assert OpenAIChatModel.compat_for("plainprovider", {"tool_result_name": True}) == Compat(tool_result_name=True)
 
 
 def test_unknown_compat_flag() -> None:

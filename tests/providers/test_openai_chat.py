@@ -1026,7 +1026,7 @@ def test_an_unknown_provider_needs_a_base_url_and_reads_no_key_variable(monkeypa
     model = OpenAIChatModel("m", provider="house", base_url="http://127.0.0.1:9/v1/")
     assert (model.base_url, model.env_keys, model.requires_key) == ("http://127.0.0.1:9/v1", (), True)
     assert model.resolve_api_key() is None
-    assert model.compat == PRESETS["openai"]
+    assert model.compat == Compat()  # no quirks: not OpenAI's
 
 
 async def test_total_timeout(loopback: LoopbackServer) -> None:

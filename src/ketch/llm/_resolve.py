@@ -21,10 +21,10 @@ Adapter classes are registered per API with :func:`register_api`. They are built
 ``requires_key`` come from the registry and are passed when the constructor accepts
 them (a class that takes no ``env_keys`` gets the key read from the environment as
 ``api_key``). Keywords given to :func:`get_model` (``api_key``, ``headers`` and any
-other) are always passed through. When the
-adapter module exports a ``Compat`` struct, the ``compat`` flags (the adapter's preset
-for the provider, then the registry's flags, then a ``compat`` mapping given to
-:func:`get_model`) are passed as one ``Compat`` value.
+other) are always passed through. An adapter with endpoint quirks implements
+:class:`TakesCompatFlags`: the ``compat`` flags (the registry's, then a ``compat``
+mapping given to :func:`get_model`) are passed as its one ``compat`` value,
+``Cls.compat_for(provider, flags)``; any other adapter gets the mapping as given.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
+from typing import Protocol
 from typing import cast
-
-import msgspec
+from typing import runtime_checkable
 
 from ._model import Model
 from ._registry import ModelInfo
@@ -142,25 +142,23 @@ def _accepted(cls: ModelClass) -> frozenset[str] | None:
     return frozenset(p.name for p in params)
 
 
+@runtime_checkable
+class TakesCompatFlags(Protocol):
+    """An adapter class whose endpoints differ in quirks it keeps as one ``compat`` value."""
+
+    @classmethod
+    def compat_for(cls, provider: str, flags: Mapping[str, Any]) -> Any:
+        """The ``compat`` value for ``provider`` with ``flags`` (name -> value) applied; a
+        one-line ``ValueError`` names flags it does not know."""
+        ...
+
+
 def _compat(cls: ModelClass, provider: str, info: ModelInfo, override: Any) -> Any:
-    module = inspect.getmodule(cls)
-    compat_type = getattr(module, "Compat", None)
-    if not (isinstance(compat_type, type) and issubclass(compat_type, msgspec.Struct)):
+    if not (isinstance(cls, type) and issubclass(cls, TakesCompatFlags)):
         return override
-    if isinstance(override, compat_type):
-        return override
-    flags = {**info.compat, **(override or {})}
-    presets = getattr(module, "PRESETS", None)
-    base = presets.get(provider) if isinstance(presets, Mapping) else None
-    if not flags:
-        return base
-    if not isinstance(base, compat_type):
-        base = compat_type()
-    try:
-        return msgspec.structs.replace(base, **flags)
-    except TypeError:
-        known = ", ".join(compat_type.__struct_fields__)
-        raise ValueError(f"Unknown compat flag(s) {sorted(flags)} for api {info.api!r}; known: {known}") from None
+    if override is not None and not isinstance(override, Mapping):
+        return override  # already the adapter's own value
+    return cls.compat_for(provider, {**info.compat, **(override or {})})
 
 
 def get_model(spec: str | Model, **overrides: Any) -> Model:

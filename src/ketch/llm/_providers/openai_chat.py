@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 from typing import Literal
 from typing import Unpack
@@ -89,6 +90,7 @@ class Compat(msgspec.Struct, kw_only=True, frozen=True):
     native_output: bool = True
 
 
+_NONE = Compat()
 _LOCAL = Compat(max_tokens_field="max_tokens")
 _REASONING_FIRST = Compat(max_tokens_field="max_tokens", reasoning_fields=("reasoning", "reasoning_content"))
 
@@ -184,7 +186,7 @@ class OpenAIChatModel(HTTPModel):
     """A model behind an OpenAI Chat Completions endpoint.
 
     ``compat`` describes the endpoint's quirks: by default those :data:`PRESETS` holds
-    for ``provider``, else OpenAI's. All other arguments are those of
+    for ``provider``, else none (:meth:`compat_for`). All other arguments are those of
     :class:`~ketch.llm._providers.base.HTTPModel`.
     """
 
@@ -199,8 +201,21 @@ class OpenAIChatModel(HTTPModel):
         **options: Unpack[HTTPOptions],
     ) -> None:
         super().__init__(id, provider=provider, **options)
-        self.compat = compat if compat is not None else PRESETS.get(provider, PRESETS["openai"])
+        self.compat = compat if compat is not None else self.compat_for(provider)
         self._wire_cache = WireCache()
+
+    @classmethod
+    def compat_for(cls, provider: str, flags: Mapping[str, Any] | None = None) -> Compat:
+        """The quirks of ``provider``'s endpoint: its :data:`PRESETS` entry (none for a
+        provider without one), with ``flags`` (compat field -> value) applied."""
+        base = PRESETS.get(provider, _NONE)
+        if not flags:
+            return base
+        try:
+            return msgspec.structs.replace(base, **flags)
+        except TypeError:
+            known = ", ".join(Compat.__struct_fields__)
+            raise ValueError(f"Unknown compat flag(s) {sorted(flags)} for api {cls.api!r}; known: {known}") from None
 
     @property
     def native_output(self) -> bool:
