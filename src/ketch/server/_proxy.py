@@ -51,6 +51,7 @@ from ..llm import StreamStart
 from ..llm import TextDelta
 from ..llm import TextEnd
 from ..llm import TextStart
+from ..llm import ThinkingContent
 from ..llm import ThinkingDelta
 from ..llm import ThinkingEnd
 from ..llm import ThinkingLevel
@@ -297,10 +298,11 @@ def _frame(event: StreamEvent) -> bytes | None:
         assert isinstance(event, ThinkingStart)
         block = event.partial.content[event.index]
         obj = {"type": "thinking_start", "index": event.index}
-        if getattr(block, "redacted", False):
-            obj["redacted"] = True
-        if getattr(block, "signature", None):
-            obj["signature"] = block.signature
+        if isinstance(block, ThinkingContent):
+            if block.redacted:
+                obj["redacted"] = True
+            if block.signature:
+                obj["signature"] = block.signature
     elif kind is ToolCallStart:
         assert isinstance(event, ToolCallStart)
         call = event.partial.content[event.index]
