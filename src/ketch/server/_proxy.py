@@ -40,6 +40,7 @@ from aiohttp import web
 
 from ..llm import AbortSignal
 from ..llm import AssistantMessage
+from ..llm import AsyncClosable
 from ..llm import Model
 from ..llm import Request
 from ..llm import Retry
@@ -244,9 +245,8 @@ class _Proxy:
                 if final is not None:
                     break
         finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            if isinstance(events, AsyncClosable):
+                await events.aclose()
             if final is not None:
                 self.spent[token] = self.spent.get(token, 0.0) + final.usage.cost.total
         try:
