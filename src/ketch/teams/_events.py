@@ -35,15 +35,15 @@ class Mail(msgspec.Struct, frozen=True, kw_only=True):
     broadcast: bool = False
 
 
-class _TeamEvent(msgspec.Struct, tag_field="type", kw_only=True):
-    pass
+class _TeamEvent(msgspec.Struct, tag_field="type"):
+    path: str
+    """The member the event concerns, as ``<team>/<member>``."""
 
 
 class TeammateEvent(_TeamEvent, tag="teammate_event"):
     """An event of a teammate's agent (every :data:`~ketch.AgentEvent` of its runs)."""
 
     type: ClassVar[Literal["teammate_event"]] = "teammate_event"
-    path: str
     event: AgentEvent
 
 
@@ -51,7 +51,6 @@ class MailPosted(_TeamEvent, tag="mail_posted"):
     """A message was posted to the mailbox of ``path`` (the recipient)."""
 
     type: ClassVar[Literal["mail_posted"]] = "mail_posted"
-    path: str
     mail: Mail
 
 
@@ -60,7 +59,6 @@ class MailRead(_TeamEvent, tag="mail_read"):
     request on). Exactly one per message delivered to a teammate."""
 
     type: ClassVar[Literal["mail_read"]] = "mail_read"
-    path: str
     mail: Mail
 
 
@@ -68,7 +66,6 @@ class TeammateState(_TeamEvent, tag="teammate_state"):
     """A teammate started working on its mail (``working``) or has none left (``idle``)."""
 
     type: ClassVar[Literal["teammate_state"]] = "teammate_state"
-    path: str
     state: TeammateStateName
 
 
@@ -79,7 +76,6 @@ class TeammateFailed(_TeamEvent, tag="teammate_failed"):
     ``team``."""
 
     type: ClassVar[Literal["teammate_failed"]] = "teammate_failed"
-    path: str
     error: str
     mail_ids: list[int] = msgspec.field(default_factory=list)
 
