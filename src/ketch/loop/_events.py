@@ -229,66 +229,71 @@ class MessageEnd(_Event, tag="message_end"):
     message: Message
 
 
-class ToolExecutionStart(_Event, tag="tool_execution_start"):
+class _ToolEvent(_Event):
+    """The fields every tool call's event has: the call's id and its tool's name."""
+
+    tool_call_id: str
+    tool_name: str
+
+
+class _ToolArgsEvent(_ToolEvent):
+    """A tool call's event that carries the arguments the model sent."""
+
+    args: dict[str, Any]
+
+
+class ToolExecutionStart(_ToolArgsEvent, tag="tool_execution_start"):
     """A tool call starts, with the arguments the model sent."""
 
     type: ClassVar[Literal["tool_execution_start"]] = "tool_execution_start"
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any]
 
 
-class ToolExecutionUpdate(_Event, tag="tool_execution_update"):
+class ToolExecutionUpdate(_ToolArgsEvent, tag="tool_execution_update"):
     """A running tool reported progress or a partial result."""
 
     type: ClassVar[Literal["tool_execution_update"]] = "tool_execution_update"
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any]
     partial: Any
 
 
-class ToolExecutionEnd(_Event, tag="tool_execution_end"):
+class ToolExecutionEnd(_ToolEvent, tag="tool_execution_end"):
     """A tool call finished; ``duration`` is in seconds."""
 
     type: ClassVar[Literal["tool_execution_end"]] = "tool_execution_end"
-    tool_call_id: str
-    tool_name: str
     result: ToolResult
     is_error: bool
     duration: float
 
 
-class ToolCallNote(_Event, tag="tool_call_note"):
+class ToolCallNote(_ToolEvent, tag="tool_call_note"):
     """What ``before_tool_call`` reported about a call (``BeforeToolCallResult.note``, e.g.
     a permission decision); comes just before the call's ``tool_execution_end``."""
 
     type: ClassVar[Literal["tool_call_note"]] = "tool_call_note"
-    tool_call_id: str
-    tool_name: str
     note: Any
 
 
-class ApprovalRequired(_Event, tag="approval_required"):
+class ApprovalRequired(_ToolArgsEvent, tag="approval_required"):
     """A call needs approval before it runs: the run will pause at the end of this batch
     (the call had a ``tool_execution_start``; this takes the place of its end)."""
 
     type: ClassVar[Literal["approval_required"]] = "approval_required"
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any]
     reason: str | None = None
 
 
-class CompactionStart(_Event, tag="compaction_start"):
-    """A summary compaction begins (``reason``: ``threshold``, ``overflow`` or ``manual``)."""
+class _CompactionEvent(_Event):
+    """The fields of both compaction events: why it ran and the context's size before."""
 
-    type: ClassVar[Literal["compaction_start"]] = "compaction_start"
     reason: str
     tokens_before: int
 
 
-class CompactionEnd(_Event, tag="compaction_end"):
+class CompactionStart(_CompactionEvent, tag="compaction_start"):
+    """A summary compaction begins (``reason``: ``threshold``, ``overflow`` or ``manual``)."""
+
+    type: ClassVar[Literal["compaction_start"]] = "compaction_start"
+
+
+class CompactionEnd(_CompactionEvent, tag="compaction_end"):
     """A summary compaction ended; ``error`` is set when it failed (nothing was committed).
 
     ``usage`` is the summary call's (its cost also in ``cost``); both count towards the
@@ -296,8 +301,6 @@ class CompactionEnd(_Event, tag="compaction_end"):
     """
 
     type: ClassVar[Literal["compaction_end"]] = "compaction_end"
-    reason: str
-    tokens_before: int
     tokens_after: int
     messages_summarized: int
     cost: float
