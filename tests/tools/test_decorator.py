@@ -179,6 +179,27 @@ async def test_async_tool_runs_on_the_event_loop() -> None:
     assert seen == [threading.get_ident()]
 
 
+async def test_invoke_runs_a_sync_function_on_the_calling_thread_and_returns_its_value() -> None:
+    seen: list[int] = []
+
+    @tool
+    def where(place: Place, ctx: ToolContext) -> Place:
+        seen.append(threading.get_ident())
+        return dataclasses.replace(place, country=ctx.call_id)
+
+    assert await where.invoke({"place": {"city": "Oslo"}}, make_ctx()) == Place(city="Oslo", country="call_1")
+    assert seen == [threading.get_ident()]
+
+
+async def test_invoke_awaits_an_async_function() -> None:
+    @tool
+    async def double(n: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * n
+
+    assert await double.invoke({"n": 21}, make_ctx()) == 42
+
+
 async def test_context_parameter_receives_the_context_and_is_hidden() -> None:
     reports: list[Any] = []
 

@@ -10,7 +10,6 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator
 from collections.abc import Callable
 from datetime import timedelta
@@ -175,11 +174,8 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
 
     async def execute(args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
         if pure is not None:
-            fn, signature = getattr(pure, "fn", None), getattr(pure, "signature", None)
-            if fn is not None and signature is not None and not inspect.iscoroutinefunction(fn):
-                # a sync @tool function: called inline (no thread inside a workflow)
-                positional, keywords = signature.bind(args, ctx)
-                return fn(*positional, **keywords)
+            if isinstance(pure, _pure.Invocable):  # a @tool function: no thread inside a workflow
+                return await pure.invoke(args, ctx)
             return await pure.execute(args, ctx)
         payload = {
             "args": args,

@@ -117,6 +117,19 @@ class FunctionTool(Tool):
                 result = await result
         return to_tool_result(result)
 
+    async def invoke(self, args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        """Convert ``args`` and call the function on this thread (a sync one too, which
+        blocks the event loop while it runs); return what it returned, awaited.
+
+        For callers that may not start threads, such as a Temporal workflow running a
+        pure tool; :meth:`execute` is the right call everywhere else.
+        """
+        positional, keywords = self.signature.bind(args, ctx)
+        result = self.fn(*positional, **keywords)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the original function directly."""
         return self.fn(*args, **kwargs)
