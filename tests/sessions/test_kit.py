@@ -64,3 +64,25 @@ async def test_a_broken_store_fails_with_a_message_naming_the_check(tmp_path: Pa
     )
     assert lines[1].endswith(", got nothing")
     assert lines[2] == "- ordering: entries loaded: expected 351, got 350"
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync close", "async close"])
+async def test_the_kit_closes_every_store_it_made(sync: bool, tmp_path: Path) -> None:
+    made: list[JsonlStore] = []
+    closed: list[JsonlStore] = []
+
+    class Closing(JsonlStore):
+        def close(self) -> None:
+            closed.append(self)
+
+    class AsyncClosing(JsonlStore):
+        async def close(self) -> None:
+            closed.append(self)
+
+    def make() -> SessionStore:
+        made.append((Closing if sync else AsyncClosing)(tmp_path / "sessions"))
+        return made[-1]
+
+    await check_store(make)
+    assert len(made) >= len(CHECKS)  # every check makes at least one
+    assert closed == made

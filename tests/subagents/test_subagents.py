@@ -17,7 +17,9 @@ from ketch.llm import TextContent
 from ketch.llm import Usage
 from ketch.llm import UserMessage
 from ketch.loop import AgentEvent
+from ketch.loop import Tool
 from ketch.loop import ToolExecutionUpdate
+from ketch.permissions import PermissionEngine
 from ketch.sessions import JsonlStore
 from ketch.sessions import Session
 from ketch.subagents import SubagentEvent
@@ -474,9 +476,6 @@ async def test_a_subagent_with_an_output_type_returns_validated_json() -> None:
 
 
 async def test_a_subagent_uses_the_parents_permission_engine_with_its_own_mode() -> None:
-    from ketch.loop import Tool
-    from ketch.permissions import PermissionEngine
-
     touched: list[str] = []
     write = Tool("write", execute=lambda args, ctx: touched.append(args["path"]) or "written")
     engine = PermissionEngine("default")  # no approver: whatever needs asking is denied
@@ -503,6 +502,39 @@ async def test_a_subagent_uses_the_parents_permission_engine_with_its_own_mode()
     assert engine.mode == "default"
     outcomes = [d.outcome for d in engine.decisions if d.tool_name == "write"]
     assert outcomes == ["deny", "allow"]
+
+
+_NO_ENGINE = (
+    "agent 'strict' sets permission_mode 'plan', which needs the parent's before_tool_call to be a "
+    "PermissionEngine's (before_tool_call=engine.before_tool_call)"
+)
+
+
+@pytest.mark.parametrize("gate", [None, lambda info: None], ids=["no gate", "another gate"])
+def test_a_permission_mode_without_a_parent_engine_is_refused_at_attach(gate: Any) -> None:
+    parent = Agent(ScriptedModel([]), before_tool_call=gate)
+    subagents = Subagents([SubagentSpec("strict", "s", permission_mode="plan")])
+    with pytest.raises(ValueError) as info:
+        subagents.attach(parent)
+    assert str(info.value) == _NO_ENGINE
+    assert [t.name for t in parent.tools] == []  # nothing was attached
+
+
+async def test_a_permission_mode_that_cannot_be_enforced_fails_the_call_instead_of_running_unrestricted() -> None:
+    touched: list[str] = []
+    write = Tool("write", execute=lambda args, ctx: touched.append(args["path"]) or "written")
+    engine = PermissionEngine("bypass")
+    parent = Agent(
+        ScriptedModel([reply(tool_call("subagent", {"agent": "strict", "task": "write x"})), "ok"]),
+        tools=[write],
+        before_tool_call=engine.before_tool_call,
+    )
+    child = ScriptedModel([reply(tool_call("write", {"path": "x"})), "done"])
+    Subagents([SubagentSpec("strict", "s", model=child, tools=["write"], permission_mode="plan")]).attach(parent)
+    parent.config.before_tool_call = lambda info: None  # the gate replaced after attach
+    await parent.prompt("go")
+    assert touched == []
+    assert _tool_texts(parent) == [f"Subagent main/strict#1 failed: {_NO_ENGINE}"]
 
 
 async def test_a_failed_background_subagent_is_a_failed_task_with_the_reason() -> None:

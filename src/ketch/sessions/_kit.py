@@ -23,7 +23,9 @@ from collections.abc import Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from typing import Protocol
 from typing import TypeVar
+from typing import runtime_checkable
 
 from ketch import AssistantMessage
 from ketch import TextContent
@@ -115,11 +117,20 @@ class _Env:
         for writer in self._writers:
             await writer.close()
         for store in self._stores:
-            close = getattr(store, "close", None)
-            if callable(close):
-                result = close()
+            if isinstance(store, _Closes):
+                result = store.close()
                 if inspect.isawaitable(result):
                     await result
+
+
+@runtime_checkable
+class _Closes(Protocol):
+    """A store with a ``close`` (not part of :class:`SessionStore`; sync or async, as
+    :class:`SqliteStore`'s is sync): the kit closes the stores it made with it."""
+
+    def close(self) -> object:
+        """Release the store's resources (the result is awaited when awaitable)."""
+        ...
 
 
 @asynccontextmanager

@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 import logging
 import time
+import types
 from collections.abc import Callable
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -169,6 +170,9 @@ class Subagents:
         it, and stop background subagents when its run is aborted. Returns self."""
         if self.parent is not None:
             raise RuntimeError("These subagents are attached to an agent already")
+        for spec in self.specs.values():
+            if spec.permission_mode is not None:
+                _engine_of(spec, agent.config.before_tool_call)
         self.parent = agent
         names = {t.name for t in agent.tools}
         if "subagent" not in names:
@@ -439,11 +443,12 @@ class Subagents:
         tools, nested = self._child_tools(spec, path)
         before = cfg.before_tool_call
         if spec.permission_mode is not None:
-            engine = getattr(before, "__self__", None)
-            if isinstance(engine, PermissionEngine):
-                engine = copy.copy(engine)
-                engine.mode = parse_mode(spec.permission_mode)
-                before = engine.before_tool_call
+            try:
+                engine = copy.copy(_engine_of(spec, before))
+            except ValueError as exc:
+                raise _SubagentFailed(str(exc)) from None
+            engine.mode = parse_mode(spec.permission_mode)
+            before = engine.before_tool_call
         child: Agent[Any] = Agent(
             spec.model if spec.model is not None else parent.model,
             system_prompt=spec.system_prompt,
@@ -549,6 +554,17 @@ class Subagents:
 
     def __repr__(self) -> str:
         return f"Subagents(path={self.path!r}, agents={sorted(self.specs)!r}, runs={len(self.runs)})"
+
+
+def _engine_of(spec: SubagentSpec, before: object) -> PermissionEngine:
+    """The permission engine whose gate ``before`` is, for a spec that sets a mode; a
+    ValueError when there is none (the mode cannot be enforced: fail closed)."""
+    if isinstance(before, types.MethodType) and isinstance(before.__self__, PermissionEngine):
+        return before.__self__
+    raise ValueError(
+        f"agent {spec.name!r} sets permission_mode {spec.permission_mode!r}, which needs the parent's "
+        "before_tool_call to be a PermissionEngine's (before_tool_call=engine.before_tool_call)"
+    )
 
 
 class _SubagentFailed(Exception):

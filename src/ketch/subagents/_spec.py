@@ -32,8 +32,9 @@ class SubagentSpec:
     :class:`~ketch.loop.Tool` objects of its own; None gives it the parent's tools except
     ``subagent`` and the ``task_*`` tools (name ``"subagent"`` to let it delegate in
     turn, up to the depth limit). ``thinking`` and ``permission_mode`` default to the
-    parent's (``permission_mode`` applies when the parent's ``before_tool_call`` is a
-    :class:`ketch.permissions.PermissionEngine`). ``source`` is the file it was loaded
+    parent's; ``permission_mode`` needs the parent's ``before_tool_call`` to be a
+    :class:`ketch.permissions.PermissionEngine`'s (else ``Subagents.attach`` raises a
+    ValueError, and a later call of this agent fails with that message). ``source`` is the file it was loaded
     from, if any. ``output_type`` (a dataclass, TypedDict, msgspec Struct or pydantic
     model) asks the subagent for structured output (``response_format``); its answer is
     parsed and validated, kept as :attr:`SubagentRun.output` and passed to the parent as
