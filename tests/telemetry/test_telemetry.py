@@ -366,3 +366,18 @@ def test_importing_ketch_telemetry_imports_no_opentelemetry() -> None:
     code = "import sys, ketch, ketch.telemetry; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_the_agent_span_carries_the_session_id_as_the_conversation_id(otel: Otel, tmp_path: Any) -> None:
+    from ketch.sessions import JsonlStore
+    from ketch.sessions import Session
+
+    session = await Session.create(JsonlStore(tmp_path / "sessions"), cwd=str(tmp_path))
+    with_session = Agent(ScriptedModel(["one"]), session=session)
+    without = Agent(ScriptedModel(["two"]))
+    for agent, name in ((with_session, "a"), (without, "b")):
+        instrument(agent, agent_name=name, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+        await agent.prompt("x")
+    await session.close()
+    attributes = [dict(otel.span(f"invoke_agent {name}").attributes or {}) for name in ("a", "b")]
+    assert [a.get("gen_ai.conversation.id") for a in attributes] == [session.id, None]

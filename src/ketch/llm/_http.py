@@ -19,8 +19,10 @@ import asyncio
 import functools
 import math
 import os
+from collections.abc import AsyncGenerator
 from collections.abc import AsyncIterator
 from collections.abc import Awaitable
+from collections.abc import Coroutine
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # loop -> (session, keeper async generator that closes the session at loop shutdown)
-_sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncIterator[None]]] = {}
+_sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]] = {}
 _last: tuple[asyncio.AbstractEventLoop | None, aiohttp.ClientSession | None] = (None, None)
 
 SENSITIVE_HEADERS = frozenset(
@@ -52,7 +54,7 @@ SENSITIVE_HEADERS = frozenset(
 """Header names whose values are always redacted."""
 
 
-async def _keeper(session: aiohttp.ClientSession) -> AsyncIterator[None]:
+async def _keeper(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
     # An async generator registered with the loop: loop.shutdown_asyncgens() finalises
     # it, which closes the session before the loop closes.
     try:
@@ -125,9 +127,7 @@ async def close_session() -> None:
     if entry is not None:
         session, keeper = entry
         await session.close()
-        aclose = getattr(keeper, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await keeper.aclose()
 
 
 class ByteSource(Protocol):
@@ -213,9 +213,8 @@ class Deadline:
     async def wait(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` (sending the request, reading bytes) under the limits."""
         if self.error is not None:
-            close = getattr(awaitable, "close", None)
-            if close is not None:
-                close()
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()  # never awaited: no warning
             raise self.error
         self._since = self._loop.time()
         self._waiting = True

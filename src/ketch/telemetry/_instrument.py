@@ -17,6 +17,8 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import Protocol
+from typing import runtime_checkable
 
 from ..llm import AssistantMessage
 from ..llm import Model
@@ -54,6 +56,17 @@ PROVIDER_NAMES: dict[str, str] = {
     "xai": "x_ai",
 }
 """ketch provider names whose conventional ``gen_ai.provider.name`` differs."""
+
+
+@runtime_checkable
+class _Identified(Protocol):
+    """An agent's session that has an id (:class:`ketch.sessions.Session` has): the
+    spans' ``gen_ai.conversation.id``."""
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        ...
 
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -215,9 +228,8 @@ class Instrumentation:
             "gen_ai.request.model": model.id,
         }
         session = agent.session
-        session_id = getattr(session, "id", None) if session is not None else None
-        if isinstance(session_id, str):
-            attributes["gen_ai.conversation.id"] = session_id
+        if isinstance(session, _Identified) and isinstance(session.id, str):
+            attributes["gen_ai.conversation.id"] = session.id
         if self.capture_content and agent.system_prompt:
             attributes["gen_ai.system_instructions"] = _content.system_instructions(agent.system_prompt)
         span = self.tracer.start_span(
