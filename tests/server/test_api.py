@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgspec
 from serverhelp import Gate
 from serverhelp import subscribe
 from serverhelp import types
@@ -14,6 +13,7 @@ from ketch import Agent
 from ketch import Tool
 from ketch import ToolContext
 from ketch import tool
+from ketch.subagents import SubagentEvent
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
 from ketch.testing import tool_call
@@ -334,13 +334,6 @@ async def test_sessions_created_are_listed_and_survive_a_restart(servers: Any, t
         await again.close()
 
 
-class _SubagentEvent(msgspec.Struct, tag="subagent_event", tag_field="type"):
-    """The shape of ketch.subagents.SubagentEvent (type, path, event), for the wire test."""
-
-    path: str
-    event: Any
-
-
 def _subagent_tool() -> Tool:
     @tool
     async def subagent(task: str, ctx: ToolContext) -> str:  # type: ignore[type-arg]
@@ -351,7 +344,7 @@ def _subagent_tool() -> Tool:
         """
         inner = Agent(ScriptedModel(["inner answer"]))
         reports: list[Any] = []
-        inner.subscribe(lambda event: reports.append(ctx.report(_SubagentEvent(path="main/helper#1", event=event))))
+        inner.subscribe(lambda event: reports.append(ctx.report(SubagentEvent(path="main/helper#1", event=event))))
         result = await inner.prompt(task)
         for pending in reports:
             await pending
@@ -370,6 +363,7 @@ async def test_subagent_events_arrive_nested_and_slimmed_like_top_level_ones(ser
     stream.close()
     nested = [f["data"] for f in frames if f["data"]["type"] == "tool_execution_update"]
     assert {n["partial"]["path"] for n in nested} == {"main/helper#1"}
+    assert all(set(n) == {"type", "tool_call_id", "tool_name", "partial"} for n in nested)  # args not repeated
     inner = [n["partial"]["event"] for n in nested]
     assert [e["type"] for e in inner][:2] == ["agent_start", "turn_start"]
     assert inner[-1]["type"] == "agent_end" and set(inner[-1]) == {"type", "summary"}

@@ -39,37 +39,10 @@ EXIT_USAGE = 2
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _kind(value: Any) -> Any:
-    """A struct's ``type``: its field, or its msgspec tag."""
-    kind = getattr(value, "type", None)
-    if kind is None:
-        config = getattr(type(value), "__struct_config__", None)
-        kind = getattr(config, "tag", None)
-    return kind
-
-
-def _slim_nested(event: AgentEvent) -> Any:
-    """``encode_event``, also applied to the inner event of a subagent's progress report
-    (``partial.type == "subagent_event"``), so nested streaming deltas do not carry their
-    partial message either."""
-    partial = getattr(event, "partial", None)
-    if event.type == "tool_execution_update" and _kind(partial) == "subagent_event":
-        inner = getattr(partial, "event", None)
-        if inner is not None and hasattr(inner, "type"):
-            return {
-                "type": "tool_execution_update",
-                "tool_call_id": event.tool_call_id,
-                "tool_name": event.tool_name,
-                "args": event.args,
-                "partial": {"type": "subagent_event", "path": getattr(partial, "path", ""), "event": _slim_nested(inner)},
-            }
-    return encode_event(event)
-
-
 def encode_wire(event: AgentEvent) -> bytes:
     """An event's JSON as ``ketch run -o stream-json`` writes it (one line, no newline);
     a subagent's events nested in ``tool_execution_update`` are slimmed the same way."""
-    return bytes(encode_line(_slim_nested(event), bytearray())[:-1])
+    return bytes(encode_line(encode_event(event), bytearray())[:-1])
 
 
 def _port(text: str) -> int:
