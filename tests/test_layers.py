@@ -19,9 +19,10 @@ SRC = Path(ketch.__file__).parent
 # What each layer may import of ketch (parts not listed may import any part but cli).
 ALLOWED: dict[str, set[str]] = {
     "lazy": set(),  # the PEP 562 helper of the package faces
+    "paths": set(),  # how a model's path names a workspace file: tools, rules, sandbox
     "proc": set(),  # process groups of the tools, hooks and tasks
     "schema": set(),
-    "sandbox": set(),
+    "sandbox": {"paths"},
     "shell": set(),
     "client": set(),  # embeddable next to any ketch install: the standard library only
     "llm": {"lazy", "schema"},
@@ -119,7 +120,7 @@ def test_nothing_imports_the_cli_and_there_is_no_cycle() -> None:
 # ketch.tools ...), never another package's implementation modules. The listed exceptions are
 # the names the faces do not export on purpose: window accounting, which ketch.context
 # re-exports from the llm layer, and the command's (cli's) use of internals it alone needs.
-CORE = {"ketch", "llm", "loop", "agent", "lazy", "proc", "schema", "shell", "sandbox", "__main__"}
+CORE = {"ketch", "llm", "loop", "agent", "lazy", "paths", "proc", "schema", "shell", "sandbox", "__main__"}
 PRIVATE_ALLOWED: dict[str, set[str]] = {
     "context": {"ketch.llm._tokens"},
     "hooks": {"ketch.llm._errors"},
@@ -152,7 +153,7 @@ def _private_imports() -> dict[str, set[str]]:
                 continue
             base = package[: len(package) - node.level + 1] if node.level else []
             target = [*base, *node.module.split(".")]
-            if target[0] != "ketch" or _part(target) == part or _part(target) in {"lazy", "proc", "schema", "shell"}:
+            if target[0] != "ketch" or _part(target) == part or _part(target) in {"lazy", "paths", "proc", "schema", "shell"}:
                 continue
             if any(piece.startswith("_") for piece in target[1:]):
                 found.setdefault(part, set()).add(".".join(target))

@@ -418,3 +418,33 @@ def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
     engine = PermissionEngine("plan", root=tmp_path)
     assert engine.check(Tool("bash"), {"command": "ls"}).outcome == "deny"
     assert engine.check(_Bash([], True), {"command": "ls"}) == Verdict("allow", "mode plan")
+
+
+# -- paths as the tools read them ------------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["myproj/", "/myproj/"])
+async def test_a_path_through_the_root_name_is_judged_as_the_file_the_tool_touches(prefix: str, tmp_path: Path) -> None:
+    """The workspace tools read ``myproj/x`` (``/myproj/x``) as ``x`` of the root
+    ``.../myproj``; the engine's modes, protected paths and rules judge that same file."""
+    from ketch.tools import coding_tools
+
+    root = tmp_path / "x" / "myproj"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "secret.txt").write_text("s3cret\n")
+    engine = PermissionEngine("accept_edits", deny=["Read(secret.txt)"], root=root)
+    tools = [t for t in coding_tools(root, sandbox=None) if t.name in ("read", "write")]
+    calls = [
+        tool_call("write", {"path": prefix + ".git/config", "content": "[core]\n\thooksPath = /tmp\n"}),
+        tool_call("read", {"path": prefix + "secret.txt"}),
+        tool_call("write", {"path": prefix + "src/new.py", "content": "x = 1\n"}),
+    ]
+    agent = Agent(ScriptedModel([reply(*calls), "done"]), tools=tools, before_tool_call=engine.before_tool_call)
+    result = await agent.prompt("go")
+    texts = [m.text for m in result.messages if m.role == "tool_result"]  # type: ignore[attr-defined]
+    assert texts[:2] == [
+        NO_APPROVER.format(tool="write", mode="accept_edits"),
+        "Permission denied: the call matches the deny rule Read(secret.txt).",
+    ]
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    assert (root / "src" / "new.py").read_text() == "x = 1\n"
+    assert [(d.tool_name, d.outcome) for d in engine.decisions] == [("write", "deny"), ("read", "deny"), ("write", "allow")]

@@ -18,6 +18,8 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
+from .._paths import join_in_root
+from .._paths import within
 from ._shell import SimpleCommand
 from ._shell import _Lexer
 from ._shell import _Unsupported
@@ -275,16 +277,14 @@ class ResolvedPath:
 
 def resolve_path(subject: str, root: str) -> ResolvedPath:
     """Resolve ``subject`` against the workspace ``root`` (which must be a real path)."""
-    expanded = os.path.expanduser(subject)
-    joined = os.path.join(root, expanded)
+    joined = join_in_root(root, subject)
     lexical = os.path.normpath(joined)
     real = os.path.realpath(joined)
 
     def rel(p: str) -> str | None:
         if p == root:
             return "."
-        prefix = root.rstrip(os.sep) + os.sep
-        return p[len(prefix) :] if p.startswith(prefix) else None
+        return p[len(root.rstrip(os.sep)) + 1 :] if within(p, root) else None
 
     return ResolvedPath(real, lexical, rel(real), rel(lexical))
 

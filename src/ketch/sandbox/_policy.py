@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Protocol
 from typing import runtime_checkable
 
+from .._paths import join_in_root
+from .._paths import within
+
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
     ".git/hooks",
@@ -87,9 +90,8 @@ def protected_path(
     engine, so that they keep the same paths read-only as the sandbox does.
     """
     root = os.path.realpath(workspace)
-    real = os.path.realpath(os.path.join(root, path))
+    real = os.path.realpath(join_in_root(root, os.fspath(path)))
     for entry in protected:
-        target = os.path.realpath(os.path.join(root, entry))
-        if real == target or real.startswith(target + os.sep):
+        if within(real, os.path.realpath(os.path.join(root, entry))):
             return entry
     return None

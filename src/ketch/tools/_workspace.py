@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .._paths import join_in_root
+from .._paths import within
 from ..loop import Tool
 from ..loop import ToolResult
 
@@ -142,10 +144,6 @@ class FileRecord:
         return f"FileRecord(mtime_ns={self.mtime_ns}, size={self.size})"
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
-
-
 class Workspace:
     """A workspace root, extra allowed roots, and the files the agent has read.
 
@@ -198,14 +196,11 @@ class Workspace:
             raise WorkspaceError("The path is empty. Give a file or directory path.")
         if "\x00" in path:
             raise WorkspaceError(f"The path {path!r} contains a NUL character.")
-        expanded = os.path.expanduser(path)
-        joined = os.path.normpath(os.path.join(self.root, expanded))
-        if not os.path.lexists(joined):
-            joined = self._by_root_name(expanded) or joined
+        joined = os.path.normpath(join_in_root(self._roots[0], path))
         real = os.path.realpath(joined)
-        if any(_within(real, root) for root in self._roots):
+        if any(within(real, root) for root in self._roots):
             return Path(real)
-        if any(_within(joined, root) for root in self._roots):
+        if any(within(joined, root) for root in self._roots):
             raise WorkspaceError(
                 f"Path {path!r} is outside the workspace: it leads through a symlink to {real}. "
                 f"Access is limited to {self._limits()}."
@@ -215,27 +210,13 @@ class Workspace:
             f"Access is limited to {self._limits()}."
         )
 
-    def _by_root_name(self, path: str) -> str | None:
-        """``path`` read as starting with the root's own folder name (``myproj/src`` or
-        ``/myproj/src`` for the root ``/x/myproj``): that path inside the root, or None."""
-        parts = os.path.normpath(path).split(os.sep)
-        if parts and parts[0] == "":  # absolute: only a single leading name is a candidate
-            parts = parts[1:]
-            if not parts or os.path.lexists(os.sep + parts[0]):
-                return None
-        if not parts or parts[0] != self.root.name or not parts[0]:
-            return None
-        if os.path.lexists(os.path.join(self.root, parts[0])):  # a real entry of that name wins
-            return None
-        return os.path.normpath(os.path.join(self.root, *parts[1:]))
-
     def display(self, path: Path | str) -> str:
         """``path`` relative to the workspace root when inside it, else absolute."""
         text = os.fspath(path)
         root = self._roots[0]
         if text == root:
             return "."
-        if _within(text, root):
+        if within(text, root):
             return text[len(root) :].lstrip(os.sep)
         return text
 
