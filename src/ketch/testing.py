@@ -38,8 +38,8 @@ from .llm import ThinkingContent
 from .llm import ToolCall
 from .llm import ToolSpec
 from .llm import Usage
+from .llm import encode_json
 from .llm import guard_stream
-from .llm import scrub_surrogates
 
 __all__ = [
     "FunctionModel",
@@ -133,10 +133,7 @@ class ScriptedRequest(msgspec.Struct, kw_only=True):
 
 def _arguments_json(arguments: dict[str, Any]) -> bytes:
     """Tool-call arguments as a provider sends them: JSON, a lone surrogate as U+FFFD."""
-    try:
-        return msgspec.json.encode(arguments)
-    except UnicodeEncodeError:
-        return msgspec.json.encode(scrub_surrogates(arguments))
+    return encode_json(arguments)
 
 
 def _estimate_usage(request: Request, blocks: Iterable[Any]) -> Usage:

@@ -384,3 +384,36 @@ async def test_pre_tool_use_context_of_a_denied_call_goes_to_the_next_request(tm
     assert tool_results_seen(model) == ["Denied by a PreToolUse hook: no"]
     assert last[-1].role == "user"
     assert [b.text for b in last[-1].content] == ["PreToolUse hook context: use make instead"]  # type: ignore[union-attr]
+
+
+async def test_a_lone_surrogate_in_the_arguments_reaches_the_hook_as_u_fffd_and_its_deny_holds(tmp_path: Path) -> None:
+    seen = tmp_path / "input.json"
+    hook = write_script(tmp_path, "deny.sh", f"cat > {seen}\necho 'not that file' >&2\nexit 2\n")
+    hooks = runner(tmp_path)
+    hooks.add("PreToolUse", hook, matcher="bash")
+    args = {"command": "cat caf\udce9.txt"}  # a file name that is not UTF-8, as os.listdir gives it
+    call = ToolCallInfo(tool_call("bash", args, id="c1"), bash_tool([]), args, None, None, None)  # type: ignore[arg-type]
+    assert await hooks.pre_tool_use(call) == HookVerdict(decision="deny", reason="not that file")
+    assert read_json(seen)["tool_input"] == {"command": "cat caf\ufffd.txt"}
+
+
+async def test_when_the_runner_itself_fails_a_pre_tool_use_gate_denies(tmp_path: Path, monkeypatch: Any) -> None:
+    """White-box: a bug inside the runner (here its merge step) stands for any failure
+    that keeps the hooks from being asked."""
+    import ketch.hooks._runner as runner_module
+
+    def broken(event: str, runs: Any) -> Any:
+        raise RuntimeError("merge bug")
+
+    monkeypatch.setattr(runner_module, "merge", broken)
+    notices: list[HookNotice] = []
+    hooks = runner(tmp_path, notices)
+    hooks.add("PreToolUse", write_script(tmp_path, "ok.sh", "cat > /dev/null\n"), matcher="bash")
+    calls: list[dict[str, Any]] = []
+    agent, model = agent_with(hooks, calls)
+    await agent.prompt("list")
+    assert calls == []
+    assert tool_results_seen(model) == ["Denied by a PreToolUse hook: PreToolUse hooks failed: RuntimeError: merge bug"]
+    assert [(n.event, n.kind, n.text) for n in notices] == [
+        ("PreToolUse", "error", "PreToolUse hooks failed: RuntimeError: merge bug")
+    ]

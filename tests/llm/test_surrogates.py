@@ -162,3 +162,18 @@ async def test_a_tool_returning_lone_surrogates_gives_json_with_replacement_char
     assert tool_result.content == [TextContent(text='{"files":["caf\ufffd.txt","ok.txt"]}')]
     assert not tool_result.is_error
     json.loads(messages_to_json(agent.messages))
+
+
+def test_encode_json_replaces_lone_surrogates_with_any_encoder() -> None:
+    from ketch.llm import encode_json
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd\udc80"
+
+    value = {"name\udce9": ["caf\udce9", TextContent(text="x\ud800")], "other": Odd()}
+    loose = msgspec.json.Encoder(enc_hook=str)
+    assert encode_json(value, loose) == b'{"name\xef\xbf\xbd":["caf\xef\xbf\xbd",{"type":"text","text":"x\xef\xbf\xbd"}],"other":"odd\xef\xbf\xbd"}'
+    assert encode_json({"a": "fine"}) == b'{"a":"fine"}'
+    with pytest.raises(TypeError):
+        encode_json({"other": Odd()})  # the plain encoder refuses what it cannot encode

@@ -52,6 +52,7 @@ import msgspec
 from msgspec import UNSET
 from msgspec import UnsetType
 
+from ..llm import exception_text
 from ..llm._model import THINKING_LEVELS
 from ..llm._model import Model
 from ..loop import Decision
@@ -328,7 +329,7 @@ class _Controller:
                 try:
                     result = await step()
                 except Exception as exc:  # a run never raises; a hook or a bug might: say so, go on
-                    self.out.write(ErrorLine(line=line, error=f"the run failed: {type(exc).__name__}: {exc}"))
+                    self.out.write(ErrorLine(line=line, error=f"the run failed: {exception_text(exc)}"))
                     return
                 self._result(result, mark)
                 self._apply_next_model()
@@ -394,7 +395,7 @@ class _Controller:
             self.out.write(ErrorLine(id=ident, line=self.line, error=str(exc)))
             return
         except Exception as exc:  # e.g. the session store failing: the session goes on
-            self.out.write(ErrorLine(id=ident, line=self.line, error=f"failed: {type(exc).__name__}: {exc}"))
+            self.out.write(ErrorLine(id=ident, line=self.line, error=f"failed: {exception_text(exc)}"))
             return
         ack.id = ident
         self.out.write(ack)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..llm import exception_text
 from ._args import OneLineParser
 from ._args import finite_non_negative
 from ._args import positive_int
@@ -157,7 +158,7 @@ async def _bench_local(max_tokens: int) -> list[Check]:
 
         result = await benchmark(max_tokens=max_tokens)
     except Exception as exc:
-        return [Check("warn", "local model bench", f"failed: {type(exc).__name__}: {exc}")]
+        return [Check("warn", "local model bench", f"failed: {exception_text(exc)}")]
     run = result.generation
     out = [Check("ok", "local model load", f"{result.load.seconds * 1000:.0f} ms")]
     first = run.first_token_seconds

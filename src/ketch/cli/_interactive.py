@@ -27,6 +27,7 @@ from typing import Any
 from typing import Literal
 
 from .._proc import kill_process_groups
+from ..llm import exception_text
 from ..llm._model import THINKING_LEVELS
 from ..loop import AgentEvent
 from ..permissions import Approval
@@ -364,7 +365,7 @@ class Session:
             if result.end_reason == "stop_guard" and not result.messages:  # a UserPromptSubmit hook blocked it
                 r.note(result.summary.error or "prompt blocked", "red")
         except Exception as exc:  # the loop does not raise; this guards the session itself
-            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+            r.note(f"error: {exception_text(exc)}", "red")
         finally:
             r.status.set(None)
             self._invalidate()
@@ -394,7 +395,7 @@ class Session:
         except ValueError as exc:  # another model, system prompt or tools than the paused run's
             r.note(f"cannot continue the paused run: {exc}", "red")
         except Exception as exc:  # guards the session itself
-            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+            r.note(f"error: {exception_text(exc)}", "red")
         finally:
             r.status.set(None)
             self._invalidate()
@@ -407,7 +408,7 @@ class Session:
         try:
             await self.agent.compact(instructions)
         except Exception as exc:
-            r.note(f"error: {type(exc).__name__}: {exc}", "red")
+            r.note(f"error: {exception_text(exc)}", "red")
         else:
             if not ended:
                 r.note("nothing to compact: the conversation is shorter than what compaction keeps", "")

@@ -22,6 +22,7 @@ import msgspec
 from .._proc import spawn_group
 from .._proc import stop_group
 from .._proc import untrack_process_group
+from ..llm import exception_text
 from ._spec import HookSpec
 
 MAX_TEXT = 10_000
@@ -162,8 +163,7 @@ async def _run_callback(spec: HookSpec, data: dict[str, Any], event: str) -> Hoo
             except TimeoutError:
                 return HookRun(spec, error=f"timed out after {spec.timeout:g}s and was cancelled")
     except Exception as exc:
-        text = str(exc)
-        return HookRun(spec, error=f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}")
+        return HookRun(spec, error=f"raised {exception_text(exc)}")
     if value is None:
         return HookRun(spec)
     if isinstance(value, HookResult):

@@ -28,7 +28,8 @@ from ..llm import ImageContent
 from ..llm import Message
 from ..llm import TextContent
 from ..llm import UserMessage
-from ..llm._errors import exception_text
+from ..llm import encode_json
+from ..llm import exception_text
 from ..loop import AfterToolCallResult
 from ..loop import BeforeToolCallResult
 from ..loop import RunResult
@@ -212,7 +213,9 @@ class HookRunner:
         """Run every hook of ``event`` whose matcher matches ``data``, in parallel, and
         merge their results. The hooks' input is ``data`` plus ``session_id``,
         ``transcript_path``, ``cwd``, ``permission_mode`` and ``hook_event_name``. Never
-        raises except on cancellation; failures are reported through ``on_notice``."""
+        raises except on cancellation; failures are reported through ``on_notice``, and
+        when the runner itself fails on a PreToolUse event the outcome denies the call
+        (fail closed: the hooks that might have denied it were not asked)."""
         specs = [s for s in self._by_event.get(event, ()) if s.matches(data)]
         if not specs:
             return HookOutcome(event)
@@ -235,13 +238,17 @@ class HookRunner:
                 payload["permission_mode"] = mode
             payload["hook_event_name"] = event
             payload.update(data)
-            encoded = _json.encode(payload)
+            encoded = encode_json(payload, _json)
             env = self._environment_for_hooks() if any(s.is_command for s in unique) else None
             coros = [run_hook(s, event, payload, encoded, self.cwd, env) for s in unique]
             runs = [await coros[0]] if len(coros) == 1 else list(await asyncio.gather(*coros))
             outcome = merge(event, runs)
-        except Exception as exc:  # a bug or an unencodable input: never fail the run
-            outcome = HookOutcome(event, errors=[f"{event} hooks failed: {type(exc).__name__}: {exc}"])
+        except Exception as exc:  # a bug: never fail the run, and never let a gate open by it
+            text = f"{event} hooks failed: {exception_text(exc)}"
+            if event == "PreToolUse":  # the hooks that might have denied the call were not asked
+                outcome = HookOutcome(event, blocked=True, decision="deny", reason=text, errors=[text])
+            else:
+                outcome = HookOutcome(event, errors=[text])
         self._report(outcome)
         return outcome
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 from ._errors import ErrorKind
 from ._errors import ModelError
+from ._errors import exception_text
 from ._messages import AssistantMessage
 from ._messages import ContentBlock
 from ._messages import Cost
@@ -22,6 +23,7 @@ from ._messages import ToolCall
 from ._messages import ToolResultMessage
 from ._messages import Usage
 from ._messages import UserMessage
+from ._messages import encode_json
 from ._messages import message_from_dict
 from ._messages import message_to_dict
 from ._messages import messages_from_json
@@ -146,6 +148,8 @@ __all__ = [
     "UserMessage",
     "close_session",
     "complete",
+    "encode_json",
+    "exception_text",
     "get_model",
     "guard_stream",
     "message_from_dict",

@@ -283,10 +283,23 @@ def message_from_dict(data: dict[str, Any]) -> Message:
 def messages_to_json(messages: Message | list[Message]) -> bytes:
     """Encode one message or a list of messages as JSON bytes (a lone surrogate in a
     string becomes U+FFFD)."""
+    return encode_json(messages, _encoder)
+
+
+def encode_json(value: Any, encoder: msgspec.json.Encoder | None = None) -> bytes:
+    """``value`` as JSON bytes by ``encoder`` (default: msgspec's plain one), where a lone
+    surrogate in a string (JSON cannot carry one, e.g. from a file name that is not
+    UTF-8) becomes U+FFFD instead of failing. The scrubbed retry runs only after the
+    encoder refused: the common case costs nothing extra."""
+    enc = encoder if encoder is not None else _encoder
     try:
-        return _encoder.encode(messages)
+        return enc.encode(value)
     except UnicodeEncodeError:
-        return _encoder.encode(scrub_surrogates(messages))
+        pass
+    try:
+        return enc.encode(scrub_surrogates(value))
+    except UnicodeEncodeError:  # in the text the encoder's enc_hook made of some value
+        return enc.encode(scrub_surrogates(msgspec.to_builtins(value, enc_hook=enc.enc_hook)))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

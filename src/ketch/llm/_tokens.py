@@ -26,7 +26,7 @@ from ._messages import ThinkingContent
 from ._messages import ToolCall
 from ._messages import ToolResultMessage
 from ._messages import UserMessage
-from ._messages import scrub_surrogates
+from ._messages import encode_json
 
 IMAGE_TOKENS = 1200
 """Estimated tokens for one image."""
@@ -75,10 +75,7 @@ def _block_tokens(block: Any) -> int:
     if cls is ThinkingContent:
         return estimate_text_tokens(block.thinking) or (1 if block.signature else 0)
     if cls is ToolCall:
-        try:
-            size = len(_json.encode(block.args))
-        except UnicodeEncodeError:  # a lone surrogate: sent as U+FFFD
-            size = len(_json.encode(scrub_surrogates(block.args)))
+        size = len(encode_json(block.args, _json))
         return max(1, (len(block.name) + size + 3) // 4)
     if cls is ImageContent:
         return IMAGE_TOKENS

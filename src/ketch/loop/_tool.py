@@ -65,7 +65,7 @@ from ..llm._messages import ImageContent
 from ..llm._messages import Message
 from ..llm._messages import TextContent
 from ..llm._messages import Usage
-from ..llm._messages import scrub_surrogates
+from ..llm._messages import encode_json
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 
@@ -314,9 +314,7 @@ def to_tool_result(value: Any) -> ToolResult:
     if isinstance(value, list) and value and all(isinstance(v, (TextContent, ImageContent)) for v in value):
         return ToolResult(content=list(value))
     try:
-        text = _json.encode(value).decode()
-    except UnicodeEncodeError:  # a lone surrogate, e.g. a file name that is not UTF-8
-        text = _json.encode(scrub_surrogates(value)).decode()
+        text = encode_json(value, _json).decode()
     except (TypeError, msgspec.EncodeError):
         text = str(value)
     return ToolResult(content=[TextContent(text=text)], details=value)

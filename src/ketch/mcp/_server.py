@@ -43,6 +43,7 @@ from ..llm import AssistantMessage
 from ..llm import ImageContent
 from ..llm import TextContent
 from ..llm import ToolCall
+from ..llm import exception_text
 from ..loop import AfterToolCallResult
 from ..loop import AgentEvent
 from ..loop import BeforeToolCallResult
@@ -190,7 +191,7 @@ class KetchMCPServer:
             signal.abort("cancelled")
             raise
         except Exception as exc:
-            return ToolResult.error(f"{type(exc).__name__}: {exc}")
+            return ToolResult.error(exception_text(exc))
 
     async def _call(
         self, tool: Tool, call_id: str, args: dict[str, Any], signal: AbortSignal, progress: Progress | None
@@ -225,7 +226,7 @@ class KetchMCPServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            result = ToolResult.error(f"{type(exc).__name__}: {exc}")
+            result = ToolResult.error(exception_text(exc))
         if self.after is not None:
             override = await self.after(ToolCallInfo(call, tool, args, assistant, conversation, signal), result)
             if override is not None:
@@ -254,7 +255,7 @@ class KetchMCPServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return ToolResult.error(f"the ketch agent failed: {type(exc).__name__}: {exc}")
+            return ToolResult.error(f"the ketch agent failed: {exception_text(exc)}")
         reason = result.end_reason
         text = result.text
         if reason == "stop" or reason == "stop_sequence":

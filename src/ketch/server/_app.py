@@ -18,6 +18,7 @@ from aiohttp import web
 from ketch import AgentEvent
 from ketch import approve
 from ketch import deny
+from ketch.llm import encode_json
 from ketch.sessions import Session
 from ketch.sessions import SessionLockedError
 from ketch.sessions import SessionNotFoundError
@@ -50,8 +51,11 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
+_events = msgspec.json.Encoder(enc_hook=str)
+
+
 def _default_encode(event: AgentEvent) -> bytes:
-    return msgspec.json.encode(event, enc_hook=str)
+    return encode_json(event, _events)
 
 
 class _Hub:

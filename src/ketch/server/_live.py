@@ -26,6 +26,7 @@ from ketch import AgentEvent
 from ketch import RunResult
 from ketch import RunState
 from ketch import message_to_dict
+from ketch.llm import encode_json
 
 log = logging.getLogger("ketch.server")
 
@@ -117,7 +118,7 @@ class LiveSession:
 
     def publish_json(self, obj: Any, event: str | None = None) -> None:
         """:meth:`publish` of a plain JSON object."""
-        self.publish(msgspec.json.encode(obj), event)
+        self.publish(encode_json(obj), event)
 
     def _drop(self, queue: asyncio.Queue[bytes]) -> None:
         self._subscribers.discard(queue)

@@ -64,7 +64,7 @@ from ..llm import ToolCallStart
 from ..llm import ToolResultMessage
 from ..llm import ToolSpec
 from ..llm import UserMessage
-from ..llm import scrub_surrogates
+from ..llm import encode_json
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 """The largest request body the proxy reads (a long transcript is large): 64 MiB."""
@@ -323,10 +323,7 @@ def _frame(event: StreamEvent) -> bytes | None:
         obj = {"type": "error", "message": event.error}  # type: ignore[union-attr]
     else:
         return None
-    try:
-        data = _encoder.encode(obj)
-    except UnicodeEncodeError:
-        data = _encoder.encode(scrub_surrogates(obj))
+    data = encode_json(obj, _encoder)
     return b"data: " + data + b"\n\n"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ketch.llm import scrub_surrogates
+from ketch.llm import encode_json
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,10 +100,7 @@ _TITLE_CHARS = 80
 def encode_entry(entry: Entry) -> bytes:
     """The entry's JSON (no newline). A lone surrogate in a string becomes U+FFFD
     instead of failing the write."""
-    try:
-        return _encoder.encode(entry)
-    except UnicodeEncodeError:
-        return _encoder.encode(scrub_surrogates(entry))
+    return encode_json(entry, _encoder)
 
 
 def _message_title(message: Any) -> str:

@@ -36,6 +36,7 @@ from ketch import Usage
 from ketch import UserMessage
 from ketch import message_to_dict
 
+from ..llm import exception_text
 from ._entries import Entry
 from ._entries import SessionInfo
 from ._entries import SessionLockedError
@@ -75,7 +76,7 @@ async def check_store(make_store: StoreFactory) -> None:
         except AssertionError as exc:
             failures.append(f"{check.name}: {exc}")
         except Exception as exc:
-            failures.append(f"{check.name}: raised {type(exc).__name__}: {exc}")
+            failures.append(f"{check.name}: raised {exception_text(exc)}")
     if failures:
         raise AssertionError(
             f"{len(failures)} of {len(CHECKS)} session store checks failed:\n" + "\n".join(f"- {f}" for f in failures)
@@ -198,7 +199,7 @@ async def _raises(kind: type[_E], call: Awaitable[object], what: str) -> _E:
     except kind as exc:
         return exc
     except Exception as exc:
-        raise AssertionError(f"{what}: expected {kind.__name__}, got {type(exc).__name__}: {exc}") from exc
+        raise AssertionError(f"{what}: expected {kind.__name__}, got {exception_text(exc)}") from exc
     raise AssertionError(f"{what}: expected {kind.__name__}, got a result: {result!r}")
 
 

@@ -22,6 +22,7 @@ from ..llm import AbortSignal
 from ..llm import AssistantMessage
 from ..llm import Message
 from ..llm import Usage
+from ..llm import exception_text
 from ..llm import response_format_for
 from ..loop import AgentEvent
 from ..loop import Tool
@@ -533,7 +534,7 @@ class Subagents:
             run.status, run.error = "aborted", "cancelled"
             raise
         except Exception as exc:  # a model that cannot be resolved, a session store failing
-            run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
+            run.status, run.error = "failed", exception_text(exc)
         finally:
             if remove is not None:
                 remove()

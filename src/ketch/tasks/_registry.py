@@ -19,6 +19,7 @@ from typing import TypeAlias
 import msgspec
 
 from .._proc import signal_group
+from ..llm import exception_text
 from ..loop import Tool
 
 log = logging.getLogger("ketch.tasks")
@@ -194,7 +195,7 @@ class TaskRegistry:
             if isinstance(exc, TaskFailed):
                 info.error = str(exc)
             else:
-                info.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                info.error = exception_text(exc) if str(exc) else type(exc).__name__
         else:
             if info.status == "running":
                 info.status = "completed"

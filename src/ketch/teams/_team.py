@@ -53,6 +53,7 @@ from ketch import Tool
 from ketch import Usage
 from ketch import UserMessage
 
+from ..llm import exception_text
 from ._events import Mail
 from ._events import MailPosted
 from ._events import MailRead
@@ -569,7 +570,7 @@ class Team:
         try:
             result = await agent.prompt([e[0] for e in batch])
         except Exception as exc:  # e.g. the agent was started by someone else meanwhile
-            error = f"{type(exc).__name__}: {exc}"
+            error = exception_text(exc)
         finally:
             m._in_run = False
         read = self._settle(m, start)

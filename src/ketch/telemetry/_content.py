@@ -18,7 +18,7 @@ from ..llm import ThinkingContent
 from ..llm import ToolCall
 from ..llm import ToolResultMessage
 from ..llm import UserMessage
-from ..llm import scrub_surrogates
+from ..llm import encode_json
 
 _encoder = msgspec.json.Encoder()
 
@@ -76,10 +76,7 @@ def message_json(message: Message) -> dict[str, Any] | None:
 
 def to_json(value: Any) -> str:
     """``value`` as a JSON string (lone surrogates become U+FFFD)."""
-    try:
-        return _encoder.encode(value).decode()
-    except UnicodeEncodeError:
-        return _encoder.encode(scrub_surrogates(value)).decode()
+    return encode_json(value, _encoder).decode()
 
 
 def input_messages(messages: Iterable[Message]) -> str:

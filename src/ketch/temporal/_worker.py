@@ -35,6 +35,7 @@ from ..llm import StreamOptions
 from ..llm import StreamStart
 from ..llm import ToolCall
 from ..llm import ToolSpec
+from ..llm import exception_text
 from ..llm import message_from_dict
 from ..llm import message_to_dict
 from ..loop import Conversation
@@ -235,7 +236,7 @@ def _tool_activity(
             signal.abort()
             raise
         except Exception as exc:
-            result = ToolResult.error(f"{type(exc).__name__}: {exc}")
+            result = ToolResult.error(exception_text(exc))
         finally:
             await pub.close()
         return _jsonable(result)  # type: ignore[no-any-return]

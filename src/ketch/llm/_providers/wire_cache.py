@@ -50,7 +50,7 @@ from .._handoff import prepare_messages
 from .._lists import extend_with_room
 from .._messages import Message
 from .._messages import ToolResultMessage
-from .._messages import scrub_surrogates
+from .._messages import encode_json
 
 if TYPE_CHECKING:
     from .base import HTTPModel
@@ -69,10 +69,7 @@ _BUDGET = 100_000
 
 def _encode(value: Any) -> bytes:
     """``msgspec.json.encode``; a lone surrogate in a string (JSON has none) becomes U+FFFD."""
-    try:
-        return msgspec.json.encode(value)
-    except UnicodeEncodeError:
-        return msgspec.json.encode(scrub_surrogates(value))
+    return encode_json(value)
 
 
 # Carried JSON from this size on is sent as a piece of its own rather than copied in.
