@@ -439,7 +439,7 @@ def test_approvals_answered_over_stdin(env: Env) -> None:
             for e in lines
             if e["type"] == "message_end" and e["message"]["role"] == "tool_result"
         }
-        assert results["w2"] == (True, "The user denied this tool call. Reason: not b")
+        assert results["w2"] == (True, "Permission denied by the user. Reason: not b")
         assert results["w3"][0] is False
         assert not (env.work / "b.txt").exists()
         assert (env.work / "c.txt").read_text() == "C"

@@ -333,7 +333,7 @@ def test_deny_gives_the_model_the_reason(env: Env, store_dir: Path) -> None:
     messages = _messages(env, session_id)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
     assert messages[2]["is_error"] is True
-    assert messages[2]["content"] == [{"type": "text", "text": "The user denied this tool call. Reason: write notes.md instead"}]
+    assert messages[2]["content"] == [{"type": "text", "text": "Permission denied by the user. Reason: write notes.md instead"}]
 
 
 def test_paused_run_in_text_mode_says_how_to_continue(env: Env, store_dir: Path) -> None:
@@ -458,7 +458,7 @@ def test_deny_without_a_reason_next_to_deny_rules(env: Env, store_dir: Path) -> 
     )
     assert (result["end_reason"], result["text"]) == ("stop", "Fine.")
     messages = _messages(env, session_id)
-    assert messages[2]["content"] == [{"type": "text", "text": "The user denied this tool call."}]
+    assert messages[2]["content"] == [{"type": "text", "text": "Permission denied by the user."}]
     assert not (env.work / "a.txt").exists()
 
 

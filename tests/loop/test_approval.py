@@ -140,12 +140,12 @@ async def test_deny_gives_the_model_the_reason_and_edit_changes_the_arguments() 
     assert again.end_reason == "approval_required"
     assert again.state is not None
     assert [(p.tool_call_id, p.needs_decision) for p in again.state.pending] == [("y", True)]
-    assert results_of(again.state.completed) == [("x", "The user denied this tool call. Reason: not today", True)]
+    assert results_of(again.state.completed) == [("x", "Permission denied by the user. Reason: not today", True)]
     final = await resume_loop(again.state, conversation, cfg, decisions={"y": edit({"k": "edited"})}).result()
     assert final.end_reason == "stop"
     assert log.ran == ["b:edited"]
     assert results_of(conversation.messages) == [
-        ("x", "The user denied this tool call. Reason: not today", True),
+        ("x", "Permission denied by the user. Reason: not today", True),
         ("y", "b edited ok", False),
     ]
 

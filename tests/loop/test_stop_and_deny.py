@@ -91,7 +91,7 @@ async def test_a_paused_call_denied_with_stop_ends_the_resumed_run_with_denied()
     paused = await agent.prompt("go")
     assert paused.end_reason == "approval_required" and paused.state is not None
     result = await agent.resume(paused.state, decisions={"a": deny("no, and stop", stop=True)})
-    assert (result.end_reason, result.summary.error) == ("denied", "The user denied this tool call. Reason: no, and stop")
+    assert (result.end_reason, result.summary.error) == ("denied", "Permission denied by the user. Reason: no, and stop")
     assert ran == ["b"]
     assert len(model.requests) == 1
 

@@ -62,7 +62,7 @@ async def test_deny_rules_still_win_on_resume_and_a_denial_reaches_the_model(tmp
     result = await agent.resume(paused.state, decisions={"w1": deny("use the scratch dir")})
     results = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
     assert [(r.text, r.is_error) for r in results] == [
-        ("The user denied this tool call. Reason: use the scratch dir", True)
+        ("Permission denied by the user. Reason: use the scratch dir", True)
     ]
     assert result.end_reason == "stop" and ran == []
     engine.deny.extend(PermissionEngine(deny=["write"]).deny)

@@ -305,7 +305,7 @@ async def test_a_transcript_too_large_for_the_history_goes_to_the_session_store(
     assert [m["role"] for m in stored][:3] == ["user", "assistant", "tool_result"]
 
 
-DENIED = "The user denied this tool call. Reason: No decision within 0.5s; the call was not run"
+DENIED = "Permission denied by the user. Reason: No decision within 0.5s; the call was not run"
 
 
 async def test_an_approval_pause_with_a_timeout_denies_the_call_when_no_decision_comes(

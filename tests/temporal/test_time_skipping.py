@@ -87,6 +87,6 @@ async def test_an_hour_without_a_decision_denies_the_calls_after_the_approval_ti
         run = await _paused(skipping, hub, queue, half_hour)
         await skipping.sleep(timedelta(hours=1))
         result = await run.result()
-    denied = "The user denied this tool call. Reason: No decision within 1800s; the call was not run"
+    denied = "Permission denied by the user. Reason: No decision within 1800s; the call was not run"
     assert [_text(m) for m in result.transcript] == ["approve", "asking", denied, f"after approval: {denied}"]
     assert result.summary.end_reason == "stop"

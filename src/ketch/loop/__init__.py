@@ -61,6 +61,7 @@ from ._state import Edit
 from ._state import PendingCall
 from ._state import RunState
 from ._state import approve
+from ._state import denied_text
 from ._state import deny
 from ._state import edit
 from ._tool import Tool
@@ -131,6 +132,7 @@ __all__ = [
     "approve",
     "continue_loop",
     "default_convert_to_llm",
+    "denied_text",
     "deny",
     "edit",
     "input_guardrail",

@@ -35,7 +35,7 @@ from ._tool import Tool
 RUN_STATE_VERSION = 1
 """The version :meth:`RunState.to_json` writes."""
 
-DENIED_TEXT = "The user denied this tool call."
+DENIED_TEXT = "Permission denied by the user."
 
 
 class Approve(msgspec.Struct, frozen=True, tag="approve", tag_field="type"):
@@ -80,8 +80,9 @@ def edit(args: dict[str, Any]) -> Edit:
     return Edit(args=dict(args))
 
 
-def denied_text(reason: str | None) -> str:
-    """The error result text of a denied call."""
+def denied_text(reason: str | None = None) -> str:
+    """The error result text of a call the user denied, live (the permission engine's
+    approver) or while the run was paused (:func:`deny`): one text either way."""
     return f"{DENIED_TEXT} Reason: {reason}" if reason else DENIED_TEXT
 
 

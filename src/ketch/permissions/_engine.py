@@ -24,6 +24,7 @@ import msgspec
 from ..loop import BeforeToolCallResult
 from ..loop import Tool
 from ..loop import ToolCallInfo
+from ..loop import denied_text
 from ._rules import Rule
 from ._rules import parse_rules
 from ._rules import resolve_path
@@ -172,7 +173,7 @@ def args_digest(args: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-USER_DENIED = "Permission denied by the user."
+USER_DENIED = denied_text()
 NO_APPROVER = (
     "Permission denied: {tool} needs approval, but nobody can approve it in this run "
     "(permission mode {mode}). Do not retry it; use read-only tools or explain what you would do instead."
@@ -559,7 +560,7 @@ class PermissionEngine:
             return "allow", "user", None, True
         if answer.decision == "allow":
             return "allow", "user", None, True
-        text = USER_DENIED if not answer.reason else f"{USER_DENIED} Reason: {answer.reason}"
+        text = denied_text(answer.reason)
         return "deny", "user", text, True
 
 
