@@ -283,6 +283,9 @@ def test_the_proxy_model_knows_the_window_from_the_registry_and_hides_the_token(
     assert TOKEN not in repr(model)
     model.set_context_window(1000)
     assert model.context_window == 1000
+    # the model is named as get_model names it: a bare id the registry knows, or unknown
+    assert proxy("http://127.0.0.1:1/proxy", TOKEN, model="gemini-2.5-pro").context_window == 1048576
+    assert proxy("http://127.0.0.1:1/proxy", TOKEN, model="nobody:knows").context_window == 128000
 
 
 def test_proxy_app_rejects_a_bad_configuration() -> None:

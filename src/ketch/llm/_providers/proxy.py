@@ -90,9 +90,13 @@ class ProxyModel(HTTPModel):
         :data:`~ketch.llm.DEFAULT_CONTEXT_WINDOW`."""
         if self._window_override:
             return self._window_override
-        name = self.model_name or ""
-        provider, _, model_id = name.partition(":")
-        info = lookup(provider, model_id) if model_id else None
+        from .._resolve import parse_spec  # the server names its model the way get_model does
+
+        try:
+            provider, model_id = parse_spec(self.model_name or "")
+        except ValueError:
+            return DEFAULT_CONTEXT_WINDOW
+        info = lookup(provider, model_id)
         return info.context_window if info is not None else DEFAULT_CONTEXT_WINDOW
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
