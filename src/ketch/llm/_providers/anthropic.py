@@ -76,6 +76,7 @@ from .._registry import output_limit
 from .._registry import thinking_budget_tokens
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
+from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
@@ -93,7 +94,6 @@ CacheRetention: TypeAlias = Literal["none", "short", "long"]
 """Prompt caching: off, the default 5-minute cache, or the 1-hour cache."""
 _CACHE_RETENTIONS: tuple[CacheRetention, ...] = get_args(CacheRetention)
 
-IMAGE_OMITTED = "(image omitted: this model does not accept images)"
 """Sent in place of an image to a model that does not accept images."""
 
 StructuredOutput: TypeAlias = Literal["json_schema", "tool"]

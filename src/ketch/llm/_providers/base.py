@@ -55,6 +55,7 @@ from .._http import read_limited
 from .._http import redact_headers
 from .._http import redact_text
 from .._http import secrets_from_env
+from .._messages import ImageContent
 from .._model import Request
 from .._model import StreamOptions
 from .._registry import ModelInfo
@@ -128,6 +129,14 @@ Rewrite: TypeAlias = Callable[[dict[str, Any]], "dict[str, Any] | Awaitable[dict
 
 _DEFAULT_OPTIONS = StreamOptions()
 _DRAIN_SECONDS = 0.25
+
+IMAGE_OMITTED = "(image omitted: this model does not accept images)"
+"""Sent in place of an image to a model that does not accept images (every adapter)."""
+
+
+def image_url(image: ImageContent) -> str:
+    """The image's URL, or its data as a ``data:`` URL."""
+    return image.url if image.url is not None else f"data:{image.mime_type};base64,{image.data}"
 
 
 class HTTPOptions(TypedDict, total=False):

@@ -66,6 +66,7 @@ from .._registry import thinking_budget_tokens
 from .._retry import parse_retry_after
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
+from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPRequest
 from .base import SSEEvents
@@ -292,7 +293,7 @@ def _image_part(image: ImageContent) -> dict[str, Any]:
     return {"fileData": {"mimeType": image.mime_type, "fileUri": url}}
 
 
-def _user_parts(content: list[TextContent | ImageContent] | str) -> list[dict[str, Any]]:
+def _user_parts(content: list[TextContent | ImageContent] | str, images: bool) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
     parts: list[dict[str, Any]] = []
@@ -301,7 +302,7 @@ def _user_parts(content: list[TextContent | ImageContent] | str) -> list[dict[st
             if block.text:
                 parts.append({"text": block.text})
         elif type(block) is ImageContent:
-            parts.append(_image_part(block))
+            parts.append(_image_part(block) if images else {"text": IMAGE_OMITTED})
     return parts
 
 
@@ -348,7 +349,7 @@ def _model_parts(
 
 
 def _result_parts(
-    message: ToolResultMessage, call_ids: set[str], known: Container[str]
+    message: ToolResultMessage, call_ids: set[str], known: Container[str], images: bool
 ) -> list[dict[str, Any]]:
     text = "\n".join(b.text for b in message.content if type(b) is TextContent)
     response: dict[str, Any] = {"name": message.tool_name, "response": {"error" if message.is_error else "output": text}}
@@ -357,24 +358,27 @@ def _result_parts(
     parts: list[dict[str, Any]] = [{"functionResponse": response}]
     for block in message.content:
         if type(block) is ImageContent:
-            parts.append(_image_part(block))
+            parts.append(_image_part(block) if images else {"text": IMAGE_OMITTED})
     return parts
 
 
-def convert_messages(messages: list[Message], *, signature_placeholder: bool = False) -> list[dict[str, Any]]:
+def convert_messages(
+    messages: list[Message], *, signature_placeholder: bool = False, images: bool = True
+) -> list[dict[str, Any]]:
     """The ``contents`` for a transcript already prepared for the target model.
 
     User messages and tool results are ``user`` turns, assistant messages ``model``
     turns; consecutive turns of one role are merged into one. Empty text and empty
     turns are left out; other message kinds are skipped. ``signature_placeholder``
     gives the first function call of a model turn that has no signature the
-    :data:`SKIP_SIGNATURE` placeholder (Gemini 3 rejects unsigned calls).
+    :data:`SKIP_SIGNATURE` placeholder (Gemini 3 rejects unsigned calls). With ``images``
+    false, images become the text :data:`~ketch.llm._providers.base.IMAGE_OMITTED`.
     """
-    return _contents(messages, signature_placeholder, ())[0]
+    return _contents(messages, signature_placeholder, (), images)[0]
 
 
 def _contents(
-    messages: list[Message], placeholder: bool, known: Container[str]
+    messages: list[Message], placeholder: bool, known: Container[str], images: bool
 ) -> tuple[list[dict[str, Any]], set[str], int]:
     """:func:`convert_messages` of ``messages``, which follow messages whose native call
     ids are ``known``; also the native call ids met, and the first message of the last
@@ -386,13 +390,13 @@ def _contents(
         kind = type(message)
         if kind is UserMessage:
             assert isinstance(message, UserMessage)
-            role, parts = "user", _user_parts(message.content)
+            role, parts = "user", _user_parts(message.content, images)
         elif kind is AssistantMessage:
             assert isinstance(message, AssistantMessage)
             role, parts = "model", _model_parts(message, call_ids, placeholder)
         elif kind is ToolResultMessage:
             assert isinstance(message, ToolResultMessage)
-            role, parts = "user", _result_parts(message, call_ids, known)
+            role, parts = "user", _result_parts(message, call_ids, known, images)
         else:
             continue
         if not parts:
@@ -410,14 +414,15 @@ class _Fold:
     :class:`~ketch.llm._providers.wire_cache.WireCache`. The last turn of a part is held
     back (the next message may join it), and results refer to calls made before."""
 
-    __slots__ = ("_call_ids", "_placeholder")
+    __slots__ = ("_call_ids", "_images", "_placeholder")
 
-    def __init__(self, placeholder: bool) -> None:
+    def __init__(self, placeholder: bool, images: bool) -> None:
         self._placeholder = placeholder
+        self._images = images
         self._call_ids: set[str] = set()  # native call ids of the committed messages
 
     def commit(self, messages: list[Message]) -> tuple[list[dict[str, Any]], int]:
-        contents, call_ids, start = _contents(messages, self._placeholder, self._call_ids)
+        contents, call_ids, start = _contents(messages, self._placeholder, self._call_ids, self._images)
         # The ids of the turn held back count as known already: only results that
         # follow that turn look them up, in any conversion.
         self._call_ids |= call_ids
@@ -427,7 +432,7 @@ class _Fold:
         return contents, start
 
     def peek(self, messages: list[Message]) -> list[dict[str, Any]]:
-        return _contents(messages, self._placeholder, self._call_ids)[0]
+        return _contents(messages, self._placeholder, self._call_ids, self._images)[0]
 
 
 def convert_tools(tools: list[ToolSpec], *, json_schema: bool = False) -> list[dict[str, Any]]:
@@ -503,16 +508,18 @@ def build_request(
     budgets: Mapping[str, int] | None = None,
     json_schema: bool = False,
     contents: list[dict[str, Any]] | None = None,
+    images: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of one request for the model ``info`` describes.
 
     ``messages`` replaces ``context.messages`` (the adapter passes the transcript
     prepared by :func:`~ketch.llm._handoff.prepare_messages`). ``contents``, when given,
-    is the ``contents`` array already converted, and no messages are read.
+    is the ``contents`` array already converted, and no messages are read. ``images``
+    false sends a note in place of each image (the model does not accept images).
     """
     if contents is None:
         contents = convert_messages(
-            request.messages if messages is None else messages, signature_placeholder=_placeholder(info)
+            request.messages if messages is None else messages, signature_placeholder=_placeholder(info), images=images
         )
     if contents and contents[0].get("role") == "model":
         contents.insert(0, {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]})
@@ -879,14 +886,15 @@ class GeminiModel(HTTPModel):
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/models/{id}:streamGenerateContent?alt=sse`` (or
         ``:generateContent``) with the transcript prepared for this model."""
+        images = self._takes_images()
         if self.rewrite is None:
             # A rewrite hook may change the body in place, so it gets freshly converted items.
             placeholder = _placeholder(self.info)
             contents: list[dict[str, Any]] | None = self._wire_cache.convert_folded(
                 request.messages,
-                (placeholder, self.provider, self.api, self.id),
+                (placeholder, images, self.provider, self.api, self.id),
                 lambda: Preparer(provider=self.provider, api=self.api, model=self.id),
-                lambda: _Fold(placeholder),
+                lambda: _Fold(placeholder, images),
             )
             messages = None
         else:
@@ -900,6 +908,7 @@ class GeminiModel(HTTPModel):
             budgets=self.thinking_budgets,
             json_schema=self.json_schema,
             contents=contents,
+            images=images,
         )
         method = "streamGenerateContent?alt=sse" if self.streaming else "generateContent"
         headers = {"x-goog-api-key": api_key} if api_key else {}

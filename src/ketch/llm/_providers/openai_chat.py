@@ -39,10 +39,12 @@ from .._model import ThinkingLevel
 from .._registry import clamp_thinking
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
+from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
+from .base import image_url
 from .wire_cache import WireCache
 
 
@@ -317,7 +319,7 @@ class OpenAIChatModel(HTTPModel):
                     pending_images.extend(_image_part(b) for b in images)
                     text = text or "(see the attached image)"
                 elif images:
-                    text = text or _NO_IMAGES
+                    text = text or IMAGE_OMITTED
                 tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
                 if compat.tool_result_name:
                     tool_msg["name"] = message.tool_name
@@ -527,16 +529,12 @@ def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
     return None
 
 
-_NO_IMAGES = "(image omitted: this model does not accept images)"
-
-
 def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": "Images returned by the tools above:"}, *parts]}
 
 
 def _image_part(image: ImageContent) -> dict[str, Any]:
-    url = image.url if image.url is not None else f"data:{image.mime_type};base64,{image.data}"
-    return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "image_url", "image_url": {"url": image_url(image)}}
 
 
 def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bool) -> str | list[dict[str, Any]]:
@@ -552,7 +550,7 @@ def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bo
             if images_ok:
                 parts.append(_image_part(block))
             else:
-                parts.append({"type": "text", "text": _NO_IMAGES})
+                parts.append({"type": "text", "text": IMAGE_OMITTED})
     return parts
 
 

@@ -64,11 +64,13 @@ from .._stream import StreamEvent
 from .._stream import TextStart
 from .._stream import ThinkingStart
 from .._stream import ToolCallStart
+from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .base import feed_events
+from .base import image_url
 from .wire_cache import WireCache
 
 API = "openai-responses"
@@ -115,14 +117,6 @@ def _signature_object(signature: str | None, prefix: str) -> dict[str, Any] | No
 # -- request ----------------------------------------------------------------------------
 
 
-def _image_url(image: ImageContent) -> str:
-    if image.url is not None:
-        return image.url
-    return f"data:{image.mime_type};base64,{image.data}"
-
-
-IMAGE_OMITTED = "(image omitted: this model does not accept images)"
-"""Sent in place of an image to a model that does not accept images."""
 
 
 def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list[dict[str, Any]]:
@@ -132,7 +126,7 @@ def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list
             parts.append({"type": "input_text", "text": block.text})
         elif type(block) is ImageContent:
             if images:
-                parts.append({"type": "input_image", "image_url": _image_url(block), "detail": "auto"})
+                parts.append({"type": "input_image", "image_url": image_url(block), "detail": "auto"})
             else:
                 parts.append({"type": "input_text", "text": IMAGE_OMITTED})
     return parts
