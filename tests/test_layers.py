@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
-    "server": {"ketch", "llm", "sessions"},
+    "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"lazy", "llm", "loop", "sessions"},
 }
 

@@ -244,6 +244,18 @@ async def test_upstream_errors_keep_their_kind_and_the_key_is_never_sent(make_pr
     assert TOKEN.encode() not in b"".join(bodies)
 
 
+async def test_upstream_errors_are_redacted_like_the_adapters_errors(make_proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any variable the sandbox treats as secret is masked, and so is a clipped key's prefix."""
+    monkeypatch.setenv("WAREHOUSE_PASSWORD", "hunter2-warehouse")
+
+    def fail(request: Request, options: StreamOptions) -> Any:
+        return error_reply(f"login hunter2-warehouse failed; key {SECRET[:12]}…", kind="auth")
+
+    served = await make_proxy({"openai:gpt-5-mini": FunctionModel(fail, provider="openai", id="gpt-5-mini")})
+    message = await complete(proxy(served.url, TOKEN, model="openai:gpt-5-mini"), Request(messages=[]))
+    assert message.error_message == "login *** failed; key ***…"
+
+
 async def test_a_malformed_request_is_a_400_naming_the_problem(make_proxy: Any) -> None:
     served = await make_proxy({"openai:gpt-5-mini": ScriptedModel(["never"])})
     async with aiohttp.ClientSession() as session:

@@ -67,6 +67,7 @@ from ._stream import parse_partial_json
 if TYPE_CHECKING:
     from ._fallback import FallbackModel
     from ._http import close_session
+    from ._http import redact_text
     from ._providers.proxy import ProxyModel
     from ._providers.proxy import proxy
     from ._registry import ModelInfo
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "FallbackModel": "._fallback",
     "close_session": "._http",
+    "redact_text": "._http",
     "ProxyModel": "._providers.proxy",
     "proxy": "._providers.proxy",
     "ModelInfo": "._registry",
@@ -159,6 +161,7 @@ __all__ = [
     "parse_partial_json",
     "parse_structured",
     "proxy",
+    "redact_text",
     "register_api",
     "register_model",
     "register_provider",

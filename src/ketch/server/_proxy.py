@@ -65,11 +65,11 @@ from ..llm import ToolResultMessage
 from ..llm import ToolSpec
 from ..llm import UserMessage
 from ..llm import encode_json
+from ..llm import redact_text
+from ..sandbox import is_secret_name
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 """The largest request body the proxy reads (a long transcript is large): 64 MiB."""
-
-_KEYLIKE_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET")
 
 
 class _Options(msgspec.Struct, kw_only=True):
@@ -177,13 +177,12 @@ class _Proxy:
             )
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets():
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
+        return redact_text(text, self.secrets())
 
     def secrets(self) -> tuple[str, ...]:
-        found = [v for k, v in os.environ.items() if k.upper().endswith(_KEYLIKE_SUFFIXES) and len(v) >= 8]
+        """The values of the variables the sandbox never passes on (``is_secret_name``)
+        and the proxy's own secrets, longest first."""
+        found = [v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8]
         return tuple(sorted({*found, *self._extra_secrets}, key=len, reverse=True))
 
     # -- handlers -------------------------------------------------------------------------
