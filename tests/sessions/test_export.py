@@ -142,3 +142,21 @@ def test_errors_images_and_untitled_sessions() -> None:
         "# (untitled session)\n\n- Directory: `/work/project`\n- Messages: 1\n\n## Assistant\n\npar\n\n*error: upstream broke*\n"
     )
     assert export_markdown([]) == "# (untitled session)\n\n- Messages: 0\n"
+
+
+async def test_the_export_titles_a_session_as_the_store_lists_it(tmp_path: Any) -> None:
+    from ketch import Agent
+    from ketch import ImageContent
+    from ketch.sessions import JsonlStore
+    from ketch.sessions import Session
+    from ketch.testing import ScriptedModel
+
+    store = JsonlStore(tmp_path / "sessions")
+    session = await Session.create(store, cwd=str(tmp_path))
+    agent = Agent(ScriptedModel(["seen", "fixed"]), session=session)
+    await agent.prompt([UserMessage(content=[ImageContent(data="AAAA")])])  # no text: no title
+    await agent.prompt("Fix   caf\udce9.py\nplease")
+    await session.close()
+    listed = await store.info(session.id)
+    exported = json.loads(export_json(await store.load(session.id)))
+    assert listed.title == exported["title"] == "Fix caf\ufffd.py please"

@@ -26,6 +26,7 @@ from typing import Any
 from typing import ClassVar
 from typing import Literal
 from typing import TypeAlias
+from typing import overload
 
 import msgspec
 
@@ -303,6 +304,14 @@ def encode_json(value: Any, encoder: msgspec.json.Encoder | None = None) -> byte
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@overload
+def scrub_surrogates(value: str) -> str: ...
+
+
+@overload
+def scrub_surrogates(value: Any) -> Any: ...
 
 
 def scrub_surrogates(value: Any) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ketch.llm import encode_json
+from ketch.llm import scrub_surrogates
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,9 +90,8 @@ class SessionLockedError(RuntimeError):
 
 # ---- helpers shared by the stores (private) ----
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _encoder = msgspec.json.Encoder()
-_TITLE_CHARS = 80
+TITLE_CHARS = 80
 
 
 
@@ -103,23 +102,24 @@ def encode_entry(entry: Entry) -> bytes:
     return encode_json(entry, _encoder)
 
 
-def _message_title(message: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's ``content`` as :func:`ketch.message_to_dict` writes it: the
+    string itself, or its text blocks joined ("" for anything else)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def message_title(message: Any) -> str:
+    """A session's title from one of its messages: a user message's text on one line, at
+    most 80 characters ("" for other messages and for a user message without text)."""
     if isinstance(message, msgspec.Struct):  # a message appended as it is (encoded on write)
         message = msgspec.to_builtins(message)
     if not isinstance(message, dict) or message.get("role") != "user":
         return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        text = "".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        )
-    else:
-        return ""
-    return _SURROGATE.sub("\ufffd", " ".join(text.split())[:_TITLE_CHARS])
+    return scrub_surrogates(" ".join(content_text(message.get("content")).split())[:TITLE_CHARS])
 
 
 class Summary:
@@ -147,7 +147,7 @@ class Summary:
             if not payload.get("detached"):
                 self.message_count += 1
             if not self.title:
-                self.title = _message_title(payload.get("message"))
+                self.title = message_title(payload.get("message"))
                 return bool(self.title)
         elif kind == "run_summary":
             cost = payload.get("cost")
@@ -249,4 +249,4 @@ def fork_entries(entries: list[Entry], session_id: str, at_entry_id: str) -> lis
 def normal_cwd(cwd: str) -> str:
     """The absolute form of ``cwd`` that stores keep and match (lone surrogates, as
     ``os`` makes from undecodable bytes, become U+FFFD)."""
-    return _SURROGATE.sub("\ufffd", os.path.abspath(cwd))
+    return scrub_surrogates(os.path.abspath(cwd))

@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._entries import content_text as content_text
+from ._entries import message_title
+
 if TYPE_CHECKING:
     from ._entries import Entry
 
 RESULT_CHARS = 2000
 """A tool result longer than this is cut in the Markdown export (the JSON keeps it whole)."""
 
-TITLE_CHARS = 80
 
 
 def transcript(entries: Sequence[Entry]) -> list[dict[str, Any]]:
@@ -51,25 +53,14 @@ def transcript(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     return current
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's ``content`` as :func:`ketch.message_to_dict` writes it: the
-    string itself, or its text blocks joined ("" for anything else)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
-
-
 def session_title(entries: Sequence[Entry]) -> str:
-    """The text of the first user message (first line, at most 80 characters), or ""."""
+    """The title the stores list the session under (:func:`message_title` of the first
+    user message with text), or ""."""
     for entry in entries:
-        if entry.type != "message":
-            continue
-        message = entry.payload.get("message")
-        if isinstance(message, dict) and message.get("role") == "user":
-            text = " ".join(content_text(message.get("content")).split())
-            return text[:TITLE_CHARS]
+        if entry.type == "message":
+            title = message_title(entry.payload.get("message"))
+            if title:
+                return title
     return ""
 
 
