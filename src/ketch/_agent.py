@@ -53,6 +53,7 @@ from .loop._config import Projection
 from .loop._config import StopDecision
 from .loop._config import StopInfo
 from .loop._config import ToolCallInfo
+from .loop._config import ToolExecution
 from .loop._config import TurnInfo
 from .loop._config import UsageLimits
 from .loop._events import AgentEvent
@@ -246,7 +247,7 @@ class Agent(Generic[Deps]):
         on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None,
         length_recoveries: int = 3,
         length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT,
-        tool_execution: Literal["parallel", "sequential"] = "parallel",
+        tool_execution: ToolExecution = "parallel",
         max_tool_concurrency: int = 16,
         steering_during_tools: Literal["wait", "interrupt"] = "wait",
         max_tool_errors: int | None = None,

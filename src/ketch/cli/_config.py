@@ -550,11 +550,9 @@ def _validate(settings: Settings) -> None:
         )
     try:
         parse_mode(settings.permission_mode)
-    except ValueError:
-        raise ConfigError(
-            f"{where('permission_mode')}: unknown permission mode {settings.permission_mode!r}; "
-            "expected one of default, accept_edits, plan, bypass (or accept-edits)"
-        ) from None
+    except ValueError as exc:
+        text = str(exc)
+        raise ConfigError(f"{where('permission_mode')}: {text[:1].lower()}{text[1:]}") from None
     for name in ("max_turns", "max_tokens", "context_window"):
         number = getattr(settings, name)
         if number is not None and number < 1:

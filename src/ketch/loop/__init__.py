@@ -14,6 +14,7 @@ from ._config import Projection
 from ._config import StopDecision
 from ._config import StopInfo
 from ._config import ToolCallInfo
+from ._config import ToolExecution
 from ._config import TurnInfo
 from ._config import UsageLimits
 from ._config import stop_after_tool
@@ -118,6 +119,7 @@ __all__ = [
     "ToolCallInfo",
     "ToolCallNote",
     "ToolContext",
+    "ToolExecution",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",

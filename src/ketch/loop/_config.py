@@ -43,6 +43,10 @@ from ._tool import ToolResult
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
 
+ToolExecution: TypeAlias = Literal["parallel", "sequential"]
+"""How a batch of tool calls runs: concurrently (calls a tool marks ``sequential`` wait
+for the ones before them) or one after another."""
+
 LENGTH_RECOVERY_PROMPT = (
     "Output token limit hit. Resume directly where you stopped: no apology, no recap. "
     "Break the remaining work into smaller pieces."
@@ -332,7 +336,7 @@ class LoopConfig(Generic[Deps]):
     length_recoveries: int = 3
     length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT
 
-    tool_execution: Literal["parallel", "sequential"] = "parallel"
+    tool_execution: ToolExecution = "parallel"
     max_tool_concurrency: int = 16
     steering_during_tools: Literal["wait", "interrupt"] = "wait"
     max_tool_errors: int | None = None

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from typing import get_args
 
 from ..llm import Model
 from ..llm import ThinkingLevel
@@ -15,7 +16,7 @@ from ..loop import Tool
 from ..permissions import parse_mode
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_THINKING = ("off", "minimal", "low", "medium", "high", "xhigh")
+_THINKING: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 _MODE_NAMES = {"acceptEdits": "accept_edits", "bypassPermissions": "bypass", "dontAsk": "bypass"}
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from typing import Literal
 
 import msgspec
 
 from ..llm import Message
 from ..llm import Model
+from ..llm import ThinkingLevel
 from ..llm import get_model
 from ..loop import RunSummary
 from ..loop import Tool
+from ..loop import ToolExecution
 
 WORKFLOW_NAME = "ketch.agent"
 """The workflow type every durable agent runs as (the agent is in the input)."""
@@ -78,13 +79,13 @@ class AgentSpec(msgspec.Struct, kw_only=True, frozen=True):
     context_window: int
     system_prompt: str = ""
     tools: list[ToolDef] = msgspec.field(default_factory=list)
-    thinking: Literal["off", "minimal", "low", "medium", "high", "xhigh"] = "off"
+    thinking: ThinkingLevel = "off"
     max_tokens: int | None = None
     temperature: float | None = None
     max_turns: int | None = None
     max_budget_usd: float | None = None
     max_tool_concurrency: int = 16
-    tool_execution: Literal["parallel", "sequential"] = "parallel"
+    tool_execution: ToolExecution = "parallel"
     max_history_events: int = 10_000
     inline_limit: int = 256 * 1024
     approval_timeout: float | None = None
@@ -129,13 +130,13 @@ class DurableAgent:
         system_prompt: str = "",
         tools: Sequence[Tool] = (),
         pure: Sequence[str] = (),
-        thinking: Literal["off", "minimal", "low", "medium", "high", "xhigh"] = "off",
+        thinking: ThinkingLevel = "off",
         max_tokens: int | None = None,
         temperature: float | None = None,
         max_turns: int | None = None,
         max_budget_usd: float | None = None,
         max_tool_concurrency: int = 16,
-        tool_execution: Literal["parallel", "sequential"] = "parallel",
+        tool_execution: ToolExecution = "parallel",
         max_history_events: int = 10_000,
         inline_limit: int = 256 * 1024,
         approval_timeout: float | None = None,
