@@ -44,6 +44,7 @@ from ketch.loop import TurnInfo
 from ._config import MCPServerConfig
 from ._tools import convert_content
 from ._tools import convert_result
+from ._tools import dump
 from ._tools import flags
 from ._tools import tool_name
 
@@ -294,7 +295,7 @@ class _Server:
             server=self.config.name,
             message=params.message,
             mode=getattr(params, "mode", "form") or "form",
-            requested_schema=_dump(getattr(params, "requested_schema", None)) or {},
+            requested_schema=dump(getattr(params, "requested_schema", None)) or {},
             url=getattr(params, "url", None),
         )
         try:
@@ -475,7 +476,7 @@ class _Server:
             templates = []
         lines += [f"{t.uri_template}  {t.name} (template)" + (f" - {t.description}" if t.description else "") for t in templates]
         return ToolResult(content="\n".join(lines) if lines else "(no resources)",
-                          details={"resources": [_dump(r) for r in resources], "templates": [_dump(t) for t in templates]})
+                          details={"resources": [dump(r) for r in resources], "templates": [dump(t) for t in templates]})
 
     async def _read_resource(self, args: dict[str, Any]) -> ToolResult:
         session = await self.ensure()
@@ -491,7 +492,7 @@ class _Server:
         for p in prompts:
             params = ", ".join(a.name + ("" if a.required else "?") for a in p.arguments or ())
             lines.append(f"{p.name}({params})" + (f" - {p.description}" if p.description else ""))
-        return ToolResult(content="\n".join(lines) if lines else "(no prompts)", details={"prompts": [_dump(p) for p in prompts]})
+        return ToolResult(content="\n".join(lines) if lines else "(no prompts)", details={"prompts": [dump(p) for p in prompts]})
 
     async def _get_prompt(self, args: dict[str, Any]) -> ToolResult:
         session = await self.ensure()
@@ -543,13 +544,6 @@ def _client_info() -> Any:
     return types.Implementation(name="ketch", version=ours)
 
 
-def _dump(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(by_alias=True, mode="json", exclude_none=True)
-    return value
-
-
 def _sampling_blocks(content: Any) -> list[TextContent | ImageContent]:
     items = content if isinstance(content, list) else [content]
     out: list[TextContent | ImageContent] = []
@@ -560,7 +554,7 @@ def _sampling_blocks(content: Any) -> list[TextContent | ImageContent]:
         elif kind == "image":
             out.append(ImageContent(data=item.data, mime_type=item.mime_type))
         else:
-            out.append(TextContent(text=json.dumps(_dump(item))))
+            out.append(TextContent(text=json.dumps(dump(item))))
     return out
 
 

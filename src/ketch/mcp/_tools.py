@@ -71,10 +71,18 @@ def convert_content(blocks: Any) -> list[TextContent | ImageContent]:
         elif kind == "resource":
             out.append(_resource_text(block.resource))
         else:  # a block type this version does not know: keep its JSON
-            dump = getattr(block, "model_dump", None)
-            value = dump(by_alias=True, mode="json", exclude_none=True) if callable(dump) else str(block)
-            out.append(TextContent(text=json.dumps(value)))
+            value = dump(block)
+            out.append(TextContent(text=json.dumps(value if value is not block else str(block))))
     return out
+
+
+def dump(value: Any) -> Any:
+    """An MCP SDK (pydantic) object as the JSON-ready dict it is on the wire; other values
+    as they are."""
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(by_alias=True, mode="json", exclude_none=True)
+    return value
 
 
 def convert_result(result: Any) -> ToolResult:

@@ -92,6 +92,13 @@ class AgentSpec(msgspec.Struct, kw_only=True, frozen=True):
     activities: ActivitySettings = msgspec.field(default_factory=ActivitySettings)
 
 
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON-ready builtins for Temporal's payloads (what msgspec cannot
+    encode is written as its ``repr``): the worker's events and results, the workflow's
+    outbox."""
+    return msgspec.to_builtins(value, enc_hook=repr)
+
+
 def _flag(tool: Tool, name: str) -> bool:
     value = getattr(tool, name)
     if callable(value):

@@ -49,6 +49,7 @@ from ..loop import to_tool_result
 from ._events import Publisher
 from ._spec import PUBLISH_ACTIVITY
 from ._spec import DurableAgent
+from ._spec import jsonable
 from ._spec import model_activity
 from ._spec import tool_activity
 from ._workflow import AgentWorkflow
@@ -76,10 +77,6 @@ ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
 def sandbox_runner() -> SandboxedWorkflowRunner:
     """The workflow runner durable agents use (also for :class:`temporalio.worker.Replayer`)."""
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
-
-
-def _jsonable(value: Any) -> Any:
-    return msgspec.to_builtins(value, enc_hook=repr)
 
 
 def _no_provider_retries(model: Model) -> Model:
@@ -136,7 +133,7 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
         info = activity.info()
         pub = shared.publisher(payload)
         if info.attempt > 1:
-            pub.add({"event": _jsonable(Retry(
+            pub.add({"event": jsonable(Retry(
                 attempt=info.attempt - 1, max_attempts=agent.spec.activities.max_attempts, delay=0.0,
                 error_kind="retry", error_message="the previous attempt did not finish; its output is void",
                 discard_partial=True,
@@ -158,16 +155,16 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
                 async for ev in model.stream(request, options):
                     kind = type(ev)
                     if kind is StreamStart:
-                        pub.add({"event": _jsonable(MessageStart(message=ev.partial))})  # type: ignore[union-attr]
+                        pub.add({"event": jsonable(MessageStart(message=ev.partial))})  # type: ignore[union-attr]
                     elif kind is StreamDone:
                         final = ev.message  # type: ignore[union-attr]
                     elif kind is StreamError:
                         final = ev.error  # type: ignore[union-attr]
                         retry_after = ev.retry_after  # type: ignore[union-attr]
                     elif kind is Retry:
-                        pub.add({"event": _jsonable(ev)})
+                        pub.add({"event": jsonable(ev)})
                     else:
-                        pub.add({"event": {"type": "message_update", "event": _jsonable(ev)}})
+                        pub.add({"event": {"type": "message_update", "event": jsonable(ev)}})
         except asyncio.CancelledError:
             signal.abort()
             raise
@@ -217,7 +214,7 @@ def _tool_activity(
         call_id = payload["call_id"]
 
         async def report(partial: Any) -> None:
-            pub.add({"event": _jsonable(ToolExecutionUpdate(
+            pub.add({"event": jsonable(ToolExecutionUpdate(
                 tool_call_id=call_id, tool_name=tool.name, args=args, partial=partial
             ))})
 
@@ -239,7 +236,7 @@ def _tool_activity(
             result = ToolResult.error(exception_text(exc))
         finally:
             await pub.close()
-        return _jsonable(result)  # type: ignore[no-any-return]
+        return jsonable(result)  # type: ignore[no-any-return]
 
     return call_tool
 

@@ -61,14 +61,11 @@ with workflow.unsafe.imports_passed_through():
     from ._spec import AgentSpec
     from ._spec import RunInput
     from ._spec import ToolDef
+    from ._spec import jsonable
     from ._spec import model_activity
     from ._spec import tool_activity
 
 ABORTED_TEXT = "Request was aborted"
-
-
-def _jsonable(value: Any) -> Any:
-    return msgspec.to_builtins(value, enc_hook=repr)
 
 
 def _retry(spec: AgentSpec, *, non_retryable: list[str] | None = None) -> RetryPolicy:
@@ -293,10 +290,10 @@ class AgentWorkflow:
         if type(event) is AgentStart and (self._generation or self._more):
             return  # one run across continue-as-new and late messages: one agent_start
         if type(event) is AgentEnd and event.summary.end_reason != "approval_required":
-            self._last_end = _jsonable(event)  # published when the run really ends, with its whole summary
+            self._last_end = jsonable(event)  # published when the run really ends, with its whole summary
             return
         self._seq += 1
-        self._outbox.append({"seq": self._seq, "event": _jsonable(event)})
+        self._outbox.append({"seq": self._seq, "event": jsonable(event)})
 
     def _take(self, queue: list[Message]) -> Callable[[], list[Message]]:
         def take() -> list[Message]:
