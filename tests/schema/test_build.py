@@ -639,5 +639,5 @@ def test_the_loop_loads_only_the_validator() -> None:
     assert out.stdout.splitlines() == [
         "['ketch._schema', 'ketch._schema._validate']",
         "['ketch._schema', 'ketch._schema._build', 'ketch._schema._docstring', 'ketch._schema._function',"
-        " 'ketch._schema._validate']",
+        " 'ketch._schema._types', 'ketch._schema._validate']",
     ]

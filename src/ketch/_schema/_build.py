@@ -34,6 +34,7 @@ from typing import Final
 import msgspec
 
 from ._docstring import class_docstring
+from ._types import is_pydantic_model as is_pydantic_model
 
 NONE_TYPE: Final = type(None)
 EMPTY: Final = inspect.Parameter.empty
@@ -99,15 +100,6 @@ def is_union(tp: Any) -> bool:
     return origin is typing.Union or origin is types.UnionType
 
 
-def _pydantic_base() -> type | None:
-    module = sys.modules.get("pydantic")
-    base = getattr(module, "BaseModel", None) if module is not None else None
-    return base if isinstance(base, type) else None
-
-
-def is_pydantic_model(tp: Any) -> bool:
-    base = _pydantic_base()
-    return base is not None and isinstance(tp, type) and issubclass(tp, base)
 
 
 def is_field_info(obj: Any) -> bool:

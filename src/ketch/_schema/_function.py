@@ -21,13 +21,13 @@ from ._build import NONE_TYPE
 from ._build import Builder
 from ._build import is_field_info
 from ._build import is_path
-from ._build import is_pydantic_model
 from ._build import is_struct
 from ._build import is_union
 from ._build import object_schema
 from ._build import type_hints
 from ._build import unwrap
 from ._docstring import parse_docstring
+from ._types import is_pydantic_model
 
 _PLAIN_ARRAY_ORIGINS: Final = (list, abc.Sequence, abc.Iterable, abc.Collection)
 

@@ -25,6 +25,9 @@ from typing import TypeVar
 
 import msgspec
 
+from .._schema._types import is_pydantic_model
+from .._schema._types import output_name
+
 T = TypeVar("T")
 
 _DROPPED = frozenset(
@@ -52,7 +55,6 @@ _NAMED_SCHEMAS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUB_SCHEMAS = ("items", "additionalProperties", "not")
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)\n?[ \t]*```", re.DOTALL)
-_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class StructuredOutputError(ValueError):
@@ -62,11 +64,6 @@ class StructuredOutputError(ValueError):
         super().__init__(message)
         self.message = message
         self.text = text
-
-
-def _pydantic_model(type_: Any) -> bool:
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and isinstance(type_, type) and issubclass(type_, pydantic.BaseModel)
 
 
 def _unsupported(type_: Any) -> TypeError:
@@ -121,7 +118,7 @@ _stricts: dict[Any, _Schemas] = {}
 def _original(type_: Any) -> dict[str, Any]:
     schema = _originals.get(type_)
     if schema is None:
-        if _pydantic_model(type_):
+        if is_pydantic_model(type_):
             schema = type_.model_json_schema()
         else:
             try:
@@ -141,9 +138,9 @@ def _schemas(type_: Any) -> _Schemas:
 
 
 def _build(type_: Any) -> _Schemas:
-    name = _NAME_UNSAFE.sub("_", getattr(type_, "__name__", "output"))[:64] or "output"
+    name = output_name(type_)
     original = root = _original(type_)
-    if not _pydantic_model(type_):
+    if not is_pydantic_model(type_):
         ref = original.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
             defs = dict(original.get("$defs", {}))
@@ -268,7 +265,7 @@ def _validate(value: Any, type_: type[T], *, json: bool) -> T:
     ``DecodeError`` for text that is not JSON), ``TypeError`` for a type msgspec cannot
     validate.
     """
-    if _pydantic_model(type_):
+    if is_pydantic_model(type_):
         if json:
             return type_.model_validate_json(value)  # type: ignore[attr-defined, no-any-return]
         return type_.model_validate(value)  # type: ignore[attr-defined, no-any-return]
@@ -280,7 +277,7 @@ def _validate(value: Any, type_: type[T], *, json: bool) -> T:
 
 def _invalid(type_: Any) -> type[Exception]:
     """The error :func:`_validate` raises for a value that does not match ``type_``."""
-    return sys.modules["pydantic"].ValidationError if _pydantic_model(type_) else msgspec.ValidationError
+    return sys.modules["pydantic"].ValidationError if is_pydantic_model(type_) else msgspec.ValidationError
 
 
 def _pruned(data: Any, type_: type[T], name: str, problem: Any, text: str) -> T:
@@ -293,7 +290,7 @@ def _pruned(data: Any, type_: type[T], name: str, problem: Any, text: str) -> T:
             return _validate(pruned, type_, json=False)
         except _invalid(type_):
             pass
-    detail = _pydantic_problem(problem) if _pydantic_model(type_) else str(problem)
+    detail = _pydantic_problem(problem) if is_pydantic_model(type_) else str(problem)
     raise StructuredOutputError(f"Structured output does not match {name}: {detail}", text=text)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 import sys
 from collections.abc import AsyncGenerator
 from collections.abc import AsyncIterator
@@ -48,6 +47,8 @@ from typing import get_args
 import jiter
 import msgspec
 
+from .._schema._types import is_pydantic_model
+from .._schema._types import output_name
 from ..llm._errors import exception_text
 from ..llm._messages import AssistantMessage
 from ..llm._messages import Message
@@ -97,7 +98,6 @@ TEXT_NOT_ACCEPTED = "Plain text is not accepted as the answer: call the final_re
 """The problem reported in ``tool`` mode when the model answered with text."""
 
 _NOTHING: Any = object()
-_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _NUMBER_END = frozenset("0123456789-+.eE")
 
 
@@ -114,17 +114,7 @@ class RejectOutput(Exception):
 
 
 def _uses_pydantic(type_: Any) -> bool:
-    pydantic = sys.modules.get("pydantic")
-    if pydantic is None:
-        return False
-    if isinstance(type_, type) and issubclass(type_, pydantic.BaseModel):
-        return True
-    return any(_uses_pydantic(arg) for arg in get_args(type_))
-
-
-def _type_name(type_: Any) -> str:
-    name = getattr(type_, "__name__", None)
-    return (_NAME_UNSAFE.sub("_", name)[:64] if isinstance(name, str) else "") or "output"
+    return is_pydantic_model(type_) or any(_uses_pydantic(arg) for arg in get_args(type_))
 
 
 class OutputSchema:
@@ -141,7 +131,7 @@ class OutputSchema:
         self.type = type_
         self.wrapper: Any = None
         self.format: dict[str, Any] | None = None
-        self.name = _type_name(type_)
+        self.name = output_name(type_)
         if text:
             return
         try:
