@@ -287,8 +287,10 @@ def test_usage_errors_exit_2(env: Env) -> None:
         2,
         f"ketch: --allow: Invalid permission rule 'bash(x': {RULE_FORMS}\n",
     )
-    proc = env.run("run", "--cwd", str(env.work / "missing"), "go")
-    assert (proc.returncode, proc.stderr) == (2, f"ketch: --cwd {env.work / 'missing'}: not a directory\n")
+    missing = env.work / "missing"
+    for command in (("run", "--cwd", str(missing), "go"), ("config", "--cwd", str(missing)), ("sessions", "list", "--cwd", str(missing))):
+        proc = env.run(*command)
+        assert (proc.returncode, proc.stderr) == (2, f"ketch: --cwd {missing}: not a directory\n"), command
 
 
 def test_tools_flag_limits_the_tool_set(env: Env) -> None:

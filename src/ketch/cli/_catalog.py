@@ -19,6 +19,7 @@ from ._config import ConfigError
 from ._config import load_settings
 from ._factory import key_source
 from ._factory import register_providers
+from ._wire import EXIT_USAGE
 
 
 class ModelRow(msgspec.Struct, kw_only=True):
@@ -83,7 +84,7 @@ def models_command(argv: Sequence[str]) -> int:
         rows = model_rows(args.provider)
     except ConfigError as exc:
         sys.stderr.write(f"ketch: {exc}\n")
-        return 2
+        return EXIT_USAGE
     out = sys.stdout
     if args.json:
         out.write(msgspec.json.encode(rows).decode() + "\n")

@@ -195,6 +195,15 @@ class Settings:
     ignored: list[str] = field(default_factory=list)
 
 
+def directory(text: str | None, flag: str = "--cwd") -> Path:
+    """The directory a command works in: ``text`` (``~`` expanded) or the current one,
+    resolved; a :class:`ConfigError` naming ``flag`` when it is not a directory."""
+    root = Path(text).expanduser() if text else Path.cwd()
+    if not root.is_dir():
+        raise ConfigError(f"{flag} {text}: not a directory")
+    return root.resolve()
+
+
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The user config directory: ``$XDG_CONFIG_HOME/ketch`` or ``~/.config/ketch``."""
     env = os.environ if environ is None else environ

@@ -77,6 +77,7 @@ from ._sessions import use_recorded_model
 from ._signals import exit_now
 from ._signals import handle_signals
 from ._wire import EXIT_BROKEN_PIPE
+from ._wire import EXIT_INTERRUPTED
 from ._wire import BrokenPipeGuard
 from ._wire import Denied
 from ._wire import Init
@@ -520,8 +521,8 @@ class _Controller:
         def on_signal() -> None:
             hits[0] += 1
             if hits[0] > 1:
-                exit_now(130)
-            code[0] = 130
+                exit_now(EXIT_INTERRUPTED)
+            code[0] = EXIT_INTERRUPTED
             self.end()
 
         handle_signals({signal.SIGINT: on_signal, signal.SIGTERM: on_signal, signal.SIGHUP: lambda: exit_now(129)})

@@ -46,6 +46,7 @@ from ._signals import exit_now
 from ._signals import handle_signals
 from ._subagents import subagent_line
 from ._wire import EXIT_BROKEN_PIPE
+from ._wire import EXIT_INTERRUPTED
 from ._wire import BrokenPipeGuard
 from ._wire import Denied
 from ._wire import Init
@@ -231,7 +232,7 @@ def _install_signals(built: Built) -> Callable[[], None]:
     def on_signal() -> None:
         hits[0] += 1
         if hits[0] > 1:
-            exit_now(130)
+            exit_now(EXIT_INTERRUPTED)
         built.agent.abort()
 
     def on_hangup() -> None:

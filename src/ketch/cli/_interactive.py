@@ -47,6 +47,7 @@ from ._render import EventRenderer
 from ._render import format_tokens
 from ._signals import exit_now
 from ._signals import handle_signals
+from ._wire import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -788,7 +789,7 @@ async def run_interactive(
         try:
             options = await _pick(options, root)
         except (EOFError, KeyboardInterrupt):
-            return 130
+            return EXIT_INTERRUPTED
     mcp = mcp_manager(settings, root, errlog=_mcp_errlog() if settings.mcp_servers else None)
     saved = await open_session(options, root)
     use_recorded_model(settings, saved)

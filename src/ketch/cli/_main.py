@@ -45,16 +45,18 @@ from ._args import positive_int
 from ._config import TRUST_ENV
 from ._config import ConfigError
 from ._config import Settings
+from ._config import directory
 from ._config import finish_settings
 from ._config import load_settings
 from ._wire import EXIT_BROKEN_PIPE
+from ._wire import EXIT_INTERRUPTED
+from ._wire import EXIT_USAGE
 from ._wire import OUTPUT_FORMATS
 from ._wire import silence_stdout
 
 if TYPE_CHECKING:
     from ._sessions import SessionOptions
 
-EXIT_USAGE = 2
 # The commands besides ``run``: the module that has each (imported when it runs, so that
 # ``ketch`` starts fast) and its entry point, which takes the arguments after the command.
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -318,10 +320,7 @@ def _check_model(settings: Settings, tool_choice: str | None) -> None:
 
 
 def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
-    root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
-    if not root.is_dir():
-        raise ConfigError(f"--cwd {args.cwd}: not a directory")
-    root = root.resolve()
+    root = directory(args.cwd)
     settings = load_settings(root, _flags(args), trust=args.trust_project, ask_trust=_ask_trust if ask else None)
     resuming = bool(getattr(args, "resume", None) or args.continue_session)
     # resuming: a --deny CALL_ID:reason is matched against the paused run's calls later
@@ -399,7 +398,7 @@ def _run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return _error(str(exc))
         except KeyboardInterrupt:
-            return 130
+            return EXIT_INTERRUPTED
     if sessions.resume == "":
         return _error("--resume: a session id is needed with a task (ketch sessions list shows them)")
     from ._headless import run_headless
@@ -419,7 +418,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error(str(exc))
     except KeyboardInterrupt:  # Ctrl-C after the event loop closed
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

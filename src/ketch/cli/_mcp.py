@@ -43,13 +43,15 @@ from ._args import positive_int
 from ._config import TRUST_ENV
 from ._config import ConfigError
 from ._config import Settings
+from ._config import directory
 from ._config import finish_settings
 from ._config import load_settings
 from ._config import project_mcp_json
 from ._config import read_mcp_json
 from ._config import user_mcp_json
+from ._wire import EXIT_INTERRUPTED
+from ._wire import EXIT_USAGE
 
-EXIT_USAGE = 2
 SCOPES = ("user", "project")
 
 SERVE_DENIAL = (
@@ -138,7 +140,7 @@ def _add(argv: list[str]) -> int:
             entry["env"] = env
     else:
         raise ConfigError("ketch mcp add NAME needs -- COMMAND ARGS... (a stdio server) or --url URL")
-    cwd = _cwd(args.cwd)
+    cwd = directory(args.cwd)
     path = _scope_path(args.scope, cwd)
     data = read_mcp_json(path)
     servers = data.setdefault("mcpServers", {})
@@ -156,7 +158,7 @@ def _remove(argv: list[str]) -> int:
     parser.add_argument("-s", "--scope", choices=SCOPES, help="user or project (default: where it is)")
     parser.add_argument("-C", "--cwd", help="the directory whose project to use")
     args = parser.parse_args(argv)
-    cwd = _cwd(args.cwd)
+    cwd = directory(args.cwd)
     scopes = [args.scope] if args.scope else list(SCOPES)
     found = [(scope, path) for scope in scopes for path in [_scope_path(scope, cwd)] if args.name in read_mcp_json(path).get("mcpServers", {})]
     if not found:
@@ -170,13 +172,6 @@ def _remove(argv: list[str]) -> int:
     _write_mcp_json(path, data)
     sys.stderr.write(f"ketch: removed MCP server {args.name} from {path}\n")
     return 0
-
-
-def _cwd(text: str | None) -> Path:
-    root = Path(text).expanduser() if text else Path.cwd()
-    if not root.is_dir():
-        raise ConfigError(f"--cwd {text}: not a directory")
-    return root.resolve()
 
 
 # -- serve --------------------------------------------------------------------------------------
@@ -208,10 +203,7 @@ def _serve_parser() -> OneLineParser:
 
 def _serve_settings(args: Any) -> tuple[Settings, Path]:
 
-    root = Path(args.workspace).expanduser() if args.workspace else Path.cwd()
-    if not root.is_dir():
-        raise ConfigError(f"--workspace {args.workspace}: not a directory")
-    root = root.resolve()
+    root = directory(args.workspace, "--workspace")
     flags: dict[str, Any] = {
         "model": args.model,
         "max_turns": args.max_turns,
@@ -291,7 +283,7 @@ def _serve(argv: list[str]) -> int:
         else:
             asyncio.run(_serve_stdio(server))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -393,7 +385,7 @@ def _list_parser() -> OneLineParser:
 
 def _list(argv: list[str]) -> int:
     args = _list_parser().parse_args(argv)
-    cwd = _cwd(args.cwd)
+    cwd = directory(args.cwd)
     settings = load_settings(cwd, trust=args.trust_project)
     origins = dict(settings.mcp_origins)
     project_file = project_mcp_json(cwd)

@@ -29,13 +29,14 @@ from ._args import OneLineParser
 from ._config import ConfigError
 from ._config import Settings
 from ._signals import handle_signals
+from ._wire import EXIT_INTERRUPTED
+from ._wire import EXIT_USAGE
 from ._wire import encode_event
 from ._wire import encode_line
 
 TOKEN_ENV = "KETCH_SERVER_TOKEN"
 PROXY_TOKENS_ENV = "KETCH_PROXY_TOKENS"
 DEFAULT_PORT = 8765
-EXIT_USAGE = 2
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -277,4 +278,4 @@ def serve_command(argv: Sequence[str]) -> int:
             )
         )
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

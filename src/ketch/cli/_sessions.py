@@ -28,6 +28,8 @@ import msgspec
 from ._args import OneLineParser
 from ._config import ConfigError
 from ._config import Settings
+from ._config import directory
+from ._wire import EXIT_USAGE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from ..sessions import SessionInfo
     from ..sessions import SessionStore
 
-EXIT_USAGE = 2
 
 
 @dataclass(slots=True)
@@ -290,10 +291,7 @@ async def _delete(args: Any) -> int:
 
 
 def _root(args: Any) -> Path:
-    root = Path(args.cwd).expanduser() if args.cwd else Path.cwd()
-    if not root.is_dir():
-        raise ConfigError(f"--cwd {args.cwd}: not a directory")
-    return root.resolve()
+    return directory(args.cwd)
 
 
 def _sessions_parser() -> OneLineParser:

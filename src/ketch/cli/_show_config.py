@@ -6,17 +6,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from ._args import OneLineParser
 from ._config import ConfigError
 from ._config import config_dir
+from ._config import directory
 from ._config import load_settings
 from ._config import redact
 from ._config import redact_url
 from ._factory import api_key_for
 from ._factory import choose_model
 from ._factory import key_source
+from ._wire import EXIT_USAGE
 
 _SHOWN = (
     "thinking",
@@ -40,12 +41,12 @@ def config_command(argv: Sequence[str]) -> int:
     parser = OneLineParser(prog="ketch config", description="Show the effective settings.")
     parser.add_argument("-C", "--cwd", help="working directory (for the project config)")
     args = parser.parse_args(argv)
-    root = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
     try:
+        root = directory(args.cwd)
         settings = load_settings(root)
     except ConfigError as exc:
         sys.stderr.write(f"ketch: {exc}\n")
-        return 2
+        return EXIT_USAGE
     out = sys.stdout
     user = config_dir() / "config.toml"
     out.write(f"user config:    {user}{'' if user.is_file() else ' (not found)'}\n")

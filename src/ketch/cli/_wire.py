@@ -48,6 +48,10 @@ OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 
 EXIT_BROKEN_PIPE = 141
+EXIT_USAGE = 2
+"""Usage and configuration errors."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (SIGINT, as a shell reports it), and the exit code of an aborted run."""
 """Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
 tool that SIGPIPE stopped."""
 
@@ -122,7 +126,7 @@ EXIT_CODES: dict[str, int] = {
     "max_budget": 4,
     "usage_limit": 4,
     "approval_required": 5,
-    "aborted": 130,
+    "aborted": EXIT_INTERRUPTED,
 }
 """Exit code per end reason. Usage and configuration errors exit with 2."""
 

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._args import OneLineParser
-
-EXIT_USAGE = 2
+from ._wire import EXIT_USAGE
 
 
 def _parser() -> OneLineParser:
