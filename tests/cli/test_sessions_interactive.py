@@ -187,7 +187,7 @@ def test_a_paused_run_is_continued_after_the_question(env: Env, terminals: list[
     session_id = json.loads(proc.stdout)["session_id"]
     term = _start(env, terminals, [text_reply("Created it.")], "--resume", session_id)
     _ready(term, f"resumed session {session_id} (2 messages)")
-    term.expect(r"⚠ the paused run waits for approval: → write a\.txt")
+    term.expect(r"⚠ the paused run waits for approval: write\(a\.txt\)")
     term.expect(r"Allow\? \[y\] once")
     term.sendline("y")
     term.expect(r"Created a\.txt \(6 bytes, 1 line\)\.")

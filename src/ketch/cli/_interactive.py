@@ -376,7 +376,7 @@ class Session:
         ask about each waiting call, then continue that run."""
         from .. import approve
         from .. import deny
-        from ._headless import _tool_call_line
+        from ._render import tool_summary
         from ._sessions import pre_approve
 
         r = self.renderer
@@ -387,7 +387,7 @@ class Session:
         decisions: dict[str, Any] = {}
         try:
             for call in state.awaiting:
-                r.note(f"⚠ the paused run waits for approval: {_tool_call_line(call.tool_name, call.args)}", "bold yellow")
+                r.note(f"⚠ the paused run waits for approval: {tool_summary(call.tool_name, call.args)}", "bold yellow")
                 answer = parse_answer(await self._question(PERMISSION_PROMPT))
                 decisions[call.tool_call_id] = deny(answer.reason) if answer.decision == "deny" else approve()
             pre_approve(self.permissions, state, decisions)
