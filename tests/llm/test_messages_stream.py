@@ -271,3 +271,21 @@ async def test_closing_the_guarded_stream_closes_the_producer() -> None:
     assert (await anext(stream)).type == "text_start"
     await stream.aclose()
     assert closed.is_set()
+
+
+def test_the_builder_finishes_an_aborted_request_keeping_its_partial_text() -> None:
+    builder = MessageBuilder(provider="p", api="a", model="m")
+    builder.start()
+    index = builder.text_start().index
+    builder.text_delta("Hel", index)
+    end = builder.aborted()
+    assert (end.type, end.reason) == ("error", "aborted")
+    assert end.error == AssistantMessage(
+        content=[TextContent(text="Hel")],
+        provider="p",
+        api="a",
+        model="m",
+        stop_reason="aborted",
+        error_message="Request was aborted",
+        timestamp=end.error.timestamp,
+    )

@@ -311,6 +311,10 @@ class MessageBuilder:
         m.error_kind = None if aborted else (kind or "unknown")
         return StreamError(reason=m.stop_reason, error=m)
 
+    def aborted(self) -> StreamError:
+        """Finish as aborted: the request was aborted (partial content is kept)."""
+        return self.error("Request was aborted", aborted=True)
+
     def _close_silently(self) -> None:
         for index, kind in list(self._open.items()):
             if kind == "tool_call":
@@ -488,7 +492,7 @@ async def guard_stream(
                 await _close(producer)
                 if not started:
                     yield builder.start()
-                yield builder.error("Request was aborted", aborted=True)
+                yield builder.aborted()
                 return
             waiting.active = True
             try:
@@ -502,7 +506,7 @@ async def guard_stream(
                 if waiting.caused_cancel():
                     if not started:
                         yield builder.start()
-                    yield builder.error("Request was aborted", aborted=True)
+                    yield builder.aborted()
                     return
                 raise
             except Exception as exc:

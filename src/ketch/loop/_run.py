@@ -40,6 +40,7 @@ from ..llm._model import Request
 from ..llm._model import StreamOptions
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
+from ..llm._stream import MessageBuilder
 from ..llm._stream import StreamDone
 from ..llm._stream import StreamError
 from ..llm._stream import StreamEvent
@@ -104,9 +105,6 @@ if TYPE_CHECKING:
     from ._output import OutputRun
 
 log = logging.getLogger("ketch.loop")
-
-ABORTED_REQUEST_TEXT = "Request was aborted"
-
 
 class _Tripped:
     """What :meth:`_Run._guard_output` returns when an output guardrail tripped."""
@@ -927,9 +925,7 @@ class _Run:
         if self.signal.aborted:
             # Aborted before the call: end the turn as the model would, without calling it.
             m = self.model
-            yield _Opened(None, AssistantMessage(
-                provider=m.provider, api=m.api, model=m.id, stop_reason="aborted", error_message=ABORTED_REQUEST_TEXT
-            ))
+            yield _Opened(None, MessageBuilder(provider=m.provider, api=m.api, model=m.id).aborted().error)
             return
         try:
             messages = self.conversation.messages

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from ..llm import AbortSignal
     from ..llm import AssistantMessage
     from ..llm import Message
+    from ..llm import MessageBuilder
     from ..llm import Request
     from ..llm import StreamDone
     from ..llm import StreamError
@@ -64,9 +65,6 @@ with workflow.unsafe.imports_passed_through():
     from ._spec import jsonable
     from ._spec import model_activity
     from ._spec import tool_activity
-
-ABORTED_TEXT = "Request was aborted"
-
 
 def _retry(spec: AgentSpec, *, non_retryable: list[str] | None = None) -> RetryPolicy:
     s = spec.activities
@@ -118,7 +116,7 @@ class _ActivityModel:
         wf = self._wf
         signal = options.signal
         if signal is not None and signal.aborted:
-            yield StreamError(reason="aborted", error=self._message("aborted", ABORTED_TEXT, None))
+            yield MessageBuilder(provider=self.provider, api=self.api, model=self.id).aborted()
             return
         payload = {
             "system_prompt": request.system_prompt,
@@ -147,7 +145,7 @@ class _ActivityModel:
             out: dict[str, Any] = await handle
         except ActivityError as err:
             if isinstance(err.cause, CancelledError) or (signal is not None and signal.aborted):
-                yield StreamError(reason="aborted", error=self._message("aborted", ABORTED_TEXT, None))
+                yield MessageBuilder(provider=self.provider, api=self.api, model=self.id).aborted()
             else:
                 text, kind = _failure_text(err)
                 yield StreamError(reason="error", error=self._message("error", text, kind))

@@ -532,7 +532,7 @@ class HTTPModel:
         except Aborted:
             if not started:
                 yield builder.start()
-            yield builder.error("Request was aborted", aborted=True)
+            yield builder.aborted()
         except Exception as exc:
             message, kind = (exc.message, exc.kind) if isinstance(exc, ModelError) else (exception_text(exc), "unknown")
             if not started:

@@ -933,7 +933,7 @@ class LocalModel:
                 builder.set_usage(input=outcome.stats.prompt_tokens, output=outcome.stats.completion_tokens)
         assert outcome is not None
         if outcome.reason == "aborted":
-            yield builder.error("Request was aborted", aborted=True)
+            yield builder.aborted()
             return
         if text_index >= 0:
             yield builder.text_end(text_index)
