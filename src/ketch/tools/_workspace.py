@@ -27,6 +27,8 @@ import hashlib
 import os
 import stat as _stat
 import tempfile
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -130,18 +132,13 @@ def open_regular(
     return fd, info
 
 
+@dataclass(slots=True)
 class FileRecord:
     """What the agent last saw of a file: modification time, size and content digest."""
 
-    __slots__ = ("digest", "mtime_ns", "size")
-
-    def __init__(self, mtime_ns: int, size: int, digest: bytes) -> None:
-        self.mtime_ns = mtime_ns
-        self.size = size
-        self.digest = digest
-
-    def __repr__(self) -> str:
-        return f"FileRecord(mtime_ns={self.mtime_ns}, size={self.size})"
+    mtime_ns: int
+    size: int
+    digest: bytes = field(repr=False)
 
 
 class Workspace:
