@@ -17,6 +17,7 @@ from loopback import LoopbackServer
 from loopback import Reply
 from loopback import body_reply as error
 from loopback import recorded_reply
+from transcripts import with_images
 
 from ketch.llm import AbortSignal
 from ketch.llm import AssistantMessage
@@ -1419,25 +1420,16 @@ def test_stop_sequences_go_in_the_generation_config() -> None:
 
 async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(sse(gs.TEXT), sse(gs.TEXT))
-    context = Request(
-        messages=[
-            UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
-            AssistantMessage(
-                content=[ToolCall(id="call_1", name="shot", args={})],
-                provider="google", api="gemini", model="gemini-2.5-flash", stop_reason="tool_use",
-            ),
-            ToolResultMessage(tool_call_id="call_1", tool_name="shot", content=[ImageContent(data="BBBB")]),
-        ]
-    )
+    context = with_images("google", "gemini", "gemini-2.5-flash")
     text_only = msgspec.structs.replace(FLASH, input_modalities=("text",))
     await run(model_for(loopback, info=text_only), context)
     await run(model_for(loopback), context)
     note = {"text": "(image omitted: this model does not accept images)"}
-    sent, with_images = (r.json["contents"] for r in loopback.requests)
+    sent, sent_with_images = (r.json["contents"] for r in loopback.requests)
     assert [c["parts"] for c in sent] == [
         [{"text": "Look:"}, note],
         [{"functionCall": {"name": "shot", "args": {}, "id": "call_1"}}],
         [{"functionResponse": {"name": "shot", "response": {"output": ""}, "id": "call_1"}}, note],
     ]
-    assert with_images[0]["parts"][1] == {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
-    assert with_images[2]["parts"][1] == {"inlineData": {"mimeType": "image/png", "data": "BBBB"}}
+    assert sent_with_images[0]["parts"][1] == {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
+    assert sent_with_images[2]["parts"][1] == {"inlineData": {"mimeType": "image/png", "data": "BBBB"}}

@@ -15,6 +15,7 @@ from loopback import LoopbackServer
 from loopback import Reply
 from loopback import body_reply as error
 from loopback import recorded_reply as sse
+from transcripts import with_images
 
 from ketch.llm import AbortSignal
 from ketch.llm import AssistantMessage
@@ -1100,16 +1101,7 @@ async def test_messages_from_other_models_are_cleaned_before_conversion(loopback
 async def test_images_become_a_note_for_a_text_only_model(loopback: LoopbackServer) -> None:
     loopback.queue(sse(rs.TEXT))
     info = ModelInfo(id="gpt-5", provider="openai", api="openai-responses", name="Text only", input_modalities=("text",))
-    context = Request(
-        messages=[
-            UserMessage(content=[TextContent(text="Look:"), ImageContent(data="AAAA")]),
-            AssistantMessage(
-                content=[ToolCall(id="call_1", name="shot", args={})],
-                provider="openai", api="openai-responses", model="gpt-5", stop_reason="tool_use",
-            ),
-            ToolResultMessage(tool_call_id="call_1", tool_name="shot", content=[ImageContent(data="BBBB")]),
-        ]
-    )
+    context = with_images("openai", "openai-responses", "gpt-5")
     await run(model_for(loopback, info=info), context)
     note = {"type": "input_text", "text": "(image omitted: this model does not accept images)"}
     assert loopback.requests[0].json["input"] == [
