@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from clihelp import Env
 from clihelp import FakeServer
 from clihelp import Terminal
@@ -348,3 +349,19 @@ def test_sandbox_settings_from_the_user_and_an_untrusted_project(env: Env) -> No
     assert end["is_error"] is True
     assert end["result"]["content"][0]["text"].startswith("Permission denied: plan mode allows read-only tools only")
     assert not (env.work / "made").exists()
+
+
+def test_the_commands_files_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    from ketch.cli._config import ConfigError
+    from ketch.cli._config import write_config_file
+
+    target = tmp_path / "conf" / "config.toml"
+    write_config_file(target, 'model = "a"\n')
+    write_config_file(target, 'model = "b"\n')
+    assert target.read_text() == 'model = "b"\n'
+    assert sorted(p.name for p in target.parent.iterdir()) == ["config.toml"]  # no temporary file left
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(ConfigError) as info:
+        write_config_file(blocked / "config.toml", "x")
+    assert str(info.value).startswith(f"{blocked / 'config.toml'}: cannot write: ")

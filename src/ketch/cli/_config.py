@@ -65,6 +65,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import tomllib
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -204,6 +205,25 @@ def directory(text: str | None, flag: str = "--cwd") -> Path:
     return root.resolve()
 
 
+def write_config_file(path: Path, text: str) -> None:
+    """Write one of the command's own files (``config.toml``, ``.mcp.json``, the trusted
+    projects) atomically: a temporary file of its own beside it, renamed over it (and
+    removed when that fails). A :class:`ConfigError` names the path when it cannot be
+    written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The user config directory: ``$XDG_CONFIG_HOME/ketch`` or ``~/.config/ketch``."""
     env = os.environ if environ is None else environ
@@ -310,10 +330,7 @@ def trust_project(root: Path, environ: Mapping[str, str] | None = None) -> None:
     entries = [t for t in trusted if isinstance(t, str)] if isinstance(trusted, list) else []
     if str(root) not in entries:
         entries.append(str(root))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"trusted": entries}, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_config_file(path, json.dumps({"trusted": entries}, indent=2) + "\n")
 
 
 def _widening(data: _File) -> list[str]:
@@ -668,13 +685,7 @@ def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
         raise ConfigError(f"{path}: cannot update: {exc}") from None
     if check.get("permissions", {}).get(kind) != wanted:
         raise ConfigError(f"{path}: cannot update the [permissions] {kind} list")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
+    write_config_file(path, new)
 
 
 _USERINFO = re.compile(r"(//)[^/?#]*@")

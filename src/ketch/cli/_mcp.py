@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -49,6 +48,7 @@ from ._config import load_settings
 from ._config import project_mcp_json
 from ._config import read_mcp_json
 from ._config import user_mcp_json
+from ._config import write_config_file
 from ._wire import EXIT_INTERRUPTED
 from ._wire import EXIT_USAGE
 
@@ -66,13 +66,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 # -- where servers are configured -----------------------------------------------------------
 def _write_mcp_json(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    write_config_file(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def _scope_path(scope: str, cwd: Path) -> Path:
