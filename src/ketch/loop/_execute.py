@@ -91,7 +91,8 @@ def truncated_call_text(name: str) -> str:
     )
 
 
-async def _maybe_await(value: Any) -> Any:
+async def maybe_await(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (a hook or a tool callback may be either)."""
     if inspect.isawaitable(value):
         return await value
     return value
@@ -253,14 +254,14 @@ class ToolRunner:
         try:
             args = call.args
             if tool.prepare_arguments is not None:
-                args = await _maybe_await(tool.prepare_arguments(args))
+                args = await maybe_await(tool.prepare_arguments(args))
             args, problem = validate_arguments(tool.name, tool.parameters, args)
             if problem is not None:
                 return ToolResult.error(problem), True, None
             ctx: ToolContext[Any] | None = None
             if tool.validate is not None:
                 ctx = c.context(cfg.deps)
-                invalid = await _maybe_await(tool.validate(args, ctx))
+                invalid = await maybe_await(tool.validate(args, ctx))
                 if invalid is not None:
                     return ToolResult.error(str(invalid)), True, None
             repeats = cfg.max_repeated_tool_calls
@@ -273,7 +274,7 @@ class ToolRunner:
             if tool.preview is not None:
                 ctx = ctx or c.context(cfg.deps)
                 try:
-                    shown = await _maybe_await(tool.preview(args, ctx))
+                    shown = await maybe_await(tool.preview(args, ctx))
                 except Exception:
                     log.exception("preview of tool %r failed; skipped", tool.name)
                     shown = None
@@ -297,7 +298,7 @@ class ToolRunner:
             elif tool.requires_approval and tool.needs_approval(args):
                 return _PENDING, False, BeforeToolCallResult.approval_required()
             if cfg.before_tool_call is not None:
-                verdict = await _maybe_await(cfg.before_tool_call(c.info(args)))
+                verdict = await maybe_await(cfg.before_tool_call(c.info(args)))
                 if verdict is not None:
                     if verdict.approval:
                         if decision is None:
@@ -322,7 +323,7 @@ class ToolRunner:
 
         if cfg.after_tool_call is not None:
             try:
-                override: AfterToolCallResult | None = await _maybe_await(cfg.after_tool_call(c.info(args), result))
+                override: AfterToolCallResult | None = await maybe_await(cfg.after_tool_call(c.info(args), result))
             except Exception as exc:
                 return ToolResult.error(exception_text(exc)), True, verdict
             if override is not None:

@@ -84,6 +84,7 @@ from ._execute import BatchResult
 from ._execute import CallOutcome
 from ._execute import ToolBatch
 from ._execute import ToolRunner
+from ._execute import maybe_await
 from ._execute import stopped_result
 from ._guardrails import Guardrails
 from ._guardrails import GuardrailTrip
@@ -132,16 +133,10 @@ class _Opened(NamedTuple):
     failed: AssistantMessage | None = None
 
 
-async def _maybe(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
 async def _stops(predicate: Any, info: TurnInfo) -> bool:
     """A ``stop_when`` predicate's answer; one that raises means "do not stop" (logged)."""
     try:
-        return bool(await _maybe(predicate(info)))
+        return bool(await maybe_await(predicate(info)))
     except Exception:
         log.exception("stop_when predicate %r failed; not stopping", predicate)
         return False
@@ -252,7 +247,7 @@ async def llm_messages(messages: list[Message], config: LoopConfig[Any], model: 
     (``config.convert_to_llm``, else :func:`default_convert_to_llm`), then repaired
     unless the model prepares its messages itself."""
     if config.convert_to_llm is not None:
-        llm: list[Message] = await _maybe(config.convert_to_llm(messages))
+        llm: list[Message] = await maybe_await(config.convert_to_llm(messages))
     else:
         llm = default_convert_to_llm(messages)
     return repair_messages(llm) if _repairs_for(model) else llm
@@ -764,7 +759,7 @@ class _Run:
                         pending = [guarded]
                         continue
                 if cfg.on_stop is not None and not message.tool_calls:
-                    decision = await _maybe(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
+                    decision = await maybe_await(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
                     if decision is not None and decision.action == "escalate":
                         self._end("stop_guard", decision.reason or "on_stop escalated")
                         return
@@ -900,7 +895,7 @@ class _Run:
 
     async def _prepare_next_turn(self, info: TurnInfo) -> None:
         assert self.cfg.prepare_next_turn is not None
-        nxt = await _maybe(self.cfg.prepare_next_turn(info))
+        nxt = await maybe_await(self.cfg.prepare_next_turn(info))
         if nxt is None:
             return
         if nxt.model is not None:
@@ -930,7 +925,7 @@ class _Run:
         try:
             messages = self.conversation.messages
             if self.cfg.transform_context is not None:
-                messages = await _maybe(self.cfg.transform_context(messages, self.signal))
+                messages = await maybe_await(self.cfg.transform_context(messages, self.signal))
             if self.cfg.context_manager is not None:
                 async for item in self._manage_context(reason, messages):
                     match item:
@@ -982,7 +977,7 @@ class _Run:
         else:
             llm = await llm_messages(messages, cfg, self.model)
         options = self.options
-        api_key = await _maybe(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
+        api_key = await maybe_await(cfg.get_api_key(self.model.provider)) if cfg.get_api_key is not None else None
         options = msgspec.structs.replace(
             options,
             thinking=self.thinking,
