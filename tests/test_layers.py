@@ -127,6 +127,7 @@ PRIVATE_ALLOWED: dict[str, set[str]] = {
         "ketch.llm._http",
         "ketch.llm._messages",
         "ketch.llm._model",
+        "ketch.llm._providers.anthropic",
         "ketch.llm._providers.local",
         "ketch.llm._registry",
         "ketch.llm._resolve",

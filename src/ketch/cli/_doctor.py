@@ -97,7 +97,9 @@ def _local_model_file() -> Check:
 
 def _auth(api: str, key: str) -> dict[str, str]:
     if api == "anthropic-messages":
-        return {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        from ..llm._providers.anthropic import ANTHROPIC_VERSION
+
+        return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
     if api == "gemini":
         return {"x-goog-api-key": key}
     return {"Authorization": f"Bearer {key}"}

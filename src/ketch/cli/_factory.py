@@ -85,30 +85,31 @@ def _env_names(provider: str, settings: Settings) -> tuple[str, ...]:
     return tuple(names)
 
 
-def api_key_for(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
-    """The key for ``provider``: a literal ``api_key`` from config, else the first set
-    variable among the configured ``api_key_env`` and the registry's variables."""
+def _find_key(provider: str, settings: Settings, environ: Mapping[str, str] | None) -> tuple[str, str] | None:
+    """``(key, where it came from)``: a literal ``api_key`` from config (``config``), else
+    the first set variable among the configured ``api_key_env`` and the registry's."""
     env = os.environ if environ is None else environ
     configured = settings.providers.get(provider)
     if configured is not None and configured.api_key:
-        return configured.api_key
+        return configured.api_key, "config"
     for name in _env_names(provider, settings):
         value = env.get(name)
         if value:
-            return value
+            return value, name
     return None
+
+
+def api_key_for(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key for ``provider``: a literal ``api_key`` from config, else the first set
+    variable among the configured ``api_key_env`` and the registry's variables."""
+    found = _find_key(provider, settings, environ)
+    return found[0] if found is not None else None
 
 
 def key_source(provider: str, settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
     """Where ``provider``'s key comes from (``config`` or the variable's name), or None."""
-    env = os.environ if environ is None else environ
-    configured = settings.providers.get(provider)
-    if configured is not None and configured.api_key:
-        return "config"
-    for name in _env_names(provider, settings):
-        if env.get(name):
-            return name
-    return None
+    found = _find_key(provider, settings, environ)
+    return found[1] if found is not None else None
 
 
 def choose_model(settings: Settings, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
