@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable
 from collections.abc import Callable
@@ -312,7 +311,7 @@ class _Server:
         assert model is not None
         messages: list[Message] = []
         for m in params.messages:
-            blocks = _sampling_blocks(m.content)
+            blocks = convert_content(m.content if isinstance(m.content, list) else [m.content])
             if m.role == "assistant":
                 messages.append(AssistantMessage(content=[b for b in blocks if isinstance(b, TextContent)]))
             else:
@@ -542,20 +541,6 @@ def _client_info() -> Any:
     except Exception:
         ours = "0"
     return types.Implementation(name="ketch", version=ours)
-
-
-def _sampling_blocks(content: Any) -> list[TextContent | ImageContent]:
-    items = content if isinstance(content, list) else [content]
-    out: list[TextContent | ImageContent] = []
-    for item in items:
-        kind = getattr(item, "type", None)
-        if kind == "text":
-            out.append(TextContent(text=item.text))
-        elif kind == "image":
-            out.append(ImageContent(data=item.data, mime_type=item.mime_type))
-        else:
-            out.append(TextContent(text=json.dumps(dump(item))))
-    return out
 
 
 class MCPManager:
