@@ -136,4 +136,14 @@ def __getattr__(name: str) -> Any:
         from .llm._resolve import get_model
 
         return get_model
+    if name == "__version__":  # the installed distribution's version, looked up once
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version
+
+        try:
+            found = version("ketch")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     raise AttributeError(f"module 'ketch' has no attribute {name!r}")

@@ -32,3 +32,11 @@ def test_every_public_name_is_documented() -> None:
             if (inspect.isclass(obj) or inspect.isfunction(obj)) and not inspect.getdoc(obj):
                 missing.append(f"{face}.{name}")
     assert missing == []
+
+
+def test_the_package_knows_its_version() -> None:
+    from importlib.metadata import version
+
+    import ketch
+
+    assert ketch.__version__ == version("ketch")

@@ -59,12 +59,9 @@ from ._wire import make_result
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    import ketch
 
-        return version("ketch")
-    except Exception:
-        return "unknown"
+    return str(ketch.__version__)
 
 
 _MAIN_ARGUMENTS = ("command", "pattern", "path", "file_path", "query", "url")

@@ -534,13 +534,9 @@ async def _http(url: str, client: Any, connect: Any) -> Any:
 def _client_info() -> Any:
     import mcp_types as types
 
-    try:
-        from importlib.metadata import version
+    import ketch
 
-        ours = version("ketch")
-    except Exception:
-        ours = "0"
-    return types.Implementation(name="ketch", version=ours)
+    return types.Implementation(name="ketch", version=str(ketch.__version__))
 
 
 class MCPManager:
