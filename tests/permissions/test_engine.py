@@ -3,6 +3,7 @@ PreToolUse hook verdicts, and the decision records (on the engine and as events)
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -421,16 +422,17 @@ def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
 
 
 # -- paths as the tools read them ------------------------------------------------------------
-@pytest.mark.parametrize("prefix", ["myproj/", "/myproj/"])
-async def test_a_path_through_the_root_name_is_judged_as_the_file_the_tool_touches(prefix: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lead", ["", "/"])
+async def test_a_path_through_the_root_name_is_judged_as_the_file_the_tool_touches(lead: str, tmp_path: Path) -> None:
     """The workspace tools read ``myproj/x`` (``/myproj/x``) as ``x`` of the root
     ``.../myproj``; the engine's modes, protected paths and rules judge that same file."""
     from ketch.tools import coding_tools
 
-    root = tmp_path / "x" / "myproj"
+    root = tmp_path / "x" / f"proj-{uuid.uuid4().hex}"  # "/<name>" must not exist
     (root / ".git").mkdir(parents=True)
     (root / ".git" / "config").write_text("[core]\n")
     (root / "secret.txt").write_text("s3cret\n")
+    prefix = f"{lead}{root.name}/"
     engine = PermissionEngine("accept_edits", deny=["Read(secret.txt)"], root=root)
     tools = [t for t in coding_tools(root, sandbox=None) if t.name in ("read", "write")]
     calls = [

@@ -9,7 +9,8 @@ Targets: ``..``, absolute paths, ``~`` paths, symlinks in the workspace to a fil
 folder outside, symlink chains, a dangling symlink, a symlink to ``/proc/self/environ``,
 a hard link in the workspace to a file outside (made before the run), the protected
 paths (``.git/config``, ``.git/hooks``, ``.ketch/config.toml``: an approved edit there
-is followed by the git command it would turn into code execution), ``/proc`` environ
+is followed by the git command it would turn into code execution; also written through
+the workspace folder's own name, ``ws/.git/config``, as the tools read it), ``/proc`` environ
 files of the agent, and bash ``cd`` elsewhere. Each run is one counted attempt (see
 conftest.py): nothing outside the workspace may change, no key may appear in any tool
 result or event, and each result is exactly what is asserted.
@@ -101,6 +102,7 @@ class Targets:
         self.home = os.path.realpath(Path.home())
         self.tilde_victim = "~/" + os.path.relpath(self.victim, self.home)
         self.pid = runner.pid
+        self.name = os.path.basename(self.ws)  # the workspace folder's own name
         (ws / "chain-2").symlink_to("link-file")
         (ws / "chain-1").symlink_to("chain-2")
         (ws / "dir-chain").symlink_to("link-dir")
@@ -366,6 +368,16 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
             ("read", {"path": ".ketch/config.toml"}, Exact(False, '     1\tmodel = "local"')),
             ("write", {"path": ".ketch/config.toml", "content": 'mode = "bypass"\n'}, Exact(False, "Overwrote .ketch/config.toml (16 bytes, 1 line).")),
         ],
+        # the tools read "<root name>/x" as x of the root: so must the permission engine
+        "write-git-config-through-root-name": [
+            ("read", {"path": f"{t.name}/.git/config"}, StartsWith(False, "     1\t[core]")),
+            (
+                "write",
+                {"path": f"{t.name}/.git/config", "content": config},
+                Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines)."),
+            ),
+            ("bash", {"command": "git status"}, Ran()),
+        ],
     }
 
 
@@ -375,6 +387,7 @@ PROTECTED = [
     "write-git-hook-then-commit",
     "symlink-to-git-config-then-write",
     "write-ketch-config",
+    "write-git-config-through-root-name",
 ]
 
 
