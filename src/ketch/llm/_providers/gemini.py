@@ -36,6 +36,7 @@ from collections.abc import Container
 from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
+from typing import Unpack
 
 import msgspec
 
@@ -68,6 +69,7 @@ from .._stream import MessageBuilder
 from .._stream import StreamEvent
 from .base import IMAGE_OMITTED
 from .base import HTTPModel
+from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .wire_cache import WireCache
@@ -867,9 +869,9 @@ class GeminiModel(HTTPModel):
         stream: bool = True,
         thinking_budgets: Mapping[str, int] | None = None,
         json_schema: bool = False,
-        **kwargs: Any,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(id, provider=provider, **kwargs)
+        super().__init__(id, provider=provider, **options)
         self.streaming = stream
         self.thinking_budgets = dict(thinking_budgets) if thinking_budgets else None
         self.json_schema = json_schema
