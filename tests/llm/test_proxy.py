@@ -4,6 +4,7 @@ with scripted models as the upstream the server resolves."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator
 from collections.abc import Callable
@@ -345,3 +346,15 @@ async def test_a_client_abort_closes_the_upstream_call(make_proxy: Any) -> None:
     message = await task
     assert message.stop_reason == "aborted"
     await asyncio.wait_for(upstream.closed.wait(), 30)  # the server's handler closed the upstream stream
+
+
+def test_a_long_error_body_is_clipped_as_the_adapters_clip_it() -> None:
+    """The body kept on the error is cut at 2000 characters without leaving the first
+    characters of a word (it could be a key's)."""
+    model = proxy("http://127.0.0.1:1/proxy", TOKEN, model="openai:gpt-5-mini")
+    message = "x " * 975 + "sk-abcdefghijklmnopqrstuvwxyz"  # the key straddles character 2000
+    body = json.dumps({"error": {"kind": "server", "message": message}}).encode()
+    err = model.classify(500, body, {})
+    assert err.kind == "server"
+    assert err.body is not None and err.body.endswith(" …") and len(err.body) <= 2001
+    assert "sk-" not in err.body

@@ -116,23 +116,23 @@ def error_details(body: bytes | str | Any) -> tuple[str, str]:
         try:
             obj = msgspec.json.decode(text)
         except msgspec.DecodeError:
-            return _clip(text.strip()), ""
+            return clip_body(text.strip()), ""
     if isinstance(obj, list) and obj:
         obj = obj[0]
     if not isinstance(obj, dict):
-        return _clip(str(obj)), ""
+        return clip_body(str(obj)), ""
     err: Any = obj.get("error", obj)
     if isinstance(err, str):
-        return _clip(err), _code_of(obj)
+        return clip_body(err), _code_of(obj)
     if not isinstance(err, dict):
-        return _clip(str(err)), ""
+        return clip_body(str(err)), ""
     message = err.get("message") or err.get("detail") or obj.get("message") or obj.get("detail") or ""
     if not isinstance(message, str):
         message = msgspec.json.encode(message).decode()
     raw = (err.get("metadata") or {}).get("raw") if isinstance(err.get("metadata"), dict) else None
     if isinstance(raw, str) and raw and raw not in message:
         message = f"{message}: {raw}" if message else raw  # OpenRouter wraps upstream errors
-    return _clip(message), _code_of(err)
+    return clip_body(message), _code_of(err)
 
 
 def _code_of(err: dict[str, Any]) -> str:
@@ -147,7 +147,7 @@ def _code_of(err: dict[str, Any]) -> str:
 _TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~"
 
 
-def _clip(text: str) -> str:
+def clip_body(text: str) -> str:
     """``text`` cut to :data:`_MAX_BODY` characters. A cut that falls inside a word drops
     that word's start: it could be the first characters of a key."""
     if len(text) <= _MAX_BODY:
@@ -209,7 +209,7 @@ def classify_response(
     if retry_after is None and kind in ("rate_limit", "overloaded", "server"):
         retry_after = _wait_from_text(text)
     shown = f"HTTP {status}: {message}" if message else f"HTTP {status}"
-    return error_for_kind(kind)(shown, status=status, retry_after=retry_after, body=_clip(text))
+    return error_for_kind(kind)(shown, status=status, retry_after=retry_after, body=clip_body(text))
 
 
 def classify_error_object(obj: Any, *, default_kind: str = "server") -> ModelError:

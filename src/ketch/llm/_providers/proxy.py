@@ -28,6 +28,7 @@ from typing import Unpack
 
 import msgspec
 
+from .._classify import clip_body
 from .._errors import ErrorKind
 from .._errors import ModelError
 from .._errors import error_for_kind
@@ -126,7 +127,7 @@ class ProxyModel(HTTPModel):
         except (msgspec.DecodeError, LookupError, TypeError):
             return super().classify(status, body, headers)
         cls = error_for_kind(kind)
-        err = cls(f"HTTP {status}: {message}", status=status, body=body.decode("utf-8", "replace")[:2000])
+        err = cls(f"HTTP {status}: {message}", status=status, body=clip_body(body.decode("utf-8", "replace")))
         return err
 
     async def parse_stream(
