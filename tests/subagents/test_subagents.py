@@ -556,3 +556,14 @@ async def test_a_failed_background_subagent_is_a_failed_task_with_the_reason() -
     assert subs.runs["main/bg#1"].status == "failed"
     (queued,) = parent.follow_ups.peek()
     assert "<status>failed</status>\n<description>bg: w</description>\n<error>error: boom</error>" in _text(queued)
+
+
+def test_the_tool_names_are_the_tools_attach_adds() -> None:
+    from ketch.subagents import SUBAGENT_TOOLS
+    from ketch.tasks import TASK_TOOLS
+
+    tasks = TaskRegistry()
+    assert [t.name for t in tasks.tools()] == list(TASK_TOOLS)
+    parent = Agent(ScriptedModel([]))
+    Subagents([SubagentSpec("a", "a")], tasks=tasks).attach(parent)
+    assert [t.name for t in parent.tools] == list(SUBAGENT_TOOLS)

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from ..subagents import MODES
+from ..subagents import SUBAGENT_TOOLS
 from ..subagents import SubagentEvent
 from ..subagents import SubagentFileError
 from ..subagents import Subagents
@@ -109,7 +110,7 @@ def added_tool_names(settings: Settings, environ: Mapping[str, str] | None = Non
     """The names of the tools :func:`attach_subagents` adds (none without agent files)."""
     if not load_cli_agents(settings, environ):
         return ()
-    return ("subagent", "task_list", "task_output", "task_wait", "task_stop")
+    return SUBAGENT_TOOLS
 
 
 # -- display ---------------------------------------------------------------------------------

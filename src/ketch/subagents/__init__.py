@@ -21,6 +21,7 @@ from ._events import SubagentEvent
 from ._runtime import DEFAULT_MAX_DEPTH
 from ._runtime import MAX_BATCH
 from ._runtime import MODES
+from ._runtime import SUBAGENT_TOOLS
 from ._runtime import Mode
 from ._runtime import SubagentRun
 from ._runtime import Subagents
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "MAX_BATCH",
     "MODES",
+    "SUBAGENT_TOOLS",
     "Mode",
     "SubagentEvent",
     "SubagentFileError",

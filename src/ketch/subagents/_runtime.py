@@ -32,6 +32,7 @@ from ..loop import ToolResult
 from ..permissions import PermissionEngine
 from ..permissions import parse_mode
 from ..sessions import Session
+from ..tasks import TASK_TOOLS
 from ..tasks import TaskFailed
 from ..tasks import TaskNotifier
 from ..tasks import TaskRegistry
@@ -52,7 +53,10 @@ DEFAULT_MAX_DEPTH = 3
 MAX_BATCH = 16
 """The most subagents one ``tasks`` or ``chain`` call may name."""
 
-_OWN_TOOLS = frozenset({"subagent", "task_list", "task_output", "task_wait", "task_stop"})
+SUBAGENT_TOOLS: tuple[str, ...] = ("subagent", *TASK_TOOLS)
+"""The names of the tools :meth:`Subagents.attach` may add: ``subagent`` and the tasks'."""
+
+_OWN_TOOLS = frozenset(SUBAGENT_TOOLS)
 
 
 @dataclasses.dataclass(slots=True)

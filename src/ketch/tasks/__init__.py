@@ -23,6 +23,7 @@ from ._notify import TaskNotifier
 from ._notify import notification_text
 from ._notify import notify_agent
 from ._registry import DEFAULT_MAX_OUTPUT
+from ._registry import TASK_TOOLS
 from ._registry import TaskFailed
 from ._registry import TaskInfo
 from ._registry import TaskNotFoundError
@@ -32,6 +33,7 @@ from ._registry import TaskStatus
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
+    "TASK_TOOLS",
     "TaskFailed",
     "TaskInfo",
     "TaskNotFoundError",

@@ -30,6 +30,9 @@ FinishListener: TypeAlias = Callable[["TaskInfo"], "Awaitable[None] | None"]
 DEFAULT_MAX_OUTPUT = 200_000
 """Characters of output a task keeps (the newest); older output is dropped and counted."""
 
+TASK_TOOLS: tuple[str, ...] = ("task_list", "task_output", "task_wait", "task_stop")
+"""The names of the tools :meth:`TaskRegistry.tools` gives the model, in order."""
+
 
 class TaskInfo(msgspec.Struct, kw_only=True):
     """A background task as :meth:`TaskRegistry.list` shows it.
