@@ -1,11 +1,14 @@
-"""How a path a model wrote names a file of the workspace, shared by the workspace tools
-(:mod:`ketch.tools._workspace`), the permission rules (:mod:`ketch.permissions._rules`)
+"""Paths: how a path a model wrote names a file of the workspace, shared by the workspace
+tools (:mod:`ketch.tools._workspace`), the permission rules (:mod:`ketch.permissions._rules`)
 and the protected-path check (:mod:`ketch.sandbox._policy`), so the permission layer
-judges the file a tool will touch. It imports nothing of ketch."""
+judges the file a tool will touch; and the XDG base directories the sessions and the
+command keep their files in. It imports nothing of ketch."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 
 def within(path: str, root: str) -> bool:
@@ -39,3 +42,12 @@ def _by_root_name(root: str, path: str) -> str | None:
     if os.path.lexists(os.path.join(root, parts[0])):  # a real entry of that name wins
         return None
     return os.path.normpath(os.path.join(root, *parts[1:]))
+
+
+def xdg_dir(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:
+    """An XDG base directory: ``$variable`` when it holds an absolute path (the XDG spec
+    ignores a relative one), else ``fallback`` under the home directory (``HOME``)."""
+    value = environ.get(variable) or ""
+    if os.path.isabs(value):
+        return Path(value)
+    return Path(environ.get("HOME") or str(Path.home())) / fallback

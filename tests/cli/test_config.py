@@ -365,3 +365,12 @@ def test_the_commands_files_are_written_whole_or_not_at_all(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as info:
         write_config_file(blocked / "config.toml", "x")
     assert str(info.value).startswith(f"{blocked / 'config.toml'}: cannot write: ")
+
+
+def test_the_config_directory_ignores_a_relative_xdg_config_home(tmp_path: Path) -> None:
+    from ketch.cli._config import config_dir
+
+    home = str(tmp_path / "home")
+    assert config_dir({"HOME": home, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}) == tmp_path / "xdg" / "ketch"
+    assert config_dir({"HOME": home, "XDG_CONFIG_HOME": "relative/ignored"}) == tmp_path / "home" / ".config" / "ketch"
+    assert config_dir({"HOME": home}) == tmp_path / "home" / ".config" / "ketch"

@@ -78,6 +78,7 @@ from typing import Any
 
 import msgspec
 
+from .._paths import xdg_dir
 from ..hooks import HookConfigError
 from ..hooks import HookSpec
 from ..hooks import parse_hooks
@@ -225,13 +226,9 @@ def write_config_file(path: Path, text: str) -> None:
 
 
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The user config directory: ``$XDG_CONFIG_HOME/ketch`` or ``~/.config/ketch``."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or ""
-    if not base:
-        home = env.get("HOME") or str(Path.home())
-        base = os.path.join(home, ".config")
-    return Path(base) / "ketch"
+    """The user config directory: ``$XDG_CONFIG_HOME/ketch`` (an absolute path) or
+    ``~/.config/ketch``."""
+    return xdg_dir("XDG_CONFIG_HOME", ".config", os.environ if environ is None else environ) / "ketch"
 
 
 def project_root(cwd: Path) -> Path:

@@ -10,6 +10,7 @@ from typing import ClassVar
 from typing import Protocol
 from typing import runtime_checkable
 
+from .._paths import xdg_dir
 from ._entries import Entry
 from ._entries import SessionInfo
 from ._entries import SessionPage
@@ -133,10 +134,7 @@ def default_sessions_dir() -> Path:
     home = os.environ.get("KETCH_HOME")
     if home:
         return Path(home).expanduser() / "sessions"
-    data = os.environ.get("XDG_DATA_HOME")
-    if data and os.path.isabs(data):
-        return Path(data) / "ketch" / "sessions"
-    return Path.home() / ".local" / "share" / "ketch" / "sessions"
+    return xdg_dir("XDG_DATA_HOME", ".local/share", os.environ) / "ketch" / "sessions"
 
 
 def default_store() -> JsonlStore:
