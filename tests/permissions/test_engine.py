@@ -450,3 +450,50 @@ async def test_a_path_through_the_root_name_is_judged_as_the_file_the_tool_touch
     assert (root / ".git" / "config").read_text() == "[core]\n"
     assert (root / "src" / "new.py").read_text() == "x = 1\n"
     assert [(d.tool_name, d.outcome) for d in engine.decisions] == [("write", "deny"), ("read", "deny"), ("write", "allow")]
+
+
+async def test_a_symlink_then_dotdot_is_judged_as_the_file_the_tool_touches(tmp_path: Path) -> None:
+    """``x/../f`` with ``x`` a symlink two levels down: the tools take ``..`` first (``f``
+    of the root), the kernel follows ``x`` first; the engine judges both files."""
+    from ketch.tools import coding_tools
+
+    root = tmp_path / "ws"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "d1" / "d2").mkdir(parents=True)
+    (root / "src" / "a").mkdir(parents=True)
+    (root / ".env").write_text("KEY=s3cret\n")
+    (root / "x").symlink_to("d1/d2")
+    (root / "y").symlink_to("src/a")
+    (root / "l").symlink_to(".env")
+    tools = [t for t in coding_tools(root, sandbox=None) if t.name in ("read", "write")]
+    calls = [
+        tool_call("write", {"path": "x/../.git/config", "content": "[core]\n\tfsmonitor = true\n"}),  # protected
+        tool_call("read", {"path": "x/../l"}),  # the denied .env through a link
+        tool_call("write", {"path": "y/../.git/hooks/pre-commit", "content": "#!/bin/sh\n"}),  # allowed as src/**?
+    ]
+    engine = PermissionEngine("accept_edits", deny=["Read(.env)"], allow=["Write(src/**)"], root=root)
+    agent = Agent(ScriptedModel([reply(*calls), "done"]), tools=tools, before_tool_call=engine.before_tool_call)
+    result = await agent.prompt("go")
+    texts = [m.text for m in result.messages if m.role == "tool_result"]  # type: ignore[attr-defined]
+    assert texts == [
+        NO_APPROVER.format(tool="write", mode="accept_edits"),
+        "Permission denied: the call matches the deny rule Read(.env).",
+        NO_APPROVER.format(tool="write", mode="accept_edits"),
+    ]
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    assert not (root / ".git" / "hooks").exists()
+
+
+async def test_a_submodules_config_and_hooks_are_protected_paths_too(tmp_path: Path) -> None:
+    from ketch.sandbox import protected_path
+
+    root = tmp_path / "ws"
+    (root / ".git" / "modules" / "lib" / "modules" / "inner").mkdir(parents=True)
+    assert protected_path(root, ".git/modules/lib/config") == ".git/modules/**/config"
+    assert protected_path(root, ".git/modules/lib/hooks/post-checkout") == ".git/modules/**/hooks"
+    assert protected_path(root, ".git/modules/lib/modules/inner/config") == ".git/modules/**/config"
+    assert protected_path(root, ".git/modules/lib/info/exclude") is None
+    engine = PermissionEngine("accept_edits", root=root)
+    _, results, _ = await _run(engine, [tool_call("write", {"path": ".git/modules/lib/config"})])
+    assert results == [(True, NO_APPROVER.format(tool="write", mode="accept_edits"))]

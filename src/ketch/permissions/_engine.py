@@ -305,7 +305,7 @@ class PermissionEngine:
             return False
         root = self.root if self.root is not None else os.path.realpath(os.getcwd())
         r = resolve_path(subject, root)
-        return r.real_rel is not None and r.lexical_rel is not None
+        return r.real_rel is not None and r.lexical_rel is not None and r.followed_rel is not None
 
     def _commands(self, tool: Tool, args: dict[str, Any]) -> list[SimpleCommand] | None:
         if tool.name != "bash":

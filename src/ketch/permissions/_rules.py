@@ -266,27 +266,38 @@ def _path_matches(p: _PathPattern, candidates: Iterable[str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedPath:
-    """A call's path: resolved (``real``) and as written (``lexical``), both absolute, and
-    their workspace-relative forms (None when outside the workspace)."""
+    """A call's path, absolute, three ways, and their workspace-relative forms (None when
+    outside the workspace): ``real``, the file the workspace tools touch (``..`` taken
+    first, then symlinks followed); ``followed``, the file the kernel opens for the path
+    as written (symlinks followed as they come, then ``..``), which a tool that opens the
+    path itself touches; and ``lexical``, the path as written, normalised."""
 
     real: str
     lexical: str
     real_rel: str | None
     lexical_rel: str | None
+    followed: str
+    followed_rel: str | None
+
+    @property
+    def relative(self) -> list[str]:
+        """Every workspace-relative form there is (for deny rules: any may match)."""
+        return [c for c in (self.real_rel, self.followed_rel, self.lexical_rel) if c is not None]
 
 
 def resolve_path(subject: str, root: str) -> ResolvedPath:
     """Resolve ``subject`` against the workspace ``root`` (which must be a real path)."""
     joined = join_in_root(root, subject)
     lexical = os.path.normpath(joined)
-    real = os.path.realpath(joined)
+    real = os.path.realpath(lexical)
+    followed = os.path.realpath(joined)
 
     def rel(p: str) -> str | None:
         if p == root:
             return "."
         return p[len(root.rstrip(os.sep)) + 1 :] if within(p, root) else None
 
-    return ResolvedPath(real, lexical, rel(real), rel(lexical))
+    return ResolvedPath(real, lexical, rel(real), rel(lexical), followed, rel(followed))
 
 
 # -- rules -----------------------------------------------------------------------------------
@@ -396,17 +407,25 @@ class Rule:
         p = _path_pattern(self.specifier)
         base = root if root is not None else os.path.realpath(os.getcwd())
         r = resolve_path(subject, base)
-        if searches and os.path.isdir(r.real):
+        if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):
             # a content search of a folder reads every file below it
-            folders = (r.real, r.lexical) if p.absolute else [c for c in (r.real_rel, r.lexical_rel) if c is not None]
+            folders = (r.real, r.followed, r.lexical) if p.absolute else r.relative
             if any(_could_contain(p, folder) for folder in folders):
                 return True
         if p.absolute:
-            return _path_matches(p, (r.real, r.lexical) if deny else (r.real,))
+            if deny:
+                return _path_matches(p, (r.real, r.followed, r.lexical))
+            return _path_matches(p, (r.real,)) and _path_matches(p, (r.followed,))
         if deny:
-            return _path_matches(p, [c for c in (r.real_rel, r.lexical_rel) if c is not None])
-        # allow: the resolved path must be inside the workspace and match
-        return r.real_rel is not None and _path_matches(p, (r.real_rel,))
+            return _path_matches(p, r.relative)
+        # allow: the file the tools touch and the one the kernel would open must both be
+        # inside the workspace and match (they differ only through a symlink and "..")
+        return (
+            r.real_rel is not None
+            and r.followed_rel is not None
+            and _path_matches(p, (r.real_rel,))
+            and _path_matches(p, (r.followed_rel,))
+        )
 
 
 def _commands(command: str) -> list[SimpleCommand]:

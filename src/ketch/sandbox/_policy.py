@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -13,6 +14,8 @@ from typing import runtime_checkable
 
 from .._paths import join_in_root
 from .._paths import within
+
+_GLOB_CHARS = frozenset("*?[")
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
@@ -90,8 +93,16 @@ def protected_path(
     engine, so that they keep the same paths read-only as the sandbox does.
     """
     root = os.path.realpath(workspace)
-    real = os.path.realpath(join_in_root(root, os.fspath(path)))
+    joined = join_in_root(root, os.fspath(path))
+    # the file the workspace tools touch (".." first) and the one the kernel opens
+    candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
     for entry in protected:
-        if within(real, os.path.realpath(os.path.join(root, entry))):
+        if _GLOB_CHARS.intersection(entry):  # .git/modules/**/config: as the sandbox globs it
+            pattern = entry.replace("**", "*")
+            for real in candidates:
+                rel = os.path.relpath(real, root).split(os.sep)
+                if rel[0] != ".." and any(fnmatch.fnmatchcase("/".join(rel[:n]), pattern) for n in range(1, len(rel) + 1)):
+                    return entry
+        elif any(within(real, os.path.realpath(os.path.join(root, entry))) for real in candidates):
             return entry
     return None
