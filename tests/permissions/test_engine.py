@@ -497,3 +497,29 @@ async def test_a_submodules_config_and_hooks_are_protected_paths_too(tmp_path: P
     engine = PermissionEngine("accept_edits", root=root)
     _, results, _ = await _run(engine, [tool_call("write", {"path": ".git/modules/lib/config"})])
     assert results == [(True, NO_APPROVER.format(tool="write", mode="accept_edits"))]
+
+
+async def test_always_does_not_turn_a_quoted_star_into_a_wildcard(tmp_path: Path) -> None:
+    """A remembered rule is compared word by word; a word with * ? [ would match more than
+    the call that was approved, so such a call is allowed once and nothing is remembered."""
+    requests: list[PermissionRequest] = []
+
+    async def approver(request: PermissionRequest) -> Approval:
+        requests.append(request)
+        return Approval.always()
+
+    engine = PermissionEngine("default", approver=approver, root=tmp_path)
+    calls = [
+        tool_call("bash", {"command": "rm -f 'tmp*'"}),
+        tool_call("bash", {"command": "rm -f tmp -r /home/user/project"}),
+        tool_call("bash", {"command": "find . -name '*'"}),
+        tool_call("bash", {"command": "find . -name x -delete"}),
+    ]
+    await _run(engine, calls)
+    assert [[str(r) for r in q.suggested_rules] for q in requests] == [
+        [],
+        ["Bash(rm -f tmp -r /home/user/project)"],
+        [],
+        ["Bash(find . -name x -delete)"],
+    ]
+    assert [d.decided_by for d in engine.decisions] == ["user", "user", "user", "user"]  # each one asked

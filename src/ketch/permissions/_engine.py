@@ -173,6 +173,8 @@ def args_digest(args: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_GLOB = frozenset("*?[")
+
 USER_DENIED = denied_text()
 NO_APPROVER = (
     "Permission denied: {tool} needs approval, but nobody can approve it in this run "
@@ -409,7 +411,12 @@ class PermissionEngine:
         suggested: tuple[Rule, ...]
         if name == "bash":
             cmds = self._commands(tool, args) or []
-            if cmds and all(c.resolved and not c.writes and c.words and not c.open_args for c in cmds):
+            # A word with * ? [ would be a wildcard in the remembered rule (Bash(rm -f 'tmp*')
+            # would allow "rm -f tmp -r ~"): such a call is allowed once, nothing remembered.
+            if cmds and all(
+                c.resolved and not c.writes and c.words and not c.open_args and not any(_GLOB.intersection(w) for w in c.words)
+                for c in cmds
+            ):
                 seen: dict[str, Rule] = {}
                 for c in cmds:
                     text = f"Bash({_shell_join(c.words)})"
