@@ -41,7 +41,7 @@ def _words(text: str) -> list[tuple[tuple[str, ...], bool]]:
         ("xargs", [(("echo",), True)]),
         ("find . -type f -exec b {} \\; -ok c {} +", [(("find", ".", "-type", "f", "-exec", "-ok"), True), (("b", "{}"), True), (("c", "{}"), True)]),
         ("bash -c 'a; b'", [(("a",), True), (("b",), True)]),
-        ("bash script.sh", [(("bash", "script.sh"), True)]),
+        ("bash script.sh", [(("bash", "script.sh"), False)]),  # the script's commands are not known
         ("env -S 'rm x' y", [(("env", "-S", "rm x", "y"), False)]),
         ("echo $HOME", [(("echo", "$HOME"), False)]),
         ("$(a) b", [(("a",), True), (("$(a)", "b"), False)]),
@@ -60,6 +60,13 @@ def _words(text: str) -> list[tuple[tuple[str, ...], bool]]:
         ("declare -x A=1", [(("declare", "-x", "A=1"), False)]),
         ("printf -v 'a[$(id)]' x", [(("printf", "-v", "a[$(id)]", "x"), False)]),
         ("[ -f x ]", [(("[", "-f", "x", "]"), True)]),
+        # a command name bash may expand into file names is not known
+        ("/bin/r[m] -rf build", [(("/bin/r[m]", "-rf", "build"), False)]),
+        ("r? x; ls *.py; '[m]' x", [(("r?", "x"), False), (("ls", "*.py"), True), (("[m]", "x"), True)]),
+        # a shell reading its code from stdin or a file, a wrapper whose options are not read
+        ("bash <<< 'rm -rf x'", [(("bash",), False)]),
+        ("echo rm -rf x | sh", [(("echo", "rm", "-rf", "x"), True), (("sh",), False)]),
+        ("setsid rm -rf x", [(("setsid", "rm", "-rf", "x"), False)]),
     ],
 )
 def test_parse(text: str, expected: list[tuple[tuple[str, ...], bool]]) -> None:
@@ -81,3 +88,23 @@ def test_deep_nesting_is_unresolved_not_a_crash() -> None:
         deep = f"sh -c {deep!r}"
     cmds = parse_command(deep)
     assert cmds and not any(c.resolved and c.words == ("a",) for c in cmds[1:])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/bin/r[m] -rf build",
+        "/usr/bin/r? -rf build",
+        "setsid rm -rf build",
+        "stdbuf -o0 rm -rf build",
+        "bash <<< 'rm -rf build'",
+        "echo rm -rf build | sh",
+        "echo rm -rf build | bash -s",
+    ],
+)
+def test_a_bash_deny_rule_is_not_talked_around(command: str) -> None:
+    from ketch.permissions import Rule
+
+    rule = Rule.parse("Bash(rm:*)")
+    assert rule.denies("bash", {"command": command}, "/tmp", parse_command(command))
+    assert not rule.denies("bash", {"command": "git status"}, "/tmp", parse_command("git status"))

@@ -93,6 +93,9 @@ def _bash_pattern(spec: str) -> _BashPattern:
     return _BashPattern(tuple(words), prefix)
 
 
+_GLOBBY = re.compile(r"[*?\[]")
+
+
 def _word_matches(pattern: str, word: str) -> bool:
     return fnmatch.fnmatchcase(word, pattern) if any(c in pattern for c in "*?[") else word == pattern
 
@@ -155,7 +158,8 @@ def _bash_denies(p: _BashPattern, cmd: SimpleCommand) -> bool:
     if not cmd.resolved or cmd.open_args:
         names = possible_names(cmd.text)
         names.update(command_basename(w) for w in cmd.words)
-        return any(_word_matches(head, n) for n in names)
+        # a word that is a file-name pattern (r[m], /bin/r?) may name the command too
+        return any(_word_matches(head, n) or (_GLOBBY.search(n) and fnmatch.fnmatchcase(head, n)) for n in names)
     if not cmd.words or not _word_matches(head, command_basename(cmd.words[0])):
         return False
     rest, want = cmd.words[1:], p.words[1:]

@@ -68,6 +68,13 @@ _POISON = {
     "read",
 }
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "busybox"}
+# Commands that run another command given in their arguments, with options this parser
+# does not read: what they run is unresolved (deny rules then look at every word).
+_OPAQUE_WRAPPERS = {
+    "setsid", "stdbuf", "ionice", "chrt", "taskset", "unbuffer", "flock", "watch", "script",
+    "strace", "ltrace", "valgrind", "firejail", "systemd-run", "runuser", "su", "chroot",
+    "unshare", "nsenter", "prlimit", "faketime", "pkexec", "parallel", "entr", "caffeinate",
+}
 
 
 class _Unsupported(Exception):
@@ -80,6 +87,7 @@ class _Word:
     raw: str  # as written
     literal: bool  # no expansion of any kind
     inner: list[str] = field(default_factory=list)  # command/process substitution bodies
+    glob: bool = False  # an unquoted * ? [ : bash may expand the word into file names
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +210,8 @@ class _Lexer:
         s, start = self.s, self.i
         text: list[str] = []
         literal = True
+        glob = False
+        bracket = False  # an unquoted [ seen: a later ] makes a bracket expression
         inner: list[str] = []
         while self.i < self.n:
             c = s[self.i]
@@ -252,13 +262,16 @@ class _Lexer:
                 continue
             if c == "{" and self._brace_expansion():
                 raise _Unsupported("brace expansion")
+            if c in "*?" or (c == "]" and bracket):
+                glob = True
+            bracket |= c == "["
             text.append(c)
             self.i += 1
         raw = s[start : self.i]
         value = "".join(text)
         if not literal:
             value = raw  # keep the expansion as written
-        return _Word(value, raw, literal, inner)
+        return _Word(value, raw, literal, inner, glob)
 
     def _brace_expansion(self) -> bool:
         s = self.s
@@ -619,8 +632,8 @@ class _Parser:
             return
         if assigned:
             resolved = False  # X=… cmd: the environment may change what cmd does
-        if not rest[0].literal:
-            resolved = False  # the command name itself is an expansion
+        if not rest[0].literal or rest[0].glob:
+            resolved = False  # the command name itself is an expansion (or a file-name pattern)
         values = [w.text for w in rest]
         self._emit(values, resolved=resolved, writes=writes, text=text)
 
@@ -636,6 +649,11 @@ class _Parser:
             )
             return
         kind, inner, extra_resolved = unwrapped
+        if kind == "shell":
+            # bash <<< 'rm -rf x', echo rm -rf x | sh: what runs is in text this command does
+            # not hold, so deny rules see the whole input
+            self.out.append(SimpleCommand(tuple(values), resolved=False, writes=writes, text=self.text))
+            return
         if kind == "none":
             name = command_basename(values[0]) if values else ""
             if name in _POISON or _evaluates_names(name, values[1:]):
@@ -838,7 +856,9 @@ def _unwrap(words: list[str]) -> tuple[str, list[str], bool] | None:
                     return None
                 return "script", [rest[i + 1]], True
             i += 1
-        return "none", [], True
+        return "shell", [], False  # the code comes from stdin or a file: not known here
+    if name in _OPAQUE_WRAPPERS:
+        return None  # runs another command whose place in the words this parser does not know
     return "none", [], True
 
 
