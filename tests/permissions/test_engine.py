@@ -12,6 +12,7 @@ import pytest
 from ketch import Agent
 from ketch import Tool
 from ketch.loop import ToolCallInfo
+from ketch.permissions import PLAN_DENIED
 from ketch.permissions import Allow
 from ketch.permissions import Approval
 from ketch.permissions import Decision
@@ -19,9 +20,11 @@ from ketch.permissions import Deny
 from ketch.permissions import HookVerdict
 from ketch.permissions import PermissionEngine
 from ketch.permissions import PermissionRequest
+from ketch.permissions import ReportsSandboxPolicy
 from ketch.permissions import SandboxedTool
 from ketch.permissions import Verdict
 from ketch.permissions import args_digest
+from ketch.sandbox import SandboxPolicy
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
 from ketch.testing import tool_call
@@ -33,13 +36,19 @@ NO_APPROVER = (
 
 
 class _Bash(Tool):
-    def __init__(self, log: list[str], sandboxed: bool) -> None:
+    """A bash tool; its sandbox is read-only unless ``writable`` (the real one's is in plan mode)."""
+
+    def __init__(self, log: list[str], sandboxed: bool, writable: bool = False) -> None:
         async def run(args: dict[str, Any], ctx: Any) -> str:
             log.append(f"bash:{args['command']}")
             return "ran"
 
         super().__init__("bash", "bash", {"type": "object", "properties": {"command": {"type": "string"}}}, run, sequential=True)
         self.sandboxed = sandboxed
+        self.writable = writable
+
+    def policy(self) -> SandboxPolicy:
+        return SandboxPolicy(workspace=Path("/ws"), write=self.writable)
 
 
 def _tools(log: list[str], *, sandboxed: bool = False) -> list[Tool]:
@@ -419,6 +428,10 @@ def test_the_bash_tool_is_a_sandboxed_tool(tmp_path: Path) -> None:
     engine = PermissionEngine("plan", root=tmp_path)
     assert engine.check(Tool("bash"), {"command": "ls"}).outcome == "deny"
     assert engine.check(_Bash([], True), {"command": "ls"}) == Verdict("allow", "mode plan")
+    # plan trusts the sandbox only when it is read-only for this call
+    writable = engine.check(_Bash([], True, writable=True), {"command": "touch x"})
+    assert writable == Verdict("deny", "mode plan", PLAN_DENIED.format(tool="bash"))
+    assert isinstance(bash, ReportsSandboxPolicy) and bash.policy().write is True  # built without write_allowed
 
 
 # -- paths as the tools read them ------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 
 from ketch import Tool
 from ketch.permissions import PermissionEngine
+from ketch.sandbox import SandboxPolicy
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,15 @@ TABLE: list[Row] = [
 
 
 class _Bash(Tool):
-    def __init__(self, sandboxed: bool) -> None:
+    """A bash tool whose sandbox is read-only in plan mode, as the real one's is there."""
+
+    def __init__(self, sandboxed: bool, mode: str = "default") -> None:
         super().__init__("bash", sequential=True)
         self.sandboxed = sandboxed
+        self.mode = mode
+
+    def policy(self) -> SandboxPolicy:
+        return SandboxPolicy(workspace=Path("/ws"), write=self.mode != "plan")
 
 
 @pytest.fixture(scope="module")
@@ -232,9 +239,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root.resolve()
 
 
-def _tool(name: str, sandboxed: bool) -> Tool:
+def _tool(name: str, sandboxed: bool, mode: str) -> Tool:
     if name == "bash":
-        return _Bash(sandboxed)
+        return _Bash(sandboxed, mode)
     read_only = name in ("read", "grep", "find", "ls")
     return Tool(name, sequential=not read_only, read_only=read_only)
 
@@ -255,5 +262,5 @@ def test_the_table_is_big_enough() -> None:
 def test_rule_table(row: Row, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(workspace.parent / "home"))
     engine = PermissionEngine(row.mode, root=workspace, **row.rules)  # type: ignore[arg-type]
-    verdict = engine.check(_tool(row.tool, row.sandboxed), _args(row, workspace))
+    verdict = engine.check(_tool(row.tool, row.sandboxed, row.mode), _args(row, workspace))
     assert verdict.outcome == row.expected, verdict

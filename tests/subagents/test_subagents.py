@@ -567,3 +567,53 @@ def test_the_tool_names_are_the_tools_attach_adds() -> None:
     parent = Agent(ScriptedModel([]))
     Subagents([SubagentSpec("a", "a")], tasks=tasks).attach(parent)
     assert [t.name for t in parent.tools] == list(SUBAGENT_TOOLS)
+
+
+class _SandboxedBash(Tool):
+    """A sandboxed bash whose sandbox is writable (its write_allowed follows the parent)."""
+
+    def __init__(self, ran: list[str]) -> None:
+        super().__init__("bash", execute=lambda args, ctx: ran.append(args["command"]) or "ran", sequential=True)
+        self.sandboxed = True
+
+    def policy(self) -> Any:
+        from pathlib import Path
+
+        from ketch.sandbox import SandboxPolicy
+
+        return SandboxPolicy(workspace=Path("/ws"), write=True)
+
+
+async def test_a_parent_in_plan_mode_keeps_its_subagents_in_plan_mode() -> None:
+    from ketch.permissions import PLAN_DENIED
+
+    touched: list[str] = []
+    write = Tool("write", execute=lambda args, ctx: touched.append(args["path"]) or "written")
+    engine = PermissionEngine("plan")
+    parent = Agent(
+        ScriptedModel([reply(tool_call("subagent", {"agent": "loose", "task": "write x"})), "ok"]),
+        tools=[write],
+        before_tool_call=engine.before_tool_call,
+    )
+    child = ScriptedModel([reply(tool_call("write", {"path": "x"})), "done"])
+    Subagents([SubagentSpec("loose", "l", model=child, tools=["write"], permission_mode="bypass")]).attach(parent)
+    await parent.prompt("go")
+    assert touched == []
+    assert _text(child.requests[1].messages[-1]) == PLAN_DENIED.format(tool="write")
+
+
+async def test_a_plan_mode_subagent_does_not_run_a_writable_sandbox() -> None:
+    from ketch.permissions import PLAN_DENIED
+
+    ran: list[str] = []
+    engine = PermissionEngine("default")
+    parent = Agent(
+        ScriptedModel([reply(tool_call("subagent", {"agent": "planner", "task": "look"})), "ok"]),
+        tools=[_SandboxedBash(ran)],
+        before_tool_call=engine.before_tool_call,
+    )
+    child = ScriptedModel([reply(tool_call("bash", {"command": "touch x"})), "done"])
+    Subagents([SubagentSpec("planner", "p", model=child, tools=["bash"], permission_mode="plan")]).attach(parent)
+    await parent.prompt("go")
+    assert ran == []
+    assert _text(child.requests[1].messages[-1]) == PLAN_DENIED.format(tool="bash")

@@ -57,6 +57,7 @@ from ._engine import PermissionEngine
 from ._engine import PermissionMode
 from ._engine import PermissionRequest
 from ._engine import PreToolUseHook
+from ._engine import ReportsSandboxPolicy
 from ._engine import SandboxedTool
 from ._engine import Verdict
 from ._engine import args_digest
@@ -89,6 +90,7 @@ __all__ = [
     "PermissionMode",
     "PermissionRequest",
     "PreToolUseHook",
+    "ReportsSandboxPolicy",
     "Rule",
     "SandboxedTool",
     "SimpleCommand",

@@ -25,6 +25,7 @@ from ..loop import BeforeToolCallResult
 from ..loop import Tool
 from ..loop import ToolCallInfo
 from ..loop import denied_text
+from ..sandbox import SandboxPolicy
 from ._rules import Rule
 from ._rules import parse_rules
 from ._rules import resolve_path
@@ -50,6 +51,27 @@ def parse_mode(text: str) -> PermissionMode:
 
 
 # -- seams -----------------------------------------------------------------------------------
+@runtime_checkable
+class ReportsSandboxPolicy(Protocol):
+    """A sandboxed tool that tells the policy its next command runs under (the bash tool
+    does): ``plan`` lets a sandboxed call run without asking only when that policy is
+    read-only."""
+
+    def policy(self) -> SandboxPolicy:
+        """The sandbox policy of a call made now."""
+        ...
+
+
+def _read_only_now(tool: Tool) -> bool:
+    """Whether ``tool``'s next command runs in a read-only sandbox (False when unknown)."""
+    if not isinstance(tool, ReportsSandboxPolicy):
+        return False
+    try:
+        return not tool.policy().write
+    except Exception:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class HookVerdict:
     """What a PreToolUse hook says about a call (``None`` fields: no opinion).
@@ -79,7 +101,8 @@ class PreToolUseHook(Protocol):
 class SandboxedTool(Protocol):
     """A tool that says whether its commands run inside an OS sandbox (the bash tool does).
 
-    ``accept_edits`` and ``plan`` let a sandboxed bash call run without asking.
+    ``accept_edits`` lets a sandboxed bash call run without asking; ``plan`` does too when
+    the tool also reports a read-only policy for it (:class:`ReportsSandboxPolicy`).
     """
 
     @property
@@ -384,8 +407,8 @@ class PermissionEngine:
             return Verdict("allow", source)
         sandboxed = kind == "bash" and isinstance(tool, SandboxedTool) and tool.sandboxed
         if mode == "plan":
-            if sandboxed:
-                return Verdict("allow", source)
+            if sandboxed and _read_only_now(tool):  # a writable sandbox (a subagent's mode, a
+                return Verdict("allow", source)  # tool built without write_allowed) is denied
             return Verdict("deny", source, PLAN_DENIED.format(tool=tool.name))
         if mode == "accept_edits":
             if sandboxed or (kind == "edit" and self._inside(tool, args) and not self._protected(tool, args)):

@@ -449,10 +449,12 @@ class Subagents:
         before = cfg.before_tool_call
         if spec.permission_mode is not None:
             try:
-                engine = copy.copy(_engine_of(spec, before))
+                parent_engine = _engine_of(spec, before)
             except ValueError as exc:
                 raise _SubagentFailed(str(exc)) from None
-            engine.mode = parse_mode(spec.permission_mode)
+            engine = copy.copy(parent_engine)
+            # a parent in plan mode is read-only for everything it starts: no subagent loosens it
+            engine.mode = "plan" if parent_engine.mode == "plan" else parse_mode(spec.permission_mode)
             before = engine.before_tool_call
         child: Agent[Any] = Agent(
             spec.model if spec.model is not None else parent.model,
