@@ -23,6 +23,7 @@ from ketch.hooks import HookResult
 from ketch.llm import TextContent
 from ketch.llm import ToolResultMessage
 from ketch.loop import BeforeToolCallResult
+from ketch.loop import Tool
 from ketch.loop import ToolCallInfo
 from ketch.permissions import HookVerdict
 from ketch.testing import ScriptedModel
@@ -417,3 +418,27 @@ async def test_when_the_runner_itself_fails_a_pre_tool_use_gate_denies(tmp_path:
     assert [(n.event, n.kind, n.text) for n in notices] == [
         ("PreToolUse", "error", "PreToolUse hooks failed: RuntimeError: merge bug")
     ]
+
+
+async def test_a_claude_code_guard_reading_file_path_sees_the_path(tmp_path: Path) -> None:
+    guard = py_script(
+        tmp_path,
+        "guard.py",
+        """
+path = data["tool_input"].get("file_path", "")
+if path.endswith(".env"):
+    print("no secrets files", file=sys.stderr)
+    sys.exit(2)
+if path == "draft.txt":
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                      "updatedInput": {**data["tool_input"], "file_path": "final.txt"}}}))
+""",
+    )
+    hooks = runner(tmp_path)
+    hooks.add("PreToolUse", guard, matcher="Write|Edit")
+    write = Tool("write", "w", {"type": "object", "properties": {"path": {"type": "string"}}}, lambda a, c: None)
+    denied = ToolCallInfo(tool_call("write", {"path": ".env"}, id="c1"), write, {"path": ".env"}, None, None, None)  # type: ignore[arg-type]
+    assert await hooks.pre_tool_use(denied) == HookVerdict(decision="deny", reason="no secrets files")
+    moved = ToolCallInfo(tool_call("write", {"path": "draft.txt"}, id="c2"), write, {"path": "draft.txt"}, None, None, None)  # type: ignore[arg-type]
+    verdict = await hooks.pre_tool_use(moved)
+    assert verdict is not None and verdict.updated_input == {"path": "final.txt"}

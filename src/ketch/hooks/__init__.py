@@ -2,10 +2,11 @@
 
 Events: ``PreToolUse``, ``PostToolUse``, ``PostToolUseFailure``, ``UserPromptSubmit``,
 ``Stop``, ``SubagentStop``, ``PreCompact``, ``SessionStart``, ``SessionEnd``,
-``Notification``. Shell hooks follow the Claude Code hook contract, so existing hook
-scripts work unchanged: the event's input as JSON on stdin (``session_id``,
+``Notification``. Shell hooks follow the Claude Code hook contract: the event's input as
+JSON on stdin (``session_id``,
 ``transcript_path``, ``cwd``, ``permission_mode``, ``hook_event_name`` and the event's
-fields such as ``tool_name``, ``tool_input``, ``tool_response``, ``prompt``,
+fields such as ``tool_name`` (ketch's name: ``write``, ``bash``), ``tool_input`` (a
+``path`` also given as Claude Code's ``file_path``), ``tool_response``, ``prompt``,
 ``stop_hook_active``); exit 0 continues (stdout may be a JSON object with ``decision``,
 ``reason``, ``continue``/``stopReason``, ``systemMessage`` and ``hookSpecificOutput``
 with ``additionalContext``, and for PreToolUse ``permissionDecision`` and

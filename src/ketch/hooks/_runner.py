@@ -77,6 +77,26 @@ _MODES = {
 _json = msgspec.json.Encoder(enc_hook=str)
 
 
+def _hook_input(args: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as a hook reads them: a ``path`` is also given as Claude Code's
+    ``file_path``, so a guard written for Claude Code's Read, Write and Edit sees it."""
+    if isinstance(args.get("path"), str) and "file_path" not in args:
+        return {**args, "file_path": args["path"]}
+    return args
+
+
+def _tool_input(updated: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """A hook's ``updatedInput`` as the tool's arguments: the ``file_path`` alias of
+    :func:`_hook_input` goes back to ``path`` (a changed one wins)."""
+    if "file_path" not in updated or "file_path" in args:
+        return updated
+    out = dict(updated)
+    file_path = out.pop("file_path")
+    if file_path != args.get("path") or "path" not in out:
+        out["path"] = file_path
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class HookNotice:
     """Something the user should see: a hook's ``error`` (non-blocking), ``message``
@@ -287,7 +307,7 @@ class HookRunner:
             return None
         outcome = await self.fire(
             "PreToolUse",
-            {"tool_name": call.tool.name, "tool_input": call.args, "tool_use_id": call.tool_call.id},
+            {"tool_name": call.tool.name, "tool_input": _hook_input(call.args), "tool_use_id": call.tool_call.id},
         )
         if outcome.context:
             self._tool_context[call.tool_call.id] = outcome.context
@@ -298,7 +318,7 @@ class HookRunner:
         return HookVerdict(
             decision=outcome.decision,
             reason=outcome.reason,
-            updated_input=outcome.updated_input,
+            updated_input=None if outcome.updated_input is None else _tool_input(outcome.updated_input, call.args),
             stop=outcome.stop,
             stop_reason=outcome.stop_reason,
         )
@@ -378,7 +398,7 @@ class HookRunner:
         if self.has(event):
             data: dict[str, Any] = {
                 "tool_name": info.tool.name,
-                "tool_input": info.args,
+                "tool_input": _hook_input(info.args),
                 "tool_use_id": info.tool_call.id,
             }
             if result.is_error:
