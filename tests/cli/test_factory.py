@@ -6,6 +6,7 @@ options from settings, Markdown block splitting, answers to permission prompts."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ketch.cli._config import Settings
 from ketch.cli._config import load_settings
@@ -125,3 +126,13 @@ async def test_no_length_recovery_on_the_embedded_model(tmp_path: Path) -> None:
     built = build_agent(Settings(), tmp_path, approver=None, model=remote, environ={})
     result = await built.agent.prompt("hi")
     assert (result.text, result.summary.turns) == ("resumed", 2)
+
+
+def test_the_commands_bash_cannot_read_its_config_directory(tmp_path: Path, monkeypatch: Any) -> None:
+    from ketch.cli._config import config_dir
+    from ketch.cli._factory import build_tools
+    from ketch.tools import BashTool
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (bash,) = [t for t in build_tools(tmp_path, ["bash"]) if isinstance(t, BashTool)]
+    assert bash.policy().hidden == (config_dir(),) == (tmp_path / "xdg" / "ketch",)

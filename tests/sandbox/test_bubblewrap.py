@@ -315,3 +315,20 @@ def test_the_model_is_told_about_the_sandbox(sandbox: Sandbox, ws: Path) -> None
     assert "sandbox" not in BashTool(Workspace(ws)).description
     networked = BashTool(Workspace(ws), sandbox=sandbox, network=True).description
     assert "there is network access" in networked
+
+
+@pytest.mark.parametrize("write", [True, False])
+async def test_hidden_paths_cannot_be_read(sandbox: Sandbox, ws: Path, tmp_path: Path, write: bool) -> None:
+    # inside the workspace, which the sandbox shows (the private /tmp would hide them anyway)
+    config = ws / "home" / ".config" / "ketch"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text('[providers.x]\napi_key = "sk-hidden-0123456789"\n')
+    netrc = ws / "home" / ".netrc"
+    netrc.write_text("machine x password sk-netrc-0123456789\n")
+    tool = BashTool(Workspace(ws), sandbox=sandbox, write_allowed=lambda: write, hidden=[config, netrc])
+    assert tool.policy().hidden == (config, netrc)
+    listing = await _run(tool, f"ls -A {config}; wc -c < {netrc}; cat {config}/config.toml 2>/dev/null || echo gone")
+    assert listing.text == "0\ngone"
+    assert (config / "config.toml").read_text().startswith("[providers.x]")  # untouched outside
+    unhidden = BashTool(Workspace(ws), sandbox=sandbox, write_allowed=lambda: write)
+    assert "sk-hidden" in (await _run(unhidden, f"cat {config}/config.toml")).text  # the test can fail

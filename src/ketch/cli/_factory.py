@@ -48,6 +48,7 @@ from ..permissions import PermissionEngine
 from ._config import ConfigError
 from ._config import ProviderConfig
 from ._config import Settings
+from ._config import config_dir
 from ._otel import attach as attach_telemetry
 from ._scripted import SCRIPT_ENV
 from ._scripted import load_scripted_model
@@ -210,6 +211,7 @@ def build_tools(
         unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
+        hidden=(config_dir(),),  # a literal api_key in config.toml stays out of reach
     )
     by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]

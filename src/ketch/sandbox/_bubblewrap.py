@@ -6,14 +6,31 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._paths import within
 from ._policy import SandboxPolicy
 
 _PROBE_TIMEOUT = 15.0
 _SANDBOX_TMP = "/tmp"
+
+
+_empty: list[str] = []
+
+
+def _empty_file() -> str:
+    """An empty read-only file of this process, bound over hidden files."""
+    if not _empty or not os.path.isfile(_empty[0]):
+        directory = tempfile.mkdtemp(prefix="ketch-hidden-")
+        path = os.path.join(directory, "empty")
+        with open(path, "w"):
+            pass
+        os.chmod(path, 0o444)
+        _empty[:] = [path]
+    return _empty[0]
 
 
 class BubblewrapSandbox:
@@ -135,11 +152,31 @@ class BubblewrapSandbox:
             for private in (_SANDBOX_TMP, "/var/tmp", "/run"):
                 if os.path.isdir(private) and not os.path.islink(private):
                     args += ["--remount-ro", private]
+        shown = [workspace, *(os.path.realpath(p) for p in policy.extra_writable)]
+        args += self._hidden_mounts(policy.hidden, shown, write=policy.write)
         args += ["--", *argv]
         wrapped_env = dict(env)
         wrapped_env["TMPDIR"] = _SANDBOX_TMP
         self._active[id(args)] = (args, placeholders)
         return args, wrapped_env
+
+    @staticmethod
+    def _hidden_mounts(hidden: Sequence[Path], shown: Sequence[str], *, write: bool) -> list[str]:
+        """An empty tmpfs over each hidden directory, an empty file over each hidden file
+        (after every other mount, so nothing binds them back). A path in the private
+        ``/tmp``, ``/var/tmp`` or ``/run`` is not there inside the sandbox anyway, unless
+        it is in a directory bound back (``shown``: the workspace and its other roots)."""
+        args: list[str] = []
+        for path in hidden:
+            real = os.path.realpath(path)
+            private = any(within(real, p) for p in (_SANDBOX_TMP, "/var/tmp", "/run"))
+            if private and not any(within(real, s) for s in shown):
+                continue
+            if os.path.isdir(real):
+                args += ["--tmpfs", real] + ([] if write else ["--remount-ro", real])
+            elif os.path.exists(real):
+                args += ["--ro-bind", _empty_file(), real]
+        return args
 
     def _protected_mounts(self, workspace: str, protected: Sequence[str]) -> tuple[list[str], list[str]]:
         """Mounts keeping ``protected`` read-only: every directory between the workspace

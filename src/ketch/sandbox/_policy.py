@@ -42,6 +42,8 @@ class SandboxPolicy:
     (and cannot be created, renamed or removed) even when ``write`` is set. ``network``
     lets the command use the host's network; otherwise it has none. ``env_allow`` names
     extra environment variables a sandbox's own environment filter lets through.
+    ``hidden`` are absolute paths the command cannot read (files holding keys, such as
+    ketch's own config): a directory is empty inside the sandbox, a file reads as empty.
     """
 
     workspace: Path
@@ -50,6 +52,7 @@ class SandboxPolicy:
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     extra_writable: tuple[Path, ...] = ()
     env_allow: tuple[str, ...] = ()
+    hidden: tuple[Path, ...] = ()
 
 
 @runtime_checkable

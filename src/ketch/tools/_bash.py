@@ -689,7 +689,8 @@ class BashTool(Tool):
     ``sandbox`` runs every command inside it (when its ``unavailable_reason()`` is None);
     ``write_allowed()`` is asked at each call whether the workspace is writable (False:
     plan mode, everything read-only); ``network``, ``protected`` (workspace-relative
-    paths kept read-only) and ``env_allow`` go into the :class:`SandboxPolicy`, and the
+    paths kept read-only), ``env_allow`` and ``hidden`` (absolute paths commands cannot
+    read, such as the files that hold keys) go into the :class:`SandboxPolicy`, and the
     workspace's other roots are writable too. ``sandboxed`` tells whether commands run
     sandboxed; when not, ``sandbox_warning`` says why (from the sandbox, or
     ``unsandboxed_reason`` when the caller found none).
@@ -700,6 +701,7 @@ class BashTool(Tool):
         "drain_timeout",
         "env",
         "env_allow",
+        "hidden",
         "kill_grace",
         "max_timeout",
         "network",
@@ -734,10 +736,12 @@ class BashTool(Tool):
         env_allow: Iterable[str] = (),
         unsandboxed_reason: str | None = None,
         tasks: TaskRegistry | None = None,
+        hidden: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
         usable = sandbox if sandbox is not None and reason is None else None
         self.protected = tuple(protected)
+        self.hidden = tuple(Path(os.path.expanduser(os.fspath(p))) for p in hidden)
         description = _DESCRIPTION.format(timeout=f"{timeout:g}")
         if usable is not None:
             description += _SANDBOX_NOTE.format(
@@ -802,6 +806,7 @@ class BashTool(Tool):
             protected=self.protected,
             extra_writable=tuple(r for r in ws.roots if r != ws.root),
             env_allow=self.env_allow,
+            hidden=self.hidden,
         )
 
     def __repr__(self) -> str:

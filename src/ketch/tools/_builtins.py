@@ -39,6 +39,7 @@ def coding_tools(
     protected: Iterable[str] = DEFAULT_PROTECTED,
     env_allow: Iterable[str] = (),
     unsandboxed_reason: str | None = None,
+    hidden: Iterable[str | os.PathLike[str]] = (),
 ) -> list[Tool]:
     """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
 
@@ -54,8 +55,8 @@ def coding_tools(
     (bubblewrap on Linux when it works; the bash tool's ``sandbox_warning`` says why
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
-    permission mode is not plan"); ``network``, ``protected`` and ``env_allow`` are
-    passed to :class:`~ketch.tools.BashTool`. ``unsandboxed_reason`` says why a
+    permission mode is not plan"); ``network``, ``protected``, ``env_allow`` and
+    ``hidden`` are passed to :class:`~ketch.tools.BashTool`. ``unsandboxed_reason`` says why a
     ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
     """
     workspace = root if isinstance(root, Workspace) else Workspace(root)
@@ -81,5 +82,6 @@ def coding_tools(
         protected=protected,
         env_allow=env_allow,
         unsandboxed_reason=reason,
+        hidden=hidden,
     )
     return [read, WriteTool(workspace), EditTool(workspace), bash, *search]
