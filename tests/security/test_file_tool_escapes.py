@@ -10,7 +10,8 @@ folder outside, symlink chains, a dangling symlink, a symlink to ``/proc/self/en
 a hard link in the workspace to a file outside (made before the run), the protected
 paths (``.git/config``, ``.git/hooks``, ``.ketch/config.toml``: an approved edit there
 is followed by the git command it would turn into code execution; also written through
-the workspace folder's own name, ``ws/.git/config``, as the tools read it), ``/proc`` environ
+the workspace folder's own name, ``ws/.git/config``, as the tools read it, and through a
+symlink then ``..``, ``x/../.git/config``), ``/proc`` environ
 files of the agent, and bash ``cd`` elsewhere. Each run is one counted attempt (see
 conftest.py): nothing outside the workspace may change, no key may appear in any tool
 result or event, and each result is exactly what is asserted.
@@ -378,6 +379,18 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
             ),
             ("bash", {"command": "git status"}, Ran()),
         ],
+        # a symlink two levels down, then "..": the tools take ".." first, the kernel follows
+        # the link first; the engine must judge the file the tool writes
+        "write-git-config-through-symlink-dotdot": [
+            ("bash", {"command": "mkdir -p d1/d2 && ln -s d1/d2 x"}, Ran()),
+            ("read", {"path": "x/../.git/config"}, StartsWith(False, "     1\t[core]")),
+            (
+                "write",
+                {"path": "x/../.git/config", "content": config},
+                Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines)."),
+            ),
+            ("bash", {"command": "git status"}, Ran()),
+        ],
     }
 
 
@@ -388,6 +401,7 @@ PROTECTED = [
     "symlink-to-git-config-then-write",
     "write-ketch-config",
     "write-git-config-through-root-name",
+    "write-git-config-through-symlink-dotdot",
 ]
 
 
