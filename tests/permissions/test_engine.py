@@ -379,14 +379,19 @@ def test_args_digest_is_canonical() -> None:
     assert args_digest({"path": "x"}) == hashlib.sha256(b'{"path":"x"}').hexdigest()[:16]
 
 
-async def test_always_answers_remember_one_rule_per_simple_command(tmp_path: Path) -> None:
+def _always(tmp_path: Path) -> tuple[PermissionEngine, list[PermissionRequest]]:
+    """An engine in default mode whose approver answers "always", and what it was asked."""
     requests: list[PermissionRequest] = []
 
     async def approver(request: PermissionRequest) -> Approval:
         requests.append(request)
         return Approval.always()
 
-    engine = PermissionEngine("default", approver=approver, root=tmp_path)
+    return PermissionEngine("default", approver=approver, root=tmp_path), requests
+
+
+async def test_always_answers_remember_one_rule_per_simple_command(tmp_path: Path) -> None:
+    engine, requests = _always(tmp_path)
     calls = [
         tool_call("bash", {"command": "make && make 'install all'"}),
         tool_call("bash", {"command": "make"}),
@@ -515,20 +520,9 @@ async def test_a_submodules_config_and_hooks_are_protected_paths_too(tmp_path: P
 async def test_always_does_not_turn_a_quoted_star_into_a_wildcard(tmp_path: Path) -> None:
     """A remembered rule is compared word by word; a word with * ? [ would match more than
     the call that was approved, so such a call is allowed once and nothing is remembered."""
-    requests: list[PermissionRequest] = []
-
-    async def approver(request: PermissionRequest) -> Approval:
-        requests.append(request)
-        return Approval.always()
-
-    engine = PermissionEngine("default", approver=approver, root=tmp_path)
-    calls = [
-        tool_call("bash", {"command": "rm -f 'tmp*'"}),
-        tool_call("bash", {"command": "rm -f tmp -r /home/user/project"}),
-        tool_call("bash", {"command": "find . -name '*'"}),
-        tool_call("bash", {"command": "find . -name x -delete"}),
-    ]
-    await _run(engine, calls)
+    engine, requests = _always(tmp_path)
+    commands = ("rm -f 'tmp*'", "rm -f tmp -r /home/user/project", "find . -name '*'", "find . -name x -delete")
+    await _run(engine, [tool_call("bash", {"command": c}) for c in commands])
     assert [[str(r) for r in q.suggested_rules] for q in requests] == [
         [],
         ["Bash(rm -f tmp -r /home/user/project)"],

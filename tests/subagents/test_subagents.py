@@ -584,20 +584,26 @@ class _SandboxedBash(Tool):
         return SandboxPolicy(workspace=Path("/ws"), write=True)
 
 
+async def _delegate(engine: PermissionEngine, tool: Tool, call: Any, mode: str) -> ScriptedModel:
+    """A parent with ``tool`` behind ``engine`` delegates once to a subagent whose spec asks
+    for ``mode`` and which makes ``call``; returns the subagent's model."""
+    parent = Agent(
+        ScriptedModel([reply(tool_call("subagent", {"agent": "sub", "task": "t"})), "ok"]),
+        tools=[tool],
+        before_tool_call=engine.before_tool_call,
+    )
+    child = ScriptedModel([reply(call), "done"])
+    Subagents([SubagentSpec("sub", "s", model=child, tools=[tool.name], permission_mode=mode)]).attach(parent)
+    await parent.prompt("go")
+    return child
+
+
 async def test_a_parent_in_plan_mode_keeps_its_subagents_in_plan_mode() -> None:
     from ketch.permissions import PLAN_DENIED
 
     touched: list[str] = []
     write = Tool("write", execute=lambda args, ctx: touched.append(args["path"]) or "written")
-    engine = PermissionEngine("plan")
-    parent = Agent(
-        ScriptedModel([reply(tool_call("subagent", {"agent": "loose", "task": "write x"})), "ok"]),
-        tools=[write],
-        before_tool_call=engine.before_tool_call,
-    )
-    child = ScriptedModel([reply(tool_call("write", {"path": "x"})), "done"])
-    Subagents([SubagentSpec("loose", "l", model=child, tools=["write"], permission_mode="bypass")]).attach(parent)
-    await parent.prompt("go")
+    child = await _delegate(PermissionEngine("plan"), write, tool_call("write", {"path": "x"}), "bypass")
     assert touched == []
     assert _text(child.requests[1].messages[-1]) == PLAN_DENIED.format(tool="write")
 
@@ -606,14 +612,6 @@ async def test_a_plan_mode_subagent_does_not_run_a_writable_sandbox() -> None:
     from ketch.permissions import PLAN_DENIED
 
     ran: list[str] = []
-    engine = PermissionEngine("default")
-    parent = Agent(
-        ScriptedModel([reply(tool_call("subagent", {"agent": "planner", "task": "look"})), "ok"]),
-        tools=[_SandboxedBash(ran)],
-        before_tool_call=engine.before_tool_call,
-    )
-    child = ScriptedModel([reply(tool_call("bash", {"command": "touch x"})), "done"])
-    Subagents([SubagentSpec("planner", "p", model=child, tools=["bash"], permission_mode="plan")]).attach(parent)
-    await parent.prompt("go")
+    child = await _delegate(PermissionEngine("default"), _SandboxedBash(ran), tool_call("bash", {"command": "touch x"}), "plan")
     assert ran == []
     assert _text(child.requests[1].messages[-1]) == PLAN_DENIED.format(tool="bash")
