@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import shutil
@@ -29,6 +30,7 @@ def _empty_file() -> str:
         with open(path, "w"):
             pass
         os.chmod(path, 0o444)
+        atexit.register(shutil.rmtree, directory, True)  # nothing left behind in /tmp
         _empty[:] = [path]
     return _empty[0]
 
