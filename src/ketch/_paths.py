@@ -1,14 +1,20 @@
 """Paths: how a path a model wrote names a file of the workspace, shared by the workspace
 tools (:mod:`ketch.tools._workspace`), the permission rules (:mod:`ketch.permissions._rules`)
 and the protected-path check (:mod:`ketch.sandbox._policy`), so the permission layer
-judges the file a tool will touch; and the XDG base directories the sessions and the
-command keep their files in. It imports nothing of ketch."""
+judges the file a tool will touch; the path-pattern syntax of the permission rules and
+the sandbox (:func:`glob_regex`, :func:`expand_pattern`); and the XDG base directories
+the sessions and the command keep their files in. It imports nothing of ketch."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
+
+GLOB_CHARS = frozenset("*?[")
+_KERNEL_FOLDERS = frozenset({"/proc", "/sys", "/dev"})  # no user files; a pattern searches past them
 
 
 def within(path: str, root: str) -> bool:
@@ -42,6 +48,85 @@ def _by_root_name(root: str, path: str) -> str | None:
     if os.path.lexists(os.path.join(root, parts[0])):  # a real entry of that name wins
         return None
     return os.path.normpath(os.path.join(root, *parts[1:]))
+
+
+@lru_cache(maxsize=512)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regex of a path pattern: ``*`` and ``?`` within one name, ``[…]`` (``[!…]``
+    negated), ``**/`` any number of folders, ``**`` anything below."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def pattern_base(pattern: str) -> str:
+    """The deepest path every path an absolute pattern names is or lies under: the pattern
+    itself without wildcards, else the folder before the first wildcard."""
+    cut = min((i for i, c in enumerate(pattern) if c in GLOB_CHARS), default=-1)
+    if cut < 0:
+        return pattern
+    return pattern[: pattern.rfind("/", 0, cut)] or "/"
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """The existing paths an absolute path pattern (:func:`glob_regex`) names, the
+    top-most of each subtree only (a matching folder stands for everything below it);
+    ``X/**`` names the folder ``X`` itself. Symlinks are listed, never followed while
+    searching, nor ``/proc``, ``/sys`` and ``/dev``. Hidden names count like any other."""
+    if pattern.endswith("/**"):
+        pattern = pattern[:-3] or "/"
+    pattern = os.path.normpath(pattern)
+    if not GLOB_CHARS.intersection(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    regex = glob_regex(pattern)
+    depth = None if "**" in pattern else pattern.count("/")
+    found: list[str] = []
+    pending = [pattern_base(pattern)]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            path = entry.path
+            if regex.fullmatch(path):
+                found.append(path)
+            elif (
+                (depth is None or path.count("/") < depth)
+                and path not in _KERNEL_FOLDERS
+                and entry.is_dir(follow_symlinks=False)
+            ):
+                pending.append(path)
+    return sorted(found)
 
 
 def xdg_dir(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:

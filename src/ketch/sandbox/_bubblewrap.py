@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import glob
 import os
 import shutil
 import subprocess
@@ -12,6 +11,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._paths import GLOB_CHARS
+from .._paths import expand_pattern
 from .._paths import within
 from ._policy import SandboxPolicy
 
@@ -165,20 +166,29 @@ class BubblewrapSandbox:
     @staticmethod
     def _hidden_mounts(hidden: Sequence[Path], shown: Sequence[str], *, write: bool) -> list[str]:
         """An empty tmpfs over each hidden directory, an empty file over each hidden file
-        (after every other mount, so nothing binds them back). A path in the private
-        ``/tmp``, ``/var/tmp`` or ``/run`` is not there inside the sandbox anyway, unless
-        it is in a directory bound back (``shown``: the workspace and its other roots)."""
+        (a pattern: over each path it names now; after every other mount, so nothing
+        binds them back). A path in the private ``/tmp``, ``/var/tmp`` or ``/run`` is not
+        there inside the sandbox anyway, unless it is in a directory bound back
+        (``shown``: the workspace and its other roots)."""
+        reals = sorted({os.path.realpath(p) for pattern in hidden for p in expand_pattern(os.fspath(pattern))})
         args: list[str] = []
-        for path in hidden:
-            real = os.path.realpath(path)
-            private = any(within(real, p) for p in (_SANDBOX_TMP, "/var/tmp", "/run"))
-            if private and not any(within(real, s) for s in shown):
-                continue
-            if os.path.isdir(real):
-                args += ["--tmpfs", real] + ([] if write else ["--remount-ro", real])
-            elif os.path.exists(real):
-                args += ["--ro-bind", _empty_file(), real]
+        covered: list[str] = []  # a path inside a hidden directory is gone already
+        for real in reals:
+            if not any(within(real, c) for c in covered):
+                covered.append(real)
+                args += BubblewrapSandbox._hide(real, shown, write=write)
         return args
+
+    @staticmethod
+    def _hide(real: str, shown: Sequence[str], *, write: bool) -> list[str]:
+        private = any(within(real, p) for p in (_SANDBOX_TMP, "/var/tmp", "/run"))
+        if private and not any(within(real, s) for s in shown):
+            return []
+        if os.path.isdir(real):
+            return ["--tmpfs", real] + ([] if write else ["--remount-ro", real])
+        if os.path.exists(real):
+            return ["--ro-bind", _empty_file(), real]
+        return []
 
     def _protected_mounts(self, workspace: str, protected: Sequence[str]) -> tuple[list[str], list[str]]:
         """Mounts keeping ``protected`` read-only: every directory between the workspace
@@ -190,9 +200,8 @@ class BubblewrapSandbox:
         read_only: list[str] = []
         made: list[str] = []
         for rel in protected:
-            if any(c in rel for c in "*?["):
-                found = glob.glob(os.path.join(glob.escape(workspace), rel), recursive=True)
-                targets = [(t, False) for t in sorted(found)]
+            if GLOB_CHARS.intersection(rel):
+                targets = [(t, False) for t in expand_pattern(os.path.join(workspace, rel))]
             else:
                 targets = [(os.path.join(workspace, rel), True)]
             for raw, may_create in targets:

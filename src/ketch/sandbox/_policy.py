@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -12,10 +11,10 @@ from pathlib import Path
 from typing import Protocol
 from typing import runtime_checkable
 
+from .._paths import GLOB_CHARS
+from .._paths import glob_regex
 from .._paths import join_in_root
 from .._paths import within
-
-_GLOB_CHARS = frozenset("*?[")
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
@@ -43,7 +42,12 @@ class SandboxPolicy:
     lets the command use the host's network; otherwise it has none. ``env_allow`` names
     extra environment variables a sandbox's own environment filter lets through.
     ``hidden`` are absolute paths the command cannot read (files holding keys, such as
-    ketch's own config): a directory is empty inside the sandbox, a file reads as empty.
+    ketch's own config, and what ``Read`` deny rules name): a directory is empty inside
+    the sandbox, a file reads as empty.
+
+    Entries of ``protected`` and ``hidden`` may be patterns (``*``, ``?`` and ``[…]``
+    within a name, ``**`` for any number of folders; ``X/**`` stands for ``X``), which
+    cover the paths that exist when a command starts.
     """
 
     workspace: Path
@@ -100,11 +104,11 @@ def protected_path(
     # the file the workspace tools touch (".." first) and the one the kernel opens
     candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
     for entry in protected:
-        if _GLOB_CHARS.intersection(entry):  # .git/modules/**/config: as the sandbox globs it
-            pattern = entry.replace("**", "*")
+        if GLOB_CHARS.intersection(entry):  # .git/modules/**/config: as the sandbox expands it
+            regex = glob_regex(entry.removesuffix("/**"))
             for real in candidates:
                 rel = os.path.relpath(real, root).split(os.sep)
-                if rel[0] != ".." and any(fnmatch.fnmatchcase("/".join(rel[:n]), pattern) for n in range(1, len(rel) + 1)):
+                if rel[0] != ".." and any(regex.fullmatch("/".join(rel[:n])) for n in range(1, len(rel) + 1)):
                     return entry
         elif any(within(real, os.path.realpath(os.path.join(root, entry))) for real in candidates):
             return entry
