@@ -136,3 +136,21 @@ def test_the_commands_bash_cannot_read_its_config_directory(tmp_path: Path, monk
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     (bash,) = [t for t in build_tools(tmp_path, ["bash"]) if isinstance(t, BashTool)]
     assert bash.policy().hidden == (config_dir(),) == (tmp_path / "xdg" / "ketch",)
+
+
+def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: Path, monkeypatch: Any) -> None:
+    from ketch.cli._config import config_dir
+    from ketch.permissions import Rule
+    from ketch.sandbox import DEFAULT_PROTECTED
+    from ketch.tools import BashTool
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    root = (tmp_path / "ws").resolve()
+    root.mkdir()
+    deny = [Rule.parse(r, "project") for r in ("Read(./.env)", "Edit(src/**)", "Bash(rm:*)")]
+    built = build_agent(Settings(deny=deny), root, approver=None, model=ScriptedModel(["ok"]), environ={})
+    (bash,) = [t for t in built.agent.tools if isinstance(t, BashTool)]
+    policy = bash.policy()
+    assert policy.hidden == (config_dir(), root / ".env")
+    assert policy.protected == (*DEFAULT_PROTECTED, "src/**")
+    assert built.permissions.unenforced(bash) is None

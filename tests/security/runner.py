@@ -10,8 +10,9 @@ A request with an ``agent`` key instead runs a whole agent loop: the coding tool
 :func:`ketch.tools._builtins.coding_tools` (bash in the same sandbox, writable unless the
 mode is ``plan``), a :class:`~ketch.permissions.PermissionEngine` in the given mode whose
 approver allows every call it is asked about, and a scripted model making the given tool
-calls one per turn. The answer holds every tool result, every decision, the calls the
-approver was asked about and all events as JSON.
+calls one per turn. The request's ``deny`` rules go to the engine, and the paths they
+name to the sandbox, as the command does. The answer holds every tool result, every
+decision, the calls the approver was asked about and all events as JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ketch.loop import ToolContext
 from ketch.permissions import Approval
 from ketch.permissions import PermissionEngine
 from ketch.permissions import PermissionRequest
+from ketch.sandbox import DEFAULT_PROTECTED
 from ketch.sandbox import Sandbox
 from ketch.sandbox import default_sandbox
 from ketch.sandbox import sandbox_unavailable_reason
@@ -50,7 +52,9 @@ async def run_agent(request: dict[str, Any], sandbox: Sandbox | None) -> dict[st
         asked.append(req.tool_name)
         return Approval.once()
 
-    engine = PermissionEngine(spec["mode"], approver=approve_everything, root=request["workspace"])
+    engine = PermissionEngine(
+        spec["mode"], approver=approve_everything, root=request["workspace"], deny=spec.get("deny", ())
+    )
     tools = coding_tools(
         request["workspace"],
         sandbox=sandbox,
@@ -58,6 +62,8 @@ async def run_agent(request: dict[str, Any], sandbox: Sandbox | None) -> dict[st
         secret_names=request.get("secret_names", ()),
         ripgrep=spec.get("ripgrep"),
         bash_timeout=30,
+        hidden=engine.hidden_paths(),  # as the command wires them
+        protected=(*DEFAULT_PROTECTED, *engine.protected_paths()),
     )
     bash = next(t for t in tools if t.name == "bash")
     model = ScriptedModel([*(reply(tool_call(name, args)) for name, args in spec["calls"]), "done"])

@@ -189,20 +189,25 @@ def build_tools(
     write_allowed: Callable[[], bool] | None = None,
     secret_names: Sequence[str] = (),
     settings: Settings | None = None,
+    permissions: PermissionEngine | None = None,
 ) -> list[Tool]:
     """The built-in coding tools rooted at ``root``, optionally only those in ``names``;
     bash runs in the OS sandbox when one is usable (and ``settings.sandbox`` is on),
-    writable when ``write_allowed()``, and never sees the variables named in
-    ``secret_names``."""
+    writable when ``write_allowed()``, never sees the variables named in
+    ``secret_names``, and cannot read or write what the ``Read`` and ``Edit`` deny rules
+    of ``permissions`` name."""
     wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
     unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
     if unknown:
         raise ConfigError(f"unknown tool(s) {', '.join(unknown)}; the built-in tools are {', '.join(BUILTIN_TOOLS)}")
     if not wanted:
         return []
+    from ..sandbox import DEFAULT_PROTECTED
     from ..tools import coding_tools
 
     enabled = settings is None or settings.sandbox
+    denied_reads = permissions.hidden_paths() if permissions is not None else ()
+    denied_edits = permissions.protected_paths() if permissions is not None else ()
     tools = coding_tools(
         root,
         write_allowed=write_allowed or (lambda: True),
@@ -211,7 +216,8 @@ def build_tools(
         unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
-        hidden=(config_dir(),),  # a literal api_key in config.toml stays out of reach
+        hidden=(config_dir(), *denied_reads),  # a literal api_key in config.toml stays out of reach
+        protected=(*DEFAULT_PROTECTED, *denied_edits),
     )
     by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]
@@ -406,9 +412,6 @@ def build_gated_tools(
     def mode() -> str:
         return permissions.mode if permissions is not None else settings.permission_mode
 
-    tools = build_tools(
-        root, settings.tools, write_allowed=lambda: mode() != "plan", secret_names=secret_names, settings=settings
-    )
     runner: HookRunner | None = None
     specs = settings.hooks if hooks is None else hooks
     if specs:
@@ -430,6 +433,14 @@ def build_gated_tools(
         no_approver_message=no_approver_message,
         no_approver=no_approver,
         root=root,
+    )
+    tools = build_tools(
+        root,
+        settings.tools,
+        write_allowed=lambda: mode() != "plan",
+        secret_names=secret_names,
+        settings=settings,
+        permissions=permissions,
     )
     return tools, runner, permissions
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from typing import Literal
 from typing import Protocol
@@ -21,15 +22,19 @@ from typing import runtime_checkable
 
 import msgspec
 
+from .._paths import pattern_base
+from .._paths import within
 from ..loop import BeforeToolCallResult
 from ..loop import Tool
 from ..loop import ToolCallInfo
 from ..loop import denied_text
 from ..sandbox import SandboxPolicy
 from ._rules import Rule
+from ._rules import absolute_pattern
 from ._rules import parse_rules
 from ._rules import resolve_path
 from ._rules import rule_subject
+from ._rules import workspace_pattern
 from ._shell import SimpleCommand
 from ._shell import parse_command
 
@@ -231,6 +236,17 @@ def _rule_source(kind: str, rule: Rule) -> str:
     return f"{kind} rule {rule} from {rule.source}"
 
 
+def _searchable(pattern: str, root: str) -> bool:
+    """Whether a sandbox can find what ``pattern`` names at each command in bounded time:
+    no ``**`` but a final one (``X/**`` stands for ``X``), or none outside the workspace."""
+    inner = pattern.removesuffix("/**")
+    return "**" not in inner or within(pattern_base(inner), root)
+
+
+def _unenforced_source(mode: str, rule: Rule) -> str:
+    return f"mode {mode}; the sandbox does not enforce the deny rule {rule} from {rule.source}"
+
+
 class PermissionEngine:
     """Decides, per tool call, whether it runs. Pass :meth:`before_tool_call` as the loop hook.
 
@@ -310,6 +326,74 @@ class PermissionEngine:
     def denials(self) -> list[Decision]:
         """The decisions that denied a call."""
         return [d for d in self.decisions if d.outcome == "deny"]
+
+    # -- the sandbox's share ---------------------------------------------------------------
+    def _base(self) -> str:
+        return self.root if self.root is not None else os.path.realpath(os.getcwd())
+
+    def _file_denials(self) -> tuple[list[Rule], list[Rule]]:
+        """The deny rules on reading files and those on editing them."""
+        reads = [r for r in self.deny if r.covers_tool("read")]
+        edits = [r for r in self.deny if any(r.covers_tool(t) for t in self.edit_tools)]
+        return reads, edits
+
+    def hidden_paths(self) -> tuple[str, ...]:
+        """The absolute path patterns the ``Read`` deny rules name (workspace-relative ones
+        taken from ``root``), for the bash tool's ``hidden``: the sandbox then keeps
+        commands from reading what the file tools may not. A sandbox searches a pattern's
+        ``**`` at each command, so one that would search outside the workspace
+        (``~/**/*.pem``) is left out: :meth:`unenforced` names its rule."""
+        base = self._base()
+        found = (absolute_pattern(r, base) for r in self._file_denials()[0])
+        return tuple(dict.fromkeys(p for p in found if p is not None and _searchable(p, base)))
+
+    def protected_paths(self) -> tuple[str, ...]:
+        """The workspace-relative path patterns the ``Edit`` deny rules name inside the
+        workspace, for the bash tool's ``protected``: the sandbox then keeps commands from
+        writing what the file tools may not."""
+        base = self._base()
+        found = (absolute_pattern(r, base) for r in self._file_denials()[1])
+        relative = (workspace_pattern(p, base) for p in found if p is not None)
+        return tuple(dict.fromkeys(p for p in relative if p is not None))
+
+    def unenforced(self, tool: Tool) -> Rule | None:
+        """The first ``Read`` or ``Edit`` deny rule the sandbox of ``tool`` does not enforce
+        (None when it enforces all): a rule whose paths the policy :class:`tool reports
+        <ReportsSandboxPolicy>` neither hides (reading) nor keeps read-only (editing),
+        or a rule without a path. The modes let a sandboxed bash call run without asking
+        only when there is none."""
+        reads, edits = self._file_denials()
+        if not reads and not edits:
+            return None
+        if not isinstance(tool, ReportsSandboxPolicy):
+            return (*reads, *edits)[0]
+        try:
+            policy = tool.policy()
+        except Exception:
+            return (*reads, *edits)[0]
+        base = self._base()
+        hidden = {os.fspath(p) for p in policy.hidden}
+        for rule in reads:
+            pattern = absolute_pattern(rule, base)
+            if pattern is None or not _searchable(pattern, base) or os.fspath(Path(pattern)) not in hidden:
+                return rule
+        if not policy.write:
+            return None
+        workspace = os.path.realpath(policy.workspace)
+        writable = [os.path.realpath(p) for p in policy.extra_writable]
+        for rule in edits:
+            pattern = absolute_pattern(rule, base)
+            if pattern is None:
+                return rule
+            relative = workspace_pattern(pattern, workspace)
+            if relative is not None:
+                if relative not in policy.protected:
+                    return rule
+                continue
+            reach = pattern_base(pattern)
+            if any(within(reach, w) or within(w, reach) for w in (workspace, *writable)):
+                return rule  # it reaches into a writable folder the policy does not protect
+        return None
 
     # -- classification -------------------------------------------------------------------
     def _kind(self, tool: Tool, args: dict[str, Any]) -> Literal["bash", "edit", "read", "other"]:
@@ -397,6 +481,9 @@ class PermissionEngine:
                     found.append(rule)
             else:
                 return Verdict("allow", "; ".join(_rule_source("allow", r) for r in found))
+        loose = self.unenforced(tool) if self.mode == "accept_edits" and self._kind(tool, args) == "bash" else None
+        if loose is not None and isinstance(tool, SandboxedTool) and tool.sandboxed:
+            return Verdict("ask", _unenforced_source(self.mode, loose))
         return Verdict("ask", f"mode {self.mode}")
 
     def _mode(self, tool: Tool, args: dict[str, Any]) -> Verdict | None:
@@ -407,11 +494,17 @@ class PermissionEngine:
             return Verdict("allow", source)
         sandboxed = kind == "bash" and isinstance(tool, SandboxedTool) and tool.sandboxed
         if mode == "plan":
-            if sandboxed and _read_only_now(tool):  # a writable sandbox (a subagent's mode, a
-                return Verdict("allow", source)  # tool built without write_allowed) is denied
+            # a writable sandbox (a subagent's mode, a tool built without write_allowed) is denied
+            if sandboxed and _read_only_now(tool):
+                loose = self.unenforced(tool)
+                if loose is not None:
+                    return Verdict("ask", _unenforced_source(mode, loose))
+                return Verdict("allow", source)
             return Verdict("deny", source, PLAN_DENIED.format(tool=tool.name))
         if mode == "accept_edits":
-            if sandboxed or (kind == "edit" and self._inside(tool, args) and not self._protected(tool, args)):
+            if sandboxed and self.unenforced(tool) is None:
+                return Verdict("allow", source)
+            if kind == "edit" and self._inside(tool, args) and not self._protected(tool, args):
                 return Verdict("allow", source)
         return None
 

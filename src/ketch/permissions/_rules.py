@@ -18,7 +18,9 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
+from .._paths import glob_regex
 from .._paths import join_in_root
+from .._paths import pattern_base
 from .._paths import within
 from ._shell import SimpleCommand
 from ._shell import _Lexer
@@ -42,6 +44,7 @@ TOOL_FAMILIES: Mapping[str, frozenset[str]] = {
 
 PATH_TOOLS = frozenset({"read", "write", "edit", "grep", "find", "ls"})
 _SHELL_TOOLS = frozenset({"bash"})
+_LISTS = frozenset({"grep", "find", "ls"})  # the tools that show a folder's file names
 
 
 def rule_subject(tool_name: str, args: Mapping[str, Any]) -> str | None:
@@ -181,41 +184,6 @@ def _bash_denies(p: _BashPattern, cmd: SimpleCommand) -> bool:
 
 
 # -- paths -----------------------------------------------------------------------------------
-@lru_cache(maxsize=512)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                body = pattern[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"[{body}]")
-                i = end + 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
 @dataclass(frozen=True, slots=True)
 class _PathPattern:
     pattern: str  # normalised: absolute ("/…") or workspace-relative
@@ -240,6 +208,26 @@ def _path_pattern(spec: str) -> _PathPattern:
     return _PathPattern(norm, False)
 
 
+def absolute_pattern(rule: Rule, root: str) -> str | None:
+    """A path rule's pattern made absolute (a workspace-relative one taken from ``root``),
+    None for a rule without a path specifier."""
+    if rule.specifier is None or rule.tool in _SHELL_TOOLS or rule.tool.startswith("mcp__"):
+        return None
+    p = _path_pattern(rule.specifier)
+    if p.absolute:
+        return p.pattern
+    return root if p.pattern == "." else os.path.join(root, p.pattern)
+
+
+def workspace_pattern(pattern: str, root: str) -> str | None:
+    """An absolute pattern as a pattern relative to ``root`` when everything it can name
+    lies inside ``root`` (its part before the first wildcard does), else None."""
+    base = pattern_base(pattern)
+    if not within(base, root) or pattern == root:
+        return None
+    return pattern[len(root.rstrip("/")) + 1 :]
+
+
 def _could_contain(p: _PathPattern, folder: str) -> bool:
     """Whether something below ``folder`` (same form as the pattern) may match ``p``."""
     cut = min((i for i, c in enumerate(p.pattern) if c in "*?["), default=len(p.pattern))
@@ -261,7 +249,7 @@ def _ancestors(path: str) -> list[str]:
 
 
 def _path_matches(p: _PathPattern, candidates: Iterable[str]) -> bool:
-    regex = _glob_regex(p.pattern)
+    regex = glob_regex(p.pattern)
     for candidate in candidates:
         if any(regex.fullmatch(a) for a in _ancestors(candidate)):
             return True
@@ -404,11 +392,15 @@ class Rule:
             if deny:
                 return any(_bash_denies(p, c) for c in cmds)
             return bool(cmds) and all(_bash_allows(p, c) for c in cmds)
-        return self._path(subject, root, deny=deny, searches=deny and tool_name.lower() == "grep")
+        name = tool_name.lower()
+        return self._path(subject, root, deny=deny, searches=deny and name == "grep", lists=deny and name in _LISTS)
 
-    def _path(self, subject: str, root: str | None, *, deny: bool, searches: bool = False) -> bool:
+    def _path(self, subject: str, root: str | None, *, deny: bool, searches: bool = False, lists: bool = False) -> bool:
         assert self.specifier is not None
         p = _path_pattern(self.specifier)
+        if lists and p.pattern.endswith("/**") and len(p.pattern) > 3:
+            # a folder whose contents may not be read may not be listed either
+            p = _PathPattern(p.pattern[:-3], p.absolute)
         base = root if root is not None else os.path.realpath(os.getcwd())
         r = resolve_path(subject, base)
         if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):

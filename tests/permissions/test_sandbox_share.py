@@ -1,0 +1,184 @@
+"""The sandbox's share of the deny rules: the paths ``Read`` and ``Edit`` deny rules name
+(``hidden_paths``, ``protected_paths``), whether a tool's sandbox enforces them
+(``unenforced``), the modes that only let sandboxed bash run unasked when it does, and a
+folder whose contents may not be read, which may not be listed either."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ketch import Agent
+from ketch import Tool
+from ketch.permissions import Approval
+from ketch.permissions import PermissionEngine
+from ketch.permissions import PermissionRequest
+from ketch.sandbox import DEFAULT_PROTECTED
+from ketch.sandbox import SandboxPolicy
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+from ketch.tools import BashTool
+from ketch.tools import Workspace
+from ketch.tools import coding_tools
+
+HOME = os.path.expanduser("~")
+RULES = [
+    "Read(./.env)",
+    "Read(*.pem)",
+    "Read(private/**)",
+    "Read(~/.ssh/**)",
+    "Read(//etc/shadow)",
+    "Read(~/**/*.key)",
+    "Bash(rm:*)",
+    "Edit(src/**)",
+    "Write(*.lock)",
+    "Edit(//{root}/docs/x.md)",
+    "Edit(//opt/elsewhere/**)",
+    "Grep(logs)",
+]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path.resolve()
+
+
+def _engine(root: Path, mode: str = "default", deny: list[str] | None = None, **kw: Any) -> PermissionEngine:
+    rules = [r.format(root=str(root).lstrip("/")) for r in (RULES if deny is None else deny)]
+    return PermissionEngine(mode, root=root, deny=rules, **kw)
+
+
+class _PolicyBash(Tool):
+    """A sandboxed bash tool reporting ``policy``."""
+
+    def __init__(self, policy: SandboxPolicy, log: list[str]) -> None:
+        async def run(args: dict[str, Any], ctx: Any) -> str:
+            log.append(args["command"])
+            return "ran"
+
+        super().__init__("bash", "bash", {"type": "object", "properties": {"command": {"type": "string"}}}, run)
+        self.sandboxed = True
+        self._policy = policy
+
+    def policy(self) -> SandboxPolicy:
+        return self._policy
+
+
+def test_the_paths_read_and_edit_deny_rules_name(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    engine = _engine(root)
+    assert engine.hidden_paths() == (
+        f"{root}/.env",
+        f"{root}/**/*.pem",
+        f"{root}/private/**",
+        f"{HOME}/.ssh/**",
+        "/etc/shadow",
+    )
+    # workspace-relative; a rule naming paths outside the workspace has no share here
+    assert engine.protected_paths() == ("src/**", "**/*.lock", "docs/x.md")
+    assert _engine(root, deny=["Bash(rm:*)", "Read"]).hidden_paths() == ()
+    # searching ~/** at every command would take seconds: left out (and reported unenforced)
+    assert _engine(root, deny=["Read(~/**/*.key)", "Read(//**/.env)", "Read(~/*/id_*)"]).hidden_paths() == (
+        f"{HOME}/*/id_*",
+    )
+
+
+def test_a_sandbox_given_those_paths_enforces_every_rule(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    engine = _engine(root)
+    wired = BashTool(
+        Workspace(root),
+        sandbox=None,
+        hidden=engine.hidden_paths(),
+        protected=(*DEFAULT_PROTECTED, *engine.protected_paths()),
+    )
+    assert str(engine.unenforced(wired)) == "Read(~/**/*.key)"
+    engine.deny = [r for r in engine.deny if str(r) != "Read(~/**/*.key)"]
+    assert engine.unenforced(wired) is None
+    bare = BashTool(Workspace(root), sandbox=None)
+    assert str(engine.unenforced(bare)) == "Read(./.env)"
+    partly = BashTool(Workspace(root), sandbox=None, hidden=engine.hidden_paths())
+    assert str(engine.unenforced(partly)) == "Edit(src/**)"
+    read_only = BashTool(Workspace(root), sandbox=None, hidden=engine.hidden_paths(), write_allowed=lambda: False)
+    assert engine.unenforced(read_only) is None  # nothing is writable: the Edit rules hold
+    assert engine.unenforced(Tool("bash")) is not None  # reports no policy
+    assert _engine(root, deny=["Bash(rm:*)", "Grep(logs)"]).unenforced(bare) is None
+
+
+@pytest.mark.parametrize(
+    ("rule", "writable", "expected"),
+    [
+        ("Read", (), "Read"),  # every file: no sandbox can hide that
+        ("Edit", (), "Edit"),
+        ("Edit(//opt/elsewhere/**)", (), None),  # read-only in the sandbox anyway
+        ("Edit(//opt/elsewhere/**)", ("/opt/elsewhere/cache",), "Edit(//opt/elsewhere/**)"),
+        ("Edit(//opt/**)", ("/opt/elsewhere",), "Edit(//opt/**)"),
+        ("Edit(//{root})", (), "Edit(//{root})"),  # the whole workspace
+        ("Edit(//opt/elsewhere/**), Edit(src/**)", (), "Edit(src/**)"),  # judged from the root
+    ],
+)
+def test_edit_rules_the_sandbox_cannot_hold(tmp_path: Path, rule: str, writable: tuple[str, ...], expected: str | None) -> None:
+    root = tmp_path.resolve()
+    engine = _engine(root, deny=rule.split(", "))
+    policy = SandboxPolicy(workspace=root, write=True, extra_writable=tuple(Path(w) for w in writable))
+    got = engine.unenforced(_PolicyBash(policy, []))
+    assert (str(got) if got is not None else None) == (expected.format(root=str(root).lstrip("/")) if expected else None)
+
+
+async def _bash_run(engine: PermissionEngine, tool: Tool) -> tuple[list[str], list[tuple[bool, str]]]:
+    asked: list[str] = []
+
+    async def approver(req: PermissionRequest) -> Approval:
+        asked.append(req.tool_name)
+        return Approval.deny("no")
+
+    engine.approver = approver
+    agent = Agent(
+        ScriptedModel([reply(tool_call("bash", {"command": "cat .env"})), "done"]),
+        tools=[tool],
+        before_tool_call=engine.before_tool_call,
+    )
+    result = await agent.prompt("go")
+    results = [(m.is_error, m.text) for m in result.messages if m.role == "tool_result"]
+    return asked, results
+
+
+@pytest.mark.parametrize("mode", ["accept_edits", "plan"])
+async def test_sandboxed_bash_asks_while_its_sandbox_does_not_enforce_the_deny_rules(root: Path, mode: str) -> None:
+    log: list[str] = []
+    engine = _engine(root, mode, deny=["Read(./.env)"])
+    loose = _PolicyBash(SandboxPolicy(workspace=root, write=mode != "plan"), log)
+    asked, results = await _bash_run(engine, loose)
+    assert (asked, results, log) == (["bash"], [(True, "Permission denied by the user. Reason: no")], [])
+    assert [(d.decided_by, d.outcome) for d in engine.decisions] == [("user", "deny")]
+    assert engine.check(loose, {"command": "cat .env"}).decided_by == (
+        f"mode {mode}; the sandbox does not enforce the deny rule Read(./.env) from code"
+    )
+
+    engine = _engine(root, mode, deny=["Read(./.env)"])
+    policy = SandboxPolicy(workspace=root, write=mode != "plan", hidden=(root / ".env",))
+    asked, results = await _bash_run(engine, _PolicyBash(policy, log))
+    assert (asked, results, log) == ([], [(False, "ran")], ["cat .env"])
+    assert [(d.decided_by, d.outcome) for d in engine.decisions] == [(f"mode {mode}", "allow")]
+
+
+@pytest.mark.parametrize("tool", ["ls", "find", "grep"])
+def test_a_folder_whose_contents_may_not_be_read_may_not_be_listed(root: Path, tool: str) -> None:
+    (root / "private").mkdir()
+    (root / "private" / "plans.txt").write_text("x\n")
+    (root / "public.txt").write_text("x\n")
+    engine = PermissionEngine("default", root=root, deny=["Read(private/**)"])
+    tools = {t.name: t for t in coding_tools(root, read_only=True, ripgrep=False)}
+    args = {"pattern": "x"} if tool == "grep" else {}
+    assert engine.check(tools[tool], {**args, "path": "private"}).reason == (
+        "Permission denied: the call matches the deny rule Read(private/**)."
+    )
+    assert engine.check(tools[tool], {**args, "path": "./private/"}).outcome == "deny"
+    assert engine.check(tools["read"], {"path": "private/plans.txt"}).outcome == "deny"
+    # the folder above it may be listed (its name shows, nothing inside it)
+    assert engine.check(tools["ls"], {"path": "."}).outcome == "allow"
+    assert engine.check(tools["read"], {"path": "public.txt"}).outcome == "allow"

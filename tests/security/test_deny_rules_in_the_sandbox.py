@@ -1,0 +1,73 @@
+"""White-box test: the security suite's stand-in runner imports ketch implementation modules.
+
+``Read`` and ``Edit`` deny rules hold for bash too: the runner gives the paths they name
+to the sandbox, as the command does (``hidden`` and ``protected``), and the approver says
+yes to every question, so only the sandbox stands between a command and the files the
+rules name. In every mode, no command reads a denied file's text or a denied folder's
+file names, and no command changes a file an ``Edit`` deny rule names. Each run is one
+counted attempt (see conftest.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Probe
+from .conftest import World
+
+MODES = ["default", "accept_edits", "plan", "bypass"]
+DENY = ["Read(./.env)", "Read(**/*.pem)", "Read(private/**)", "Edit(src/**)", "Edit(//{ws}/config.lock)"]
+MARKER = "denied-marker-7f3a"
+
+
+def _files() -> dict[str, str]:
+    return {
+        ".env": f"TOKEN={MARKER}-env\n",
+        "deep/er/key.pem": f"{MARKER}-pem\n",
+        "private/notes.txt": f"{MARKER}-private\n",
+        f"private/{MARKER}-name.txt": "a file name is what the model must not see\n",
+        "private/id.pem": f"{MARKER}-nested\n",  # named by two rules: hidden once
+        "src/a.txt": "workspace file\n",
+        "config.lock": "locked\n",
+    }
+
+
+# Each attempt: bash commands, one per turn; every one must leave no marker in any result.
+CASES: dict[str, list[str]] = {
+    "cat-denied-files": ["cat .env deep/er/key.pem private/notes.txt; cat */*/*.pem"],
+    "copy-then-read": ["cp .env copy.txt; cat copy.txt", "tar cf - private | tar tvf -; grep -r marker ."],
+    "list-denied-folder": ["ls -la private; find private deep"],
+    "through-a-symlink": ["ln -s .env e; cat e; ln -s private p; cat p/notes.txt"],
+    "write-denied-paths": [
+        "echo pwned > src/a.txt; echo pwned > src/new.txt; echo pwned > config.lock",
+        "rm -rf src; mv config.lock gone; cat src/a.txt",
+    ],
+    "replace-the-folder": ["mv src src-old && mkdir src && echo pwned > src/a.txt"],
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_read_and_edit_deny_rules_hold_for_bash(probe: Probe, world: World, name: str, mode: str) -> None:
+    ws = world.ws
+    files = _files()
+    for rel, text in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    world.reset_baseline()
+    deny = [rule.format(ws=str(ws.resolve()).lstrip("/")) for rule in DENY]
+    calls: list[tuple[str, dict[str, Any]]] = [("bash", {"command": f"{c}; echo finished"}) for c in CASES[name]]
+    reply = probe.agent_attempt(name, mode, calls, deny=deny)
+    shown = "".join(text for _, _, text in reply["results"]) + reply["events"]
+    assert MARKER not in shown, f"{name} [{mode}]: {reply['results']}"
+    assert all("finished" in text for _, _, text in reply["results"]), reply["results"]  # the sandbox ran each
+    for rel, text in files.items():
+        assert (ws / rel).read_text() == text, f"{name} [{mode}] changed {rel}"
+    assert not (ws / "src" / "new.txt").exists()
+    # the sandbox ran each command: the approver is asked in default mode only
+    assert reply["asked"] == (["bash"] * len(calls) if mode == "default" else [])
+    assert [d[1] for d in reply["decisions"]] == (
+        ["user"] * len(calls) if mode == "default" else [f"mode {mode}"] * len(calls)
+    )
