@@ -180,7 +180,7 @@ def test_models_lists_models_with_keys(env: Env) -> None:
     assert proc.returncode == 0
     assert proc.stdout == (
         "MODEL          CONTEXT    $IN/M   $OUT/M  KEY\n"
-        "local:smollm2       8k     0.00     0.00  no key needed\n"
+        "local:smollm2     8.2k     0.00     0.00  no key needed\n"
         "\n"
         "Without a key (ketch models --all lists them): anthropic, deepseek, google, groq, mistral, openai, xai\n"
     )
@@ -189,7 +189,7 @@ def test_models_lists_models_with_keys(env: Env) -> None:
     info = lookup("anthropic", "claude-sonnet-4-5")
     assert info is not None
     assert rows["anthropic:claude-sonnet-4-5"] == [
-        f"{info.context_window // 1000}k",
+        "200k",  # 200,000 tokens
         f"{info.pricing.input:.2f}",
         f"{info.pricing.output:.2f}",
         "ANTHROPIC_API_KEY",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from clihelp import Env
 from clihelp import Terminal
 from clihelp import call_reply
@@ -77,3 +78,15 @@ def test_each_tool_result_shows_its_first_lines_under_the_call(env: Env, termina
         "→ read missing.txt",
         "  ⎿ error: File not found: missing.txt",
     ]
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(0, "0"), (950, "950"), (1000, "1k"), (8192, "8.2k"), (12_345, "12.3k"), (200_000, "200k"),
+     (999_949, "999.9k"), (999_950, "1M"), (1_048_576, "1M"), (1_500_000, "1.5M")],
+)
+def test_one_token_count_format(n: int, text: str) -> None:
+    """White-box: the status line, the compaction notice and the models table share it."""
+    from ketch.cli._render import format_tokens
+
+    assert format_tokens(n) == text

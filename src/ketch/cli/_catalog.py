@@ -19,6 +19,7 @@ from ._config import ConfigError
 from ._config import load_settings
 from ._factory import key_source
 from ._factory import register_providers
+from ._render import format_tokens
 from ._wire import EXIT_USAGE
 
 
@@ -34,12 +35,6 @@ class ModelRow(msgspec.Struct, kw_only=True):
     reasoning: bool
     key: str | None
     available: bool
-
-
-def _context(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{round(n / 1_000_000, 1):g}M"
-    return f"{n // 1000}k"
 
 
 def model_rows(provider: str | None = None) -> list[ModelRow]:
@@ -103,7 +98,7 @@ def models_command(argv: Sequence[str]) -> int:
             elif r.key == "config":
                 key = "key in config"
             out.write(
-                f"{r.model:<{width}}  {_context(r.context_window):>7}  {r.input_price:>7.2f}  "
+                f"{r.model:<{width}}  {format_tokens(r.context_window):>7}  {r.input_price:>7.2f}  "
                 f"{r.output_price:>7.2f}  {key}\n"
             )
     else:

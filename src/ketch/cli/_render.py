@@ -30,12 +30,13 @@ _ARG_CHARS = 160
 
 
 def format_tokens(n: int) -> str:
-    """``950``, ``12.3k``, ``1.2M``."""
+    """A token count in a few characters: ``950``, ``12.3k``, ``200k``, ``1M``, ``1.5M``
+    (the status line, the compaction notice and the models table alike)."""
     if n < 1000:
         return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.1f}M"
+    if n < 999_950:
+        return f"{round(n / 1000, 1):g}k"
+    return f"{round(n / 1_000_000, 1):g}M"
 
 
 def _clip(text: str, limit: int) -> str:
