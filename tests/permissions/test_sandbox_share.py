@@ -98,6 +98,9 @@ def test_a_sandbox_given_those_paths_enforces_every_rule(tmp_path: Path) -> None
     )
     assert str(engine.unenforced(wired)) == "Read(~/**/*.key)"
     engine.deny = [r for r in engine.deny if str(r) != "Read(~/**/*.key)"]
+    # the sandbox keeps today's *.lock files read-only, but a command could create another
+    assert str(engine.unenforced(wired)) == "Write(*.lock)"
+    engine.deny = [r for r in engine.deny if str(r) != "Write(*.lock)"]
     assert engine.unenforced(wired) is None
     bare = BashTool(Workspace(root), sandbox=None)
     assert str(engine.unenforced(bare)) == "Read(./.env)"
@@ -119,6 +122,8 @@ def test_a_sandbox_given_those_paths_enforces_every_rule(tmp_path: Path) -> None
         ("Edit(//opt/**)", ("/opt/elsewhere",), "Edit(//opt/**)"),
         ("Edit(//{root})", (), "Edit(//{root})"),  # the whole workspace
         ("Edit(//opt/elsewhere/**), Edit(src/**)", (), "Edit(src/**)"),  # judged from the root
+        ("Edit(src/*.py)", (), "Edit(src/*.py)"),  # a new src/x.py could be created
+        ("Edit(.env)", (), "Edit(.env)"),  # **/.env: so could a new sub/.env
     ],
 )
 def test_edit_rules_the_sandbox_cannot_hold(tmp_path: Path, rule: str, writable: tuple[str, ...], expected: str | None) -> None:

@@ -18,7 +18,14 @@ from .conftest import Probe
 from .conftest import World
 
 MODES = ["default", "accept_edits", "plan", "bypass"]
-DENY = ["Read(./.env)", "Read(**/*.pem)", "Read(private/**)", "Edit(src/**)", "Edit(//{ws}/config.lock)"]
+DENY = [
+    "Read(./.env)",
+    "Read(**/*.pem)",
+    "Read(private/**)",
+    "Edit(src/**)",
+    "Edit(//{ws}/config.lock)",
+    "Edit(gen/**)",  # a folder that does not exist: it cannot be created either
+]
 MARKER = "denied-marker-7f3a"
 
 
@@ -45,6 +52,7 @@ CASES: dict[str, list[str]] = {
         "rm -rf src; mv config.lock gone; cat src/a.txt",
     ],
     "replace-the-folder": ["mv src src-old && mkdir src && echo pwned > src/a.txt"],
+    "create-the-denied-folder": ["mkdir -p gen; echo pwned > gen/x.txt; mv src/a.txt gen/"],
 }
 
 
@@ -66,6 +74,7 @@ def test_read_and_edit_deny_rules_hold_for_bash(probe: Probe, world: World, name
     for rel, text in files.items():
         assert (ws / rel).read_text() == text, f"{name} [{mode}] changed {rel}"
     assert not (ws / "src" / "new.txt").exists()
+    assert not (ws / "gen").exists()  # not made, and its placeholder gone
     # the sandbox ran each command: the approver is asked in default mode only
     assert reply["asked"] == (["bash"] * len(calls) if mode == "default" else [])
     assert [d[1] for d in reply["decisions"]] == (

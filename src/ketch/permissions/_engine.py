@@ -22,6 +22,7 @@ from typing import runtime_checkable
 
 import msgspec
 
+from .._paths import GLOB_CHARS
 from .._paths import pattern_base
 from .._paths import within
 from ..loop import BeforeToolCallResult
@@ -360,8 +361,9 @@ class PermissionEngine:
         """The first ``Read`` or ``Edit`` deny rule the sandbox of ``tool`` does not enforce
         (None when it enforces all): a rule whose paths the policy :class:`tool reports
         <ReportsSandboxPolicy>` neither hides (reading) nor keeps read-only (editing),
-        or a rule without a path. The modes let a sandboxed bash call run without asking
-        only when there is none."""
+        a rule without a path, and in a writable sandbox an ``Edit`` rule with wildcards
+        (``Edit(*.lock)``: a command could create a new file it names). The modes let a
+        sandboxed bash call run without asking only when there is none."""
         reads, edits = self._file_denials()
         if not reads and not edits:
             return None
@@ -387,7 +389,9 @@ class PermissionEngine:
                 return rule
             relative = workspace_pattern(pattern, workspace)
             if relative is not None:
-                if relative not in policy.protected:
+                # a pattern keeps the files it names now read-only, but bwrap cannot keep
+                # a command from creating a new one: only a path (or X/**) holds fully
+                if relative not in policy.protected or GLOB_CHARS.intersection(relative.removesuffix("/**")):
                     return rule
                 continue
             reach = pattern_base(pattern)

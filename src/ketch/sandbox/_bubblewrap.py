@@ -195,11 +195,13 @@ class BubblewrapSandbox:
         and a protected path is bound onto itself first (a mount point cannot be renamed
         or removed), then each protected path read-only. Entries with wildcards (``*``,
         ``?``, ``[``; ``**`` for any depth) cover the paths that exist; other absent
-        entries get a placeholder directory."""
+        entries (``X/**`` counts as ``X``) get a placeholder directory."""
         pins: list[str] = []
         read_only: list[str] = []
         made: list[str] = []
-        for rel in protected:
+        for entry in protected:
+            folder = entry.removesuffix("/**")  # a folder's contents: the folder itself
+            rel = folder if not GLOB_CHARS.intersection(folder) else entry
             if GLOB_CHARS.intersection(rel):
                 targets = [(t, False) for t in expand_pattern(os.path.join(workspace, rel))]
             else:
