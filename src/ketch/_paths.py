@@ -72,19 +72,27 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
             i += 1
         elif c == "[":
             end = pattern.find("]", i + 1)
-            if end < 0:
+            body = pattern[i + 1 : end] if end > 0 else ""
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            if end < 0 or not _valid_set(body):  # "[", "[]", "[z-a]": the characters themselves
                 out.append(re.escape(c))
                 i += 1
             else:
-                body = pattern[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
                 out.append(f"[{body}]")
                 i = end + 1
         else:
             out.append(re.escape(c))
             i += 1
     return re.compile("".join(out), re.DOTALL)
+
+
+def _valid_set(body: str) -> bool:
+    try:
+        re.compile(f"[{body}]")
+    except re.error:
+        return False
+    return True
 
 
 def pattern_base(pattern: str) -> str:
@@ -100,12 +108,16 @@ def expand_pattern(pattern: str) -> list[str]:
     """The existing paths an absolute path pattern (:func:`glob_regex`) names, the
     top-most of each subtree only (a matching folder stands for everything below it);
     ``X/**`` names the folder ``X`` itself. Symlinks are listed, never followed while
-    searching, nor ``/proc``, ``/sys`` and ``/dev``. Hidden names count like any other."""
+    searching, nor ``/proc``, ``/sys`` and ``/dev``. Hidden names count like any other.
+
+    A folder that cannot be searched (``chmod 000``) may hold what the pattern names, so
+    it is named itself: whoever hides or protects the paths fails closed."""
     if pattern.endswith("/**"):
         pattern = pattern[:-3] or "/"
     pattern = os.path.normpath(pattern)
     if not GLOB_CHARS.intersection(pattern):
-        return [pattern] if os.path.lexists(pattern) else []
+        reached = _reach(pattern)
+        return [] if reached is None else [reached]
     regex = glob_regex(pattern)
     depth = None if "**" in pattern else pattern.count("/")
     found: list[str] = []
@@ -114,19 +126,40 @@ def expand_pattern(pattern: str) -> list[str]:
         folder = pending.pop()
         try:
             entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
         except OSError:
+            reached = _reach(folder)
+            if reached is not None:
+                found.append(reached)
             continue
         for entry in entries:
             path = entry.path
             if regex.fullmatch(path):
                 found.append(path)
-            elif (
-                (depth is None or path.count("/") < depth)
-                and path not in _KERNEL_FOLDERS
-                and entry.is_dir(follow_symlinks=False)
-            ):
+            elif (depth is None or path.count("/") < depth) and path not in _KERNEL_FOLDERS and _is_folder(entry):
                 pending.append(path)
-    return sorted(found)
+    return sorted(set(found))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return True  # unknown: search it (an error there names it)
+
+
+def _reach(path: str) -> str | None:
+    """``path`` when it exists, None when it does not, else the deepest folder above it
+    that exists (one that cannot be searched keeps the answer from us)."""
+    try:
+        os.lstat(path)
+        return path
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        parent = os.path.dirname(path)
+        return path if parent == path else _reach(parent) or parent
 
 
 def xdg_dir(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:

@@ -187,3 +187,114 @@ def test_a_folder_whose_contents_may_not_be_read_may_not_be_listed(root: Path, t
     # the folder above it may be listed (its name shows, nothing inside it)
     assert engine.check(tools["ls"], {"path": "."}).outcome == "allow"
     assert engine.check(tools["read"], {"path": "public.txt"}).outcome == "allow"
+
+
+@pytest.mark.parametrize(
+    ("rule", "denied", "allowed"),
+    [
+        ("Read(//)", [("read", "a.txt"), ("grep", "."), ("ls", "sub")], [("write", "a.txt")]),
+        ("Read(./)", [("read", "a.txt"), ("read", "sub/b.txt"), ("ls", ".")], [("edit", "a.txt")]),
+        ("Edit(./)", [("write", "a.txt"), ("edit", "sub/b.txt")], [("read", "a.txt")]),
+        ("Edit(//)", [("write", "sub/new.txt")], [("ls", ".")]),
+        # a one-character pattern is a file name, not the workspace itself
+        ("Read(?)", [], [("ls", "."), ("read", "a.txt")]),
+    ],
+)
+def test_rules_naming_the_workspace_or_the_filesystem_cover_everything(
+    root: Path, rule: str, denied: list[tuple[str, str]], allowed: list[tuple[str, str]]
+) -> None:
+    (root / "sub").mkdir()
+    (root / "a.txt").write_text("a\n")
+    (root / "sub" / "b.txt").write_text("b\n")
+    engine = PermissionEngine("accept_edits", root=root, deny=[rule])
+    tools = {t.name: t for t in coding_tools(root, sandbox=None, ripgrep=False)}
+
+    def outcome(name: str, path: str) -> str:
+        args = {"path": path, "pattern": "x", "content": "x", "old_string": "a", "new_string": "b"}
+        return engine.check(tools[name], args).outcome
+
+    assert [outcome(n, p) for n, p in denied] == ["deny"] * len(denied)
+    assert [outcome(n, p) for n, p in allowed] == ["allow"] * len(allowed)
+
+
+def test_a_rule_hiding_the_whole_filesystem_is_not_given_to_the_sandbox(root: Path) -> None:
+    engine = PermissionEngine("plan", root=root, deny=["Read(//)", "Read(//..)"])
+    assert engine.hidden_paths() == ()  # nothing would run
+    bash = BashTool(Workspace(root), sandbox=None, write_allowed=lambda: False)
+    assert str(engine.unenforced(bash)) == "Read(//)"
+
+
+def test_rules_through_symlinks_name_the_files_they_lead_to(root: Path) -> None:
+    real = root / "real"
+    (real / "src").mkdir(parents=True)
+    (real / ".env").write_text("k\n")
+    (real / "src" / "a.py").write_text("a\n")
+    (real / "lnk").symlink_to("src")
+    alias = root / "alias"
+    alias.symlink_to(real)
+    # absolute rules written through an alias of the workspace
+    engine = PermissionEngine("accept_edits", root=real, deny=[f"Read(/{alias}/.env)", f"Edit(/{alias}/src/**)"])
+    tools = {t.name: t for t in coding_tools(real, sandbox=None)}
+    assert engine.check(tools["read"], {"path": ".env"}).outcome == "deny"
+    assert engine.check(tools["edit"], {"path": "src/a.py"}).outcome == "deny"
+    assert engine.hidden_paths() == (f"{real}/.env",)
+    assert engine.protected_paths() == ("src/**",)
+    # a workspace rule through a symlinked folder: also the file the link leads to
+    engine = PermissionEngine("accept_edits", root=real, deny=["Edit(lnk/a.py)"])
+    assert engine.check(tools["write"], {"path": "src/a.py", "content": "x"}).outcome == "deny"
+    assert engine.check(tools["write"], {"path": "lnk/a.py", "content": "x"}).outcome == "deny"
+    assert engine.check(tools["write"], {"path": "src/b.py", "content": "x"}).outcome == "allow"
+
+
+def test_a_bracket_that_is_no_character_set_is_itself(root: Path) -> None:
+    (root / "a[]b").write_text("k\n")
+    (root / "ab").write_text("k\n")
+    engine = PermissionEngine("default", root=root, deny=["Read(./a[]b)", "Read(./x[z-a])"])
+    tools = {t.name: t for t in coding_tools(root, sandbox=None)}
+    assert engine.check(tools["read"], {"path": "a[]b"}).outcome == "deny"
+    assert engine.check(tools["read"], {"path": "ab"}).outcome == "allow"
+    assert engine.check(tools["ls"], {"path": "."}).outcome == "allow"
+    assert engine.hidden_paths() == (f"{root}/a[]b", f"{root}/x[z-a]")
+
+
+@pytest.mark.parametrize("answer", ["approver", "callback"])
+async def test_deny_rules_are_checked_again_after_a_slow_answer(root: Path, answer: str) -> None:
+    """While the user (or the application's callback) decides, a background command can
+    turn the path into a symlink to a denied file; the answer does not cover that file."""
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("ORIG\n")
+    (root / "ok.py").write_text("ok\n")
+    (root / "x").symlink_to("ok.py")
+
+    def swap() -> None:
+        (root / "x").unlink()
+        (root / "x").symlink_to("src/a.py")
+
+    async def approver(req: PermissionRequest) -> Approval:
+        swap()
+        return Approval.always()
+
+    async def callback(call: Any) -> Any:
+        from ketch.permissions import Allow
+
+        swap()
+        return Allow()
+
+    engine = PermissionEngine(
+        "default",
+        root=root,
+        deny=["Edit(src/**)"],
+        approver=approver if answer == "approver" else None,
+        can_use_tool=callback if answer == "callback" else None,
+    )
+    tools = coding_tools(root, sandbox=None)
+    agent = Agent(
+        ScriptedModel([reply(tool_call("write", {"path": "x", "content": "PWNED\n"})), "done"]),
+        tools=tools,
+        before_tool_call=engine.before_tool_call,
+    )
+    result = await agent.prompt("go")
+    texts = [m.text for m in result.messages if m.role == "tool_result"]
+    assert texts == ["Permission denied: the call matches the deny rule Edit(src/**)."]
+    assert (root / "src" / "a.py").read_text() == "ORIG\n"
+    assert engine.session_rules == []  # nothing remembered for a denied call

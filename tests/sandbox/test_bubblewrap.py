@@ -7,6 +7,7 @@ denial hints, and ``coding_tools`` wiring (including the path without a sandbox)
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -332,3 +333,79 @@ async def test_hidden_paths_cannot_be_read(sandbox: Sandbox, ws: Path, tmp_path:
     assert (config / "config.toml").read_text().startswith("[providers.x]")  # untouched outside
     unhidden = BashTool(Workspace(ws), sandbox=sandbox, write_allowed=lambda: write)
     assert "sk-hidden" in (await _run(unhidden, f"cat {config}/config.toml")).text  # the test can fail
+
+
+def _pairs(args: list[str]) -> list[tuple[str, str]]:
+    return list(itertools.pairwise(args))
+
+
+def test_a_folder_that_cannot_be_searched_stays_unsearchable(
+    sandbox: Sandbox, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``chmod 000 src private`` by one command, the next must not let a command
+    make them searchable again: ketch cannot see what is inside, so it keeps them as they
+    are (read-only, or hidden) instead of protecting or hiding nothing. Simulated: a root
+    test process could search them anyway."""
+    for rel in ("src/a.py", "private/.env", "deep/x/k.pem"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text("x\n")
+    locked = {str(ws / "src"), str(ws / "private"), str(ws / "deep" / "x")}
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def lstat(path: Any, *a: Any, **kw: Any) -> os.stat_result:
+        if os.path.dirname(os.fspath(path)) in locked:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_lstat(path, *a, **kw)
+
+    def scandir(path: Any = ".") -> Any:
+        if os.fspath(path) in locked:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "scandir", scandir)
+    policy = SandboxPolicy(
+        workspace=ws,
+        write=True,
+        protected=(".git/config", "src/a.py"),
+        hidden=(ws / "private" / ".env", ws / "**" / "*.pem"),
+    )
+    args, _ = sandbox.wrap(["true"], policy, {})
+    sandbox.release(args)
+    pairs = _pairs(args)
+    assert ("--ro-bind", str(ws / "src")) in pairs  # chmod there now fails: read-only
+    assert ("--tmpfs", str(ws / "private")) in pairs  # the folder stands for its file
+    assert ("--tmpfs", str(ws / "deep" / "x")) in pairs  # a pattern could match inside
+
+
+async def test_a_rename_cannot_carry_a_hidden_file_away(sandbox: Sandbox, ws: Path) -> None:
+    secret = ws / "config" / "secrets" / "key.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("sk-moved-0123456789\n")
+    tool = BashTool(Workspace(ws), sandbox=sandbox, hidden=[ws / "config" / "secrets" / "**"])
+    moved = await _run(tool, "mv config cfg 2>/dev/null; mv config/secrets s 2>/dev/null; ls -A config/secrets; echo end")
+    assert moved.text == "end"  # still in place, still empty inside
+    assert not (ws / "cfg").exists()
+    assert not (ws / "s" / "key.txt").exists()  # mv may copy the (empty) mount, never the file
+    assert secret.read_text() == "sk-moved-0123456789\n"
+
+
+def test_a_hidden_private_folder_hides_the_workspace_inside_it(sandbox: Sandbox) -> None:
+    """/tmp is the sandbox's own, empty but for the workspace bound back into it."""
+    shown = ["/tmp/somewhere/ws", "/srv/ws2"]
+    assert BubblewrapSandbox._hidden_targets([Path("/tmp/**")], shown) == ["/tmp/somewhere/ws"]
+    assert BubblewrapSandbox._hidden_targets([Path("/tmp/elsewhere")], shown) == []
+
+
+def test_placeholders_are_removed_when_wrapping_fails(
+    sandbox: Sandbox, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(real: str, *, write: bool) -> list[str]:
+        raise RuntimeError("mount planning failed")
+
+    monkeypatch.setattr(BubblewrapSandbox, "_hide", staticmethod(broken))
+    (ws / "secret").write_text("x\n")
+    policy = SandboxPolicy(workspace=ws, write=True, hidden=(ws / "secret",))
+    with pytest.raises(RuntimeError, match="mount planning failed"):
+        sandbox.wrap(["true"], policy, {})
+    assert not (ws / ".ketch").exists()  # its placeholder was made, then removed

@@ -25,6 +25,8 @@ DENY = [
     "Edit(src/**)",
     "Edit(//{ws}/config.lock)",
     "Edit(gen/**)",  # a folder that does not exist: it cannot be created either
+    "Read(config/secrets/**)",
+    "Edit(lnk/b.txt)",  # through a symlinked folder: lnk -> real
 ]
 MARKER = "denied-marker-7f3a"
 
@@ -38,6 +40,8 @@ def _files() -> dict[str, str]:
         "private/id.pem": f"{MARKER}-nested\n",  # named by two rules: hidden once
         "src/a.txt": "workspace file\n",
         "config.lock": "locked\n",
+        "config/secrets/key.txt": f"{MARKER}-moved\n",
+        "real/b.txt": "linked\n",
     }
 
 
@@ -53,6 +57,9 @@ CASES: dict[str, list[str]] = {
     ],
     "replace-the-folder": ["mv src src-old && mkdir src && echo pwned > src/a.txt"],
     "create-the-denied-folder": ["mkdir -p gen; echo pwned > gen/x.txt; mv src/a.txt gen/"],
+    # a rename must not carry a hidden file out from under its mount
+    "move-the-parent-folder": ["mv config cfg; cat cfg/secrets/key.txt", "mv config/secrets s2; cat s2/key.txt"],
+    "write-through-a-linked-folder": ["echo pwned > lnk/b.txt; echo pwned > real/b.txt; rm -f real/b.txt"],
 }
 
 
@@ -64,6 +71,8 @@ def test_read_and_edit_deny_rules_hold_for_bash(probe: Probe, world: World, name
     for rel, text in files.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
+    if not (ws / "lnk").is_symlink():
+        (ws / "lnk").symlink_to("real")
     world.reset_baseline()
     deny = [rule.format(ws=str(ws.resolve()).lstrip("/")) for rule in DENY]
     calls: list[tuple[str, dict[str, Any]]] = [("bash", {"command": f"{c}; echo finished"}) for c in CASES[name]]

@@ -241,6 +241,8 @@ def _searchable(pattern: str, root: str) -> bool:
     """Whether a sandbox can find what ``pattern`` names at each command in bounded time:
     no ``**`` but a final one (``X/**`` stands for ``X``), or none outside the workspace."""
     inner = pattern.removesuffix("/**")
+    if inner in ("", "/"):  # the whole filesystem: nothing would run
+        return False
     return "**" not in inner or within(pattern_base(inner), root)
 
 
@@ -644,9 +646,10 @@ class PermissionEngine:
                 if answer.updated_input is not None:
                     new_args = dict(answer.updated_input)
                     args = new_args
-                    denied = self.deny_verdict(tool, args)
-                    if denied is not None:
-                        return "deny", denied.decided_by, denied.reason, new_args, False, False
+                # new arguments, or files changed while the callback ran: the deny rules again
+                denied = self.deny_verdict(tool, args)
+                if denied is not None:
+                    return "deny", denied.decided_by, denied.reason, new_args, False, False
                 return "allow", "callback", None, new_args, False, False
 
         # 7. the mode's default: ask
@@ -682,10 +685,14 @@ class PermissionEngine:
                 answer = await self.approver(request)
             except Exception as exc:
                 return "deny", "user", CHECK_FAILED.format(error=str(exc) or type(exc).__name__), True
-        if answer.decision == "always":
-            self.session_rules.extend(request.suggested_rules)
-            return "allow", "user", None, True
-        if answer.decision == "allow":
+        if answer.decision in ("allow", "always"):
+            # the file a path names may have changed while the user was asked (a background
+            # command can turn it into a symlink to a denied file): the deny rules again
+            denied = self.deny_verdict(tool, args)
+            if denied is not None:
+                return "deny", denied.decided_by, denied.reason, True
+            if answer.decision == "always":
+                self.session_rules.extend(request.suggested_rules)
             return "allow", "user", None, True
         text = denied_text(answer.reason)
         return "deny", "user", text, True

@@ -195,9 +195,9 @@ def _path_pattern(spec: str) -> _PathPattern:
     if not text:
         raise ValueError("empty path pattern")
     if text.startswith("//"):
-        return _PathPattern(os.path.normpath("/" + text[2:].lstrip("/")), True)
+        return _PathPattern(_resolved(os.path.normpath("/" + text[2:].lstrip("/"))), True)
     if text == "~" or text.startswith("~/"):
-        return _PathPattern(os.path.normpath(os.path.expanduser(text)), True)
+        return _PathPattern(_resolved(os.path.normpath(os.path.expanduser(text))), True)
     anchored = text.startswith(("/", "./")) or "/" in text.rstrip("/")
     text = text.removeprefix("./").lstrip("/").rstrip("/")
     norm = os.path.normpath(text) if text else "."
@@ -228,6 +228,18 @@ def workspace_pattern(pattern: str, root: str) -> str | None:
     return pattern[len(root.rstrip("/")) + 1 :]
 
 
+def _resolved(pattern: str) -> str:
+    """An absolute pattern with its part before the first wildcard resolved (symlinks),
+    as the paths it is matched against are: ``//home/me/proj/.env`` names the workspace's
+    ``.env`` also when ``proj`` is a link to the real folder."""
+    base = pattern_base(pattern)
+    real = os.path.realpath(base)
+    if real == base:
+        return pattern
+    rest = pattern[len(base) :].lstrip("/")
+    return os.path.join(real, rest) if rest else real
+
+
 def _could_contain(p: _PathPattern, folder: str) -> bool:
     """Whether something below ``folder`` (same form as the pattern) may match ``p``."""
     cut = min((i for i, c in enumerate(p.pattern) if c in "*?["), default=len(p.pattern))
@@ -249,8 +261,12 @@ def _ancestors(path: str) -> list[str]:
 
 
 def _path_matches(p: _PathPattern, candidates: Iterable[str]) -> bool:
+    if p.pattern in (".", "/"):  # the workspace (./) or the filesystem (//): all below
+        return any(True for _ in candidates)
     regex = glob_regex(p.pattern)
     for candidate in candidates:
+        if candidate == ".":  # the workspace itself has no name a pattern could match
+            continue
         if any(regex.fullmatch(a) for a in _ancestors(candidate)):
             return True
     return False
@@ -403,17 +419,14 @@ class Rule:
             p = _PathPattern(p.pattern[:-3], p.absolute)
         base = root if root is not None else os.path.realpath(os.getcwd())
         r = resolve_path(subject, base)
-        if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):
-            # a content search of a folder reads every file below it
-            folders = (r.real, r.followed, r.lexical) if p.absolute else r.relative
-            if any(_could_contain(p, folder) for folder in folders):
-                return True
+        if deny and not p.absolute:
+            # a pattern through a symlinked folder of the workspace (lnk/b.txt, lnk -> d)
+            # also names the file as the tools resolve it (d/b.txt)
+            return any(self._denies(q, r, searches) for q in _with_resolved(p, base))
         if p.absolute:
             if deny:
-                return _path_matches(p, (r.real, r.followed, r.lexical))
+                return self._denies(p, r, searches)
             return _path_matches(p, (r.real,)) and _path_matches(p, (r.followed,))
-        if deny:
-            return _path_matches(p, r.relative)
         # allow: the file the tools touch and the one the kernel would open must both be
         # inside the workspace and match (they differ only through a symlink and "..")
         return (
@@ -422,6 +435,28 @@ class Rule:
             and _path_matches(p, (r.real_rel,))
             and _path_matches(p, (r.followed_rel,))
         )
+
+
+    @staticmethod
+    def _denies(p: _PathPattern, r: ResolvedPath, searches: bool) -> bool:
+        if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):
+            # a content search of a folder reads every file below it
+            folders = (r.real, r.followed, r.lexical) if p.absolute else r.relative
+            if any(_could_contain(p, folder) for folder in folders):
+                return True
+        return _path_matches(p, (r.real, r.followed, r.lexical) if p.absolute else r.relative)
+
+
+def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
+    """A workspace-relative pattern, and the same with its part before the first wildcard
+    resolved when that leads elsewhere in the workspace."""
+    if p.pattern == ".":
+        return [p]
+    full = os.path.join(root, p.pattern)
+    real = _resolved(full)
+    if real == full or not within(real, root) or real == root:
+        return [p]
+    return [p, _PathPattern(real[len(root.rstrip("/")) + 1 :], False)]
 
 
 def _commands(command: str) -> list[SimpleCommand]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -136,27 +137,30 @@ class BubblewrapSandbox:
         sandbox (``bwrap`` itself runs with it, so nothing of the caller's shows through
         ``/proc``). Call :meth:`release` with the returned argv when the process has ended."""
         workspace = os.path.realpath(policy.workspace)
+        extras = [real for real in (os.path.realpath(p) for p in policy.extra_writable) if os.path.exists(real)]
+        shown = [workspace, *extras]
+        hidden = self._hidden_targets(policy.hidden, shown)
         args = [self.bwrap, *self._namespace_args(network=policy.network), *self._base_mounts(write=policy.write)]
         placeholders: list[str] = []
-        if policy.write:
-            for extra in policy.extra_writable:
-                real = os.path.realpath(extra)
-                if os.path.exists(real):
+        try:
+            if policy.write:
+                for real in extras:
                     args += ["--bind", real, real]
-            args += ["--bind", workspace, workspace]
-            protect, placeholders = self._protected_mounts(workspace, policy.protected)
-            args += protect
-        else:
-            for extra in policy.extra_writable:
-                real = os.path.realpath(extra)
-                if os.path.exists(real):
+                args += ["--bind", workspace, workspace]
+                protect, placeholders = self._protected_mounts(workspace, policy.protected, hidden, shown)
+                args += protect
+            else:
+                for real in extras:
                     args += ["--ro-bind", real, real]
-            args += ["--ro-bind", workspace, workspace]
-            for private in (_SANDBOX_TMP, "/var/tmp", "/run"):
-                if os.path.isdir(private) and not os.path.islink(private):
-                    args += ["--remount-ro", private]
-        shown = [workspace, *(os.path.realpath(p) for p in policy.extra_writable)]
-        args += self._hidden_mounts(policy.hidden, shown, write=policy.write)
+                args += ["--ro-bind", workspace, workspace]
+                for private in (_SANDBOX_TMP, "/var/tmp", "/run"):
+                    if os.path.isdir(private) and not os.path.islink(private):
+                        args += ["--remount-ro", private]
+            for real in hidden:  # after every other mount, so nothing binds them back
+                args += self._hide(real, write=policy.write)
+        except BaseException:
+            self._drop(placeholders)
+            raise
         args += ["--", *argv]
         wrapped_env = dict(env)
         wrapped_env["TMPDIR"] = _SANDBOX_TMP
@@ -164,38 +168,47 @@ class BubblewrapSandbox:
         return args, wrapped_env
 
     @staticmethod
-    def _hidden_mounts(hidden: Sequence[Path], shown: Sequence[str], *, write: bool) -> list[str]:
-        """An empty tmpfs over each hidden directory, an empty file over each hidden file
-        (a pattern: over each path it names now; after every other mount, so nothing
-        binds them back). A path in the private ``/tmp``, ``/var/tmp`` or ``/run`` is not
-        there inside the sandbox anyway, unless it is in a directory bound back
-        (``shown``: the workspace and its other roots)."""
-        reals = sorted({os.path.realpath(p) for pattern in hidden for p in expand_pattern(os.fspath(pattern))})
-        args: list[str] = []
-        covered: list[str] = []  # a path inside a hidden directory is gone already
-        for real in reals:
-            if not any(within(real, c) for c in covered):
-                covered.append(real)
-                args += BubblewrapSandbox._hide(real, shown, write=write)
-        return args
+    def _hidden_targets(hidden: Sequence[Path], shown: Sequence[str]) -> list[str]:
+        """The real paths to hide: what each entry (a pattern: each path it names now)
+        resolves to, none inside another. A path in the private ``/tmp``, ``/var/tmp`` or
+        ``/run`` is not there inside the sandbox anyway, except the directories bound back
+        (``shown``: the workspace and its other roots): those inside it, or it inside them."""
+        reals: set[str] = set()
+        for pattern in hidden:
+            for path in expand_pattern(os.fspath(pattern)):
+                real = os.path.realpath(path)
+                if not any(within(real, p) for p in (_SANDBOX_TMP, "/var/tmp", "/run")):
+                    reals.add(real)
+                    continue
+                reals.update(s for s in shown if within(s, real))
+                if any(within(real, s) for s in shown):
+                    reals.add(real)
+        targets: list[str] = []
+        for real in sorted(reals):  # a path inside a hidden directory is gone already
+            if not any(within(real, t) for t in targets):
+                targets.append(real)
+        return targets
 
     @staticmethod
-    def _hide(real: str, shown: Sequence[str], *, write: bool) -> list[str]:
-        private = any(within(real, p) for p in (_SANDBOX_TMP, "/var/tmp", "/run"))
-        if private and not any(within(real, s) for s in shown):
-            return []
+    def _hide(real: str, *, write: bool) -> list[str]:
+        """An empty tmpfs over a hidden directory, an empty file over a hidden file."""
         if os.path.isdir(real):
             return ["--tmpfs", real] + ([] if write else ["--remount-ro", real])
         if os.path.exists(real):
             return ["--ro-bind", _empty_file(), real]
         return []
 
-    def _protected_mounts(self, workspace: str, protected: Sequence[str]) -> tuple[list[str], list[str]]:
+    def _protected_mounts(
+        self, workspace: str, protected: Sequence[str], hidden: Sequence[str] = (), roots: Sequence[str] = ()
+    ) -> tuple[list[str], list[str]]:
         """Mounts keeping ``protected`` read-only: every directory between the workspace
         and a protected path is bound onto itself first (a mount point cannot be renamed
         or removed), then each protected path read-only. Entries with wildcards (``*``,
         ``?``, ``[``; ``**`` for any depth) cover the paths that exist; other absent
-        entries (``X/**`` counts as ``X``) get a placeholder directory."""
+        entries (``X/**`` counts as ``X``) get a placeholder directory. The directories
+        between a writable root (``roots``) and a ``hidden`` path are pinned the same way,
+        so a rename cannot carry a hidden file out from under its mount. A directory that
+        cannot be searched on the way is bound read-only (it stays unsearchable)."""
         pins: list[str] = []
         read_only: list[str] = []
         made: list[str] = []
@@ -211,6 +224,10 @@ class BubblewrapSandbox:
                 if not target.startswith(workspace + os.sep):
                     continue
                 self._protect(workspace, target, may_create, pins, read_only, made)
+        for path in hidden:
+            root = next((r for r in roots if path.startswith(r + os.sep)), None)
+            if root is not None:
+                _pin_between(root, path, pins, read_only)
         args: list[str] = []
         for pin in sorted(set(pins), key=lambda p: (p.count(os.sep), p)):
             args += ["--bind", pin, pin]
@@ -219,25 +236,42 @@ class BubblewrapSandbox:
         return args, made
 
     def _protect(
-        self, workspace: str, target: str, may_create: bool, pins: list[str], read_only: list[str], made: list[str]
+        self,
+        workspace: str,
+        target: str,
+        may_create: bool,
+        pins: list[str],
+        read_only: list[str],
+        made: list[str],
+        hops: int = 0,
     ) -> None:
         parts = Path(os.path.relpath(target, workspace)).parts
         current = workspace
         for index, part in enumerate(parts):
-            current = os.path.join(current, part)
+            parent, current = current, os.path.join(current, part)
             last = index == len(parts) - 1
-            if os.path.islink(current):
-                real = os.path.realpath(current)
-                if last and real.startswith(workspace + os.sep) and os.path.exists(real):
-                    read_only.append(real)
+            try:
+                st: os.stat_result | None = os.lstat(current)
+            except (FileNotFoundError, NotADirectoryError):
+                st = None
+            except OSError:  # ``parent`` cannot be searched: keep it so
+                read_only.append(parent)
                 return
-            if current in self._placeholders or not os.path.exists(current):
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                # protect what the link leads to when that is in the workspace (a link
+                # elsewhere leads to the read-only rest of the filesystem)
+                real = os.path.join(os.path.realpath(current), *parts[index + 1 :])
+                if real.startswith(workspace + os.sep) and hops < _MAX_HOPS:
+                    self._protect(workspace, real, may_create, pins, read_only, made, hops + 1)
+                return
+            if current in self._placeholders or st is None:
                 if not may_create:
                     return
                 if current not in self._placeholders:
                     try:
                         _make_placeholder(current)
-                    except OSError:
+                    except OSError:  # it cannot be made: nothing may change in its folder
+                        read_only.append(parent)
                         return
                     self._placeholders[current] = 0
                 self._placeholders[current] += 1
@@ -246,7 +280,7 @@ class BubblewrapSandbox:
                 return
             if last:
                 read_only.append(current)
-            elif not os.path.isdir(current):
+            elif not stat.S_ISDIR(st.st_mode):
                 return
             else:
                 pins.append(current)
@@ -254,9 +288,11 @@ class BubblewrapSandbox:
     def release(self, wrapped: Sequence[str]) -> None:
         """Remove the placeholders made for ``wrapped`` that no running command still uses."""
         entry = self._active.pop(id(wrapped), None)
-        if entry is None:
-            return
-        for path in entry[1]:
+        if entry is not None:
+            self._drop(entry[1])
+
+    def _drop(self, made: Sequence[str]) -> None:
+        for path in made:
             count = self._placeholders.get(path, 0) - 1
             if count > 0:
                 self._placeholders[path] = count
@@ -270,6 +306,22 @@ class BubblewrapSandbox:
             except OSError:
                 pass
 
+
+def _pin_between(root: str, path: str, pins: list[str], read_only: list[str]) -> None:
+    """Pin each directory between ``root`` and ``path`` (both real); one that cannot be
+    searched is kept read-only instead, and nothing below it is reached."""
+    current = root
+    for part in Path(os.path.relpath(path, root)).parts[:-1]:
+        parent, current = current, os.path.join(current, part)
+        try:
+            os.lstat(current)
+        except OSError:
+            read_only.append(parent)
+            return
+        pins.append(current)
+
+
+_MAX_HOPS = 8  # symlinks followed on the way to a protected path
 
 _FILE_PLACEHOLDERS: dict[str, bytes] = {"commondir": b".\n"}
 """Absent protected paths whose placeholder is a file with this content: git fails on a
