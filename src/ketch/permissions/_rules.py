@@ -222,10 +222,9 @@ def absolute_pattern(rule: Rule, root: str) -> str | None:
 def workspace_pattern(pattern: str, root: str) -> str | None:
     """An absolute pattern as a pattern relative to ``root`` when everything it can name
     lies inside ``root`` (its part before the first wildcard does), else None."""
-    base = pattern_base(pattern)
-    if not within(base, root) or pattern == root:
+    if not within(pattern_base(pattern), root) or pattern == root:
         return None
-    return pattern[len(root.rstrip("/")) + 1 :]
+    return _relative(pattern, root)
 
 
 def _resolved(pattern: str) -> str:
@@ -300,12 +299,16 @@ def resolve_path(subject: str, root: str) -> ResolvedPath:
     real = os.path.realpath(lexical)
     followed = os.path.realpath(joined)
 
-    def rel(p: str) -> str | None:
-        if p == root:
-            return "."
-        return p[len(root.rstrip(os.sep)) + 1 :] if within(p, root) else None
+    return ResolvedPath(
+        real, lexical, _relative(real, root), _relative(lexical, root), followed, _relative(followed, root)
+    )
 
-    return ResolvedPath(real, lexical, rel(real), rel(lexical), followed, rel(followed))
+
+def _relative(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` (``.`` for the root itself), None when outside it."""
+    if path == root:
+        return "."
+    return path[len(root.rstrip(os.sep)) + 1 :] if within(path, root) else None
 
 
 # -- rules -----------------------------------------------------------------------------------
@@ -436,7 +439,6 @@ class Rule:
             and _path_matches(p, (r.followed_rel,))
         )
 
-
     @staticmethod
     def _denies(p: _PathPattern, r: ResolvedPath, searches: bool) -> bool:
         if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):
@@ -454,9 +456,8 @@ def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
         return [p]
     full = os.path.join(root, p.pattern)
     real = _resolved(full)
-    if real == full or not within(real, root) or real == root:
-        return [p]
-    return [p, _PathPattern(real[len(root.rstrip("/")) + 1 :], False)]
+    relative = _relative(real, root) if real != full else None
+    return [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
 
 
 def _commands(command: str) -> list[SimpleCommand]:

@@ -147,8 +147,7 @@ class BubblewrapSandbox:
                 for real in extras:
                     args += ["--bind", real, real]
                 args += ["--bind", workspace, workspace]
-                protect, placeholders = self._protected_mounts(workspace, policy.protected, hidden, shown)
-                args += protect
+                args += self._protected_mounts(workspace, policy.protected, placeholders, hidden, shown)
             else:
                 for real in extras:
                     args += ["--ro-bind", real, real]
@@ -199,8 +198,13 @@ class BubblewrapSandbox:
         return []
 
     def _protected_mounts(
-        self, workspace: str, protected: Sequence[str], hidden: Sequence[str] = (), roots: Sequence[str] = ()
-    ) -> tuple[list[str], list[str]]:
+        self,
+        workspace: str,
+        protected: Sequence[str],
+        made: list[str],
+        hidden: Sequence[str] = (),
+        roots: Sequence[str] = (),
+    ) -> list[str]:
         """Mounts keeping ``protected`` read-only: every directory between the workspace
         and a protected path is bound onto itself first (a mount point cannot be renamed
         or removed), then each protected path read-only. Entries with wildcards (``*``,
@@ -208,10 +212,10 @@ class BubblewrapSandbox:
         entries (``X/**`` counts as ``X``) get a placeholder directory. The directories
         between a writable root (``roots``) and a ``hidden`` path are pinned the same way,
         so a rename cannot carry a hidden file out from under its mount. A directory that
-        cannot be searched on the way is bound read-only (it stays unsearchable)."""
+        cannot be searched on the way is bound read-only (it stays unsearchable). The
+        placeholders made are added to ``made`` as they are made."""
         pins: list[str] = []
         read_only: list[str] = []
-        made: list[str] = []
         for entry in protected:
             folder = entry.removesuffix("/**")  # a folder's contents: the folder itself
             rel = folder if not GLOB_CHARS.intersection(folder) else entry
@@ -233,7 +237,7 @@ class BubblewrapSandbox:
             args += ["--bind", pin, pin]
         for path in dict.fromkeys(read_only):
             args += ["--ro-bind", path, path]
-        return args, made
+        return args
 
     def _protect(
         self,
