@@ -358,3 +358,34 @@ def test_a_long_error_body_is_clipped_as_the_adapters_clip_it() -> None:
     assert err.kind == "server"
     assert err.body is not None and err.body.endswith(" …") and len(err.body) <= 2001
     assert "sk-" not in err.body
+
+
+class _RetriesThenFails:
+    """A model whose provider echoed the key into a retried error, then gave up."""
+
+    provider = "openai"
+    id = "gpt-5-mini"
+    context_window = 128000
+
+    async def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
+        from ketch.llm import Retry
+
+        builder = MessageBuilder(provider=self.provider, model=self.id)
+        yield builder.start()
+        yield Retry(
+            attempt=1, max_attempts=2, delay=0.0, error_kind="server", error_message=f"bad {SECRET}", discard_partial=False
+        )
+        yield builder.error(f"still bad {SECRET}", kind="server")
+
+
+async def test_retry_frames_are_redacted_like_the_final_error(make_proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    served = await make_proxy({"openai:gpt-5-mini": _RetriesThenFails()})
+    async with aiohttp.ClientSession() as session:
+        body = b'{"model": "openai:gpt-5-mini", "request": {"messages": []}}'
+        async with session.post(f"{served.url}/stream", data=body, headers={"authorization": f"Bearer {TOKEN}"}) as r:
+            raw = await r.read()
+    frames = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert [(f["type"], f.get("error_message")) for f in frames[:2]] == [("start", None), ("retry", "bad ***")]
+    assert frames[2]["message"]["error_message"] == "still bad ***"
+    assert SECRET.encode() not in raw

@@ -82,6 +82,7 @@ from .._paths import xdg_dir
 from ..hooks import HookConfigError
 from ..hooks import HookSpec
 from ..hooks import parse_hooks
+from ..llm import redact_url
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
@@ -683,14 +684,6 @@ def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
     if check.get("permissions", {}).get(kind) != wanted:
         raise ConfigError(f"{path}: cannot update the [permissions] {kind} list")
     write_config_file(path, new)
-
-
-_USERINFO = re.compile(r"(//)[^/?#]*@")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the credentials of its authority (``user:password@``) shown as ``***@``."""
-    return _USERINFO.sub(r"\1***@", url, count=1)
 
 
 def redact(secret: str | None) -> str:

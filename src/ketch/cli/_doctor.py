@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..llm import exception_text
+from ..llm import redact_url
 from ._args import OneLineParser
 from ._args import finite_non_negative
 from ._args import positive_int
 from ._config import ConfigError
 from ._config import Settings
 from ._config import load_settings
-from ._config import redact_url
 from ._factory import api_key_for
 from ._factory import key_source
 from ._factory import register_providers
@@ -122,8 +122,8 @@ async def _probe(name: str, settings: Settings, probe_seconds: float) -> Check:
     started = time.monotonic()
     try:
         session = await get_session()
-        async with session.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=probe_seconds)
+        async with session.get(  # a redirect would carry the key elsewhere: not followed
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=probe_seconds), allow_redirects=False
         ) as response:
             status = response.status
             await response.read()

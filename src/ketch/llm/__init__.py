@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ._fallback import FallbackModel
     from ._http import close_session
     from ._http import redact_text
+    from ._http import redact_url
     from ._providers.proxy import ProxyModel
     from ._providers.proxy import proxy
     from ._registry import ModelInfo
@@ -83,6 +84,7 @@ _LAZY = {
     "FallbackModel": "._fallback",
     "close_session": "._http",
     "redact_text": "._http",
+    "redact_url": "._http",
     "ProxyModel": "._providers.proxy",
     "proxy": "._providers.proxy",
     "ModelInfo": "._registry",
@@ -162,6 +164,7 @@ __all__ = [
     "parse_structured",
     "proxy",
     "redact_text",
+    "redact_url",
     "register_api",
     "register_model",
     "register_provider",

@@ -19,6 +19,7 @@ import asyncio
 import functools
 import math
 import os
+import re
 from collections.abc import AsyncGenerator
 from collections.abc import AsyncIterator
 from collections.abc import Awaitable
@@ -396,6 +397,40 @@ def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str
         else:
             out[name] = redact_text(str(value), secrets)
     return out
+
+
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+_JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the credentials of its authority (``user:password@``) shown as ``***@``."""
+    return _USERINFO.sub(r"\1***@", url, count=1)
+
+
+def url_password(url: str) -> str | None:
+    """The password of ``url``'s authority (``user:password@``), None without one."""
+    from urllib.parse import unquote
+    from urllib.parse import urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return None
+    return unquote(password) if password else None
+
+
+def json_unescaped(text: str) -> str:
+    """``text`` with JSON's ``\\/`` and ``\\uXXXX`` escapes written out (not surrogates), so
+    a secret a server echoed escaped is found by :func:`redact_text`."""
+    if "\\" not in text:
+        return text
+
+    def char(m: re.Match[str]) -> str:
+        code = int(m.group(1), 16)
+        return m.group(0) if 0xD800 <= code <= 0xDFFF else chr(code)
+
+    return _JSON_ESCAPE.sub(char, text).replace("\\/", "/")
 
 
 def redact_text(text: str, secrets: tuple[str, ...]) -> str:

@@ -233,6 +233,9 @@ class _Proxy:
                     assert isinstance(event, StreamError)
                     final = event.error
                     event = StreamError(reason=event.reason, error=self._redacted(final))
+                elif kind is Retry:  # its message is the failed attempt's error
+                    assert isinstance(event, Retry)
+                    event = msgspec.structs.replace(event, error_message=self.redact(event.error_message))
                 frame = _frame(event)
                 if frame is None:
                     continue

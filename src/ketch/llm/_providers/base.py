@@ -50,11 +50,14 @@ from .._http import SSEBatch
 from .._http import TimedContent
 from .._http import get_session
 from .._http import iter_sse
+from .._http import json_unescaped
 from .._http import proxy_for
 from .._http import read_limited
 from .._http import redact_headers
 from .._http import redact_text
+from .._http import redact_url
 from .._http import secrets_from_env
+from .._http import url_password
 from .._messages import ImageContent
 from .._model import Request
 from .._model import StreamOptions
@@ -247,7 +250,7 @@ class HTTPModel:
         return bool(self.info.compat.get("native_output", True))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={self.base_url!r})"
+        return f"{type(self).__name__}(provider={self.provider!r}, id={self.id!r}, base_url={redact_url(self.base_url)!r})"
 
     @property
     def context_window(self) -> int:
@@ -339,7 +342,7 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys)
+        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys, _credentials(headers, request.url))
 
     async def _observe(
         self,
@@ -410,6 +413,7 @@ class HTTPModel:
                                 headers=headers,
                                 proxy=proxy_for(request.url),
                                 timeout=client_timeout,
+                                allow_redirects=False,  # a redirect would carry the key elsewhere
                             )
                         )
                     except BaseException as exc:
@@ -424,12 +428,15 @@ class HTTPModel:
                     finished = False
                     try:
                         status = response.status
+                        if 300 <= status < 400:
+                            raise _redirected(status, response.headers.get("location", ""), secrets.values())
                         failed = not 200 <= status < 300
                         content = TimedContent(response.content, deadline)
                         error_body = await read_limited(content, limit) if failed else None
                         if error_body is not None:
                             # Redacted before anything clips it.
-                            error_body = redact_text(error_body.decode("utf-8", "replace"), secrets.values()).encode()
+                            text = json_unescaped(error_body.decode("utf-8", "replace"))  # "sk\/…" too
+                            error_body = redact_text(text, secrets.values()).encode()
                         if self.observer is not None:
                             await deadline.wait(
                                 self._observe(
@@ -594,6 +601,26 @@ def _html_page(url: str, status: int, secrets: tuple[str, ...]) -> ModelError:
     )
 
 
+def _redirected(status: int, location: str, secrets: tuple[str, ...]) -> ModelError:
+    shown = redact_text(redact_url(location), secrets) or "no address"
+    return InvalidRequestError(
+        f"The server redirected the request (HTTP {status}) to {shown}; ketch does not follow "
+        "redirects, which would send the key there too: set the provider's base URL to the new address"
+    )
+
+
+_SECRET_HEADER_WORDS = ("key", "token", "secret", "auth", "password", "cookie")
+
+
+def _credentials(headers: Mapping[str, str], url: str) -> tuple[str, ...]:
+    """The values of the request's headers whose names say they hold a credential (also
+    custom ones such as ``x-portkey-api-key``), and the password in the URL."""
+    found = [v for n, v in headers.items() if v and any(w in n.lower() for w in _SECRET_HEADER_WORDS)]
+    found = [v.split(" ", 1)[1] if v.lower().startswith(("bearer ", "basic ")) else v for v in found]
+    password = url_password(url)
+    return tuple(v for v in (*found, password) if v and len(v) >= 4)
+
+
 def _stale_connection(exc: BaseException) -> bool:
     """Whether ``exc`` is a connection the server closed before any response byte (a
     kept-alive connection closed while idle), not a failure to connect."""
@@ -663,20 +690,21 @@ class _Secrets:
     of ``env_keys``, of every registered provider's key variables (configured names
     included) and of the conventional ones."""
 
-    __slots__ = ("_env_keys", "_key", "_values")
+    __slots__ = ("_env_keys", "_extra", "_key", "_values")
 
-    def __init__(self, key: str | None, env_keys: tuple[str, ...]) -> None:
+    def __init__(self, key: str | None, env_keys: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
         self._key = key
         self._env_keys = env_keys
+        self._extra = extra  # credential headers' values, the URL's password
         self._values: tuple[str, ...] | None = None
 
     def values(self) -> tuple[str, ...]:
         """The secrets, longest first."""
         if self._values is None:
             found = secrets_from_env((*self._env_keys, *(n for p in list_providers() for n in p.api_key_env)))
-            key = self._key
-            if key and key not in found:
-                found = tuple(sorted((key, *found), key=len, reverse=True))
+            more = [v for v in (self._key, *self._extra) if v and v not in found]
+            if more:
+                found = tuple(sorted(set((*more, *found)), key=len, reverse=True))
             self._values = found
         return self._values
 
