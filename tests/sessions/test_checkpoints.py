@@ -488,3 +488,28 @@ async def test_malformed_payloads_are_ignored(root: Path, caplog: pytest.LogCapt
         "rewind: ignoring a malformed checkpoint file record {'path': 3}",
     ]
     assert (root / "a.txt").read_bytes() == b"now\n"
+
+
+async def test_hidden_files_are_never_read_or_saved(root: Path) -> None:
+    """What the bash sandbox hides (files that may hold keys) stays out of the blob store:
+    a bash snapshot leaves it out, and a write to it is skipped, not saved."""
+    rig = Rig(root, hidden=[root / ".env", root / "**" / "*.pem"])
+    rig.put(".env", b"TOKEN=sk-test-LEAKCHECK-0123\n")
+    rig.put("keys/id.pem", b"sk-test-LEAKCHECK-pem\n")
+    rig.put("a.txt", b"a\n")
+    ok(
+        await rig.run(
+            tool_call("bash", {"command": "echo b > a.txt"}, id="b1"),
+            tool_call("read", {"path": ".env"}, id="r1"),  # no engine here: the write needs it
+            tool_call("write", {"path": ".env", "content": "TOKEN=new\n"}, id="w1"),
+        )
+    )
+    assert rig.records == [
+        {
+            "tool_call_id": "b1",
+            "files": [{"path": "a.txt", "before": sha("a\n"), "after": sha("b\n"), "mode": 0o644}],
+            "skipped": [],
+        },
+        {"tool_call_id": "w1", "files": [], "skipped": [".env"]},
+    ]
+    assert not any(b"LEAKCHECK" in data for data in rig.blobs.blobs.values())

@@ -334,3 +334,19 @@ async def test_a_compaction_summary_loads_in_a_process_that_never_imported_ketch
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "ContextSummary 2\n", "")
+
+
+async def test_checkpoints_leave_out_what_the_bash_sandbox_hides(store: SessionStore, work: Path, tmp_path: Path) -> None:
+    """A session's checkpoints never copy a file the agent's bash may not read (its keys)."""
+    from ketch.tools import coding_tools
+
+    (work / ".env").write_text("TOKEN=sk-test-LEAKCHECK-0123\n")
+    session = await Session.create(store, cwd=work)
+    tools = coding_tools(work, sandbox=None, hidden=[work / ".env"])
+    model = ScriptedModel([reply(tool_call("bash", {"command": "echo x > a.txt"}, id="b1")), "done"])
+    agent = Agent(model, tools=tools, session=session)
+    await agent.prompt("go")
+    await session.close()
+    assert (work / "a.txt").read_text() == "x\n"
+    saved = stored_files(tmp_path)  # the store's files (and blobs), not the workspace
+    assert saved and not any(b"LEAKCHECK" in p.read_bytes() for p in saved)

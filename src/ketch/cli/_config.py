@@ -168,6 +168,8 @@ class Settings:
     ``sandbox_env_allow``. ``mcp_servers`` are the ``mcpServers`` entries of the user's
     and (when trusted) the project's ``.mcp.json``, ``mcp_origins`` the file each came
     from. ``ignored`` lists the settings of an untrusted project that were left out.
+    ``files`` are the config files read, ``key_files`` those that set a literal
+    ``api_key`` (the agent's tools may not read them).
     """
 
     model: str | None = None
@@ -193,6 +195,7 @@ class Settings:
     mcp_origins: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+    key_files: list[Path] = field(default_factory=list)
     project_root: Path | None = None
     trusted: bool = False
     ignored: list[str] = field(default_factory=list)
@@ -392,6 +395,11 @@ _FILE_SCALARS = _Scalars.__struct_fields__
 _FLAG_NAMES = {"compaction": "--no-compaction"}
 
 
+def _holds_key(data: _File) -> bool:
+    """Whether a config file sets a literal ``api_key`` (the agent's tools may not read it)."""
+    return any(p.api_key for p in data.providers.values())
+
+
 def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None:
     box = data.sandbox
     if box.enabled is not None:
@@ -485,8 +493,11 @@ def load_settings(
     settings = Settings()
     user = config_dir(env) / "config.toml"
     if user.is_file():
-        _apply_file(settings, _read(user), f"user config {user}", "user")
+        data = _read(user)
+        _apply_file(settings, data, f"user config {user}", "user")
         settings.files.append(user)
+        if _holds_key(data):
+            settings.key_files.append(user)
     user_mcp = user_mcp_json(env)
     for name, entry in read_mcp_json(user_mcp).get("mcpServers", {}).items():
         settings.mcp_servers[name] = entry
@@ -522,6 +533,8 @@ def load_settings(
         origin = f"{'project' if kind == 'project' else 'local'} config {path}"
         _apply_file(settings, data if trusted else _narrowed(data), origin, kind)
         settings.files.append(path)
+        if _holds_key(data):
+            settings.key_files.append(path)
     for var, (name, kind) in _ENV.items():
         raw = env.get(var)
         if raw is None or raw == "":

@@ -45,6 +45,7 @@ from ..loop import Tool
 from ..loop import TurnInfo
 from ..permissions import Approver
 from ..permissions import PermissionEngine
+from ..permissions import Rule
 from ._config import ConfigError
 from ._config import ProviderConfig
 from ._config import Settings
@@ -206,7 +207,8 @@ def build_tools(
     from ..tools import coding_tools
 
     enabled = settings is None or settings.sandbox
-    denied_reads = permissions.hidden_paths() if permissions is not None else ()
+    # the files the agent may not read (the config directory at least: a literal api_key)
+    hidden = permissions.hidden_paths() if permissions is not None else (str(config_dir()),)
     denied_edits = permissions.protected_paths() if permissions is not None else ()
     tools = coding_tools(
         root,
@@ -216,7 +218,7 @@ def build_tools(
         unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
-        hidden=(config_dir(), *denied_reads),  # a literal api_key in config.toml stays out of reach
+        hidden=hidden,
         protected=(*DEFAULT_PROTECTED, *denied_edits),
     )
     by_name = {t.name: t for t in tools}
@@ -391,6 +393,14 @@ def _hook_notice(notice: HookNotice) -> None:
     sys.stderr.flush()
 
 
+def key_file_rules(settings: Settings) -> list[Rule]:
+    """``Read`` deny rules for the files that may hold keys: the command's config
+    directory and every config file with a literal ``api_key``; the file tools refuse
+    them and bash's sandbox hides them (source ``ketch``)."""
+    paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), *settings.key_files))
+    return [Rule.parse(f"Read(/{path})", "ketch") for path in paths]
+
+
 def build_gated_tools(
     settings: Settings,
     root: Path,
@@ -427,7 +437,7 @@ def build_gated_tools(
         settings.permission_mode,
         allow=settings.allow,
         ask=settings.ask,
-        deny=settings.deny,
+        deny=[*settings.deny, *key_file_rules(settings)],
         approver=approver,
         hooks=runner,
         no_approver_message=no_approver_message,

@@ -74,6 +74,8 @@ from typing import runtime_checkable
 
 import msgspec
 
+from ketch._paths import expand_pattern
+from ketch._paths import within
 from ketch.loop import Tool
 from ketch.loop import ToolCallInfo
 from ketch.loop import ToolResult
@@ -194,11 +196,14 @@ class FileCheckpoints:
     ``blobs`` stores the content; ``record(payload)`` is awaited with each ``checkpoint``
     payload. Files above ``max_file_bytes`` are not saved (they are listed in
     ``skipped``); directories named in ``ignore`` are left out of ``bash`` snapshots.
+    ``hidden`` (absolute paths or patterns, the bash sandbox's: files that may hold keys)
+    are never read or saved: a ``bash`` snapshot leaves them out (the sandbox keeps
+    commands from them) and a named file among them is ``skipped``.
     Put :attr:`middleware` into ``LoopConfig.middlewares`` (last, so that it sees the
     arguments the tool runs with).
     """
 
-    __slots__ = ("_cache", "_known", "_lock", "blobs", "ignore", "max_file_bytes", "record", "root")
+    __slots__ = ("_cache", "_known", "_lock", "blobs", "hidden", "ignore", "max_file_bytes", "record", "root")
 
     def __init__(
         self,
@@ -208,12 +213,14 @@ class FileCheckpoints:
         record: Callable[[dict[str, Any]], Awaitable[None]],
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         ignore: Sequence[str] = DEFAULT_IGNORE,
+        hidden: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         self.root = Path(os.path.realpath(os.fspath(root)))
         self.blobs = blobs
         self.record = record
         self.max_file_bytes = max_file_bytes
         self.ignore = frozenset(ignore)
+        self.hidden = tuple(os.fspath(p) for p in hidden)
         self._cache: dict[str, tuple[int, int, int, str]] = {}  # path -> (mtime_ns, size, ino, digest)
         self._known: set[str] = set()  # digests this instance has saved
         self._lock = asyncio.Lock()
@@ -284,13 +291,18 @@ class FileCheckpoints:
             return None, []
         inside: list[str] = []
         outside: list[str] = []
+        hidden = self._hidden_now()
         for path in named:
             rel = self._relative(path)
-            if rel is None:
-                outside.append(path)
+            if rel is None or any(within(os.path.realpath(path), h) for h in hidden):
+                outside.append(path if rel is None else rel)
             else:
                 inside.append(rel)
         return (inside if inside or outside else None), outside
+
+    def _hidden_now(self) -> list[str]:
+        """The real paths ``hidden`` names now."""
+        return [os.path.realpath(p) for pattern in self.hidden for p in expand_pattern(pattern)]
 
     def _relative(self, path: str) -> str | None:
         real = os.path.realpath(path)
@@ -395,6 +407,7 @@ class FileCheckpoints:
 
     def _walk(self) -> Iterable[tuple[str, os.stat_result | None]]:
         ignore = self.ignore
+        hidden = self._hidden_now()
         stack = [""]
         while stack:
             prefix = stack.pop()
@@ -408,6 +421,8 @@ class FileCheckpoints:
                 raise
             for item in items:
                 rel = f"{prefix}/{item.name}" if prefix else item.name
+                if hidden and any(within(item.path, h) for h in hidden):
+                    continue
                 try:
                     if item.is_dir(follow_symlinks=False):
                         if item.name not in ignore:

@@ -26,6 +26,7 @@ from ketch.loop import AgentEvent
 
 from ._checkpoints import FileCheckpoints
 from ._checkpoints import RewindReport
+from ._checkpoints import _builtin_tools
 from ._checkpoints import restore_files
 from ._entries import Entry
 from ._entries import SessionInfo
@@ -149,7 +150,13 @@ class Session:
         # which the first sync appends.
         agent.subscribe(self._on_event)
         if self._want_checkpoints and self.cwd:
-            checkpoints = FileCheckpoints(Path(self.cwd), self._writer, record=self._record_checkpoint)
+            hidden: list[Path] = []  # what the bash sandbox hides, checkpoints leave alone
+            if any(t.name == "bash" for t in agent.tools):
+                _, bash_tool = _builtin_tools()
+                hidden = [p for t in agent.tools if isinstance(t, bash_tool) for p in t.hidden]
+            checkpoints = FileCheckpoints(
+                Path(self.cwd), self._writer, record=self._record_checkpoint, hidden=hidden
+            )
             agent.config.middlewares = (*agent.config.middlewares, checkpoints.middleware)
 
     def _on_event(self, event: AgentEvent) -> Awaitable[None] | None:
