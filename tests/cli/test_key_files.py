@@ -57,3 +57,13 @@ def test_the_config_directory_is_out_of_reach_when_it_is_in_the_workspace(env: E
     proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{script}", "go", cwd=env.xdg)
     assert proc.returncode == 0, proc.stderr
     assert _tool_results(proc.stdout) == [("r1", True, DENIED.format(path=os.path.realpath(Path(config).parent)))]
+
+
+def test_a_key_pasted_as_a_variable_name_is_rejected_without_echoing_it(env: Env) -> None:
+    path = env.user_config(f'[providers.mine]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "{KEY}"\n')
+    proc = env.run("run", "--model", "mine:m", "hi")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"ketch: {path}: Expected `str` matching regex '^[A-Za-z_][A-Za-z0-9_]*$' - at `$.providers[...].api_key_env`"
+    )
+    assert KEY not in proc.stdout + proc.stderr

@@ -73,6 +73,25 @@ def test_secrets_stay_out_of_the_repr() -> None:
     assert repr(configs["tool"]) == "MCPServerConfig(name='tool', type='stdio', command='tool', args=[], env=<1 hidden>)"
 
 
+def test_values_from_the_environment_stay_out_of_reprs_and_errors() -> None:
+    environ = {"GH_TOKEN": "ghp_LEAKCHECK0123", "DOCS_KEY": "dk-LEAKCHECK-4567"}
+    configs = load_mcp_json(
+        {
+            "mcpServers": {
+                "gh": {"command": "gh-mcp", "args": ["--token", "${GH_TOKEN}"]},
+                "docs": {"url": "https://docs.example/mcp?api_key=${DOCS_KEY}"},
+            }
+        },
+        environ=environ,
+    )
+    assert configs["gh"].args == ("--token", "ghp_LEAKCHECK0123")  # the server still gets it
+    assert repr(configs["gh"]) == "MCPServerConfig(name='gh', type='stdio', command='gh-mcp', args=['--token', '***'])"
+    assert repr(configs["docs"]) == "MCPServerConfig(name='docs', type='http', url='https://docs.example/mcp?api_key=***')"
+    with pytest.raises(MCPConfigError) as info:
+        load_mcp_json({"mcpServers": {"x": {"url": "ftp://h/?k=${DOCS_KEY}"}}}, environ=environ)
+    assert str(info.value) == "MCP server 'x': url 'ftp://h/?k=***' must start with http:// or https://"
+
+
 @pytest.mark.parametrize(
     ("servers", "message"),
     [
@@ -85,7 +104,9 @@ def test_secrets_stay_out_of_the_repr() -> None:
         ({"a": {"url": "ftp://x"}}, "MCP server 'a': url 'ftp://x' must start with http:// or https://"),
         ({"a": {"command": "x", "args": "--flag"}}, 'MCP server \'a\': args must be a list of strings, got "--flag"'),
         ({"a": {"command": "x", "args": [1]}}, "MCP server 'a': args[0] must be a string, got 1"),
-        ({"a": {"command": "x", "env": ["A=1"]}}, 'MCP server \'a\': env must be an object of strings, got ["A=1"]'),
+        # env and headers hold tokens: an error names the kind of value, never the value
+        ({"a": {"command": "x", "env": ["A=sk-1234"]}}, "MCP server 'a': env must be an object of strings, got a list"),
+        ({"a": {"url": "http://x", "headers": {"A": ["sk-1234"]}}}, "MCP server 'a': headers.A must be a string, got a list"),
         ({"a": {"command": "x", "timeout": 5}},
          "MCP server 'a': unknown key 'timeout' "
          "(allowed: args, command, cwd, env, headers, trustAnnotations, type, url)"),
@@ -94,7 +115,7 @@ def test_secrets_stay_out_of_the_repr() -> None:
         ({"a b": {"command": "x"}}, "MCP server name 'a b' must be letters, digits, '_', '-' or '.'"),
         ({"a__b": {"command": "x"}},
          "MCP server name 'a__b' must not contain '__' (it separates names in mcp__server__tool)"),
-        ({"a": "x"}, 'MCP server \'a\': the entry must be an object, got "x"'),
+        ({"a": "x"}, "MCP server 'a': the entry must be an object, got a string"),
     ],
 )
 def test_bad_entries_are_one_line_errors_naming_the_value(servers: dict[str, object], message: str) -> None:
@@ -115,5 +136,5 @@ def test_bad_files(tmp_path: Path) -> None:
     assert str(info.value) == f"{broken}: not valid JSON (Expecting property name enclosed in double quotes at line 1)"
     with pytest.raises(MCPConfigError) as info:
         load_mcp_json({"mcpServers": []})
-    assert str(info.value) == 'MCP config: "mcpServers" must be an object, got []'
+    assert str(info.value) == 'MCP config: "mcpServers" must be an object, got a list'
     assert load_mcp_json({}) == {}

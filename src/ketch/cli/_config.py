@@ -105,7 +105,8 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
     """
 
     base_url: str | None = None
-    api_key_env: str | None = None
+    # a variable's name: a key pasted here by mistake is rejected without being echoed
+    api_key_env: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
     api_key: str | None = None
     api: str | None = None
     default_model: str | None = None

@@ -64,6 +64,8 @@ class MCPServerConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     trust_annotations: bool = False
+    from_environment: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """The values ``${VAR}`` expansion put in (tokens, often): never shown."""
 
     def __post_init__(self) -> None:
         if self.type not in _TRANSPORTS:
@@ -76,11 +78,21 @@ class MCPServerConfig:
             raise MCPConfigError(f"MCP server {self.name!r}: an {self.type} server needs a 'url'")
         if self.url and not re.match(r"^https?://", self.url):
             raise MCPConfigError(
-                f"MCP server {self.name!r}: url {self.url!r} must start with http:// or https://"
+                f"MCP server {self.name!r}: url {self._shown(self.url)!r} must start with http:// or https://"
             )
 
+    def _shown(self, text: str) -> str:
+        """``text`` without the values of ``env``, ``headers`` and the environment."""
+        from ..llm import redact_text
+
+        hidden = (*self.from_environment, *self.env.values(), *self.headers.values())
+        return redact_text(text, tuple(sorted((v for v in hidden if len(v) >= 4), key=len, reverse=True)))
+
     def __repr__(self) -> str:
-        where = f"command={self.command!r}, args={list(self.args)!r}" if self.type == "stdio" else f"url={self.url!r}"
+        if self.type == "stdio":
+            where = f"command={self.command!r}, args={[self._shown(a) for a in self.args]!r}"
+        else:
+            where = f"url={self._shown(self.url or '')!r}"
         secrets = []
         if self.env:
             secrets.append(f"env=<{len(self.env)} hidden>")
@@ -90,11 +102,12 @@ class MCPServerConfig:
         return f"MCPServerConfig(name={self.name!r}, type={self.type!r}, {where}{extra})"
 
 
-def _expand(value: str, server: str, key: str, environ: Mapping[str, str]) -> str:
+def _expand(value: str, server: str, key: str, environ: Mapping[str, str], used: list[str]) -> str:
     def sub(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = environ.get(name)
         if found is not None and found != "":
+            used.append(found)
             return found
         if default is not None:
             return default
@@ -111,17 +124,27 @@ def _string(value: Any, server: str, key: str) -> str:
     return value
 
 
-def _string_map(value: Any, server: str, key: str, environ: Mapping[str, str]) -> dict[str, str]:
+def _string_map(value: Any, server: str, key: str, environ: Mapping[str, str], used: list[str]) -> dict[str, str]:
+    """``env`` or ``headers``: their values are tokens, often, so an error names only the
+    kind of value found."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise MCPConfigError(f"MCP server {server!r}: {key} must be an object of strings, got {json.dumps(value)}")
+        raise MCPConfigError(f"MCP server {server!r}: {key} must be an object of strings, got {_kind(value)}")
     out: dict[str, str] = {}
     for k, v in value.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             v = str(v)
-        out[str(k)] = _expand(_string(v, server, f"{key}.{k}"), server, f"{key}.{k}", environ)
+        if not isinstance(v, str):
+            raise MCPConfigError(f"MCP server {server!r}: {key}.{k} must be a string, got {_kind(v)}")
+        out[str(k)] = _expand(v, server, f"{key}.{k}", environ, used)
     return out
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true or false"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
 
 
 def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> MCPServerConfig:
@@ -133,7 +156,7 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
     if "__" in name:
         raise MCPConfigError(f"MCP server name {name!r} must not contain '__' (it separates names in mcp__server__tool)")
     if not isinstance(entry, Mapping):
-        raise MCPConfigError(f"MCP server {name!r}: the entry must be an object, got {json.dumps(entry)}")
+        raise MCPConfigError(f"MCP server {name!r}: the entry must be an object, got {_kind(entry)}")
     unknown = sorted(set(entry) - _KNOWN_KEYS)
     if unknown:
         raise MCPConfigError(
@@ -157,16 +180,22 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
         raise MCPConfigError(
             f"MCP server {name!r}: trustAnnotations must be true or false, got {json.dumps(trust)}"
         )
+    used: list[str] = []  # values from the environment: never shown
     return MCPServerConfig(
         name=name,
         type=cast(Transport, kind),
-        command=_expand(_string(command, name, "command"), name, "command", env_source) if command is not None else None,
-        args=tuple(_expand(_string(a, name, f"args[{i}]"), name, f"args[{i}]", env_source) for i, a in enumerate(args)),
-        env=_string_map(entry.get("env"), name, "env", env_source),
-        cwd=_expand(_string(cwd, name, "cwd"), name, "cwd", env_source) if cwd is not None else None,
-        url=_expand(_string(url, name, "url"), name, "url", env_source) if url is not None else None,
-        headers=_string_map(entry.get("headers"), name, "headers", env_source),
+        command=_expand(_string(command, name, "command"), name, "command", env_source, used)
+        if command is not None
+        else None,
+        args=tuple(
+            _expand(_string(a, name, f"args[{i}]"), name, f"args[{i}]", env_source, used) for i, a in enumerate(args)
+        ),
+        env=_string_map(entry.get("env"), name, "env", env_source, used),
+        cwd=_expand(_string(cwd, name, "cwd"), name, "cwd", env_source, used) if cwd is not None else None,
+        url=_expand(_string(url, name, "url"), name, "url", env_source, used) if url is not None else None,
+        headers=_string_map(entry.get("headers"), name, "headers", env_source, used),
         trust_annotations=trust,
+        from_environment=tuple(used),
     )
 
 
@@ -194,5 +223,5 @@ def load_mcp_json(
         raise MCPConfigError(f"{where}: must be a JSON object with an \"mcpServers\" object")
     servers = data.get("mcpServers", {})
     if not isinstance(servers, Mapping):
-        raise MCPConfigError(f"{where}: \"mcpServers\" must be an object, got {json.dumps(servers)}")
+        raise MCPConfigError(f"{where}: \"mcpServers\" must be an object, got {_kind(servers)}")
     return {name: server_config(name, entry, environ=environ) for name, entry in servers.items()}
