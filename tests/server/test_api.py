@@ -370,3 +370,20 @@ async def test_subagent_events_arrive_nested_and_slimmed_like_top_level_ones(ser
     deltas = [e["event"] for e in inner if e["type"] == "message_update" and e["event"]["type"] == "text_delta"]
     assert "".join(d["delta"] for d in deltas) == "inner answer"
     assert all(set(d) == {"type", "index", "delta"} for d in deltas)  # no partial message
+
+
+async def test_an_agent_that_cannot_be_made_is_a_one_line_500(servers: Any, monkeypatch: Any, caplog: Any) -> None:
+    """A bad configuration found while a session's agent is made: the client gets the one
+    line (keys masked), and the server logs no traceback."""
+    monkeypatch.setenv("DOCS_TOKEN", "sk-test-LEAKCHECK-0123456789")
+
+    def broken() -> list[Any]:
+        raise ValueError("headers must be an object, not 'Bearer sk-test-LEAKCHECK-0123456789'")
+
+    server = await servers(_hello, tools=broken)
+    status, data = await server.call("POST", "/api/sessions", {})
+    assert (status, data) == (
+        500,
+        {"error": "Cannot start an agent for the session: ValueError: headers must be an object, not 'Bearer ***'"},
+    )
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []

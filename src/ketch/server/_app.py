@@ -80,6 +80,15 @@ class _Hub:
     async def _host(self, session: Session) -> LiveSession:
         try:
             made = await self.factory(session)
+        except Exception as exc:  # a bad config, say: one line for the client, no traceback
+            await session.close()
+            from ketch.llm import exception_text
+            from ketch.llm import redact_text
+
+            from ._proxy import env_secrets
+
+            text = redact_text(exception_text(exc), tuple(sorted(env_secrets(), key=len, reverse=True)))
+            raise web.HTTPInternalServerError(text=f"Cannot start an agent for the session: {text}") from None
         except BaseException:
             await session.close()
             raise

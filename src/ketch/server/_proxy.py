@@ -182,8 +182,7 @@ class _Proxy:
     def secrets(self) -> tuple[str, ...]:
         """The values of the variables the sandbox never passes on (``is_secret_name``)
         and the proxy's own secrets, longest first."""
-        found = [v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8]
-        return tuple(sorted({*found, *self._extra_secrets}, key=len, reverse=True))
+        return tuple(sorted({*env_secrets(), *self._extra_secrets}, key=len, reverse=True))
 
     # -- handlers -------------------------------------------------------------------------
     async def read_body(self, request: web.Request) -> bytes:
@@ -286,6 +285,11 @@ class _Proxy:
 def _error(exc: ProxyError) -> web.Response:
     headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
     return web.json_response({"error": {"kind": exc.kind, "message": exc.message}}, status=exc.status, headers=headers)
+
+
+def env_secrets() -> list[str]:
+    """The values of the variables the sandbox never passes on (``is_secret_name``)."""
+    return [v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8]
 
 
 def _frame(event: StreamEvent) -> bytes | None:
