@@ -342,7 +342,7 @@ class HTTPModel:
         }
         if options.headers:
             headers.update(options.headers)
-        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys, _credentials(headers, request.url))
+        return request, encode_body(request.body), headers, _Secrets(key, self.env_keys, headers, request.url)
 
     async def _observe(
         self,
@@ -690,19 +690,23 @@ class _Secrets:
     of ``env_keys``, of every registered provider's key variables (configured names
     included) and of the conventional ones."""
 
-    __slots__ = ("_env_keys", "_extra", "_key", "_values")
+    __slots__ = ("_env_keys", "_headers", "_key", "_url", "_values")
 
-    def __init__(self, key: str | None, env_keys: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, key: str | None, env_keys: tuple[str, ...], headers: Mapping[str, str] | None = None, url: str = ""
+    ) -> None:
         self._key = key
         self._env_keys = env_keys
-        self._extra = extra  # credential headers' values, the URL's password
+        self._headers = headers  # credential headers' values and the URL's password count too
+        self._url = url
         self._values: tuple[str, ...] | None = None
 
     def values(self) -> tuple[str, ...]:
         """The secrets, longest first."""
         if self._values is None:
             found = secrets_from_env((*self._env_keys, *(n for p in list_providers() for n in p.api_key_env)))
-            more = [v for v in (self._key, *self._extra) if v and v not in found]
+            extra = _credentials(self._headers or {}, self._url)
+            more = [v for v in (self._key, *extra) if v and v not in found]
             if more:
                 found = tuple(sorted(set((*more, *found)), key=len, reverse=True))
             self._values = found
