@@ -618,7 +618,8 @@ def _credentials(headers: Mapping[str, str], url: str) -> tuple[str, ...]:
     found = [v for n, v in headers.items() if v and any(w in n.lower() for w in _SECRET_HEADER_WORDS)]
     found = [v.split(" ", 1)[1] if v.lower().startswith(("bearer ", "basic ")) else v for v in found]
     password = url_password(url)
-    return tuple(v for v in (*found, password) if v and len(v) >= 4)
+    kept = [v for v in found if len(v) >= 8]  # a short value ("true") is no credential
+    return (*kept, password) if password and len(password) >= 4 else tuple(kept)
 
 
 def _stale_connection(exc: BaseException) -> bool:
