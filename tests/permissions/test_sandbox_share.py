@@ -25,7 +25,8 @@ from ketch.tools import BashTool
 from ketch.tools import Workspace
 from ketch.tools import coding_tools
 
-HOME = os.path.expanduser("~")
+HOME = os.path.realpath(os.path.expanduser("~"))  # rules resolve their folders' symlinks
+SSH = os.path.realpath(os.path.join(HOME, ".ssh"))
 RULES = [
     "Read(./.env)",
     "Read(*.pem)",
@@ -75,7 +76,7 @@ def test_the_paths_read_and_edit_deny_rules_name(tmp_path: Path) -> None:
         f"{root}/.env",
         f"{root}/**/*.pem",
         f"{root}/private/**",
-        f"{HOME}/.ssh/**",
+        f"{SSH}/**",
         "/etc/shadow",
     )
     # workspace-relative; a rule naming paths outside the workspace has no share here
