@@ -37,7 +37,6 @@ from ._wire import encode_line
 TOKEN_ENV = "KETCH_SERVER_TOKEN"
 PROXY_TOKENS_ENV = "KETCH_PROXY_TOKENS"
 DEFAULT_PORT = 8765
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def encode_wire(event: AgentEvent) -> bytes:
@@ -141,9 +140,10 @@ async def serve(
     from aiohttp import web
 
     from ..server import create_app
+    from ..server._app import is_loopback_host
     from ._sessions import store
 
-    loopback = host in _LOOPBACK
+    loopback = is_loopback_host(host)
     subapps = []
     if proxy_models:
         from ..server import proxy_app

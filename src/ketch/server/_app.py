@@ -41,7 +41,20 @@ TOKEN_COOKIE = "ketch_token"
 MAX_BODY = 1024 * 1024
 MAX_TEXT = 256 * 1024
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
-_LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host``, a bind address or the name part of a ``Host`` header (``[::1]``
+    in brackets too), names this machine's loopback interface."""
+    return host.removeprefix("[").removesuffix("]") in _LOOPBACK_NAMES
+
+
+def _host_name(header: str) -> str:
+    """The name part of a ``Host`` header: ``[::1]:8765`` -> ``[::1]``, ``a:1`` -> ``a``."""
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0]
 
 _HUB: web.AppKey[_Hub] = web.AppKey("ketch_hub")
 _HEARTBEAT: web.AppKey[float] = web.AppKey("ketch_heartbeat")
@@ -159,8 +172,7 @@ def _middlewares(
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         if loopback_only:
-            host = (request.host or "").rsplit(":", 1)[0] if not (request.host or "").startswith("[") else (request.host or "").split("]")[0] + "]"
-            if host not in _LOOPBACK_NAMES:
+            if not is_loopback_host(_host_name(request.host or "")):
                 return _error(421, f"Host {request.host!r} is not this server's loopback address")
         if request.method == "OPTIONS" and origins:
             origin = request.headers.get("Origin")
