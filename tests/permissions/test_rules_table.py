@@ -181,6 +181,12 @@ TABLE: list[Row] = [
     _r("bypass", ENV, "grep", "src", "allow"),
     _r("bypass", {"deny": ["Read(.env)"]}, "grep", "src", "deny"),
     _r("bypass", {"deny": ["Read(//etc/**)"]}, "grep", "/", "deny"),
+    # a folder whose name matches the pattern's wildcard part holds what it names
+    _r("bypass", {"deny": ["Read(./s*/secret)"]}, "grep", "sub", "deny"),
+    _r("bypass", {"deny": ["Read(./s*/secret)"]}, "grep", "{root}/src", "deny"),
+    _r("bypass", {"deny": ["Read(./s*/secret)"]}, "grep", "docs", "allow"),
+    _r("bypass", {"deny": ["Read(./*.pem)"]}, "grep", "sub", "allow"),
+    _r("bypass", {"deny": ["Read(./*/k/*.pem)"]}, "grep", "docs", "deny"),
     _r("bypass", ENV, "ls", ".", "allow"),
     _r("bypass", ENV, "read", "sub/.env", "allow"),
     _r("bypass", {"deny": ["Read(.env)"]}, "read", "sub/.env", "deny"),

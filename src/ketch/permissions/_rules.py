@@ -240,12 +240,21 @@ def _resolved(pattern: str) -> str:
 
 
 def _could_contain(p: _PathPattern, folder: str) -> bool:
-    """Whether something below ``folder`` (same form as the pattern) may match ``p``."""
-    cut = min((i for i, c in enumerate(p.pattern) if c in "*?["), default=len(p.pattern))
-    prefix = p.pattern[:cut]
-    if folder in (".", "/") or not prefix:
+    """Whether something below ``folder`` (same form as the pattern) may match ``p``: each
+    of the folder's names matches the pattern's name at its place, and the pattern goes
+    deeper (``s*/secret`` may match below ``sub``; ``*.pem`` nothing below ``sub``)."""
+    if folder in (".", "/"):
         return True
-    return prefix.startswith(folder.rstrip("/") + "/")
+    parts = p.pattern.split("/")
+    names = folder.rstrip("/").split("/")
+    if len(names) >= len(parts) and "**" not in p.pattern:
+        return False
+    for name, part in zip(names, parts, strict=False):
+        if "**" in part:
+            return True
+        if not glob_regex(part).fullmatch(name):
+            return False
+    return True
 
 
 def _ancestors(path: str) -> list[str]:
