@@ -104,6 +104,54 @@ def pattern_base(pattern: str) -> str:
     return pattern[: pattern.rfind("/", 0, cut)] or "/"
 
 
+def resolve_base(pattern: str) -> str:
+    """An absolute pattern with its part before the first wildcard resolved (symlinks),
+    as the paths it is matched against are: ``/home/me/proj/.env`` names the workspace's
+    ``.env`` also when ``proj`` is a link to the real folder."""
+    base = pattern_base(pattern)
+    real = os.path.realpath(base)
+    if real == base:
+        return pattern
+    rest = pattern[len(base) :].lstrip("/")
+    return os.path.join(real, rest) if rest else real
+
+
+def names_path(pattern: str, path: str) -> bool:
+    """Whether the absolute ``pattern`` names ``path`` (absolute, normalised) or a folder
+    above it (a named folder stands for everything below it; ``X/**`` names ``X``)."""
+    if pattern.endswith("/**"):
+        pattern = pattern[:-3] or "/"
+    if not GLOB_CHARS.intersection(pattern):
+        return within(path, pattern)
+    regex = glob_regex(pattern)
+    while True:
+        if regex.fullmatch(path):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def could_contain(pattern: str, folder: str) -> bool:
+    """Whether something below ``folder`` (in the pattern's form: both absolute, or both
+    relative to one root) may match ``pattern``: each of the folder's names matches the
+    pattern's name at its place, and the pattern goes deeper (``s*/secret`` may match
+    below ``sub``; ``*.pem`` nothing below ``sub``)."""
+    if folder in (".", "/"):
+        return True
+    parts = pattern.split("/")
+    names = folder.rstrip("/").split("/")
+    if len(names) >= len(parts) and "**" not in pattern:
+        return False
+    for name, part in zip(names, parts, strict=False):
+        if "**" in part:
+            return True
+        if not glob_regex(part).fullmatch(name):
+            return False
+    return True
+
+
 def expand_pattern(pattern: str) -> list[str]:
     """The existing paths an absolute path pattern (:func:`glob_regex`) names, the
     top-most of each subtree only (a matching folder stands for everything below it);

@@ -155,3 +155,7 @@ def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: P
     assert policy.hidden == (root / ".env", Path(os.path.realpath(config_dir())))  # the config: a key rule
     assert policy.protected == (*DEFAULT_PROTECTED, "src/**")
     assert built.permissions.unenforced(bash) is None
+    # the file tools' workspace checks the same paths again when a tool runs
+    workspace = bash.workspace
+    assert workspace.hidden == (str(root / ".env"), os.path.realpath(config_dir()))
+    assert workspace.protected == (str(root / "src/**"),)

@@ -120,3 +120,20 @@ async def test_a_foreign_host_header_is_refused_on_loopback(servers: Any) -> Non
         assert await response.json() == {"error": "Host 'attacker.example:8765' is not this server's loopback address"}
     async with server.client.get(f"{server.url}/api/sessions", headers={**server.headers(), "Host": "localhost:1"}) as response:
         assert response.status == 200
+    for host in ("[::1]:8765", "127.0.0.1"):
+        async with server.client.get(f"{server.url}/api/sessions", headers={**server.headers(), "Host": host}) as response:
+            assert response.status == 200, host
+    for host in ("[::2]:8765", "127.0.0.2:80", "localhost.example"):
+        async with server.client.get(f"{server.url}/api/sessions", headers={**server.headers(), "Host": host}) as response:
+            assert response.status == 421, host
+
+
+def test_loopback_hosts_are_one_list() -> None:
+    from ketch.server import is_loopback_host
+
+    assert [h for h in ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "::", "example.com") if is_loopback_host(h)] == [
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "[::1]",
+    ]

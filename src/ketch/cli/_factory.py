@@ -204,14 +204,17 @@ def build_tools(
     if not wanted:
         return []
     from ..sandbox import DEFAULT_PROTECTED
+    from ..tools import Workspace
     from ..tools import coding_tools
 
     enabled = settings is None or settings.sandbox
     # the files the agent may not read (the config directory at least: a literal api_key)
     hidden = permissions.hidden_paths() if permissions is not None else (str(config_dir()),)
     denied_edits = permissions.protected_paths() if permissions is not None else ()
+    # the file tools check the same paths again when they run (a path may become a symlink)
+    workspace = Workspace(root, hidden=hidden, protected=denied_edits)
     tools = coding_tools(
-        root,
+        workspace,
         write_allowed=write_allowed or (lambda: True),
         secret_names=secret_names,
         sandbox="default" if enabled else None,

@@ -140,7 +140,7 @@ async def serve(
     from aiohttp import web
 
     from ..server import create_app
-    from ..server._app import is_loopback_host
+    from ..server import is_loopback_host
     from ._sessions import store
 
     loopback = is_loopback_host(host)

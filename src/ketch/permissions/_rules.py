@@ -18,9 +18,11 @@ from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
+from .._paths import could_contain
 from .._paths import glob_regex
 from .._paths import join_in_root
 from .._paths import pattern_base
+from .._paths import resolve_base
 from .._paths import within
 from ._shell import SimpleCommand
 from ._shell import _Lexer
@@ -195,9 +197,9 @@ def _path_pattern(spec: str) -> _PathPattern:
     if not text:
         raise ValueError("empty path pattern")
     if text.startswith("//"):
-        return _PathPattern(_resolved(os.path.normpath("/" + text[2:].lstrip("/"))), True)
+        return _PathPattern(resolve_base(os.path.normpath("/" + text[2:].lstrip("/"))), True)
     if text == "~" or text.startswith("~/"):
-        return _PathPattern(_resolved(os.path.normpath(os.path.expanduser(text))), True)
+        return _PathPattern(resolve_base(os.path.normpath(os.path.expanduser(text))), True)
     anchored = text.startswith(("/", "./")) or "/" in text.rstrip("/")
     text = text.removeprefix("./").lstrip("/").rstrip("/")
     norm = os.path.normpath(text) if text else "."
@@ -225,36 +227,6 @@ def workspace_pattern(pattern: str, root: str) -> str | None:
     if not within(pattern_base(pattern), root) or pattern == root:
         return None
     return _relative(pattern, root)
-
-
-def _resolved(pattern: str) -> str:
-    """An absolute pattern with its part before the first wildcard resolved (symlinks),
-    as the paths it is matched against are: ``//home/me/proj/.env`` names the workspace's
-    ``.env`` also when ``proj`` is a link to the real folder."""
-    base = pattern_base(pattern)
-    real = os.path.realpath(base)
-    if real == base:
-        return pattern
-    rest = pattern[len(base) :].lstrip("/")
-    return os.path.join(real, rest) if rest else real
-
-
-def _could_contain(p: _PathPattern, folder: str) -> bool:
-    """Whether something below ``folder`` (same form as the pattern) may match ``p``: each
-    of the folder's names matches the pattern's name at its place, and the pattern goes
-    deeper (``s*/secret`` may match below ``sub``; ``*.pem`` nothing below ``sub``)."""
-    if folder in (".", "/"):
-        return True
-    parts = p.pattern.split("/")
-    names = folder.rstrip("/").split("/")
-    if len(names) >= len(parts) and "**" not in p.pattern:
-        return False
-    for name, part in zip(names, parts, strict=False):
-        if "**" in part:
-            return True
-        if not glob_regex(part).fullmatch(name):
-            return False
-    return True
 
 
 def _ancestors(path: str) -> list[str]:
@@ -453,7 +425,7 @@ class Rule:
         if searches and (os.path.isdir(r.real) or os.path.isdir(r.followed)):
             # a content search of a folder reads every file below it
             folders = (r.real, r.followed, r.lexical) if p.absolute else r.relative
-            if any(_could_contain(p, folder) for folder in folders):
+            if any(could_contain(p.pattern, folder) for folder in folders):
                 return True
         return _path_matches(p, (r.real, r.followed, r.lexical) if p.absolute else r.relative)
 
@@ -464,7 +436,7 @@ def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
     if p.pattern == ".":
         return [p]
     full = os.path.join(root, p.pattern)
-    real = _resolved(full)
+    real = resolve_base(full)
     relative = _relative(real, root) if real != full else None
     return [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
 

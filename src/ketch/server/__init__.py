@@ -19,14 +19,16 @@ route needs the token (``Authorization: Bearer <token>``; the page gets a cookie
 the URL ``ketch serve`` prints once). One run per session at a time: a prompt while a run
 is active, or while the session waits on approvals, is a 409. :func:`proxy_app` is the
 model proxy (what :func:`ketch.llm.proxy` talks to), mounted with ``create_app(...,
-subapps=[("/proxy", proxy_app(...))])``.
+subapps=[("/proxy", proxy_app(...))])``. :func:`is_loopback_host` says whether a bind
+address is this machine's loopback (what ``create_app(..., loopback_only=...)`` wants).
 """
 
 from ._app import ROUTES
 from ._app import AgentFactory
 from ._app import create_app
+from ._app import is_loopback_host
 from ._live import Hosted
 from ._openapi import openapi_document
 from ._proxy import proxy_app
 
-__all__ = ["ROUTES", "AgentFactory", "Hosted", "create_app", "openapi_document", "proxy_app"]
+__all__ = ["ROUTES", "AgentFactory", "Hosted", "create_app", "is_loopback_host", "openapi_document", "proxy_app"]

@@ -56,10 +56,13 @@ def coding_tools(
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
     permission mode is not plan"); ``network``, ``protected``, ``env_allow`` and
-    ``hidden`` are passed to :class:`~ketch.tools.BashTool`. ``unsandboxed_reason`` says why a
+    ``hidden`` are passed to :class:`~ketch.tools.BashTool`; ``hidden`` is also the
+    workspace's (the file tools refuse those paths) when ``root`` is not a
+    :class:`Workspace` already. ``unsandboxed_reason`` says why a
     ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
     """
-    workspace = root if isinstance(root, Workspace) else Workspace(root)
+    hidden = tuple(hidden)
+    workspace = root if isinstance(root, Workspace) else Workspace(root, hidden=hidden)
     for extra in allowed_roots:
         workspace.allow_root(extra)
     read = ReadTool(workspace)

@@ -366,7 +366,7 @@ class EditTool(FileChangeTool):
         replace_all = args.get("replace_all", False)
         if not isinstance(old, str) or not isinstance(new, str):
             return ToolResult.error("old_string and new_string must both be strings.")
-        located = self.locate(args.get("path", ""))
+        located = self.locate(args.get("path", ""), write=True)
         if isinstance(located, ToolResult):
             return located
         path, shown = located

@@ -15,7 +15,9 @@ from typing import Any
 from ..loop import ToolContext
 from ..loop import ToolResult
 from ._workspace import Workspace
+from ._workspace import WorkspaceError
 from ._workspace import WorkspaceTool
+from ._workspace import open_folder
 from ._workspace import special_kind
 
 _DESCRIPTION = """List a folder's entries (default: the workspace root), hidden ones \
@@ -32,15 +34,24 @@ _PARAMETERS: dict[str, Any] = {
 }
 
 
-def _list(folder: Path) -> list[str]:
+def _list(folder: Path, shown: str) -> list[str]:
     names: list[str] = []
-    with os.scandir(folder) as it:
-        for entry in it:
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                is_dir = False
-            names.append(entry.name + "/" if is_dir else entry.name)
+    fd = open_folder(str(folder), shown)
+    try:
+        # scandir needs a descriptor it may read; the walk's may be O_PATH
+        listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        with os.scandir(listing) as it:
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                names.append(entry.name + "/" if is_dir else entry.name)
+    finally:
+        os.close(listing)
     names.sort(key=lambda n: (n.lower(), n))
     return names
 
@@ -70,7 +81,9 @@ class LsTool(WorkspaceTool):
         if kind is not None:
             return ToolResult.error(f"{shown} is {kind}, not a folder; only folders can be listed.")
         try:
-            names = await asyncio.to_thread(_list, folder)
+            names = await asyncio.to_thread(_list, folder, shown)
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
         except FileNotFoundError:
             return ToolResult.error(f"Folder not found: {shown}")
         except NotADirectoryError:

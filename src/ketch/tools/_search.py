@@ -321,7 +321,7 @@ class GrepTool(WorkspaceTool):
         max_results = args.get("max_results") or 100
         ignore_case = bool(args.get("ignore_case"))
         literal = bool(args.get("literal"))
-        located = self.locate(args.get("path"), default_root=True)
+        located = self.locate(args.get("path"), default_root=True, search=True)
         if isinstance(located, ToolResult):
             return located
         base, shown = located

@@ -19,20 +19,33 @@ A file with more than one hard link is one file under several names, possibly so
 outside the workspace (a link made there cannot be told apart from the original), so
 the tools that write in place refuse it (``open_regular(..., single_link=True)``, see
 :func:`hard_link_message`). Reading one is allowed.
+
+Files are opened name by name from ``/`` without following a symlink (each folder with
+``O_NOFOLLOW`` relative to the one before), so a folder on the resolved path that a
+command swaps for a symlink after the path was checked fails the call instead of
+redirecting it. The workspace's ``hidden`` and ``protected`` path patterns (what the
+``Read`` and ``Edit`` deny rules name) are checked on the resolved path when a tool
+runs: the permission engine's check happened earlier, and a path can be swapped for
+a symlink in between.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat as _stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._paths import could_contain
 from .._paths import join_in_root
+from .._paths import names_path
+from .._paths import resolve_base
 from .._paths import within
 from ..loop import Tool
 from ..loop import ToolResult
@@ -82,6 +95,58 @@ def hard_link_message(shown: str, links: int) -> str:
     )
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# O_PATH: a folder that may be searched but not read can still be walked through
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return _stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)
+    except OSError:
+        return False
+
+
+def open_folder(path: str, shown: str, *, create: bool = False) -> int:
+    """A descriptor of the folder ``path`` (absolute, as :meth:`Workspace.resolve` gives
+    it), opened name by name from ``/`` without following a symlink; ``create`` makes
+    the missing folders. A name on the way that is now a symlink or a file raises
+    :class:`WorkspaceError` (the path changed after it was checked); ``OSError``
+    (missing folder, permissions, ``path`` itself a file) propagates."""
+    fd = os.open("/", _FOLDER_FLAGS)
+    names = [name for name in path.split(os.sep) if name]
+    try:
+        for i, name in enumerate(names):
+            try:
+                inner = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                inner = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                # a symlink: ELOOP, or ENOTDIR with O_PATH; the folder itself being a
+                # file is the caller's to report
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                if i == len(names) - 1 and not _is_link(name, fd):
+                    raise
+                raise WorkspaceError(
+                    f"{shown} changed while it was being opened: a folder on its path is now a symbolic link "
+                    "or a file. Nothing was done; check the path and try again."
+                ) from None
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_regular(
     path: os.PathLike[str] | str, shown: str, verb: str, *, write: bool = False, single_link: bool = False
 ) -> tuple[int, os.stat_result]:
@@ -98,7 +163,7 @@ def open_regular(
     descriptor, see :func:`hard_link_message`): writing it in place would change the
     other names too.
     """
-    flags = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC
     flags |= os.O_RDWR | os.O_CREAT if write else os.O_RDONLY
     try:
         info = os.lstat(path)
@@ -108,8 +173,10 @@ def open_regular(
     else:
         if not _stat.S_ISREG(info.st_mode):
             raise WorkspaceError(not_regular_message(shown, info.st_mode, verb))
+    text = os.fspath(path)
+    folder = open_folder(os.path.dirname(text), shown)
     try:
-        fd = os.open(path, flags, 0o666)
+        fd = os.open(os.path.basename(text), flags, 0o666, dir_fd=folder)
     except OSError as exc:
         # ELOOP: a symlink appeared at the resolved path; ENXIO: a socket or a FIFO without reader.
         try:
@@ -119,6 +186,8 @@ def open_regular(
         if not _stat.S_ISREG(info.st_mode):
             raise WorkspaceError(not_regular_message(shown, info.st_mode, verb)) from None
         raise
+    finally:
+        os.close(folder)
     try:
         info = os.fstat(fd)
         if not _stat.S_ISREG(info.st_mode):
@@ -149,15 +218,60 @@ class Workspace:
     ``edit``.
     """
 
-    __slots__ = ("_records", "_roots", "_scratch", "root")
+    __slots__ = ("_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
-    def __init__(self, root: str | os.PathLike[str], allowed_roots: tuple[str | os.PathLike[str], ...] = ()) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        allowed_roots: tuple[str | os.PathLike[str], ...] = (),
+        *,
+        hidden: Iterable[str | os.PathLike[str]] = (),
+        protected: Iterable[str | os.PathLike[str]] = (),
+    ) -> None:
         self.root = Path(os.path.realpath(os.path.expanduser(os.fspath(root))))
         self._roots: list[str] = [str(self.root)]
         for extra in allowed_roots:
             self.allow_root(extra)
         self._records: dict[str, FileRecord] = {}
         self._scratch: Path | None = None
+        self._hidden = self._patterns(hidden)
+        self._protected = self._patterns(protected)
+
+    def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+        out: list[str] = []
+        for item in items:
+            pattern = os.path.normpath(os.path.join(self._roots[0], os.path.expanduser(os.fspath(item))))
+            out += (pattern, resolve_base(pattern))
+        return tuple(dict.fromkeys(out))
+
+    @property
+    def hidden(self) -> tuple[str, ...]:
+        """The absolute path patterns no tool may read, list or search into (the ``Read``
+        deny rules' paths, see :meth:`~ketch.permissions.PermissionEngine.hidden_paths`);
+        given relative to the root or absolute."""
+        return self._hidden
+
+    @property
+    def protected(self) -> tuple[str, ...]:
+        """The absolute path patterns no tool may change (the ``Edit`` deny rules' paths,
+        see :meth:`~ketch.permissions.PermissionEngine.protected_paths`)."""
+        return self._protected
+
+    def refusal(self, path: Path, shown: str, *, write: bool = False, search: bool = False) -> str | None:
+        """Why a tool may not touch the resolved ``path`` (None when it may): a
+        :attr:`hidden` pattern names it, or with ``write`` a :attr:`protected` one, or
+        with ``search`` (a content search of a folder) a hidden path may lie below it."""
+        text = os.fspath(path)
+        if any(names_path(p, text) for p in self._hidden):
+            return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
+        if write and any(names_path(p, text) for p in self._protected):
+            return f"Permission denied: {shown} may not be changed (an Edit deny rule names it)."
+        if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._hidden):
+            return (
+                f"Permission denied: {shown} holds files hidden from the tools (a Read deny rule names them); "
+                "search a folder inside it that does not."
+            )
+        return None
 
     @property
     def roots(self) -> tuple[Path, ...]:
@@ -272,8 +386,12 @@ class WorkspaceTool(Tool):
         super().__init__(name, description, parameters, **options)
         self.workspace = workspace
 
-    def locate(self, path: Any, *, default_root: bool = False) -> tuple[Path, str] | ToolResult:
-        """``path`` resolved in the workspace and its display form, or the error result.
+    def locate(
+        self, path: Any, *, default_root: bool = False, write: bool = False, search: bool = False
+    ) -> tuple[Path, str] | ToolResult:
+        """``path`` resolved in the workspace and its display form, or the error result
+        (also when :meth:`Workspace.refusal` refuses it: ``write`` for a tool that
+        changes the file, ``search`` for one that reads every file below a folder).
 
         With ``default_root``, a missing or empty ``path`` means the workspace root.
         """
@@ -282,4 +400,8 @@ class WorkspaceTool(Tool):
             resolved = ws.resolve(path) if path or not default_root else ws.root
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
-        return resolved, ws.display(resolved)
+        shown = ws.display(resolved)
+        refused = ws.refusal(resolved, shown, write=write, search=search)
+        if refused is not None:
+            return ToolResult.error(refused)
+        return resolved, shown

@@ -21,6 +21,7 @@ from ._edit import unified_diff
 from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
+from ._workspace import open_folder
 from ._workspace import open_regular
 
 _THREAD_THRESHOLD = 1 << 20
@@ -72,7 +73,7 @@ class WriteTool(FileChangeTool):
         content = args.get("content")
         if not isinstance(content, str):
             return ToolResult.error("content must be a string with the complete file content.")
-        located = self.locate(args.get("path", ""))
+        located = self.locate(args.get("path", ""), write=True)
         if isinstance(located, ToolResult):
             return located
         path, shown = located
@@ -81,7 +82,7 @@ class WriteTool(FileChangeTool):
         try:
             if path.is_dir():
                 return ToolResult.error(f"{shown} is a directory; give a file path to write.")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(open_folder(str(path.parent), shown, create=True))
             existed = path.exists()
             fd, stat = open_regular(path, shown, "written", write=True, single_link=True)
             with os.fdopen(fd, "r+b") as f:

@@ -1,0 +1,176 @@
+"""White-box test: imports ketch implementation modules (private) directly.
+
+The workspace's ``hidden`` and ``protected`` paths are checked again when a file tool
+runs, and files are opened name by name without following a symlink: a path that
+becomes a symlink after the permission engine checked it (a background command can swap
+it at any moment) fails the call instead of reaching a denied or outside file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ketch.llm import AbortSignal
+from ketch.loop import Tool
+from ketch.loop import ToolContext
+from ketch.loop import ToolResult
+from ketch.permissions import PermissionEngine
+from ketch.tools import Workspace
+from ketch.tools import coding_tools
+
+KEY = "sk-test-0123456789abcdef"
+
+
+async def _run(tool: Tool, **args: Any) -> ToolResult:
+    result = await tool.execute(args, ToolContext(call_id="c", tool_name=tool.name, signal=AbortSignal()))
+    assert isinstance(result, ToolResult)
+    return result
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    ws = (tmp_path / "ws").resolve()
+    (ws / "sub").mkdir(parents=True)
+    (ws / "secrets").mkdir()
+    (ws / ".env").write_text(f"KEY={KEY}\n")
+    (ws / "secrets" / "token").write_text(f"{KEY}\n")
+    (ws / "notes.txt").write_text("notes\n")
+    (ws / "sub" / "a.txt").write_text("a\n")
+    (ws / ".ketch").mkdir()
+    (ws / ".ketch" / "config.toml").write_text("x = 1\n")
+    return ws
+
+
+def _tools(root: Path, **kwargs: Any) -> dict[str, Tool]:
+    workspace = Workspace(root, **kwargs)
+    return {t.name: t for t in coding_tools(workspace, sandbox=None, ripgrep=False)}
+
+
+async def test_hidden_paths_are_refused_by_every_file_tool(root: Path) -> None:
+    tools = _tools(root, hidden=[".env", "secrets/**"])
+    os.symlink(".env", root / "link")
+    hidden = "Permission denied: {} is hidden from the tools (a Read deny rule names it)."
+    cases = [
+        ("read", {"path": ".env"}, hidden.format(".env")),
+        ("read", {"path": "link"}, hidden.format(".env")),
+        ("read", {"path": "secrets/token"}, hidden.format("secrets/token")),
+        ("ls", {"path": "secrets"}, hidden.format("secrets")),
+        ("find", {"pattern": "*", "path": "secrets"}, hidden.format("secrets")),
+        ("grep", {"pattern": "sk-", "path": ".env"}, hidden.format(".env")),
+        (
+            "grep",
+            {"pattern": "sk-"},
+            "Permission denied: . holds files hidden from the tools (a Read deny rule names them); "
+            "search a folder inside it that does not.",
+        ),
+        ("write", {"path": ".env", "content": "x"}, hidden.format(".env")),
+        ("edit", {"path": "link", "old_string": "KEY", "new_string": "K"}, hidden.format(".env")),
+    ]
+    for name, args, message in cases:
+        result = await _run(tools[name], **args)
+        assert (result.is_error, result.text) == (True, message), (name, args)
+    assert (root / ".env").read_text() == f"KEY={KEY}\n"
+    # what is not hidden still works
+    assert (await _run(tools["grep"], pattern="a", path="sub")).text == "sub/a.txt:1:a"
+    assert (await _run(tools["read"], path="notes.txt")).text == "     1\tnotes"
+    assert (await _run(tools["ls"])).text.splitlines() == [".env", ".ketch/", "link", "notes.txt", "secrets/", "sub/"]
+
+
+async def test_protected_paths_refuse_changes_not_reads(root: Path) -> None:
+    tools = _tools(root, protected=[".ketch/**"])
+    os.symlink(".ketch/config.toml", root / "cfg")
+    assert (await _run(tools["read"], path="cfg")).text == "     1\tx = 1"
+    refused = "Permission denied: .ketch/config.toml may not be changed (an Edit deny rule names it)."
+    for name, args in [
+        ("write", {"path": ".ketch/config.toml", "content": "y"}),
+        ("write", {"path": "cfg", "content": "y"}),
+        ("edit", {"path": "cfg", "old_string": "x", "new_string": "y"}),
+    ]:
+        result = await _run(tools[name], **args)
+        assert (result.is_error, result.text) == (True, refused), (name, args)
+    new = await _run(tools["write"], path=".ketch/new.toml", content="y")
+    assert (new.is_error, new.text) == (
+        True,
+        "Permission denied: .ketch/new.toml may not be changed (an Edit deny rule names it).",
+    )
+    assert sorted(os.listdir(root / ".ketch")) == ["config.toml"]
+
+
+async def test_a_file_swapped_for_a_symlink_after_the_engines_check_is_refused(root: Path) -> None:
+    # The loop asks the engine, then runs the tool; a background command may act between.
+    engine = PermissionEngine("bypass", deny=["Read(./.env)", "Edit(.ketch/**)"], root=root)
+    workspace = Workspace(root, hidden=engine.hidden_paths(), protected=engine.protected_paths())
+    tools = {t.name: t for t in coding_tools(workspace, sandbox=None, ripgrep=False)}
+    assert engine.check(tools["read"], {"path": "notes.txt"}).outcome == "allow"
+    assert engine.check(tools["write"], {"path": "notes.txt", "content": "y"}).outcome == "allow"
+    (root / "notes.txt").unlink()
+    os.symlink(".env", root / "notes.txt")
+    read = await _run(tools["read"], path="notes.txt")
+    assert (read.is_error, read.text) == (
+        True,
+        "Permission denied: .env is hidden from the tools (a Read deny rule names it).",
+    )
+    os.unlink(root / "notes.txt")
+    os.symlink(".ketch/config.toml", root / "notes.txt")
+    write = await _run(tools["write"], path="notes.txt", content="y")
+    assert (write.is_error, write.text) == (
+        True,
+        "Permission denied: .ketch/config.toml may not be changed (an Edit deny rule names it).",
+    )
+    assert (root / ".ketch" / "config.toml").read_text() == "x = 1\n"
+    assert KEY not in read.text
+
+
+async def test_a_folder_swapped_for_a_symlink_while_the_tool_opens_fails_the_call(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The swap lands between the tool's own resolution and its open (white-box: the
+    # resolution is wrapped to make the background command's move at that moment).
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.txt").write_text(f"{KEY}\n")
+    tools = _tools(root)
+    resolve = Workspace.resolve
+
+    def resolve_then_swap(self: Workspace, path: str) -> Path:
+        resolved = resolve(self, path)
+        os.rename(root / "sub", root / "sub.old")
+        os.symlink(outside, root / "sub")
+        return resolved
+
+    changed = (
+        "{} changed while it was being opened: a folder on its path is now a symbolic link or a file. "
+        "Nothing was done; check the path and try again."
+    )
+    cases = [
+        ("read", {"path": "sub/a.txt"}, changed.format("sub/a.txt")),
+        ("write", {"path": "sub/new.txt", "content": "x"}, changed.format("sub/new.txt")),
+        ("write", {"path": "sub/deep/new.txt", "content": "x"}, changed.format("sub/deep/new.txt")),
+        ("ls", {"path": "sub"}, changed.format("sub")),
+    ]
+    for name, args, message in cases:
+        if name == "read" or (name == "write" and "deep" not in args["path"]):
+            await _run(tools["read"], path="sub/a.txt")  # nothing stale in the way
+        monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
+        result = await _run(tools[name], **args)
+        monkeypatch.setattr(Workspace, "resolve", resolve)
+        assert (result.is_error, result.text) == (True, message), (name, args)
+        os.unlink(root / "sub")
+        os.rename(root / "sub.old", root / "sub")
+    assert sorted(os.listdir(outside)) == ["a.txt"]
+    assert (outside / "a.txt").read_text() == f"{KEY}\n"
+
+
+async def test_unwalkable_but_searchable_folders_still_open(root: Path) -> None:
+    # O_PATH: a folder that may be searched but not listed is walked through as before
+    tools = _tools(root)
+    (root / "sub" / "inner").mkdir()
+    (root / "sub" / "inner" / "b.txt").write_text("b\n")
+    os.chmod(root / "sub", 0o311)
+    try:
+        assert (await _run(tools["read"], path="sub/inner/b.txt")).text == "     1\tb"
+    finally:
+        os.chmod(root / "sub", 0o755)
