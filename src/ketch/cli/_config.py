@@ -70,8 +70,6 @@ import tomllib
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import field
 from pathlib import Path
 from typing import Annotated
 from typing import Any
@@ -135,7 +133,8 @@ class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The config file's top-level values, each applied to the :class:`Settings` field of its name."""
+    """The config file's top-level values, each applied to the :class:`Settings` field of
+    its name (None: not set). :class:`Settings` declares them by extending this struct."""
 
     model: str | None = None
     thinking: str | None = None
@@ -156,10 +155,11 @@ class _File(_Scalars, kw_only=True, forbid_unknown_fields=True):
     sandbox: _Sandbox = msgspec.field(default_factory=_Sandbox)
 
 
-@dataclass(slots=True)
-class Settings:
+class Settings(_Scalars, kw_only=True):
     """The effective settings, and where each came from (``sources``: field -> origin).
 
+    The first fields are the config file's top-level values (:class:`_Scalars`), here
+    with their defaults: unset (None) but ``thinking`` ``off`` and ``compaction`` on.
     ``compaction`` turns the agent's context manager on (the default) or off;
     ``context_window`` replaces the model's context window in tokens. ``allow``, ``ask``
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
@@ -173,33 +173,25 @@ class Settings:
     ``api_key`` (the agent's tools may not read them).
     """
 
-    model: str | None = None
     thinking: str = "off"
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    system_prompt: str | None = None
-    tools: list[str] | None = None
     compaction: bool = True
-    context_window: int | None = None
     permission_mode: str = "default"
-    allow: list[Rule] = field(default_factory=list)
-    ask: list[Rule] = field(default_factory=list)
-    deny: list[Rule] = field(default_factory=list)
-    providers: dict[str, ProviderConfig] = field(default_factory=dict)
-    hooks: list[HookSpec] = field(default_factory=list)
+    allow: list[Rule] = msgspec.field(default_factory=list)
+    ask: list[Rule] = msgspec.field(default_factory=list)
+    deny: list[Rule] = msgspec.field(default_factory=list)
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    hooks: list[HookSpec] = msgspec.field(default_factory=list)
     sandbox: bool = True
     sandbox_network: bool = False
-    sandbox_env_allow: list[str] = field(default_factory=list)
-    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    mcp_origins: dict[str, str] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    files: list[Path] = field(default_factory=list)
-    key_files: list[Path] = field(default_factory=list)
+    sandbox_env_allow: list[str] = msgspec.field(default_factory=list)
+    mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    mcp_origins: dict[str, str] = msgspec.field(default_factory=dict)
+    sources: dict[str, str] = msgspec.field(default_factory=dict)
+    files: list[Path] = msgspec.field(default_factory=list)
+    key_files: list[Path] = msgspec.field(default_factory=list)
     project_root: Path | None = None
     trusted: bool = False
-    ignored: list[str] = field(default_factory=list)
+    ignored: list[str] = msgspec.field(default_factory=list)
 
 
 def directory(text: str | None, flag: str = "--cwd") -> Path:

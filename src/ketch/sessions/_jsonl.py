@@ -250,7 +250,7 @@ class JsonlStore:
         paths = _Paths(self._project_dir(cwd), session_id)
         self._mkdir(paths.dir)
         lock = FileLock(paths.lock, session_id).acquire()
-        try:
+        with lock.released_on_error(unlink=True):
             entry = Entry(
                 id=uuid.uuid4().hex,
                 parent_id=None,
@@ -269,9 +269,6 @@ class JsonlStore:
                 os.close(fd)
                 paths.log.unlink(missing_ok=True)
                 raise
-        except BaseException:
-            lock.release(unlink=True)
-            raise
         self._dirs[session_id] = paths.dir
         writer = _JsonlWriter(self, session_id, paths, lock, fd, [entry], Summary.over([entry]), len(line))
         writer._write_sidecar()
@@ -281,7 +278,7 @@ class JsonlStore:
         """Open ``session_id`` for appending (takes its lock)."""
         paths = self._find(session_id)
         lock = FileLock(paths.lock, session_id).acquire()
-        try:
+        with lock.released_on_error():
             try:
                 fd = os.open(paths.log, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -297,9 +294,6 @@ class JsonlStore:
             except BaseException:
                 os.close(fd)
                 raise
-        except BaseException:
-            lock.release()
-            raise
         writer = _JsonlWriter(self, session_id, paths, lock, fd, entries, Summary.over(entries), end)
         sidecar = self._read_sidecar(paths)
         if sidecar is None or sidecar.size != end:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ._entries import SessionLockedError
@@ -65,3 +67,14 @@ class FileLock:
             pass
         finally:
             os.close(fd)
+
+    @contextmanager
+    def released_on_error(self, *, unlink: bool = False) -> Iterator[FileLock]:
+        """Run the body holding the lock, which stays held after it (for the writer the
+        body makes); when the body raises, the lock is released (``unlink``: its file
+        removed) and the error goes on."""
+        try:
+            yield self
+        except BaseException:
+            self.release(unlink=unlink)
+            raise

@@ -221,7 +221,7 @@ class SqliteStore:
         session_id = uuid.uuid4().hex
         self._use(lambda conn: None)
         lock = self._lock(session_id)
-        try:
+        with lock.released_on_error(unlink=True):
             entry = Entry(
                 id=uuid.uuid4().hex, parent_id=None, timestamp=time.time(), type="session", payload=session_payload(cwd)
             )
@@ -231,9 +231,6 @@ class SqliteStore:
                 ("INSERT INTO entries VALUES (?, ?, ?)", (session_id, 0, encode_entry(entry))),
             ]
             self._use(lambda conn: _write(conn, statements))
-        except BaseException:
-            lock.release(unlink=True)
-            raise
         return _SqliteWriter(self, session_id, lock, [entry], summary, 1)
 
     async def open(self, session_id: str) -> SessionWriter:
@@ -241,11 +238,8 @@ class SqliteStore:
         self._check_id(session_id)
         self._info(session_id)  # SessionNotFoundError before a lock file is made
         lock = self._lock(session_id)
-        try:
+        with lock.released_on_error():
             entries, seq = await asyncio.to_thread(self._read, lambda conn: _entries(conn, session_id))
-        except BaseException:
-            lock.release()
-            raise
         return _SqliteWriter(self, session_id, lock, entries, Summary.over(entries), seq)
 
     async def load(self, session_id: str) -> builtins.list[Entry]:

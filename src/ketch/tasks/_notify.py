@@ -11,6 +11,7 @@ from typing import Literal
 from typing import TypeAlias
 
 from ..llm import UserMessage
+from ._registry import task_facts
 
 if TYPE_CHECKING:
     from .. import Agent
@@ -31,12 +32,7 @@ def notification_text(info: TaskInfo) -> str:
         f"<kind>{info.kind}</kind>",
         f"<status>{info.status}</status>",
     ]
-    if info.description:
-        lines.append(f"<description>{info.description}</description>")
-    if info.exit_code is not None:
-        lines.append(f"<exit-code>{info.exit_code}</exit-code>")
-    if info.error:
-        lines.append(f"<error>{info.error}</error>")
+    lines += task_facts(info, "<description>{}</description>", "<exit-code>{}</exit-code>", "<error>{}</error>")
     if info.result:
         lines.append(f"<result>\n{info.result}\n</result>")
     lines.append("</task-notification>")

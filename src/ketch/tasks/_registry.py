@@ -58,6 +58,20 @@ class TaskInfo(msgspec.Struct, kw_only=True):
     pgid: int | None = None
 
 
+def task_facts(info: TaskInfo, description: str, exit_code: str, error: str) -> list[str]:
+    """The facts shown about a task after its id, kind and status, each written by its
+    format (``{}`` is the value), in this order: the description (when there is one),
+    the exit code (when known), the error (when there is one)."""
+    facts: list[str] = []
+    if info.description:
+        facts.append(description.format(info.description))
+    if info.exit_code is not None:
+        facts.append(exit_code.format(info.exit_code))
+    if info.error:
+        facts.append(error.format(info.error))
+    return facts
+
+
 class TaskOutput(msgspec.Struct, kw_only=True):
     """New output of a task since an offset (:meth:`TaskRegistry.output`).
 

@@ -9,6 +9,7 @@ from typing import Any
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ._registry import task_facts
 
 if TYPE_CHECKING:
     from ._registry import TaskInfo
@@ -23,12 +24,7 @@ _ID = {"type": "string", "description": "The task id (from task_list or the tool
 def describe(info: TaskInfo) -> str:
     """One line about a task: id, status, kind, description, age or exit."""
     parts = [f"{info.id} [{info.status}] {info.kind}"]
-    if info.description:
-        parts.append(f": {info.description}")
-    if info.exit_code is not None:
-        parts.append(f" (exit code {info.exit_code})")
-    if info.error:
-        parts.append(f" (error: {info.error})")
+    parts += task_facts(info, ": {}", " (exit code {})", " (error: {})")
     end = info.ended if info.ended is not None else time.time()
     parts.append(f" — {max(0.0, end - info.started):.0f}s, {info.output_chars} chars of output")
     return "".join(parts)
