@@ -1,8 +1,9 @@
 """Paths: how a path a model wrote names a file of the workspace, shared by the workspace
 tools (:mod:`ketch.tools._workspace`), the permission rules (:mod:`ketch.permissions._rules`)
 and the protected-path check (:mod:`ketch.sandbox._policy`), so the permission layer
-judges the file a tool will touch; the path-pattern syntax of the permission rules and
-the sandbox (:func:`glob_regex`, :func:`expand_pattern`); and the XDG base directories
+judges the file a tool will touch; the path-pattern syntax of the permission rules, the
+sandbox and the workspace's own check (:func:`glob_regex`, :func:`expand_pattern`,
+:func:`names_path`, :func:`could_contain`); and the XDG base directories
 the sessions and the command keep their files in. It imports nothing of ketch."""
 
 from __future__ import annotations
