@@ -330,10 +330,10 @@ def test_thinking_budget_overrides_and_effort_models() -> None:
 
 def test_data_is_loaded_lazily() -> None:
     code = (
-        "import sys; import ketch.llm._registry as r; "
-        "print('ketch.llm._models_data' in sys.modules); "
-        "r.lookup('openai', 'gpt-5'); print('ketch.llm._models_data' in sys.modules)"
+        "import ketch.llm._registry as r; "
+        "print(r._loaded, bool(r._models)); "
+        "r.lookup('openai', 'gpt-5'); print(r._loaded, bool(r._models))"
     )
     env = {**os.environ, "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["False", "False", "True", "True"]

@@ -59,6 +59,7 @@ from .._http import redact_url
 from .._http import secrets_from_env
 from .._http import url_password
 from .._messages import ImageContent
+from .._messages import TextContent
 from .._model import Request
 from .._model import StreamOptions
 from .._registry import ModelInfo
@@ -140,6 +141,26 @@ IMAGE_OMITTED = "(image omitted: this model does not accept images)"
 def image_url(image: ImageContent) -> str:
     """The image's URL, or its data as a ``data:`` URL."""
     return image.url if image.url is not None else f"data:{image.mime_type};base64,{image.data}"
+
+
+def content_parts(
+    blocks: list[TextContent | ImageContent],
+    images: bool,
+    text_type: str,
+    image_part: Callable[[ImageContent], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The typed parts of an OpenAI user message (Chat Completions or Responses).
+
+    Text becomes ``{"type": text_type, "text": ...}`` and an image ``image_part(image)``,
+    or with ``images`` false the text :data:`IMAGE_OMITTED`.
+    """
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if type(block) is TextContent:
+            parts.append({"type": text_type, "text": block.text})
+        elif type(block) is ImageContent:
+            parts.append(image_part(block) if images else {"type": text_type, "text": IMAGE_OMITTED})
+    return parts
 
 
 class HTTPOptions(TypedDict, total=False):

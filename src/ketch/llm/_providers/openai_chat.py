@@ -44,6 +44,7 @@ from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
+from .base import content_parts
 from .base import image_url
 from .wire_cache import WireCache
 
@@ -542,16 +543,7 @@ def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bo
         return content
     if len(content) == 1 and type(content[0]) is TextContent:
         return content[0].text
-    parts: list[dict[str, Any]] = []
-    for block in content:
-        if type(block) is TextContent:
-            parts.append({"type": "text", "text": block.text})
-        elif type(block) is ImageContent:
-            if images_ok:
-                parts.append(_image_part(block))
-            else:
-                parts.append({"type": "text", "text": IMAGE_OMITTED})
-    return parts
+    return content_parts(content, images_ok, "text", _image_part)
 
 
 def _arguments_text(call: ToolCall) -> str:

@@ -64,11 +64,11 @@ from .._stream import StreamEvent
 from .._stream import TextStart
 from .._stream import ThinkingStart
 from .._stream import ToolCallStart
-from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
+from .base import content_parts
 from .base import feed_events
 from .base import image_url
 from .wire_cache import WireCache
@@ -119,17 +119,12 @@ def _signature_object(signature: str | None, prefix: str) -> dict[str, Any] | No
 
 
 
+def _input_image(image: ImageContent) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": image_url(image), "detail": "auto"}
+
+
 def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if type(block) is TextContent:
-            parts.append({"type": "input_text", "text": block.text})
-        elif type(block) is ImageContent:
-            if images:
-                parts.append({"type": "input_image", "image_url": image_url(block), "detail": "auto"})
-            else:
-                parts.append({"type": "input_text", "text": IMAGE_OMITTED})
-    return parts
+    return content_parts(blocks, images, "input_text", _input_image)
 
 
 def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> None:
@@ -196,7 +191,7 @@ def convert_messages(messages: list[Message], *, images: bool = True) -> list[di
 
     The messages are converted as they are: cross-model clean-up is
     :func:`ketch.llm._handoff.prepare_messages`'s job. With ``images`` false, images
-    become the text :data:`IMAGE_OMITTED`.
+    become the text :data:`~ketch.llm._providers.base.IMAGE_OMITTED`.
     """
     out: list[dict[str, Any]] = []
     for message in messages:
