@@ -82,7 +82,6 @@ from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .base import feed_events
-from .wire_cache import WireCache
 
 API = "anthropic-messages"
 """The ``api`` name of models served through the Messages API."""
@@ -699,7 +698,6 @@ class AnthropicModel(HTTPModel):
         self.structured_output: StructuredOutput = "tool" if mode == "tool" else "json_schema"
         self.beta = beta
         self.streaming = stream
-        self._wire_cache = WireCache()
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         """Stream one assistant response (never raises for request or runtime failures)."""
@@ -716,13 +714,8 @@ class AnthropicModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
-        images = self._takes_images()
-        converted = self._wire_cache.items_for(
-            self,
-            request.messages,
-            images,
-            lambda messages: convert_messages(messages, images=images),
-            normalize_tool_call_id,
+        converted, images = self.wire_items(
+            request.messages, lambda messages, images: convert_messages(messages, images=images), normalize_tool_call_id
         )
         request = Request(
             system_prompt=request.system_prompt, messages=[], tools=request.tools, system_blocks=request.system_blocks

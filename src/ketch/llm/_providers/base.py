@@ -25,6 +25,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
@@ -59,6 +60,7 @@ from .._http import redact_url
 from .._http import secrets_from_env
 from .._http import url_password
 from .._messages import ImageContent
+from .._messages import Message
 from .._messages import TextContent
 from .._model import Request
 from .._model import StreamOptions
@@ -75,6 +77,7 @@ from .._stream import Retry
 from .._stream import StreamDone
 from .._stream import StreamEvent
 from .._stream import is_closable
+from .wire_cache import WireCache
 from .wire_cache import encode_body
 
 if TYPE_CHECKING:
@@ -262,6 +265,7 @@ class HTTPModel:
         self.observer = observer
         self.rewrite = rewrite
         self._client_timeout: aiohttp.ClientTimeout | None = None
+        self._wire_cache = WireCache()
 
     @property
     def native_output(self) -> bool:
@@ -282,6 +286,23 @@ class HTTPModel:
     def _takes_images(self) -> bool:
         """Whether images may be sent: a known model says so; an unknown one may well."""
         return not self._known_info or "image" in self.info.input_modalities
+
+    def wire_items(
+        self,
+        messages: Sequence[Message],
+        convert: Callable[[list[Message], bool], list[dict[str, Any]]],
+        normalize_id: Callable[[str], str],
+        settings: object = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The transcript in the adapter's wire form, and whether images are sent:
+        ``convert(prepared messages, images)``, kept in this model's cache (see
+        :class:`~ketch.llm._providers.wire_cache.WireCache`) under ``settings`` (what
+        else the items depend on) and the image setting."""
+        images = self._takes_images()
+        items = self._wire_cache.items_for(
+            self, messages, (settings, images), lambda prepared: convert(prepared, images), normalize_id
+        )
+        return items, images
 
     def set_context_window(self, window: int | None) -> None:
         """Override :attr:`context_window` (None: the registry's again)."""

@@ -72,7 +72,6 @@ from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
-from .wire_cache import WireCache
 
 API = "gemini"
 """The ``api`` name of models served through the Gemini API."""
@@ -875,7 +874,6 @@ class GeminiModel(HTTPModel):
         self.streaming = stream
         self.thinking_budgets = dict(thinking_budgets) if thinking_budgets else None
         self.json_schema = json_schema
-        self._wire_cache = WireCache()
 
     @property
     def native_output(self) -> bool:

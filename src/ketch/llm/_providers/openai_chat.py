@@ -46,7 +46,6 @@ from .base import HTTPRequest
 from .base import SSEEvents
 from .base import content_parts
 from .base import image_url
-from .wire_cache import WireCache
 
 
 class Compat(msgspec.Struct, kw_only=True, frozen=True):
@@ -205,7 +204,6 @@ class OpenAIChatModel(HTTPModel):
     ) -> None:
         super().__init__(id, provider=provider, **options)
         self.compat = compat if compat is not None else self.compat_for(provider)
-        self._wire_cache = WireCache()
 
     @classmethod
     def compat_for(cls, provider: str, flags: Mapping[str, Any] | None = None) -> Compat:
@@ -289,15 +287,8 @@ class OpenAIChatModel(HTTPModel):
         """The ``messages`` array for ``request`` (system prompt first). The list is
         new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat
-        images_ok = self._takes_images()
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
-        out = self._wire_cache.items_for(
-            self,
-            request.messages,
-            (compat, images_ok),
-            lambda messages: self._convert(messages, images_ok),
-            normalize_id,
-        )
+        out, _images = self.wire_items(request.messages, self._convert, normalize_id, compat)
         if request.system_prompt:
             role = compat.system_role
             if role == "auto":

@@ -71,7 +71,6 @@ from .base import SSEEvents
 from .base import content_parts
 from .base import feed_events
 from .base import image_url
-from .wire_cache import WireCache
 
 API = "openai-responses"
 """The ``api`` name of models served through the Responses API."""
@@ -668,7 +667,6 @@ class OpenAIResponsesModel(HTTPModel):
     ) -> None:
         super().__init__(id, provider=provider, **options)
         self.streaming = stream
-        self._wire_cache = WireCache()
 
     def reasoning_effort(self, options: StreamOptions) -> str | None:
         """The ``reasoning.effort`` sent for ``options.thinking`` (None: send none)."""
@@ -677,13 +675,8 @@ class OpenAIResponsesModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
-        images = self._takes_images()
-        converted = self._wire_cache.items_for(
-            self,
-            request.messages,
-            images,
-            lambda messages: convert_messages(messages, images=images),
-            openai_responses_tool_id,
+        converted, images = self.wire_items(
+            request.messages, lambda messages, images: convert_messages(messages, images=images), openai_responses_tool_id
         )
         body = build_request(
             self.id,
