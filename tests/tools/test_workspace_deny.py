@@ -77,6 +77,9 @@ async def test_hidden_paths_are_refused_by_every_file_tool(root: Path) -> None:
     assert (await _run(tools["grep"], pattern="a", path="sub")).text == "sub/a.txt:1:a"
     assert (await _run(tools["read"], path="notes.txt")).text == "     1\tnotes"
     assert (await _run(tools["ls"])).text.splitlines() == [".env", ".ketch/", "link", "notes.txt", "secrets/", "sub/"]
+    # a recursive find leaves out what is hidden, names included
+    assert (await _run(tools["find"], pattern="**/*")).text.splitlines() == [".ketch/config.toml", "link", "notes.txt", "sub/a.txt"]
+    assert (await _run(tools["find"], pattern="**/token")).text == "No files match '**/token' in .."
 
 
 async def test_protected_paths_refuse_changes_not_reads(root: Path) -> None:

@@ -125,13 +125,15 @@ def _walk(
     stop: threading.Event,
     keep: Callable[[str], bool] = lambda name: False,
     max_depth: int | None = None,
+    hidden: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """Non-folder entries below ``folder`` in path order, as (relative posix path, entry).
 
-    Skips :data:`IGNORED_DIRS` (unless ``keep(name)``), does not follow symlinked folders
-    and does not descend below ``max_depth`` path segments.
+    Skips :data:`IGNORED_DIRS` (unless ``keep(name)``) and the paths ``hidden`` names,
+    does not follow symlinked folders and does not descend below ``max_depth`` path
+    segments.
     """
-    return walk(folder, IGNORED_DIRS, stop.is_set, keep, max_depth)
+    return walk(folder, IGNORED_DIRS, stop.is_set, keep, max_depth, hidden=hidden)
 
 
 # --- grep ----------------------------------------------------------------------------
@@ -473,12 +475,14 @@ _FIND_PARAMETERS: dict[str, Any] = {
 }
 
 
-def _find_files(base: Path, pattern: str, by_mtime: bool, stop: threading.Event) -> list[tuple[str, float]]:
+def _find_files(
+    base: Path, pattern: str, by_mtime: bool, stop: threading.Event, hidden: Callable[[str], bool] | None
+) -> list[tuple[str, float]]:
     pattern = pattern.removeprefix("./")
     regex = glob_to_regex(pattern)
     max_depth = None if "**" in pattern else pattern.count("/") + 1
     found: list[tuple[str, float]] = []
-    for rel, entry in _walk(str(base), stop, lambda name: name in pattern, max_depth):
+    for rel, entry in _walk(str(base), stop, lambda name: name in pattern, max_depth, hidden):
         if regex.match(rel):
             try:
                 if not entry.is_file():
@@ -519,7 +523,8 @@ class FindTool(WorkspaceTool):
                 return ToolResult.error(f"{shown} does not exist; give a folder to search.")
             what = f"is {kind}, not a folder" if kind else "is not a folder"
             return ToolResult.error(f"{shown} {what}; give a folder to search.")
-        found = await _in_thread(lambda stop: _find_files(base, pattern, sort == "mtime", stop), ctx)
+        hidden = ws.is_hidden if ws.hidden else None
+        found = await _in_thread(lambda stop: _find_files(base, pattern, sort == "mtime", stop, hidden), ctx)
         if sort == "mtime":
             found.sort(key=lambda item: (-item[1], item[0]))
         details = {"total": len(found), "truncated": len(found) > limit}

@@ -257,12 +257,16 @@ class Workspace:
         see :meth:`~ketch.permissions.PermissionEngine.protected_paths`)."""
         return self._protected
 
+    def is_hidden(self, path: str) -> bool:
+        """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it."""
+        return any(names_path(p, path) for p in self._hidden)
+
     def refusal(self, path: Path, shown: str, *, write: bool = False, search: bool = False) -> str | None:
         """Why a tool may not touch the resolved ``path`` (None when it may): a
         :attr:`hidden` pattern names it, or with ``write`` a :attr:`protected` one, or
         with ``search`` (a content search of a folder) a hidden path may lie below it."""
         text = os.fspath(path)
-        if any(names_path(p, text) for p in self._hidden):
+        if self.is_hidden(text):
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
         if write and any(names_path(p, text) for p in self._protected):
             return f"Permission denied: {shown} may not be changed (an Edit deny rule names it)."
