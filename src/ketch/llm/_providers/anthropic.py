@@ -714,7 +714,7 @@ class AnthropicModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/messages`` with the prepared transcript."""
-        converted, images = self.wire_items(
+        converted, images = self._wire_items(
             request.messages, lambda messages, images: convert_messages(messages, images=images), normalize_tool_call_id
         )
         request = Request(

@@ -287,7 +287,7 @@ class HTTPModel:
         """Whether images may be sent: a known model says so; an unknown one may well."""
         return not self._known_info or "image" in self.info.input_modalities
 
-    def wire_items(
+    def _wire_items(
         self,
         messages: Sequence[Message],
         convert: Callable[[list[Message], bool], list[dict[str, Any]]],

@@ -288,7 +288,7 @@ class OpenAIChatModel(HTTPModel):
         new; its items may be shared with earlier requests and must not be changed."""
         compat = self.compat
         normalize_id = mistral_tool_id if compat.tool_call_id == "mistral" else openai_chat_tool_id
-        out, _images = self.wire_items(request.messages, self._convert, normalize_id, compat)
+        out, _images = self._wire_items(request.messages, self._convert, normalize_id, compat)
         if request.system_prompt:
             role = compat.system_role
             if role == "auto":

@@ -675,7 +675,7 @@ class OpenAIResponsesModel(HTTPModel):
 
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
         """``POST {base_url}/responses`` with the whole transcript."""
-        converted, images = self.wire_items(
+        converted, images = self._wire_items(
             request.messages, lambda messages, images: convert_messages(messages, images=images), openai_responses_tool_id
         )
         body = build_request(
