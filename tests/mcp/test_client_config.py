@@ -92,6 +92,28 @@ def test_values_from_the_environment_stay_out_of_reprs_and_errors() -> None:
     assert str(info.value) == "MCP server 'x': url 'ftp://h/?k=***' must start with http:// or https://"
 
 
+def test_credentials_written_literally_stay_out_of_the_repr() -> None:
+    configs = load_mcp_json(
+        {
+            "mcpServers": {
+                "a": {
+                    "command": "srv",
+                    "args": ["--api-key", "sk-LITERAL0123", "--auth-token=tok-LITERAL", "--keyboard", "us", "--client_secret", "cs-LITERAL",
+                             "--token", "--verbose", "https://me:pw-LITERAL@git.example/repo"],
+                },
+                "b": {"url": "https://me:pw-LITERAL@mcp.example/v1"},
+            }
+        },
+        environ={},
+    )
+    assert repr(configs["a"]) == (
+        "MCPServerConfig(name='a', type='stdio', command='srv', args=['--api-key', '***', '--auth-token=***', "
+        "'--keyboard', 'us', '--client_secret', '***', '--token', '--verbose', 'https://***@git.example/repo'])"
+    )
+    assert repr(configs["b"]) == "MCPServerConfig(name='b', type='http', url='https://***@mcp.example/v1')"
+    assert configs["a"].args[1] == "sk-LITERAL0123"  # the server still gets it
+
+
 @pytest.mark.parametrize(
     ("servers", "message"),
     [

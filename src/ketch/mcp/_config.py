@@ -40,6 +40,15 @@ class MCPConfigError(ValueError):
     """A bad MCP server configuration (the message is one line naming the bad value)."""
 
 
+# An option that takes a credential: --api-key, --token, --auth-token=..., -password (a
+# name part is the word: --keyboard is none).
+_CREDENTIAL_OPTION = re.compile(
+    r"^(--?(?:[A-Za-z0-9]+[-_])*(?:key|apikey|token|secret|password|passwd|pass|pwd|credentials?|auth|bearer)"
+    r"(?:[-_][A-Za-z0-9]+)*)(?:=(.*))?$",
+    re.IGNORECASE,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class MCPServerConfig:
     """One MCP server: how to start or reach it.
@@ -47,7 +56,9 @@ class MCPServerConfig:
     ``stdio`` servers are started as ``command args...`` with ``env`` added to a minimal
     inherited environment (the SDK's: ``HOME``, ``PATH``, ``USER`` …) in ``cwd``;
     ``http`` and ``sse`` servers are reached at ``url`` with ``headers``. The values of
-    ``env`` and ``headers`` (tokens, often) never appear in the repr.
+    ``env`` and ``headers`` (tokens, often) never appear in the repr, nor does the value
+    of a credential option written into ``args`` (``--api-key VALUE``, ``--token=VALUE``)
+    or a URL's password.
 
     ``trust_annotations`` (``"trustAnnotations": true`` in ``.mcp.json``): a tool's
     ``readOnlyHint`` makes it ``read_only``, so permission modes run it unasked. Off by
@@ -82,15 +93,35 @@ class MCPServerConfig:
             )
 
     def _shown(self, text: str) -> str:
-        """``text`` without the values of ``env``, ``headers`` and the environment."""
+        """``text`` without the values of ``env``, ``headers`` and the environment, and
+        without a URL's password."""
         from ..llm import redact_text
+        from ..llm import redact_url
 
         hidden = (*self.from_environment, *self.env.values(), *self.headers.values())
-        return redact_text(text, tuple(sorted((v for v in hidden if len(v) >= 4), key=len, reverse=True)))
+        return redact_url(redact_text(text, tuple(sorted((v for v in hidden if len(v) >= 4), key=len, reverse=True))))
+
+    def _shown_args(self) -> list[str]:
+        """``args`` as :meth:`_shown` shows them, and the value of a credential option
+        written literally (``--api-key VALUE``, ``--token=VALUE``) as ``***``."""
+        shown: list[str] = []
+        mask_next = False
+        for arg in self.args:
+            text = self._shown(arg)
+            if mask_next and not text.startswith("-"):
+                shown.append("***")
+                mask_next = False
+                continue
+            match = _CREDENTIAL_OPTION.match(text)
+            mask_next = match is not None and match.group(2) is None
+            if match is not None and match.group(2) is not None:
+                text = f"{match.group(1)}=***"
+            shown.append(text)
+        return shown
 
     def __repr__(self) -> str:
         if self.type == "stdio":
-            where = f"command={self.command!r}, args={[self._shown(a) for a in self.args]!r}"
+            where = f"command={self.command!r}, args={self._shown_args()!r}"
         else:
             where = f"url={self._shown(self.url or '')!r}"
         secrets = []
