@@ -74,9 +74,12 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         elif c == "[":
             end = pattern.find("]", i + 1)
             body = pattern[i + 1 : end] if end > 0 else ""
+            # "[" and "\\" in a set are themselves (a glob has no escapes)
+            body = body.replace("\\", "\\\\").replace("[", "\\[")
             if body.startswith("!"):
                 body = "^" + body[1:]
-            if end < 0 or not _valid_set(body):  # "[", "[]", "[z-a]": the characters themselves
+            # "[", "[]", "[z-a]", and a set holding "/" (a name never does): the characters themselves
+            if end < 0 or "/" in body or not _valid_set(body):
                 out.append(re.escape(c))
                 i += 1
             else:
@@ -96,13 +99,42 @@ def _valid_set(body: str) -> bool:
     return True
 
 
+_ESCAPED = re.compile(r"\[([*?\[])\]")
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a pattern naming just it: ``*``, ``?`` and ``[`` written as ``[*]``,
+    ``[?]`` and ``[[]`` (a workspace folder named ``proj[1]`` is no character set)."""
+    return re.sub(r"([*?\[])", r"[\1]", path) if GLOB_CHARS.intersection(path) else path
+
+
+def _first_wildcard(pattern: str) -> int:
+    """The index of the pattern's first wildcard that is not an escaped character, -1 without."""
+    i = 0
+    while True:
+        found = min((j for j in (pattern.find(c, i) for c in "*?[") if j >= 0), default=-1)
+        if found < 0 or not _ESCAPED.match(pattern, found):
+            return found
+        i = found + 3
+
+
+def has_wildcard(pattern: str) -> bool:
+    """Whether ``pattern`` has a wildcard (an escaped character, ``[*]``, is none)."""
+    return bool(GLOB_CHARS.intersection(pattern)) and _first_wildcard(pattern) >= 0
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPED.sub(r"\1", text) if "[" in text else text
+
+
 def pattern_base(pattern: str) -> str:
     """The deepest path every path an absolute pattern names is or lies under: the pattern
-    itself without wildcards, else the folder before the first wildcard."""
-    cut = min((i for i, c in enumerate(pattern) if c in GLOB_CHARS), default=-1)
+    itself without wildcards, else the folder before the first wildcard (as a path:
+    escaped characters written out)."""
+    cut = _first_wildcard(pattern) if GLOB_CHARS.intersection(pattern) else -1
     if cut < 0:
-        return pattern
-    return pattern[: pattern.rfind("/", 0, cut)] or "/"
+        return _unescape(pattern)
+    return _unescape(pattern[: pattern.rfind("/", 0, cut)]) or "/"
 
 
 def resolve_base(pattern: str) -> str:
@@ -113,8 +145,9 @@ def resolve_base(pattern: str) -> str:
     real = os.path.realpath(base)
     if real == base:
         return pattern
-    rest = pattern[len(base) :].lstrip("/")
-    return os.path.join(real, rest) if rest else real
+    escaped = glob_escape(base)
+    rest = pattern[len(escaped) :].lstrip("/") if pattern.startswith(escaped) else ""
+    return os.path.join(glob_escape(real), rest) if rest else glob_escape(real)
 
 
 def names_path(pattern: str, path: str) -> bool:
@@ -122,8 +155,8 @@ def names_path(pattern: str, path: str) -> bool:
     above it (a named folder stands for everything below it; ``X/**`` names ``X``)."""
     if pattern.endswith("/**"):
         pattern = pattern[:-3] or "/"
-    if not GLOB_CHARS.intersection(pattern):
-        return within(path, pattern)
+    if not has_wildcard(pattern):
+        return within(path, _unescape(pattern))
     regex = glob_regex(pattern)
     while True:
         if regex.fullmatch(path):
@@ -164,8 +197,8 @@ def expand_pattern(pattern: str) -> list[str]:
     if pattern.endswith("/**"):
         pattern = pattern[:-3] or "/"
     pattern = os.path.normpath(pattern)
-    if not GLOB_CHARS.intersection(pattern):
-        reached = _reach(pattern)
+    if not has_wildcard(pattern):
+        reached = _reach(_unescape(pattern))
         return [] if reached is None else [reached]
     regex = glob_regex(pattern)
     depth = None if "**" in pattern else pattern.count("/")

@@ -299,3 +299,35 @@ async def test_deny_rules_are_checked_again_after_a_slow_answer(root: Path, answ
     assert texts == ["Permission denied: the call matches the deny rule Edit(src/**)."]
     assert (root / "src" / "a.py").read_text() == "ORIG\n"
     assert engine.session_rules == []  # nothing remembered for a denied call
+
+
+async def test_a_workspace_whose_name_looks_like_a_pattern_keeps_its_rules(tmp_path: Path) -> None:
+    # "proj[1]" is a folder name, not a character set: the rules still name its files
+    from ketch.llm import AbortSignal
+    from ketch.loop import ToolContext
+
+    root = (tmp_path / "proj[1]").resolve()
+    (root / "src").mkdir(parents=True)
+    (tmp_path / "proj1").mkdir()  # what "proj[1]" would match as a pattern
+    (root / ".env").write_text("KEY=sk-bracket-0123456789\n")
+    (root / "src" / "a.txt").write_text("kept\n")
+    engine = _engine(root, "accept_edits", deny=["Read(./.env)", "Edit(src/**)"])
+    assert engine.hidden_paths() == (f"{str(root).replace('[', '[[]')}/.env",)
+    assert engine.protected_paths() == ("src/**",)
+    hidden, protected = engine.hidden_paths(), engine.protected_paths()
+    workspace = Workspace(root, hidden=hidden, protected=protected)
+    tools = {t.name: t for t in coding_tools(workspace, hidden=hidden, protected=(*DEFAULT_PROTECTED, *protected), ripgrep=False)}
+    bash = tools["bash"]
+    assert engine.unenforced(bash) is None
+    command = "cat .env; echo pwned > src/a.txt; echo pwned > src/new.txt; echo done"
+    assert engine.check(bash, {"command": command}).outcome == "allow"  # sandboxed: unasked
+
+    def ctx(name: str) -> ToolContext[Any]:
+        return ToolContext(call_id="c", tool_name=name, signal=AbortSignal())
+
+    result = await bash.execute({"command": command}, ctx("bash"))
+    assert "done" in result.text and "sk-bracket" not in result.text
+    assert (root / "src" / "a.txt").read_text() == "kept\n" and not (root / "src" / "new.txt").exists()
+    os.symlink(".env", root / "lnk")
+    read = await tools["read"].execute({"path": "lnk"}, ctx("read"))
+    assert read.text == "Permission denied: .env is hidden from the tools (a Read deny rule names it)."

@@ -44,3 +44,29 @@ def test_the_folder_a_pattern_lies_in() -> None:
     assert pattern_base("/w/a*/b") == "/w"
     assert pattern_base("/*.pem") == "/"
     assert pattern_base("/w/x.md") == "/w/x.md"
+
+
+def test_escaped_characters_are_themselves(tmp_path: Path) -> None:
+    from ketch._paths import could_contain
+    from ketch._paths import glob_escape
+    from ketch._paths import glob_regex
+    from ketch._paths import has_wildcard
+    from ketch._paths import names_path
+
+    root = (tmp_path / "p[1]*?").resolve()
+    (root / "a").mkdir(parents=True)
+    (root / ".env").write_text("x")
+    (tmp_path / "p1xy").mkdir()
+    (tmp_path / "p1xy" / ".env").write_text("x")  # what the name would match as a pattern
+    r = str(root)
+    e = glob_escape(r)
+    assert e.endswith("/p[[]1][*][?]")
+    assert not has_wildcard(e) and has_wildcard(e + "/*.env")
+    assert pattern_base(e + "/a/*.pem") == f"{r}/a"
+    assert pattern_base(e + "/.env") == f"{r}/.env"
+    assert expand_pattern(e + "/.env") == [f"{r}/.env"]
+    assert expand_pattern(e + "/.e?v") == [f"{r}/.env"]
+    assert names_path(e + "/.env", f"{r}/.env") and not names_path(e + "/.env", f"{tmp_path.resolve()}/p1xy/.env")
+    assert could_contain(e + "/a/*.pem", f"{r}/a") and not could_contain(e + "/a/*.pem", f"{tmp_path.resolve()}/p1xy/a")
+    # a set holding "/" is no set: a name never holds "/"
+    assert glob_regex("a[/]b").fullmatch("a/b") is None and glob_regex("a[/]b").fullmatch("a[/]b")

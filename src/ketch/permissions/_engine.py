@@ -22,7 +22,7 @@ from typing import runtime_checkable
 
 import msgspec
 
-from .._paths import GLOB_CHARS
+from .._paths import has_wildcard
 from .._paths import pattern_base
 from .._paths import within
 from ..loop import BeforeToolCallResult
@@ -393,7 +393,7 @@ class PermissionEngine:
             if relative is not None:
                 # a pattern keeps the files it names now read-only, but bwrap cannot keep
                 # a command from creating a new one: only a path (or X/**) holds fully
-                if relative not in policy.protected or GLOB_CHARS.intersection(relative.removesuffix("/**")):
+                if relative not in policy.protected or has_wildcard(relative.removesuffix("/**")):
                     return rule
                 continue
             reach = pattern_base(pattern)

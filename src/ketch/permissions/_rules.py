@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from .._paths import could_contain
+from .._paths import glob_escape
 from .._paths import glob_regex
 from .._paths import join_in_root
 from .._paths import pattern_base
@@ -199,7 +200,8 @@ def _path_pattern(spec: str) -> _PathPattern:
     if text.startswith("//"):
         return _PathPattern(resolve_base(os.path.normpath("/" + text[2:].lstrip("/"))), True)
     if text == "~" or text.startswith("~/"):
-        return _PathPattern(resolve_base(os.path.normpath(os.path.expanduser(text))), True)
+        home = glob_escape(os.path.expanduser("~"))
+        return _PathPattern(resolve_base(os.path.normpath(home + text[1:])), True)
     anchored = text.startswith(("/", "./")) or "/" in text.rstrip("/")
     text = text.removeprefix("./").lstrip("/").rstrip("/")
     norm = os.path.normpath(text) if text else "."
@@ -218,15 +220,17 @@ def absolute_pattern(rule: Rule, root: str) -> str | None:
     p = _path_pattern(rule.specifier)
     if p.absolute:
         return p.pattern
-    return root if p.pattern == "." else os.path.join(root, p.pattern)
+    base = glob_escape(root)  # a folder named proj[1] is no character set
+    return base if p.pattern == "." else os.path.join(base, p.pattern)
 
 
 def workspace_pattern(pattern: str, root: str) -> str | None:
     """An absolute pattern as a pattern relative to ``root`` when everything it can name
     lies inside ``root`` (its part before the first wildcard does), else None."""
-    if not within(pattern_base(pattern), root) or pattern == root:
+    escaped = glob_escape(root)
+    if not within(pattern_base(pattern), root) or pattern == escaped:
         return None
-    return _relative(pattern, root)
+    return _relative(pattern, escaped)
 
 
 def _ancestors(path: str) -> list[str]:
@@ -435,9 +439,10 @@ def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
     resolved when that leads elsewhere in the workspace."""
     if p.pattern == ".":
         return [p]
-    full = os.path.join(root, p.pattern)
+    escaped = glob_escape(root)
+    full = os.path.join(escaped, p.pattern)
     real = resolve_base(full)
-    relative = _relative(real, root) if real != full else None
+    relative = _relative(real, escaped) if real != full else None
     return [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
 
 

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._paths import GLOB_CHARS
 from .._paths import expand_pattern
+from .._paths import glob_escape
+from .._paths import has_wildcard
+from .._paths import pattern_base
 from .._paths import within
 from ._policy import SandboxPolicy
 
@@ -218,11 +220,11 @@ class BubblewrapSandbox:
         read_only: list[str] = []
         for entry in protected:
             folder = entry.removesuffix("/**")  # a folder's contents: the folder itself
-            rel = folder if not GLOB_CHARS.intersection(folder) else entry
-            if GLOB_CHARS.intersection(rel):
-                targets = [(t, False) for t in expand_pattern(os.path.join(workspace, rel))]
+            rel = folder if not has_wildcard(folder) else entry
+            if has_wildcard(rel):
+                targets = [(t, False) for t in expand_pattern(os.path.join(glob_escape(workspace), rel))]
             else:
-                targets = [(os.path.join(workspace, rel), True)]
+                targets = [(os.path.join(workspace, pattern_base(rel)), True)]
             for raw, may_create in targets:
                 target = os.path.normpath(raw)
                 if not target.startswith(workspace + os.sep):

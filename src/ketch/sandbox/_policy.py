@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Protocol
 from typing import runtime_checkable
 
-from .._paths import GLOB_CHARS
 from .._paths import glob_regex
+from .._paths import has_wildcard
 from .._paths import join_in_root
+from .._paths import pattern_base
 from .._paths import within
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
@@ -104,12 +105,12 @@ def protected_path(
     # the file the workspace tools touch (".." first) and the one the kernel opens
     candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
     for entry in protected:
-        if GLOB_CHARS.intersection(entry):  # .git/modules/**/config: as the sandbox expands it
+        if has_wildcard(entry):  # .git/modules/**/config: as the sandbox expands it
             regex = glob_regex(entry.removesuffix("/**"))
             for real in candidates:
                 rel = os.path.relpath(real, root).split(os.sep)
                 if rel[0] != ".." and any(regex.fullmatch("/".join(rel[:n])) for n in range(1, len(rel) + 1)):
                     return entry
-        elif any(within(real, os.path.realpath(os.path.join(root, entry))) for real in candidates):
+        elif any(within(real, os.path.realpath(os.path.join(root, pattern_base(entry)))) for real in candidates):
             return entry
     return None

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .._paths import could_contain
+from .._paths import glob_escape
 from .._paths import join_in_root
 from .._paths import names_path
 from .._paths import resolve_base
@@ -240,7 +241,11 @@ class Workspace:
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
         out: list[str] = []
         for item in items:
-            pattern = os.path.normpath(os.path.join(self._roots[0], os.path.expanduser(os.fspath(item))))
+            # relative to the root, which is a path: a folder named proj[1] is no character set
+            text = os.fspath(item)
+            if text == "~" or text.startswith("~/"):
+                text = glob_escape(os.path.expanduser("~")) + text[1:]
+            pattern = os.path.normpath(os.path.join(glob_escape(self._roots[0]), text))
             out += (pattern, resolve_base(pattern))
         return tuple(dict.fromkeys(out))
 
