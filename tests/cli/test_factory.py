@@ -159,3 +159,19 @@ def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: P
     workspace = bash.workspace
     assert workspace.hidden == (str(root / ".env"), os.path.realpath(config_dir()))
     assert workspace.protected == (str(root / "src/**"),)
+
+
+def test_the_file_tools_get_every_deny_rule_even_those_bash_cannot_hold(tmp_path: Path, monkeypatch: Any) -> None:
+    from ketch.permissions import Rule
+    from ketch.tools import ReadTool
+
+    home = (tmp_path / "home").resolve()
+    root = home / "ws"
+    root.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    deny = [Rule.parse(r, "project") for r in ("Read(~/**/*.pem)", "Edit(~/**/*.lock)")]
+    built = build_agent(Settings(deny=deny), root, approver=None, model=ScriptedModel(["ok"]), environ={})
+    (read,) = [t for t in built.agent.tools if isinstance(t, ReadTool)]
+    assert f"{home}/**/*.pem" in read.workspace.hidden
+    assert read.workspace.protected == (f"{home}/**/*.lock",)

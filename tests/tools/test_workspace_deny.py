@@ -177,3 +177,33 @@ async def test_unwalkable_but_searchable_folders_still_open(root: Path) -> None:
         assert (await _run(tools["read"], path="sub/inner/b.txt")).text == "     1\tb"
     finally:
         os.chmod(root / "sub", 0o755)
+
+
+async def test_rules_a_sandbox_cannot_search_are_checked_by_the_file_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ~/**/*.pem would have a sandbox walk the home folder at every command, so the bash
+    # tool is not given it (and asks instead); the file tools match names and get it
+    home = (tmp_path / "home").resolve()
+    root = home / "proj"
+    root.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    (root / "key.pem").write_text(f"{KEY}\n")
+    (root / "deps.lock").write_text("locked\n")
+    (root / "pub.txt").write_text("public\n")
+    engine = PermissionEngine("bypass", deny=["Read(~/**/*.pem)", "Edit(~/**/*.lock)"], root=root)
+    assert engine.hidden_paths() == () and engine.protected_paths() == ()
+    assert engine.hidden_paths(all_rules=True) == (f"{home}/**/*.pem",)
+    assert engine.protected_paths(all_rules=True) == (f"{home}/**/*.lock",)
+    workspace = Workspace(root, hidden=engine.hidden_paths(all_rules=True), protected=engine.protected_paths(all_rules=True))
+    tools = {t.name: t for t in coding_tools(workspace, sandbox=None, ripgrep=False)}
+    assert engine.check(tools["read"], {"path": "pub.txt"}).outcome == "allow"
+    (root / "pub.txt").unlink()
+    os.symlink("key.pem", root / "pub.txt")
+    read = await _run(tools["read"], path="pub.txt")
+    assert read.text == "Permission denied: key.pem is hidden from the tools (a Read deny rule names it)."
+    os.unlink(root / "pub.txt")
+    os.symlink("deps.lock", root / "pub.txt")
+    write = await _run(tools["write"], path="pub.txt", content="tampered")
+    assert write.text == "Permission denied: deps.lock may not be changed (an Edit deny rule names it)."
+    assert (root / "deps.lock").read_text() == "locked\n"

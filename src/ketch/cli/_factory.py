@@ -211,8 +211,14 @@ def build_tools(
     # the files the agent may not read (the config directory at least: a literal api_key)
     hidden = permissions.hidden_paths() if permissions is not None else (str(config_dir()),)
     denied_edits = permissions.protected_paths() if permissions is not None else ()
-    # the file tools check the same paths again when they run (a path may become a symlink)
-    workspace = Workspace(root, hidden=hidden, protected=denied_edits)
+    # the file tools check the rules' paths again when they run (a path may become a
+    # symlink): every rule's, as matching a path costs nothing
+    if permissions is not None:
+        workspace = Workspace(
+            root, hidden=permissions.hidden_paths(all_rules=True), protected=permissions.protected_paths(all_rules=True)
+        )
+    else:
+        workspace = Workspace(root, hidden=hidden)
     tools = coding_tools(
         workspace,
         write_allowed=write_allowed or (lambda: True),

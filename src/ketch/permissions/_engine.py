@@ -340,23 +340,29 @@ class PermissionEngine:
         edits = [r for r in self.deny if any(r.covers_tool(t) for t in self.edit_tools)]
         return reads, edits
 
-    def hidden_paths(self) -> tuple[str, ...]:
+    def hidden_paths(self, *, all_rules: bool = False) -> tuple[str, ...]:
         """The absolute path patterns the ``Read`` deny rules name (workspace-relative ones
         taken from ``root``), for the bash tool's ``hidden``: the sandbox then keeps
         commands from reading what the file tools may not. A sandbox searches a pattern's
         ``**`` at each command, so one that would search outside the workspace
-        (``~/**/*.pem``) is left out: :meth:`unenforced` names its rule."""
+        (``~/**/*.pem``) is left out: :meth:`unenforced` names its rule. ``all_rules``
+        keeps those too, for a :class:`~ketch.tools.Workspace`'s ``hidden`` (which only
+        matches the paths the tools touch)."""
         base = self._base()
         found = (absolute_pattern(r, base) for r in self._file_denials()[0])
-        return tuple(dict.fromkeys(p for p in found if p is not None and _searchable(p, base)))
+        return tuple(dict.fromkeys(p for p in found if p is not None and (all_rules or _searchable(p, base))))
 
-    def protected_paths(self) -> tuple[str, ...]:
+    def protected_paths(self, *, all_rules: bool = False) -> tuple[str, ...]:
         """The workspace-relative path patterns the ``Edit`` deny rules name inside the
         workspace, for the bash tool's ``protected``: the sandbox then keeps commands from
-        writing what the file tools may not."""
+        writing what the file tools may not. ``all_rules``: the absolute patterns of
+        every ``Edit`` deny rule, also those reaching outside the workspace, for a
+        :class:`~ketch.tools.Workspace`'s ``protected``."""
         base = self._base()
-        found = (absolute_pattern(r, base) for r in self._file_denials()[1])
-        relative = (workspace_pattern(p, base) for p in found if p is not None)
+        found = [p for p in (absolute_pattern(r, base) for r in self._file_denials()[1]) if p is not None]
+        if all_rules:
+            return tuple(dict.fromkeys(found))
+        relative = (workspace_pattern(p, base) for p in found)
         return tuple(dict.fromkeys(p for p in relative if p is not None))
 
     def unenforced(self, tool: Tool) -> Rule | None:
