@@ -362,7 +362,18 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
         "symlink-to-git-config-then-write": [
             ("bash", {"command": "ln -s .git/config cfg-link"}, Ran()),
             ("read", {"path": "cfg-link"}, Ran()),
-            ("write", {"path": "cfg-link", "content": config}, Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines).")),
+            # a protected path reached through a symlink is refused even when approved (the
+            # link may have been made after the engine's check); named as itself, it changes
+            (
+                "write",
+                {"path": "cfg-link", "content": config},
+                Exact(
+                    True,
+                    "Permission denied: cfg-link leads through a symlink to .git/config, which is asked about "
+                    "before it changes; give .git/config itself.",
+                ),
+            ),
+            ("write", {"path": ".git/config", "content": config}, Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines).")),
             ("bash", {"command": "git status"}, Ran()),
         ],
         "write-ketch-config": [

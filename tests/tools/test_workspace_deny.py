@@ -207,3 +207,34 @@ async def test_rules_a_sandbox_cannot_search_are_checked_by_the_file_tools(
     write = await _run(tools["write"], path="pub.txt", content="tampered")
     assert write.text == "Permission denied: deps.lock may not be changed (an Edit deny rule names it)."
     assert (root / "deps.lock").read_text() == "locked\n"
+
+
+async def test_a_path_the_engine_asks_about_is_not_changed_through_a_symlink(root: Path) -> None:
+    # accept_edits asks before .git/config changes and lets pub.txt change unasked; a
+    # background command then makes pub.txt a symlink to .git/config
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "pub.txt").write_text("public\n")
+    engine = PermissionEngine("accept_edits", root=root)
+    tools = _tools(root)
+    assert engine.check(tools["write"], {"path": ".git/config", "content": "x"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "pub.txt", "content": "x"}).outcome == "allow"
+    (root / "pub.txt").unlink()
+    os.symlink(".git/config", root / "pub.txt")
+    write = await _run(tools["write"], path="pub.txt", content="[core]\n\tfsmonitor = touch pwned\n")
+    assert write.text == (
+        "Permission denied: pub.txt leads through a symlink to .git/config, which is asked about before it "
+        "changes; give .git/config itself."
+    )
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    # named as itself (after the engine asked), it changes
+    await _run(tools["read"], path=".git/config")
+    direct = await _run(tools["edit"], path="sub/../.git/config", old_string="[core]", new_string="[core] ")
+    assert not direct.is_error, direct.text
+
+
+async def test_a_path_that_cannot_be_encoded_is_an_error_result(root: Path) -> None:
+    tools = _tools(root)
+    for name, args in [("read", {"path": "a\ud800"}), ("write", {"path": "a\ud800", "content": "x"}), ("ls", {"path": "\ud800"})]:
+        result = await _run(tools[name], **args)
+        assert result.is_error and result.text.startswith(f"The path {args['path']!r} cannot be used: "), result.text

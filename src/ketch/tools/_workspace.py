@@ -50,6 +50,7 @@ from .._paths import resolve_base
 from .._paths import within
 from ..loop import Tool
 from ..loop import ToolResult
+from ..sandbox import DEFAULT_PROTECTED
 
 
 class WorkspaceError(Exception):
@@ -219,7 +220,7 @@ class Workspace:
     ``edit``.
     """
 
-    __slots__ = ("_hidden", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_paths", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -228,6 +229,7 @@ class Workspace:
         *,
         hidden: Iterable[str | os.PathLike[str]] = (),
         protected: Iterable[str | os.PathLike[str]] = (),
+        ask_paths: Iterable[str] = DEFAULT_PROTECTED,
     ) -> None:
         self.root = Path(os.path.realpath(os.path.expanduser(os.fspath(root))))
         self._roots: list[str] = [str(self.root)]
@@ -237,6 +239,7 @@ class Workspace:
         self._scratch: Path | None = None
         self._hidden = self._patterns(hidden)
         self._protected = self._patterns(protected)
+        self._ask_paths = tuple(ask_paths)
 
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
         out: list[str] = []
@@ -262,19 +265,36 @@ class Workspace:
         see :meth:`~ketch.permissions.PermissionEngine.protected_paths`)."""
         return self._protected
 
+    def _through_symlink(self, written: str, real: str) -> bool:
+        """Whether ``written`` reaches the ask path ``real`` only through a symlink."""
+        from ..sandbox import protected_path
+
+        lexical = os.path.normpath(join_in_root(self._roots[0], written))
+        return lexical != real and protected_path(self._roots[0], real, self._ask_paths) is not None
+
     def is_hidden(self, path: str) -> bool:
         """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it."""
         return any(names_path(p, path) for p in self._hidden)
 
-    def refusal(self, path: Path, shown: str, *, write: bool = False, search: bool = False) -> str | None:
+    def refusal(
+        self, path: Path, shown: str, *, write: bool = False, search: bool = False, written: str | None = None
+    ) -> str | None:
         """Why a tool may not touch the resolved ``path`` (None when it may): a
         :attr:`hidden` pattern names it, or with ``write`` a :attr:`protected` one, or
-        with ``search`` (a content search of a folder) a hidden path may lie below it."""
+        with ``search`` (a content search of a folder) a hidden path may lie below it.
+        With ``write`` and ``written`` (the path as the call gave it), also a path of
+        ``ask_paths`` (``.git/config``, ``.ketch`` …: the permission engine asks before
+        they change) reached only through a symlink: the engine judged the path as written."""
         text = os.fspath(path)
         if self.is_hidden(text):
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
         if write and any(names_path(p, text) for p in self._protected):
             return f"Permission denied: {shown} may not be changed (an Edit deny rule names it)."
+        if write and written is not None and self._ask_paths and self._through_symlink(written, text):
+            return (
+                f"Permission denied: {written} leads through a symlink to {shown}, which is asked about "
+                f"before it changes; give {shown} itself."
+            )
         if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._hidden):
             return (
                 f"Permission denied: {shown} holds files hidden from the tools (a Read deny rule names them); "
@@ -316,8 +336,12 @@ class Workspace:
             raise WorkspaceError("The path is empty. Give a file or directory path.")
         if "\x00" in path:
             raise WorkspaceError(f"The path {path!r} contains a NUL character.")
-        joined = os.path.normpath(join_in_root(self._roots[0], path))
-        real = os.path.realpath(joined)
+        try:
+            joined = os.path.normpath(join_in_root(self._roots[0], path))
+            real = os.path.realpath(joined)
+            os.fsencode(real)
+        except (OSError, ValueError) as exc:
+            raise WorkspaceError(f"The path {path!r} cannot be used: {exc}.") from None
         if any(within(real, root) for root in self._roots):
             return Path(real)
         if any(within(joined, root) for root in self._roots):
@@ -410,7 +434,8 @@ class WorkspaceTool(Tool):
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         shown = ws.display(resolved)
-        refused = ws.refusal(resolved, shown, write=write, search=search)
+        written = path if isinstance(path, str) and path else None
+        refused = ws.refusal(resolved, shown, write=write, search=search, written=written)
         if refused is not None:
             return ToolResult.error(refused)
         return resolved, shown
