@@ -238,3 +238,36 @@ async def test_a_path_that_cannot_be_encoded_is_an_error_result(root: Path) -> N
     for name, args in [("read", {"path": "a\ud800"}), ("write", {"path": "a\ud800", "content": "x"}), ("ls", {"path": "\ud800"})]:
         result = await _run(tools[name], **args)
         assert result.is_error and result.text.startswith(f"The path {args['path']!r} cannot be used: "), result.text
+
+
+@pytest.mark.parametrize("backend", ["rg", "python"])
+async def test_a_search_in_the_sandbox_cannot_follow_a_swapped_folder_to_hidden_files(
+    root: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The swap lands after grep's own check (white-box: the check is wrapped to make the
+    # background command's move at that moment); the search process runs in the sandbox,
+    # where the hidden folder is empty. Without the sandbox the search reads the key.
+    import shutil
+
+    from ketch.sandbox import default_sandbox
+    from ketch.tools import GrepTool
+
+    sandbox = default_sandbox()
+    assert sandbox is not None, "bubblewrap is needed: run `bash scripts/test.sh`, which installs it"
+    rg = shutil.which("rg") if backend == "rg" else False
+    assert rg is not None, "ripgrep is needed: run `bash scripts/test.sh`, which installs it"
+    (root / "pub").mkdir()
+    (root / "pub" / "token").write_text("public\n")
+    grep = GrepTool(Workspace(root, hidden=["secrets/**"]), ripgrep=rg, sandbox=sandbox, hidden=[f"{root}/secrets/**"])
+    refusal = Workspace.refusal
+
+    def refusal_then_swap(self: Workspace, *args: Any, **kwargs: Any) -> str | None:
+        answer = refusal(self, *args, **kwargs)
+        os.rename(root / "pub", root / "pub.old")
+        os.symlink("secrets", root / "pub")
+        return answer
+
+    assert (await _run(grep, pattern="sk-|public", path="pub")).text == "pub/token:1:public"
+    monkeypatch.setattr(Workspace, "refusal", refusal_then_swap)
+    swapped = await _run(grep, pattern="sk-|public", path="pub")
+    assert swapped.text == "No matches for 'sk-|public' in pub."

@@ -56,7 +56,9 @@ def coding_tools(
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
     permission mode is not plan"); ``network``, ``protected``, ``env_allow`` and
-    ``hidden`` are passed to :class:`~ketch.tools.BashTool`; ``hidden`` is also the
+    ``hidden`` are passed to :class:`~ketch.tools.BashTool`; ``sandbox`` and ``hidden``
+    also to :class:`~ketch.tools.GrepTool` (its search process runs in the sandbox,
+    read-only); ``hidden`` is also the
     workspace's (the file tools refuse those paths) when ``root`` is not a
     :class:`Workspace` already. ``unsandboxed_reason`` says why a
     ``sandbox`` of None was chosen (it becomes the bash tool's ``sandbox_warning``).
@@ -65,14 +67,15 @@ def coding_tools(
     workspace = root if isinstance(root, Workspace) else Workspace(root, hidden=hidden)
     for extra in allowed_roots:
         workspace.allow_root(extra)
-    read = ReadTool(workspace)
-    search: list[Tool] = [GrepTool(workspace, ripgrep=ripgrep), FindTool(workspace), LsTool(workspace)]
-    if read_only:
-        return [read, *search]
     reason = unsandboxed_reason
     if sandbox == "default":
         sandbox = default_sandbox()
         reason = sandbox_unavailable_reason() if sandbox is None else None
+    read = ReadTool(workspace)
+    grep = GrepTool(workspace, ripgrep=ripgrep, sandbox=sandbox, hidden=hidden)
+    search: list[Tool] = [grep, FindTool(workspace), LsTool(workspace)]
+    if read_only:
+        return [read, *search]
     bash = BashTool(
         workspace,
         timeout=bash_timeout,

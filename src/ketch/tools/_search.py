@@ -28,6 +28,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from .._proc import untrack_process_group
 from ..llm import Aborted
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ..sandbox import Sandbox
+from ..sandbox import SandboxPolicy
 from ..sandbox import tool_environment
 from ._grep_worker import walk
 from ._workspace import Workspace
@@ -252,28 +255,47 @@ def _rg_text(value: dict[str, Any]) -> str:
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grep_worker.py")
 
 
+_Confined = tuple[Sandbox, SandboxPolicy]  # a search process's sandbox and its policy
+
+
 class _Child:
     """A search process in a session of its own, tracked so that the program's exit
     (see :func:`ketch._proc.kill_process_groups`) ends it too. It gets the scrubbed
     :func:`~ketch.sandbox.tool_environment`, never the agent's keys."""
 
-    __slots__ = ("proc",)
+    __slots__ = ("_release", "proc")
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, release: Callable[[], None] | None = None) -> None:
         self.proc = proc
+        self._release = release
 
     @classmethod
-    async def start(cls, argv: list[str], cwd: Path | None = None, stdin: bool = False) -> _Child:
-        proc = await spawn_group(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=4 * 1024 * 1024,
-            cwd=cwd,
-            env=tool_environment(),
-        )
-        return cls(proc)
+    async def start(
+        cls, argv: list[str], cwd: Path | None = None, stdin: bool = False, sandbox: _Confined | None = None
+    ) -> _Child:
+        """Start ``argv``; with ``sandbox`` (the sandbox and its policy) inside it."""
+        env = tool_environment()
+        release = None
+        if sandbox is not None:
+            box, policy = sandbox
+            wrapped, env = box.wrap(argv, policy, env)
+            argv = wrapped
+            release = lambda: box.release(wrapped)  # noqa: E731
+        try:
+            proc = await spawn_group(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=4 * 1024 * 1024,
+                cwd=cwd,
+                env=env,
+            )
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        return cls(proc, release)
 
     async def end(self, kill: bool) -> None:
         """Kill the process group if asked (and the process still runs), reap the process."""
@@ -286,6 +308,8 @@ class _Child:
             await proc.wait()
         finally:
             untrack_process_group(proc.pid)
+            if self._release is not None:
+                self._release()
 
 
 class GrepTool(WorkspaceTool):
@@ -296,16 +320,37 @@ class GrepTool(WorkspaceTool):
     The Python fallback runs in a separate process, so a pathological pattern cannot
     freeze the agent. A search that takes longer than ``deadline`` seconds (default 30)
     is stopped with an error; an abort of the run stops it at once.
+
+    With a ``sandbox``, the search process runs in it, read-only, with ``hidden`` (the
+    paths the ``Read`` deny rules name, as the bash tool's) gone: a folder a command
+    swaps for a symlink while the search walks it cannot lead to them.
     """
 
-    __slots__ = ("_rg", "deadline")
+    __slots__ = ("_rg", "deadline", "hidden", "sandbox")
 
     def __init__(
-        self, workspace: Workspace, *, ripgrep: str | Literal[False] | None = None, deadline: float = 30.0
+        self,
+        workspace: Workspace,
+        *,
+        ripgrep: str | Literal[False] | None = None,
+        deadline: float = 30.0,
+        sandbox: Sandbox | None = None,
+        hidden: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False, read_only=True)
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
+        self.sandbox = sandbox
+        self.hidden = tuple(Path(p) for p in hidden)
+
+    def _confined(self) -> _Confined | None:
+        if self.sandbox is None:
+            return None
+        ws = self.workspace
+        policy = SandboxPolicy(
+            workspace=ws.root, write=False, extra_writable=tuple(r for r in ws.roots if r != ws.root), hidden=self.hidden
+        )
+        return self.sandbox, policy
 
     def _ripgrep(self) -> str | None:
         if self._rg is None:
@@ -382,7 +427,7 @@ class GrepTool(WorkspaceTool):
         if not sys.executable:
             return "The Python grep fallback cannot run: the Python interpreter's path is unknown. Install ripgrep (rg)."
         try:
-            child = await _Child.start([sys.executable, "-I", "-S", _WORKER], stdin=True)
+            child = await _Child.start([sys.executable, "-I", "-S", _WORKER], stdin=True, sandbox=self._confined())
         except OSError as exc:
             return f"Could not start the Python grep fallback ({sys.executable}): {exc.strerror or exc}."
         proc = child.proc
@@ -422,7 +467,7 @@ class GrepTool(WorkspaceTool):
         argv += ["--regexp", pattern, "--", str(base)]
         try:
             # ripgrep matches globs that contain '/' against paths relative to its cwd.
-            child = await _Child.start(argv, cwd=folder)
+            child = await _Child.start(argv, cwd=folder, sandbox=self._confined())
         except OSError as exc:
             return f"Could not run ripgrep ({rg}): {exc.strerror or exc}."
         proc = child.proc
