@@ -271,3 +271,17 @@ async def test_a_search_in_the_sandbox_cannot_follow_a_swapped_folder_to_hidden_
     monkeypatch.setattr(Workspace, "refusal", refusal_then_swap)
     swapped = await _run(grep, pattern="sk-|public", path="pub")
     assert swapped.text == "No matches for 'sk-|public' in pub."
+
+
+async def test_a_pattern_through_a_symlinked_folder_follows_the_link_as_it_is_now(root: Path) -> None:
+    for release in ("v1", "v2"):
+        (root / "releases" / release).mkdir(parents=True)
+        (root / "releases" / release / ".env").write_text(f"KEY={KEY}\n")
+    os.symlink("releases/v1", root / "current")
+    tools = _tools(root, hidden=["current/.env"])
+    refused = "Permission denied: releases/{} is hidden from the tools (a Read deny rule names it)."
+    assert (await _run(tools["read"], path="releases/v1/.env")).text == refused.format("v1/.env")
+    os.unlink(root / "current")
+    os.symlink("releases/v2", root / "current")
+    assert (await _run(tools["read"], path="releases/v2/.env")).text == refused.format("v2/.env")
+    assert (await _run(tools["read"], path="releases/v1/.env")).text == f"     1\tKEY={KEY}"

@@ -37,6 +37,7 @@ import os
 import stat as _stat
 import tempfile
 from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -248,9 +249,18 @@ class Workspace:
             text = os.fspath(item)
             if text == "~" or text.startswith("~/"):
                 text = glob_escape(os.path.expanduser("~")) + text[1:]
-            pattern = os.path.normpath(os.path.join(glob_escape(self._roots[0]), text))
-            out += (pattern, resolve_base(pattern))
+            out.append(os.path.normpath(os.path.join(glob_escape(self._roots[0]), text)))
         return tuple(dict.fromkeys(out))
+
+    @staticmethod
+    def _now(patterns: tuple[str, ...]) -> Iterator[str]:
+        """Each pattern, and the same with its part before the first wildcard resolved when
+        a symlink leads elsewhere now (resolved at each check: a link can change)."""
+        for pattern in patterns:
+            yield pattern
+            real = resolve_base(pattern)
+            if real != pattern:
+                yield real
 
     @property
     def hidden(self) -> tuple[str, ...]:
@@ -274,7 +284,7 @@ class Workspace:
 
     def is_hidden(self, path: str) -> bool:
         """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it."""
-        return any(names_path(p, path) for p in self._hidden)
+        return any(names_path(p, path) for p in self._now(self._hidden))
 
     def refusal(
         self, path: Path, shown: str, *, write: bool = False, search: bool = False, written: str | None = None
@@ -288,14 +298,14 @@ class Workspace:
         text = os.fspath(path)
         if self.is_hidden(text):
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
-        if write and any(names_path(p, text) for p in self._protected):
+        if write and any(names_path(p, text) for p in self._now(self._protected)):
             return f"Permission denied: {shown} may not be changed (an Edit deny rule names it)."
         if write and written is not None and self._ask_paths and self._through_symlink(written, text):
             return (
                 f"Permission denied: {written} leads through a symlink to {shown}, which is asked about "
                 f"before it changes; give {shown} itself."
             )
-        if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._hidden):
+        if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._now(self._hidden)):
             return (
                 f"Permission denied: {shown} holds files hidden from the tools (a Read deny rule names them); "
                 "search a folder inside it that does not."
