@@ -285,3 +285,43 @@ async def test_a_pattern_through_a_symlinked_folder_follows_the_link_as_it_is_no
     os.symlink("releases/v2", root / "current")
     assert (await _run(tools["read"], path="releases/v2/.env")).text == refused.format("v2/.env")
     assert (await _run(tools["read"], path="releases/v1/.env")).text == f"     1\tKEY={KEY}"
+
+
+async def test_find_does_not_follow_a_folder_swapped_for_a_symlink(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # white-box: the swaps land at the moments a background command would need
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "id_rsa").write_text("x")
+    (root / "pub" / "inner").mkdir(parents=True)
+    (root / "pub" / "inner" / "a.txt").write_text("a")
+    tools = _tools(root, hidden=["secrets/**"])
+    assert (await _run(tools["find"], pattern="**/*", path="pub")).text == "pub/inner/a.txt"
+    is_hidden = Workspace.is_hidden
+
+    def swap_inner(self: Workspace, path: str) -> bool:
+        if path.endswith("/pub/inner") and not os.path.islink(path):
+            os.rename(path, path + ".old")
+            os.symlink(outside, path)
+        return is_hidden(self, path)
+
+    monkeypatch.setattr(Workspace, "is_hidden", swap_inner)
+    assert (await _run(tools["find"], pattern="**/*", path="pub")).text == "No files match '**/*' in pub."
+    monkeypatch.setattr(Workspace, "is_hidden", is_hidden)
+    os.unlink(root / "pub" / "inner")
+    os.rename(root / "pub" / "inner.old", root / "pub" / "inner")
+    refusal = Workspace.refusal
+
+    def refusal_then_swap(self: Workspace, *args: Any, **kwargs: Any) -> str | None:
+        answer = refusal(self, *args, **kwargs)
+        os.rename(root / "pub", root / "pub.old")
+        os.symlink(outside, root / "pub")
+        return answer
+
+    monkeypatch.setattr(Workspace, "refusal", refusal_then_swap)
+    result = await _run(tools["find"], pattern="**/*", path="pub")
+    assert result.text == (
+        "pub changed while it was being opened: a folder on its path is now a symbolic link or a file. "
+        "Nothing was done; check the path and try again."
+    )

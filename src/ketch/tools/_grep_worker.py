@@ -39,13 +39,11 @@ def walk(
     max_depth: int | None = None,
     prefix: str = "",
     depth: int = 1,
-    hidden: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, os.DirEntry[str]]]:
     """Non-folder entries below ``folder`` in path order, as (relative posix path, entry).
 
-    Skips folders named in ``ignored`` (unless ``keep(name)``) and every entry whose path
-    ``hidden(path)`` is true (with all below it), does not follow symlinked folders and
-    does not descend below ``max_depth`` path segments. Never opens a file.
+    Skips folders named in ``ignored`` (unless ``keep(name)``), does not follow symlinked
+    folders and does not descend below ``max_depth`` path segments. Never opens a file.
     """
     ignored = ignored if isinstance(ignored, (set, frozenset)) else frozenset(ignored)
     try:
@@ -57,8 +55,6 @@ def walk(
         if stop():
             return
         rel = prefix + entry.name
-        if hidden is not None and hidden(entry.path):
-            continue
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
@@ -66,7 +62,7 @@ def walk(
         if not is_dir:
             yield rel, entry
         elif (entry.name not in ignored or keep(entry.name)) and (max_depth is None or depth < max_depth):
-            yield from walk(entry.path, ignored, stop, keep, max_depth, rel + "/", depth + 1, hidden)
+            yield from walk(entry.path, ignored, stop, keep, max_depth, rel + "/", depth + 1)
 
 
 def _read_regular(path: str) -> bytes | None:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from pathlib import Path
+from stat import S_ISDIR
 from typing import Any
 from typing import Literal
 from typing import NamedTuple
@@ -47,9 +48,10 @@ from ..loop import ToolResult
 from ..sandbox import Sandbox
 from ..sandbox import SandboxPolicy
 from ..sandbox import tool_environment
-from ._grep_worker import walk
 from ._workspace import Workspace
+from ._workspace import WorkspaceError
 from ._workspace import WorkspaceTool
+from ._workspace import open_folder
 from ._workspace import special_kind
 
 IGNORED_DIRS = frozenset(
@@ -121,22 +123,6 @@ async def _in_thread(fn: Callable[[threading.Event], _T], ctx: ToolContext[Any])
         raise
     finally:
         remove()
-
-
-def _walk(
-    folder: str,
-    stop: threading.Event,
-    keep: Callable[[str], bool] = lambda name: False,
-    max_depth: int | None = None,
-    hidden: Callable[[str], bool] | None = None,
-) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Non-folder entries below ``folder`` in path order, as (relative posix path, entry).
-
-    Skips :data:`IGNORED_DIRS` (unless ``keep(name)``) and the paths ``hidden`` names,
-    does not follow symlinked folders and does not descend below ``max_depth`` path
-    segments.
-    """
-    return walk(folder, IGNORED_DIRS, stop.is_set, keep, max_depth, hidden=hidden)
 
 
 # --- grep ----------------------------------------------------------------------------
@@ -520,22 +506,73 @@ _FIND_PARAMETERS: dict[str, Any] = {
 }
 
 
+_SUBFOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _walk_folder(
+    fd: int,
+    path: str,
+    stop: threading.Event,
+    keep: Callable[[str], bool],
+    max_depth: int | None,
+    hidden: Callable[[str], bool] | None,
+    prefix: str = "",
+    depth: int = 1,
+) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
+    """``(relative posix path, absolute path, entry)`` of the non-folder entries below the
+    open folder ``fd`` (at ``path``) in path order, as the grep fallback's walk gives them; each
+    subfolder is opened from its parent with ``O_NOFOLLOW``, so one swapped for a
+    symlink while the walk runs is skipped, never followed."""
+    with os.scandir(fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if stop.is_set():
+            return
+        name = entry.name
+        full = f"{path}/{name}"
+        if hidden is not None and hidden(full):
+            continue
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if not is_dir:
+            yield prefix + name, full, entry
+        elif (name not in IGNORED_DIRS or keep(name)) and (max_depth is None or depth < max_depth):
+            try:
+                inner = os.open(name, _SUBFOLDER, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                yield from _walk_folder(inner, full, stop, keep, max_depth, hidden, f"{prefix}{name}/", depth + 1)
+            finally:
+                os.close(inner)
+
+
 def _find_files(
-    base: Path, pattern: str, by_mtime: bool, stop: threading.Event, hidden: Callable[[str], bool] | None
+    base: Path, shown: str, pattern: str, by_mtime: bool, stop: threading.Event, hidden: Callable[[str], bool] | None
 ) -> list[tuple[str, float]]:
     pattern = pattern.removeprefix("./")
     regex = glob_to_regex(pattern)
     max_depth = None if "**" in pattern else pattern.count("/") + 1
     found: list[tuple[str, float]] = []
-    for rel, entry in _walk(str(base), stop, lambda name: name in pattern, max_depth, hidden):
-        if regex.match(rel):
-            try:
-                if not entry.is_file():
+    walked = open_folder(str(base), shown)
+    try:
+        fd = os.open(".", _SUBFOLDER, dir_fd=walked)
+    finally:
+        os.close(walked)
+    try:
+        for rel, full, entry in _walk_folder(fd, str(base).rstrip("/"), stop, lambda name: name in pattern, max_depth, hidden):
+            if regex.match(rel):
+                try:
+                    if not entry.is_file():
+                        continue
+                    mtime = entry.stat().st_mtime if by_mtime else 0.0
+                except OSError:
                     continue
-                mtime = entry.stat().st_mtime if by_mtime else 0.0
-            except OSError:
-                continue
-            found.append((entry.path, mtime))
+                found.append((full, mtime))
+    finally:
+        os.close(fd)
     return found
 
 
@@ -561,15 +598,21 @@ class FindTool(WorkspaceTool):
         if isinstance(located, ToolResult):
             return located
         base, shown = located
-        if not base.is_dir():
-            try:
-                kind = special_kind(base.stat().st_mode)
-            except OSError:
-                return ToolResult.error(f"{shown} does not exist; give a folder to search.")
+        try:
+            mode = base.stat().st_mode
+        except OSError:
+            return ToolResult.error(f"{shown} does not exist; give a folder to search.")
+        if not S_ISDIR(mode):
+            kind = special_kind(mode)
             what = f"is {kind}, not a folder" if kind else "is not a folder"
             return ToolResult.error(f"{shown} {what}; give a folder to search.")
         hidden = ws.is_hidden if ws.hidden else None
-        found = await _in_thread(lambda stop: _find_files(base, pattern, sort == "mtime", stop, hidden), ctx)
+        try:
+            found = await _in_thread(lambda stop: _find_files(base, shown, pattern, sort == "mtime", stop, hidden), ctx)
+        except WorkspaceError as exc:
+            return ToolResult.error(str(exc))
+        except OSError as exc:
+            return ToolResult.error(f"Cannot search {shown}: {exc.strerror or exc}.")
         if sort == "mtime":
             found.sort(key=lambda item: (-item[1], item[0]))
         details = {"total": len(found), "truncated": len(found) > limit}
