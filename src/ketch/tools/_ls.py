@@ -67,16 +67,12 @@ class LsTool(WorkspaceTool):
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """List the folder ``args.get("path")``."""
         limit = args.get("limit") or 500
-        located = self.locate(args.get("path"), default_root=True)
+        located = self.locate_existing(
+            args.get("path"), "Folder not found: {shown}", "Cannot list {shown}: {error}.", default_root=True
+        )
         if isinstance(located, ToolResult):
             return located
-        folder, shown = located
-        try:
-            mode = os.stat(folder).st_mode
-        except FileNotFoundError:
-            return ToolResult.error(f"Folder not found: {shown}")
-        except OSError as exc:
-            return ToolResult.error(f"Cannot list {shown}: {exc.strerror or exc}.")
+        folder, shown, mode = located
         kind = special_kind(mode)
         if kind is not None:
             return ToolResult.error(f"{shown} is {kind}, not a folder; only folders can be listed.")

@@ -354,14 +354,10 @@ class GrepTool(WorkspaceTool):
         max_results = args.get("max_results") or 100
         ignore_case = bool(args.get("ignore_case"))
         literal = bool(args.get("literal"))
-        located = self.locate(args.get("path"), default_root=True, search=True)
+        located = self.locate_existing(args.get("path"), "Path not found: {shown}", default_root=True, search=True)
         if isinstance(located, ToolResult):
             return located
-        base, shown = located
-        try:
-            mode = base.stat().st_mode
-        except OSError:
-            return ToolResult.error(f"Path not found: {shown}")
+        base, shown, mode = located
         kind = special_kind(mode)
         if kind is not None:
             return ToolResult.error(
@@ -594,14 +590,11 @@ class FindTool(WorkspaceTool):
         if sort not in ("path", "mtime"):
             return ToolResult.error(f"sort must be 'path' or 'mtime', got {sort!r}.")
         limit = args.get("limit") or 200
-        located = self.locate(args.get("path"), default_root=True)
+        missing = "{shown} does not exist; give a folder to search."
+        located = self.locate_existing(args.get("path"), missing, default_root=True)
         if isinstance(located, ToolResult):
             return located
-        base, shown = located
-        try:
-            mode = base.stat().st_mode
-        except OSError:
-            return ToolResult.error(f"{shown} does not exist; give a folder to search.")
+        base, shown, mode = located
         if not S_ISDIR(mode):
             kind = special_kind(mode)
             what = f"is {kind}, not a folder" if kind else "is not a folder"

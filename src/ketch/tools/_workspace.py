@@ -449,3 +449,20 @@ class WorkspaceTool(Tool):
         if refused is not None:
             return ToolResult.error(refused)
         return resolved, shown
+
+    def locate_existing(
+        self, path: Any, missing: str, failed: str | None = None, *, default_root: bool = False, search: bool = False
+    ) -> tuple[Path, str, int] | ToolResult:
+        """:meth:`locate`, and the file's ``st_mode``; ``missing`` (a format string with
+        ``{shown}``) is the error when it does not exist, ``failed`` (also with
+        ``{error}``) when it cannot be looked at (default: ``missing``)."""
+        located = self.locate(path, default_root=default_root, search=search)
+        if isinstance(located, ToolResult):
+            return located
+        resolved, shown = located
+        try:
+            mode = os.stat(resolved).st_mode
+        except OSError as exc:
+            text = missing if failed is None or isinstance(exc, FileNotFoundError) else failed
+            return ToolResult.error(text.format(shown=shown, error=exc.strerror or exc))
+        return resolved, shown, mode
