@@ -179,8 +179,8 @@ def could_contain(pattern: str, folder: str) -> bool:
     if len(names) >= len(parts) and "**" not in pattern:
         return False
     for name, part in zip(names, parts, strict=False):
-        if "**" in part:
-            return True
+        if "**" in part:  # spans folders from here: only what comes before it must match
+            return glob_regex(part[: part.index("**")] + "*").fullmatch(name) is not None
         if not glob_regex(part).fullmatch(name):
             return False
     return True

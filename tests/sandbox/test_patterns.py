@@ -68,5 +68,8 @@ def test_escaped_characters_are_themselves(tmp_path: Path) -> None:
     assert expand_pattern(e + "/.e?v") == [f"{r}/.env"]
     assert names_path(e + "/.env", f"{r}/.env") and not names_path(e + "/.env", f"{tmp_path.resolve()}/p1xy/.env")
     assert could_contain(e + "/a/*.pem", f"{r}/a") and not could_contain(e + "/a/*.pem", f"{tmp_path.resolve()}/p1xy/a")
+    # a "**" inside a name spans folders from there on: what comes before it must match
+    assert could_contain("a**", "abc") and could_contain("a**/k", "a/b") and not could_contain("a**", "b")
+    assert could_contain("x**y/k", "xz") and not could_contain("x**y/k", "zx") and could_contain("**/k", "b")
     # a set holding "/" is no set: a name never holds "/"
     assert glob_regex("a[/]b").fullmatch("a/b") is None and glob_regex("a[/]b").fullmatch("a[/]b")
