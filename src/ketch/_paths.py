@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -106,6 +107,19 @@ def glob_escape(path: str) -> str:
     """``path`` as a pattern naming just it: ``*``, ``?`` and ``[`` written as ``[*]``,
     ``[?]`` and ``[[]`` (a workspace folder named ``proj[1]`` is no character set)."""
     return re.sub(r"([*?\[])", r"[\1]", path) if GLOB_CHARS.intersection(path) else path
+
+
+def absolute_patterns(items: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Path patterns made absolute: ``~/…`` from the home folder, a relative one from
+    ``root``, both taken literally (:func:`glob_escape`); an absolute one as it is."""
+    base = glob_escape(os.fspath(root))
+    out: list[str] = []
+    for item in items:
+        text = os.fspath(item)
+        if text == "~" or text.startswith("~/"):
+            text = glob_escape(os.path.expanduser("~")) + text[1:]
+        out.append(os.path.normpath(os.path.join(base, text)))
+    return tuple(dict.fromkeys(out))
 
 
 def _first_wildcard(pattern: str) -> int:

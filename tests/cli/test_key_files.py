@@ -67,3 +67,22 @@ def test_a_key_pasted_as_a_variable_name_is_rejected_without_echoing_it(env: Env
         f"ketch: {path}: Expected `str` matching regex '^[A-Za-z_][A-Za-z0-9_]*$' - at `$.providers[...].api_key_env`"
     )
     assert KEY not in proc.stdout + proc.stderr
+
+
+def test_a_workspace_whose_name_looks_like_a_pattern_keeps_its_key_files_out_of_reach(env: Env) -> None:
+    work = env.work / "proj[1]"
+    local = work / ".ketch" / "config.local.toml"
+    local.parent.mkdir(parents=True)
+    local.write_text(f'[providers.other]\nbase_url = "http://127.0.0.1:9/v1"\napi_key = "{KEY}"\n')
+    (env.work / "proj1").mkdir()  # what the name would match as a pattern
+    script = env.script(
+        [
+            call_reply(("r1", "read", {"path": ".ketch/config.local.toml"}), ("g1", "grep", {"pattern": "api_key", "path": ".ketch"})),
+            text_reply("done"),
+        ]
+    )
+    proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{script}", "go", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    rule = os.path.realpath(local).replace("[", "[[]")
+    assert _tool_results(proc.stdout) == [("r1", True, DENIED.format(path=rule)), ("g1", True, DENIED.format(path=rule))]
+    assert KEY not in proc.stdout + proc.stderr

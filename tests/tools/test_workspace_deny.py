@@ -258,7 +258,9 @@ async def test_a_search_in_the_sandbox_cannot_follow_a_swapped_folder_to_hidden_
     assert rg is not None, "ripgrep is needed: run `bash scripts/test.sh`, which installs it"
     (root / "pub").mkdir()
     (root / "pub" / "token").write_text("public\n")
-    grep = GrepTool(Workspace(root, hidden=["secrets/**"]), ripgrep=rg, sandbox=sandbox, hidden=[f"{root}/secrets/**"])
+    # hidden as a library user writes it: relative to the workspace
+    grep = GrepTool(Workspace(root, hidden=["secrets/**"]), ripgrep=rg, sandbox=sandbox, hidden=["secrets/**"])
+    assert grep.hidden == (root / "secrets/**",)
     refusal = Workspace.refusal
 
     def refusal_then_swap(self: Workspace, *args: Any, **kwargs: Any) -> str | None:
@@ -325,3 +327,34 @@ async def test_find_does_not_follow_a_folder_swapped_for_a_symlink(
         "pub changed while it was being opened: a folder on its path is now a symbolic link or a file. "
         "Nothing was done; check the path and try again."
     )
+
+
+class _BrokenSandbox:
+    """A sandbox whose wrapper fails the way bwrap does without user namespaces."""
+
+    name = "broken"
+
+    def __init__(self, usable: bool) -> None:
+        self.usable = usable
+
+    def unavailable_reason(self) -> str | None:
+        return None if self.usable else "user namespaces are disabled"
+
+    def wrap(self, argv: Any, policy: Any, env: Any) -> tuple[list[str], dict[str, str]]:
+        return ["/bin/sh", "-c", "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1"], dict(env)
+
+    def release(self, wrapped: Any) -> None:
+        pass
+
+
+async def test_a_search_whose_sandbox_fails_is_an_error_not_no_matches(root: Path) -> None:
+    import shutil
+
+    from ketch.tools import GrepTool
+
+    rg = shutil.which("rg")
+    assert rg is not None, "ripgrep is needed: run `bash scripts/test.sh`, which installs it"
+    assert GrepTool(Workspace(root), ripgrep=rg, sandbox=_BrokenSandbox(usable=False)).sandbox is None
+    grep = GrepTool(Workspace(root), ripgrep=rg, sandbox=_BrokenSandbox(usable=True))
+    result = await _run(grep, pattern="notes")
+    assert (result.is_error, result.text) == (True, "ripgrep failed: bwrap: setting up uid map: Permission denied")

@@ -29,6 +29,7 @@ from typing import Any
 from typing import Literal
 
 from .. import Agent
+from .._paths import glob_escape
 from ..context import Compactor
 from ..context import default_reserve
 from ..hooks import HookNotice
@@ -209,7 +210,7 @@ def build_tools(
 
     enabled = settings is None or settings.sandbox
     # the files the agent may not read (the config directory at least: a literal api_key)
-    hidden = permissions.hidden_paths() if permissions is not None else (str(config_dir()),)
+    hidden = permissions.hidden_paths() if permissions is not None else (glob_escape(str(config_dir())),)
     denied_edits = permissions.protected_paths() if permissions is not None else ()
     # the file tools check the rules' paths again when they run (a path may become a
     # symlink): every rule's, as matching a path costs nothing
@@ -407,7 +408,7 @@ def key_file_rules(settings: Settings) -> list[Rule]:
     directory and every config file with a literal ``api_key``; the file tools refuse
     them and bash's sandbox hides them (source ``ketch``)."""
     paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), *settings.key_files))
-    return [Rule.parse(f"Read(/{path})", "ketch") for path in paths]
+    return [Rule.parse(f"Read(/{glob_escape(path)})", "ketch") for path in paths]
 
 
 def build_gated_tools(

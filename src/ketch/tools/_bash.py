@@ -58,6 +58,7 @@ from typing import IO
 from typing import TYPE_CHECKING
 from typing import Any
 
+from .._paths import absolute_patterns
 from .._proc import group_alive
 from .._proc import signal_group
 from .._proc import spawn_group
@@ -741,7 +742,9 @@ class BashTool(Tool):
         reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
         usable = sandbox if sandbox is not None and reason is None else None
         self.protected = tuple(protected)
-        self.hidden = tuple(Path(os.path.expanduser(os.fspath(p))) for p in hidden)
+        # relative to the workspace, ~ from the home folder (a relative path means nothing
+        # to the sandbox)
+        self.hidden = tuple(Path(p) for p in absolute_patterns(hidden, workspace.root))
         description = _DESCRIPTION.format(timeout=f"{timeout:g}")
         if usable is not None:
             description += _SANDBOX_NOTE.format(

@@ -39,6 +39,7 @@ from typing import TypeVar
 
 import msgspec
 
+from .._paths import absolute_patterns
 from .._proc import signal_group
 from .._proc import spawn_group
 from .._proc import untrack_process_group
@@ -326,8 +327,9 @@ class GrepTool(WorkspaceTool):
         super().__init__(workspace, "grep", _GREP_DESCRIPTION, _GREP_PARAMETERS, label="Grep", sequential=False, read_only=True)
         self._rg: str | Literal[False] | None = ripgrep
         self.deadline = deadline
-        self.sandbox = sandbox
-        self.hidden = tuple(Path(p) for p in hidden)
+        # a sandbox that cannot run is none (as for the bash tool): no search would run
+        self.sandbox = sandbox if sandbox is not None and sandbox.unavailable_reason() is None else None
+        self.hidden = tuple(Path(p) for p in absolute_patterns(hidden, workspace.root))
 
     def _confined(self) -> _Confined | None:
         if self.sandbox is None:
@@ -456,6 +458,7 @@ class GrepTool(WorkspaceTool):
         assert proc.stdout is not None and proc.stderr is not None
         decode = msgspec.json.Decoder().decode
         finished = False
+        summary = False  # ripgrep ends every search it ran with one (a sandbox that failed: none)
         try:
             while not formatter.done:
                 line = await proc.stdout.readline()
@@ -466,16 +469,18 @@ class GrepTool(WorkspaceTool):
                 except msgspec.DecodeError:
                     continue
                 kind = event.get("type")
-                if kind == "match" or kind == "context":
+                if kind == "summary":
+                    summary = True
+                elif kind == "match" or kind == "context":
                     data = event["data"]
                     formatter.add(_rg_text(data["path"]), data["line_number"], _rg_text(data["lines"]), kind == "match")
             stderr = b"" if formatter.done else await proc.stderr.read()
             finished = not formatter.done
         finally:
             await child.end(kill=not finished)
-        if proc.returncode == 2 and formatter.matches == 0 and not formatter.done:
+        if (proc.returncode == 2 or not summary) and formatter.matches == 0 and not formatter.done:
             message = stderr.decode("utf-8", errors="replace").strip()
-            return f"ripgrep failed: {message or 'exit code 2'}"
+            return f"ripgrep failed: {message or f'exit code {proc.returncode}'}"
         return None
 
 

@@ -43,8 +43,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from .._paths import absolute_patterns
 from .._paths import could_contain
-from .._paths import glob_escape
 from .._paths import join_in_root
 from .._paths import names_path
 from .._paths import resolve_base
@@ -243,14 +243,7 @@ class Workspace:
         self._ask_paths = tuple(ask_paths)
 
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
-        out: list[str] = []
-        for item in items:
-            # relative to the root, which is a path: a folder named proj[1] is no character set
-            text = os.fspath(item)
-            if text == "~" or text.startswith("~/"):
-                text = glob_escape(os.path.expanduser("~")) + text[1:]
-            out.append(os.path.normpath(os.path.join(glob_escape(self._roots[0]), text)))
-        return tuple(dict.fromkeys(out))
+        return absolute_patterns(items, self._roots[0])
 
     @staticmethod
     def _now(patterns: tuple[str, ...]) -> Iterator[str]:
