@@ -331,3 +331,25 @@ async def test_a_workspace_whose_name_looks_like_a_pattern_keeps_its_rules(tmp_p
     os.symlink(".env", root / "lnk")
     read = await tools["read"].execute({"path": "lnk"}, ctx("read"))
     assert read.text == "Permission denied: .env is hidden from the tools (a Read deny rule names it)."
+
+
+async def test_a_git_directory_named_by_a_git_file_is_protected_too(tmp_path: Path) -> None:
+    # ".git" may be a file pointing at the git directory (gitdir: ./.bare): git reads its
+    # configuration and hooks there, so they stay read-only and edits of them ask
+    from ketch.llm import AbortSignal
+    from ketch.loop import ToolContext
+
+    root = tmp_path.resolve()
+    (root / ".bare" / "hooks").mkdir(parents=True)
+    (root / ".bare" / "config").write_text("[core]\n")
+    (root / ".git").write_text("gitdir: ./.bare\n")
+    engine = _engine(root, "accept_edits", deny=[])
+    tools = {t.name: t for t in coding_tools(root, ripgrep=False)}
+    for path in (".bare/config", ".bare/hooks/pre-commit"):
+        assert engine.check(tools["write"], {"path": path, "content": "x"}).outcome == "ask", path
+    assert engine.check(tools["write"], {"path": ".bare/description", "content": "x"}).outcome == "allow"
+    command = "echo '[core] fsmonitor = touch pwned' >> .bare/config; touch .bare/hooks/pre-commit; echo done"
+    result = await tools["bash"].execute({"command": command}, ToolContext(call_id="c", tool_name="bash", signal=AbortSignal()))
+    assert "done" in result.text
+    assert (root / ".bare" / "config").read_text() == "[core]\n"
+    assert os.listdir(root / ".bare" / "hooks") == []

@@ -18,6 +18,7 @@ from .._paths import has_wildcard
 from .._paths import pattern_base
 from .._paths import within
 from ._policy import SandboxPolicy
+from ._policy import with_git_dir
 
 _PROBE_TIMEOUT = 15.0
 _SANDBOX_TMP = "/tmp"
@@ -149,7 +150,8 @@ class BubblewrapSandbox:
                 for real in extras:
                     args += ["--bind", real, real]
                 args += ["--bind", workspace, workspace]
-                args += self._protected_mounts(workspace, policy.protected, placeholders, hidden, shown)
+                protected = with_git_dir(workspace, policy.protected)
+                args += self._protected_mounts(workspace, protected, placeholders, hidden, shown)
             else:
                 for real in extras:
                     args += ["--ro-bind", real, real]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 from typing import runtime_checkable
 
+from .._paths import glob_escape
 from .._paths import glob_regex
 from .._paths import has_wildcard
 from .._paths import join_in_root
@@ -29,6 +30,26 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
 git's configuration and hooks (also those of submodules, which ``git status`` runs in),
 ``.git/commondir`` (which would point git at another directory's configuration and
 hooks) and ketch's project settings."""
+
+
+def with_git_dir(workspace: str, protected: Iterable[str]) -> tuple[str, ...]:
+    """``protected``, and where ``.git`` is a file pointing at a git directory inside the
+    workspace (``gitdir: ./.bare``), its ``.git/…`` entries again under that directory:
+    git reads its configuration and hooks there."""
+    entries = tuple(protected)
+    try:
+        with open(os.path.join(workspace, ".git"), "rb") as f:  # a folder: IsADirectoryError
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return entries
+    if not head.startswith("gitdir:"):
+        return entries
+    target = os.path.realpath(os.path.join(workspace, head[len("gitdir:") :].strip().splitlines()[0].strip()))
+    if not within(target, workspace) or target == workspace:
+        return entries
+    base = glob_escape(os.path.relpath(target, workspace))
+    extra = [f"{base}/{entry[len('.git/') :]}" for entry in entries if entry.startswith(".git/")]
+    return tuple(dict.fromkeys((*entries, *extra)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +125,7 @@ def protected_path(
     joined = join_in_root(root, os.fspath(path))
     # the file the workspace tools touch (".." first) and the one the kernel opens
     candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
-    for entry in protected:
+    for entry in with_git_dir(root, protected):
         if has_wildcard(entry):  # .git/modules/**/config: as the sandbox expands it
             regex = glob_regex(entry.removesuffix("/**"))
             for real in candidates:
