@@ -219,6 +219,14 @@ class Workspace:
     One instance is shared by all tools of an agent (see
     :func:`ketch.tools.coding_tools`) so that a ``read`` enables a later
     ``edit``.
+
+    ``hidden`` and ``protected`` are path patterns (the permission rules' syntax; relative
+    to the root, from ``~`` or absolute) the tools refuse to read and to change, checked
+    when a tool runs (:meth:`refusal`); pass the ``Read`` and ``Edit`` deny rules' paths
+    (:meth:`~ketch.permissions.PermissionEngine.hidden_paths` and ``protected_paths``
+    with ``all_rules=True``). ``ask_paths`` (default: the sandbox's ``DEFAULT_PROTECTED``)
+    are the paths the permission engine asks about before they change; ``write`` and
+    ``edit`` refuse one reached only through a symlink.
     """
 
     __slots__ = ("_ask_paths", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
