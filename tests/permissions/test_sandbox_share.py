@@ -333,13 +333,12 @@ async def test_a_workspace_whose_name_looks_like_a_pattern_keeps_its_rules(tmp_p
     assert read.text == "Permission denied: .env is hidden from the tools (a Read deny rule names it)."
 
 
-async def test_a_git_directory_named_by_a_git_file_is_protected_too(tmp_path: Path) -> None:
+async def test_a_git_directory_named_by_a_git_file_is_protected_too(root: Path) -> None:
     # ".git" may be a file pointing at the git directory (gitdir: ./.bare): git reads its
     # configuration and hooks there, so they stay read-only and edits of them ask
     from ketch.llm import AbortSignal
     from ketch.loop import ToolContext
 
-    root = tmp_path.resolve()
     (root / ".bare" / "hooks").mkdir(parents=True)
     (root / ".bare" / "config").write_text("[core]\n")
     (root / ".git").write_text("gitdir: ./.bare\n")
