@@ -8,6 +8,7 @@ it at any moment) fails the call instead of reaching a denied or outside file.""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -358,3 +359,35 @@ async def test_a_search_whose_sandbox_fails_is_an_error_not_no_matches(root: Pat
     grep = GrepTool(Workspace(root), ripgrep=rg, sandbox=_BrokenSandbox(usable=True))
     result = await _run(grep, pattern="notes")
     assert (result.is_error, result.text) == (True, "ripgrep failed: bwrap: setting up uid map: Permission denied")
+
+
+def _programs_in(folder: Path, rg: str) -> tuple[str, str]:
+    """A copy of ripgrep and a link to this Python in ``folder`` (under /tmp)."""
+    import sys
+
+    folder.mkdir()
+    os.symlink(os.path.realpath(sys.executable), folder / "python")
+    return str(shutil.copy(os.path.realpath(rg), folder / "rg")), str(folder / "python")
+
+
+async def test_a_search_program_kept_in_tmp_still_runs_in_the_sandbox(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /tmp is private in the sandbox: a ripgrep or a Python (a virtualenv) under it must
+    # be shown there, or the search cannot start
+    import shutil
+    import sys
+
+    from ketch.sandbox import default_sandbox
+    from ketch.tools import GrepTool
+
+    sandbox = default_sandbox()
+    assert sandbox is not None, "bubblewrap is needed: run `bash scripts/test.sh`, which installs it"
+    found = shutil.which("rg")
+    assert found is not None, "ripgrep is needed: run `bash scripts/test.sh`, which installs it"
+    rg, python = _programs_in(tmp_path / "programs", found)
+    grep = GrepTool(Workspace(root), ripgrep=str(rg), sandbox=sandbox)
+    assert (await _run(grep, pattern="notes", path=".")).text == "notes.txt:1:notes"
+    monkeypatch.setattr(sys, "executable", python)
+    fallback = GrepTool(Workspace(root), ripgrep=False, sandbox=sandbox)
+    assert (await _run(fallback, pattern="notes", path=".")).text == "notes.txt:1:notes"

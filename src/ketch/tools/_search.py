@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from stat import S_ISDIR
 from typing import Any
@@ -331,13 +332,22 @@ class GrepTool(WorkspaceTool):
         self.sandbox = sandbox if sandbox is not None and sandbox.unavailable_reason() is None else None
         self.hidden = tuple(Path(p) for p in absolute_patterns(hidden, workspace.root))
 
-    def _confined(self) -> _Confined | None:
+    def _confined(self, program: Sequence[str]) -> _Confined | None:
+        """The sandbox and policy a search process runs under: the workspace and its other
+        roots read-only, and the files and folders the search ``program`` is made of, as
+        they resolve (they may lie in ``/tmp`` or ``/run``, which are private in the
+        sandbox): a file's folder is shown."""
         if self.sandbox is None:
             return None
         ws = self.workspace
-        policy = SandboxPolicy(
-            workspace=ws.root, write=False, extra_writable=tuple(r for r in ws.roots if r != ws.root), hidden=self.hidden
-        )
+        extra = [r for r in ws.roots if r != ws.root]
+        for part in program:
+            real = os.path.realpath(part)
+            if os.path.isdir(real):
+                extra.append(Path(real))
+            else:  # the folder of the name given (a link, perhaps) and of what it leads to
+                extra += (Path(os.path.realpath(os.path.dirname(os.path.abspath(part)))), Path(os.path.dirname(real)))
+        policy = SandboxPolicy(workspace=ws.root, write=False, extra_writable=tuple(dict.fromkeys(extra)), hidden=self.hidden)
         return self.sandbox, policy
 
     def _ripgrep(self) -> str | None:
@@ -411,7 +421,11 @@ class GrepTool(WorkspaceTool):
         if not sys.executable:
             return "The Python grep fallback cannot run: the Python interpreter's path is unknown. Install ripgrep (rg)."
         try:
-            child = await _Child.start([sys.executable, "-I", "-S", _WORKER], stdin=True, sandbox=self._confined())
+            # the interpreter, its standard library and the worker
+            program = (sys.executable, sys.prefix, sys.base_prefix, _WORKER)
+            child = await _Child.start(
+                [sys.executable, "-I", "-S", _WORKER], stdin=True, sandbox=self._confined(program)
+            )
         except OSError as exc:
             return f"Could not start the Python grep fallback ({sys.executable}): {exc.strerror or exc}."
         proc = child.proc
@@ -451,7 +465,7 @@ class GrepTool(WorkspaceTool):
         argv += ["--regexp", pattern, "--", str(base)]
         try:
             # ripgrep matches globs that contain '/' against paths relative to its cwd.
-            child = await _Child.start(argv, cwd=folder, sandbox=self._confined())
+            child = await _Child.start(argv, cwd=folder, sandbox=self._confined((rg,)))
         except OSError as exc:
             return f"Could not run ripgrep ({rg}): {exc.strerror or exc}."
         proc = child.proc
