@@ -303,11 +303,11 @@ async def test_find_does_not_follow_a_folder_swapped_for_a_symlink(
     assert (await _run(tools["find"], pattern="**/*", path="pub")).text == "pub/inner/a.txt"
     is_hidden = Workspace.is_hidden
 
-    def swap_inner(self: Workspace, path: str) -> bool:
+    def swap_inner(self: Workspace, path: str, patterns: tuple[str, ...] | None = None) -> bool:
         if path.endswith("/pub/inner") and not os.path.islink(path):
             os.rename(path, path + ".old")
             os.symlink(outside, path)
-        return is_hidden(self, path)
+        return is_hidden(self, path, patterns)
 
     monkeypatch.setattr(Workspace, "is_hidden", swap_inner)
     assert (await _run(tools["find"], pattern="**/*", path="pub")).text == "No files match '**/*' in pub."

@@ -618,7 +618,8 @@ class FindTool(WorkspaceTool):
             kind = special_kind(mode)
             what = f"is {kind}, not a folder" if kind else "is not a folder"
             return ToolResult.error(f"{shown} {what}; give a folder to search.")
-        hidden = ws.is_hidden if ws.hidden else None
+        patterns = ws.hidden_now()  # resolved once for the whole walk
+        hidden = (lambda path: ws.is_hidden(path, patterns)) if patterns else None
         try:
             found = await _in_thread(lambda stop: _find_files(base, shown, pattern, sort == "mtime", stop, hidden), ctx)
         except WorkspaceError as exc:

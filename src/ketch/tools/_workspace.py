@@ -37,7 +37,6 @@ import os
 import stat as _stat
 import tempfile
 from collections.abc import Iterable
-from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -52,6 +51,7 @@ from .._paths import within
 from ..loop import Tool
 from ..loop import ToolResult
 from ..sandbox import DEFAULT_PROTECTED
+from ..sandbox import protected_path
 
 
 class WorkspaceError(Exception):
@@ -254,14 +254,21 @@ class Workspace:
         return absolute_patterns(items, self._roots[0])
 
     @staticmethod
-    def _now(patterns: tuple[str, ...]) -> Iterator[str]:
+    def _now(patterns: tuple[str, ...]) -> tuple[str, ...]:
         """Each pattern, and the same with its part before the first wildcard resolved when
         a symlink leads elsewhere now (resolved at each check: a link can change)."""
+        out: list[str] = []
         for pattern in patterns:
-            yield pattern
+            out.append(pattern)
             real = resolve_base(pattern)
             if real != pattern:
-                yield real
+                out.append(real)
+        return tuple(out)
+
+    def hidden_now(self) -> tuple[str, ...]:
+        """The :attr:`hidden` patterns as they resolve now, for :meth:`is_hidden` to check
+        many paths against (a walk) without resolving them again for each."""
+        return self._now(self._hidden)
 
     @property
     def hidden(self) -> tuple[str, ...]:
@@ -278,14 +285,13 @@ class Workspace:
 
     def _through_symlink(self, written: str, real: str) -> bool:
         """Whether ``written`` reaches the ask path ``real`` only through a symlink."""
-        from ..sandbox import protected_path
-
         lexical = os.path.normpath(join_in_root(self._roots[0], written))
         return lexical != real and protected_path(self._roots[0], real, self._ask_paths) is not None
 
-    def is_hidden(self, path: str) -> bool:
-        """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it."""
-        return any(names_path(p, path) for p in self._now(self._hidden))
+    def is_hidden(self, path: str, patterns: tuple[str, ...] | None = None) -> bool:
+        """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it
+        (``patterns``: those :meth:`hidden_now` gave, else resolved for this call)."""
+        return any(names_path(p, path) for p in (self.hidden_now() if patterns is None else patterns))
 
     def refusal(
         self, path: Path, shown: str, *, write: bool = False, search: bool = False, written: str | None = None
