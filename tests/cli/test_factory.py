@@ -175,3 +175,38 @@ def test_the_file_tools_get_every_deny_rule_even_those_bash_cannot_hold(tmp_path
     (read,) = [t for t in built.agent.tools if isinstance(t, ReadTool)]
     assert f"{home}/**/*.pem" in read.workspace.hidden
     assert read.workspace.protected == (f"{home}/**/*.lock",)
+
+
+async def test_the_file_tools_hold_the_ask_rules_against_a_symlink_made_after_the_check(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from ketch.llm import AbortSignal
+    from ketch.loop import ToolContext
+    from ketch.permissions import Rule
+    from ketch.tools import ReadTool
+    from ketch.tools import WriteTool
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    root = (tmp_path / "ws").resolve()
+    (root / "secrets").mkdir(parents=True)
+    (root / "secrets" / "token").write_text("sk-test\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    os.symlink("secrets/token", root / "pub.txt")
+    os.symlink(".git/config", root / "cfg")
+    ask = [Rule.parse("Read(secrets/**)", "project")]
+    built = build_agent(Settings(ask=ask), root, approver=None, model=ScriptedModel(["ok"]), environ={})
+    tools = {t.name: t for t in built.agent.tools if isinstance(t, (ReadTool, WriteTool))}
+    ctx = ToolContext(call_id="c", tool_name="read", signal=AbortSignal())
+    read = await tools["read"].execute({"path": "pub.txt"}, ctx)
+    assert read.text == (
+        "Permission denied: pub.txt leads through a symlink to secrets/token, which is asked about before it "
+        "is read; give secrets/token itself."
+    )
+    # the sandbox's protected paths stay asked about too
+    write = await tools["write"].execute({"path": "cfg", "content": "x"}, ctx)
+    assert write.text == (
+        "Permission denied: cfg leads through a symlink to .git/config, which is asked about before it "
+        "changes; give .git/config itself."
+    )
+    assert (root / ".git" / "config").read_text() == "[core]\n"

@@ -172,6 +172,37 @@ async def test_sandboxed_bash_asks_while_its_sandbox_does_not_enforce_the_deny_r
     assert [(d.decided_by, d.outcome) for d in engine.decisions] == [(f"mode {mode}", "allow")]
 
 
+@pytest.mark.parametrize("mode", ["accept_edits", "plan"])
+async def test_sandboxed_bash_asks_while_its_sandbox_does_not_enforce_the_ask_rules(root: Path, mode: str) -> None:
+    # a command could read what an ask rule names with nobody asked: the command is asked
+    log: list[str] = []
+    engine = _engine(root, mode, deny=[], ask=["Read(./.env)"])
+    loose = _PolicyBash(SandboxPolicy(workspace=root, write=mode != "plan"), log)
+    assert str(engine.unenforced(loose)) == "Read(./.env)"
+    asked, results = await _bash_run(engine, loose)
+    assert (asked, results, log) == (["bash"], [(True, "Permission denied by the user. Reason: no")], [])
+    assert engine.check(loose, {"command": "cat .env"}).decided_by == (
+        f"mode {mode}; the sandbox does not enforce the ask rule Read(./.env) from code"
+    )
+    # a sandbox that hides the file holds the rule: the command runs unasked
+    engine = _engine(root, mode, deny=[], ask=["Read(./.env)"])
+    policy = SandboxPolicy(workspace=root, write=mode != "plan", hidden=(root / ".env",))
+    asked, results = await _bash_run(engine, _PolicyBash(policy, log))
+    assert (asked, results, log) == ([], [(False, "ran")], ["cat .env"])
+    # an Edit ask rule: a writable sandbox must keep the path read-only, a read-only one does
+    edits = _engine(root, mode, deny=[], ask=["Edit(docs/**)", "Bash(git push:*)"])
+    expected = None if mode == "plan" else "Edit(docs/**)"
+    got = edits.unenforced(_PolicyBash(SandboxPolicy(workspace=root, write=mode != "plan"), []))
+    assert (str(got) if got is not None else None) == expected
+    held = SandboxPolicy(workspace=root, write=mode != "plan", protected=("docs/**",))
+    assert edits.unenforced(_PolicyBash(held, [])) is None
+    # a deny rule comes first, and says so
+    both = _engine(root, mode, deny=["Read(./.env)"], ask=["Read(./.env)"])
+    assert both.check(loose, {"command": "ls"}).decided_by == (
+        f"mode {mode}; the sandbox does not enforce the deny rule Read(./.env) from code"
+    )
+
+
 @pytest.mark.parametrize("tool", ["ls", "find", "grep"])
 def test_a_folder_whose_contents_may_not_be_read_may_not_be_listed(root: Path, tool: str) -> None:
     (root / "private").mkdir()

@@ -87,7 +87,7 @@ async def test_protected_paths_refuse_changes_not_reads(root: Path) -> None:
     tools = _tools(root, protected=[".ketch/**"])
     os.symlink(".ketch/config.toml", root / "cfg")
     assert (await _run(tools["read"], path="cfg")).text == "     1\tx = 1"
-    refused = "Permission denied: .ketch/config.toml may not be changed (an Edit deny rule names it)."
+    refused = "Permission denied: .ketch/config.toml may not be changed (a deny rule on changing files names it)."
     for name, args in [
         ("write", {"path": ".ketch/config.toml", "content": "y"}),
         ("write", {"path": "cfg", "content": "y"}),
@@ -98,7 +98,7 @@ async def test_protected_paths_refuse_changes_not_reads(root: Path) -> None:
     new = await _run(tools["write"], path=".ketch/new.toml", content="y")
     assert (new.is_error, new.text) == (
         True,
-        "Permission denied: .ketch/new.toml may not be changed (an Edit deny rule names it).",
+        "Permission denied: .ketch/new.toml may not be changed (a deny rule on changing files names it).",
     )
     assert sorted(os.listdir(root / ".ketch")) == ["config.toml"]
 
@@ -122,7 +122,7 @@ async def test_a_file_swapped_for_a_symlink_after_the_engines_check_is_refused(r
     write = await _run(tools["write"], path="notes.txt", content="y")
     assert (write.is_error, write.text) == (
         True,
-        "Permission denied: .ketch/config.toml may not be changed (an Edit deny rule names it).",
+        "Permission denied: .ketch/config.toml may not be changed (a deny rule on changing files names it).",
     )
     assert (root / ".ketch" / "config.toml").read_text() == "x = 1\n"
     assert KEY not in read.text
@@ -206,7 +206,7 @@ async def test_rules_a_sandbox_cannot_search_are_checked_by_the_file_tools(
     os.unlink(root / "pub.txt")
     os.symlink("deps.lock", root / "pub.txt")
     write = await _run(tools["write"], path="pub.txt", content="tampered")
-    assert write.text == "Permission denied: deps.lock may not be changed (an Edit deny rule names it)."
+    assert write.text == "Permission denied: deps.lock may not be changed (a deny rule on changing files names it)."
     assert (root / "deps.lock").read_text() == "locked\n"
 
 
@@ -232,6 +232,52 @@ async def test_a_path_the_engine_asks_about_is_not_changed_through_a_symlink(roo
     await _run(tools["read"], path=".git/config")
     direct = await _run(tools["edit"], path="sub/../.git/config", old_string="[core]", new_string="[core] ")
     assert not direct.is_error, direct.text
+
+
+async def test_a_path_an_ask_rule_names_is_not_reached_through_a_symlink(root: Path) -> None:
+    # The engine asks before secrets/ is read and before deps.lock changes, and lets
+    # pub.txt be read and written unasked; a background command then makes pub.txt (or a
+    # folder) a symlink to one of them.
+    (root / "pub.txt").write_text("public\n")
+    (root / "deps.lock").write_text("locked\n")
+    engine = PermissionEngine("accept_edits", root=root, ask=["Read(secrets/**)", "Edit(deps.lock)"])
+    assert engine.ask_read_paths() == (f"{root}/secrets/**",)
+    assert engine.ask_edit_paths() == (f"{root}/**/deps.lock",)
+    tools = _tools(root, ask_read=engine.ask_read_paths(), ask_edit=engine.ask_edit_paths())
+    assert engine.check(tools["read"], {"path": "secrets/token"}).outcome == "ask"
+    assert engine.check(tools["read"], {"path": "pub.txt"}).outcome == "allow"
+    assert engine.check(tools["grep"], {"pattern": "sk-", "path": "sub"}).outcome == "allow"
+    assert engine.check(tools["write"], {"path": "pub.txt", "content": "x"}).outcome == "allow"
+    (root / "pub.txt").unlink()
+    os.symlink("secrets/token", root / "pub.txt")
+    os.rename(root / "sub", root / "sub.old")
+    os.symlink("secrets", root / "sub")
+    via = "Permission denied: {} leads through a symlink to {}, which is asked about before it {}; give {} itself."
+    cases = [
+        ("read", {"path": "pub.txt"}, via.format("pub.txt", "secrets/token", "is read", "secrets/token")),
+        ("read", {"path": "sub/token"}, via.format("sub/token", "secrets/token", "is read", "secrets/token")),
+        ("ls", {"path": "sub"}, via.format("sub", "secrets", "is read", "secrets")),
+        ("grep", {"pattern": "sk-", "path": "sub"}, via.format("sub", "secrets", "is read", "secrets")),
+    ]
+    for name, args, message in cases:
+        result = await _run(tools[name], **args)
+        assert (result.is_error, result.text) == (True, message), (name, args)
+    # writing pub.txt would not read the asked file: only the Edit ask paths hold a write
+    os.unlink(root / "pub.txt")
+    os.symlink("deps.lock", root / "pub.txt")
+    write = await _run(tools["write"], path="pub.txt", content="tampered")
+    assert (write.is_error, write.text) == (True, via.format("pub.txt", "deps.lock", "changes", "deps.lock"))
+    assert (root / "deps.lock").read_text() == "locked\n"
+    # named as themselves (the engine asks), they are read and changed
+    assert (await _run(tools["read"], path="secrets/token")).text == f"     1\t{KEY}"
+    assert (await _run(tools["grep"], pattern="sk-", path="secrets")).text == f"secrets/token:1:{KEY}"
+    await _run(tools["read"], path="deps.lock")
+    assert not (await _run(tools["write"], path="deps.lock", content="new\n")).is_error
+    # the default ask_edit (the sandbox's protected paths) no longer applies once replaced
+    os.makedirs(root / ".git")
+    (root / ".git" / "config").write_text("[core]\n")
+    os.symlink(".git/config", root / "gitcfg")
+    assert not (await _run(_tools(root)["read"], path="gitcfg")).is_error  # reading is not asked
 
 
 async def test_a_path_that_cannot_be_encoded_is_an_error_result(root: Path) -> None:

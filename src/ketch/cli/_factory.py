@@ -216,7 +216,11 @@ def build_tools(
     # symlink): every rule's, as matching a path costs nothing
     if permissions is not None:
         workspace = Workspace(
-            root, hidden=permissions.hidden_paths(all_rules=True), protected=permissions.protected_paths(all_rules=True)
+            root,
+            hidden=permissions.hidden_paths(all_rules=True),
+            protected=permissions.protected_paths(all_rules=True),
+            ask_read=permissions.ask_read_paths(),
+            ask_edit=(*DEFAULT_PROTECTED, *permissions.ask_edit_paths()),
         )
     else:
         workspace = Workspace(root, hidden=hidden)

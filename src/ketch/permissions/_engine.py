@@ -246,8 +246,8 @@ def _searchable(pattern: str, root: str) -> bool:
     return "**" not in inner or within(pattern_base(inner), root)
 
 
-def _unenforced_source(mode: str, rule: Rule) -> str:
-    return f"mode {mode}; the sandbox does not enforce the deny rule {rule} from {rule.source}"
+def _unenforced_source(mode: str, rule: Rule, kind: str) -> str:
+    return f"mode {mode}; the sandbox does not enforce the {kind} rule {rule} from {rule.source}"
 
 
 class PermissionEngine:
@@ -334,11 +334,34 @@ class PermissionEngine:
     def _base(self) -> str:
         return self.root if self.root is not None else os.path.realpath(os.getcwd())
 
+    def _file_rules(self, rules: list[Rule]) -> tuple[list[Rule], list[Rule]]:
+        """Of ``rules``, those on reading files and those on editing them."""
+        reads = [r for r in rules if r.covers_tool("read")]
+        edits = [r for r in rules if any(r.covers_tool(t) for t in self.edit_tools)]
+        return reads, edits
+
     def _file_denials(self) -> tuple[list[Rule], list[Rule]]:
         """The deny rules on reading files and those on editing them."""
-        reads = [r for r in self.deny if r.covers_tool("read")]
-        edits = [r for r in self.deny if any(r.covers_tool(t) for t in self.edit_tools)]
-        return reads, edits
+        return self._file_rules(self.deny)
+
+    def _rule_kind(self, rule: Rule) -> str:
+        return "deny" if any(rule is r for r in self.deny) else "ask"
+
+    def _absolute(self, rules: list[Rule]) -> tuple[str, ...]:
+        base = self._base()
+        return tuple(dict.fromkeys(p for p in (absolute_pattern(r, base) for r in rules) if p is not None))
+
+    def ask_read_paths(self) -> tuple[str, ...]:
+        """The absolute path patterns the ``Read`` ask rules name, for a
+        :class:`~ketch.tools.Workspace`'s ``ask_read``: the file tools then refuse such a
+        path reached through a symlink made after the engine's check."""
+        return self._absolute(self._file_rules(self.ask)[0])
+
+    def ask_edit_paths(self) -> tuple[str, ...]:
+        """The absolute path patterns the ``Edit`` ask rules name, for a
+        :class:`~ketch.tools.Workspace`'s ``ask_edit`` (with the sandbox's
+        ``DEFAULT_PROTECTED``, which the engine asks about too)."""
+        return self._absolute(self._file_rules(self.ask)[1])
 
     def hidden_paths(self, *, all_rules: bool = False) -> tuple[str, ...]:
         """The absolute path patterns the ``Read`` deny rules name (workspace-relative ones
@@ -349,8 +372,7 @@ class PermissionEngine:
         keeps those too, for a :class:`~ketch.tools.Workspace`'s ``hidden`` (which only
         matches the paths the tools touch)."""
         base = self._base()
-        found = (absolute_pattern(r, base) for r in self._file_denials()[0])
-        return tuple(dict.fromkeys(p for p in found if p is not None and (all_rules or _searchable(p, base))))
+        return tuple(p for p in self._absolute(self._file_denials()[0]) if all_rules or _searchable(p, base))
 
     def protected_paths(self, *, all_rules: bool = False) -> tuple[str, ...]:
         """The workspace-relative path patterns the ``Edit`` deny rules name inside the
@@ -358,21 +380,24 @@ class PermissionEngine:
         writing what the file tools may not. ``all_rules``: the absolute patterns of
         every ``Edit`` deny rule, also those reaching outside the workspace, for a
         :class:`~ketch.tools.Workspace`'s ``protected``."""
-        base = self._base()
-        found = [p for p in (absolute_pattern(r, base) for r in self._file_denials()[1]) if p is not None]
+        found = self._absolute(self._file_denials()[1])
         if all_rules:
-            return tuple(dict.fromkeys(found))
+            return found
+        base = self._base()
         relative = (workspace_pattern(p, base) for p in found)
         return tuple(dict.fromkeys(p for p in relative if p is not None))
 
     def unenforced(self, tool: Tool) -> Rule | None:
-        """The first ``Read`` or ``Edit`` deny rule the sandbox of ``tool`` does not enforce
-        (None when it enforces all): a rule whose paths the policy :class:`tool reports
-        <ReportsSandboxPolicy>` neither hides (reading) nor keeps read-only (editing),
-        a rule without a path, and in a writable sandbox an ``Edit`` rule with wildcards
-        (``Edit(*.lock)``: a command could create a new file it names). The modes let a
-        sandboxed bash call run without asking only when there is none."""
-        reads, edits = self._file_denials()
+        """The first ``Read`` or ``Edit`` deny or ask rule the sandbox of ``tool`` does not
+        enforce (None when it enforces all): a rule whose paths the policy :class:`tool
+        reports <ReportsSandboxPolicy>` neither hides (reading) nor keeps read-only
+        (editing), a rule without a path, and in a writable sandbox an ``Edit`` rule with
+        wildcards (``Edit(*.lock)``: a command could create a new file it names). The
+        modes let a sandboxed bash call run without asking only when there is none: a
+        command could read or change what an ask rule names without anyone being asked."""
+        deny_reads, deny_edits = self._file_denials()
+        ask_reads, ask_edits = self._file_rules(self.ask)
+        reads, edits = [*deny_reads, *ask_reads], [*deny_edits, *ask_edits]
         if not reads and not edits:
             return None
         if not isinstance(tool, ReportsSandboxPolicy):
@@ -495,7 +520,7 @@ class PermissionEngine:
                 return Verdict("allow", "; ".join(_rule_source("allow", r) for r in found))
         loose = self.unenforced(tool) if self.mode == "accept_edits" and self._kind(tool, args) == "bash" else None
         if loose is not None and isinstance(tool, SandboxedTool) and tool.sandboxed:
-            return Verdict("ask", _unenforced_source(self.mode, loose))
+            return Verdict("ask", _unenforced_source(self.mode, loose, self._rule_kind(loose)))
         return Verdict("ask", f"mode {self.mode}")
 
     def _mode(self, tool: Tool, args: dict[str, Any]) -> Verdict | None:
@@ -510,7 +535,7 @@ class PermissionEngine:
             if sandboxed and _read_only_now(tool):
                 loose = self.unenforced(tool)
                 if loose is not None:
-                    return Verdict("ask", _unenforced_source(mode, loose))
+                    return Verdict("ask", _unenforced_source(mode, loose, self._rule_kind(loose)))
                 return Verdict("allow", source)
             return Verdict("deny", source, PLAN_DENIED.format(tool=tool.name))
         if mode == "accept_edits":

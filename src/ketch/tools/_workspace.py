@@ -224,12 +224,16 @@ class Workspace:
     to the root, from ``~`` or absolute) the tools refuse to read and to change, checked
     when a tool runs (:meth:`refusal`); pass the ``Read`` and ``Edit`` deny rules' paths
     (:meth:`~ketch.permissions.PermissionEngine.hidden_paths` and ``protected_paths``
-    with ``all_rules=True``). ``ask_paths`` (default: the sandbox's ``DEFAULT_PROTECTED``)
-    are the paths the permission engine asks about before they change; ``write`` and
-    ``edit`` refuse one reached only through a symlink.
+    with ``all_rules=True``). ``ask_read`` and ``ask_edit`` are the path patterns the
+    permission engine asks about before they are read and before they change (the ``Read``
+    and ``Edit`` ask rules' paths, :meth:`~ketch.permissions.PermissionEngine.ask_read_paths`
+    and ``ask_edit_paths``; ``ask_edit`` defaults to the sandbox's ``DEFAULT_PROTECTED``,
+    whose ``.git/…`` entries also name the git directory a ``.git`` file points at). The
+    engine judged the path the call gave, so the tools refuse one of these reached only
+    through a symlink (a command can make the link after the check).
     """
 
-    __slots__ = ("_ask_paths", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -238,7 +242,8 @@ class Workspace:
         *,
         hidden: Iterable[str | os.PathLike[str]] = (),
         protected: Iterable[str | os.PathLike[str]] = (),
-        ask_paths: Iterable[str] = DEFAULT_PROTECTED,
+        ask_read: Iterable[str | os.PathLike[str]] = (),
+        ask_edit: Iterable[str | os.PathLike[str]] = DEFAULT_PROTECTED,
     ) -> None:
         self.root = Path(os.path.realpath(os.path.expanduser(os.fspath(root))))
         self._roots: list[str] = [str(self.root)]
@@ -248,7 +253,13 @@ class Workspace:
         self._scratch: Path | None = None
         self._hidden = self._patterns(hidden)
         self._protected = self._patterns(protected)
-        self._ask_paths = tuple(ask_paths)
+        self._ask_read = self._patterns(ask_read)
+        # relative entries are checked as the sandbox keeps them (a .git file's git directory too)
+        edits = [os.fspath(p) for p in ask_edit]
+        self._ask_edit = (
+            tuple(p for p in edits if not p.startswith(("/", "~"))),
+            self._patterns(p for p in edits if p.startswith(("/", "~"))),
+        )
 
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
         return absolute_patterns(items, self._roots[0])
@@ -284,9 +295,27 @@ class Workspace:
         return self._protected
 
     def _through_symlink(self, written: str, real: str) -> bool:
-        """Whether ``written`` reaches the ask path ``real`` only through a symlink."""
-        lexical = os.path.normpath(join_in_root(self._roots[0], written))
-        return lexical != real and protected_path(self._roots[0], real, self._ask_paths) is not None
+        """Whether ``written`` reaches ``real`` only through a symlink."""
+        return os.path.normpath(join_in_root(self._roots[0], written)) != real
+
+    def _asked(self, real: str, *, write: bool, search: bool) -> str | None:
+        """The verb of the ask patterns naming ``real`` (``"changes"``, ``"is read"``),
+        None when none does; with ``search``, also a read pattern that may name something
+        below the folder ``real``."""
+        if write:
+            relative, absolute = self._ask_edit
+            asked = (relative and protected_path(self._roots[0], real, relative) is not None) or any(
+                names_path(p, real) for p in self._now(absolute)
+            )
+            return "changes" if asked else None
+        if not self._ask_read:
+            return None
+        patterns = self._now(self._ask_read)
+        if any(names_path(p, real) for p in patterns):
+            return "is read"
+        if search and os.path.isdir(real) and any(could_contain(p, real) for p in patterns):
+            return "is read"
+        return None
 
     def is_hidden(self, path: str, patterns: tuple[str, ...] | None = None) -> bool:
         """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it
@@ -299,19 +328,21 @@ class Workspace:
         """Why a tool may not touch the resolved ``path`` (None when it may): a
         :attr:`hidden` pattern names it, or with ``write`` a :attr:`protected` one, or
         with ``search`` (a content search of a folder) a hidden path may lie below it.
-        With ``write`` and ``written`` (the path as the call gave it), also a path of
-        ``ask_paths`` (``.git/config``, ``.ketch`` …: the permission engine asks before
-        they change) reached only through a symlink: the engine judged the path as written."""
+        With ``written`` (the path as the call gave it), also a path the permission engine
+        asks about (``ask_edit`` with ``write``: ``.git/config``, ``.ketch`` …; else
+        ``ask_read``) reached only through a symlink: the engine judged the path as written."""
         text = os.fspath(path)
         if self.is_hidden(text):
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
         if write and any(names_path(p, text) for p in self._now(self._protected)):
-            return f"Permission denied: {shown} may not be changed (an Edit deny rule names it)."
-        if write and written is not None and self._ask_paths and self._through_symlink(written, text):
-            return (
-                f"Permission denied: {written} leads through a symlink to {shown}, which is asked about "
-                f"before it changes; give {shown} itself."
-            )
+            return f"Permission denied: {shown} may not be changed (a deny rule on changing files names it)."
+        if written is not None and self._through_symlink(written, text):
+            verb = self._asked(text, write=write, search=search)
+            if verb is not None:
+                return (
+                    f"Permission denied: {written} leads through a symlink to {shown}, which is asked about "
+                    f"before it {verb}; give {shown} itself."
+                )
         if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._now(self._hidden)):
             return (
                 f"Permission denied: {shown} holds files hidden from the tools (a Read deny rule names them); "
