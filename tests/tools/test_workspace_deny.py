@@ -280,6 +280,32 @@ async def test_a_path_an_ask_rule_names_is_not_reached_through_a_symlink(root: P
     assert not (await _run(_tools(root)["read"], path="gitcfg")).is_error  # reading is not asked
 
 
+async def test_a_symlink_a_wildcard_pattern_names_hides_or_protects_where_it_leads(root: Path) -> None:
+    # the sandbox hides and protects what the named paths resolve to; so do the file tools
+    (root / "vault").mkdir()
+    (root / "vault" / "token").write_text(f"{KEY}\n")
+    (root / "gen").mkdir()
+    (root / "gen" / "out.txt").write_text("generated\n")
+    os.symlink("../vault", root / "sub" / "keys")
+    os.symlink("../gen", root / "sub" / "build")
+    tools = _tools(root, hidden=["**/keys/**"], protected=["sub/b*"])
+    read = await _run(tools["read"], path="vault/token")
+    assert (read.is_error, read.text) == (
+        True,
+        "Permission denied: vault/token is hidden from the tools (a Read deny rule names it).",
+    )
+    assert (await _run(tools["ls"], path="vault")).is_error
+    await _run(tools["read"], path="gen/out.txt")
+    write = await _run(tools["write"], path="gen/out.txt", content="x")
+    assert (write.is_error, write.text) == (
+        True,
+        "Permission denied: gen/out.txt may not be changed (a deny rule on changing files names it).",
+    )
+    assert (root / "gen" / "out.txt").read_text() == "generated\n"
+    # what no pattern names, through a link or not, is untouched
+    assert (await _run(tools["read"], path="sub/a.txt")).text == "     1\ta"
+
+
 async def test_a_path_that_cannot_be_encoded_is_an_error_result(root: Path) -> None:
     tools = _tools(root)
     for name, args in [("read", {"path": "a\ud800"}), ("write", {"path": "a\ud800", "content": "x"}), ("ls", {"path": "\ud800"})]:

@@ -44,8 +44,12 @@ from typing import Any
 
 from .._paths import absolute_patterns
 from .._paths import could_contain
+from .._paths import expand_pattern
+from .._paths import glob_escape
+from .._paths import has_wildcard
 from .._paths import join_in_root
 from .._paths import names_path
+from .._paths import pattern_base
 from .._paths import resolve_base
 from .._paths import within
 from ..loop import Tool
@@ -233,7 +237,7 @@ class Workspace:
     through a symlink (a command can make the link after the check).
     """
 
-    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_links", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -251,6 +255,7 @@ class Workspace:
             self.allow_root(extra)
         self._records: dict[str, FileRecord] = {}
         self._scratch: Path | None = None
+        self._links: dict[str, tuple[str, ...]] = {}
         self._hidden = self._patterns(hidden)
         self._protected = self._patterns(protected)
         self._ask_read = self._patterns(ask_read)
@@ -264,17 +269,37 @@ class Workspace:
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
         return absolute_patterns(items, self._roots[0])
 
-    @staticmethod
-    def _now(patterns: tuple[str, ...]) -> tuple[str, ...]:
-        """Each pattern, and the same with its part before the first wildcard resolved when
-        a symlink leads elsewhere now (resolved at each check: a link can change)."""
+    def _now(self, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        """Each pattern, the same with its part before the first wildcard resolved when a
+        symlink leads elsewhere now (resolved at each check: a link can change), and
+        where the symlinks a wildcard pattern names lead (:meth:`_link_targets`)."""
         out: list[str] = []
         for pattern in patterns:
             out.append(pattern)
             real = resolve_base(pattern)
             if real != pattern:
                 out.append(real)
+            if has_wildcard(pattern):
+                out.extend(self._link_targets(pattern))
         return tuple(out)
+
+    def _link_targets(self, pattern: str) -> tuple[str, ...]:
+        """Where the paths a wildcard pattern names lead when a symlink is on the way
+        (``**/keys/**`` with ``keys -> vault``: ``vault``), as the sandbox hides and
+        protects them. Searched once, at the pattern's first check (a walk of the
+        workspace for a ``**``); a pattern whose ``**`` would search outside the roots
+        is not searched. A link made later that a pattern names is not followed: the
+        agent making one only keeps itself from more."""
+        found = self._links.get(pattern)
+        if found is None:
+            inner = pattern.removesuffix("/**")
+            if "**" in inner and not any(within(pattern_base(inner), root) for root in self._roots):
+                found = ()
+            else:
+                paths = expand_pattern(pattern)
+                found = tuple(dict.fromkeys(glob_escape(os.path.realpath(p)) for p in paths if os.path.realpath(p) != p))
+            self._links[pattern] = found
+        return found
 
     def hidden_now(self) -> tuple[str, ...]:
         """The :attr:`hidden` patterns as they resolve now, for :meth:`is_hidden` to check
