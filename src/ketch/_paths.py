@@ -238,6 +238,31 @@ def expand_pattern(pattern: str) -> list[str]:
     return sorted(set(found))
 
 
+_LINK_TARGETS: dict[str, tuple[str, ...]] = {}
+
+
+def link_targets(pattern: str, *, search: bool = False) -> tuple[str, ...]:
+    """Where the paths the absolute wildcard ``pattern`` names lead when a symlink is on
+    the way (``/ws/**/keys/**`` with ``keys -> vault``: ``/ws/vault``), escaped as
+    patterns; a sandbox hides and protects those, as it resolves what it hides.
+
+    Searched (:func:`expand_pattern`: a walk, for a ``**``) at the pattern's first call
+    and again with ``search``, which a new permission engine or workspace asks for, so a
+    link made since counts from then; a target found before is kept (a link pointed
+    elsewhere keeps its old target hidden too). Callers leave out a pattern whose ``**``
+    would search outside their workspace."""
+    known = _LINK_TARGETS.get(pattern)
+    if known is not None and not search:
+        return known
+    found = dict.fromkeys(known or ())
+    for path in expand_pattern(pattern):
+        real = os.path.realpath(path)
+        if real != path:
+            found[glob_escape(real)] = None
+    _LINK_TARGETS[pattern] = targets = tuple(found)
+    return targets
+
+
 def _is_folder(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_dir(follow_symlinks=False)

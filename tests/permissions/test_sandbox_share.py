@@ -383,3 +383,90 @@ async def test_a_git_directory_named_by_a_git_file_is_protected_too(root: Path) 
     assert "done" in result.text
     assert (root / ".bare" / "config").read_text() == "[core]\n"
     assert os.listdir(root / ".bare" / "hooks") == []
+
+
+@pytest.mark.parametrize("target", ["/elsewhere/repo/.git/worktrees/ws", "./.bare"])
+async def test_a_git_file_itself_is_protected(root: Path, target: str) -> None:
+    # rewritten ("gitdir: ./evil", a folder holding its own config and hooks) it would
+    # point the user's next git command at code the agent wrote
+    from ketch.llm import AbortSignal
+    from ketch.loop import ToolContext
+
+    (root / ".bare").mkdir()
+    (root / ".git").write_text(f"gitdir: {target}\n")
+    engine = _engine(root, "accept_edits", deny=[])
+    tools = {t.name: t for t in coding_tools(root, ripgrep=False)}
+    assert engine.check(tools["write"], {"path": ".git", "content": "gitdir: ./evil\n"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "notes.txt", "content": "x"}).outcome == "allow"
+    command = "echo 'gitdir: ./evil' > .git; rm -f .git; mv .git moved; echo done"
+    result = await tools["bash"].execute({"command": command}, ToolContext(call_id="c", tool_name="bash", signal=AbortSignal()))
+    assert "done" in result.text
+    assert (root / ".git").read_text() == f"gitdir: {target}\n"
+
+
+@pytest.mark.parametrize("content", ["gitdir:", "gitdir:\n\n", "", "not a git file"])
+def test_an_odd_git_file_is_protected_and_nothing_fails(root: Path, content: str) -> None:
+    from ketch.sandbox import protected_path
+
+    (root / ".git").write_text(content)
+    assert protected_path(root, ".git") == ".git"
+    assert protected_path(root, ".git/config") == ".git/config"
+    assert protected_path(root, "notes.txt") is None
+
+
+def test_a_git_named_pipe_does_not_block_the_check(root: Path) -> None:
+    from ketch.sandbox import protected_path
+
+    os.mkfifo(root / ".git")  # opening it for reading would wait for a writer forever
+    assert protected_path(root, "notes.txt") is None
+    assert protected_path(root, ".git/config") == ".git/config"
+
+
+def test_plan_mode_lets_an_allow_rule_run_a_command_the_sandbox_cannot_fully_hold(root: Path) -> None:
+    engine = _engine(root, "plan", deny=[], ask=["Read(./.env)"], allow=["Bash(git status)"])
+    bash = _PolicyBash(SandboxPolicy(workspace=root, write=False), [])
+    assert engine.check(bash, {"command": "git status"}).decided_by == "allow rule Bash(git status) from code"
+    assert engine.check(bash, {"command": "cat .env"}).decided_by == (
+        "mode plan; the sandbox does not enforce the ask rule Read(./.env) from code"
+    )
+
+
+@pytest.mark.parametrize("kind", ["deny", "ask"])
+def test_a_wildcard_rule_that_names_a_symlink_names_where_it_leads(root: Path, kind: str) -> None:
+    # the sandbox hides what sub/keys leads to; the engine judges vault/token the same way
+    (root / "vault").mkdir()
+    (root / "vault" / "token").write_text("sk-test\n")
+    (root / "sub").mkdir()
+    os.symlink("../vault", root / "sub" / "keys")
+    rules = {"deny": [], "ask": []}
+    rules[kind] = ["Read(./**/keys/**)"]
+    engine = PermissionEngine("accept_edits", root=root, deny=rules["deny"], ask=rules["ask"])
+    tools = {t.name: t for t in coding_tools(root, read_only=True, ripgrep=False)}
+    for path in ("vault/token", "sub/keys/token", "vault"):
+        assert engine.check(tools["read"], {"path": path}).outcome == kind, path
+    (root / "notes.txt").write_text("x\n")
+    assert engine.check(tools["read"], {"path": "notes.txt"}).outcome == "allow"
+
+
+def test_where_a_wildcard_rule_leads_is_found_as_the_session_starts(root: Path) -> None:
+    # a command renaming the link before any file tool runs keeps its target named; a
+    # link made later counts from the next engine (or workspace) on
+    (root / "vault").mkdir()
+    (root / "vault" / "token").write_text("sk-test\n")
+    (root / "other").mkdir()
+    (root / "other" / "token").write_text("sk-test\n")
+    (root / "sub").mkdir()
+    os.symlink("../vault", root / "sub" / "keys")
+    engine = PermissionEngine("accept_edits", root=root, deny=["Read(./**/keys/**)"])
+    workspace = Workspace(root, hidden=engine.hidden_paths(all_rules=True))
+    os.rename(root / "sub" / "keys", root / "sub" / "k2")
+    os.symlink("../other", root / "sub" / "keys")
+    read = {t.name: t for t in coding_tools(workspace, read_only=True, ripgrep=False)}["read"]
+    assert engine.check(read, {"path": "vault/token"}).outcome == "deny"
+    assert workspace.is_hidden(str(root / "vault" / "token"))
+    assert engine.check(read, {"path": "other/token"}).outcome == "allow"
+    assert not workspace.is_hidden(str(root / "other" / "token"))
+    later = PermissionEngine("accept_edits", root=root, deny=["Read(./**/keys/**)"])
+    assert later.check(read, {"path": "other/token"}).outcome == "deny"
+    assert later.check(read, {"path": "vault/token"}).outcome == "deny"  # found before: kept
+    assert Workspace(root, hidden=later.hidden_paths(all_rules=True)).is_hidden(str(root / "other" / "token"))

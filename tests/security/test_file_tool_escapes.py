@@ -381,13 +381,20 @@ def _protected_cases(t: Targets) -> dict[str, list[Call]]:
             ("write", {"path": ".ketch/config.toml", "content": 'mode = "bypass"\n'}, Exact(False, "Overwrote .ketch/config.toml (16 bytes, 1 line).")),
         ],
         # the tools read "<root name>/x" as x of the root: so must the permission engine
+        # (named so, it is refused even when approved: a "<root name>" folder made or removed
+        # after the engine's check would change which file it names); named as itself, it changes
         "write-git-config-through-root-name": [
             ("read", {"path": f"{t.name}/.git/config"}, StartsWith(False, "     1\t[core]")),
             (
                 "write",
                 {"path": f"{t.name}/.git/config", "content": config},
-                Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines)."),
+                Exact(
+                    True,
+                    f"Permission denied: {t.name}/.git/config stands for .git/config by the workspace's folder "
+                    "name, which is asked about before it changes; give .git/config itself.",
+                ),
             ),
+            ("write", {"path": ".git/config", "content": config}, Exact(False, f"Overwrote .git/config ({len(config)} bytes, 2 lines).")),
             ("bash", {"command": "git status"}, Ran()),
         ],
         # a symlink two levels down, then "..": the tools take ".." first, the kernel follows

@@ -306,6 +306,39 @@ async def test_a_symlink_a_wildcard_pattern_names_hides_or_protects_where_it_lea
     assert (await _run(tools["read"], path="sub/a.txt")).text == "     1\ta"
 
 
+async def test_a_path_written_with_the_workspaces_name_cannot_switch_files_after_the_check(root: Path) -> None:
+    # "ws/.git/config" names ws/.git/config while a folder ws exists in the workspace
+    # (the engine allows that decoy), and .git/config once a command removes the folder
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "ws" / ".git").mkdir(parents=True)
+    (root / "ws" / ".git" / "config").write_text("[decoy]\n")
+    assert root.name == "ws"
+    engine = PermissionEngine("accept_edits", root=root, ask=["Read(secrets/**)"])
+    tools = _tools(root, ask_read=engine.ask_read_paths())
+    assert engine.check(tools["write"], {"path": "ws/.git/config", "content": "x"}).outcome == "allow"
+    assert engine.check(tools["read"], {"path": "ws/secrets/token"}).outcome == "allow"
+    shutil.rmtree(root / "ws")
+    by_name = "Permission denied: {} stands for {} by the workspace's folder name, which is asked about before it {}; give {} itself."
+    write = await _run(tools["write"], path="ws/.git/config", content="[core]\n\tfsmonitor = touch pwned\n")
+    assert (write.is_error, write.text) == (True, by_name.format("ws/.git/config", ".git/config", "changes", ".git/config"))
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    read = await _run(tools["read"], path="ws/secrets/token")
+    assert (read.is_error, read.text) == (True, by_name.format("ws/secrets/token", "secrets/token", "is read", "secrets/token"))
+    # what nothing asks about may still be named so
+    assert (await _run(tools["read"], path="ws/notes.txt")).text == "     1\tnotes"
+
+
+async def test_ask_edit_entries_are_patterns_like_the_rules(root: Path) -> None:
+    (root / "src").mkdir()
+    (root / "src" / "deps.lock").write_text("locked\n")
+    os.symlink("src/deps.lock", root / "lnk")
+    for entry in ("./src/*.lock", "src/*.lock/", str(root / "src" / "*.lock")):
+        write = await _run(_tools(root, ask_edit=[entry])["write"], path="lnk", content="x")
+        assert write.is_error and write.text.startswith("Permission denied: lnk leads through a symlink"), entry
+    assert (root / "src" / "deps.lock").read_text() == "locked\n"
+
+
 async def test_a_path_that_cannot_be_encoded_is_an_error_result(root: Path) -> None:
     tools = _tools(root)
     for name, args in [("read", {"path": "a\ud800"}), ("write", {"path": "a\ud800", "content": "x"}), ("ls", {"path": "\ud800"})]:

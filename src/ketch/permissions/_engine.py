@@ -35,6 +35,7 @@ from ._rules import absolute_pattern
 from ._rules import parse_rules
 from ._rules import resolve_path
 from ._rules import rule_subject
+from ._rules import search_links
 from ._rules import workspace_pattern
 from ._shell import SimpleCommand
 from ._shell import parse_command
@@ -314,6 +315,8 @@ class PermissionEngine:
         self.decisions: list[Decision] = []
         self._lock: asyncio.Lock | None = None
         self._stopped: tuple[object, str] | None = None  # (the assistant message, the reason)
+        # where symlinks the deny and ask rules' wildcard patterns name lead, as the session starts
+        search_links((*self.deny, *self.ask), self._base())
 
     def __repr__(self) -> str:
         return (
@@ -518,8 +521,9 @@ class PermissionEngine:
                     found.append(rule)
             else:
                 return Verdict("allow", "; ".join(_rule_source("allow", r) for r in found))
-        loose = self.unenforced(tool) if self.mode == "accept_edits" and self._kind(tool, args) == "bash" else None
-        if loose is not None and isinstance(tool, SandboxedTool) and tool.sandboxed:
+        sandboxed_bash = self._kind(tool, args) == "bash" and isinstance(tool, SandboxedTool) and tool.sandboxed
+        loose = self.unenforced(tool) if self.mode in ("accept_edits", "plan") and sandboxed_bash else None
+        if loose is not None:
             return Verdict("ask", _unenforced_source(self.mode, loose, self._rule_kind(loose)))
         return Verdict("ask", f"mode {self.mode}")
 
@@ -533,10 +537,8 @@ class PermissionEngine:
         if mode == "plan":
             # a writable sandbox (a subagent's mode, a tool built without write_allowed) is denied
             if sandboxed and _read_only_now(tool):
-                loose = self.unenforced(tool)
-                if loose is not None:
-                    return Verdict("ask", _unenforced_source(mode, loose, self._rule_kind(loose)))
-                return Verdict("allow", source)
+                # a rule the sandbox does not hold: allow rules, else ask (naming the rule)
+                return Verdict("allow", source) if self.unenforced(tool) is None else None
             return Verdict("deny", source, PLAN_DENIED.format(tool=tool.name))
         if mode == "accept_edits":
             if sandboxed and self.unenforced(tool) is None:

@@ -21,7 +21,9 @@ from typing import Any
 from .._paths import could_contain
 from .._paths import glob_escape
 from .._paths import glob_regex
+from .._paths import has_wildcard
 from .._paths import join_in_root
+from .._paths import link_targets
 from .._paths import pattern_base
 from .._paths import resolve_base
 from .._paths import within
@@ -435,15 +437,34 @@ class Rule:
 
 
 def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
-    """A workspace-relative pattern, and the same with its part before the first wildcard
-    resolved when that leads elsewhere in the workspace."""
+    """A workspace-relative pattern, the same with its part before the first wildcard
+    resolved when that leads elsewhere in the workspace, and where the symlinks a
+    wildcard pattern names lead (``**/keys/**`` with ``keys -> vault``: ``vault``, as the
+    sandbox hides it; :func:`~ketch._paths.link_targets`)."""
     if p.pattern == ".":
         return [p]
     escaped = glob_escape(root)
     full = os.path.join(escaped, p.pattern)
     real = resolve_base(full)
     relative = _relative(real, escaped) if real != full else None
-    return [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
+    out = [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
+    if has_wildcard(p.pattern):
+        for target in link_targets(full):
+            inside = _relative(target, escaped)
+            out.append(_PathPattern(target, True) if inside in (None, ".") else _PathPattern(inside, False))
+    return out
+
+
+def search_links(rules: Iterable[Rule], root: str) -> None:
+    """Search again where the symlinks the rules' workspace-relative wildcard patterns
+    name lead (:func:`~ketch._paths.link_targets`), as a new engine starts."""
+    escaped = glob_escape(root)
+    for rule in rules:
+        if rule.specifier is None or (rule.tool not in PATH_TOOLS and rule.tool not in TOOL_FAMILIES):
+            continue
+        p = _path_pattern(rule.specifier)
+        if not p.absolute and has_wildcard(p.pattern):
+            link_targets(os.path.join(escaped, p.pattern), search=True)
 
 
 def _commands(command: str) -> list[SimpleCommand]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -32,19 +33,42 @@ git's configuration and hooks (also those of submodules, which ``git status`` ru
 hooks) and ketch's project settings."""
 
 
-def with_git_dir(workspace: str, protected: Iterable[str]) -> tuple[str, ...]:
-    """``protected``, and where ``.git`` is a file pointing at a git directory inside the
-    workspace (``gitdir: ./.bare``), its ``.git/…`` entries again under that directory:
-    git reads its configuration and hooks there."""
-    entries = tuple(protected)
+def _git_file(workspace: str) -> str | None:
+    """The start of the workspace's ``.git`` when it is a regular file (a worktree's or a
+    submodule's ``gitdir: …``), else None; never blocks (a named pipe) nor follows a
+    symlink."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(os.path.join(workspace, ".git"), "rb") as f:  # a folder: IsADirectoryError
-            head = f.read(4096).decode("utf-8", "replace")
+        fd = os.open(os.path.join(workspace, ".git"), flags)
     except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, 4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def with_git_dir(workspace: str, protected: Iterable[str]) -> tuple[str, ...]:
+    """``protected``, and where ``.git`` is a file (a worktree's or a submodule's), that
+    file itself (rewritten, it would point git at a directory holding any configuration
+    and hooks) and, when it points at a git directory inside the workspace (``gitdir:
+    ./.bare``), the ``.git/…`` entries again under that directory: git reads its
+    configuration and hooks there."""
+    entries = tuple(protected)
+    if not any(entry.startswith(".git/") for entry in entries):
         return entries
-    if not head.startswith("gitdir:"):
+    head = _git_file(workspace)
+    if head is None:
         return entries
-    target = os.path.realpath(os.path.join(workspace, head[len("gitdir:") :].strip().splitlines()[0].strip()))
+    entries = tuple(dict.fromkeys((*entries, ".git")))
+    lines = head[len("gitdir:") :].strip().splitlines() if head.startswith("gitdir:") else []
+    if not lines or not lines[0].strip():
+        return entries
+    target = os.path.realpath(os.path.join(workspace, lines[0].strip()))
     if not within(target, workspace) or target == workspace:
         return entries
     base = glob_escape(os.path.relpath(target, workspace))

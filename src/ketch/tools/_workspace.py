@@ -44,10 +44,9 @@ from typing import Any
 
 from .._paths import absolute_patterns
 from .._paths import could_contain
-from .._paths import expand_pattern
-from .._paths import glob_escape
 from .._paths import has_wildcard
 from .._paths import join_in_root
+from .._paths import link_targets
 from .._paths import names_path
 from .._paths import pattern_base
 from .._paths import resolve_base
@@ -237,7 +236,7 @@ class Workspace:
     through a symlink (a command can make the link after the check).
     """
 
-    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_links", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -255,16 +254,20 @@ class Workspace:
             self.allow_root(extra)
         self._records: dict[str, FileRecord] = {}
         self._scratch: Path | None = None
-        self._links: dict[str, tuple[str, ...]] = {}
         self._hidden = self._patterns(hidden)
         self._protected = self._patterns(protected)
         self._ask_read = self._patterns(ask_read)
-        # relative entries are checked as the sandbox keeps them (a .git file's git directory too)
+        # the sandbox's protected paths are checked as it keeps them (a .git file's git
+        # directory too); every other entry as a pattern
         edits = [os.fspath(p) for p in ask_edit]
         self._ask_edit = (
-            tuple(p for p in edits if not p.startswith(("/", "~"))),
-            self._patterns(p for p in edits if p.startswith(("/", "~"))),
+            tuple(p for p in edits if p in DEFAULT_PROTECTED),
+            self._patterns(p for p in edits if p not in DEFAULT_PROTECTED),
         )
+        # where symlinks the wildcard patterns name lead: searched now, as this session starts
+        for pattern in (*self._hidden, *self._protected, *self._ask_read, *self._ask_edit[1]):
+            if has_wildcard(pattern):
+                self._link_targets(pattern, search=True)
 
     def _patterns(self, items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
         return absolute_patterns(items, self._roots[0])
@@ -283,23 +286,13 @@ class Workspace:
                 out.extend(self._link_targets(pattern))
         return tuple(out)
 
-    def _link_targets(self, pattern: str) -> tuple[str, ...]:
-        """Where the paths a wildcard pattern names lead when a symlink is on the way
-        (``**/keys/**`` with ``keys -> vault``: ``vault``), as the sandbox hides and
-        protects them. Searched once, at the pattern's first check (a walk of the
-        workspace for a ``**``); a pattern whose ``**`` would search outside the roots
-        is not searched. A link made later that a pattern names is not followed: the
-        agent making one only keeps itself from more."""
-        found = self._links.get(pattern)
-        if found is None:
-            inner = pattern.removesuffix("/**")
-            if "**" in inner and not any(within(pattern_base(inner), root) for root in self._roots):
-                found = ()
-            else:
-                paths = expand_pattern(pattern)
-                found = tuple(dict.fromkeys(glob_escape(os.path.realpath(p)) for p in paths if os.path.realpath(p) != p))
-            self._links[pattern] = found
-        return found
+    def _link_targets(self, pattern: str, *, search: bool = False) -> tuple[str, ...]:
+        """:func:`~ketch._paths.link_targets` of a wildcard pattern (``search``: search
+        again), unless its ``**`` would search outside the roots."""
+        inner = pattern.removesuffix("/**")
+        if "**" in inner and not any(within(pattern_base(inner), root) for root in self._roots):
+            return ()
+        return link_targets(pattern, search=search)
 
     def hidden_now(self) -> tuple[str, ...]:
         """The :attr:`hidden` patterns as they resolve now, for :meth:`is_hidden` to check
@@ -319,9 +312,16 @@ class Workspace:
         see :meth:`~ketch.permissions.PermissionEngine.protected_paths`)."""
         return self._protected
 
-    def _through_symlink(self, written: str, real: str) -> bool:
-        """Whether ``written`` reaches ``real`` only through a symlink."""
-        return os.path.normpath(join_in_root(self._roots[0], written)) != real
+    def _indirect(self, written: str, real: str, shown: str) -> str | None:
+        """How ``written`` reaches ``real`` when it is not ``real``'s own path: through a
+        symlink, or by the workspace's own folder name (``myproj/.git/config``, which
+        names another file while a ``myproj`` folder exists); None when it is."""
+        root = self._roots[0]
+        if os.path.normpath(os.path.join(root, os.path.expanduser(written))) == real:
+            return None
+        if os.path.normpath(join_in_root(root, written)) == real:
+            return f"{written} stands for {shown} by the workspace's folder name"
+        return f"{written} leads through a symlink to {shown}"
 
     def _asked(self, real: str, *, write: bool, search: bool) -> str | None:
         """The verb of the ask patterns naming ``real`` (``"changes"``, ``"is read"``),
@@ -361,13 +361,11 @@ class Workspace:
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
         if write and any(names_path(p, text) for p in self._now(self._protected)):
             return f"Permission denied: {shown} may not be changed (a deny rule on changing files names it)."
-        if written is not None and self._through_symlink(written, text):
+        how = self._indirect(written, text, shown) if written is not None else None
+        if how is not None:
             verb = self._asked(text, write=write, search=search)
             if verb is not None:
-                return (
-                    f"Permission denied: {written} leads through a symlink to {shown}, which is asked about "
-                    f"before it {verb}; give {shown} itself."
-                )
+                return f"Permission denied: {how}, which is asked about before it {verb}; give {shown} itself."
         if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._now(self._hidden)):
             return (
                 f"Permission denied: {shown} holds files hidden from the tools (a Read deny rule names them); "
