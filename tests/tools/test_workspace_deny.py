@@ -329,6 +329,22 @@ async def test_a_path_written_with_the_workspaces_name_cannot_switch_files_after
     assert (await _run(tools["read"], path="ws/notes.txt")).text == "     1\tnotes"
 
 
+async def test_a_symlink_above_the_workspace_is_no_detour(root: Path, tmp_path: Path) -> None:
+    # an absolute path through another name of the workspace (/tmp -> /private/tmp on
+    # macOS, a linked home folder) names the file itself; a link inside still counts
+    os.symlink(tmp_path, tmp_path.parent / f"{tmp_path.name}-alias")
+    alias = tmp_path.parent / f"{tmp_path.name}-alias" / "ws"
+    os.symlink("secrets/token", root / "pub.txt")
+    tools = _tools(root, ask_read=["secrets/**"])
+    assert (await _run(tools["read"], path=f"{alias}/secrets/token")).text == f"     1\t{KEY}"
+    via = await _run(tools["read"], path=f"{alias}/pub.txt")
+    assert (via.is_error, via.text) == (
+        True,
+        f"Permission denied: {alias}/pub.txt leads through a symlink to secrets/token, which is asked about "
+        "before it is read; give secrets/token itself.",
+    )
+
+
 async def test_ask_edit_entries_are_patterns_like_the_rules(root: Path) -> None:
     (root / "src").mkdir()
     (root / "src" / "deps.lock").write_text("locked\n")

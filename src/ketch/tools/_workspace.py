@@ -317,7 +317,8 @@ class Workspace:
         symlink, or by the workspace's own folder name (``myproj/.git/config``, which
         names another file while a ``myproj`` folder exists); None when it is."""
         root = self._roots[0]
-        if os.path.normpath(os.path.join(root, os.path.expanduser(written))) == real:
+        literal = os.path.normpath(os.path.join(root, os.path.expanduser(written)))
+        if literal == real or _through_root_alias(literal, self._roots) == real:
             return None
         if os.path.normpath(join_in_root(root, written)) == real:
             return f"{written} stands for {shown} by the workspace's folder name"
@@ -474,6 +475,21 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace(root={str(self.root)!r})"
+
+
+def _through_root_alias(path: str, roots: list[str]) -> str | None:
+    """An absolute ``path`` outside the roots written through another name of one
+    (``/tmp/ws/x`` when ``/tmp`` links to ``/private/tmp``), with that root's own path;
+    None when no folder above it is a root. A symlink above the root is no detour."""
+    if any(within(path, root) for root in roots):
+        return None
+    folder = os.path.dirname(path)
+    while folder != os.path.dirname(folder):
+        real = os.path.realpath(folder)
+        if real in roots:
+            return real + path[len(folder) :]
+        folder = os.path.dirname(folder)
+    return None
 
 
 class WorkspaceTool(Tool):
