@@ -247,17 +247,21 @@ def link_targets(pattern: str, *, search: bool = False) -> tuple[str, ...]:
     patterns; a sandbox hides and protects those, as it resolves what it hides.
 
     Searched (:func:`expand_pattern`: a walk, for a ``**``) at the pattern's first call
-    and again with ``search``, which a new permission engine or workspace asks for, so a
-    link made since counts from then; a target found before is kept (a link pointed
-    elsewhere keeps its old target hidden too). Callers leave out a pattern whose ``**``
-    would search outside their workspace."""
+    and again with ``search``, which a new permission engine or workspace asks for, so
+    links made or changed since count from then on. A link to the folder the pattern
+    searches from or one above it (``keys -> ..``) is left out: it would name every file;
+    so is a ``**`` searched from ``/``.
+    Callers leave out a pattern whose ``**`` would search outside their workspace."""
     known = _LINK_TARGETS.get(pattern)
     if known is not None and not search:
         return known
-    found = dict.fromkeys(known or ())
+    base = pattern_base(pattern)
+    if base == "/" and "**" in pattern:  # a walk of the whole filesystem: not done
+        return ()
+    found: dict[str, None] = {}
     for path in expand_pattern(pattern):
         real = os.path.realpath(path)
-        if real != path:
+        if real != path and not within(base, real):
             found[glob_escape(real)] = None
     _LINK_TARGETS[pattern] = targets = tuple(found)
     return targets

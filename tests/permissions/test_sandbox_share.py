@@ -468,5 +468,40 @@ def test_where_a_wildcard_rule_leads_is_found_as_the_session_starts(root: Path) 
     assert not workspace.is_hidden(str(root / "other" / "token"))
     later = PermissionEngine("accept_edits", root=root, deny=["Read(./**/keys/**)"])
     assert later.check(read, {"path": "other/token"}).outcome == "deny"
-    assert later.check(read, {"path": "vault/token"}).outcome == "deny"  # found before: kept
+    assert later.check(read, {"path": "vault/token"}).outcome == "allow"  # no longer a link's target
     assert Workspace(root, hidden=later.hidden_paths(all_rules=True)).is_hidden(str(root / "other" / "token"))
+
+
+@pytest.mark.parametrize("target", ["..", "../..", "/"])
+def test_a_link_to_the_folder_a_rule_searches_from_does_not_name_every_file(root: Path, target: str) -> None:
+    (root / "sub").mkdir()
+    (root / "notes.txt").write_text("x\n")
+    os.symlink(target, root / "sub" / "keys")
+    engine = PermissionEngine("accept_edits", root=root, deny=["Read(./**/keys/**)"])
+    read = {t.name: t for t in coding_tools(root, read_only=True, ripgrep=False)}["read"]
+    assert engine.check(read, {"path": "notes.txt"}).outcome == "allow"
+    assert engine.check(read, {"path": "sub/keys/notes.txt"}).outcome == "deny"  # named as written
+    assert not Workspace(root, hidden=engine.hidden_paths(all_rules=True)).is_hidden(str(root / "notes.txt"))
+
+
+def test_an_engine_is_made_in_a_folder_that_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert PermissionEngine("default", deny=["Read(./**/keys/**)"]).mode == "default"
+    assert PermissionEngine().mode == "default"
+
+
+@pytest.mark.parametrize("kind", ["absent", "symlink", "fifo"])
+def test_a_git_entry_that_is_no_folder_is_asked_about_before_it_is_written(root: Path, kind: str) -> None:
+    # written as a file ("gitdir: ./evil"), it would point git at a configuration the agent wrote
+    (root / "real-git").mkdir()
+    if kind == "symlink":
+        os.symlink("real-git", root / ".git")
+    elif kind == "fifo":
+        os.mkfifo(root / ".git")
+    engine = _engine(root, "accept_edits", deny=[])
+    tools = {t.name: t for t in coding_tools(root, ripgrep=False)}
+    assert engine.check(tools["write"], {"path": ".git", "content": "gitdir: ./evil\n"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "notes.txt", "content": "x"}).outcome == "allow"

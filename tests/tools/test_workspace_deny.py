@@ -343,6 +343,10 @@ async def test_a_symlink_above_the_workspace_is_no_detour(root: Path, tmp_path: 
         f"Permission denied: {alias}/pub.txt leads through a symlink to secrets/token, which is asked about "
         "before it is read; give secrets/token itself.",
     )
+    # a link inside the workspace to itself is a detour, also after the alias
+    os.symlink(".", root / "self")
+    loop = await _run(tools["read"], path=f"{alias}/self/secrets/token")
+    assert loop.is_error and loop.text.startswith(f"Permission denied: {alias}/self/secrets/token leads through a symlink")
 
 
 async def test_ask_edit_entries_are_patterns_like_the_rules(root: Path) -> None:

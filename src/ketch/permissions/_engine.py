@@ -316,7 +316,7 @@ class PermissionEngine:
         self._lock: asyncio.Lock | None = None
         self._stopped: tuple[object, str] | None = None  # (the assistant message, the reason)
         # where symlinks the deny and ask rules' wildcard patterns name lead, as the session starts
-        search_links((*self.deny, *self.ask), self._base())
+        search_links((*self.deny, *self.ask), self.root)
 
     def __repr__(self) -> str:
         return (

@@ -48,6 +48,7 @@ TOOL_FAMILIES: Mapping[str, frozenset[str]] = {
 ``Read(...)`` every file-reading one); any other rule names one tool."""
 
 PATH_TOOLS = frozenset({"read", "write", "edit", "grep", "find", "ls"})
+_FILE_RULE_TOOLS = PATH_TOOLS | TOOL_FAMILIES.keys()
 _SHELL_TOOLS = frozenset({"bash"})
 _LISTS = frozenset({"grep", "find", "ls"})  # the tools that show a folder's file names
 
@@ -455,16 +456,23 @@ def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
     return out
 
 
-def search_links(rules: Iterable[Rule], root: str) -> None:
+def search_links(rules: Iterable[Rule], root: str | None) -> None:
     """Search again where the symlinks the rules' workspace-relative wildcard patterns
-    name lead (:func:`~ketch._paths.link_targets`), as a new engine starts."""
-    escaped = glob_escape(root)
-    for rule in rules:
-        if rule.specifier is None or (rule.tool not in PATH_TOOLS and rule.tool not in TOOL_FAMILIES):
-            continue
-        p = _path_pattern(rule.specifier)
-        if not p.absolute and has_wildcard(p.pattern):
-            link_targets(os.path.join(escaped, p.pattern), search=True)
+    name lead (:func:`~ketch._paths.link_targets`), as a new engine starts (``root``
+    None: the current directory; one that is gone searches nothing)."""
+    patterns = [
+        p.pattern
+        for p in (_path_pattern(r.specifier) for r in rules if r.specifier is not None and r.tool in _FILE_RULE_TOOLS)
+        if not p.absolute and has_wildcard(p.pattern)
+    ]
+    if not patterns:
+        return
+    try:
+        escaped = glob_escape(root if root is not None else os.path.realpath(os.getcwd()))
+    except OSError:
+        return
+    for pattern in patterns:
+        link_targets(os.path.join(escaped, pattern), search=True)
 
 
 def _commands(command: str) -> list[SimpleCommand]:

@@ -33,23 +33,31 @@ git's configuration and hooks (also those of submodules, which ``git status`` ru
 hooks) and ketch's project settings."""
 
 
-def _git_file(workspace: str) -> str | None:
-    """The start of the workspace's ``.git`` when it is a regular file (a worktree's or a
-    submodule's ``gitdir: …``), else None; never blocks (a named pipe) nor follows a
-    symlink."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def _git_file(workspace: str) -> tuple[bool, str]:
+    """Whether the workspace's ``.git`` is a regular file (a worktree's or a submodule's
+    ``gitdir: …``), and its start when it can be read ("" when not); never blocks (a
+    named pipe) nor follows a symlink."""
+    path = os.path.join(workspace, ".git")
     try:
-        fd = os.open(os.path.join(workspace, ".git"), flags)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False, ""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return None
+        return os.path.isfile(path) and not os.path.islink(path), ""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, 4096).decode("utf-8", "replace")
+        return True, os.read(fd, 4096).decode("utf-8", "replace")
     except OSError:
-        return None
+        return True, ""
     finally:
         os.close(fd)
+
+
+def _git_not_folder(workspace: str) -> bool:
+    """Whether the workspace's ``.git`` is anything but a folder (absent too)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(os.path.join(workspace, ".git")).st_mode)
+    except OSError:
+        return True
 
 
 def with_git_dir(workspace: str, protected: Iterable[str]) -> tuple[str, ...]:
@@ -61,8 +69,8 @@ def with_git_dir(workspace: str, protected: Iterable[str]) -> tuple[str, ...]:
     entries = tuple(protected)
     if not any(entry.startswith(".git/") for entry in entries):
         return entries
-    head = _git_file(workspace)
-    if head is None:
+    is_file, head = _git_file(workspace)
+    if not is_file:
         return entries
     entries = tuple(dict.fromkeys((*entries, ".git")))
     lines = head[len("gitdir:") :].strip().splitlines() if head.startswith("gitdir:") else []
@@ -149,7 +157,13 @@ def protected_path(
     joined = join_in_root(root, os.fspath(path))
     # the file the workspace tools touch (".." first) and the one the kernel opens
     candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
-    for entry in with_git_dir(root, protected):
+    entries = with_git_dir(root, protected)
+    if ".git" not in entries and any(e.startswith(".git/") for e in entries) and _git_not_folder(root):
+        # an absent .git, a symlink or a pipe there: written, it would point git elsewhere
+        git = os.path.join(root, ".git")
+        if os.path.normpath(joined) == git or git in candidates:
+            return ".git"
+    for entry in entries:
         if has_wildcard(entry):  # .git/modules/**/config: as the sandbox expands it
             regex = glob_regex(entry.removesuffix("/**"))
             for real in candidates:

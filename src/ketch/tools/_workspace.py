@@ -483,12 +483,14 @@ def _through_root_alias(path: str, roots: list[str]) -> str | None:
     None when no folder above it is a root. A symlink above the root is no detour."""
     if any(within(path, root) for root in roots):
         return None
-    folder = os.path.dirname(path)
-    while folder != os.path.dirname(folder):
+    # from the top: the shortest folder that is a root (a link inside it to itself, such
+    # as self -> ., stays a detour)
+    parts = path.split(os.sep)
+    for n in range(2, len(parts)):
+        folder = os.sep.join(parts[:n])
         real = os.path.realpath(folder)
         if real in roots:
             return real + path[len(folder) :]
-        folder = os.path.dirname(folder)
     return None
 
 
