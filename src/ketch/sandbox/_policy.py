@@ -41,9 +41,12 @@ def _git_file(workspace: str) -> tuple[bool, str]:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False, ""
+    except OSError:
+        return False, ""
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return os.path.isfile(path) and not os.path.islink(path), ""
+        return True, ""  # a file that cannot be read is still one
     try:
         return True, os.read(fd, 4096).decode("utf-8", "replace")
     except OSError:

@@ -356,7 +356,8 @@ class Workspace:
         with ``search`` (a content search of a folder) a hidden path may lie below it.
         With ``written`` (the path as the call gave it), also a path the permission engine
         asks about (``ask_edit`` with ``write``: ``.git/config``, ``.ketch`` …; else
-        ``ask_read``) reached only through a symlink: the engine judged the path as written."""
+        ``ask_read``) reached only through a symlink or by the workspace's folder name: the
+        engine judged the path as written (:meth:`_indirect`)."""
         text = os.fspath(path)
         if self.is_hidden(text):
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
