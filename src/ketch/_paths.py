@@ -243,8 +243,9 @@ _LINK_TARGETS: dict[str, tuple[str, ...]] = {}
 
 def link_targets(pattern: str, *, search: bool = False) -> tuple[str, ...]:
     """Where the paths the absolute wildcard ``pattern`` names lead when a symlink is on
-    the way (``/ws/**/keys/**`` with ``keys -> vault``: ``/ws/vault``), escaped as
-    patterns; a sandbox hides and protects those, as it resolves what it hides.
+    the way (``/ws/**/keys/**`` with ``keys -> vault``: ``/ws/vault``), as real paths
+    (no pattern: match them with :func:`within`); a sandbox hides and protects those, as
+    it resolves what it hides.
 
     Searched (:func:`expand_pattern`: a walk, for a ``**``) at the pattern's first call
     and again with ``search``, which a new permission engine or workspace asks for, so
@@ -259,10 +260,14 @@ def link_targets(pattern: str, *, search: bool = False) -> tuple[str, ...]:
     if base == "/" and "**" in pattern:  # a walk of the whole filesystem: not done
         return ()
     found: dict[str, None] = {}
-    for path in expand_pattern(pattern):
+    try:
+        paths = expand_pattern(pattern)
+    except ValueError:  # a name the system cannot take (NUL, a lone surrogate): none exists
+        paths = []
+    for path in paths:
         real = os.path.realpath(path)
         if real != path and not within(base, real):
-            found[glob_escape(real)] = None
+            found[real] = None
     _LINK_TARGETS[pattern] = targets = tuple(found)
     return targets
 

@@ -511,7 +511,8 @@ async def test_a_submodules_config_and_hooks_are_protected_paths_too(tmp_path: P
     assert protected_path(root, ".git/modules/lib/config") == ".git/modules/**/config"
     assert protected_path(root, ".git/modules/lib/hooks/post-checkout") == ".git/modules/**/hooks"
     assert protected_path(root, ".git/modules/lib/modules/inner/config") == ".git/modules/**/config"
-    assert protected_path(root, ".git/modules/lib/info/exclude") is None
+    assert protected_path(root, ".git/modules/lib/commondir") == ".git/modules/**/commondir"
+    assert protected_path(root, ".git/modules/lib/info/exclude") == ".git"  # git's own: still asked
     engine = PermissionEngine("accept_edits", root=root)
     _, results, _ = await _run(engine, [tool_call("write", {"path": ".git/modules/lib/config"})])
     assert results == [(True, NO_APPROVER.format(tool="write", mode="accept_edits"))]

@@ -505,3 +505,56 @@ def test_a_git_entry_that_is_no_folder_is_asked_about_before_it_is_written(root:
     tools = {t.name: t for t in coding_tools(root, ripgrep=False)}
     assert engine.check(tools["write"], {"path": ".git", "content": "gitdir: ./evil\n"}).outcome == "ask"
     assert engine.check(tools["write"], {"path": "notes.txt", "content": "x"}).outcome == "allow"
+
+
+async def test_git_files_that_would_point_git_elsewhere_are_asked_about_and_read_only(root: Path) -> None:
+    # a submodule's or a linked worktree's commondir, a nested repository's config: the
+    # user's git would read configuration (core.fsmonitor) the agent wrote
+    from ketch.llm import AbortSignal
+    from ketch.loop import ToolContext
+
+    for folder in (".git/modules/sub", ".git/worktrees/wt"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "commondir").write_text("../..\n")
+    (root / ".git" / "worktrees" / "wt" / "config.worktree").write_text("[core]\n")
+    engine = _engine(root, "accept_edits", deny=[])
+    tools = {t.name: t for t in coding_tools(root, ripgrep=False)}
+    for path in (
+        ".git/modules/sub/commondir",
+        ".git/worktrees/wt/commondir",
+        ".git/worktrees/wt/config.worktree",
+        ".git/modules/new/commondir",
+        "src/.git/config",
+        "src/.git",
+        ".git/HEAD",
+    ):
+        assert engine.check(tools["write"], {"path": path, "content": "x"}).outcome == "ask", path
+    assert engine.check(tools["write"], {"path": "src/.gitignore", "content": "x"}).outcome == "allow"
+    command = (
+        "echo ../../../evil > .git/modules/sub/commondir; echo ../../../evil > .git/worktrees/wt/commondir; "
+        "echo '[core] fsmonitor = touch pwned' >> .git/worktrees/wt/config.worktree; echo done"
+    )
+    result = await tools["bash"].execute({"command": command}, ToolContext(call_id="c", tool_name="bash", signal=AbortSignal()))
+    assert "done" in result.text
+    assert (root / ".git" / "modules" / "sub" / "commondir").read_text() == "../..\n"
+    assert (root / ".git" / "worktrees" / "wt" / "commondir").read_text() == "../..\n"
+    assert (root / ".git" / "worktrees" / "wt" / "config.worktree").read_text() == "[core]\n"
+
+
+def test_a_content_search_of_a_folder_holding_a_links_target_is_denied(root: Path) -> None:
+    (root / "store" / "vault").mkdir(parents=True)
+    (root / "store" / "vault" / "token").write_text("sk-test\n")
+    (root / "store" / "readme.txt").write_text("x\n")
+    (root / "sub").mkdir()
+    os.symlink("../store/vault", root / "sub" / "keys")
+    engine = PermissionEngine("accept_edits", root=root, deny=["Read(./**/keys/**)"])
+    tools = {t.name: t for t in coding_tools(root, read_only=True, ripgrep=False)}
+    assert engine.check(tools["grep"], {"pattern": "sk-", "path": "store"}).outcome == "deny"
+    assert engine.check(tools["read"], {"path": "store/readme.txt"}).outcome == "allow"
+    assert engine.check(tools["ls"], {"path": "store"}).outcome == "allow"  # names only
+
+
+@pytest.mark.parametrize("rule", ["Read(./a\x00b/*)", "Read(./\ud800/*)"])
+def test_a_rule_naming_what_no_file_can_be_called_does_not_break_construction(root: Path, rule: str) -> None:
+    engine = PermissionEngine("accept_edits", root=root, deny=[rule])
+    Workspace(root, hidden=engine.hidden_paths(all_rules=True))

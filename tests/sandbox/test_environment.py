@@ -141,6 +141,10 @@ def test_protected_path_resolves_before_matching(tmp_path: Path) -> None:
     assert protected_path(ws, ws / ".git" / "hooks" / "pre-commit") == ".git/hooks"
     assert protected_path(ws, ".ketch") == ".ketch"
     assert protected_path(ws, "cfg-link") == ".ketch"
-    assert protected_path(ws, ".git/HEAD") is None
+    # the rest of git's own files, anywhere below the root, are guarded as ".git"
+    assert protected_path(ws, ".git/HEAD") == ".git"
+    assert protected_path(ws, "src/.git/config") == ".git"
+    assert protected_path(ws, "src/.git") == ".git"  # a .git file there could point git elsewhere
+    assert protected_path(ws, "src/.gitignore") is None
     assert protected_path(ws, ".ketchup") is None
     assert protected_path(ws, "src/a.py", protected=["src"]) == "src"

@@ -412,8 +412,11 @@ class Rule:
         r = resolve_path(subject, base)
         if deny and not p.absolute:
             # a pattern through a symlinked folder of the workspace (lnk/b.txt, lnk -> d)
-            # also names the file as the tools resolve it (d/b.txt)
-            return any(self._denies(q, r, searches) for q in _with_resolved(p, base))
+            # also names the file as the tools resolve it (d/b.txt), and a wildcard one
+            # what the symlinks it names lead to (**/keys/** with keys -> vault: vault)
+            return any(self._denies(q, r, searches) for q in _with_resolved(p, base)) or _in_link_target(
+                p, base, r, searches
+            )
         if p.absolute:
             if deny:
                 return self._denies(p, r, searches)
@@ -438,22 +441,30 @@ class Rule:
 
 
 def _with_resolved(p: _PathPattern, root: str) -> list[_PathPattern]:
-    """A workspace-relative pattern, the same with its part before the first wildcard
-    resolved when that leads elsewhere in the workspace, and where the symlinks a
-    wildcard pattern names lead (``**/keys/**`` with ``keys -> vault``: ``vault``, as the
-    sandbox hides it; :func:`~ketch._paths.link_targets`)."""
+    """A workspace-relative pattern, and the same with its part before the first wildcard
+    resolved when that leads elsewhere in the workspace."""
     if p.pattern == ".":
         return [p]
     escaped = glob_escape(root)
     full = os.path.join(escaped, p.pattern)
     real = resolve_base(full)
     relative = _relative(real, escaped) if real != full else None
-    out = [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
-    if has_wildcard(p.pattern):
-        for target in link_targets(full):
-            inside = _relative(target, escaped)
-            out.append(_PathPattern(target, True) if inside in (None, ".") else _PathPattern(inside, False))
-    return out
+    return [p] if relative in (None, ".") else [p, _PathPattern(relative, False)]
+
+
+def _in_link_target(p: _PathPattern, root: str, r: ResolvedPath, searches: bool) -> bool:
+    """Whether the call's path lies in where a symlink the wildcard pattern names leads
+    (:func:`~ketch._paths.link_targets`; real paths, matched without a pattern), or for
+    a content search (``searches``) of a folder, whether such a place lies below it."""
+    if not has_wildcard(p.pattern):
+        return False
+    targets = link_targets(os.path.join(glob_escape(root), p.pattern))
+    if not targets:
+        return False
+    forms = (r.real, r.followed, r.lexical)
+    if any(within(form, t) for t in targets for form in forms):
+        return True
+    return searches and any(within(t, form) for t in targets for form in forms if os.path.isdir(form))
 
 
 def search_links(rules: Iterable[Rule], root: str | None) -> None:

@@ -26,11 +26,14 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".ketch",
     ".git/modules/**/config",
     ".git/modules/**/hooks",
+    ".git/modules/**/commondir",
+    ".git/worktrees/*/commondir",
+    ".git/worktrees/*/config.worktree",
 )
 """Workspace-relative paths that stay read-only even when the workspace is writable:
 git's configuration and hooks (also those of submodules, which ``git status`` runs in),
-``.git/commondir`` (which would point git at another directory's configuration and
-hooks) and ketch's project settings."""
+``commondir`` files (which would point git at another directory's configuration and
+hooks), a linked worktree's own configuration, and ketch's project settings."""
 
 
 def _git_file(workspace: str) -> tuple[bool, str]:
@@ -161,11 +164,10 @@ def protected_path(
     # the file the workspace tools touch (".." first) and the one the kernel opens
     candidates = {os.path.realpath(os.path.normpath(joined)), os.path.realpath(joined)}
     entries = with_git_dir(root, protected)
-    if ".git" not in entries and any(e.startswith(".git/") for e in entries) and _git_not_folder(root):
-        # an absent .git, a symlink or a pipe there: written, it would point git elsewhere
-        git = os.path.join(root, ".git")
-        if os.path.normpath(joined) == git or git in candidates:
-            return ".git"
+    guards_git = any(e.startswith(".git/") for e in entries)
+    git = os.path.join(root, ".git")
+    if guards_git and _git_not_folder(root) and (os.path.normpath(joined) == git or git in candidates):
+        return ".git"  # absent, a symlink or a pipe: written, it could point git elsewhere
     for entry in entries:
         if has_wildcard(entry):  # .git/modules/**/config: as the sandbox expands it
             regex = glob_regex(entry.removesuffix("/**"))
@@ -175,4 +177,12 @@ def protected_path(
                     return entry
         elif any(within(real, os.path.realpath(os.path.join(root, pattern_base(entry)))) for real in candidates):
             return entry
+    if guards_git:
+        # git's own files anywhere below the root (a nested repository's config, a
+        # submodule's or worktree's commondir, a .git file pointing git elsewhere): written,
+        # they could point the user's git at configuration the agent wrote
+        for real in candidates:
+            rel = os.path.relpath(real, root).split(os.sep)
+            if rel[0] != ".." and ".git" in rel and rel != [".git"]:
+                return ".git"
     return None

@@ -44,6 +44,7 @@ from typing import Any
 
 from .._paths import absolute_patterns
 from .._paths import could_contain
+from .._paths import glob_escape
 from .._paths import has_wildcard
 from .._paths import join_in_root
 from .._paths import link_targets
@@ -283,7 +284,7 @@ class Workspace:
             if real != pattern:
                 out.append(real)
             if has_wildcard(pattern):
-                out.extend(self._link_targets(pattern))
+                out.extend(glob_escape(t) for t in self._link_targets(pattern))
         return tuple(out)
 
     def _link_targets(self, pattern: str, *, search: bool = False) -> tuple[str, ...]:
