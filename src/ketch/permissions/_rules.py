@@ -464,7 +464,10 @@ def _in_link_target(p: _PathPattern, root: str, r: ResolvedPath, searches: bool)
     forms = (r.real, r.followed, r.lexical)
     if any(within(form, t) for t in targets for form in forms):
         return True
-    return searches and any(within(t, form) for t in targets for form in forms if os.path.isdir(form))
+    if not searches:
+        return False
+    folders = [form for form in forms if os.path.isdir(form)]
+    return any(within(t, folder) for t in targets for folder in folders)
 
 
 def search_links(rules: Iterable[Rule], root: str | None) -> None:
