@@ -107,13 +107,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ketch.loop")
 
-class _Tripped:
-    """What :meth:`_Run._guard_output` returns when an output guardrail tripped."""
-
-
-_TRIPPED = _Tripped()
-
-
 
 ContextReason = Literal["request", "overflow"]
 
@@ -363,21 +356,22 @@ class _Run:
         self.summary.guardrail = trip
         self._end("guardrail", trip.text)
 
-    async def _guard_output(self, message: AssistantMessage) -> Message | _Tripped | None:
-        """The output guardrails on the answer the run would end with: None when they
-        pass, the reject message to send back, or :data:`_TRIPPED` (the run ended)."""
+    async def _guard_output(self, message: AssistantMessage) -> list[Message] | None:
+        """The output guardrails on the answer the run would end with: what to send back
+        (empty when they pass, else the reject message), or None when one tripped (the run
+        ended)."""
         assert self.guards is not None
         output = self.output.output if self.output is not None else None
         check = OutputCheck(message, self.conversation, self.cfg.deps, output)
         verdict = await self.guards.check(self.guards.output, check)
         if verdict is None:
-            return None
+            return []
         if self.output is not None:
             self.output.discard()
         if isinstance(verdict, GuardrailTrip):
             self._trip(verdict)
-            return _TRIPPED
-        return reject_message(verdict)
+            return None
+        return [reject_message(verdict)]
 
     def _commit(self, message: Message) -> None:
         self.conversation.messages.append(message)
@@ -634,11 +628,11 @@ class _Run:
                                     turn=self.turn, message=message, tool_results=answer.results, context=self._usage()
                                 )
                                 if answer.end == ("stop", None) and self.guards is not None and self.guards.output:
-                                    guarded = await self._guard_output(message)
-                                    if isinstance(guarded, _Tripped):
+                                    retry = await self._guard_output(message)
+                                    if retry is None:
                                         return
-                                    if guarded is not None:
-                                        pending = [guarded]
+                                    if retry:
+                                        pending = retry
                                         continue
                                 if answer.end is not None:
                                     self._end(*answer.end)
@@ -752,11 +746,11 @@ class _Run:
                         pending = [answer.retry]
                         continue
                 if guards is not None and guards.output and not message.tool_calls:
-                    guarded = await self._guard_output(message)
-                    if isinstance(guarded, _Tripped):
+                    retry = await self._guard_output(message)
+                    if retry is None:
                         return
-                    if guarded is not None:
-                        pending = [guarded]
+                    if retry:
+                        pending = retry
                         continue
                 if cfg.on_stop is not None and not message.tool_calls:
                     decision = await maybe_await(cfg.on_stop(StopInfo(self.turn, message, self.conversation)))
