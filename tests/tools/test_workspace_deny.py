@@ -280,6 +280,34 @@ async def test_a_path_an_ask_rule_names_is_not_reached_through_a_symlink(root: P
     assert not (await _run(_tools(root)["read"], path="gitcfg")).is_error  # reading is not asked
 
 
+async def test_a_symlink_the_asking_rule_names_itself_leads_where_that_rule_asks(root: Path) -> None:
+    # conf -> shared is there on purpose: Read(./conf/**) and Edit(./conf/**) ask about
+    # conf/a.txt, and what it leads to is the same rule's (the engine and the sandbox
+    # resolve the link), so the approved call reads and writes it; asked once, not refused
+    # and asked again as shared/a.txt
+    (root / "shared").mkdir()
+    (root / "shared" / "a.txt").write_text("shared\n")
+    os.symlink("shared", root / "conf")
+    engine = PermissionEngine("accept_edits", root=root, ask=["Read(./conf/**)", "Edit(./conf/**)", "Read(./secrets/**)"])
+    tools = _tools(root, ask_read=engine.ask_read_paths(), ask_edit=engine.ask_edit_paths())
+    assert engine.check(tools["read"], {"path": "conf/a.txt"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "conf/a.txt", "content": "x"}).outcome == "ask"
+    assert (await _run(tools["read"], path="conf/a.txt")).text == "     1\tshared"
+    assert (await _run(tools["ls"], path="conf")).text == "a.txt"
+    assert (await _run(tools["grep"], pattern="sha", path="conf")).text == "shared/a.txt:1:shared"
+    write = await _run(tools["write"], path="conf/a.txt", content="changed\n")
+    assert not write.is_error, write.text
+    assert (root / "shared" / "a.txt").read_text() == "changed\n"
+    # a link under conf to what another rule asks about is still refused: that rule was not asked
+    os.symlink("../secrets/token", root / "shared" / "token")
+    read = await _run(tools["read"], path="conf/token")
+    assert (read.is_error, read.text) == (
+        True,
+        "Permission denied: conf/token leads through a symlink to secrets/token, which is asked about before it "
+        "is read; give secrets/token itself.",
+    )
+
+
 async def test_a_symlink_a_wildcard_pattern_names_hides_or_protects_where_it_leads(root: Path) -> None:
     # the sandbox hides and protects what the named paths resolve to; so do the file tools
     (root / "vault").mkdir()

@@ -313,36 +313,47 @@ class Workspace:
         see :meth:`~ketch.permissions.PermissionEngine.protected_paths`)."""
         return self._protected
 
-    def _indirect(self, written: str, real: str, shown: str) -> str | None:
-        """How ``written`` reaches ``real`` when it is not ``real``'s own path: through a
-        symlink, or by the workspace's own folder name (``myproj/.git/config``, which
-        names another file while a ``myproj`` folder exists); None when it is."""
+    def _indirect(self, written: str, real: str, shown: str) -> tuple[str, str | None] | None:
+        """How ``written`` reaches ``real`` when it is not ``real``'s own path, with the
+        path it names literally: through a symlink (``written`` as an absolute path), or by
+        the workspace's own folder name (``myproj/.git/config``, which names another file
+        while a ``myproj`` folder exists: None, no literal path counts); None when it is
+        ``real``'s own path. A symlink above the root is no detour: the literal path is
+        given with the root's own path."""
         root = self._roots[0]
         literal = os.path.normpath(os.path.join(root, os.path.expanduser(written)))
-        if literal == real or _through_root_alias(literal, self._roots) == real:
+        literal = _through_root_alias(literal, self._roots) or literal
+        if literal == real:
             return None
         if os.path.normpath(join_in_root(root, written)) == real:
-            return f"{written} stands for {shown} by the workspace's folder name"
-        return f"{written} leads through a symlink to {shown}"
+            return f"{written} stands for {shown} by the workspace's folder name", None
+        return f"{written} leads through a symlink to {shown}", literal
 
-    def _asked(self, real: str, *, write: bool, search: bool) -> str | None:
+    def _asked(self, real: str, *, write: bool, search: bool, literal: str | None = None) -> str | None:
         """The verb of the ask patterns naming ``real`` (``"changes"``, ``"is read"``),
         None when none does; with ``search``, also a read pattern that may name something
-        below the folder ``real``."""
+        below the folder ``real``. With ``literal`` (the path the call named, which leads
+        to ``real`` through a symlink), a pattern that names ``literal`` as well does not
+        count: the engine asked about the call by that rule, and the link's far side is
+        the same rule's (``Read(./conf/**)`` with ``conf -> shared``). The sandbox's
+        protected paths count always."""
+        folder = search and os.path.isdir(real)
+
+        def names(pattern: str, path: str) -> bool:
+            return names_path(pattern, path) or (folder and could_contain(pattern, path))
+
+        def asks(pattern: str) -> bool:
+            if not any(names(p, real) for p in self._now((pattern,))):
+                return False
+            return literal is None or not (names(pattern, literal) or names(resolve_base(pattern), literal))
+
         if write:
             relative, absolute = self._ask_edit
             asked = (relative and protected_path(self._roots[0], real, relative) is not None) or any(
-                names_path(p, real) for p in self._now(absolute)
+                asks(p) for p in absolute
             )
             return "changes" if asked else None
-        if not self._ask_read:
-            return None
-        patterns = self._now(self._ask_read)
-        if any(names_path(p, real) for p in patterns):
-            return "is read"
-        if search and os.path.isdir(real) and any(could_contain(p, real) for p in patterns):
-            return "is read"
-        return None
+        return "is read" if any(asks(p) for p in self._ask_read) else None
 
     def is_hidden(self, path: str, patterns: tuple[str, ...] | None = None) -> bool:
         """Whether a :attr:`hidden` pattern names the absolute ``path`` or a folder above it
@@ -364,9 +375,10 @@ class Workspace:
             return f"Permission denied: {shown} is hidden from the tools (a Read deny rule names it)."
         if write and any(names_path(p, text) for p in self._now(self._protected)):
             return f"Permission denied: {shown} may not be changed (a deny rule on changing files names it)."
-        how = self._indirect(written, text, shown) if written is not None else None
-        if how is not None:
-            verb = self._asked(text, write=write, search=search)
+        indirect = self._indirect(written, text, shown) if written is not None else None
+        if indirect is not None:
+            how, literal = indirect
+            verb = self._asked(text, write=write, search=search, literal=literal)
             if verb is not None:
                 return f"Permission denied: {how}, which is asked about before it {verb}; give {shown} itself."
         if search and self._hidden and os.path.isdir(text) and any(could_contain(p, text) for p in self._now(self._hidden)):
