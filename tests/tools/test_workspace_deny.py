@@ -298,14 +298,59 @@ async def test_a_symlink_the_asking_rule_names_itself_leads_where_that_rule_asks
     write = await _run(tools["write"], path="conf/a.txt", content="changed\n")
     assert not write.is_error, write.text
     assert (root / "shared" / "a.txt").read_text() == "changed\n"
-    # a link under conf to what another rule asks about is still refused: that rule was not asked
+    # any other link on the way is refused: to what another rule asks about, and to another
+    # file this rule asks about (the question named conf/a.txt, not the file it leads to)
     os.symlink("../secrets/token", root / "shared" / "token")
-    read = await _run(tools["read"], path="conf/token")
-    assert (read.is_error, read.text) == (
+    os.symlink("a.txt", root / "shared" / "alias.txt")
+    via = "Permission denied: {} leads through a symlink to {}, which is asked about before it is read; give {} itself."
+    for written, real in [("conf/token", "secrets/token"), ("conf/alias.txt", "shared/a.txt")]:
+        assert engine.check(tools["read"], {"path": written}).outcome == "ask"
+        read = await _run(tools["read"], path=written)
+        assert (read.is_error, read.text) == (True, via.format(written, real, real)), written
+
+
+@pytest.mark.parametrize(
+    ("rule", "link", "target", "name", "args"),
+    [
+        ("Read(*.pem)", "test.pem", "keys/prod.pem", "read", {"path": "test.pem"}),
+        ("Read(**/keys/**)", "tmp/keys/a", "prod/keys/id_rsa", "read", {"path": "tmp/keys/a"}),
+        ("Read(s*/token)", "scratch/token", "secrets/token", "read", {"path": "scratch/token"}),
+        ("Read(./conf/**)", "conf/public.txt", "conf/private.key", "read", {"path": "conf/public.txt"}),
+        ("Read(*.pem)", "docs", "keys", "grep", {"pattern": "sk-", "path": "docs"}),
+        ("Edit(**/*.pem)", "test.pem", "keys/prod.pem", "write", {"path": "test.pem", "content": "x"}),
+    ],
+)
+async def test_one_approval_does_not_cover_another_file_the_same_rule_asks_about(
+    root: Path, rule: str, link: str, target: str, name: str, args: dict[str, Any]
+) -> None:
+    # an ask rule asks about each file it names: the engine asks about the path the call
+    # wrote, and a symlink there (made after the question, or before it: the tool sees the
+    # same) that leads to another file the rule names is refused on that approval
+    secret = root / "keys" / "prod.pem" if name == "grep" else root / target
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text(f"{KEY}\n")
+    written = root / link
+    written.parent.mkdir(parents=True, exist_ok=True)
+    if name == "grep":
+        written.mkdir()
+    else:
+        written.write_text("mine\n")
+    engine = PermissionEngine("accept_edits", root=root, ask=[rule])
+    tools = _tools(root, ask_read=engine.ask_read_paths(), ask_edit=engine.ask_edit_paths())
+    assert engine.check(tools[name], args).outcome == "ask"
+    if name == "grep":
+        written.rmdir()
+    else:
+        written.unlink()
+    os.symlink("../" * link.count("/") + target, written)
+    result = await _run(tools[name], **args)
+    verb = "changes" if name == "write" else "is read"
+    assert (result.is_error, result.text) == (
         True,
-        "Permission denied: conf/token leads through a symlink to secrets/token, which is asked about before it "
-        "is read; give secrets/token itself.",
+        f"Permission denied: {link} leads through a symlink to {target}, which is asked about before it {verb}; "
+        f"give {target} itself.",
     )
+    assert secret.read_text() == f"{KEY}\n"
 
 
 async def test_a_symlink_a_wildcard_pattern_names_hides_or_protects_where_it_leads(root: Path) -> None:

@@ -333,19 +333,29 @@ class Workspace:
         """The verb of the ask patterns naming ``real`` (``"changes"``, ``"is read"``),
         None when none does; with ``search``, also a read pattern that may name something
         below the folder ``real``. With ``literal`` (the path the call named, which leads
-        to ``real`` through a symlink), a pattern that names ``literal`` as well does not
-        count: the engine asked about the call by that rule, and the link's far side is
-        the same rule's (``Read(./conf/**)`` with ``conf -> shared``). The sandbox's
-        protected paths count always."""
+        to ``real`` through a symlink), a pattern that names ``literal`` does not count
+        when the one link on the way is the pattern's own base folder (``Read(./conf/**)``
+        with ``conf -> shared``: ``conf/a.txt`` is ``shared/a.txt``, name for name): the
+        engine asked about that very file. Any other link counts, also between two files
+        one rule names (``Read(*.pem)`` asks about each: ``test.pem -> secrets/prod.pem``
+        is refused). The sandbox's protected paths count always."""
         folder = search and os.path.isdir(real)
 
         def names(pattern: str, path: str) -> bool:
             return names_path(pattern, path) or (folder and could_contain(pattern, path))
 
+        def through_base(pattern: str) -> bool:
+            # literal, below the pattern's base folder, is real below where the base leads
+            base = pattern_base(pattern)
+            target = os.path.realpath(base)
+            if literal is None or target == base or not within(literal, base):
+                return False
+            return target + literal[len(base) :] == real
+
         def asks(pattern: str) -> bool:
             if not any(names(p, real) for p in self._now((pattern,))):
                 return False
-            return literal is None or not (names(pattern, literal) or names(resolve_base(pattern), literal))
+            return literal is None or not (names(pattern, literal) and through_base(pattern))
 
         if write:
             relative, absolute = self._ask_edit
