@@ -309,6 +309,37 @@ async def test_a_symlink_the_asking_rule_names_itself_leads_where_that_rule_asks
         assert (read.is_error, read.text) == (True, via.format(written, real, real)), written
 
 
+async def test_a_base_link_repointed_after_the_workspace_was_made_is_a_detour(root: Path) -> None:
+    # Read(./conf/*.key) names vault/master.key as conf/x.key too (shared/x.key leads
+    # there); the engine asks about conf/master.key (approved), then a command repoints
+    # conf to vault: the base link is no longer the one the session started with
+    (root / "shared").mkdir()
+    (root / "vault").mkdir()
+    (root / "vault" / "master.key").write_text(f"{KEY}\n")
+    os.symlink("../vault/master.key", root / "shared" / "x.key")
+    (root / "prod").mkdir()
+    (root / "prod" / "app.toml").write_text("prod\n")
+    os.symlink("../prod/app.toml", root / "shared" / "x.toml")
+    os.symlink("shared", root / "conf")
+    engine = PermissionEngine("accept_edits", root=root, ask=["Read(./conf/*.key)", "Edit(./conf/*.toml)"])
+    tools = _tools(root, ask_read=engine.ask_read_paths(), ask_edit=engine.ask_edit_paths())
+    assert engine.check(tools["read"], {"path": "conf/master.key"}).outcome == "ask"
+    assert engine.check(tools["grep"], {"pattern": "sk-", "path": "conf"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "conf/app.toml", "content": "x"}).outcome == "ask"
+    os.unlink(root / "conf")
+    os.symlink("vault", root / "conf")
+    via = "Permission denied: {} leads through a symlink to {}, which is asked about before it {}; give {} itself."
+    read = await _run(tools["read"], path="conf/master.key")
+    assert (read.is_error, read.text) == (True, via.format("conf/master.key", "vault/master.key", "is read", "vault/master.key"))
+    grep = await _run(tools["grep"], pattern="sk-", path="conf")
+    assert (grep.is_error, grep.text) == (True, via.format("conf", "vault", "is read", "vault"))
+    os.unlink(root / "conf")
+    os.symlink("prod", root / "conf")
+    write = await _run(tools["write"], path="conf/app.toml", content="tampered\n")
+    assert (write.is_error, write.text) == (True, via.format("conf/app.toml", "prod/app.toml", "changes", "prod/app.toml"))
+    assert (root / "prod" / "app.toml").read_text() == "prod\n"
+
+
 @pytest.mark.parametrize(
     ("rule", "link", "target", "name", "args"),
     [

@@ -237,7 +237,7 @@ class Workspace:
     through a symlink (a command can make the link after the check).
     """
 
-    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_edit", "_ask_read", "_bases", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -265,6 +265,9 @@ class Workspace:
             tuple(p for p in edits if p in DEFAULT_PROTECTED),
             self._patterns(p for p in edits if p not in DEFAULT_PROTECTED),
         )
+        # where each ask pattern's base folder leads as this session starts: the one link an
+        # approved call may go through (one made or repointed later is no exemption)
+        self._bases = {p: os.path.realpath(pattern_base(p)) for p in (*self._ask_read, *self._ask_edit[1])}
         # where symlinks the wildcard patterns name lead: searched now, as this session starts
         for pattern in (*self._hidden, *self._protected, *self._ask_read, *self._ask_edit[1]):
             if has_wildcard(pattern):
@@ -334,9 +337,10 @@ class Workspace:
         None when none does; with ``search``, also a read pattern that may name something
         below the folder ``real``. With ``literal`` (the path the call named, which leads
         to ``real`` through a symlink), a pattern that names ``literal`` does not count
-        when the one link on the way is the pattern's own base folder (``Read(./conf/**)``
-        with ``conf -> shared``: ``conf/a.txt`` is ``shared/a.txt``, name for name): the
-        engine asked about that very file. Any other link counts, also between two files
+        when the one link on the way is the pattern's own base folder, leading where it led
+        as the workspace was made (``Read(./conf/**)`` with ``conf -> shared``:
+        ``conf/a.txt`` is ``shared/a.txt``, name for name): the engine asked about that
+        very file. Any other link counts, also a base repointed since and one between two files
         one rule names (``Read(*.pem)`` asks about each: ``test.pem -> secrets/prod.pem``
         is refused). The sandbox's protected paths count always."""
         folder = search and os.path.isdir(real)
@@ -348,7 +352,7 @@ class Workspace:
             # literal, below the pattern's base folder, is real below where the base leads
             base = pattern_base(pattern)
             target = os.path.realpath(base)
-            if literal is None or target == base or not within(literal, base):
+            if literal is None or target == base or target != self._bases[pattern] or not within(literal, base):
                 return False
             return target + literal[len(base) :] == real
 
