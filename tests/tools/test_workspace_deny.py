@@ -338,6 +338,15 @@ async def test_a_base_link_repointed_after_the_workspace_was_made_is_a_detour(ro
     write = await _run(tools["write"], path="conf/app.toml", content="tampered\n")
     assert (write.is_error, write.text) == (True, via.format("conf/app.toml", "prod/app.toml", "changes", "prod/app.toml"))
     assert (root / "prod" / "app.toml").read_text() == "prod\n"
+    # a workspace made later in the same process (a fork, /clear, another session) keeps
+    # the base where the first one found it: the repointed link is still a detour
+    again = _tools(root, ask_read=engine.ask_read_paths(), ask_edit=engine.ask_edit_paths())
+    write = await _run(again["write"], path="conf/app.toml", content="tampered\n")
+    assert (write.is_error, write.text) == (True, via.format("conf/app.toml", "prod/app.toml", "changes", "prod/app.toml"))
+    os.unlink(root / "conf")
+    os.symlink("vault", root / "conf")
+    read = await _run(again["read"], path="conf/master.key")
+    assert (read.is_error, read.text) == (True, via.format("conf/master.key", "vault/master.key", "is read", "vault/master.key"))
 
 
 @pytest.mark.parametrize(

@@ -265,9 +265,14 @@ class Workspace:
             tuple(p for p in edits if p in DEFAULT_PROTECTED),
             self._patterns(p for p in edits if p not in DEFAULT_PROTECTED),
         )
-        # where each ask pattern's base folder leads as this session starts: the one link an
-        # approved call may go through (one made or repointed later is no exemption)
-        self._bases = {p: os.path.realpath(pattern_base(p)) for p in (*self._ask_read, *self._ask_edit[1])}
+        # where each ask pattern's base folder led when the first workspace of this process
+        # named it: the one link an approved call may go through (one made or repointed
+        # later, also before a fork, a /clear or another session of the same process, is
+        # no exemption)
+        self._bases = {
+            p: _PINNED_BASES.setdefault(p, os.path.realpath(pattern_base(p)))
+            for p in (*self._ask_read, *self._ask_edit[1])
+        }
         # where symlinks the wildcard patterns name lead: searched now, as this session starts
         for pattern in (*self._hidden, *self._protected, *self._ask_read, *self._ask_edit[1]):
             if has_wildcard(pattern):
@@ -337,12 +342,13 @@ class Workspace:
         None when none does; with ``search``, also a read pattern that may name something
         below the folder ``real``. With ``literal`` (the path the call named, which leads
         to ``real`` through a symlink), a pattern that names ``literal`` does not count
-        when the one link on the way is the pattern's own base folder, leading where it led
-        as the workspace was made (``Read(./conf/**)`` with ``conf -> shared``:
-        ``conf/a.txt`` is ``shared/a.txt``, name for name): the engine asked about that
-        very file. Any other link counts, also a base repointed since and one between two files
-        one rule names (``Read(*.pem)`` asks about each: ``test.pem -> secrets/prod.pem``
-        is refused). The sandbox's protected paths count always."""
+        when the one link on the way is the pattern's own base folder, leading where it
+        led when the first workspace of this process named the pattern
+        (``Read(./conf/**)`` with ``conf -> shared``: ``conf/a.txt`` is ``shared/a.txt``,
+        name for name): the engine asked about that very file. Any other link counts: a
+        base repointed since, and one between two files one rule names (``Read(*.pem)``
+        asks about each: ``test.pem -> secrets/prod.pem`` is refused). The sandbox's
+        protected paths count always."""
         folder = search and os.path.isdir(real)
 
         def names(pattern: str, path: str) -> bool:
@@ -503,6 +509,10 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace(root={str(self.root)!r})"
+
+
+_PINNED_BASES: dict[str, str] = {}
+"""Where each ask pattern's base folder led when a workspace first named the pattern."""
 
 
 def _through_root_alias(path: str, roots: list[str]) -> str | None:
