@@ -322,12 +322,12 @@ class Workspace:
         return self._protected
 
     def _indirect(self, written: str, real: str, shown: str) -> tuple[str, str | None] | None:
-        """How ``written`` reaches ``real`` when it is not ``real``'s own path, with the
-        path it names literally: through a symlink (``written`` as an absolute path), or by
-        the workspace's own folder name (``myproj/.git/config``, which names another file
-        while a ``myproj`` folder exists: None, no literal path counts); None when it is
-        ``real``'s own path. A symlink above the root is no detour: the literal path is
-        given with the root's own path."""
+        """How ``written`` reaches ``real`` when it is not ``real``'s own path, and the
+        path it names literally: through a symlink (with ``written`` made absolute, a
+        symlinked alias of the root replaced by the root: a link above the root is no
+        detour), or by the workspace's own folder name (``myproj/.git/config``, which
+        names another file while a ``myproj`` folder exists; with None: no literal path
+        counts). None when ``written`` is ``real``'s own path."""
         root = self._roots[0]
         literal = os.path.normpath(os.path.join(root, os.path.expanduser(written)))
         literal = _through_root_alias(literal, self._roots) or literal
