@@ -237,7 +237,7 @@ class Workspace:
     through a symlink (a command can make the link after the check).
     """
 
-    __slots__ = ("_ask_edit", "_ask_read", "_bases", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
+    __slots__ = ("_ask_edit", "_ask_read", "_hidden", "_protected", "_records", "_roots", "_scratch", "root")
 
     def __init__(
         self,
@@ -269,10 +269,9 @@ class Workspace:
         # named it: the one link an approved call may go through (one made or repointed
         # later, also before a fork, a /clear or another session of the same process, is
         # no exemption)
-        self._bases = {
-            p: _PINNED_BASES.setdefault(p, os.path.realpath(pattern_base(p)))
-            for p in (*self._ask_read, *self._ask_edit[1])
-        }
+        for p in (*self._ask_read, *self._ask_edit[1]):
+            if p not in _PINNED_BASES:
+                _PINNED_BASES[p] = os.path.realpath(pattern_base(p))
         # where symlinks the wildcard patterns name lead: searched now, as this session starts
         for pattern in (*self._hidden, *self._protected, *self._ask_read, *self._ask_edit[1]):
             if has_wildcard(pattern):
@@ -349,6 +348,8 @@ class Workspace:
         base repointed since, and one between two files one rule names (``Read(*.pem)``
         asks about each: ``test.pem -> secrets/prod.pem`` is refused). The sandbox's
         protected paths count always."""
+        if not write and not self._ask_read:
+            return None
         folder = search and os.path.isdir(real)
 
         def names(pattern: str, path: str) -> bool:
@@ -358,7 +359,7 @@ class Workspace:
             # literal, below the pattern's base folder, is real below where the base leads
             base = pattern_base(pattern)
             target = os.path.realpath(base)
-            if literal is None or target == base or target != self._bases[pattern] or not within(literal, base):
+            if literal is None or target == base or target != _PINNED_BASES[pattern] or not within(literal, base):
                 return False
             return target + literal[len(base) :] == real
 
