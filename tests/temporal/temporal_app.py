@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ketch import Agent
 from ketch.llm import Request
 from ketch.llm import StreamOptions
 from ketch.llm import TextContent
@@ -135,16 +136,16 @@ def model() -> FunctionModel:
     return FunctionModel(_replies, provider="scripted", api="scripted", id="transcript-driven")
 
 
+_DURABLE = frozenset({"pure", "settings", "max_history_events", "inline_limit", "approval_timeout"})
+
+
 def agent(**overrides: Any) -> DurableAgent:
-    """The test agent."""
-    options: dict[str, Any] = {
-        "system_prompt": "You are a test agent.",
-        "tools": [effect, gate, danger, double],
-        "pure": ["double"],
-        "settings": SETTINGS,
-    }
-    options.update(overrides)
-    return DurableAgent("tester", model(), **options)
+    """The test agent: ``overrides`` are DurableAgent keywords or the Agent's."""
+    durable: dict[str, Any] = {"pure": ["double"], "settings": SETTINGS}
+    options: dict[str, Any] = {"system_prompt": "You are a test agent.", "tools": [effect, gate, danger, double]}
+    for key, value in overrides.items():
+        (durable if key in _DURABLE else options)[key] = value
+    return DurableAgent(Agent(model(), **options), name="tester", **durable)
 
 
 def app() -> dict[str, Any]:
