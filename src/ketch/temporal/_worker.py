@@ -56,6 +56,7 @@ from ._spec import DurableAgent
 from ._spec import jsonable
 from ._spec import model_activity
 from ._spec import tool_activity
+from ._workflow import PASSTHROUGH
 from ._workflow import AgentWorkflow
 
 if TYPE_CHECKING:
@@ -66,17 +67,7 @@ log = logging.getLogger("ketch.temporal")
 NON_RETRYABLE_KINDS = frozenset({"auth", "invalid_request", "content_filter", "context_overflow"})
 """Model error kinds Temporal does not retry: the run sees the error message at once."""
 
-PASSTHROUGH = (
-    "msgspec",
-    "ketch.llm",
-    "ketch.loop",
-    "ketch._agent",
-    "ketch._schema",
-    "ketch.temporal._spec",
-    "ketch.temporal._pure",
-)
-"""Modules the workflow sandbox shares with the worker instead of re-importing them
-(deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
 
 Next = Callable[[dict[str, Any]], Awaitable[ToolResult]]
 ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
@@ -84,7 +75,10 @@ ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
-    """The workflow runner durable agents use (also for :class:`temporalio.worker.Replayer`)."""
+    """The workflow runner durable agents use: Temporal's sandbox, sharing
+    :data:`PASSTHROUGH` with the worker. Importing :mod:`ketch.temporal`'s workflow adds
+    those modules to Temporal's defaults too, so ``Replayer(workflows=[AgentWorkflow])``
+    works without it."""
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
 
 

@@ -72,6 +72,36 @@ with workflow.unsafe.imports_passed_through():
     from ._spec import output_builtins
     from ._spec import tool_activity
 
+PASSTHROUGH = (
+    "msgspec",
+    "ketch.llm",
+    "ketch.loop",
+    "ketch._agent",
+    "ketch._schema",
+    "ketch.temporal._spec",
+    "ketch.temporal._pure",
+)
+"""Modules the workflow sandbox shares with the worker instead of re-importing them
+(deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
+
+def _pass_through_by_default() -> None:
+    """Add :data:`PASSTHROUGH` to Temporal's default sandbox restrictions
+    (``SandboxRestrictions.passthrough_modules_default``, the set behind
+    ``SandboxRestrictions.default``), so a runner or :class:`temporalio.worker.Replayer`
+    built with the defaults runs this workflow: re-imported in the sandbox, ketch's
+    message Structs cannot be defined again."""
+    from temporalio.worker.workflow_sandbox import SandboxRestrictions
+
+    modules = getattr(SandboxRestrictions, "passthrough_modules_default", None)
+    if isinstance(modules, set):
+        modules.update(PASSTHROUGH)
+
+
+if not workflow.unsafe.in_sandbox():
+    _pass_through_by_default()
+
+
 def _retry(spec: AgentSpec, *, non_retryable: list[str] | None = None) -> RetryPolicy:
     s = spec.activities
     return RetryPolicy(
