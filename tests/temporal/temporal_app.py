@@ -11,6 +11,9 @@ the tools keep their side effects and the kill switches:
   effect) / the second model call (after some text) hangs once, for the test to kill
   the worker there; the file is removed when it hangs.
 - ``gate``: the ``gate`` tool waits until this file exists.
+- ``die-after-write``: when present, the first ``write`` of the ``writer`` agent kills its
+  worker process after the file changed, before the call's result is recorded (the
+  file is removed as it dies): a fault hook, for the exactly-once tests.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ketch.testing import FunctionModel
 from ketch.testing import Reply
 from ketch.testing import reply
 from ketch.testing import tool_call
+from ketch.tools import coding_tools
 from ketch.tools import tool
 
 SETTINGS = ActivitySettings(heartbeat_timeout=2.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)
@@ -148,6 +152,33 @@ def agent(**overrides: Any) -> DurableAgent:
     return DurableAgent(Agent(model(), **options), name="tester", **durable)
 
 
+def _writes(request: Request, options: StreamOptions) -> Reply:
+    results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+    if not results:
+        return reply("writing", tool_call("write", {"path": "out.txt", "content": "written once\n"}, id="call_w"))
+    return reply("told: " + results[-1].content[0].text)  # type: ignore[union-attr]
+
+
+def writer() -> DurableAgent:
+    """An agent with the built-in coding tools in ``<KETCH_TEMPORAL_DIR>/work``."""
+    model = FunctionModel(_writes, provider="scripted", api="scripted", id="writer")
+    return DurableAgent(Agent(model, tools=coding_tools(_dir() / "work")), name="writer", settings=SETTINGS)
+
+
+def _install_fault_hook() -> None:
+    from ketch.tools import _idempotency
+
+    recorded = _idempotency.remember
+
+    def remember(ctx: Any, result: Any) -> Any:
+        if _take("die-after-write"):
+            os._exit(137)  # the worker dies between the write and its record
+        return recorded(ctx, result)
+
+    _idempotency.remember = remember  # type: ignore[assignment]
+
+
 def app() -> dict[str, Any]:
     """What ``ketch worker --app temporal_app:app`` runs."""
-    return {"agents": [agent()], "sticky_timeout": 1.0}
+    _install_fault_hook()
+    return {"agents": [agent(), writer()], "sticky_timeout": 1.0}

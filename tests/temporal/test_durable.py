@@ -129,6 +129,25 @@ async def test_worker_killed_mid_tool_call_the_run_completes_on_another_and_the_
     assert _normal(result.transcript) == await _uninterrupted(client, queue, in_process_worker, "rounds 3")
 
 
+async def test_a_worker_killed_between_a_write_and_its_record_leaves_the_model_a_correct_answer(
+    client: Client, queue: str, work_dir: Path, spawn_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KETCH_IDEMPOTENCY_DIR", str(work_dir / "journal"))  # the journal the workers share
+    (work_dir / "work").mkdir()
+    (work_dir / "die-after-write").touch()  # the fault hook: the first write's worker dies before its record
+    workers = [await spawn_worker(), await spawn_worker()]
+    run = await start_run(client, test_app.writer(), "write", task_queue=queue, task_timeout=timedelta(seconds=2))
+    result = await run.result()
+
+    assert sorted(w.process.poll() for w in workers if w.process.poll() is not None) == [137]  # one died
+    assert not (work_dir / "die-after-write").exists()
+    assert (work_dir / "work" / "out.txt").read_text() == "written once\n"
+    assert [_text(m) for m in result.transcript] == [
+        "write", "writing", "Created out.txt (13 bytes, 1 line).", "told: Created out.txt (13 bytes, 1 line).",
+    ]
+    assert result.summary.end_reason == "stop"
+
+
 async def test_worker_killed_mid_model_stream_the_retry_discards_the_partial_output(
     client: Client, hub: EventHub, queue: str, work_dir: Path, spawn_worker: Any, in_process_worker: Any
 ) -> None:

@@ -124,7 +124,7 @@ class StoreJournal:
             return None
         for entry in reversed(await self.store.load(info.id)):
             if entry.type == _STORE_ENTRY:
-                return msgspec.json.encode(entry.data["record"])
+                return msgspec.json.encode(entry.payload["record"])
         return None
 
     async def put(self, key: str, data: bytes) -> None:
