@@ -30,7 +30,12 @@ from ketch.llm import StreamOptions
 from ketch.llm import TextContent
 from ketch.llm import ToolResultMessage
 from ketch.llm import UserMessage
+from ketch.loop import GuardrailResult
+from ketch.loop import InputCheck
 from ketch.loop import ToolContext
+from ketch.loop import UsageLimits
+from ketch.loop import input_guardrail
+from ketch.loop import stop_after_tool
 from ketch.temporal import ActivitySettings
 from ketch.temporal import DurableAgent
 from ketch.testing import FunctionModel
@@ -154,6 +159,12 @@ def agent(**overrides: Any) -> DurableAgent:
 
 def _writes(request: Request, options: StreamOptions) -> Reply:
     results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+    if _texts(request)[0] == "shell":  # a read-only command, then a write: bash decides per call
+        if not results:
+            return reply("looking", tool_call("bash", {"command": "echo hi"}, id="call_b"))
+        if len(results) == 1:
+            return reply("noting", tool_call("write", {"path": "seen.txt", "content": "hi\n"}, id="call_w"))
+        return reply("done")
     if not results:
         return reply("writing", tool_call("write", {"path": "out.txt", "content": "written once\n"}, id="call_w"))
     return reply("told: " + results[-1].content[0].text)  # type: ignore[union-attr]
@@ -162,7 +173,20 @@ def _writes(request: Request, options: StreamOptions) -> Reply:
 def writer() -> DurableAgent:
     """An agent with the built-in coding tools in ``<KETCH_TEMPORAL_DIR>/work``."""
     model = FunctionModel(_writes, provider="scripted", api="scripted", id="writer")
-    return DurableAgent(Agent(model, tools=coding_tools(_dir() / "work")), name="writer", settings=SETTINGS)
+    agent = Agent(
+        model,
+        tools=coding_tools(_dir() / "work"),
+        guardrails=[_no_shouting],
+        stop_when=[stop_after_tool("ls")],
+        usage_limits=UsageLimits(requests=10),
+    )
+    return DurableAgent(agent, name="writer", settings=SETTINGS)
+
+
+@input_guardrail
+def _no_shouting(check: InputCheck) -> GuardrailResult | None:
+    """A worker-side hook that runs inside the workflow."""
+    return GuardrailResult.trip("no shouting") if "!!!" in repr([m.content for m in check.prompts]) else None
 
 
 def _install_fault_hook() -> None:
