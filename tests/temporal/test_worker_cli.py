@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from temporalio.client import Client
@@ -55,8 +56,11 @@ def test_the_task_queue_is_required() -> None:
     assert "--task-queue" in out.stderr
 
 
-def _serve(address: str, queue: str, model: str, cwd: Path, journal: Path) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=SRC, KETCH_IDEMPOTENCY_DIR=str(journal))
+def _serve(address: str, queue: str, model: str, cwd: Path, journal: Path | None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KETCH_IDEMPOTENCY_DIR"}
+    env["PYTHONPATH"] = SRC
+    if journal is not None:
+        env["KETCH_IDEMPOTENCY_DIR"] = str(journal)
     return subprocess.Popen(
         [sys.executable, "-m", "ketch", "worker", "--task-queue", queue, "--address", address, "-m", model],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -120,3 +124,20 @@ def test_an_unknown_model_is_a_one_line_error() -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("ketch worker: Unknown provider 'nosuchprovider' in 'nosuchprovider:x'. Known providers: ")
     assert out.stderr.count("\n") == 1
+
+
+async def test_a_worker_whose_journal_is_machine_local_says_so(
+    temporal_server: DevServer, queue: str, tmp_path: Path
+) -> None:
+    worker = _serve(temporal_server.address, queue, "local", tmp_path, None)
+    try:
+        await _ready(worker)
+    finally:
+        code, err = _stop(worker)
+    assert code == 0
+    assert err == (
+        "durable agent ketch: the write and edit tools keep their exactly-once records in "
+        f"{tempfile.gettempdir()}/ketch-idempotency, on this machine only: a call retried on another machine "
+        "would run again; set KETCH_IDEMPOTENCY_DIR to a folder every worker shares, or give "
+        "build_worker(journal=StoreJournal(store)) a session store they share\n"
+    )

@@ -21,10 +21,17 @@ if TYPE_CHECKING:
     from ._spec import DurableAgent
 
 _agents: dict[str, DurableAgent] = {}
+_served: set[str] = set()  # names a worker of this process registered
 
 
-def register_agent(agent: DurableAgent) -> None:
-    """Make ``agent`` known to the workflows of this process (by its name)."""
+def register_agent(agent: DurableAgent, *, worker: bool = False) -> None:
+    """Make ``agent`` known to the workflows of this process (by its name). A worker's
+    definition (``worker=True``) is not replaced by one a client of the same process
+    makes later."""
+    if worker:
+        _served.add(agent.name)
+    elif agent.name in _served:
+        return
     _agents[agent.name] = agent
 
 

@@ -366,7 +366,7 @@ def build_worker(
         activities.append(_model_activity(agent, wrap_model(model) if wrap_model is not None else model, shared))
         for tool in agent.tools:
             activities.append(_tool_activity(agent, tool, shared, (*middlewares, *agent.agent.config.middlewares)))
-        _pure.register_agent(agent)  # this worker's definition is the one its workflows run
+        _pure.register_agent(agent, worker=True)  # this worker's definition is the one its workflows run
     _warn_local_journal(agents)
     if sandboxed:
         worker_options.setdefault("workflow_runner", sandbox_runner())
