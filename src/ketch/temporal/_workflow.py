@@ -216,7 +216,7 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef, local: Tool |
         payload = {
             "args": args,
             "call_id": ctx.call_id,
-            "idempotency_key": wf.next_key(ctx.call_id),
+            "idempotency_key": wf._next_key(ctx.call_id),
             **wf.activity_context(),
         }
         timeout = d.timeout if d.timeout is not None else s.tool_timeout
@@ -361,7 +361,7 @@ class AgentWorkflow:
         outbox, self._outbox = self._outbox, []
         return {"run_id": workflow.info().workflow_id, "events_url": self._events_url, "outbox": outbox}
 
-    def next_key(self, call_id: str) -> str:
+    def _next_key(self, call_id: str) -> str:
         """The idempotency key of the run's next tool call: unique per call within the run
         (the model's call ids need not be), the same for every attempt of that call."""
         self._calls += 1
