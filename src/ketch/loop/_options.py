@@ -123,11 +123,19 @@ option. ``tests/loop/test_options.py`` fails when an agent option has no row."""
 _PER_CONVERSATION = {"tool_choice": None, "response_format": None, "session_id": None, "cache_key": None}
 
 
-def derived_options(parent: LoopConfig[Any], overrides: Mapping[str, Any] = {}) -> dict[str, Any]:
+def derived_options(
+    parent: LoopConfig[Any],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    where: str = "derived_options()",
+    own: Iterable[str] = (),
+) -> dict[str, Any]:
     """The options of a child of an agent whose config is ``parent``, as
     :data:`INHERITANCE` says, with ``overrides`` (the child's own definition) on top.
-    Raises ``TypeError`` for an override that is not an agent option."""
-    check_options(overrides, "derived_options()")
+    Raises a one-line ``TypeError`` for an override that is not an agent option, naming
+    ``where`` it was given and the allowed names (``own``: the caller's other keywords)."""
+    overrides = overrides or {}
+    check_options(overrides, where, own)
     out: dict[str, Any] = {}
     for name, (rule, _) in INHERITANCE.items():
         if rule != "inherit":

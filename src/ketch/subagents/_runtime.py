@@ -29,7 +29,7 @@ from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolExecutionUpdate
 from ..loop import ToolResult
-from ..loop._options import derived_options
+from ..loop import derived_options
 from ..permissions import PermissionEngine
 from ..permissions import parse_mode
 from ..sessions import Session

@@ -58,8 +58,7 @@ from ketch import Usage
 from ketch import UserMessage
 
 from ..llm import exception_text
-from ..loop._options import check_options
-from ..loop._options import derived_options
+from ..loop import derived_options
 from ._events import Mail
 from ._events import MailPosted
 from ._events import MailRead
@@ -306,7 +305,12 @@ class Team:
         tools and prompt note when the parent is a teammate); the transcript starts empty
         and the agent has no session. Raises as :meth:`add` does, and ``TypeError`` for
         an unknown option."""
-        check_options(options, "Team.spawn()", ("name", "parent", "description", "model", "system_prompt", "tools"))
+        derived = derived_options(
+            parent.config,
+            options,
+            where="Team.spawn()",
+            own=("name", "parent", "description", "model", "system_prompt", "tools"),
+        )
         member = next((m for m in self._members.values() if m.agent is parent), None)
         own_tools = {id(t) for t in member._tools} if member is not None else set()
         prompt = parent.system_prompt
@@ -316,7 +320,7 @@ class Team:
             parent.model if model is None else model,
             system_prompt=prompt if system_prompt is None else system_prompt,
             tools=[t for t in parent.tools if id(t) not in own_tools] if tools is None else tools,
-            **derived_options(parent.config, options),
+            **derived,
         )
         return self.add(name, agent, description=description)
 

@@ -89,9 +89,9 @@ class RunHandle:
         data = await self.workflow.result()
         output = data.get("output")
         if output is not None and self.output_type is not None:
-            from ..llm._structured import validate_structured
+            from ..llm import parse_structured
 
-            output = validate_structured(output, self.output_type)
+            output = parse_structured(msgspec.json.encode(output).decode(), self.output_type)
         return DurableResult(
             messages=[message_from_dict(m) for m in data["messages"]],
             summary=msgspec.convert(data["summary"], RunSummary),

@@ -7,6 +7,7 @@ back with ``msgspec.convert``, so histories are plain JSON.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 from typing import Literal
@@ -16,16 +17,25 @@ from typing import get_args
 
 import msgspec
 
-from .._agent import Agent
+from .. import Agent
 from ..llm import Message
 from ..llm import Model
 from ..llm import StreamOptions
 from ..llm import ThinkingLevel
+from ..loop import LoopConfig
 from ..loop import RunSummary
 from ..loop import Tool
 from ..loop import ToolExecution
 from ..loop import UsageLimits
-from ..loop._options import loop_default
+
+_LOOP_FIELDS = {f.name: f for f in dataclasses.fields(LoopConfig)}
+
+
+def loop_default(name: str) -> Any:
+    """LoopConfig's default of the field ``name`` (defaults are declared there only)."""
+    f = _LOOP_FIELDS[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
 
 WORKFLOW_NAME = "ketch.agent"
 """The workflow type every durable agent runs as (the agent is in the input)."""

@@ -60,7 +60,7 @@ from ._workflow import PASSTHROUGH
 from ._workflow import AgentWorkflow
 
 if TYPE_CHECKING:
-    from ..tools._idempotency import Journal
+    from ..tools import Journal
 
 log = logging.getLogger("ketch.temporal")
 
@@ -279,7 +279,7 @@ def _common_activities(shared: _Shared) -> list[Callable[..., Awaitable[Any]]]:
 def _warn_local_journal(agents: Sequence[DurableAgent]) -> None:
     """Warn when agents with the built-in file tools record their calls in a journal only
     this machine sees (a retry on another worker machine would not find the record)."""
-    from ..tools._idempotency import journal_warning
+    from ..tools import journal_warning
 
     names = [a.name for a in agents if any(getattr(t, "journaled", False) for t in a.tools)]
     if names:
@@ -347,7 +347,7 @@ def build_worker(
     if len(set(names)) != len(names):
         raise ValueError(f"agent names must be unique, got {names}")
     if journal is not None:
-        from ..tools._idempotency import use_journal
+        from ..tools import use_journal
 
         use_journal(journal)
     opened: list[Any] = [store]

@@ -29,6 +29,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Awaitable
 from collections.abc import Callable
 from pathlib import Path
@@ -129,12 +130,14 @@ class StoreJournal:
 
     async def put(self, key: str, data: bytes) -> None:
         """Keep ``data`` under ``key``."""
-        from ..sessions import new_entry
-
         writer = await self.store.create(cwd=_STORE_CWD + _digest(key))
         try:
-            record = msgspec.json.decode(data)
-            await writer.append(new_entry(_STORE_ENTRY, {"record": record}, parent_id=writer.entries[-1].id))
+            head = writer.entries[-1]  # the session entry: its class is the store's Entry
+            entry = type(head)(
+                id=os.urandom(16).hex(), parent_id=head.id, timestamp=time.time(), type=_STORE_ENTRY,
+                payload={"record": msgspec.json.decode(data)},
+            )
+            await writer.append(entry)
         finally:
             await writer.close()
 
