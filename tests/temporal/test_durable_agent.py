@@ -250,3 +250,32 @@ async def test_a_per_call_tool_decision_runs_in_the_workflow(client: Client, que
     assert result.summary.end_reason == "stop"
     assert result.messages[-1].text == "saw one | a.txt"  # type: ignore[union-attr]
     assert isinstance(result.messages[-1], AssistantMessage)
+
+
+async def test_the_budget_and_usage_limits_count_over_the_whole_run_across_continue_as_new(
+    client: Client, queue: str
+) -> None:
+    from ketch.llm import Cost
+    from ketch.llm import Usage
+
+    def answer(request: Request, options: StreamOptions) -> Reply:
+        n = sum(isinstance(m, ToolResultMessage) for m in request.messages)
+        dime = Usage(input=1, output=1, total_tokens=2, cost=Cost(input=0.1, total=0.1))
+        return reply("again", tool_call("noop", {}, id=f"c{n}"), usage=dime)  # never stops by itself
+
+    def run_agent(**options: Any) -> DurableAgent:
+        model = FunctionModel(answer, provider="scripted", api="scripted", id="f")
+        return DurableAgent(Agent(model, tools=[_noop()], max_turns=12, **options), name="spender",
+                            settings=FAST, max_history_events=20)
+
+    for options, expected in (
+        ({"max_budget_usd": 0.45}, ("max_budget", 5)),
+        ({"usage_limits": UsageLimits(requests=4)}, ("usage_limit", 4)),
+        ({}, ("max_turns", 12)),
+    ):
+        durable = run_agent(**options)
+        async with build_worker(client, task_queue=queue, agents=[durable], sticky_timeout=1.0):
+            run = await start_run(client, durable, "spend", task_queue=queue)
+            result = await run.result()
+        assert (result.summary.end_reason, result.summary.turns) == expected, options
+        assert result.generations > 1

@@ -78,7 +78,7 @@ PER_CALL: tuple[PerCall, ...] = get_args(PerCall)
 inside the workflow with the worker's own copy of the tool."""
 
 
-class ToolDef(msgspec.Struct, kw_only=True, frozen=True):
+class ToolDef(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """A tool as the workflow knows it: what the model is shown and how it is scheduled.
 
     ``per_call`` names the attributes the tool decides per call with a function (the bash
@@ -216,7 +216,7 @@ IN_WORKFLOW: frozenset[str] = frozenset(k for k, c in DURABLE.items() if c.where
 _SECRET_OPTIONS = ("api_key", "headers", "signal")
 
 
-class AgentSpec(msgspec.Struct, kw_only=True, frozen=True):
+class AgentSpec(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """The serialisable definition of a durable agent (part of every run's input).
 
     The carried agent options (:data:`CARRIED`) are fields of the same names, with
@@ -407,7 +407,7 @@ class DurableAgent:
         self.deps = cfg.deps
         self.output_type = cfg.output_type
         self.pure = tuple(pure)
-        options = {k: v for k, v in jsonable(cfg.options).items() if k not in _SECRET_OPTIONS}
+        options = {k: v for k, v in jsonable(cfg.options).items() if k not in _SECRET_OPTIONS and v is not None}
         self.spec = AgentSpec(
             name=name,
             model=self.model_name,

@@ -125,6 +125,9 @@ def _failure_text(err: ActivityError) -> tuple[str, str]:
     return str(err), "unknown"
 
 
+_WORKER_ONLY = frozenset({"signal", "api_key", "headers"})
+
+
 class _ActivityModel:
     """A Model whose ``stream`` is one activity call returning the complete message."""
 
@@ -155,12 +158,12 @@ class _ActivityModel:
         if signal is not None and signal.aborted:
             yield MessageBuilder(provider=self.provider, api=self.api, model=self.id).aborted()
             return
-        plain = msgspec.structs.replace(options, signal=None, api_key=None, headers=None)
+        plain = {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None and k not in _WORKER_ONLY}
         payload = {
             "system_prompt": request.system_prompt,
             "messages": [message_to_dict(m) for m in request.messages],
             "tools": [msgspec.to_builtins(t) for t in request.tools],
-            "options": msgspec.to_builtins(plain),
+            "options": msgspec.to_builtins(plain),  # without what stays on the worker
             # what a worker from before "options" reads
             "thinking": options.thinking,
             "max_tokens": options.max_tokens,
@@ -406,8 +409,11 @@ class AgentWorkflow:
                 return False
             wfi = workflow.info()
             if wfi.is_continue_as_new_suggested() or wfi.get_current_history_length() >= spec.max_history_events:
-                if _left(spec.usage_limits, _merge(self._carried, self._used, 0, 0, 0.0)) is False:
-                    return False  # a usage limit is reached: this workflow run ends the run
+                limited = spec.max_turns is not None or spec.max_budget_usd is not None or spec.usage_limits is not None
+                if limited and workflow.patched("ketch-limits-per-run") and _exhausted(
+                    spec, _merge(self._carried, self._used, 0, 0, 0.0)
+                ):
+                    return False  # a limit is reached: this workflow run ends the run (the loop stops it)
                 self._continue = True
                 return True
             return False
@@ -614,10 +620,22 @@ def _config(wf: AgentWorkflow, spec: AgentSpec, agent: DurableAgent | None, need
     )
 
 
+def _exhausted(spec: AgentSpec, used: RunSummary) -> bool:
+    """Whether the run has used up its turns, budget or a usage limit (the loop, which
+    checks them before each model call but the first, stops it)."""
+    if spec.max_turns is not None and used.turns >= spec.max_turns:
+        return True
+    if spec.max_budget_usd is not None and used.usage.cost.total >= spec.max_budget_usd:
+        return True
+    return _left(spec.usage_limits, used) is False
+
+
 def _count_from(config: LoopConfig[Any], spec: AgentSpec, used: RunSummary) -> None:
     """Set the run's limits for a loop that starts after the run used ``used`` (a workflow
     run continued as new, messages that came after the run's end)."""
     config.max_turns = None if spec.max_turns is None else spec.max_turns - used.turns
+    if (spec.max_budget_usd is None and spec.usage_limits is None) or not workflow.patched("ketch-limits-per-run"):
+        return  # (a run started before the budget counted across workflow runs: as it started)
     config.max_budget_usd = None if spec.max_budget_usd is None else spec.max_budget_usd - used.usage.cost.total
     left = _left(spec.usage_limits, used)
     config.usage_limits = spec.usage_limits if isinstance(left, bool) else left
