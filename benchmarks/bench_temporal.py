@@ -71,13 +71,14 @@ async def add(a: int, b: int) -> int:
 
 def agent() -> Any:
     """The benchmark's durable agent (its model points at ``$BENCH_LLM_URL``)."""
+    from ketch import Agent
     from ketch import get_model
     from ketch import tool
     from ketch.temporal import DurableAgent
 
     url = os.environ.get("BENCH_LLM_URL", "http://127.0.0.1:9/v1")
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
-    return DurableAgent("bench", model, tools=[tool(name="add")(add)])
+    return DurableAgent(Agent(model, tools=[tool(name="add")(add)]), name="bench")
 
 
 def app() -> dict[str, Any]:

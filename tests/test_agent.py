@@ -299,8 +299,38 @@ async def test_prompt_sync_inside_loop_raises() -> None:
 
 
 def test_unknown_option_is_clear_error() -> None:
-    with pytest.raises(TypeError, match="^Agent.__init__\\(\\) got an unexpected keyword argument 'max_turn'$"):
+    from ketch.loop._options import OPTION_NAMES
+
+    with pytest.raises(TypeError) as err:
         Agent(ScriptedModel(), max_turn=3)  # type: ignore[call-arg]
+    allowed = ", ".join(["model", "system_prompt", "tools", "messages", "steering_mode", "follow_up_mode", "session", *OPTION_NAMES])
+    assert str(err.value) == (
+        f"Agent() got an unexpected keyword argument 'max_turn' (did you mean 'max_turns'?); allowed: {allowed}"
+    )
+
+
+def test_an_own_parameter_misspelt_is_suggested_too() -> None:
+    with pytest.raises(TypeError, match=r"^Agent\(\) got an unexpected keyword argument 'system_promt' \(did you mean 'system_prompt'\?\); allowed: model, "):
+        Agent(ScriptedModel(), system_promt="x")  # type: ignore[call-arg]
+
+
+def test_a_name_like_no_option_has_no_suggestion() -> None:
+    with pytest.raises(TypeError, match=r"^Agent\(\) got an unexpected keyword argument 'zzz'; allowed: model, "):
+        Agent(ScriptedModel(), zzz=1)  # type: ignore[call-arg]
+
+
+def test_options_take_loop_config_defaults_and_given_values() -> None:
+    import dataclasses
+
+    from ketch import LoopConfig
+
+    agent = Agent(ScriptedModel(), max_turns=3, max_tool_concurrency=2, options=None)
+    defaults = LoopConfig(model=ScriptedModel())
+    for f in dataclasses.fields(LoopConfig):
+        if f.name in ("model", "max_turns", "max_tool_concurrency"):
+            continue
+        assert getattr(agent.config, f.name) == getattr(defaults, f.name), f.name
+    assert (agent.config.max_turns, agent.config.max_tool_concurrency) == (3, 2)
 
 
 async def test_abort_when_idle_is_noop() -> None:
@@ -346,21 +376,61 @@ async def test_tools_see_the_agents_deps_through_their_context() -> None:
     assert seen == [(None, "c2", "i", 2)]  # no deps given: None, not the agent
 
 
-def test_agent_keywords_default_to_the_loop_config_defaults() -> None:
+def _drift(config: type, options: type) -> list[str]:
+    """What differs between a LoopConfig-like dataclass and an AgentOptions-like TypedDict."""
     import dataclasses
-    import inspect
 
+    from ketch.loop import AGENT_MANAGED
+
+    fields = {f.name: f.type for f in dataclasses.fields(config)}
+    keys = {k: v.__forward_arg__ for k, v in options.__annotations__.items()}
+    problems = [f"{k}: no option" for k in fields if k not in keys and k not in AGENT_MANAGED]
+    problems += [f"{k}: not a field" for k in keys if k not in fields]
+    problems += [f"{k}: managed and an option" for k in keys if k in AGENT_MANAGED]
+    problems += [f"{k}: {keys[k]} != {fields[k]}" for k in keys if k in fields and keys[k] != fields[k]]
+    return problems
+
+
+def test_agent_options_and_loop_config_cannot_drift() -> None:
+    """One definition of an agent's options: every LoopConfig field is an AgentOptions
+    key with the same annotation, or one the agent drives itself (AGENT_MANAGED)."""
+    from ketch import AgentOptions
     from ketch import LoopConfig
 
+    assert _drift(LoopConfig, AgentOptions) == []
+    assert not AgentOptions.__required_keys__
+
+
+def test_a_new_loop_config_field_without_an_agent_option_fails_the_drift_check() -> None:
+    import dataclasses
+    from typing import TypedDict
+
+    from ketch import AgentOptions
+    from ketch import LoopConfig
+
+    @dataclasses.dataclass(kw_only=True)
+    class Grown(LoopConfig):  # type: ignore[type-arg]
+        new_knob: int = 1
+
+    class Retyped(AgentOptions, total=False):  # type: ignore[type-arg]
+        max_turns: int  # type: ignore[misc]
+
+    assert _drift(Grown, AgentOptions) == ["new_knob: no option"]
+    assert _drift(LoopConfig, Retyped) == ["max_turns: int != int | None"]
+    assert _drift(LoopConfig, TypedDict("Extra", {"max_turns": "int | None", "colour": "str"})) == [  # type: ignore[operator]
+        f"{k}: no option" for k in [f.name for f in dataclasses.fields(LoopConfig)]
+        if k not in ("max_turns", "model", "get_steering_messages", "get_follow_up_messages", "phase", "skip_initial_steering_poll")
+    ] + ["colour: not a field"]
+
+
+def test_the_agent_takes_its_own_parameters_and_the_options() -> None:
+    import inspect
+
+    from ketch._agent import AGENT_PARAMETERS
+
     params = inspect.signature(Agent.__init__).parameters
-    agent_only = {"self", "model", "system_prompt", "tools", "messages", "options", "steering_mode", "follow_up_mode", "deps", "session"}
-    loop_only = {"model", "options", "get_steering_messages", "get_follow_up_messages", "skip_initial_steering_poll", "deps", "phase"}
-    fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
-    assert set(params) - agent_only == set(fields) - loop_only
-    for name in set(params) - agent_only:
-        field = fields[name]
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        assert params[name].default == default, name
+    assert [p for p in params if p != "self"] == [*AGENT_PARAMETERS, "options"]
+    assert params["options"].kind is inspect.Parameter.VAR_KEYWORD
 
 
 async def test_structured_result_parse() -> None:
@@ -654,3 +724,27 @@ async def test_clear_queues_during_a_run_drops_what_the_run_took_from_both_queue
     abort_once(agent, ends("s1"), then=agent.clear_queues)
     await agent.prompt("hi")
     assert (agent.steering.peek(), agent.follow_ups.peek()) == ([], [])
+
+
+def test_mypy_checks_the_agent_options_by_name_and_type(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(
+        "from ketch import Agent\n"
+        "from ketch.testing import ScriptedModel\n"
+        "ok: Agent[None] = Agent(ScriptedModel(), max_turns=3, thinking='low', system_prompt='hi')\n"
+        "typo: Agent[None] = Agent(ScriptedModel(), max_turn=3)\n"
+        "wrong: Agent[None] = Agent(ScriptedModel(), max_turns='3')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
+         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    errors = [line.split(": ", 1)[1] for line in out.stdout.splitlines() if ": error: " in line]
+    assert errors == [
+        'error: Unexpected keyword argument "max_turn" for "Agent"; did you mean "max_turns"?  [call-arg]',
+        'error: Argument "max_turns" to "Agent" has incompatible type "str"; expected "int | None"  [arg-type]',
+    ]

@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
     "server": {"ketch", "llm", "sandbox", "sessions"},
-    "temporal": {"lazy", "llm", "loop", "sessions"},
+    "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
 }
 
 

@@ -42,6 +42,7 @@ from .llm import message_to_dict
 from .llm import messages_from_json
 from .llm import messages_to_json
 from .loop import AgentEvent
+from .loop import AgentOptions
 from .loop import Conversation
 from .loop import Guardrail
 from .loop import GuardrailResult
@@ -74,6 +75,7 @@ __all__ = [
     "AbortSignal",
     "Agent",
     "AgentEvent",
+    "AgentOptions",
     "AgentSession",
     "AgentState",
     "AssistantMessage",

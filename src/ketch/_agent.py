@@ -25,6 +25,7 @@ from typing import Generic
 from typing import Literal
 from typing import Protocol
 from typing import TypeAlias
+from typing import Unpack
 
 from .llm._messages import AssistantMessage
 from .llm._messages import Cost
@@ -34,32 +35,19 @@ from .llm._messages import TextContent
 from .llm._messages import Usage
 from .llm._messages import UserMessage
 from .llm._model import Model
-from .llm._model import StreamOptions
 from .llm._model import ThinkingLevel
 from .llm._model import ToolSpec
 from .llm._signal import AbortSignal
 from .llm._tokens import ContextUsage
-from .loop._config import LENGTH_RECOVERY_PROMPT
-from .loop._config import AfterToolCallResult
-from .loop._config import BeforeToolCallResult
-from .loop._config import ContextManager
+from .loop._config import AgentOptions
 from .loop._config import ContextRequest
 from .loop._config import Conversation
 from .loop._config import LoopConfig
-from .loop._config import MaybeAwaitable
-from .loop._config import Middleware
-from .loop._config import NextTurn
 from .loop._config import Projection
-from .loop._config import StopDecision
-from .loop._config import StopInfo
-from .loop._config import ToolCallInfo
-from .loop._config import ToolExecution
-from .loop._config import TurnInfo
-from .loop._config import UsageLimits
 from .loop._events import AgentEvent
 from .loop._events import MessageUpdate
 from .loop._events import RunResult
-from .loop._guardrails import Guardrail
+from .loop._options import check_options
 from .loop._phase import Phase
 from .loop._phase import PhaseKind
 from .loop._run import RunStream
@@ -72,10 +60,8 @@ from .loop._state import Decision
 from .loop._state import RunState
 from .loop._tool import Deps
 from .loop._tool import Tool
-from .loop._tool import ToolResult
 
 if TYPE_CHECKING:
-    from .loop._output import OutputMode
     from .loop._output import OutputRun
     from .loop._output import OutputStream
     from .loop._output import OutputValidator
@@ -83,6 +69,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
+AGENT_PARAMETERS = ("model", "system_prompt", "tools", "messages", "steering_mode", "follow_up_mode", "session")
+"""The :class:`Agent`'s own parameters; its other keywords are the agent options
+(:class:`~ketch.loop.AgentOptions`)."""
+_UNSET: Any = object()
 Listener: TypeAlias = Callable[[AgentEvent], "Awaitable[None] | None"]
 
 
@@ -221,11 +211,15 @@ def _resolve(model: Model | str) -> Model:
 class Agent(Generic[Deps]):
     """A stateful agent around the stateless loop.
 
-    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string. The other
-    keywords are the :class:`~ketch.loop.LoopConfig` fields of the same names (stop
-    controls, hooks, tool execution settings), kept on :attr:`config`; ``deps`` is your
-    own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``); ``session``
-    persists the transcript as it is committed (see :mod:`ketch.sessions`).
+    ``model`` is a :class:`~ketch.llm.Model` or a ``"provider:model"`` string;
+    ``system_prompt``, ``tools`` and ``messages`` (the transcript to start from) are the
+    agent's; ``steering_mode`` and ``follow_up_mode`` say how its queues are drained;
+    ``session`` persists the transcript as it is committed (see :mod:`ketch.sessions`).
+    Every other keyword is an agent option (:class:`~ketch.loop.AgentOptions`: stop
+    controls, hooks, tool execution settings, typed output), a
+    :class:`~ketch.loop.LoopConfig` field of the same name and default, kept on
+    :attr:`config`; an unknown one is a ``TypeError`` naming it and the allowed ones.
+    ``deps`` is your own object, handed to every tool as ``ctx.deps`` (``Agent[MyDeps]``).
     """
 
     def __init__(
@@ -234,78 +228,24 @@ class Agent(Generic[Deps]):
         *,
         system_prompt: str = "",
         tools: Iterable[Tool] = (),
-        thinking: ThinkingLevel = "off",
         messages: Iterable[Message] = (),
-        options: StreamOptions | None = None,
         steering_mode: QueueMode = "one_at_a_time",
         follow_up_mode: QueueMode = "one_at_a_time",
-        deps: Deps = None,  # type: ignore[assignment]  # None unless given
-        max_turns: int | None = None,
-        max_budget_usd: float | None = None,
-        usage_limits: UsageLimits | None = None,
-        stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]] = (),
-        on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None = None,
-        length_recoveries: int = 3,
-        length_recovery_prompt: str = LENGTH_RECOVERY_PROMPT,
-        tool_execution: ToolExecution = "parallel",
-        max_tool_concurrency: int = 16,
-        steering_during_tools: Literal["wait", "interrupt"] = "wait",
-        max_tool_errors: int | None = None,
-        max_repeated_tool_calls: int | None = None,
-        tool_timeout: float | None = None,
-        tool_abort_grace: float = 5.0,
-        transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None = None,
-        convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None = None,
-        get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None = None,
-        before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None,
-        after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None,
-        middlewares: Sequence[Middleware] = (),
-        prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None,
-        context_manager: ContextManager | None = None,
-        guardrails: Sequence[Guardrail] = (),
         session: AgentSession | None = None,
-        output_type: Any = None,
-        output_mode: OutputMode = "auto",
-        output_retries: int = 1,
-        output_validators: Sequence[OutputValidator] = (),
+        **options: Unpack[AgentOptions[Deps]],
     ) -> None:
-        if output_type is not None or output_mode != "auto" or output_retries != 1:
+        check_options(options, "Agent()", AGENT_PARAMETERS)
+        given: dict[str, Any] = dict(options)
+        if given.get("options", _UNSET) is None:  # None meant the default before there were AgentOptions
+            del given["options"]
+        if "output_validators" in given:
+            given["output_validators"] = tuple(given["output_validators"])
+        self.config: LoopConfig[Deps] = LoopConfig(model=_resolve(model), **given)
+        if "output_type" in given or "output_mode" in given or "output_retries" in given:
             from .loop._output import check_output_config
 
-            check_output_config(output_type, output_mode, output_retries)
-        self.config: LoopConfig[Deps] = LoopConfig(
-            model=_resolve(model),
-            thinking=thinking,
-            options=options or StreamOptions(),
-            max_turns=max_turns,
-            max_budget_usd=max_budget_usd,
-            usage_limits=usage_limits,
-            stop_when=stop_when,
-            on_stop=on_stop,
-            length_recoveries=length_recoveries,
-            length_recovery_prompt=length_recovery_prompt,
-            tool_execution=tool_execution,
-            max_tool_concurrency=max_tool_concurrency,
-            steering_during_tools=steering_during_tools,
-            max_tool_errors=max_tool_errors,
-            max_repeated_tool_calls=max_repeated_tool_calls,
-            tool_timeout=tool_timeout,
-            tool_abort_grace=tool_abort_grace,
-            transform_context=transform_context,
-            convert_to_llm=convert_to_llm,
-            get_api_key=get_api_key,
-            before_tool_call=before_tool_call,
-            after_tool_call=after_tool_call,
-            middlewares=middlewares,
-            prepare_next_turn=prepare_next_turn,
-            context_manager=context_manager,
-            guardrails=guardrails,
-            deps=deps,
-            output_type=output_type,
-            output_mode=output_mode,
-            output_retries=output_retries,
-            output_validators=tuple(output_validators),
-        )
+            cfg = self.config
+            check_output_config(cfg.output_type, cfg.output_mode, cfg.output_retries)
         self.system_prompt = system_prompt
         self.tools: list[Tool] = list(tools)
         self._messages: list[Message] = list(messages)

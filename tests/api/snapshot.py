@@ -11,6 +11,7 @@ import importlib
 import inspect
 import re
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,10 @@ def _members(cls: type, public: set[type]) -> list[str]:
         for f in dataclasses.fields(cls):
             if not f.name.startswith("_"):
                 lines.append(f"  field {f.name}")
+    elif typing.is_typeddict(cls):
+        for name, hint in cls.__annotations__.items():
+            lines.append(f"  key {name}: {getattr(hint, '__forward_arg__', hint)}")
+        return lines
     for name, value in sorted(_own(cls, public).items()):
         if name.startswith("_") and name != "__init__":
             continue

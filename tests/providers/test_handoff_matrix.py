@@ -1039,15 +1039,14 @@ async def test_long_generated_gemini_ids_stay_distinct(loopback: LoopbackServer,
 
 @pytest.mark.parametrize("target", [RESPONSES, ANTHROPIC])
 async def test_ids_a_server_reuses_across_turns_become_unique(loopback: LoopbackServer, target: str) -> None:
-    # A Chat Completions server that sends no call ids: the adapter numbers the calls of
-    # each response (call_0, call_1 …), so later turns repeat the ids of earlier ones.
-    # Anthropic rejects a request whose tool_use ids repeat; Responses pairs outputs with
-    # calls by call_id.
+    # A Chat Completions server that numbers the calls of each response (call_0, call_1
+    # …), so later turns repeat the ids of earlier ones. Anthropic rejects a request whose
+    # tool_use ids repeat; Responses pairs outputs with calls by call_id.
     chat = WIRES[CHAT]
     model = chat.model(loopback.url)
     transcript: list[Message] = [UserMessage(content=ASK, timestamp=1.0)]
     for n, city in enumerate(("Paris", "München")):
-        loopback.queue(chat.reply(f"chatcmpl-{n}", calls=[Call(None, "get_weather", {"city": city})]))
+        loopback.queue(chat.reply(f"chatcmpl-{n}", calls=[Call("call_0", "get_weather", {"city": city})]))
         reply = await complete_turn(model, Request(messages=list(transcript), tools=[WEATHER]))
         assert [c.id for c in reply.tool_calls] == ["call_0"]
         transcript += [reply, result(reply.tool_calls[0], f"{city}: mild", 2.0 + n)]
@@ -1056,6 +1055,21 @@ async def test_ids_a_server_reuses_across_turns_become_unique(loopback: Loopback
     calls, results = call_ids(target, body)
     assert len(set(calls)) == 2
     assert results == calls
+
+
+async def test_ids_made_up_for_calls_without_one_are_unique_across_turns(loopback: LoopbackServer) -> None:
+    # A Chat Completions server that sends no call ids: the adapter makes up one per call,
+    # never the same twice (a durable run keys its exactly-once records by call).
+    chat = WIRES[CHAT]
+    model = chat.model(loopback.url)
+    seen: list[str] = []
+    for n in range(2):
+        loopback.queue(chat.reply(f"chatcmpl-{n}", calls=[Call(None, "get_weather", {"city": "Paris"}),
+                                                         Call(None, "get_weather", {"city": "Oslo"})]))
+        reply = await complete_turn(model, Request(messages=[UserMessage(content=ASK, timestamp=1.0)], tools=[WEATHER]))
+        seen += [c.id for c in reply.tool_calls]
+    assert len(set(seen)) == 4
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in seen)
 
 
 async def test_aborted_response_replays_without_its_item_ids(loopback: LoopbackServer) -> None:

@@ -65,7 +65,12 @@ class WorkerProcess:
     """``ketch worker --app temporal_app:app`` in a subprocess, ready once it printed its line."""
 
     def __init__(self, address: str, queue: str, work_dir: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(HERE)]), KETCH_TEMPORAL_DIR=str(work_dir))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([SRC, str(HERE)]),
+            KETCH_TEMPORAL_DIR=str(work_dir),
+            KETCH_IDEMPOTENCY_DIR=os.environ.get("KETCH_IDEMPOTENCY_DIR") or str(work_dir / "journal"),
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ketch", "worker", "--task-queue", queue, "--address", address, "--app", "temporal_app:app"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

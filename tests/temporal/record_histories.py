@@ -3,7 +3,13 @@
 Run from the repository root when the workflow changes on purpose (a change that
 breaks replay of these histories would break runs in flight across a deploy)::
 
-    PYTHONPATH=src python tests/temporal/record_histories.py
+    PYTHONPATH=src python tests/temporal/record_histories.py [scenario ...]
+
+Without scenarios every history is recorded again; with some, only those (a new scenario
+without re-recording the old ones, which keep testing that runs started by earlier
+versions still replay). ``wrapped`` is a run of an agent wrapped by DurableAgent with
+worker-side hooks (a guardrail, stop_when), usage limits and the bash tool's per-call
+decision.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -27,16 +34,25 @@ from ketch.temporal import build_worker  # noqa: E402
 from ketch.temporal import start_run  # noqa: E402
 
 
-async def main() -> None:
+async def main(only: list[str]) -> None:
     work = tempfile.mkdtemp()
     os.environ["KETCH_TEMPORAL_DIR"] = work
+    os.environ["KETCH_IDEMPOTENCY_DIR"] = os.path.join(work, "journal")
+    (Path(work) / "work").mkdir()
     import temporal_app as test_app
 
     async with DevServer() as server, EventHub() as hub:
         client = await Client.connect(server.address)
         agent = test_app.agent()
-        async with build_worker(client, task_queue="record", agents=[agent]):
+        writer = test_app.writer()
+        async with build_worker(client, task_queue="record", agents=[agent, writer]):
             runs = {}
+            if only == ["wrapped"]:
+                run = await start_run(client, writer, "shell", task_queue="record", id="wrapped")
+                await run.result()
+                runs["wrapped"] = run
+                await _save(runs)
+                return
             run = await start_run(client, agent, "rounds 2", task_queue="record", id="rounds", events=hub)
             await run.result()
             runs["rounds"] = run
@@ -101,11 +117,15 @@ async def main() -> None:
             await run.result()
             runs["abort"] = run
 
-        for name, run in runs.items():
-            history = await run.workflow.fetch_history()
-            (HERE / "histories" / f"{name}.json").write_text(history.to_json())
-            print(name, len(history.events), "events")
+        await _save(runs)
+
+
+async def _save(runs: dict[str, Any]) -> None:
+    for name, run in runs.items():
+        history = await run.workflow.fetch_history()
+        (HERE / "histories" / f"{name}.json").write_text(history.to_json())
+        print(name, len(history.events), "events")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))

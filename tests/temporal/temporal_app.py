@@ -11,6 +11,9 @@ the tools keep their side effects and the kill switches:
   effect) / the second model call (after some text) hangs once, for the test to kill
   the worker there; the file is removed when it hangs.
 - ``gate``: the ``gate`` tool waits until this file exists.
+- ``die-after-write``: when present, the first ``write`` of the ``writer`` agent kills its
+  worker process after the file changed, before the call's result is recorded (the
+  file is removed as it dies): a fault hook, for the exactly-once tests.
 """
 
 from __future__ import annotations
@@ -21,18 +24,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ketch import Agent
 from ketch.llm import Request
 from ketch.llm import StreamOptions
 from ketch.llm import TextContent
 from ketch.llm import ToolResultMessage
 from ketch.llm import UserMessage
+from ketch.loop import GuardrailResult
+from ketch.loop import InputCheck
 from ketch.loop import ToolContext
+from ketch.loop import UsageLimits
+from ketch.loop import input_guardrail
+from ketch.loop import stop_after_tool
 from ketch.temporal import ActivitySettings
 from ketch.temporal import DurableAgent
 from ketch.testing import FunctionModel
 from ketch.testing import Reply
 from ketch.testing import reply
 from ketch.testing import tool_call
+from ketch.tools import coding_tools
 from ketch.tools import tool
 
 SETTINGS = ActivitySettings(heartbeat_timeout=2.0, initial_interval=0.1, max_interval=0.5, max_attempts=20)
@@ -135,18 +145,64 @@ def model() -> FunctionModel:
     return FunctionModel(_replies, provider="scripted", api="scripted", id="transcript-driven")
 
 
+_DURABLE = frozenset({"pure", "settings", "max_history_events", "inline_limit", "approval_timeout"})
+
+
 def agent(**overrides: Any) -> DurableAgent:
-    """The test agent."""
-    options: dict[str, Any] = {
-        "system_prompt": "You are a test agent.",
-        "tools": [effect, gate, danger, double],
-        "pure": ["double"],
-        "settings": SETTINGS,
-    }
-    options.update(overrides)
-    return DurableAgent("tester", model(), **options)
+    """The test agent: ``overrides`` are DurableAgent keywords or the Agent's."""
+    durable: dict[str, Any] = {"pure": ["double"], "settings": SETTINGS}
+    options: dict[str, Any] = {"system_prompt": "You are a test agent.", "tools": [effect, gate, danger, double]}
+    for key, value in overrides.items():
+        (durable if key in _DURABLE else options)[key] = value
+    return DurableAgent(Agent(model(), **options), name="tester", **durable)
+
+
+def _writes(request: Request, options: StreamOptions) -> Reply:
+    results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+    if _texts(request)[0] == "shell":  # a read-only command, then a write: bash decides per call
+        if not results:
+            return reply("looking", tool_call("bash", {"command": "echo hi"}, id="call_b"))
+        if len(results) == 1:
+            return reply("noting", tool_call("write", {"path": "seen.txt", "content": "hi\n"}, id="call_w"))
+        return reply("done")
+    if not results:
+        return reply("writing", tool_call("write", {"path": "out.txt", "content": "written once\n"}, id="call_w"))
+    return reply("told: " + results[-1].content[0].text)  # type: ignore[union-attr]
+
+
+def writer() -> DurableAgent:
+    """An agent with the built-in coding tools in ``<KETCH_TEMPORAL_DIR>/work``."""
+    model = FunctionModel(_writes, provider="scripted", api="scripted", id="writer")
+    agent = Agent(
+        model,
+        tools=coding_tools(_dir() / "work"),
+        guardrails=[_no_shouting],
+        stop_when=[stop_after_tool("ls")],
+        usage_limits=UsageLimits(requests=10),
+    )
+    return DurableAgent(agent, name="writer", settings=SETTINGS)
+
+
+@input_guardrail
+def _no_shouting(check: InputCheck) -> GuardrailResult | None:
+    """A worker-side hook that runs inside the workflow."""
+    return GuardrailResult.trip("no shouting") if "!!!" in repr([m.content for m in check.prompts]) else None
+
+
+def _install_fault_hook() -> None:
+    from ketch.tools import _idempotency
+
+    recorded = _idempotency.remember
+
+    def remember(ctx: Any, result: Any) -> Any:
+        if _take("die-after-write"):
+            os._exit(137)  # the worker dies between the write and its record
+        return recorded(ctx, result)
+
+    _idempotency.remember = remember  # type: ignore[assignment]
 
 
 def app() -> dict[str, Any]:
     """What ``ketch worker --app temporal_app:app`` runs."""
-    return {"agents": [agent()], "sticky_timeout": 1.0}
+    _install_fault_hook()
+    return {"agents": [agent(), writer()], "sticky_timeout": 1.0}

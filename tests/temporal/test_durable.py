@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import temporal_app as test_app
 from temporalio.client import Client
 
@@ -41,6 +42,13 @@ def _text(m: Message) -> str:
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _keyed(run_id: str, lines: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(the call's number in the run, n) per line; every key is <run id>/<the run's token>/<number>."""
+    tokens = {line["key"].rsplit("/", 2)[1] for line in lines}
+    assert len(tokens) == 1 and all(line["key"].startswith(f"{run_id}/") for line in lines), lines
+    return [(int(line["key"].rsplit("/", 1)[1]), line["n"]) for line in lines]
 
 
 async def _start(client: Client, queue: str, prompt: str, hub: EventHub | None = None, **agent: Any) -> RunHandle:
@@ -95,9 +103,7 @@ async def test_multi_round_run_through_a_worker_process_streams_events_in_order(
     # resuming from an event id gives the rest
     rest = [n async for n, _ in run.events(after=len(events) - 2)]
     assert rest == [len(events) - 1, len(events)]
-    assert _lines(work_dir / "effects.jsonl") == [
-        {"key": f"{run.id}/call_0", "n": 0}, {"key": f"{run.id}/call_1", "n": 1},
-    ]
+    assert _keyed(run.id, _lines(work_dir / "effects.jsonl")) == [(1, 0), (2, 1)]
 
 
 async def _uninterrupted(client: Client, queue: str, in_process_worker: Any, prompt: str) -> list[dict[str, Any]]:
@@ -117,12 +123,29 @@ async def test_worker_killed_mid_tool_call_the_run_completes_on_another_and_the_
     await spawn_worker()
     result = await run.result()
 
-    effects = _lines(work_dir / "effects.jsonl")
-    assert effects == [{"key": f"{run.id}/call_{n}", "n": n} for n in range(3)]
-    calls = [c["key"] for c in _lines(work_dir / "calls.jsonl")]
-    assert calls == [f"{run.id}/call_0", f"{run.id}/call_0", f"{run.id}/call_1", f"{run.id}/call_2"]
+    assert _keyed(run.id, _lines(work_dir / "effects.jsonl")) == [(1, 0), (2, 1), (3, 2)]
+    assert _keyed(run.id, _lines(work_dir / "calls.jsonl")) == [(1, 0), (1, 0), (2, 1), (3, 2)]
     assert result.summary.end_reason == "stop"
     assert _normal(result.transcript) == await _uninterrupted(client, queue, in_process_worker, "rounds 3")
+
+
+async def test_a_worker_killed_between_a_write_and_its_record_leaves_the_model_a_correct_answer(
+    client: Client, queue: str, work_dir: Path, spawn_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KETCH_IDEMPOTENCY_DIR", str(work_dir / "journal"))  # the journal the workers share
+    (work_dir / "work").mkdir()
+    (work_dir / "die-after-write").touch()  # the fault hook: the first write's worker dies before its record
+    workers = [await spawn_worker(), await spawn_worker()]
+    run = await start_run(client, test_app.writer(), "write", task_queue=queue, task_timeout=timedelta(seconds=2))
+    result = await run.result()
+
+    assert sorted(w.process.poll() for w in workers if w.process.poll() is not None) == [137]  # one died
+    assert not (work_dir / "die-after-write").exists()
+    assert (work_dir / "work" / "out.txt").read_text() == "written once\n"
+    assert [_text(m) for m in result.transcript] == [
+        "write", "writing", "Created out.txt (13 bytes, 1 line).", "told: Created out.txt (13 bytes, 1 line).",
+    ]
+    assert result.summary.end_reason == "stop"
 
 
 async def test_worker_killed_mid_model_stream_the_retry_discards_the_partial_output(
@@ -139,7 +162,7 @@ async def test_worker_killed_mid_model_stream_the_retry_discards_the_partial_out
     events = hub.history(run.id)
 
     assert result.summary.end_reason == "stop"
-    assert _lines(work_dir / "effects.jsonl") == [{"key": f"{run.id}/call_{n}", "n": n} for n in range(2)]
+    assert _keyed(run.id, _lines(work_dir / "effects.jsonl")) == [(1, 0), (2, 1)]
     assert _normal(result.transcript) == await _uninterrupted(client, queue, in_process_worker, "rounds 2")
     # the discarded attempt's partial output is followed by a retry marker, then a fresh message
     i = next(k for k, e in enumerate(events) if e["type"] == "retry")
@@ -153,11 +176,33 @@ async def test_worker_killed_mid_model_stream_the_retry_discards_the_partial_out
     assert deltas.startswith("round 1")
 
 
-async def test_steering_and_follow_ups_sent_in_flight_are_applied_in_order(
-    client: Client, hub: EventHub, queue: str, work_dir: Path, in_process_worker: Any
+ONE_AT_A_TIME = [
+    ("UserMessage", "s1"),
+    ("AssistantMessage", "seen: gate, s1"),
+    ("UserMessage", "s2"),
+    ("AssistantMessage", "seen: gate, s1, s2"),
+    ("UserMessage", "f1"),
+    ("AssistantMessage", "seen: gate, s1, s2, f1"),
+    ("UserMessage", "f2"),
+    ("AssistantMessage", "seen: gate, s1, s2, f1, f2"),
+]
+ALL = [
+    ("UserMessage", "s1"),
+    ("UserMessage", "s2"),
+    ("AssistantMessage", "seen: gate, s1, s2"),
+    ("UserMessage", "f1"),
+    ("UserMessage", "f2"),
+    ("AssistantMessage", "seen: gate, s1, s2, f1, f2"),
+]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("one_at_a_time", ONE_AT_A_TIME), ("all", ALL)])
+async def test_steering_and_follow_ups_sent_in_flight_are_applied_in_order_as_the_agents_queue_modes_say(
+    client: Client, hub: EventHub, queue: str, work_dir: Path, in_process_worker: Any, mode: str,
+    expected: list[tuple[str, str]],
 ) -> None:
     async with in_process_worker():
-        run = await _start(client, queue, "gate", hub)
+        run = await _start(client, queue, "gate", hub, steering_mode=mode, follow_up_mode=mode)
         await _until(run, lambda e: e["type"] == "tool_execution_update")
         await run.steer("s1")
         await run.follow_up("f1")
@@ -170,12 +215,7 @@ async def test_steering_and_follow_ups_sent_in_flight_are_applied_in_order(
         ("UserMessage", "gate"),
         ("AssistantMessage", "waiting at the gate"),
         ("ToolResultMessage", "gate open"),
-        ("UserMessage", "s1"),
-        ("UserMessage", "s2"),
-        ("AssistantMessage", "seen: gate, s1, s2"),
-        ("UserMessage", "f1"),
-        ("UserMessage", "f2"),
-        ("AssistantMessage", "seen: gate, s1, s2, f1, f2"),
+        *expected,
     ]
     assert result.summary.end_reason == "stop"
 

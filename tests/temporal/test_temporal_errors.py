@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from ketch import Agent
 from ketch.llm import MessageBuilder
 from ketch.llm import Request
 from ketch.llm import StreamEvent
@@ -48,7 +49,7 @@ class FailingModel(FunctionModel):
 
 
 async def _run(client: Client, queue: str, model: FailingModel) -> Any:
-    agent = DurableAgent("failing", model, settings=FAST)
+    agent = DurableAgent(Agent(model), name="failing", settings=FAST)
     async with build_worker(client, task_queue=queue, agents=[agent]):
         run = await start_run(client, agent, "hi", task_queue=queue)
         result = await run.result()
@@ -91,5 +92,5 @@ async def test_a_rate_limit_waits_the_servers_retry_after(client: Client, queue:
 async def test_the_providers_own_retries_are_off_on_the_worker(client: Client, queue: str) -> None:
     model = get_model("openai:gpt-4o-mini", api_key="sk-test")
     assert model.retry.max_attempts > 1  # type: ignore[attr-defined]
-    build_worker(client, task_queue=queue, agents=[DurableAgent("http", model)])
+    build_worker(client, task_queue=queue, agents=[DurableAgent(Agent(model), name="http")])
     assert model.retry.max_attempts == 1  # type: ignore[attr-defined]

@@ -7,8 +7,11 @@
 
 ``--app`` names a function (or a list) giving the agents: a list of
 :class:`ketch.temporal.DurableAgent`, or a dict of :func:`ketch.temporal.build_worker`
-keywords (``agents``, ``models``, ``store``, ...). Without it the worker runs one agent,
-``ketch``, with the built-in coding tools in the current directory and ``--model``.
+keywords (``agents``, ``models``, ``store``, ``journal``, ...). Without it the worker runs
+one agent, ``ketch``: ``DurableAgent(Agent(<--model>, tools=coding_tools(<cwd>)),
+name="ketch")``. A worker whose agents have the ``write`` or ``edit`` tool warns when
+their exactly-once journal is on this machine only (see
+:func:`ketch.tools.journal_warning`).
 """
 
 from __future__ import annotations
@@ -59,12 +62,23 @@ def _load_app(spec: str) -> dict[str, Any]:
 
 
 def _default_app(model: str | None) -> dict[str, Any]:
+    from .. import Agent
     from ..temporal import DurableAgent
     from ..tools import coding_tools
 
     if not model:
         raise ValueError("--model is required without --app (e.g. -m anthropic:claude-sonnet-4-5)")
-    return {"agents": [DurableAgent("ketch", model, tools=coding_tools(os.getcwd()))]}
+    if model.startswith("scripted:"):  # for tests, as `ketch run --model scripted:<path>`
+        from ._scripted import load_scripted_model
+
+        resolved: Any = load_scripted_model(model.removeprefix("scripted:"))
+    else:
+        resolved = model
+    try:
+        agent: Agent[Any] = Agent(resolved, tools=coding_tools(os.getcwd()))
+    except (KeyError, LookupError, ImportError, TypeError) as exc:
+        raise ValueError(f"cannot use model {model!r}: {exc.args[0] if exc.args else exc}") from None
+    return {"agents": [DurableAgent(agent, name="ketch")]}
 
 
 async def _serve(args: Any, app: dict[str, Any]) -> None:

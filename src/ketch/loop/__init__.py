@@ -3,7 +3,9 @@
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._config import AGENT_MANAGED
 from ._config import AfterToolCallResult
+from ._config import AgentOptions
 from ._config import BeforeToolCallResult
 from ._config import ContextManager
 from ._config import ContextRequest
@@ -46,6 +48,10 @@ from ._guardrails import ToolResultCheck
 from ._guardrails import input_guardrail
 from ._guardrails import output_guardrail
 from ._guardrails import tool_guardrail
+from ._options import INHERITANCE
+from ._options import Inheritance
+from ._options import Rule
+from ._options import derived_options
 from ._phase import Phase
 from ._phase import PhaseRef
 from ._repair import default_convert_to_llm
@@ -73,10 +79,13 @@ from ._tool import ToolResult
 from ._tool import to_tool_result
 
 __all__ = [
+    "AGENT_MANAGED",
+    "INHERITANCE",
     "OUTPUT_TOOL_NAME",
     "AfterToolCallResult",
     "AgentEnd",
     "AgentEvent",
+    "AgentOptions",
     "AgentStart",
     "ApprovalRequired",
     "Approve",
@@ -92,6 +101,7 @@ __all__ = [
     "Guardrail",
     "GuardrailResult",
     "GuardrailTrip",
+    "Inheritance",
     "InputCheck",
     "LoopConfig",
     "MessageEnd",
@@ -108,6 +118,7 @@ __all__ = [
     "Projection",
     "RejectOutput",
     "Retry",
+    "Rule",
     "RunError",
     "RunResult",
     "RunState",
@@ -136,6 +147,7 @@ __all__ = [
     "default_convert_to_llm",
     "denied_text",
     "deny",
+    "derived_options",
     "edit",
     "input_guardrail",
     "output_guardrail",

@@ -18,6 +18,7 @@ from typing import Generic
 from typing import Literal
 from typing import Protocol
 from typing import TypeAlias
+from typing import TypedDict
 from typing import TypeVar
 
 import msgspec
@@ -363,6 +364,63 @@ class LoopConfig(Generic[Deps]):
     output_mode: Literal["auto", "native", "tool", "prompted"] = "auto"
     output_retries: int = 1
     output_validators: Sequence[Callable[[Any], Any]] = ()
+
+
+class AgentOptions(TypedDict, Generic[Deps], total=False):
+    """The options of an agent: the :class:`LoopConfig` fields an :class:`~ketch.Agent`
+    takes as keywords (``Agent(model, max_turns=3, guardrails=[...])``), with the same
+    names, types and meanings; a missing key takes LoopConfig's default.
+
+    Not here: ``model`` (the agent's first argument) and the fields the agent itself
+    drives for each run (:data:`AGENT_MANAGED`). ``tests/test_agent.py`` keeps
+    this in step with LoopConfig: a field of one without the other fails it.
+    """
+
+    thinking: ThinkingLevel
+    options: StreamOptions
+
+    max_turns: int | None
+    max_budget_usd: float | None
+    usage_limits: UsageLimits | None
+    stop_when: Sequence[Callable[[TurnInfo], MaybeAwaitable[bool]]]
+    on_stop: Callable[[StopInfo], MaybeAwaitable[StopDecision | None]] | None
+    length_recoveries: int
+    length_recovery_prompt: str
+
+    tool_execution: ToolExecution
+    max_tool_concurrency: int
+    steering_during_tools: Literal["wait", "interrupt"]
+    max_tool_errors: int | None
+    max_repeated_tool_calls: int | None
+    tool_timeout: float | None
+    tool_abort_grace: float
+
+    transform_context: Callable[[list[Message], AbortSignal], MaybeAwaitable[list[Message]]] | None
+    convert_to_llm: Callable[[list[Message]], MaybeAwaitable[list[Message]]] | None
+    get_api_key: Callable[[str], MaybeAwaitable[str | None]] | None
+    before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None
+    after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None
+    middlewares: Sequence[Middleware]
+    prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None
+    context_manager: ContextManager | None
+    guardrails: Sequence[Guardrail]
+    deps: Deps
+
+    output_type: Any
+    output_mode: Literal["auto", "native", "tool", "prompted"]
+    output_retries: int
+    output_validators: Sequence[Callable[[Any], Any]]
+
+
+AGENT_MANAGED: dict[str, str] = {
+    "model": "the agent's first argument",
+    "get_steering_messages": "the agent's steering queue (Agent.steer)",
+    "get_follow_up_messages": "the agent's follow-up queue (Agent.follow_up)",
+    "phase": "the agent keeps its own phase (Agent.phase)",
+    "skip_initial_steering_poll": "set by Agent.continue_loop for the run it starts",
+}
+"""The :class:`LoopConfig` fields that are not agent options (:class:`AgentOptions`),
+with what the agent gives the loop for them instead."""
 
 
 def stop_after_tool(*names: str) -> Callable[[TurnInfo], bool]:

@@ -29,6 +29,7 @@ from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolExecutionUpdate
 from ..loop import ToolResult
+from ..loop import derived_options
 from ..permissions import PermissionEngine
 from ..permissions import parse_mode
 from ..sessions import Session
@@ -113,7 +114,11 @@ class Subagents:
     once; when it ends the parent hears of it: steering while it runs, a follow-up when
     idle, or a new run with ``start_runs=True``).
 
-    Each subagent is a fresh :class:`ketch.Agent` with its own transcript; its final
+    Each subagent is a fresh :class:`ketch.Agent` with its own transcript, whose agent
+    options come from the parent's as :data:`ketch.loop.INHERITANCE` says (its limits,
+    budget, guardrails, permission gate and tool hooks bind the subagent; its stop
+    controls, context manager and typed output do not), with the spec's ``max_turns``,
+    ``thinking`` and ``permission_mode`` on top. Its final
     text is the tool's result, a failure (error, max turns, abort) is an error result
     naming the reason. Its usage is the result's ``usage`` keyed by its path, so it
     counts in the parent's run and is itemised in ``RunSummary.tool_usage``. Its events
@@ -456,28 +461,20 @@ class Subagents:
             # a parent in plan mode is read-only for everything it starts: no subagent loosens it
             engine.mode = "plan" if parent_engine.mode == "plan" else parse_mode(spec.permission_mode)
             before = engine.before_tool_call
+        overrides: dict[str, Any] = {"max_turns": spec.max_turns, "before_tool_call": before}
+        if spec.thinking is not None:
+            overrides["thinking"] = spec.thinking
+        options = derived_options(cfg, overrides)
+        if spec.output_type is not None:
+            options["options"] = msgspec.structs.replace(
+                options["options"], response_format=response_format_for(spec.output_type)
+            )
         child: Agent[Any] = Agent(
             spec.model if spec.model is not None else parent.model,
             system_prompt=spec.system_prompt,
             tools=tools,
-            thinking=spec.thinking if spec.thinking is not None else parent.thinking,
-            options=msgspec.structs.replace(
-                cfg.options,
-                tool_choice=None,
-                response_format=None if spec.output_type is None else response_format_for(spec.output_type),
-                session_id=None,
-                cache_key=None,
-            ),
-            deps=cfg.deps,
-            max_turns=spec.max_turns,
-            length_recoveries=cfg.length_recoveries,
-            get_api_key=cfg.get_api_key,
-            before_tool_call=before,
-            after_tool_call=cfg.after_tool_call,
-            middlewares=cfg.middlewares,
-            tool_timeout=cfg.tool_timeout,
-            max_tool_concurrency=cfg.max_tool_concurrency,
             session=session,
+            **options,
         )
         if nested is not None:
             nested.attach(child)

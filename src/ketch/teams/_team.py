@@ -40,20 +40,25 @@ import logging
 import re
 from collections.abc import Awaitable
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
 from types import MappingProxyType
 from types import TracebackType
 from typing import Any
 from typing import TypeAlias
+from typing import Unpack
 
 from ketch import Agent
 from ketch import AgentEvent
+from ketch import AgentOptions
+from ketch import Model
 from ketch import RunResult
 from ketch import Tool
 from ketch import Usage
 from ketch import UserMessage
 
 from ..llm import exception_text
+from ..loop import derived_options
 from ._events import Mail
 from ._events import MailPosted
 from ._events import MailRead
@@ -190,7 +195,9 @@ class Team:
     ``list_teammates``, and (``instructions=True``) a paragraph at the end of its system
     prompt saying who it is and how mail works; :meth:`shutdown` takes both away again.
     ``notify_failures`` sends the senders of a failed run's messages a note from
-    ``team``. See the module documentation for how messages become turns::
+    ``team``. :meth:`spawn` adds a teammate derived from another agent (through
+    :data:`ketch.loop.INHERITANCE`). See the module documentation for how messages
+    become turns::
 
         async with Team() as team:
             team.add("coder", Agent(model, tools=tools), description="writes the code")
@@ -278,6 +285,44 @@ class Team:
         member._unsubscribe = agent.subscribe(self._listener(member))
         self._members[name] = member
         return member
+
+    def spawn(
+        self,
+        name: str,
+        parent: Agent[Any],
+        *,
+        description: str = "",
+        model: Model | str | None = None,
+        system_prompt: str | None = None,
+        tools: Iterable[Tool] | None = None,
+        **options: Unpack[AgentOptions[Any]],
+    ) -> Teammate:
+        """Add the teammate ``name`` with a new agent derived from ``parent`` (the lead's
+        agent, or a teammate's): the agent options as :data:`ketch.loop.INHERITANCE` says
+        (limits, guardrails, permission gate and hooks inherited; stop controls, the
+        context manager and typed output not), then ``options`` on top. ``model``,
+        ``system_prompt`` and ``tools`` default to the parent's (without the team's own
+        tools and prompt note when the parent is a teammate); the transcript starts empty
+        and the agent has no session. Raises as :meth:`add` does, and ``TypeError`` for
+        an unknown option."""
+        derived = derived_options(
+            parent.config,
+            options,
+            where="Team.spawn()",
+            own=("name", "parent", "description", "model", "system_prompt", "tools"),
+        )
+        member = next((m for m in self._members.values() if m.agent is parent), None)
+        own_tools = {id(t) for t in member._tools} if member is not None else set()
+        prompt = parent.system_prompt
+        if member is not None and member._note is not None and prompt == member._note[1]:
+            prompt = member._note[0]
+        agent: Agent[Any] = Agent(
+            parent.model if model is None else model,
+            system_prompt=prompt if system_prompt is None else system_prompt,
+            tools=[t for t in parent.tools if id(t) not in own_tools] if tools is None else tools,
+            **derived,
+        )
+        return self.add(name, agent, description=description)
 
     @property
     def members(self) -> Mapping[str, Teammate]:

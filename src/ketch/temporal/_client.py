@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import traceback
 import uuid
 from collections.abc import AsyncIterator
+from collections.abc import Coroutine
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
+from typing import NoReturn
 
 import msgspec
 from temporalio.client import Client
@@ -34,10 +42,14 @@ class RunHandle:
     """A durable run: signals (``steer``, ``follow_up``, ``abort``, ``decide``),
     queries (``state``, ``transcript``), its result and its events."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], events: EventHub | str | None = None) -> None:
+    def __init__(
+        self, handle: WorkflowHandle[Any, Any], events: EventHub | str | None = None, output_type: Any = None
+    ) -> None:
         self.workflow = handle
         """The underlying :class:`temporalio.client.WorkflowHandle`."""
         self._events = events
+        self.output_type = output_type
+        """The agent's ``output_type``: :meth:`result` validates the run's output as one."""
 
     @property
     def id(self) -> str:
@@ -75,11 +87,17 @@ class RunHandle:
     async def result(self) -> DurableResult:
         """Wait for the run's end."""
         data = await self.workflow.result()
+        output = data.get("output")
+        if output is not None and self.output_type is not None:
+            from ..llm import parse_structured
+
+            output = parse_structured(msgspec.json.encode(output).decode(), self.output_type)
         return DurableResult(
             messages=[message_from_dict(m) for m in data["messages"]],
             summary=msgspec.convert(data["summary"], RunSummary),
             transcript=[message_from_dict(m) for m in data["transcript"]],
             generations=data.get("generations", 1),
+            output=output,
         )
 
     async def events(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
@@ -132,12 +150,56 @@ async def start_run(
         task_queue=task_queue,
         **start_options,
     )
-    return RunHandle(handle, events)
+    return RunHandle(handle, events, agent.output_type)
 
 
-def run_handle(client: Client, run_id: str, *, events: EventHub | str | None = None) -> RunHandle:
-    """The handle of a run started earlier (by its id)."""
-    return RunHandle(client.get_workflow_handle(run_id), events)
+def run_handle(
+    client: Client, run_id: str, *, events: EventHub | str | None = None, output_type: Any = None
+) -> RunHandle:
+    """The handle of a run started earlier (by its id); ``output_type`` validates its
+    output (else :attr:`DurableResult.output` holds JSON values)."""
+    return RunHandle(client.get_workflow_handle(run_id), events, output_type)
+
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+async def connect(address: str | None = None, *, namespace: str | None = None, **options: Any) -> Client:
+    """A Temporal client for ``address`` (default ``$TEMPORAL_ADDRESS``, else
+    ``127.0.0.1:7233``) and ``namespace`` (default ``$TEMPORAL_NAMESPACE``, else
+    ``default``), as ``ketch worker`` connects; ``options`` go to
+    :meth:`temporalio.client.Client.connect`. In a script, run the coroutine that uses
+    it with :func:`run_client`."""
+    return await Client.connect(
+        address or os.environ.get("TEMPORAL_ADDRESS") or DEFAULT_ADDRESS,
+        namespace=namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default",
+        **options,
+    )
+
+
+def run_client(main: Coroutine[Any, Any, Any]) -> NoReturn:
+    """Run ``main`` as :func:`asyncio.run` does, then end the process at once: exit code
+    0, or 1 after printing the traceback when it raised (130 on Ctrl-C).
+
+    For scripts that talk to Temporal (a client that starts a run or sends ``steer``
+    and exits, a worker): temporalio's Rust threads can outlive the event loop and abort
+    the interpreter while it shuts down ("Fatal Python error: PyGILState_Release",
+    temporalio/sdk-python#300), turning a clean exit into SIGABRT. Output is flushed and
+    logging shut down first; nothing registered with :mod:`atexit` runs.
+    """
+    code = 0
+    try:
+        asyncio.run(main)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 async def export_session(result: DurableResult, store: Any, *, cwd: str) -> str:

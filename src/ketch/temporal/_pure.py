@@ -1,11 +1,15 @@
-"""Pure tools registered by the workers of this process, for the workflow to run inline.
+"""The durable agents defined in this process, for the workflow to run their code inline.
 
-A module shared by the workflow sandbox and the worker (passed through): the worker
-registers an agent's pure tools here, the workflow looks them up by agent and name.
+A module shared by the workflow sandbox and the worker (passed through): a
+:class:`~ketch.temporal.DurableAgent` registers itself here as it is made (and
+:func:`~ketch.temporal.build_worker` again, so a worker's own definition wins); the
+workflow looks the agent up by name for what runs inside it: pure tools, per-call tool
+decisions and the worker-side hooks.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 from typing import runtime_checkable
@@ -13,17 +17,35 @@ from typing import runtime_checkable
 from ..loop import Tool
 from ..loop import ToolContext
 
-_tools: dict[tuple[str, str], Tool] = {}
+if TYPE_CHECKING:
+    from ._spec import DurableAgent
+
+_agents: dict[str, DurableAgent] = {}
+_served: set[str] = set()  # names a worker of this process registered
 
 
-def register(agent: str, tool: Tool) -> None:
-    """Make ``tool`` of ``agent`` available to workflows of this process."""
-    _tools[(agent, tool.name)] = tool
+def register_agent(agent: DurableAgent, *, worker: bool = False) -> None:
+    """Make ``agent`` known to the workflows of this process (by its name). A worker's
+    definition (``worker=True``) is not replaced by one a client of the same process
+    makes later."""
+    if worker:
+        _served.add(agent.name)
+    elif agent.name in _served:
+        return
+    _agents[agent.name] = agent
 
 
-def lookup(agent: str, name: str) -> Tool | None:
-    """The pure tool ``name`` of ``agent``, if a worker of this process registered it."""
-    return _tools.get((agent, name))
+def agent(name: str) -> DurableAgent | None:
+    """The durable agent ``name`` defined in this process, if any."""
+    return _agents.get(name)
+
+
+def tool(agent_name: str, name: str) -> Tool | None:
+    """The tool ``name`` of the durable agent ``agent_name`` defined in this process."""
+    found = _agents.get(agent_name)
+    if found is None:
+        return None
+    return next((t for t in found.tools if t.name == name), None)
 
 
 @runtime_checkable

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from collections.abc import Awaitable
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 from typing import Any
 
 import aiohttp
@@ -46,28 +49,25 @@ from ..loop import ToolContext
 from ..loop import ToolExecutionUpdate
 from ..loop import ToolResult
 from ..loop import to_tool_result
+from . import _pure
 from ._events import Publisher
 from ._spec import PUBLISH_ACTIVITY
 from ._spec import DurableAgent
 from ._spec import jsonable
 from ._spec import model_activity
 from ._spec import tool_activity
+from ._workflow import PASSTHROUGH
 from ._workflow import AgentWorkflow
+
+if TYPE_CHECKING:
+    from ..tools import Journal
+
+log = logging.getLogger("ketch.temporal")
 
 NON_RETRYABLE_KINDS = frozenset({"auth", "invalid_request", "content_filter", "context_overflow"})
 """Model error kinds Temporal does not retry: the run sees the error message at once."""
 
-PASSTHROUGH = (
-    "msgspec",
-    "ketch.llm",
-    "ketch.loop",
-    "ketch._agent",
-    "ketch._schema",
-    "ketch.temporal._spec",
-    "ketch.temporal._pure",
-)
-"""Modules the workflow sandbox shares with the worker instead of re-importing them
-(deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
 
 Next = Callable[[dict[str, Any]], Awaitable[ToolResult]]
 ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
@@ -75,7 +75,10 @@ ToolMiddleware = Callable[[ToolCallInfo, Next], Awaitable[ToolResult]]
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
-    """The workflow runner durable agents use (also for :class:`temporalio.worker.Replayer`)."""
+    """The workflow runner durable agents use: Temporal's sandbox, sharing
+    :data:`PASSTHROUGH` with the worker. Importing :mod:`ketch.temporal`'s workflow adds
+    those modules to Temporal's defaults too, so ``Replayer(workflows=[AgentWorkflow])``
+    works without it."""
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
 
 
@@ -144,10 +147,18 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
             tools=[msgspec.convert(t, ToolSpec) for t in payload["tools"]],
         )
         signal = AbortSignal()
-        options = StreamOptions(
-            thinking=payload["thinking"], max_tokens=payload["max_tokens"],
-            temperature=payload["temperature"], signal=signal,
-        )
+        if "options" in payload:
+            options = msgspec.convert(payload["options"], StreamOptions)
+        else:  # a run started before the agent wrapper
+            options = StreamOptions(
+                thinking=payload["thinking"], max_tokens=payload["max_tokens"], temperature=payload["temperature"]
+            )
+        own = agent.agent.config
+        api_key = own.options.api_key
+        if own.get_api_key is not None:
+            found = own.get_api_key(model.provider)
+            api_key = (await found if inspect.isawaitable(found) else found) or api_key
+        options = msgspec.structs.replace(options, signal=signal, api_key=api_key, headers=own.options.headers)
         final: AssistantMessage | None = None
         retry_after: float | None = None
         try:
@@ -265,6 +276,18 @@ def _common_activities(shared: _Shared) -> list[Callable[..., Awaitable[Any]]]:
     return [publish, store, load]
 
 
+def _warn_local_journal(agents: Sequence[DurableAgent]) -> None:
+    """Warn when agents with the built-in file tools record their calls in a journal only
+    this machine sees (a retry on another worker machine would not find the record)."""
+    from ..tools import journal_warning
+
+    names = [a.name for a in agents if any(getattr(t, "journaled", False) for t in a.tools)]
+    if names:
+        warning = journal_warning()
+        if warning is not None:
+            log.warning("durable agent %s: %s", ", ".join(names), warning)
+
+
 class _Worker(Worker):
     """A Worker that also closes what its activities share when it shuts down."""
 
@@ -292,14 +315,15 @@ def build_worker(
     sandboxed: bool = True,
     wrap_model: Callable[[Model], Model] | None = None,
     middlewares: Sequence[ToolMiddleware] = (),
+    journal: Journal | None = None,
     **worker_options: Any,
 ) -> Worker:
     """A Temporal worker that runs ``agents`` on ``task_queue``.
 
     Registers the durable agent workflow, each agent's model activity
     (``<agent>.model``) and one activity per tool (``<agent>.tool.<name>``); pure tools
-    are registered for the workflow to run inline. ``models`` maps model names (as in
-    ``DurableAgent(model=...)``) to the Model to call instead (a scripted model in tests,
+    are registered for the workflow to run inline. ``models`` maps model names
+    (``DurableAgent.model_name``: ``provider:id``) to the Model to call instead (a scripted model in tests,
     say); otherwise the agent's own. ``store`` is the :class:`~ketch.sessions.SessionStore`
     that keeps transcripts too large for the history (default: the default store,
     opened on first use). ``sticky_timeout``: seconds before a workflow cached by a
@@ -311,12 +335,21 @@ def build_worker(
     middleware sees the call; its assistant message and conversation are empty): with
     :mod:`ketch.telemetry`, ``wrap_model=instrumentation.wrap_model`` and
     ``middlewares=[instrumentation.tool_middleware]`` give the ``chat`` and
-    ``execute_tool`` spans, under the activity spans of Temporal's ``TracingInterceptor``.
+    ``execute_tool`` spans, under the activity spans of Temporal's ``TracingInterceptor``;
+    an agent's own ``middlewares`` run inside these. ``journal`` is where the built-in
+    ``write`` and ``edit`` tools of this process keep their exactly-once records
+    (:func:`ketch.tools.use_journal`; default: the folder ``$KETCH_IDEMPOTENCY_DIR``):
+    every worker that may retry a call must share it; the worker logs a warning when it
+    is on this machine only (:func:`ketch.tools.journal_warning`).
     Run it with ``async with worker:`` or ``await worker.run()``.
     """
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
         raise ValueError(f"agent names must be unique, got {names}")
+    if journal is not None:
+        from ..tools import use_journal
+
+        use_journal(journal)
     opened: list[Any] = [store]
 
     def get_store() -> Any:
@@ -332,7 +365,9 @@ def build_worker(
         model = _no_provider_retries((models or {}).get(agent.model_name, agent.model))
         activities.append(_model_activity(agent, wrap_model(model) if wrap_model is not None else model, shared))
         for tool in agent.tools:
-            activities.append(_tool_activity(agent, tool, shared, middlewares))
+            activities.append(_tool_activity(agent, tool, shared, (*middlewares, *agent.agent.config.middlewares)))
+        _pure.register_agent(agent, worker=True)  # this worker's definition is the one its workflows run
+    _warn_local_journal(agents)
     if sandboxed:
         worker_options.setdefault("workflow_runner", sandbox_runner())
     else:

@@ -10,6 +10,7 @@ clock (:func:`ketch.llm.use_clock`), so a replay rebuilds the same transcript.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from collections.abc import Callable
 from datetime import timedelta
@@ -51,20 +52,55 @@ with workflow.unsafe.imports_passed_through():
     from ..loop import RunSummary
     from ..loop import Tool
     from ..loop import ToolContext
+    from ..loop import ToolExecutionEnd
     from ..loop import ToolResult
     from ..loop import TurnInfo
+    from ..loop import UsageLimits
     from ..loop import continue_loop
     from ..loop import deny
     from ..loop import resume_loop
     from ..loop import run_loop
     from . import _pure
+    from ._spec import IN_WORKFLOW
     from ._spec import PUBLISH_ACTIVITY
     from ._spec import AgentSpec
+    from ._spec import DurableAgent
     from ._spec import RunInput
     from ._spec import ToolDef
     from ._spec import jsonable
     from ._spec import model_activity
+    from ._spec import output_builtins
     from ._spec import tool_activity
+
+PASSTHROUGH = (
+    "msgspec",
+    "ketch.llm",
+    "ketch.loop",
+    "ketch._agent",
+    "ketch._schema",
+    "ketch.temporal._spec",
+    "ketch.temporal._pure",
+)
+"""Modules the workflow sandbox shares with the worker instead of re-importing them
+(deterministic code only; the loop's clock is the workflow's, see ``use_clock``)."""
+
+
+def _pass_through_by_default() -> None:
+    """Add :data:`PASSTHROUGH` to Temporal's default sandbox restrictions
+    (``SandboxRestrictions.passthrough_modules_default``, the set behind
+    ``SandboxRestrictions.default``), so a runner or :class:`temporalio.worker.Replayer`
+    built with the defaults runs this workflow: re-imported in the sandbox, ketch's
+    message Structs cannot be defined again."""
+    from temporalio.worker.workflow_sandbox import SandboxRestrictions
+
+    modules = getattr(SandboxRestrictions, "passthrough_modules_default", None)
+    if isinstance(modules, set):
+        modules.update(PASSTHROUGH)
+
+
+if not workflow.unsafe.in_sandbox():
+    _pass_through_by_default()
+
 
 def _retry(spec: AgentSpec, *, non_retryable: list[str] | None = None) -> RetryPolicy:
     s = spec.activities
@@ -89,6 +125,9 @@ def _failure_text(err: ActivityError) -> tuple[str, str]:
     return str(err), "unknown"
 
 
+_WORKER_ONLY = frozenset({"signal", "api_key", "headers"})
+
+
 class _ActivityModel:
     """A Model whose ``stream`` is one activity call returning the complete message."""
 
@@ -100,6 +139,7 @@ class _ActivityModel:
         self.api = spec.model_api
         self.id = spec.model_id
         self.context_window = spec.context_window
+        self.native_output = spec.model_native_output
 
     def stream(self, request: Request, options: StreamOptions | None = None) -> AsyncIterator[StreamEvent]:
         return self._call(request, options or StreamOptions())
@@ -118,10 +158,13 @@ class _ActivityModel:
         if signal is not None and signal.aborted:
             yield MessageBuilder(provider=self.provider, api=self.api, model=self.id).aborted()
             return
+        plain = {k: v for k, v in msgspec.structs.asdict(options).items() if v is not None and k not in _WORKER_ONLY}
         payload = {
             "system_prompt": request.system_prompt,
             "messages": [message_to_dict(m) for m in request.messages],
             "tools": [msgspec.to_builtins(t) for t in request.tools],
+            "options": msgspec.to_builtins(plain),  # without what stays on the worker
+            # what a worker from before "options" reads
             "thinking": options.thinking,
             "max_tokens": options.max_tokens,
             "temperature": options.temperature,
@@ -161,10 +204,11 @@ class _ActivityModel:
             yield StreamDone(reason=message.stop_reason, message=message)
 
 
-def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
+def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef, local: Tool | None) -> Tool:
     """A Tool whose ``execute`` runs the activity ``<agent>.tool.<name>`` (or, for a pure
-    tool registered on this worker, the tool itself, inside the workflow)."""
-    pure = _pure.lookup(spec.name, d.name) if d.pure else None
+    tool, the worker's own tool ``local``, inside the workflow). The decisions ``d``
+    makes per call are ``local``'s functions, called inside the workflow."""
+    pure = local if d.pure else None
     s = spec.activities
 
     async def execute(args: dict[str, Any], ctx: ToolContext[Any]) -> Any:
@@ -175,7 +219,7 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
         payload = {
             "args": args,
             "call_id": ctx.call_id,
-            "idempotency_key": f"{workflow.info().workflow_id}/{ctx.call_id}",
+            "idempotency_key": wf._next_key(ctx.call_id),
             **wf.activity_context(),
         }
         timeout = d.timeout if d.timeout is not None else s.tool_timeout
@@ -192,16 +236,56 @@ def _activity_tool(wf: AgentWorkflow, spec: AgentSpec, d: ToolDef) -> Tool:
             return ToolResult.error(text)
         return msgspec.convert(out, ToolResult)
 
+    decided: dict[str, Any] = {}
+    if d.per_call:
+        if local is None:
+            raise RuntimeError(_missing(spec.name, [f"tool {d.name!r} ({', '.join(d.per_call)})"]))
+        decided = {name: getattr(local, name) for name in d.per_call}
     return Tool(
         d.name,
         d.description,
         d.parameters,
         execute,
-        sequential=d.sequential,
-        read_only=d.read_only,
-        requires_approval=d.requires_approval,
+        sequential=decided.get("sequential", d.sequential),
+        read_only=decided.get("read_only", d.read_only),
+        requires_approval=decided.get("requires_approval", d.requires_approval),
+        prepare_arguments=decided.get("prepare_arguments"),
+        validate=decided.get("validate"),
+        preview=decided.get("preview"),
+        interrupt=d.interrupt,
+        strict=d.strict,
         reports_progress=pure is not None,
     )
+
+
+def _missing(name: str, what: list[str]) -> str:
+    return (
+        f"durable agent {name!r} is not defined in this worker process, and its {', '.join(what)} run inside "
+        "the workflow: run it on a worker built with this agent (build_worker(agents=[...]))"
+    )
+
+
+def _left(limits: UsageLimits | None, used: RunSummary) -> UsageLimits | bool | None:
+    """``limits`` less what the run used before this workflow run (the per-run ones);
+    False when one is used up."""
+    if limits is None:
+        return None
+    u = used.usage
+    spent = {
+        "requests": used.turns,
+        "tool_calls": used.tool_calls,
+        "input_tokens": u.input,
+        "output_tokens": u.output,
+        "total_tokens": u.total_tokens,
+    }
+    left: dict[str, int] = {}
+    for name, n in spent.items():
+        limit = getattr(limits, name)
+        if limit is not None and n:
+            if limit - n < 1:
+                return False
+            left[name] = limit - n
+    return msgspec.structs.replace(limits, **left) if left else limits
 
 
 def _decision(data: dict[str, Any]) -> Decision:
@@ -229,6 +313,10 @@ class AgentWorkflow:
         self._more = False
         self._last_end: dict[str, Any] | None = None
         self.live_message = False
+        self._call_key = ""
+        self._calls = 0
+        self._carried = RunSummary()  # what the workflow runs before this one used
+        self._used = RunSummary()  # requests, tool calls and usage of this workflow run so far
 
     # -- signals and queries -------------------------------------------------------------
     @workflow.signal(name="steer")
@@ -276,7 +364,19 @@ class AgentWorkflow:
         outbox, self._outbox = self._outbox, []
         return {"run_id": workflow.info().workflow_id, "events_url": self._events_url, "outbox": outbox}
 
+    def _next_key(self, call_id: str) -> str:
+        """The idempotency key of the run's next tool call: unique per call within the run
+        (the model's call ids need not be), the same for every attempt of that call."""
+        self._calls += 1
+        return f"{self._call_key}/{self._calls}"
+
     def _emit(self, event: AgentEvent) -> None:
+        kind = type(event)
+        if kind is MessageEnd and isinstance(event.message, AssistantMessage):  # type: ignore[union-attr]
+            self._used.turns += 1
+            self._used.usage.add(event.message.usage)  # type: ignore[union-attr]
+        elif kind is ToolExecutionEnd:
+            self._used.tool_calls += 1
         if self._events_url is None:
             return
         if type(event) is MessageUpdate:
@@ -293,8 +393,10 @@ class AgentWorkflow:
         self._seq += 1
         self._outbox.append({"seq": self._seq, "event": jsonable(event)})
 
-    def _take(self, queue: list[Message]) -> Callable[[], list[Message]]:
+    def _take(self, queue: list[Message], mode: str = "all") -> Callable[[], list[Message]]:
         def take() -> list[Message]:
+            if mode != "all":
+                return [queue.pop(0)] if queue else []
             taken = list(queue)
             queue.clear()
             return taken
@@ -307,6 +409,11 @@ class AgentWorkflow:
                 return False
             wfi = workflow.info()
             if wfi.is_continue_as_new_suggested() or wfi.get_current_history_length() >= spec.max_history_events:
+                limited = spec.max_turns is not None or spec.max_budget_usd is not None or spec.usage_limits is not None
+                if limited and workflow.patched("ketch-limits-per-run") and _exhausted(
+                    spec, _merge(self._carried, self._used, 0, 0, 0.0)
+                ):
+                    return False  # a limit is reached: this workflow run ends the run (the loop stops it)
                 self._continue = True
                 return True
             return False
@@ -332,26 +439,22 @@ class AgentWorkflow:
                     "ketch.load", inp.transcript_ref, start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=_retry(spec),
                 )
+            agent = _pure.agent(spec.name)
+            needed = [k for k in spec.worker_side if k in IN_WORKFLOW]
+            if needed and agent is None:
+                raise RuntimeError(_missing(spec.name, needed))
             conversation = Conversation(
                 system_prompt=spec.system_prompt,
                 messages=[message_from_dict(m) for m in transcript_data],
-                tools=[_activity_tool(self, spec, d) for d in spec.tools],
+                tools=[_activity_tool(self, spec, d, _pure.tool(spec.name, d.name)) for d in spec.tools],
             )
             self._conversation = conversation
             carried = msgspec.convert(inp.summary, RunSummary) if inp.summary is not None else RunSummary()
-            max_turns = spec.max_turns - carried.turns if spec.max_turns is not None else None
-            config: LoopConfig[Any] = LoopConfig(
-                model=_ActivityModel(self, spec),
-                thinking=spec.thinking,
-                options=StreamOptions(max_tokens=spec.max_tokens, temperature=spec.temperature),
-                max_turns=max_turns,
-                max_budget_usd=spec.max_budget_usd,
-                max_tool_concurrency=spec.max_tool_concurrency,
-                tool_execution=spec.tool_execution,
-                get_steering_messages=self._take(self._steering),
-                get_follow_up_messages=self._take(self._follow_ups),
-                stop_when=[self._stop_for_new_run(spec)],
-            )
+            self._carried = carried
+            self._call_key = inp.call_key or f"{workflow.info().workflow_id}/{workflow.uuid4().hex[:12]}"
+            self._calls = inp.calls
+            config = _config(self, spec, agent, needed)
+            _count_from(config, spec, carried)
             stream: RunStream
             if inp.generation == 0:
                 prompts = [message_from_dict(m) for m in inp.prompts]
@@ -366,6 +469,7 @@ class AgentWorkflow:
                     async for event in stream:
                         self._emit(event)
                     result = await stream.result()
+                    output = result.output
                     part = result.summary
                     duration += part.duration
                     state = result.state
@@ -392,8 +496,7 @@ class AgentWorkflow:
                 ):
                     # messages signalled while the run published its last events: go on
                     queued = self._take(self._steering)() + self._take(self._follow_ups)()
-                    if spec.max_turns is not None:
-                        config.max_turns = spec.max_turns - summary.turns
+                    _count_from(config, spec, summary)
                     self._more = True
                     stream = run_loop(queued, conversation, config, self._signal)
                     continue
@@ -404,6 +507,7 @@ class AgentWorkflow:
                 "summary": msgspec.to_builtins(summary),
                 "transcript": [message_to_dict(m) for m in conversation.messages],
                 "generations": inp.generation + 1,
+                "output": None if output is None else output_builtins(output),
             }
 
     async def _flush(self) -> None:
@@ -462,6 +566,8 @@ class AgentWorkflow:
             outbox=self._outbox,
             seq=self._seq,
             generation=inp.generation + 1,
+            call_key=self._call_key,
+            calls=self._calls,
         )
         workflow.continue_as_new(msgspec.to_builtins(nxt))
 
@@ -479,3 +585,57 @@ def _merge(total: RunSummary, part: RunSummary, calls: int, errors: int, duratio
         error=part.error,
         duration=total.duration + duration,
     )
+
+
+def _config(wf: AgentWorkflow, spec: AgentSpec, agent: DurableAgent | None, needed: list[str]) -> LoopConfig[Any]:
+    """The loop's config: the carried options from the run's input, the worker-side ones
+    (``needed``) from the worker's own definition of the agent."""
+    worker: dict[str, Any] = {}
+    if agent is not None:
+        own = agent.agent.config
+        worker = {k: getattr(own, k) for k in needed}
+        if "context_manager" in worker:  # a fresh one per run: it keeps state about its transcript
+            worker["context_manager"] = copy.deepcopy(worker["context_manager"])
+        worker["deps"] = own.deps
+    stop_when = (*worker.pop("stop_when", ()), wf._stop_for_new_run(spec))
+    return LoopConfig(
+        model=_ActivityModel(wf, spec),
+        thinking=spec.thinking,
+        options=spec.stream_options(),
+        length_recoveries=spec.length_recoveries,
+        length_recovery_prompt=spec.length_recovery_prompt,
+        tool_execution=spec.tool_execution,
+        max_tool_concurrency=spec.max_tool_concurrency,
+        steering_during_tools=spec.steering_during_tools,
+        max_tool_errors=spec.max_tool_errors,
+        max_repeated_tool_calls=spec.max_repeated_tool_calls,
+        tool_timeout=spec.tool_timeout,
+        tool_abort_grace=spec.tool_abort_grace,
+        output_mode=spec.output_mode,
+        output_retries=spec.output_retries,
+        get_steering_messages=wf._take(wf._steering, spec.steering_mode),
+        get_follow_up_messages=wf._take(wf._follow_ups, spec.follow_up_mode),
+        stop_when=stop_when,
+        **worker,
+    )
+
+
+def _exhausted(spec: AgentSpec, used: RunSummary) -> bool:
+    """Whether the run has used up its turns, budget or a usage limit (the loop, which
+    checks them before each model call but the first, stops it)."""
+    if spec.max_turns is not None and used.turns >= spec.max_turns:
+        return True
+    if spec.max_budget_usd is not None and used.usage.cost.total >= spec.max_budget_usd:
+        return True
+    return _left(spec.usage_limits, used) is False
+
+
+def _count_from(config: LoopConfig[Any], spec: AgentSpec, used: RunSummary) -> None:
+    """Set the run's limits for a loop that starts after the run used ``used`` (a workflow
+    run continued as new, messages that came after the run's end)."""
+    config.max_turns = None if spec.max_turns is None else spec.max_turns - used.turns
+    if (spec.max_budget_usd is None and spec.usage_limits is None) or not workflow.patched("ketch-limits-per-run"):
+        return  # (a run started before the budget counted across workflow runs: as it started)
+    config.max_budget_usd = None if spec.max_budget_usd is None else spec.max_budget_usd - used.usage.cost.total
+    left = _left(spec.usage_limits, used)
+    config.usage_limits = spec.usage_limits if isinstance(left, bool) else left

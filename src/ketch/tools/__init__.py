@@ -9,6 +9,10 @@ public for building a custom set; they load on first use too.
 :class:`ToolSearch` sends a large tool set to the model on demand: deferred tools are
 listed by name and loaded by a ``tool_search`` call (:class:`ToolActivations` records
 activations a compaction would drop).
+
+The ``write`` and ``edit`` tools change files exactly once per idempotency key under a
+durable runner, keeping records in a journal (:class:`Journal`: :class:`DirJournal`,
+:class:`StoreJournal`; :func:`use_journal`, :func:`journal_warning`).
 """
 
 from typing import TYPE_CHECKING
@@ -24,6 +28,11 @@ if TYPE_CHECKING:
     from ._bash import BashTool
     from ._builtins import coding_tools
     from ._edit import EditTool
+    from ._idempotency import DirJournal
+    from ._idempotency import Journal
+    from ._idempotency import StoreJournal
+    from ._idempotency import journal_warning
+    from ._idempotency import use_journal
     from ._ls import LsTool
     from ._read import ReadTool
     from ._search import FindTool
@@ -35,26 +44,36 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BashTool",
+    "DirJournal",
     "EditTool",
     "FindTool",
     "FunctionTool",
     "GrepTool",
+    "Journal",
     "LsTool",
     "Param",
     "ReadTool",
+    "StoreJournal",
     "ToolActivations",
     "ToolOptions",
     "ToolSearch",
     "Workspace",
     "WriteTool",
     "coding_tools",
+    "journal_warning",
     "tool",
+    "use_journal",
     "validate_arguments",
 ]
 
 _LAZY = {
     "BashTool": "._bash",
+    "DirJournal": "._idempotency",
     "EditTool": "._edit",
+    "Journal": "._idempotency",
+    "StoreJournal": "._idempotency",
+    "journal_warning": "._idempotency",
+    "use_journal": "._idempotency",
     "FindTool": "._search",
     "GrepTool": "._search",
     "LsTool": "._ls",

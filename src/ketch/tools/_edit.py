@@ -25,6 +25,7 @@ from typing import Any
 
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ._idempotency import Change
 from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
@@ -359,7 +360,7 @@ class EditTool(FileChangeTool):
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, "Edit")
 
-    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult | Change:
         ws = self.workspace
         old = args.get("old_string")
         new = args.get("new_string")
@@ -411,18 +412,22 @@ class EditTool(FileChangeTool):
         if updated == text:
             return ToolResult.error(f"The replacement leaves {shown} unchanged; nothing was written.")
         out = (b"\xef\xbb\xbf" if bom else b"") + updated.encode("utf-8")
-        try:
-            fd, _ = open_regular(path, shown, "edited", write=True, single_link=True)
-            with os.fdopen(fd, "r+b") as f:
-                f.write(out)
-                f.truncate()
-                f.flush()
-                new_stat = os.fstat(f.fileno())
-        except WorkspaceError as exc:
-            return ToolResult.error(str(exc))
-        except OSError as exc:
-            return ToolResult.error(f"Cannot write {shown}: {exc.strerror or exc}.")
-        ws.record(path, out, new_stat)
+
+        async def write() -> ToolResult | None:
+            try:
+                fd, _ = open_regular(path, shown, "edited", write=True, single_link=True)
+                with os.fdopen(fd, "r+b") as f:
+                    f.write(out)
+                    f.truncate()
+                    f.flush()
+                    new_stat = os.fstat(f.fileno())
+            except WorkspaceError as exc:
+                return ToolResult.error(str(exc))
+            except OSError as exc:
+                return ToolResult.error(f"Cannot write {shown}: {exc.strerror or exc}.")
+            ws.record(path, out, new_stat)
+            return None
+
         diff = unified_diff(text, updated, shown)
         count = len(matches)
         summary = f"Edited {shown}: replaced {count} occurrence{'s' if count != 1 else ''}{_MODE_NOTES[mode]}."
@@ -431,7 +436,7 @@ class EditTool(FileChangeTool):
         if len(diff_lines) > _DIFF_CONTENT_LINES:
             cut = len(diff_lines) - _DIFF_CONTENT_LINES
             shown_diff = "\n".join(diff_lines[:_DIFF_CONTENT_LINES]) + f"\n[diff cut: {cut} more lines]"
-        return ToolResult(
+        result = ToolResult(
             content=f"{summary}\n\n{shown_diff}",
             details={
                 "path": str(path),
@@ -441,3 +446,4 @@ class EditTool(FileChangeTool):
                 "first_changed_line": text.count("\n", 0, matches[0].start) + 1,
             },
         )
+        return Change(path, out, result, write)

@@ -18,6 +18,7 @@ from typing import BinaryIO
 from ..loop import ToolContext
 from ..loop import ToolResult
 from ._edit import unified_diff
+from ._idempotency import Change
 from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
@@ -68,7 +69,7 @@ class WriteTool(FileChangeTool):
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, "Write")
 
-    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+    async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult | Change:
         ws = self.workspace
         content = args.get("content")
         if not isinstance(content, str):
@@ -85,20 +86,18 @@ class WriteTool(FileChangeTool):
             os.close(open_folder(str(path.parent), shown, create=True))
             existed = path.exists()
             fd, stat = open_regular(path, shown, "written", write=True, single_link=True)
-            with os.fdopen(fd, "r+b") as f:
+            f = os.fdopen(fd, "r+b")
+            try:
                 if existed:
                     old = f.read()
                     ws.check_fresh(path, stat, old, action="overwrite")
-                if len(data) > _THREAD_THRESHOLD:
-                    await asyncio.to_thread(_write, f, data)
-                else:
-                    _write(f, data)
-                stat = os.fstat(f.fileno())
+            except BaseException:
+                f.close()
+                raise
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         except OSError as exc:
             return ToolResult.error(f"Cannot write {shown}: {exc.strerror or exc}.")
-        ws.record(path, data, stat)
         lines = count_lines(data)
         verb = "Created" if old is None else "Overwrote"
         details: dict[str, Any] = {
@@ -110,7 +109,22 @@ class WriteTool(FileChangeTool):
         }
         if old is not None and len(old) + len(data) <= _DIFF_MAX_BYTES:
             details["diff"] = unified_diff(old.decode("utf-8", errors="replace"), content, shown)
-        return ToolResult(
+        result = ToolResult(
             content=f"{verb} {shown} ({_plural(len(data), 'byte')}, {_plural(lines, 'line')}).",
             details=details,
         )
+
+        async def write() -> ToolResult | None:
+            with f:
+                try:
+                    if len(data) > _THREAD_THRESHOLD:
+                        await asyncio.to_thread(_write, f, data)
+                    else:
+                        _write(f, data)
+                    written = os.fstat(f.fileno())
+                except OSError as exc:
+                    return ToolResult.error(f"Cannot write {shown}: {exc.strerror or exc}.")
+            ws.record(path, data, written)
+            return None
+
+        return Change(path, data, result, write)

@@ -12,6 +12,7 @@ base URLs and key variables the registry holds::
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -47,6 +48,11 @@ from .base import SSEEvents
 from .base import content_parts
 from .base import image_url
 
+
+def _new_call_id() -> str:
+    """An id for a tool call the server sent without one: unique, so no two calls of a
+    run share one (a durable run keys its exactly-once records by call)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 class Compat(msgspec.Struct, kw_only=True, frozen=True):
     """How one endpoint departs from OpenAI's own Chat Completions.
@@ -431,7 +437,7 @@ class OpenAIChatModel(HTTPModel):
                                     think_i = -1
                                 fn = td.function
                                 c_ev = builder.tool_call_start(
-                                    td.id or f"call_{len(builder.message.content)}",
+                                    td.id or _new_call_id(),
                                     (fn.name if fn is not None else None) or "",
                                 )
                                 index = c_ev.index
@@ -478,9 +484,9 @@ class OpenAIChatModel(HTTPModel):
             yield ev2
             yield builder.text_delta(content, ev2.index)
             yield builder.text_end(ev2.index)
-        for i, call in enumerate(message.tool_calls or ()):
+        for call in message.tool_calls or ():
             fn = call.function or _Fn()
-            ev3 = builder.tool_call_start(call.id or f"call_{i}", fn.name or "")
+            ev3 = builder.tool_call_start(call.id or _new_call_id(), fn.name or "")
             yield ev3
             if fn.arguments:
                 yield builder.tool_call_delta(fn.arguments, ev3.index)
