@@ -35,8 +35,12 @@ def test_model_precedence_user_project_env_flag(env: Env) -> None:
     env.user_config(f'model = "scripted:{user}"\nthinking = "low"\n[permissions]\nmode = "plan"\n')
     assert _answer(env)[0] == "user"
     env.project_config(f'model = "scripted:{project}"\n[permissions]\nmode = "accept-edits"\n')
+    # a project chooses neither the model nor a wider mode until the user trusts it
     text, init = _answer(env)
+    assert (text, init["thinking"], init["permission_mode"]) == ("user", "low", "plan")
+    text, init = _answer(env, "--trust-project")
     assert (text, init["thinking"], init["permission_mode"]) == ("project", "low", "accept_edits")
+    env.vars["KETCH_TRUST_PROJECT"] = "1"
     text, init = _answer(env, extra={"KETCH_MODEL": f"scripted:{from_env}", "KETCH_PERMISSION_MODE": "bypass"})
     assert (text, init["permission_mode"]) == ("env", "bypass")
     text, init = _answer(
@@ -58,6 +62,7 @@ def test_project_config_found_in_a_parent_directory(env: Env) -> None:
     env.project_config(f'model = "scripted:{script}"\ntools = ["read", "ls"]\n')
     sub = env.work / "a" / "b"
     sub.mkdir(parents=True)
+    env.vars["KETCH_TRUST_PROJECT"] = "1"  # the project chooses the model
     proc = env.run("run", "-o", "stream-json", "go", cwd=sub)
     events = lines(proc.stdout)
     assert (events[-1]["text"], events[0]["tools"], events[0]["cwd"]) == ("from parent", ["read", "ls"], str(sub))
@@ -223,6 +228,7 @@ def test_project_settings_stop_at_the_project_root(env: Env) -> None:
     above.write_text('model = "anthropic:from-above"\nthinking = "high"\n')
     sub = env.work / "pkg"
     sub.mkdir()
+    env.vars["KETCH_TRUST_PROJECT"] = "1"
     assert _config_model_line(env) == "model           local  (no provider key found)"
     rows = _config_rows(env, cwd=sub)
     assert "thinking        off  (default)" in rows
@@ -295,7 +301,7 @@ def test_interactive_session_asks_to_trust_and_remembers(env: Env, terminals: li
     script = env.script(["hi"])
     term = Terminal(env, "--model", f"scripted:{script}")
     terminals.append(term)
-    term.expect(f"The project {env.work} has settings that widen what ketch may do:")
+    term.expect(f"The project {env.work} has settings that apply only once you trust it:")
     term.expect('permissions.mode = "bypass"')
     term.expect(r"Trust this project and apply them \(remembered\)\? \[y/N\]")
     term.sendline("y")

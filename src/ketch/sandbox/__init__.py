@@ -33,6 +33,7 @@ from ._hints import protected_names
 from ._policy import DEFAULT_PROTECTED
 from ._policy import Sandbox
 from ._policy import SandboxPolicy
+from ._policy import command_paths
 from ._policy import protected_path
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "BubblewrapSandbox",
     "Sandbox",
     "SandboxPolicy",
+    "command_paths",
     "default_sandbox",
     "denial_hint",
     "has_url_password",
