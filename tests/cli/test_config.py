@@ -237,6 +237,11 @@ def test_project_settings_stop_at_the_project_root(env: Env) -> None:
     env.project_config('thinking = "low"\nmax_turns = 5\n')
     env.project_config('thinking = "medium"\n', directory=sub)
     (sub / ".ketch" / "config.local.toml").write_text("max_turns = 7\n")
+    # files in a sub-folder apply once the user trusted them by name (remembered)
+    (env.xdg / "ketch").mkdir()
+    (env.xdg / "ketch" / "trusted_projects.json").write_text(
+        json.dumps({"trusted": [], "files": {str(env.work): ["pkg/.ketch/config.local.toml", "pkg/.ketch/config.toml"]}})
+    )
     rows = _config_rows(env, cwd=sub)
     assert f"thinking        medium  (project config {sub / '.ketch' / 'config.toml'})" in rows
     assert f"max_turns       7  (local config {sub / '.ketch' / 'config.local.toml'})" in rows

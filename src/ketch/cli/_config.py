@@ -468,7 +468,6 @@ def _apply_project(
     servers: dict[str, Any],
     mcp_path: Path,
     gate: Gate,
-    environ: Mapping[str, str],
 ) -> None:
     """Apply the project's config files, ``.mcp.json`` servers and agent files to
     ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``)."""
@@ -523,14 +522,16 @@ def load_settings(
     project_mcp = root / MCP_JSON
     project_servers: dict[str, Any] = read_mcp_json(project_mcp).get("mcpServers", {}) if project_mcp != user_mcp else {}
     decision = decide(root, config_dir(env), flag=trust, environ=env)
-    if ask_trust is not None and (decision.how is None or decision.known is not None):
+    if ask_trust is not None:
         preview = Gate(decision)
-        _apply_project(copy.deepcopy(settings), project_files, project_servers, project_mcp, preview, env)
-        if preview.ignored and ask_trust(root, [item for item in preview.ignored]):
-            trust_project(root, env, [path for path, _, _ in project_files])
-            decision = Trust(root, "answered")
+        _apply_project(copy.deepcopy(settings), project_files, project_servers, project_mcp, preview)
+        if preview.ignored and ask_trust(root, list(preview.ignored)):
+            files = [path for path, _, _ in project_files]
+            trust_project(root, env, files)
+            decision = decide(root, config_dir(env), environ={})  # as remembered now
+            decision = Trust(root, "answered", decision.known)
     gate = Gate(decision)
-    _apply_project(settings, project_files, project_servers, project_mcp, gate, env)
+    _apply_project(settings, project_files, project_servers, project_mcp, gate)
     settings.trust = decision
     settings.trusted = decision.trusted
     settings.ignored = gate.ignored

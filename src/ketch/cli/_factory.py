@@ -207,6 +207,7 @@ def build_tools(
     if not wanted:
         return []
     from ..sandbox import DEFAULT_PROTECTED
+    from ..sandbox import expand_protected
     from ..tools import Workspace
     from ..tools import coding_tools
 
@@ -235,7 +236,8 @@ def build_tools(
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
         hidden=hidden,
-        protected=tuple(dict.fromkeys((*DEFAULT_PROTECTED, *protected, *denied_edits))),
+        # the configuration files in sub-folders (**/.ketch, **/AGENTS.md) found once, not at each command
+        protected=tuple(dict.fromkeys((*expand_protected(root, DEFAULT_PROTECTED), *protected, *denied_edits))),
     )
     by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]
@@ -417,14 +419,23 @@ def key_file_rules(settings: Settings) -> list[Rule]:
     return [Rule.parse(f"Read(/{glob_escape(path)})", "ketch") for path in paths]
 
 
-def config_scripts(settings: Settings, root: Path, hooks: Sequence[HookSpec]) -> tuple[str, ...]:
-    """The files the command runs outside the sandbox, as workspace-relative paths: the
-    scripts the shell ``hooks`` and the MCP servers of ``settings`` name (see
-    :func:`ketch.sandbox.command_paths`). They are configuration: the sandbox keeps them
-    read-only (and absent ones uncreatable) and the file tools ask before changing one."""
+def config_paths(settings: Settings, root: Path, hooks: Sequence[HookSpec]) -> tuple[str, ...]:
+    """Configuration besides ``DEFAULT_PROTECTED``, as paths relative to the workspace
+    ``root``: the files the command runs outside the sandbox (the scripts the shell
+    ``hooks`` and the MCP servers of ``settings`` name, see
+    :func:`ketch.sandbox.command_paths`) and the config files in sub-folders the user
+    trusted by name (also while they are absent). The sandbox keeps them read-only (and
+    absent ones uncreatable) and the file tools ask before changing one."""
+    from .._paths import within
     from ..sandbox import command_paths
 
     found: dict[str, None] = {}
+    trust = settings.trust
+    if trust is not None:
+        for name in sorted(trust.known):
+            path = os.path.normpath(os.path.join(trust.root, name))
+            if within(path, str(root)) and path != str(root):
+                found[glob_escape(os.path.relpath(path, root))] = None
     for spec in hooks:
         if isinstance(spec.handler, str):
             found.update(dict.fromkeys(command_paths(root, spec.handler)))
@@ -473,7 +484,7 @@ def build_gated_tools(
         )
     from ..sandbox import DEFAULT_PROTECTED
 
-    scripts = config_scripts(settings, root, specs)
+    scripts = config_paths(settings, root, specs)
     permissions = PermissionEngine(
         settings.permission_mode,
         allow=settings.allow,

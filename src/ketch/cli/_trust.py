@@ -14,11 +14,14 @@ which the command prints as one line on stderr saying how to trust the project.
 user config directory (``trusted_projects.json``), or a yes to the question an
 interactive session asks. A project with nothing to ignore is not thereby trusted.
 
-A remembered trust covers the files it was given for: the project root's own ``.ketch``
-and ``.mcp.json`` (which the sandbox keeps read-only and cannot create), and the config
-files in sub-folders that existed when the user said yes. A ``sub/.ketch/config.toml``
-that appeared since (a command could have made it) counts as untrusted until the user
-says yes again (:meth:`Trust.covers`).
+What the trust covers: the project root's own ``.ketch`` (config files, agent files)
+and ``.mcp.json``, which the sandbox keeps read-only and cannot create and the file tools
+ask about; and the config files in sub-folders (``sub/.ketch/config.toml``) the user
+trusted by name: those that existed when they answered yes (remembered with the
+project). A config file in a sub-folder can be created by a command (the sandbox cannot
+keep a new file from appearing at any depth), so one not trusted by name counts as
+untrusted, also under ``--trust-project``, until the user says yes to it in an
+interactive session (:meth:`Trust.covers`).
 
 The stricter-only list (each a named check of the value against the setting so far):
 
@@ -60,6 +63,7 @@ from ..permissions import parse_mode
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"
 HOW_TO_TRUST = f"trust it with --trust-project or {TRUST_ENV}=1"
+HOW_TO_TRUST_FILES = "a command could have made them: trust them by answering yes in an interactive ketch session"
 
 
 # -- the decision ---------------------------------------------------------------------------------
@@ -69,12 +73,12 @@ HOW_TO_TRUST = f"trust it with --trust-project or {TRUST_ENV}=1"
 class Trust:
     """Whether the user trusts the project at ``root`` and how they said so (``how``:
     ``flag --trust-project``, ``environment KETCH_TRUST_PROJECT``, ``remembered``,
-    ``answered``; None: not trusted). ``known`` are the config files in sub-folders a
-    remembered trust covers (paths relative to the root); None: every file."""
+    ``answered``; None: not trusted). ``known`` are the config files in sub-folders the
+    user trusted by name (paths relative to the root)."""
 
     root: Path
     how: str | None = None
-    known: frozenset[str] | None = None
+    known: frozenset[str] = frozenset()
 
     @property
     def trusted(self) -> bool:
@@ -83,12 +87,10 @@ class Trust:
 
     def covers(self, path: Path) -> bool:
         """Whether the trust covers the project file at ``path``: the root's own
-        ``.ketch`` and ``.mcp.json`` always (when trusted), a config file in a sub-folder
-        when it is among the files the trust was given for."""
+        ``.ketch`` and ``.mcp.json`` (when trusted at all), a config file in a sub-folder
+        when the user trusted it by name."""
         if self.how is None:
             return False
-        if self.known is None:
-            return True
         rel = _relative(path, self.root)
         if rel is None:
             return False
@@ -130,13 +132,14 @@ def decide(root: Path, config_dir: Path, *, flag: bool = False, environ: Mapping
     """The user's word on the project at ``root``: ``flag`` (``--trust-project``), the
     environment variable, or the trust remembered in ``config_dir``."""
     env = os.environ if environ is None else environ
-    if flag:
-        return Trust(root, "flag --trust-project")
-    if _truthy(env.get(TRUST_ENV)):
-        return Trust(root, f"environment {TRUST_ENV}")
     roots, known = _entries(_remembered(config_dir))
+    names = frozenset(known.get(str(root), ()))
+    if flag:
+        return Trust(root, "flag --trust-project", names)
+    if _truthy(env.get(TRUST_ENV)):
+        return Trust(root, f"environment {TRUST_ENV}", names)
     if str(root) in roots:
-        return Trust(root, "remembered", frozenset(known.get(str(root), ())))
+        return Trust(root, "remembered", names)
     return Trust(root)
 
 
@@ -254,5 +257,12 @@ class Gate:
         """The one stderr line about the ignored settings (None when there are none)."""
         if not self.ignored:
             return None
-        which = "untrusted project" if not self.trust.trusted else "project (settings added since you trusted it)"
-        return f"ketch: ignored settings of the {which} {self.trust.root}: {'; '.join(self.ignored)} ({HOW_TO_TRUST})"
+        if not self.trust.trusted:
+            return (
+                f"ketch: ignored settings of the untrusted project {self.trust.root}: "
+                f"{'; '.join(self.ignored)} ({HOW_TO_TRUST})"
+            )
+        return (
+            f"ketch: ignored settings of config files in sub-folders of the project {self.trust.root} "
+            f"not trusted by name yet: {'; '.join(self.ignored)} ({HOW_TO_TRUST_FILES})"
+        )

@@ -119,6 +119,47 @@ def command_paths(
     return tuple(found)
 
 
+def _any_depth_name(entry: str) -> str | None:
+    """``NAME`` of a ``**/NAME`` entry (a plain name), else None."""
+    name = entry[3:] if entry.startswith("**/") else ""
+    return name if name and "/" not in name and not has_wildcard(name) else None
+
+
+def expand_protected(workspace: str | os.PathLike[str], protected: Iterable[str]) -> tuple[str, ...]:
+    """``protected`` with its ``**/NAME`` entries (``**/.ketch``, ``**/AGENTS.md``)
+    replaced by the paths they name in ``workspace`` now, found in one walk of it (symlinks
+    not followed, ``.git`` folders not searched), as plain entries. A sandbox searches a
+    ``**`` pattern at every command; a session that expands its entries once pays one walk,
+    and each path found stays protected while it runs (a plain entry cannot be created
+    again once removed either). What is created later is not covered: the command
+    trusts a config file in a sub-folder only once the user has (:mod:`ketch.cli._trust`)."""
+    entries = tuple(protected)
+    names = {n for n in (_any_depth_name(e) for e in entries) if n is not None}
+    if not names:
+        return entries
+    root = os.path.realpath(workspace)
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                items = list(listing)
+        except OSError:
+            continue
+        for item in items:
+            if item.name in names:
+                found.append(glob_escape(os.path.relpath(item.path, root)))
+            elif item.name != ".git":
+                try:
+                    if item.is_dir(follow_symlinks=False):
+                        pending.append(item.path)
+                except OSError:
+                    continue
+    kept = [e for e in entries if _any_depth_name(e) is None]
+    return tuple(dict.fromkeys((*kept, *sorted(found))))
+
+
 def _git_file(workspace: str) -> tuple[bool, str]:
     """Whether the workspace's ``.git`` is a regular file (a worktree's or a submodule's
     ``gitdir: …``), and its start when it can be read ("" when not); never blocks (a
