@@ -57,11 +57,10 @@ def _walk_ms(root: Path) -> float:
     return statistics.median(times) * 1000
 
 
-async def main() -> None:
+async def main(root: Path) -> None:
     sandbox = default_sandbox()
     if sandbox is None:
         sys.exit(f"no sandbox: {sandbox_unavailable_reason()}")
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]).resolve()
     entries = sum(len(dirs) + len(files) for _, dirs, files in os.walk(root))
     ws = Workspace(root)
     plain = await _median_ms(BashTool(ws, sandbox=sandbox, protected=ROOT_ONLY))
@@ -82,4 +81,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]).resolve()))
