@@ -6,6 +6,7 @@ config, ``ketch config`` and ``ketch models``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,41 @@ def test_interactive_session_asks_to_trust_and_remembers(env: Env, terminals: li
     # remembered: no question, and headless runs apply it too
     proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{script}", "go")
     assert (proc.stderr, lines(proc.stdout)[0]["permission_mode"]) == ("", "bypass")
+
+
+def test_a_yes_trusts_the_sub_folder_config_files_by_name(env: Env, terminals: list[Terminal]) -> None:
+    (env.work / ".git").mkdir()
+    sub = env.work / "sub"
+    first = env.project_config('thinking = "high"\n', directory=sub)
+    script = env.script(["hi"])
+    term = Terminal(env, "--model", f"scripted:{script}", cwd=sub)
+    terminals.append(term)
+    term.expect(f"The project {env.work} has settings that apply only once you trust it:")
+    term.expect(re.escape(f'thinking = "high" ({first})'))
+    term.expect(r"\[y/N\]")
+    term.sendline("y")
+    term.expect("›")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    trusted = json.loads((env.xdg / "ketch" / "trusted_projects.json").read_text())
+    assert trusted == {"trusted": [str(env.work)], "files": {str(env.work): ["sub/.ketch/config.toml"]}}
+    rows = _config_rows(env, cwd=sub)
+    assert f"thinking        high  (project config {first})" in rows
+    # a config file that appears later (a command could have made it) is not covered
+    later = sub / ".ketch" / "config.local.toml"
+    later.write_text('[permissions]\nmode = "bypass"\n')
+    proc = env.run("run", "--trust-project", "--model", f"scripted:{script}", "go", cwd=sub)
+    assert proc.returncode == 0
+    assert proc.stderr == (
+        f"ketch: ignored settings of config files in sub-folders of the project {env.work} not trusted by name "
+        f'yet: permissions.mode = "bypass" ({later}) (a command could have made them: trust them by answering yes '
+        "in an interactive ketch session)\n"
+    )
+    rows = _config_rows(env, cwd=sub, extra={"KETCH_TRUST_PROJECT": "1"})
+    assert (
+        "ignored (config files in sub-folders not trusted by name yet; answer yes in an interactive session to "
+        f'apply them): permissions.mode = "bypass" ({later})'
+    ) in rows
 
 
 def test_interactive_session_untrusted_answer_keeps_the_safe_settings(env: Env, terminals: list[Terminal]) -> None:

@@ -305,11 +305,6 @@ def read_mcp_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def is_trusted(root: Path, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the user has trusted the project at ``root`` (remembered in the user config dir)."""
-    return decide(root, config_dir(environ), environ={}).how == "remembered"
-
-
 def trust_project(root: Path, environ: Mapping[str, str] | None = None, files: Sequence[Path] = ()) -> None:
     """Remember that the user trusts the project at ``root``, and its config ``files``
     (see :mod:`ketch.cli._trust`)."""
