@@ -40,6 +40,10 @@ other modes, ``hooks``, ``sandbox.env_allow``, ``system_prompt``, ``temperature`
 ``compaction``, ``context_window``, MCP servers, and an agent file's ``model``,
 ``thinking`` and a ``permission_mode`` other than ``default``.
 
+A new kind of project file (skills, commands, plugins) plugs in by calling
+:meth:`Gate.admit` for each thing it would apply, with a name of its own: a name not in
+:data:`STRICTER_ONLY` needs trust, and what is left out joins the same stderr line.
+
 Instruction files (``AGENTS.md``, ``CLAUDE.md``) only tell the model things and are read
 in any project; their imports never leave the project, trusted or not (see
 :mod:`ketch.cli._instructions`).
