@@ -135,6 +135,9 @@ class FakeServer:
         import threading
 
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.replies: list[str | list[tuple[str, str, dict[str, Any]]]] = []
+        """What the next completions answer (in order; then the default text): a text, or
+        tool calls ``(id, name, arguments)``."""
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -171,12 +174,24 @@ class FakeServer:
                 if not self._authorised():
                     self._send(401, b'{"error": {"message": "bad key", "type": "invalid_request_error"}}', "application/json")
                     return
-                chunks = [
-                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi from "}}]},
-                    {"choices": [{"index": 0, "delta": {"content": "the fake."}}]},
-                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                    {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}},
-                ]
+                reply = server.replies.pop(0) if server.replies else None
+                if isinstance(reply, list):
+                    calls = [
+                        {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                        for i, (cid, name, args) in enumerate(reply)
+                    ]
+                    chunks = [
+                        {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}}]},
+                        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+                    ]
+                else:
+                    first, rest = ("Hi from ", "the fake.") if reply is None else (reply, "")
+                    chunks = [
+                        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": first}}]},
+                        {"choices": [{"index": 0, "delta": {"content": rest}}]},
+                        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                    ]
+                chunks.append({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}})
                 body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
                 self._send(200, body, "text/event-stream")
 
@@ -184,6 +199,12 @@ class FakeServer:
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def received(self) -> str:
+        """Everything the endpoint received (paths, headers and bodies), as text, to look for canaries."""
+        return "\n".join(
+            f"{m} {p} {json.dumps(h)} {b.decode('utf-8', 'replace')}" for m, p, h, b in self.requests
+        )
 
     @property
     def base_url(self) -> str:

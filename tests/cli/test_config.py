@@ -6,6 +6,7 @@ config, ``ketch config`` and ``ketch models``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,12 @@ def test_model_precedence_user_project_env_flag(env: Env) -> None:
     env.user_config(f'model = "scripted:{user}"\nthinking = "low"\n[permissions]\nmode = "plan"\n')
     assert _answer(env)[0] == "user"
     env.project_config(f'model = "scripted:{project}"\n[permissions]\nmode = "accept-edits"\n')
+    # a project chooses neither the model nor a wider mode until the user trusts it
     text, init = _answer(env)
+    assert (text, init["thinking"], init["permission_mode"]) == ("user", "low", "plan")
+    text, init = _answer(env, "--trust-project")
     assert (text, init["thinking"], init["permission_mode"]) == ("project", "low", "accept_edits")
+    env.vars["KETCH_TRUST_PROJECT"] = "1"
     text, init = _answer(env, extra={"KETCH_MODEL": f"scripted:{from_env}", "KETCH_PERMISSION_MODE": "bypass"})
     assert (text, init["permission_mode"]) == ("env", "bypass")
     text, init = _answer(
@@ -58,6 +63,7 @@ def test_project_config_found_in_a_parent_directory(env: Env) -> None:
     env.project_config(f'model = "scripted:{script}"\ntools = ["read", "ls"]\n')
     sub = env.work / "a" / "b"
     sub.mkdir(parents=True)
+    env.vars["KETCH_TRUST_PROJECT"] = "1"  # the project chooses the model
     proc = env.run("run", "-o", "stream-json", "go", cwd=sub)
     events = lines(proc.stdout)
     assert (events[-1]["text"], events[0]["tools"], events[0]["cwd"]) == ("from parent", ["read", "ls"], str(sub))
@@ -223,6 +229,7 @@ def test_project_settings_stop_at_the_project_root(env: Env) -> None:
     above.write_text('model = "anthropic:from-above"\nthinking = "high"\n')
     sub = env.work / "pkg"
     sub.mkdir()
+    env.vars["KETCH_TRUST_PROJECT"] = "1"
     assert _config_model_line(env) == "model           local  (no provider key found)"
     rows = _config_rows(env, cwd=sub)
     assert "thinking        off  (default)" in rows
@@ -231,6 +238,11 @@ def test_project_settings_stop_at_the_project_root(env: Env) -> None:
     env.project_config('thinking = "low"\nmax_turns = 5\n')
     env.project_config('thinking = "medium"\n', directory=sub)
     (sub / ".ketch" / "config.local.toml").write_text("max_turns = 7\n")
+    # files in a sub-folder apply once the user trusted them by name (remembered)
+    (env.xdg / "ketch").mkdir()
+    (env.xdg / "ketch" / "trusted_projects.json").write_text(
+        json.dumps({"trusted": [], "files": {str(env.work): ["pkg/.ketch/config.local.toml", "pkg/.ketch/config.toml"]}})
+    )
     rows = _config_rows(env, cwd=sub)
     assert f"thinking        medium  (project config {sub / '.ketch' / 'config.toml'})" in rows
     assert f"max_turns       7  (local config {sub / '.ketch' / 'config.local.toml'})" in rows
@@ -295,7 +307,7 @@ def test_interactive_session_asks_to_trust_and_remembers(env: Env, terminals: li
     script = env.script(["hi"])
     term = Terminal(env, "--model", f"scripted:{script}")
     terminals.append(term)
-    term.expect(f"The project {env.work} has settings that widen what ketch may do:")
+    term.expect(f"The project {env.work} has settings that apply only once you trust it:")
     term.expect('permissions.mode = "bypass"')
     term.expect(r"Trust this project and apply them \(remembered\)\? \[y/N\]")
     term.sendline("y")
@@ -307,6 +319,41 @@ def test_interactive_session_asks_to_trust_and_remembers(env: Env, terminals: li
     # remembered: no question, and headless runs apply it too
     proc = env.run("run", "-o", "stream-json", "--model", f"scripted:{script}", "go")
     assert (proc.stderr, lines(proc.stdout)[0]["permission_mode"]) == ("", "bypass")
+
+
+def test_a_yes_trusts_the_sub_folder_config_files_by_name(env: Env, terminals: list[Terminal]) -> None:
+    (env.work / ".git").mkdir()
+    sub = env.work / "sub"
+    first = env.project_config('thinking = "high"\n', directory=sub)
+    script = env.script(["hi"])
+    term = Terminal(env, "--model", f"scripted:{script}", cwd=sub)
+    terminals.append(term)
+    term.expect(f"The project {env.work} has settings that apply only once you trust it:")
+    term.expect(re.escape(f'thinking = "high" ({first})'))
+    term.expect(r"\[y/N\]")
+    term.sendline("y")
+    term.expect("›")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    trusted = json.loads((env.xdg / "ketch" / "trusted_projects.json").read_text())
+    assert trusted == {"trusted": [str(env.work)], "files": {str(env.work): ["sub/.ketch/config.toml"]}}
+    rows = _config_rows(env, cwd=sub)
+    assert f"thinking        high  (project config {first})" in rows
+    # a config file that appears later (a command could have made it) is not covered
+    later = sub / ".ketch" / "config.local.toml"
+    later.write_text('[permissions]\nmode = "bypass"\n')
+    proc = env.run("run", "--trust-project", "--model", f"scripted:{script}", "go", cwd=sub)
+    assert proc.returncode == 0
+    assert proc.stderr == (
+        f"ketch: ignored settings of config files in sub-folders of the project {env.work} not trusted by name "
+        f'yet: permissions.mode = "bypass" ({later}) (a command could have made them: trust them by answering yes '
+        "in an interactive ketch session)\n"
+    )
+    rows = _config_rows(env, cwd=sub, extra={"KETCH_TRUST_PROJECT": "1"})
+    assert (
+        "ignored (config files in sub-folders not trusted by name yet; answer yes in an interactive session to "
+        f'apply them): permissions.mode = "bypass" ({later})'
+    ) in rows
 
 
 def test_interactive_session_untrusted_answer_keeps_the_safe_settings(env: Env, terminals: list[Terminal]) -> None:

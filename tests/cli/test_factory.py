@@ -148,12 +148,16 @@ def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: P
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     root = (tmp_path / "ws").resolve()
     root.mkdir()
+    (root / "pkg" / ".ketch").mkdir(parents=True)
+    (root / "pkg" / "CLAUDE.md").write_text("rules")
     deny = [Rule.parse(r, "project") for r in ("Read(./.env)", "Edit(src/**)", "Bash(rm:*)")]
     built = build_agent(Settings(deny=deny), root, approver=None, model=ScriptedModel(["ok"]), environ={})
     (bash,) = [t for t in built.agent.tools if isinstance(t, BashTool)]
     policy = bash.policy()
     assert policy.hidden == (root / ".env", Path(os.path.realpath(config_dir())))  # the config: a key rule
-    assert policy.protected == (*DEFAULT_PROTECTED, "src/**")
+    # the configuration at any depth (**/.ketch, **/CLAUDE.md …) as found when the tools were made
+    at_root = tuple(p for p in DEFAULT_PROTECTED if not p.startswith("**/"))
+    assert policy.protected == (*at_root, "pkg/.ketch", "pkg/CLAUDE.md", "src/**")
     assert built.permissions.unenforced(bash) is None
     # the file tools' workspace checks the same paths again when a tool runs
     workspace = bash.workspace

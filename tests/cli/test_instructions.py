@@ -39,8 +39,8 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def labels(cwd: Path, env: dict[str, str], trusted: bool = False) -> list[tuple[str, str]]:
-    return [(f.label, f.origin) for f in load_instructions(cwd, trusted=trusted, environ=env).files]
+def labels(cwd: Path, env: dict[str, str]) -> list[tuple[str, str]]:
+    return [(f.label, f.origin) for f in load_instructions(cwd, environ=env).files]
 
 
 def test_user_then_root_then_each_directory_down_to_the_cwd(layout: tuple[Path, Path, dict[str, str]]) -> None:
@@ -52,7 +52,7 @@ def test_user_then_root_then_each_directory_down_to_the_cwd(layout: tuple[Path, 
     write(project / "pkg" / "CLAUDE.md", "pkg rules (fallback name)")
     write(cwd / "AGENTS.md", "sub rules")
     write(project.parent / "AGENTS.md", "above the project root: not read")
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert [(f.label, f.origin) for f in found.files] == [
         ("~/.config/ketch/AGENTS.md", "user"),
         ("AGENTS.md", "project"),
@@ -68,7 +68,7 @@ def test_user_then_root_then_each_directory_down_to_the_cwd(layout: tuple[Path, 
     ])
     assert found.notes == []
     # The same files give the same text: the system prompt is stable from run to run.
-    assert load_instructions(cwd, trusted=False, environ=env).text == found.text
+    assert load_instructions(cwd, environ=env).text == found.text
 
 
 def test_imports_follow_the_importing_file_in_order_once_each(layout: tuple[Path, Path, dict[str, str]]) -> None:
@@ -88,7 +88,7 @@ def test_an_import_cycle_is_reported_and_each_file_included_once(layout: tuple[P
     write(project / "AGENTS.md", "@a.md")
     write(project / "a.md", "a imports @b.md")
     write(project / "b.md", "b imports @a.md")
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert [f.label for f in found.files] == ["AGENTS.md", "a.md", "b.md"]
     assert found.notes == [
         f"import cycle: {project / 'a.md'} imports itself (through {project / 'AGENTS.md'} -> {project / 'a.md'} -> "
@@ -101,7 +101,7 @@ def test_imports_nest_only_so_deep(layout: tuple[Path, Path, dict[str, str]]) ->
     write(project / "AGENTS.md", "@d1.md")
     for i in range(1, MAX_IMPORT_DEPTH + 2):
         write(project / f"d{i}.md", f"@d{i + 1}.md")
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert [f.label for f in found.files] == ["AGENTS.md", *[f"d{i}.md" for i in range(1, MAX_IMPORT_DEPTH + 1)]]
     assert found.notes == [
         f"{project / f'd{MAX_IMPORT_DEPTH}.md'}: import @d{MAX_IMPORT_DEPTH + 1}.md skipped: imports nest deeper than "
@@ -109,24 +109,21 @@ def test_imports_nest_only_so_deep(layout: tuple[Path, Path, dict[str, str]]) ->
     ]
 
 
-def test_an_untrusted_projects_imports_stay_inside_it(layout: tuple[Path, Path, dict[str, str]]) -> None:
+def test_a_projects_imports_stay_inside_it(layout: tuple[Path, Path, dict[str, str]]) -> None:
     project, cwd, env = layout
     home = Path(env["HOME"])
     secret = write(home / ".ssh" / "id_rsa", "PRIVATE KEY")
     write(project / "escape.md", "x")
     os.symlink(secret, project / "link.md")
     write(project / "AGENTS.md", "@~/.ssh/id_rsa @../home/.ssh/id_rsa @link.md @escape.md")
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert [f.label for f in found.files] == ["AGENTS.md", "escape.md"]
     assert "PRIVATE KEY" not in found.text
-    why = "it is outside the project, which is not trusted (trust it with --trust-project)"
+    why = "it is outside the project (a project's instructions may import only its own files)"
     assert found.notes == [
         f"{project / 'AGENTS.md'}: import @{target} skipped: {why}"
         for target in ("~/.ssh/id_rsa", "../home/.ssh/id_rsa", "link.md")
     ]
-    trusted = load_instructions(cwd, trusted=True, environ=env)
-    assert [f.label for f in trusted.files] == ["AGENTS.md", "~/.ssh/id_rsa", "escape.md"]
-    assert trusted.notes == []
 
 
 def test_the_users_file_may_import_from_anywhere(layout: tuple[Path, Path, dict[str, str]]) -> None:
@@ -140,14 +137,14 @@ def test_the_users_file_may_import_from_anywhere(layout: tuple[Path, Path, dict[
 def test_a_long_file_is_cut_and_reported(layout: tuple[Path, Path, dict[str, str]]) -> None:
     project, cwd, env = layout
     path = write(project / "AGENTS.md", "x" * (MAX_FILE_BYTES + 10))
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert len(found.files[0].text) == MAX_FILE_BYTES
     assert found.notes == [f"{path} is longer than {MAX_FILE_BYTES} bytes; the rest was left out"]
 
 
 def test_no_files_no_change_to_the_system_prompt(layout: tuple[Path, Path, dict[str, str]]) -> None:
     _, cwd, env = layout
-    found = load_instructions(cwd, trusted=False, environ=env)
+    found = load_instructions(cwd, environ=env)
     assert found.files == [] and found.system_prompt("base") == "base"
     assert found.describe()[0].startswith("no instruction files")
 

@@ -284,9 +284,9 @@ async def test_a_failure_that_is_no_denial_gets_no_hint(sandbox: Sandbox, ws: Pa
         ("touch: cannot touch 'x': Read-only file system", False,
          "[sandbox: plan mode: the whole filesystem is read-only, the workspace too]"),
         ("bash: .git/config: Read-only file system", True,
-         "[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, … are read-only, even inside the workspace]"),
+         "[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, .mcp.json, .claude, .agents, … are read-only, even inside the workspace]"),
         ("mv: cannot move '.git' to 'g': Device or resource busy", True,
-         "[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, … are read-only, even inside the workspace]"),
+         "[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, .mcp.json, .claude, .agents, … are read-only, even inside the workspace]"),
         ("ln: failed to create hard link 'h' => '/etc/passwd': Invalid cross-device link", True,
          "[sandbox: hard links across the workspace boundary are not allowed]"),
         ("curl: (6) Could not resolve host: example.com", True, "[sandbox: network access is disabled]"),
@@ -308,7 +308,7 @@ def test_no_network_hint_when_the_network_is_allowed() -> None:
 def test_the_model_is_told_about_the_sandbox(sandbox: Sandbox, ws: Path) -> None:
     note = (
         "\n\nCommands run in a sandbox: only the workspace and /tmp are writable (nothing is in plan "
-        "mode), .git/config, .git/hooks, .git/commondir, .ketch, … stay read-only, there is no network access, and "
+        "mode), .git/config, .git/hooks, .git/commondir, .ketch, .mcp.json, .claude, .agents, … stay read-only, there is no network access, and "
         "background processes end with the command. A denied action fails like any other error, "
         "with a [sandbox: ...] note."
     )

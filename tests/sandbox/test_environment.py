@@ -51,6 +51,7 @@ def test_only_allow_listed_names_pass() -> None:
         "SHELL": "/bin/bash",
         "TMPDIR": "/var/tmp/me",
         "HTTPS_PROXY": "http://proxy:3128",
+        "http_proxy": "http://proxy:3128",  # without the credentials of its URL
     }
 
 
@@ -63,7 +64,8 @@ def test_configured_names_pass_but_secrets_never_do() -> None:
     assert "OPENAI_API_KEY" not in env
     assert "MYLAB_CRED" not in env
     everything = tool_environment(environ=PARENT, allow=["*"], secret_names=["MYLAB_CRED"])
-    assert set(PARENT) - set(everything) == {"OPENAI_API_KEY", "MYLAB_CRED", "http_proxy"}
+    assert set(PARENT) - set(everything) == {"OPENAI_API_KEY", "MYLAB_CRED"}
+    assert everything["http_proxy"] == "http://proxy:3128"
 
 
 def test_the_process_environment_is_the_default_source(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,3 +150,14 @@ def test_protected_path_resolves_before_matching(tmp_path: Path) -> None:
     assert protected_path(ws, "src/.gitignore") is None
     assert protected_path(ws, ".ketchup") is None
     assert protected_path(ws, "src/a.py", protected=["src"]) == "src"
+
+
+def test_a_token_as_a_urls_user_name_never_passes() -> None:
+    parent = {
+        "HTTPS_PROXY": "http://ghp_TOKEN123@proxy:3128",
+        "ALL_PROXY": "socks5://ghp_TOKEN123@proxy:1080",
+        "GIT_URL": "https://ghp_TOKEN123@github.com/org/repo",
+        "DOCS": "https://example.com/a@b",
+    }
+    env = tool_environment(environ=parent, allow=["ALL_PROXY", "GIT_URL", "DOCS"])
+    assert env == {"HTTPS_PROXY": "http://proxy:3128", "ALL_PROXY": "socks5://proxy:1080", "DOCS": "https://example.com/a@b"}

@@ -165,7 +165,7 @@ def test_a_denied_write_tells_the_model_why(probe: Probe) -> None:
 
 def test_a_protected_path_denial_names_the_protected_paths(probe: Probe) -> None:
     reply = probe.attempt("protected-hint", "echo x >> .git/config", write=True)
-    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, … are read-only, even inside the workspace]")
+    assert reply["text"].endswith("[sandbox: .git/config, .git/hooks, .git/commondir, .ketch, .mcp.json, .claude, .agents, … are read-only, even inside the workspace]")
 
 
 def test_a_hard_link_made_before_the_sandbox_is_not_contained(runner: Runner, world: World) -> None:

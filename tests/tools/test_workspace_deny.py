@@ -420,24 +420,27 @@ async def test_a_symlink_a_wildcard_pattern_names_hides_or_protects_where_it_lea
 
 
 async def test_a_path_written_with_the_workspaces_name_cannot_switch_files_after_the_check(root: Path) -> None:
-    # "ws/.ketch/config.toml" names ws/.ketch/config.toml while a folder ws exists in the
-    # workspace (the engine allows that decoy), and .ketch/config.toml once a command
-    # removes the folder
-    (root / "ws" / ".ketch").mkdir(parents=True)
-    (root / "ws" / ".ketch" / "config.toml").write_text("[decoy]\n")
+    # "ws/.claude/settings.json" names ws/.claude/settings.json while a folder ws exists in
+    # the workspace (the engine allows that decoy: only the root's .claude is protected),
+    # and .claude/settings.json once a command removes the folder
+    (root / ".claude").mkdir()
+    (root / ".claude" / "settings.json").write_text("{}\n")
+    (root / "ws" / ".claude").mkdir(parents=True)
+    (root / "ws" / ".claude" / "settings.json").write_text("[decoy]\n")
     assert root.name == "ws"
     engine = PermissionEngine("accept_edits", root=root, ask=["Read(secrets/**)"])
     tools = _tools(root, ask_read=engine.ask_read_paths())
-    assert engine.check(tools["write"], {"path": "ws/.ketch/config.toml", "content": "x"}).outcome == "allow"
+    assert engine.check(tools["write"], {"path": "ws/.claude/settings.json", "content": "x"}).outcome == "allow"
     assert engine.check(tools["read"], {"path": "ws/secrets/token"}).outcome == "allow"
-    # (a decoy git file is asked about already: git's own files anywhere below the root are)
+    # (a decoy git file or .ketch is asked about already: those anywhere below the root are)
     assert engine.check(tools["write"], {"path": "ws/.git/config", "content": "x"}).outcome == "ask"
+    assert engine.check(tools["write"], {"path": "ws/.ketch/config.toml", "content": "x"}).outcome == "ask"
     shutil.rmtree(root / "ws")
     by_name = "Permission denied: {} stands for {} by the workspace's folder name, which is asked about before it {}; give {} itself."
-    write = await _run(tools["write"], path="ws/.ketch/config.toml", content='mode = "bypass"\n')
-    shown = ".ketch/config.toml"
-    assert (write.is_error, write.text) == (True, by_name.format("ws/.ketch/config.toml", shown, "changes", shown))
-    assert (root / ".ketch" / "config.toml").read_text() == "x = 1\n"
+    write = await _run(tools["write"], path="ws/.claude/settings.json", content='{"permissions": {}}\n')
+    shown = ".claude/settings.json"
+    assert (write.is_error, write.text) == (True, by_name.format("ws/.claude/settings.json", shown, "changes", shown))
+    assert (root / ".claude" / "settings.json").read_text() == "{}\n"
     read = await _run(tools["read"], path="ws/secrets/token")
     assert (read.is_error, read.text) == (True, by_name.format("ws/secrets/token", "secrets/token", "is read", "secrets/token"))
     # what nothing asks about may still be named so

@@ -46,13 +46,13 @@ Scalars and ``tools`` from a later layer replace earlier ones; ``allow``, ``ask`
 MCP servers: the ``mcpServers`` of ``.mcp.json`` in the user config directory and in
 the project root (the project's win on a name clash; see :mod:`ketch.cli._mcp`).
 
-Trust: settings in project files that widen what ketch may do -- ``bypass`` mode, allow
-rules, a provider's ``base_url``, ``api`` or ``api_key_env``, hooks, the project's MCP
-servers -- apply only once the user
-trusts the project (remembered per project root in ``trusted_projects.json`` in the user
-config directory; ``--trust-project`` or ``KETCH_TRUST_PROJECT=1`` for one run). Until
-then they are left out and listed in :attr:`Settings.ignored`. User settings are always
-trusted. Environment variables: ``KETCH_MODEL``,
+Trust: every project setting passes the gate of :mod:`ketch.cli._trust`. Until the user
+trusts the project (``--trust-project`` or ``KETCH_TRUST_PROJECT=1`` for one run, or a yes
+to the question of an interactive session, remembered per project root in
+``trusted_projects.json`` in the user config directory) only the settings that can make
+ketch stricter apply (deny and ask rules, ``mode = "default"``, fewer tools, lower
+limits, ...); the rest is left out and listed in :attr:`Settings.ignored`. User settings
+are always trusted. Environment variables: ``KETCH_MODEL``,
 ``KETCH_THINKING``, ``KETCH_MAX_TURNS``, ``KETCH_MAX_BUDGET_USD``, ``KETCH_MAX_TOKENS``,
 ``KETCH_TEMPERATURE``, ``KETCH_PERMISSION_MODE``, ``KETCH_TOOLS`` (comma list),
 ``KETCH_CONTEXT_WINDOW`` and ``KETCH_SYSTEM_PROMPT``.
@@ -60,6 +60,7 @@ trusted. Environment variables: ``KETCH_MODEL``,
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -84,9 +85,12 @@ from ..llm import redact_url
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
-
-TRUST_ENV = "KETCH_TRUST_PROJECT"
-TRUST_FILE = "trusted_projects.json"
+from ._trust import TRUST_ENV as TRUST_ENV
+from ._trust import TRUST_FILE as TRUST_FILE
+from ._trust import Gate
+from ._trust import Trust
+from ._trust import decide
+from ._trust import remembered_text
 
 
 class ConfigError(Exception):
@@ -168,7 +172,9 @@ class Settings(_Scalars, kw_only=True):
     sandbox, with the network when ``sandbox_network`` and the extra variables named by
     ``sandbox_env_allow``. ``mcp_servers`` are the ``mcpServers`` entries of the user's
     and (when trusted) the project's ``.mcp.json``, ``mcp_origins`` the file each came
-    from. ``ignored`` lists the settings of an untrusted project that were left out.
+    from. ``trust`` is the user's word on the project (:class:`ketch.cli._trust.Trust`;
+    ``trusted`` says whether it was given); ``ignored`` lists the project settings that
+    were left out, ``ignored_line`` the one stderr line saying so (None: nothing left out).
     ``files`` are the config files read, ``key_files`` those that set a literal
     ``api_key`` (the agent's tools may not read them).
     """
@@ -191,7 +197,9 @@ class Settings(_Scalars, kw_only=True):
     key_files: list[Path] = msgspec.field(default_factory=list)
     project_root: Path | None = None
     trusted: bool = False
+    trust: Trust | None = None
     ignored: list[str] = msgspec.field(default_factory=list)
+    ignored_line: str | None = None
 
 
 def directory(text: str | None, flag: str = "--cwd") -> Path:
@@ -279,8 +287,8 @@ def read_mcp_json(path: Path) -> dict[str, Any]:
     when it cannot be read or is not an object whose ``mcpServers`` is an object of objects."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
+    except (FileNotFoundError, IsADirectoryError):
+        return {}  # a folder: the sandbox's placeholder while a command runs (it cannot be made)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except OSError as exc:
@@ -297,71 +305,52 @@ def read_mcp_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _trust_file(env: Mapping[str, str]) -> Path:
-    return config_dir(env) / TRUST_FILE
+def trust_project(root: Path, environ: Mapping[str, str] | None = None, files: Sequence[Path] = ()) -> None:
+    """Remember that the user trusts the project at ``root``, and its config ``files``
+    (see :mod:`ketch.cli._trust`)."""
+    directory = config_dir(environ)
+    write_config_file(directory / TRUST_FILE, remembered_text(directory, root, files))
 
 
-def is_trusted(root: Path, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the user has trusted the project at ``root`` (remembered in the user config dir)."""
-    env = os.environ if environ is None else environ
-    try:
-        data = json.loads(_trust_file(env).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    trusted = data.get("trusted") if isinstance(data, dict) else None
-    return isinstance(trusted, list) and str(root) in trusted
-
-
-def trust_project(root: Path, environ: Mapping[str, str] | None = None) -> None:
-    """Remember that the user trusts the project at ``root``."""
-    env = os.environ if environ is None else environ
-    path = _trust_file(env)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = {}
-    trusted = data.get("trusted") if isinstance(data, dict) else None
-    entries = [t for t in trusted if isinstance(t, str)] if isinstance(trusted, list) else []
-    if str(root) not in entries:
-        entries.append(str(root))
-    write_config_file(path, json.dumps({"trusted": entries}, indent=2) + "\n")
-
-
-def _widening(data: _File) -> list[str]:
-    """The settings in ``data`` that widen what ketch may do."""
-    found: list[str] = []
+def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
+    """The settings of the project file ``data`` (at ``path``) that ``gate`` admits,
+    each checked against the value so far in ``settings``."""
+    scalars: dict[str, Any] = {}
+    for name in _FILE_SCALARS:
+        value = getattr(data, name)
+        if value is not None and gate.admit(name, value, path, current=getattr(settings, name)):
+            scalars[name] = value
     perms = data.permissions
-    if perms.mode is not None and perms.mode == "bypass":
-        found.append('permissions.mode = "bypass"')
-    if perms.allow:
-        found.append("permissions.allow")
+    mode = perms.mode if perms.mode is not None and gate.admit("permissions.mode", perms.mode, path) else None
+    allow = list(perms.allow) if perms.allow and gate.admit("permissions.allow", perms.allow, path) else []
+    ask = list(perms.ask) if perms.ask and gate.admit("permissions.ask", perms.ask, path) else []
+    deny = list(perms.deny) if perms.deny and gate.admit("permissions.deny", perms.deny, path) else []
+    providers: dict[str, ProviderConfig] = {}
     for name, provider in data.providers.items():
-        for attr in ("base_url", "api", "api_key_env"):
-            if getattr(provider, attr) is not None:
-                found.append(f"providers.{name}.{attr}")
-    if data.hooks:
-        found.append("hooks")
-    if data.sandbox.enabled is False:
-        found.append("sandbox.enabled = false")
-    if data.sandbox.network:
-        found.append("sandbox.network = true")
-    if data.sandbox.env_allow:
-        found.append("sandbox.env_allow")
-    return found
-
-
-def _narrowed(data: _File) -> _File:
-    """``data`` without the settings :func:`_widening` names."""
-    perms = data.permissions
-    mode = None if perms.mode == "bypass" else perms.mode
-    narrowed_perms = _Permissions(mode=mode, allow=[], ask=list(perms.ask), deny=list(perms.deny))
-    providers = {
-        name: ProviderConfig(**{f: getattr(p, f) for f in p.__struct_fields__ if f not in ("base_url", "api", "api_key_env")})
-        for name, p in data.providers.items()
-    }
-    fields = {f: getattr(data, f) for f in data.__struct_fields__}
-    fields.update(permissions=narrowed_perms, providers=providers, hooks=None, sandbox=_Sandbox())
-    return _File(**fields)
+        kept = {}
+        for attr in provider.__struct_fields__:
+            value = getattr(provider, attr)
+            label = f"providers.{name}.{attr}"  # never the value: a URL or a key may be secret
+            if value is not None and gate.admit(label, value, path, label=label):
+                kept[attr] = value
+        if kept:
+            providers[name] = ProviderConfig(**kept)
+    hooks = data.hooks if data.hooks and gate.admit("hooks", data.hooks, path, label="hooks") else None
+    box = data.sandbox
+    sandbox = _Sandbox(
+        enabled=box.enabled if box.enabled is not None and gate.admit("sandbox.enabled", box.enabled, path) else None,
+        network=box.network if box.network is not None and gate.admit("sandbox.network", box.network, path) else None,
+        env_allow=list(box.env_allow)
+        if box.env_allow and gate.admit("sandbox.env_allow", box.env_allow, path, label="sandbox.env_allow")
+        else [],
+    )
+    return _File(
+        **scalars,
+        permissions=_Permissions(mode=mode, allow=allow, ask=ask, deny=deny),
+        providers=providers,
+        hooks=hooks,
+        sandbox=sandbox,
+    )
 
 
 def _read(path: Path) -> _File:
@@ -464,8 +453,33 @@ _ENV: dict[str, tuple[str, Any]] = {
 
 
 TrustPrompt = Callable[[Path, list[str]], bool]
-"""Asked when an untrusted project has settings that widen power: (project root, the
+"""Asked when an untrusted project has settings that need trust: (project root, the
 settings) -> whether the user trusts it now (then it is remembered)."""
+
+
+def _apply_project(
+    settings: Settings,
+    files: list[tuple[Path, str, _File]],
+    servers: dict[str, Any],
+    mcp_path: Path,
+    gate: Gate,
+) -> None:
+    """Apply the project's config files, ``.mcp.json`` servers and agent files to
+    ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``)."""
+    for path, kind, data in files:
+        origin = f"{'project' if kind == 'project' else 'local'} config {path}"
+        _apply_file(settings, _admitted(data, path, settings, gate), origin, kind)
+        settings.files.append(path)
+        if _holds_key(data):
+            settings.key_files.append(path)
+    if servers and gate.admit("mcpServers", servers, mcp_path, label=f"mcpServers {', '.join(servers)}"):
+        for name, entry in servers.items():  # they run commands: a project's MCP servers need trust
+            settings.mcp_servers[name] = entry
+            settings.mcp_origins[name] = str(mcp_path)
+    if settings.project_root is not None:
+        from ._subagents import project_agents
+
+        project_agents(settings.project_root, gate)
 
 
 def load_settings(
@@ -478,9 +492,11 @@ def load_settings(
 ) -> Settings:
     """Merge user config, project files, environment and ``flags`` (non-None values win).
 
-    Project settings that widen power apply only when the project is trusted: ``trust``
-    (``--trust-project``), ``KETCH_TRUST_PROJECT=1``, a remembered trust, or ``ask_trust``
-    answering yes. Raises :class:`ConfigError` for unreadable files and invalid values.
+    Every project setting passes the gate of :mod:`ketch.cli._trust`: it applies when the
+    project is trusted -- ``trust`` (``--trust-project``), ``KETCH_TRUST_PROJECT=1``, a
+    remembered trust, or ``ask_trust`` answering yes -- or when it can only make ketch
+    stricter; the rest is listed in :attr:`Settings.ignored`. Raises
+    :class:`ConfigError` for unreadable files and invalid values.
     """
     env = os.environ if environ is None else environ
     settings = Settings()
@@ -498,36 +514,23 @@ def load_settings(
     root = project_root(cwd)
     settings.project_root = root
     project_files = [(path, kind, _read(path)) for path, kind in project_config_files(cwd) if path != user]
-    widening = [(f"{item} ({path})") for path, _, data in project_files for item in _widening(data)]
     project_mcp = root / MCP_JSON
     project_servers: dict[str, Any] = read_mcp_json(project_mcp).get("mcpServers", {}) if project_mcp != user_mcp else {}
-    if project_servers:  # they run commands: a project's MCP servers need trust
-        widening.append(f"mcpServers {', '.join(project_servers)} ({project_mcp})")
-    from ._subagents import project_agent_widening
-
-    widening += project_agent_widening(root)
-    trusted = (
-        trust
-        or env.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
-        or not widening
-        or is_trusted(root, env)
-    )
-    if not trusted and ask_trust is not None and ask_trust(root, widening):
-        trust_project(root, env)
-        trusted = True
-    settings.trusted = trusted
-    if not trusted:
-        settings.ignored = widening
-    else:
-        for name, entry in project_servers.items():
-            settings.mcp_servers[name] = entry
-            settings.mcp_origins[name] = str(project_mcp)
-    for path, kind, data in project_files:
-        origin = f"{'project' if kind == 'project' else 'local'} config {path}"
-        _apply_file(settings, data if trusted else _narrowed(data), origin, kind)
-        settings.files.append(path)
-        if _holds_key(data):
-            settings.key_files.append(path)
+    decision = decide(root, config_dir(env), flag=trust, environ=env)
+    if ask_trust is not None:
+        preview = Gate(decision)
+        _apply_project(copy.deepcopy(settings), project_files, project_servers, project_mcp, preview)
+        if preview.ignored and ask_trust(root, list(preview.ignored)):
+            files = [path for path, _, _ in project_files]
+            trust_project(root, env, files)
+            decision = decide(root, config_dir(env), environ={})  # as remembered now
+            decision = Trust(root, "answered", decision.known)
+    gate = Gate(decision)
+    _apply_project(settings, project_files, project_servers, project_mcp, gate)
+    settings.trust = decision
+    settings.trusted = decision.trusted
+    settings.ignored = gate.ignored
+    settings.ignored_line = gate.line()
     for var, (name, kind) in _ENV.items():
         raw = env.get(var)
         if raw is None or raw == "":
@@ -549,14 +552,11 @@ def finish_settings(
     settings: Settings, allow: Sequence[str] | None, deny: Sequence[str] | None, *, keep_bad_deny: bool = False
 ) -> None:
     """The command-line part of loading settings: warn (one line on stderr) about the
-    ignored settings of an untrusted project, and add the ``--allow``/``--deny`` rules.
+    ignored settings of the project, and add the ``--allow``/``--deny`` rules.
     A rule that does not parse is a :class:`ConfigError`, except a ``--deny`` value when
     ``keep_bad_deny`` (a resumed run's ``CALL_ID:reason`` decision, matched later)."""
-    if settings.ignored:
-        sys.stderr.write(
-            f"ketch: ignored settings of the untrusted project {settings.project_root}: "
-            f"{'; '.join(settings.ignored)} (trust it with --trust-project or {TRUST_ENV}=1)\n"
-        )
+    if settings.ignored_line:
+        sys.stderr.write(settings.ignored_line + "\n")
     for kind, texts in (("allow", allow or ()), ("deny", deny or ())):
         for text in texts:
             try:

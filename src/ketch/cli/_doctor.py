@@ -13,6 +13,7 @@ package, a readable config) is broken.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -142,7 +143,8 @@ async def _probe(name: str, settings: Settings, probe_seconds: float) -> Check:
 
 
 def _without_userinfo(url: str) -> str:
-    return redact_url(url).replace("//***@", "//", 1)
+    """``url`` without ``user:password@`` (the key goes in a header); its query as it is."""
+    return re.sub(r"(//)[^/?#]*@", r"\1", url, count=1)
 
 
 async def _providers(settings: Settings, probe_seconds: float) -> list[Check]:

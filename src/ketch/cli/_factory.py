@@ -192,12 +192,14 @@ def build_tools(
     secret_names: Sequence[str] = (),
     settings: Settings | None = None,
     permissions: PermissionEngine | None = None,
+    protected: Sequence[str] = (),
 ) -> list[Tool]:
     """The built-in coding tools rooted at ``root``, optionally only those in ``names``;
     bash runs in the OS sandbox when one is usable (and ``settings.sandbox`` is on),
     writable when ``write_allowed()``, never sees the variables named in
     ``secret_names``, and cannot read or write what the ``Read`` and ``Edit`` deny rules
-    of ``permissions`` name."""
+    of ``permissions`` name, nor the ``protected`` paths (workspace-relative; besides
+    the sandbox's ``DEFAULT_PROTECTED``), which the file tools ask about."""
     wanted = list(BUILTIN_TOOLS) if names is None else [n.strip() for n in names if n.strip()]
     unknown = [n for n in wanted if n not in BUILTIN_TOOLS]
     if unknown:
@@ -205,6 +207,7 @@ def build_tools(
     if not wanted:
         return []
     from ..sandbox import DEFAULT_PROTECTED
+    from ..sandbox import expand_protected
     from ..tools import Workspace
     from ..tools import coding_tools
 
@@ -220,7 +223,7 @@ def build_tools(
             hidden=permissions.hidden_paths(all_rules=True),
             protected=permissions.protected_paths(all_rules=True),
             ask_read=permissions.ask_read_paths(),
-            ask_edit=(*DEFAULT_PROTECTED, *permissions.ask_edit_paths()),
+            ask_edit=(*DEFAULT_PROTECTED, *protected, *permissions.ask_edit_paths()),
         )
     else:
         workspace = Workspace(root, hidden=hidden)
@@ -233,7 +236,8 @@ def build_tools(
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
         hidden=hidden,
-        protected=(*DEFAULT_PROTECTED, *denied_edits),
+        # the configuration files in sub-folders (**/.ketch, **/AGENTS.md) found once, not at each command
+        protected=tuple(dict.fromkeys((*expand_protected(root, DEFAULT_PROTECTED), *protected, *denied_edits))),
     )
     by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]
@@ -415,6 +419,37 @@ def key_file_rules(settings: Settings) -> list[Rule]:
     return [Rule.parse(f"Read(/{glob_escape(path)})", "ketch") for path in paths]
 
 
+def config_paths(settings: Settings, root: Path, hooks: Sequence[HookSpec]) -> tuple[str, ...]:
+    """Configuration besides ``DEFAULT_PROTECTED``, as paths relative to the workspace
+    ``root``: the files the command runs outside the sandbox (the scripts the shell
+    ``hooks`` and the MCP servers of ``settings`` name, see
+    :func:`ketch.sandbox.command_paths`) and the config files in sub-folders the user
+    trusted by name (also while they are absent). The sandbox keeps them read-only (and
+    absent ones uncreatable) and the file tools ask before changing one."""
+    from .._paths import within
+    from ..sandbox import command_paths
+
+    found: dict[str, None] = {}
+    trust = settings.trust
+    if trust is not None:
+        for name in sorted(trust.known):
+            path = os.path.normpath(os.path.join(trust.root, name))
+            if within(path, str(root)) and path != str(root):
+                found[glob_escape(os.path.relpath(path, root))] = None
+    for spec in hooks:
+        if isinstance(spec.handler, str):
+            found.update(dict.fromkeys(command_paths(root, spec.handler)))
+    for entry in settings.mcp_servers.values():
+        command = entry.get("command")
+        if isinstance(command, str) and command:
+            args = entry.get("args")
+            words = [command, *(a for a in args if isinstance(a, str))] if isinstance(args, list) else [command]
+            cwd = entry.get("cwd")
+            where = root / cwd if isinstance(cwd, str) and cwd else root
+            found.update(dict.fromkeys(command_paths(root, words, cwd=where)))
+    return tuple(found)
+
+
 def build_gated_tools(
     settings: Settings,
     root: Path,
@@ -447,6 +482,9 @@ def build_gated_tools(
             on_notice=_hook_notice,
             session_id=session_id,
         )
+    from ..sandbox import DEFAULT_PROTECTED
+
+    scripts = config_paths(settings, root, specs)
     permissions = PermissionEngine(
         settings.permission_mode,
         allow=settings.allow,
@@ -457,6 +495,7 @@ def build_gated_tools(
         no_approver_message=no_approver_message,
         no_approver=no_approver,
         root=root,
+        protected=(*DEFAULT_PROTECTED, *scripts),
     )
     tools = build_tools(
         root,
@@ -465,6 +504,7 @@ def build_gated_tools(
         secret_names=secret_names,
         settings=settings,
         permissions=permissions,
+        protected=scripts,
     )
     return tools, runner, permissions
 
@@ -552,7 +592,7 @@ def build_agent(
     if not embedded:
         from ._instructions import load_instructions
 
-        instructions = load_instructions(root, trusted=settings.trusted, environ=environ)
+        instructions = load_instructions(root, environ=environ, hidden=permissions.hidden_paths(all_rules=True))
         system_prompt = instructions.system_prompt(system_prompt)
     if session is not None:
         config["session"] = session

@@ -15,24 +15,35 @@ file already included is not included again (an import cycle is reported, then
 skipped). A path that does not exist is left alone (``@alice`` is a mention, not an
 import).
 
-Trust: the project's files are read in any project (they only tell the model things;
-they cannot widen what ketch may do), but until the project is trusted their imports
-are confined to the project root: an import resolving outside it (``@~/.ssh/id_rsa``,
-``@../../etc/passwd``, a symlink leading out) is skipped and reported, so an untrusted
-repository cannot put the user's files into the requests sent to a provider. The
-user's files, and a trusted project's, may import any file. Files larger than
-:data:`MAX_FILE_BYTES` are cut there (reported).
+Reads: an instruction file and each import is a read ketch makes for the provider, so
+it obeys what the agent's own reads obey. A project's files and their imports must
+resolve inside the project root (no symlink leading out, ``@~/.ssh/id_rsa`` and
+``@../../etc/passwd`` are skipped), trusted or not: a repository cannot put the user's
+files into the requests sent to a provider. The user's files (in the user config
+directory) may import files anywhere. Neither may read ``/proc``, ``/sys`` or ``/dev``
+(``/proc/self/environ`` holds ketch's keys), anything but a regular file (a FIFO, a
+device), a file a ``Read`` deny rule names, or a config file holding a literal
+``api_key``. Files are opened without following a final symlink and without blocking,
+and checked after opening (where they really are, and what they are); each is cut at
+:data:`MAX_FILE_BYTES` and all together at :data:`MAX_TOTAL_BYTES` (reported). What is
+skipped is reported in ``notes`` (``/memory`` shows them).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
+from .._paths import glob_escape
+from .._paths import names_path
 from ..llm import SystemBlock
 from ..llm import SystemPrompt
 from ._config import config_dir
@@ -44,6 +55,8 @@ MAX_IMPORT_DEPTH = 5
 """How many levels of ``@path`` imports are followed."""
 MAX_FILE_BYTES = 64 * 1024
 """Longest instruction file read; a longer one is cut there."""
+MAX_TOTAL_BYTES = 256 * 1024
+"""Most bytes read from all instruction files together; the rest is left out."""
 
 HEADER = (
     "# Project instructions\n\n"
@@ -126,13 +139,31 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+_KERNEL = (Path("/proc"), Path("/sys"), Path("/dev"))
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def _opened_path(fd: int) -> Path | None:
+    """Where the open file ``fd`` really is (Linux: ``/proc/self/fd``), None when unknown."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None
+
+
 class _Loader:
-    def __init__(self, root: Path, trusted: bool, home: Path, result: Instructions) -> None:
+    def __init__(self, root: Path, home: Path, result: Instructions, user_dir: Path, hidden: Sequence[str]) -> None:
         self.root = root
-        self.trusted = trusted
         self.home = home
         self.result = result
+        self.user_dir = user_dir
+        # a pattern for the user config directory itself hides it from the tools; the
+        # user's own instruction files live there
+        own = glob_escape(str(user_dir))
+        self.hidden = tuple(hidden)
+        self.hidden_for_user = tuple(p for p in self.hidden if p.removesuffix("/**") != own)
         self.seen: set[Path] = set()
+        self.total = 0
 
     def label(self, path: Path, origin: str) -> str:
         if origin != "user" and _within(path, self.root):
@@ -141,16 +172,61 @@ class _Loader:
             return "~/" + str(path.relative_to(self.home))
         return str(path)
 
-    def read(self, path: Path) -> str | None:
-        try:
-            with path.open("rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            self.result.notes.append(f"cannot read {path}: {exc.strerror or exc}")
+    def refusal(self, real: Path, confined: bool) -> str | None:
+        """Why the resolved ``real`` may not be read (None when it may)."""
+        if any(_within(real, k) for k in _KERNEL):
+            return "it is a kernel file (/proc, /sys, /dev), never read"
+        if confined and not _within(real, self.root):
+            return "it is outside the project (a project's instructions may import only its own files)"
+        for pattern in self.hidden if confined else self.hidden_for_user:
+            if names_path(pattern, str(real)):
+                return "a Read deny rule names it (or it may hold a key)"
+        return None
+
+    def read(self, real: Path, confined: bool) -> str | None:
+        why = self.refusal(real, confined)
+        if why is not None:
+            self.result.notes.append(f"{real} skipped: {why}")
             return None
-        if len(data) > MAX_FILE_BYTES:
-            self.result.notes.append(f"{path} is longer than {MAX_FILE_BYTES} bytes; the rest was left out")
-            data = data[:MAX_FILE_BYTES]
+        try:
+            fd = os.open(real, _FLAGS)
+        except OSError as exc:
+            why = "it is a symlink" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+            self.result.notes.append(f"cannot read {real}: {why}")
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.result.notes.append(f"{real} skipped: not a regular file")
+                return None
+            opened = _opened_path(fd)
+            if opened is not None and opened != real:  # a folder on the way was swapped for a link
+                self.result.notes.append(f"{real} skipped: it moved while being opened")
+                return None
+            room = min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - self.total)
+            if room <= 0:
+                self.result.notes.append(f"{real} skipped: the instructions are longer than {MAX_TOTAL_BYTES} bytes")
+                return None
+            data = b""
+            while len(data) <= room:
+                chunk = os.read(fd, room + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        except OSError as exc:
+            self.result.notes.append(f"cannot read {real}: {exc.strerror or exc}")
+            return None
+        finally:
+            os.close(fd)
+        if len(data) > room:
+            if room < MAX_FILE_BYTES:
+                self.result.notes.append(
+                    f"{real} was cut: the instructions may hold {MAX_TOTAL_BYTES} bytes together; the rest was left out"
+                )
+            else:
+                self.result.notes.append(f"{real} is longer than {MAX_FILE_BYTES} bytes; the rest was left out")
+            data = data[:room]
+        self.total += len(data)
         return data.decode("utf-8", errors="replace")
 
     def add(self, path: Path, origin: Literal["user", "project", "import"], confined: bool, chain: tuple[Path, ...]) -> None:
@@ -159,7 +235,7 @@ class _Loader:
             if resolved in chain:
                 self.result.notes.append(f"import cycle: {path} imports itself (through {' -> '.join(map(str, chain))})")
             return
-        text = self.read(resolved)
+        text = self.read(resolved, confined)
         if text is None:
             return
         self.seen.add(resolved)
@@ -167,13 +243,13 @@ class _Loader:
         depth = len(chain)
         for target in _imports(text):
             candidate = self.home / target[2:] if target.startswith("~/") else resolved.parent / target
-            if not candidate.is_file():
+            if not os.path.lexists(candidate):
                 continue  # a mention, or a file that is not there
             real = candidate.resolve()
             if confined and not _within(real, self.root):
                 self.result.notes.append(
-                    f"{resolved}: import @{target} skipped: it is outside the project, which is not trusted "
-                    "(trust it with --trust-project)"
+                    f"{resolved}: import @{target} skipped: it is outside the project "
+                    "(a project's instructions may import only its own files)"
                 )
                 continue
             if depth >= MAX_IMPORT_DEPTH:
@@ -185,20 +261,24 @@ class _Loader:
 def _in_directory(directory: Path) -> Path | None:
     for name in INSTRUCTION_FILES:
         candidate = directory / name
-        if candidate.is_file():
+        if os.path.lexists(candidate) and not candidate.is_dir():
             return candidate
     return None
 
 
-def load_instructions(cwd: Path, *, trusted: bool, environ: Mapping[str, str] | None = None) -> Instructions:
+def load_instructions(
+    cwd: Path, *, environ: Mapping[str, str] | None = None, hidden: Sequence[str] = ()
+) -> Instructions:
     """The instruction files for a run in ``cwd`` (see the module documentation);
-    ``trusted``: whether the project is trusted. Never raises for unreadable files
-    (they are reported in ``notes``)."""
+    ``hidden``: the absolute path patterns of the ``Read`` deny rules (those of the
+    files that may hold keys too), whose files are not read. Never raises for
+    unreadable files (they are reported in ``notes``)."""
     current = cwd.resolve()
     root = project_root(current)
     result = Instructions()
-    loader = _Loader(root, trusted, _home(environ).resolve(), result)
-    user = _in_directory(config_dir(environ))
+    user_dir = config_dir(environ)
+    loader = _Loader(root, _home(environ).resolve(), result, Path(os.path.realpath(user_dir)), hidden)
+    user = _in_directory(user_dir)
     if user is not None:
         loader.add(user, "user", False, ())
     chain = [current]
@@ -207,5 +287,5 @@ def load_instructions(cwd: Path, *, trusted: bool, environ: Mapping[str, str] | 
     for directory in reversed(chain):
         found = _in_directory(directory)
         if found is not None:
-            loader.add(found, "project", not trusted, ())
+            loader.add(found, "project", True, ())
     return result

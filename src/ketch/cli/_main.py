@@ -219,7 +219,7 @@ def _error(message: str) -> int:
 def _ask_trust(root: Path, widening: list[str]) -> bool:
     """Ask on the terminal whether to trust the project at ``root``."""
     sys.stderr.write(
-        f"The project {root} has settings that widen what ketch may do:\n"
+        f"The project {root} has settings that apply only once you trust it:\n"
         + "".join(f"  {item}\n" for item in widening)
         + "Trust this project and apply them (remembered)? [y/N] "
     )

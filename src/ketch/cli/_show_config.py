@@ -53,7 +53,12 @@ def config_command(argv: Sequence[str]) -> int:
     project = next((f for f in settings.files if f != user), None)
     out.write(f"project config: {project if project is not None else '(none)'}\n")
     if settings.ignored:
-        out.write(f"ignored (untrusted project; KETCH_TRUST_PROJECT=1 applies them): {'; '.join(settings.ignored)}\n")
+        why = (
+            "config files in sub-folders not trusted by name yet; answer yes in an interactive session to apply them"
+            if settings.trusted
+            else "untrusted project; KETCH_TRUST_PROJECT=1 applies them"
+        )
+        out.write(f"ignored ({why}): {'; '.join(settings.ignored)}\n")
     out.write("\n")
     spec, reason = choose_model(settings)
     out.write(f"model           {spec}  ({reason})\n")

@@ -2,11 +2,12 @@
 
 Agent files are read from ``<user config dir>/agents/*.md`` and the project's
 ``.ketch/agents/*.md`` (a project agent replaces a user agent of the same name). A
-project agent whose ``permission_mode`` widens power (``accept_edits``, ``bypass``)
-counts as a project setting that needs trust: in an untrusted project its mode is left
-out (the agent keeps the parent's), and the command says so with the other ignored
-settings. A bad agent file is a configuration error (one line naming the file and the
-value; exit code 2).
+project agent's fields pass the trust gate (:mod:`ketch.cli._trust`): in an untrusted
+project its ``model``, its ``thinking`` and a ``permission_mode`` other than ``default``
+(the spelling normalised first: ``accept-edits``, ``acceptEdits``) are left out (the
+agent keeps the parent's), and the command says so with the other ignored settings. A
+bad agent file is a configuration error (one line naming the file and the value; exit
+code 2).
 
 With at least one agent, the agent gets the ``subagent`` tool, the ``task_*`` tools on
 one :class:`ketch.tasks.TaskRegistry`, and ``bash`` takes ``background: true``; finished
@@ -39,10 +40,11 @@ from ..tasks import notify_agent
 from ._config import ConfigError
 from ._config import Settings
 from ._config import config_dir
+from ._trust import Gate
+from ._trust import Trust
 
 AGENTS_DIR = "agents"
 PROJECT_AGENTS = Path(".ketch") / "agents"
-_WIDENING_MODES = ("accept_edits", "bypass")
 
 
 def agent_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
@@ -53,17 +55,36 @@ def agent_directories(settings: Settings, environ: Mapping[str, str] | None = No
     return dirs
 
 
-def project_agent_widening(root: Path) -> list[str]:
-    """The project's agent files that widen power (a ``permission_mode`` of
-    ``accept_edits`` or ``bypass``), as lines for the untrusted-project warning."""
+def _gated(spec: SubagentSpec, path: Path, gate: Gate) -> SubagentSpec:
+    """``spec`` of the project agent file ``path`` with the fields ``gate`` does not admit left out."""
+    changes: dict[str, Any] = {}
+    if spec.model is not None and not gate.admit(
+        "agent.model", spec.model, path, label=f"model {spec.model} of agent {spec.name}"
+    ):
+        changes["model"] = None
+    if spec.thinking is not None and not gate.admit(
+        "agent.thinking", spec.thinking, path, label=f"thinking {spec.thinking} of agent {spec.name}"
+    ):
+        changes["thinking"] = None
+    mode = spec.permission_mode
+    if mode is not None and not gate.admit(
+        "agent.permission_mode", mode, path, label=f"permission_mode {mode} of agent {spec.name}"
+    ):
+        changes["permission_mode"] = None
+    return SubagentSpec(**{**_fields(spec), **changes}) if changes else spec
+
+
+def project_agents(root: Path, gate: Gate) -> list[SubagentSpec]:
+    """The project's agent files that load, each through ``gate`` (what it leaves out is
+    listed in ``gate.ignored``); a bad file is skipped here (:func:`load_cli_agents`
+    reports it)."""
     found = []
     for path in sorted((root / PROJECT_AGENTS).glob("*.md")):
         try:
             spec = load_agent_file(path)
         except SubagentFileError:
             continue
-        if spec.permission_mode in _WIDENING_MODES:
-            found.append(f"permission_mode {spec.permission_mode} of agent {spec.name} ({path})")
+        found.append(_gated(spec, path, gate))
     return found
 
 
@@ -71,13 +92,15 @@ def load_cli_agents(settings: Settings, environ: Mapping[str, str] | None = None
     """The agents of the user's and the project's agent directories (sorted by name);
     :class:`ConfigError` for the first bad file."""
     found: dict[str, SubagentSpec] = {}
+    trust = settings.trust if settings.trust is not None else Trust(settings.project_root or Path.cwd())
     for directory, kind in agent_directories(settings, environ):
         specs, errors = load_agents([directory])
         if errors:
             raise ConfigError(errors[0])
         for spec in specs:
-            if kind == "project" and not settings.trusted and spec.permission_mode in _WIDENING_MODES:
-                spec = SubagentSpec(**{**_fields(spec), "permission_mode": None})
+            if kind == "project":
+                # the same gate as the settings' (whose ignored lines were shown already)
+                spec = _gated(spec, Path(spec.source or directory), Gate(trust))
             found[spec.name] = spec
     return [found[n] for n in sorted(found)]
 

@@ -401,11 +401,26 @@ def redact_headers(headers: Any, secrets: tuple[str, ...] = ()) -> dict[str, str
 
 _USERINFO = re.compile(r"(//)[^/?#]*@")
 _JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_SECRET_PARAM_WORDS = ("key", "token", "secret", "pass", "pwd", "auth", "sig", "cred", "session", "code")
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
+
+
+def _secret_param(name: str) -> bool:
+    """Whether a query parameter called ``name`` holds a credential (``api-key``, ``key``,
+    ``token``, ``access_token``, ``sig``, ``password``, …)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_PARAM_WORDS)
 
 
 def redact_url(url: str) -> str:
-    """``url`` with the credentials of its authority (``user:password@``) shown as ``***@``."""
-    return _USERINFO.sub(r"\1***@", url, count=1)
+    """``url`` with its credentials shown as ``***``: those of its authority
+    (``user:password@`` or a token as the user name, ``TOKEN@``) and the values of query
+    parameters whose names say they hold one (``?api-key=``, ``key=``, ``token=``,
+    ``access_token=``, ``sig=``, …)."""
+    shown = _USERINFO.sub(r"\1***@", url, count=1)
+    if "=" not in shown:
+        return shown
+    return _QUERY_PARAM.sub(lambda m: f"{m[1]}{m[2]}=***" if _secret_param(m[2]) and m[3] else m[0], shown)
 
 
 def url_password(url: str) -> str | None:
@@ -418,6 +433,24 @@ def url_password(url: str) -> str | None:
     except ValueError:
         return None
     return unquote(password) if password else None
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials written into ``url`` (as they appear in it and decoded): its
+    authority's user name and password, and the values of the query parameters
+    :func:`redact_url` hides."""
+    from urllib.parse import unquote
+
+    found: dict[str, None] = {}
+    userinfo = _USERINFO.search(url)
+    if userinfo is not None:
+        for part in userinfo[0][2:-1].split(":", 1):
+            if part:
+                found.update(dict.fromkeys((part, unquote(part))))
+    for m in _QUERY_PARAM.finditer(url):
+        if m[3] and _secret_param(m[2]):
+            found.update(dict.fromkeys((m[3], unquote(m[3]))))
+    return tuple(found)
 
 
 def json_unescaped(text: str) -> str:

@@ -29,6 +29,7 @@ from ..loop import BeforeToolCallResult
 from ..loop import Tool
 from ..loop import ToolCallInfo
 from ..loop import denied_text
+from ..sandbox import DEFAULT_PROTECTED
 from ..sandbox import SandboxPolicy
 from ._rules import Rule
 from ._rules import absolute_pattern
@@ -262,7 +263,11 @@ class PermissionEngine:
     a call resumed with approval is not asked again). Deny rules
     win in every mode; arguments replaced by a hook or the callback are checked against
     them again. ``root`` is the workspace relative rule paths refer to; ``edit_tools``
-    names the file-editing tools. ``decisions`` records every decision.
+    names the file-editing tools. ``protected`` are the workspace-relative paths the
+    sandbox keeps read-only (default :data:`ketch.sandbox.DEFAULT_PROTECTED`; add the
+    scripts hooks and MCP servers run, see :func:`ketch.sandbox.command_paths`): an edit
+    of one is asked about in ``accept_edits`` mode too. ``decisions`` records every
+    decision.
     """
 
     __slots__ = (
@@ -279,6 +284,7 @@ class PermissionEngine:
         "mode",
         "no_approver",
         "no_approver_message",
+        "protected",
         "root",
         "session_rules",
     )
@@ -297,8 +303,10 @@ class PermissionEngine:
         edit_tools: Iterable[str] = ("write", "edit"),
         no_approver_message: str = NO_APPROVER,
         no_approver: Literal["deny", "pause"] = "deny",
+        protected: Iterable[str] | None = None,
     ) -> None:
         self.mode: PermissionMode = parse_mode(mode)
+        self.protected: tuple[str, ...] = DEFAULT_PROTECTED if protected is None else tuple(protected)
         self.root = os.path.realpath(os.fspath(root)) if root is not None else None
         self.allow = parse_rules(allow)
         self.ask = parse_rules(ask)
@@ -548,16 +556,16 @@ class PermissionEngine:
         return None
 
     def _protected(self, tool: Tool, args: dict[str, Any]) -> bool:
-        """Whether the call's path is one the sandbox keeps read-only (``.git/config``,
-        ``.git/hooks``, ``.ketch``, …): an edit there could turn a later command into code
-        execution, so ``accept_edits`` asks for it."""
+        """Whether the call's path is one the sandbox keeps read-only (:attr:`protected`:
+        ``.git/config``, ``.git/hooks``, ``.ketch``, a hook's script, …): an edit there
+        could turn a later command into code execution, so ``accept_edits`` asks for it."""
         from ..sandbox import protected_path
 
         subject = rule_subject(tool.name, args)
         if subject is None:
             return False
         root = self.root if self.root is not None else os.path.realpath(os.getcwd())
-        return protected_path(root, os.path.expanduser(subject)) is not None
+        return protected_path(root, os.path.expanduser(subject), self.protected) is not None
 
     def request_for(self, tool: Tool, args: dict[str, Any], reason: str = "") -> PermissionRequest:
         """The :class:`PermissionRequest` an approver gets for this call."""

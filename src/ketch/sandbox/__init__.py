@@ -33,6 +33,8 @@ from ._hints import protected_names
 from ._policy import DEFAULT_PROTECTED
 from ._policy import Sandbox
 from ._policy import SandboxPolicy
+from ._policy import command_paths
+from ._policy import expand_protected
 from ._policy import protected_path
 
 __all__ = [
@@ -42,8 +44,10 @@ __all__ = [
     "BubblewrapSandbox",
     "Sandbox",
     "SandboxPolicy",
+    "command_paths",
     "default_sandbox",
     "denial_hint",
+    "expand_protected",
     "has_url_password",
     "is_secret_name",
     "protected_names",

@@ -61,7 +61,8 @@ SECRET_EXACT: frozenset[str] = frozenset(
 )
 """Upper-case names never passed on, besides :data:`SECRET_PATTERNS`."""
 
-_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s@]*:[^/\s@]*@")
+_URL_WITH_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@?#]+@")
+_PROXY = re.compile(r"(?i)^(?:[a-z]+_)?proxy$")
 
 
 def is_secret_name(name: str, secret_names: Iterable[str] = ()) -> bool:
@@ -78,8 +79,15 @@ def is_secret_name(name: str, secret_names: Iterable[str] = ()) -> bool:
 
 
 def has_url_password(value: str) -> bool:
-    """Whether ``value`` holds a URL with a password (``scheme://user:pass@host``)."""
-    return _URL_WITH_PASSWORD.search(value) is not None
+    """Whether ``value`` holds a URL with credentials: a password
+    (``scheme://user:pass@host``) or a user name alone, which is how a token is often
+    passed (``https://TOKEN@host``)."""
+    return _URL_WITH_CREDENTIALS.search(value) is not None
+
+
+def without_url_credentials(value: str) -> str:
+    """``value`` with the credentials (``user:pass@``, ``TOKEN@``) of every URL in it removed."""
+    return _URL_WITH_CREDENTIALS.sub(r"\1", value)
 
 
 def tool_environment(
@@ -93,7 +101,10 @@ def tool_environment(
     Only variables of ``environ`` (default: the process environment) whose names match
     :data:`BASE_ALLOW` or ``allow`` (``fnmatch`` patterns, case-sensitive) are kept. Names
     in ``secret_names`` or conventional secret names (:func:`is_secret_name`) and values
-    holding a URL with a password are never passed, even when allowed.
+    holding a URL with credentials (:func:`has_url_password`) are never passed, even when
+    allowed; but a proxy variable (``HTTPS_PROXY``, ``http_proxy``, ``ALL_PROXY`` …) is
+    passed without the credentials of its URL (``http://TOKEN@proxy:3128`` becomes
+    ``http://proxy:3128``).
     """
     source = os.environ if environ is None else environ
     patterns = BASE_ALLOW + tuple(allow)
@@ -102,7 +113,11 @@ def tool_environment(
     for name, value in source.items():
         if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
             continue
-        if is_secret_name(name, secrets) or has_url_password(value):
+        if is_secret_name(name, secrets):
             continue
+        if has_url_password(value):
+            if not _PROXY.match(name):
+                continue
+            value = without_url_credentials(value)
         result[name] = value
     return result

@@ -39,9 +39,13 @@ def _names_protected(output: str, policy: SandboxPolicy) -> bool:
     return any(p.rstrip("/") in output for p in policy.protected)
 
 
+_MAX_NAMES = 10
+
+
 def protected_names(protected: tuple[str, ...]) -> str:
-    """The protected paths for people and models: the plain ones, ``…`` for any with wildcards."""
+    """The protected paths for people and models: the plain ones (the first
+    ten), ``…`` for the rest and any with wildcards."""
     plain = [p for p in protected if not any(c in p for c in "*?[")]
-    if len(plain) < len(protected):
-        plain.append("…")
+    if len(plain) < len(protected) or len(plain) > _MAX_NAMES:
+        plain = [*plain[:_MAX_NAMES], "…"]
     return ", ".join(plain) or "no paths"

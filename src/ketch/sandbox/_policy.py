@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -24,16 +26,138 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/hooks",
     ".git/commondir",
     ".ketch",
+    ".mcp.json",
+    ".claude",
+    ".agents",
     ".git/modules/**/config",
     ".git/modules/**/hooks",
     ".git/modules/**/commondir",
     ".git/worktrees/*/commondir",
     ".git/worktrees/*/config.worktree",
+    "**/.ketch",
+    "**/AGENTS.md",
+    "**/CLAUDE.md",
 )
 """Workspace-relative paths that stay read-only even when the workspace is writable:
 git's configuration and hooks (also those of submodules, which ``git status`` runs in),
 ``commondir`` files (which would point git at another directory's configuration and
-hooks), a linked worktree's own configuration, and ketch's project settings."""
+hooks), a linked worktree's own configuration, and what ketch (and other agents) read as
+configuration or instructions: ``.ketch`` (settings, agent files) in the workspace and
+in every folder below it, ``.mcp.json`` (MCP servers, started outside the sandbox),
+``.claude`` and ``.agents``, and every ``AGENTS.md`` and ``CLAUDE.md``. The entries
+without wildcards cannot be created either (the sandbox puts a placeholder where one is
+absent); a pattern (``**/.ketch``) covers the paths that exist when a command starts,
+which is why the command trusts a config file in a sub-folder only once the user has
+(:mod:`ketch.cli._trust`)."""
+
+_INTERPRETERS = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "node", "deno", "bun", "ruby", "perl",
+     "php", "lua", "Rscript", "pwsh", "tsx", "ts-node", "source", "."}
+)
+_PROJECT_VARIABLE = re.compile(r"\$(?:\{(?:KETCH|CLAUDE)_PROJECT_DIR\}|(?:KETCH|CLAUDE)_PROJECT_DIR\b)")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", "!", "then", "do", "else", "time", "exec", "env"})
+
+
+def command_paths(
+    workspace: str | os.PathLike[str], command: str | Sequence[str], *, cwd: str | os.PathLike[str] | None = None
+) -> tuple[str, ...]:
+    """The workspace-relative paths (as ``protected`` entries) of the files a command that
+    ketch runs outside the sandbox names: a hook's shell command (a string) or an MCP
+    server's ``command`` and ``args`` (a sequence). Relative paths are taken from ``cwd``
+    (default: the workspace); ``$KETCH_PROJECT_DIR`` and ``$CLAUDE_PROJECT_DIR`` stand for
+    it. What counts: a program given by its path (``./scripts/check.sh``), a word after
+    an interpreter (``python3 hooks/check.py``, ``bash lint.sh``), whether it exists yet
+    or not (so a command cannot create it), and any other word naming an existing file.
+    Paths outside the workspace are left out (the sandbox cannot write there anyway)."""
+    root = os.path.realpath(workspace)
+    base = os.path.realpath(cwd) if cwd is not None else root
+    if isinstance(command, str):
+        text = _PROJECT_VARIABLE.sub(lambda _: shlex.quote(base), command)
+        try:
+            words = shlex.split(text, comments=True)
+        except ValueError:
+            words = text.split()
+    else:
+        words = [_PROJECT_VARIABLE.sub(lambda _: base, w) for w in command]
+    found: dict[str, None] = {}
+    program = True  # the next word is a program (a simple command starts)
+    script = False  # the next word that is no option is the script an interpreter runs
+    inline = False  # the next word is a shell command (sh -c '...')
+    for word in words:
+        if word in _SHELL_OPERATORS:
+            program, script, inline = True, False, False
+            continue
+        if program and _ASSIGNMENT.match(word):
+            continue  # NAME=value before the program
+        if inline:
+            found.update(dict.fromkeys(command_paths(root, word, cwd=base)))
+            inline = script = False
+            continue
+        if word.startswith("-"):
+            if script and word in ("-c", "-e", "--eval"):
+                inline = word == "-c"
+                script = False
+            elif script and word == "-m":
+                script = False  # python3 -m module: a module name, no path
+            value, named = (word.split("=", 1)[1] if "=" in word else ""), False
+        else:
+            value, named = word, (program and "/" in word) or script
+            if script:
+                script = False
+            elif program:
+                script = os.path.basename(word) in _INTERPRETERS
+        program = False
+        if not value or "://" in value or value.startswith("~"):
+            continue
+        path = os.path.normpath(os.path.join(base, value))
+        if not named and not os.path.isfile(path):
+            continue
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        if within(real, root) and real != root:
+            found[glob_escape(os.path.relpath(real, root))] = None
+    return tuple(found)
+
+
+def _any_depth_name(entry: str) -> str | None:
+    """``NAME`` of a ``**/NAME`` entry (a plain name), else None."""
+    name = entry[3:] if entry.startswith("**/") else ""
+    return name if name and "/" not in name and not has_wildcard(name) else None
+
+
+def expand_protected(workspace: str | os.PathLike[str], protected: Iterable[str]) -> tuple[str, ...]:
+    """``protected`` with its ``**/NAME`` entries (``**/.ketch``, ``**/AGENTS.md``)
+    replaced by the paths they name in ``workspace`` now, found in one walk of it (symlinks
+    not followed, ``.git`` folders not searched), as plain entries. A sandbox searches a
+    ``**`` pattern at every command; a session that expands its entries once pays one walk,
+    and each path found stays protected while it runs (a plain entry cannot be created
+    again once removed either). What is created later is not covered: the command
+    trusts a config file in a sub-folder only once the user has (:mod:`ketch.cli._trust`)."""
+    entries = tuple(protected)
+    names = {n for n in (_any_depth_name(e) for e in entries) if n is not None}
+    if not names:
+        return entries
+    root = os.path.realpath(workspace)
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                items = list(listing)
+        except OSError:
+            continue
+        for item in items:
+            if item.name in names:
+                found.append(glob_escape(os.path.relpath(item.path, root)))
+            elif item.name != ".git":
+                try:
+                    if item.is_dir(follow_symlinks=False):
+                        pending.append(item.path)
+                except OSError:
+                    continue
+    kept = [e for e in entries if _any_depth_name(e) is None]
+    return tuple(dict.fromkeys((*kept, *sorted(found))))
 
 
 def _git_file(workspace: str) -> tuple[bool, str]:

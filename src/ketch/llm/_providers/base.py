@@ -58,7 +58,7 @@ from .._http import redact_headers
 from .._http import redact_text
 from .._http import redact_url
 from .._http import secrets_from_env
-from .._http import url_password
+from .._http import url_secrets
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -656,12 +656,12 @@ _SECRET_HEADER_WORDS = ("key", "token", "secret", "auth", "password", "cookie")
 
 def _credentials(headers: Mapping[str, str], url: str) -> tuple[str, ...]:
     """The values of the request's headers whose names say they hold a credential (also
-    custom ones such as ``x-portkey-api-key``), and the password in the URL."""
+    custom ones such as ``x-portkey-api-key``), and the credentials in the URL (its user
+    name and password, ``?api-key=`` and the like: :func:`~ketch.llm._http.url_secrets`)."""
     found = [v for n, v in headers.items() if v and any(w in n.lower() for w in _SECRET_HEADER_WORDS)]
     found = [v.split(" ", 1)[1] if v.lower().startswith(("bearer ", "basic ")) else v for v in found]
-    password = url_password(url)
     kept = [v for v in found if len(v) >= 8]  # a short value ("true") is no credential
-    return (*kept, password) if password and len(password) >= 4 else tuple(kept)
+    return (*kept, *(v for v in url_secrets(url) if len(v) >= 4))
 
 
 def _stale_connection(exc: BaseException) -> bool:
