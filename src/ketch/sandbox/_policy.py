@@ -18,6 +18,7 @@ from .._paths import has_wildcard
 from .._paths import join_in_root
 from .._paths import pattern_base
 from .._paths import within
+from ._limits import SandboxLimits
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
@@ -108,6 +109,9 @@ class SandboxPolicy:
     Entries of ``protected`` and ``hidden`` may be patterns (``*``, ``?`` and ``[…]``
     within a name, ``**`` for any number of folders; ``X/**`` stands for ``X``), which
     cover the paths that exist when a command starts.
+
+    ``limits`` bounds each command's processes, memory, CPU time and file size
+    (:class:`SandboxLimits`; None: this machine's defaults, where the host can hold them).
     """
 
     workspace: Path
@@ -117,6 +121,7 @@ class SandboxPolicy:
     extra_writable: tuple[Path, ...] = ()
     env_allow: tuple[str, ...] = ()
     hidden: tuple[Path, ...] = ()
+    limits: SandboxLimits | None = None
 
 
 @runtime_checkable
