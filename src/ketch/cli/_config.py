@@ -84,6 +84,8 @@ from ..llm import redact_url
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
+from ..sandbox import SandboxLimits
+from ..sandbox._limits import merge_limits
 
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"
@@ -126,10 +128,21 @@ class _Permissions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny: list[str] = msgspec.field(default_factory=list)
 
 
+class _Limits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[sandbox.limits]``: each command's bounds (:class:`ketch.sandbox.SandboxLimits`);
+    a project file may only make them stricter until it is trusted."""
+
+    processes: int | None = None
+    memory: int | str | None = None
+    cpu_seconds: int | None = None
+    file_size: int | str | None = None
+
+
 class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     enabled: bool | None = None
     network: bool | None = None
     env_allow: list[str] = msgspec.field(default_factory=list)
+    limits: _Limits = msgspec.field(default_factory=_Limits)
 
 
 class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -184,6 +197,7 @@ class Settings(_Scalars, kw_only=True):
     sandbox: bool = True
     sandbox_network: bool = False
     sandbox_env_allow: list[str] = msgspec.field(default_factory=list)
+    sandbox_limits: SandboxLimits | None = None
     mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     mcp_origins: dict[str, str] = msgspec.field(default_factory=dict)
     sources: dict[str, str] = msgspec.field(default_factory=dict)
@@ -360,7 +374,7 @@ def _narrowed(data: _File) -> _File:
         for name, p in data.providers.items()
     }
     fields = {f: getattr(data, f) for f in data.__struct_fields__}
-    fields.update(permissions=narrowed_perms, providers=providers, hooks=None, sandbox=_Sandbox())
+    fields.update(permissions=narrowed_perms, providers=providers, hooks=None, sandbox=_Sandbox(limits=data.sandbox.limits))
     return _File(**fields)
 
 
@@ -404,6 +418,14 @@ def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None
     if box.env_allow:
         settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)
         settings.sources["sandbox_env_allow"] = origin
+    try:  # an untrusted project's file may only make them stricter
+        stricter = kind != "user" and not settings.trusted
+        limits = msgspec.structs.asdict(box.limits)
+        settings.sandbox_limits = merge_limits(
+            settings.sandbox_limits, limits, origin, only_stricter=stricter, ignored=settings.ignored
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if data.hooks is not None:
         try:
             settings.hooks.extend(parse_hooks(data.hooks, origin))

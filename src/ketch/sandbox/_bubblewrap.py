@@ -29,6 +29,7 @@ from .._paths import within
 from ._limits import Bounds
 from ._limits import Cgroups
 from ._limits import Group
+from ._limits import SandboxLimits
 from ._limits import apply_rlimits
 from ._limits import reached_from_output
 from ._limits import resolve
@@ -343,9 +344,9 @@ class BubblewrapSandbox:
             return
         self._setpriv = setpriv
 
-    def protections(self) -> list[str]:
-        """What holds here, one short phrase each (for ``ketch doctor``); empty when the
-        sandbox is unavailable."""
+    def protections(self, limits: SandboxLimits | None = None) -> list[str]:
+        """What holds here, one short phrase each (for ``ketch doctor``), with the bounds
+        of ``limits``; empty when the sandbox is unavailable."""
         if self.unavailable_reason() is not None:
             return []
         held = ["/proc/sys and the kernel's settings read-only"]
@@ -362,17 +363,17 @@ class BubblewrapSandbox:
                 held.append("root's commands run as the workspace's owner or nobody, root only in a writable workspace root owns")
             else:
                 held.append(f"root's commands run as root ({self._drop_reason})")
-        bounds = resolve(None)
+        bounds = resolve(limits)
         groups = self._groups().holds()
         per_process = _nproc_holds(os.geteuid() != 0 and "--unshare-user" in self._userns)
-        processes = "cgroup" if "processes" in groups else ("RLIMIT_NPROC" if per_process else None)
-        held.append(
-            f"processes {bounds.shown('processes')} ({processes})"
-            if processes
-            else "processes not bounded (no writable pids cgroup)"
-        )
-        memory = "cgroup" if "memory" in groups else "RLIMIT_DATA, per process"
-        held.append(f"memory {bounds.shown('memory')} ({memory})")
+        if not bounds.processes:
+            held.append("processes: no bound")
+        elif "processes" in groups or per_process:
+            held.append(f"processes {bounds.shown('processes')} ({'cgroup' if 'processes' in groups else 'RLIMIT_NPROC'})")
+        else:
+            held.append("processes not bounded (no writable pids cgroup)")
+        how = "cgroup" if "memory" in groups else "RLIMIT_DATA, per process"
+        held.append(f"memory {bounds.shown('memory')}" + (f" ({how})" if bounds.memory else ""))
         held.append(f"CPU time {bounds.shown('cpu_seconds')} per process, file size {bounds.shown('file_size')}")
         return held
 

@@ -104,6 +104,8 @@ class Bounds:
     def shown(self, name: str) -> str:
         """The value of bound ``name`` as the notes show it (``512``, ``2 GiB``, ``60 s``)."""
         value = getattr(self, name)
+        if not value:
+            return "no bound"
         if name == "processes":
             return str(value)
         if name == "cpu_seconds":
@@ -465,3 +467,76 @@ def reached_from_output(
         if pattern.search(output) or (signal_code is not None and code in (-signal_code[0], signal_code[1])):
             found.append(name)
     return found
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+_UNITS = {
+    **dict.fromkeys(("", "b"), 1),
+    **dict.fromkeys(("k", "kb", "kib"), KiB),
+    **dict.fromkeys(("m", "mb", "mib"), MiB),
+    **dict.fromkeys(("g", "gb", "gib"), GiB),
+}
+
+
+def parse_size(value: int | str, name: str) -> int:
+    """A size in bytes from an integer or a text such as ``512M``, ``2 GiB`` (binary
+    units); ValueError naming ``name`` and what is allowed otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a size (bytes, or a number with K, M or G), got {value!r}")
+    if isinstance(value, int):
+        number = value
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise ValueError(f"{name} must be a size (bytes, or a number with K, M or G), got {value!r}")
+        number = int(float(match.group(1)) * _UNITS[unit])
+    if number < 0:
+        raise ValueError(f"{name} must be >= 0 (0: no bound), got {value!r}")
+    return number
+
+
+def _looser(new: int, current: int) -> bool:
+    """Whether bound ``new`` allows more than ``current`` (0: no bound)."""
+    return current != 0 and (new == 0 or new > current)
+
+
+def merge_limits(
+    current: SandboxLimits | None,
+    given: dict[str, int | str | None],
+    origin: str,
+    *,
+    only_stricter: bool = False,
+    ignored: list[str] | None = None,
+) -> SandboxLimits | None:
+    """``current`` with the values of a ``[sandbox.limits]`` table (``given``: field ->
+    value, None for unset; sizes may be texts such as ``2G``) applied. With
+    ``only_stricter`` (an untrusted project's file) a value that would allow more than
+    the current bound (or the default) is left out and named in ``ignored``. Raises
+    ValueError naming ``origin``, the key and what is allowed for a bad value."""
+    values = {f.name: getattr(current, f.name) if current is not None else None for f in fields(SandboxLimits)}
+    defaults = resolve(current)
+    changed = False
+    for name, raw in given.items():
+        if raw is None:
+            continue
+        key = f"sandbox.limits.{name}"
+        try:
+            if name in ("memory", "file_size"):
+                value = parse_size(raw, key)
+            elif isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise ValueError(f"{key} must be an integer >= 0 (0: no bound), got {raw!r}")
+            else:
+                value = raw
+        except ValueError as exc:
+            raise ValueError(f"{origin}: {exc}") from None
+        if only_stricter and _looser(value, getattr(defaults, name)):
+            if ignored is not None:
+                ignored.append(f"{key} = {raw!r} ({origin}; it allows more than {defaults.shown(name)})")
+            continue
+        values[name] = value
+        changed = True
+    if not changed:
+        return current
+    return SandboxLimits(**values)
