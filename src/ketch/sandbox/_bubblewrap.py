@@ -215,7 +215,7 @@ class BubblewrapSandbox:
     Each command is bounded (``policy.limits``, :class:`~ketch.sandbox.SandboxLimits`):
     processes and memory by a control group of its own where this process can make one,
     and per process by ``RLIMIT_NPROC``, ``RLIMIT_DATA``, ``RLIMIT_CPU`` and
-    ``RLIMIT_FSIZE``; the private ``/tmp`` holds at most the memory bound. A process that
+    ``RLIMIT_FSIZE``; the private ``/tmp`` holds at most half the memory bound. A process that
     starts the wrapped argv passes the file descriptors of :meth:`spawn_options` and
     calls :meth:`started` once it runs (the command waits for it), then
     :meth:`notes` for the bounds it reached, then :meth:`release`.
@@ -398,8 +398,9 @@ class BubblewrapSandbox:
         if not network:
             args.append("--unshare-net")
         args += ["--cap-drop", "ALL"]
-        if identity is not None:  # for setpriv, which drops them with root
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if identity is not None:  # for setpriv, which drops them with root; for bubblewrap to
+            # enter a working folder only the other user may search (as root, no longer able to)
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_READ_SEARCH"]
         return args
 
     @staticmethod
@@ -526,7 +527,7 @@ class BubblewrapSandbox:
         if identity is not None and not _can_run(argv, identity):
             identity = None  # a program root keeps to itself (in root's home): it runs as root
         args = [self.bwrap, *self._namespace_args(network=policy.network, identity=identity)]
-        args += self._base_mounts(write=policy.write, size=bounds.memory)
+        args += self._base_mounts(write=policy.write, size=bounds.memory // 2)
         covers: list[str] = []
         if identity is not None:
             scaffold, covers = self._scaffold(shown, identity)
@@ -629,18 +630,26 @@ class BubblewrapSandbox:
                 else:
                     run.group = group
                     run.group_holds = group.holds()
+        own_namespace = run.identity is None and "--unshare-user" in self._userns
+        # RLIMIT_NPROC counts the command's own processes only in a user namespace of its
+        # own (Linux 5.14 on), or those of nobody; the kernel ignores it for root
+        nproc = _nproc_holds(own_namespace) or (run.identity is not None and run.identity.uid == NOBODY)
         try:
-            apply_rlimits(child, bounds)
+            # a memory cgroup acts first (and says so): RLIMIT_DATA stays as a backstop above it
+            data = bounds.memory + bounds.memory // 4 if "memory" in run.group_holds else bounds.memory
+            apply_rlimits(child, bounds, processes=nproc, data=data)
         except OSError as exc:
             return f"the sandbox could not set the command's limits: {exc.strerror or exc}"
-        own_namespace = run.identity is None and "--unshare-user" in self._userns
-        as_root = run.identity is None and os.geteuid() == 0
-        if bounds.processes and "processes" in bounds.required and "processes" not in run.group_holds:
-            if as_root or not _nproc_holds(own_namespace):
-                return (
-                    f"the sandbox cannot hold the process limit ({bounds.processes}) here: the command "
-                    "would run as root with no writable pids cgroup; lower no limit, or run ketch as another user"
-                )
+        if bounds.processes and "processes" in bounds.required and "processes" not in run.group_holds and not nproc:
+            why = (
+                "the command would run as root"
+                if run.identity is None and os.geteuid() == 0
+                else "the kernel would count every process of the user"
+            )
+            return (
+                f"the sandbox cannot hold the process limit ({bounds.processes}) here: {why} and no pids cgroup "
+                "can be made (set sandbox.limits.processes = 0 to run without the limit)"
+            )
         return None
 
     def notes(self, wrapped: Sequence[str], output: str, code: int | None) -> list[str]:

@@ -45,7 +45,7 @@ class SandboxLimits:
 
     ``processes`` bounds the processes and threads running at once, ``memory`` the
     memory in bytes (of the whole command where a memory cgroup is available, else of
-    each process, through ``RLIMIT_DATA``; the private ``/tmp`` is held to it too),
+    each process, through ``RLIMIT_DATA``; the private ``/tmp`` holds at most half of it),
     ``cpu_seconds`` the CPU time of each process, ``file_size`` the size in bytes of any
     file a process writes. None takes this machine's default (512 processes, a quarter
     of the RAM up to 2 GiB, 3600 seconds, 2 GiB), which holds where the host can hold it
@@ -141,14 +141,17 @@ def size_text(value: int) -> str:
 _CPU_GRACE = 5  # seconds between SIGXCPU (the soft limit) and SIGKILL (the hard one)
 
 
-def apply_rlimits(pid: int, bounds: Bounds) -> None:
+def apply_rlimits(pid: int, bounds: Bounds, *, processes: bool = True, data: int | None = None) -> None:
     """Set the limits of ``bounds`` on process ``pid`` (soft and hard, so no process
-    below can raise them), and no core files. Raises OSError when the kernel refuses."""
+    below can raise them; ``RLIMIT_NPROC`` only with ``processes``; ``RLIMIT_DATA`` to
+    ``data``, default the memory bound), and no core files. Raises OSError when the
+    kernel refuses."""
     settings: list[tuple[int, int, int]] = [(resource.RLIMIT_CORE, 0, 0)]
-    if bounds.processes:
+    if bounds.processes and processes:
         settings.append((resource.RLIMIT_NPROC, bounds.processes, bounds.processes))
     if bounds.memory:
-        settings.append((resource.RLIMIT_DATA, bounds.memory, bounds.memory))
+        limit = bounds.memory if data is None else data
+        settings.append((resource.RLIMIT_DATA, limit, limit))
     if bounds.cpu_seconds:
         settings.append((resource.RLIMIT_CPU, bounds.cpu_seconds, bounds.cpu_seconds + _CPU_GRACE))
     if bounds.file_size:
@@ -437,7 +440,7 @@ def _remove_group(path: str) -> bool:
 # --- reading what was reached from the output (no cgroup) -----------------------------------
 
 _HINTS: dict[str, re.Pattern[str]] = {
-    "processes": re.compile(r"(fork|clone|spawn|thread)[^\n]{0,80}Resource temporarily unavailable", re.I),
+    "processes": re.compile(r"Resource temporarily unavailable|can't start new thread|Cannot fork", re.I),
     "memory": re.compile(
         r"MemoryError|Cannot allocate memory|out of memory|bad_alloc|xmalloc: cannot allocate", re.I
     ),

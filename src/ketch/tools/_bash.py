@@ -1018,7 +1018,7 @@ class BashTool(Tool):
             return ToolResult.error(f"Command not run: {refused}.")
         notes = getattr(box, "notes", None)
         bounds: list[str] = []
-        if notes is not None and not (timed_out or aborted):
+        if notes is not None:
             bounds = notes(argv, bytes(output.tail[-(MAX_BYTES + 1) :]).decode("utf-8", "replace"), proc.returncode)
         return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy, bounds)
 
