@@ -130,7 +130,7 @@ class _Permissions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class _Limits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``[sandbox.limits]``: each command's bounds (:class:`ketch.sandbox.SandboxLimits`);
-    a project file may only make them stricter until it is trusted."""
+    a project's file may only make them stricter (trusted or not)."""
 
     processes: int | None = None
     memory: int | str | None = None
@@ -418,11 +418,10 @@ def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None
     if box.env_allow:
         settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)
         settings.sources["sandbox_env_allow"] = origin
-    try:  # an untrusted project's file may only make them stricter
-        stricter = kind != "user" and not settings.trusted
+    try:  # a project's file may only make them stricter
         limits = msgspec.structs.asdict(box.limits)
         settings.sandbox_limits = merge_limits(
-            settings.sandbox_limits, limits, origin, only_stricter=stricter, ignored=settings.ignored
+            settings.sandbox_limits, limits, origin, only_stricter=kind != "user", ignored=settings.ignored
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

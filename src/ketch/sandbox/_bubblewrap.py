@@ -474,14 +474,25 @@ class BubblewrapSandbox:
         return _Identity(uid, gid, groups, foreign=uid != owner)
 
     @staticmethod
-    def _scaffold(roots: Sequence[str], identity: _Identity) -> tuple[list[str], list[str]]:
+    def _scaffold(roots: Sequence[str], identity: _Identity, home: str | None = None) -> tuple[list[str], list[str]]:
         """For a command running as another user: the folders above each root (the
         workspace, its other roots) that user cannot search become empty tmpfs mounts
         (the topmost of them; the roots are bound back inside), and the folders between
-        such a mount (or a private ``/tmp``) and a root are made searchable. Returns the
-        arguments and the tmpfs mounts to make read-only after the roots are bound."""
+        such a mount (or a private ``/tmp``) and a root are made searchable. The home
+        folder (``home``, root's) is emptied the same way when that user cannot search
+        it, so programs find no settings there rather than ones they may not read.
+        Returns the arguments and the tmpfs mounts to make read-only after the roots
+        are bound."""
         covers: list[str] = []
         made: list[str] = []
+        if home and os.path.isabs(home) and not any(within(home, p) for p in _PRIVATE):
+            real = os.path.realpath(home)
+            try:
+                searchable = _allowed(os.stat(real), identity.uid, identity.gid, identity.groups, 1)
+            except OSError:
+                searchable = True
+            if not searchable and real != "/" and not any(within(real, r) for r in roots):
+                covers.append(real)
         for root in roots:
             parts = Path(root).parts[1:]
             base: str | None = None
@@ -501,13 +512,17 @@ class BubblewrapSandbox:
                 if not _allowed(st, identity.uid, identity.gid, identity.groups, 1):
                     covers.append(current)
                     base = current
+        outer: list[str] = []
+        for cover in sorted(set(covers), key=lambda p: (p.count(os.sep), p)):
+            if not any(within(cover, o) for o in outer):
+                outer.append(cover)
         args: list[str] = []
-        for cover in dict.fromkeys(covers):
+        for cover in outer:
             args += ["--tmpfs", cover]
         for folder in dict.fromkeys(made):
-            if folder not in covers:
+            if folder not in outer:
                 args += ["--perms", "0755", "--dir", folder]
-        return args, list(dict.fromkeys(covers))
+        return args, outer
 
     def wrap(
         self, argv: Sequence[str], policy: SandboxPolicy, env: Mapping[str, str]
@@ -530,7 +545,7 @@ class BubblewrapSandbox:
         args += self._base_mounts(write=policy.write, size=bounds.memory // 2)
         covers: list[str] = []
         if identity is not None:
-            scaffold, covers = self._scaffold(shown, identity)
+            scaffold, covers = self._scaffold(shown, identity, env.get("HOME"))
             args += scaffold
         run = _Run([], bounds, identity)
         try:

@@ -231,7 +231,7 @@ def _read(path: str) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, text.encode())
     finally:
@@ -515,7 +515,7 @@ def merge_limits(
 ) -> SandboxLimits | None:
     """``current`` with the values of a ``[sandbox.limits]`` table (``given``: field ->
     value, None for unset; sizes may be texts such as ``2G``) applied. With
-    ``only_stricter`` (an untrusted project's file) a value that would allow more than
+    ``only_stricter`` (a project's file) a value that would allow more than
     the current bound (or the default) is left out and named in ``ignored``. Raises
     ValueError naming ``origin``, the key and what is allowed for a bad value."""
     values = {f.name: getattr(current, f.name) if current is not None else None for f in fields(SandboxLimits)}
@@ -536,7 +536,10 @@ def merge_limits(
             raise ValueError(f"{origin}: {exc}") from None
         if only_stricter and _looser(value, getattr(defaults, name)):
             if ignored is not None:
-                ignored.append(f"{key} = {raw!r} ({origin}; it allows more than {defaults.shown(name)})")
+                ignored.append(
+                    f"{key} = {raw!r} ({origin}: it allows more than {defaults.shown(name)}; "
+                    "a project may only make the limits stricter)"
+                )
             continue
         values[name] = value
         changed = True

@@ -16,9 +16,12 @@ command. Without a usable sandbox the tool still runs commands (``sandboxed`` is
 and ``sandbox_warning`` says why).
 
 Output is streamed through ``ctx.report`` as text chunks (``str``), at most about every
-100 ms. The result shows the last 2000 lines or 50 KB of output, whichever is less; when
-more was produced, the full output is kept in a log file whose path the result gives
-(inside the workspace's scratch directory, so the read tool can open it).
+100 ms, up to 16 MiB (then a note says the rest is not streamed). The result shows the
+last 2000 lines or 50 KB of output, whichever is less; when more was produced, the output
+is kept in a log file whose path the result gives (inside the workspace's scratch
+directory, so the read tool can open it): all of it up to 16 MiB, else its first and last
+8 MiB, and a line in the result says how much was cut. The logs are deleted with the
+scratch directory (:meth:`Workspace.close`, or when the program exits).
 
 A non-zero exit status, death by a signal, a timeout and an abort are results with
 ``is_error=True`` that still carry the output. On timeout, abort (``ctx.signal``) or
@@ -570,6 +573,7 @@ class _Output(asyncio.Protocol):
         self.logged = 0  # bytes written to the log's first half
         self.log_tail: bytearray | None = None  # the last half, once the first is full
         self.cut = 0  # bytes of output the log leaves out
+        self.streamed = 0  # bytes of output reported as it came (at most LOG_LIMIT)
         self.new_data = asyncio.Event()
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -597,9 +601,16 @@ class _Output(asyncio.Protocol):
                 self._spill()
         elif self.file is not None:
             self._log(data)
+        if self.streamed >= LOG_LIMIT:
+            return  # streamed enough: the rest is in the result and the log
+        data = data[: LOG_LIMIT - self.streamed]
+        self.streamed += len(data)
         text = self._decoder.decode(data)
         if text:
             self._pending.append(text)
+        if self.streamed >= LOG_LIMIT:
+            self._pending.append(f"\n[output no longer streamed after {size_text(LOG_LIMIT)}; the end is in the result]\n")
+        if self._pending:
             self.new_data.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -658,7 +669,7 @@ class _Output(asyncio.Protocol):
 
     def take_pending(self, final: bool = False) -> str:
         """Text decoded since the last call."""
-        if final:
+        if final and self.streamed < LOG_LIMIT:
             rest = self._decoder.decode(b"", final=True)
             if rest:
                 self._pending.append(rest)
