@@ -79,6 +79,30 @@ async def test_git_and_python_work_in_plan_mode(sandbox: Sandbox, repo: Path) ->
     assert (await _run(tool, "node -e 'console.log(1 + 1)'")).text == "2"
 
 
+async def test_the_grep_search_reads_what_ketch_may_read_bash_in_plan_mode_only_what_its_user_may(
+    sandbox: Sandbox, repo: Path
+) -> None:
+    """The grep tool's search is ketch's own program, confined to the workspace: it runs as
+    ketch's user. A plan-mode command of root runs as nobody and cannot read a file only
+    root may read, even in the workspace."""
+    from ketch.tools import GrepTool
+
+    private = repo / "private.txt"
+    private.write_text("needle in a private file\n")
+    os.chmod(private, 0o600)
+    grep = GrepTool(Workspace(repo), sandbox=sandbox)
+    ctx = ToolContext(call_id="g", tool_name="grep", signal=AbortSignal())
+    found = await grep.execute({"pattern": "needle"}, ctx)
+    assert found.text == "private.txt:1:needle in a private file"
+    plan = BashTool(Workspace(repo), sandbox=sandbox, write_allowed=lambda: False)
+    read = await _run(plan, "cat private.txt")
+    if os.geteuid() == 0:
+        assert read.is_error
+        assert read.text.startswith("cat: private.txt: Permission denied")
+    else:
+        assert read.text == "needle in a private file"
+
+
 # --- the output log ---------------------------------------------------------------------------
 
 

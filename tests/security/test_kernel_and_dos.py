@@ -141,7 +141,7 @@ KERNEL_READS = {
 
 @pytest.mark.parametrize("name", [n for n, p in KERNEL_READS.items() if os.path.exists(p)])
 def test_what_proc_tells_of_the_host_kernel_is_empty(kprobe: Probe, name: str) -> None:
-    reply = kprobe.attempt(f"read-{name}", f"cat {KERNEL_READS[name]} | wc -c", write=True, kind="kernel")
+    reply = kprobe.attempt(f"read-{name}", f"cat {KERNEL_READS[name]} 2>/dev/null | wc -c", write=True, kind="kernel")
     assert reply["text"] == "0"
 
 
@@ -408,6 +408,28 @@ def test_a_fork_bomb_is_held_to_a_lower_configured_limit(kprobe: Probe) -> None:
 
     reply = kprobe.dos_attempt("fork-bomb-40", "python3 bomb.py", held, write=True, limits={"processes": 40})
     assert reply["text"].endswith("[stopped: the command reached the process limit (40)]")
+
+
+@pytest.mark.parametrize("box", ["unprivileged"], indirect=True)
+def test_the_process_limit_counts_only_the_commands_own_processes(kprobe: Probe, box: Box) -> None:
+    """An ordinary user has no cgroup here: ``RLIMIT_NPROC`` holds the bound, and in the
+    command's own user namespace (Linux 5.14 on) it counts only the command's processes,
+    not the 60 the same user runs outside."""
+    assert box.user is not None
+    _script(kprobe, "bomb.py", FORK_BOMB)
+    outside = [subprocess.Popen(box.user.argv("sleep", "300"), cwd="/") for _ in range(60)]
+    try:
+
+        def held(reply: dict[str, Any]) -> list[str]:
+            forked = _number(r"forked (\d+)", reply["text"])
+            return [] if forked < 40 else [f"{forked} processes"]
+
+        reply = kprobe.dos_attempt("fork-bomb-beside-others", "python3 bomb.py", held, write=True, limits={"processes": 40})
+        assert _number(r"forked (\d+)", reply["text"]) >= 30  # the 60 outside do not count
+    finally:
+        for proc in outside:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.parametrize("write", MODES)

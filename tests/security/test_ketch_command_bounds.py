@@ -133,7 +133,7 @@ def test_kernel_settings_stay_out_of_reach(ketch: Ketch, mode: str) -> None:
         mode,
         'v=$(cat /proc/sys/kernel/core_pattern) && printf "%s\\n" "$v" > /proc/sys/kernel/core_pattern && echo WRITTEN',
         "python3 -c \"p = '/proc/sys/kernel/pid_max'; open(p, 'w').write(open(p).read())\" && echo WRITTEN",
-        "cat /proc/keys /proc/timer_list | wc -c",
+        "cat /proc/keys /proc/timer_list 2>/dev/null | wc -c",
     )
     assert [(i, e) for i, e, _ in results] == [("b1", True), ("b2", True), ("b3", False)]
     assert not any("WRITTEN" in text for _, _, text in results)

@@ -45,41 +45,40 @@ _PRIVATE = (_SANDBOX_TMP, "/var/tmp", "/run")
 NOBODY = 65534
 """The unprivileged user a plan-mode command of root runs as (``nobody``)."""
 
-_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "mtrr", "pressure", "driver", "tty", "asound")
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "mtrr", "pressure")
 """Kernel settings under ``/proc`` that a command running as root (kuid 0, even with no
-capabilities) could otherwise write: bound read-only over the sandbox's own ``/proc``."""
+capabilities) could otherwise write: bound read-only over the sandbox's own ``/proc``
+(Docker's list, and the memory ranges and pressure triggers)."""
 _PROC_MASKED = (
     "kcore",
     "keys",
     "key-users",
-    "kallsyms",
-    "kmsg",
-    "kpagecount",
-    "kpageflags",
-    "kpagecgroup",
     "latency_stats",
     "timer_list",
     "timer_stats",
     "sched_debug",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "kallsyms",
     "slabinfo",
-    "vmallocinfo",
-    "pagetypeinfo",
-    "config.gz",
     "acpi",
+    "asound",
     "scsi",
 )
-"""Entries under ``/proc`` that tell about the host's kernel (memory, keys, timers of
-every process): empty inside the sandbox, as Docker and runc mask them."""
-_SYS_MASKED = ("firmware", "kernel/debug", "kernel/tracing", "kernel/security", "fs/bpf", "devices/virtual/powercap")
-"""Folders under ``/sys`` (read-only like the rest) that are emptied as well."""
+_SYS_MASKED = ("firmware", "kernel/debug", "kernel/tracing", "devices/virtual/powercap")
+"""Entries under ``/proc`` and folders under ``/sys`` (read-only like the rest) that tell
+about the host's kernel, its memory, keys and timers: empty inside the sandbox, as Docker
+and runc mask them; for a command not running as root, only those anyone may read."""
 
 
 _empty: list[str] = []
 
 
-def _empty_file() -> str:
-    """An empty read-only file of this process, bound over hidden files (its folder can be
-    searched by anyone, so a command running as another user can be given it too)."""
+def _empty_file(folder: bool = False) -> str:
+    """An empty read-only file (or with ``folder``, folder) of this process, bound over
+    what is hidden (its folder can be searched by anyone, so a command running as another
+    user can be given it too)."""
     if not _empty or not os.path.isfile(_empty[0]):
         directory = tempfile.mkdtemp(prefix="ketch-hidden-")
         os.chmod(directory, 0o755)
@@ -87,9 +86,10 @@ def _empty_file() -> str:
         with open(path, "w"):
             pass
         os.chmod(path, 0o444)
+        os.mkdir(os.path.join(directory, "empty-folder"), 0o555)
         atexit.register(shutil.rmtree, directory, True)  # nothing left behind in /tmp
         _empty[:] = [path]
-    return _empty[0]
+    return os.path.join(os.path.dirname(_empty[0]), "empty-folder") if folder else _empty[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +415,7 @@ class BubblewrapSandbox:
             "--",
         ]
 
-    def _base_mounts(self, *, write: bool, size: int = 0) -> list[str]:
+    def _base_mounts(self, *, write: bool, size: int = 0, as_root: bool = True) -> list[str]:
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for private in _PRIVATE:
             if os.path.isdir(private) and not os.path.islink(private):
@@ -425,13 +425,14 @@ class BubblewrapSandbox:
         resolv = os.path.realpath("/etc/resolv.conf")
         if resolv.startswith("/run/") and os.path.isfile(resolv):
             args += ["--ro-bind", resolv, resolv]
-        args += self._kernel_mounts()
+        args += self._kernel_mounts(as_root)
         return args
 
     @staticmethod
-    def _kernel_mounts() -> list[str]:
+    def _kernel_mounts(as_root: bool = True) -> list[str]:
         """``/proc``'s kernel settings read-only, what it and ``/sys`` tell about the host's
-        kernel empty (only what exists here: the sandbox's ``/proc`` has the same)."""
+        kernel empty: all of it for a command running as root, else what anyone may read
+        (only what exists here: the sandbox's ``/proc`` has the same)."""
         args: list[str] = []
         for name in _PROC_READ_ONLY:
             path = f"/proc/{name}"
@@ -442,10 +443,11 @@ class BubblewrapSandbox:
                 st = os.lstat(path)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                args += ["--tmpfs", path, "--remount-ro", path]
-            elif not stat.S_ISLNK(st.st_mode):
-                args += ["--ro-bind", _empty_file(), path]
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            folder = stat.S_ISDIR(st.st_mode)
+            if as_root or st.st_mode & (0o005 if folder else 0o004) == (0o005 if folder else 0o004):
+                args += ["--ro-bind", _empty_file(folder), path]
         return args
 
     def _identity(self, workspace: str, write: bool) -> _Identity | None:
@@ -538,11 +540,12 @@ class BubblewrapSandbox:
         shown = [workspace, *extras]
         hidden = self._hidden_targets(policy.hidden, shown)
         bounds = resolve(policy.limits)
-        identity = self._identity(workspace, policy.write)
+        identity = None if policy.as_caller else self._identity(workspace, policy.write)
         if identity is not None and not _can_run(argv, identity):
             identity = None  # a program root keeps to itself (in root's home): it runs as root
         args = [self.bwrap, *self._namespace_args(network=policy.network, identity=identity)]
-        args += self._base_mounts(write=policy.write, size=bounds.memory // 2)
+        as_root = identity is None and os.geteuid() == 0
+        args += self._base_mounts(write=policy.write, size=bounds.memory // 2, as_root=as_root)
         covers: list[str] = []
         if identity is not None:
             scaffold, covers = self._scaffold(shown, identity, env.get("HOME"))

@@ -112,6 +112,9 @@ class SandboxPolicy:
 
     ``limits`` bounds each command's processes, memory, CPU time and file size
     (:class:`SandboxLimits`; None: this machine's defaults, where the host can hold them).
+    A command of root runs as another user where that keeps the mode working (see
+    :class:`BubblewrapSandbox`); ``as_caller`` keeps it the caller's user, for ketch's own
+    programs that read only the workspace (the grep tool's search).
     """
 
     workspace: Path
@@ -122,6 +125,7 @@ class SandboxPolicy:
     env_allow: tuple[str, ...] = ()
     hidden: tuple[Path, ...] = ()
     limits: SandboxLimits | None = None
+    as_caller: bool = False
 
 
 @runtime_checkable

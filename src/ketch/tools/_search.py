@@ -363,7 +363,13 @@ class GrepTool(WorkspaceTool):
                 extra.append(Path(real))
             else:  # the folder of the name given (a link, perhaps) and of what it leads to
                 extra += (Path(os.path.realpath(os.path.dirname(os.path.abspath(part)))), Path(os.path.dirname(real)))
-        policy = SandboxPolicy(workspace=ws.root, write=False, extra_writable=tuple(dict.fromkeys(extra)), hidden=self.hidden)
+        policy = SandboxPolicy(
+            workspace=ws.root,
+            write=False,
+            extra_writable=tuple(dict.fromkeys(extra)),
+            hidden=self.hidden,
+            as_caller=True,  # ketch's own search, confined to the workspace: as ketch's user
+        )
         return self.sandbox, policy
 
     def _ripgrep(self) -> str | None:
