@@ -20,7 +20,7 @@ returns None) and ``ketch doctor`` says so.
 
 from __future__ import annotations
 
-import platform
+import os
 import struct
 
 # classic BPF (linux/filter.h, linux/bpf_common.h)
@@ -138,7 +138,7 @@ _ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 def host_architecture() -> str:
     """The machine's architecture as the filter names it (``x86_64``, ``aarch64``, …)."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     return _ALIASES.get(machine, machine)
 
 
