@@ -154,13 +154,16 @@ def test_cgroup_v2_groups_are_made_below_the_nearest_delegating_folder(tmp_path:
     assert made.parent == root / "user.slice"
     assert (made / "pids.max").read_text() == "100"
     assert (made / "memory.max").read_text() == str(256 * MiB)
-    group.add(4242)
-    assert (made / "cgroup.procs").read_text() == "4242"
+    group.add(999999999)  # no such process
+    assert (made / "cgroup.procs").read_text() == "999999999"
     assert group.reached() == []
     (made / "pids.events").write_text("max 7\n")
     (made / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n")
     assert group.reached() == ["processes", "memory"]
     assert group.holds() == frozenset({"processes", "memory"})
+    _empty(group.made)
+    assert group.remove()
+    assert not made.exists()
 
 
 def test_cgroup_v1_groups_are_made_in_the_own_group_of_each_hierarchy(tmp_path: Path) -> None:
@@ -182,6 +185,15 @@ def test_cgroup_v1_groups_are_made_in_the_own_group_of_each_hierarchy(tmp_path: 
     assert Path(group.paths["memory"], "memory.limit_in_bytes").read_text() == str(GiB)
     Path(group.paths["memory"], "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert group.reached() == ["memory"]
+    _empty(group.made)
+    assert group.remove()
+
+
+def _empty(folders: list[str]) -> None:
+    """Empty the stand-in groups (a real one has no files to remove), so they can go."""
+    for folder in folders:
+        for entry in Path(folder).iterdir():
+            entry.unlink()
 
 
 def test_no_writable_cgroup_means_none(tmp_path: Path) -> None:

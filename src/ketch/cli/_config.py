@@ -85,7 +85,7 @@ from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
 from ..sandbox import SandboxLimits
-from ..sandbox._limits import merge_limits
+from ..sandbox import merge_limits
 
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"

@@ -33,6 +33,7 @@ from ._env import tool_environment
 from ._hints import denial_hint
 from ._hints import protected_names
 from ._limits import SandboxLimits
+from ._limits import merge_limits
 from ._policy import DEFAULT_PROTECTED
 from ._policy import Sandbox
 from ._policy import SandboxPolicy
@@ -50,6 +51,7 @@ __all__ = [
     "denial_hint",
     "has_url_password",
     "is_secret_name",
+    "merge_limits",
     "protected_names",
     "protected_path",
     "sandbox_unavailable_reason",

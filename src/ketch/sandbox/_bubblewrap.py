@@ -620,8 +620,10 @@ class BubblewrapSandbox:
         run.close_child_fds()
         try:
             info = await _read_to_end(run.info, _START_TIMEOUT)
-        except TimeoutError:
-            info = b""
+        except TimeoutError:  # it never said which process to bound: it does not run unbounded
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            return f"bubblewrap did not start the sandbox within {_START_TIMEOUT:g} seconds"
         try:
             child = int(json.loads(info.decode("utf-8", "replace"))["child-pid"])
         except (ValueError, KeyError, TypeError):
@@ -822,8 +824,8 @@ class BubblewrapSandbox:
             return
         run = entry[1]
         run.close()
-        if run.group is not None and not run.group.remove():
-            _leftover_groups.append(run.group)
+        if run.group is not None:
+            run.group.remove()  # one still in use is removed when the program exits
         self._drop(run.placeholders)
 
     def _drop(self, made: Sequence[str]) -> None:
@@ -938,17 +940,3 @@ def _nproc_holds(own_namespace: bool) -> bool:
     its own on Linux 5.14 or later (which counts them per namespace), as a user other
     than root (for whom the kernel ignores it)."""
     return own_namespace and os.geteuid() != 0 and _kernel_at_least(5, 14)
-
-
-_leftover_groups: list[Group] = []
-"""Control groups that could not be removed at once (a process still in them): tried
-again when the program exits."""
-
-
-def _remove_leftovers() -> None:
-    for group in _leftover_groups:
-        group.remove()
-    _leftover_groups.clear()
-
-
-atexit.register(_remove_leftovers)

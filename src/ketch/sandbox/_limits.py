@@ -13,11 +13,13 @@ leave its group without capabilities, which it has none of.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import resource
 import signal
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import fields
@@ -248,6 +250,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_REGISTERED: list[bool] = []
 _GROUP_NAME = re.compile(r"ketch-(\d+)-\d+")
 
 
@@ -346,6 +349,11 @@ class Cgroups:
             group.paths[controller] = path
         group.version = self.version
         group.made = sorted(set(made.values()))
+        if group.made:
+            if not _LIVE and not _REGISTERED:
+                atexit.register(_remove_live)
+                _REGISTERED.append(True)
+            _LIVE.add(group)
         return group
 
     def _limit(self, controller: str, path: str, bounds: Bounds) -> None:
@@ -396,12 +404,15 @@ class Group:
                 found.append("memory")
         return found
 
-    def remove(self) -> bool:
-        """Remove the groups (ending any process still in them); False if one remains."""
+    def remove(self, wait: float = 0.0) -> bool:
+        """Remove the groups (ending any process still in them, waiting up to ``wait``
+        seconds for them to be gone); False if one remains."""
         done = True
         for path in self.made:
-            if not _remove_group(path):
+            if not _remove_group(path, wait):
                 done = False
+        if done:
+            _LIVE.discard(self)
         return done
 
 
@@ -417,15 +428,29 @@ def _counter(path: str, key: str) -> int:
     return 0
 
 
-def _remove_group(path: str) -> bool:
-    for _ in range(50):
+_LIVE: set[Group] = set()
+"""The groups made and not removed yet: removed when the program exits (a hangup ends
+ketch while a command runs)."""
+
+
+def _remove_live() -> None:
+    for group in list(_LIVE):
+        group.remove(wait=2.0)
+
+
+def _remove_group(path: str, wait: float = 0.0) -> bool:
+    deadline = time.monotonic() + wait
+    tries = 0
+    while True:
+        tries += 1
         try:
             os.rmdir(path)
             return True
         except FileNotFoundError:
             return True
         except OSError:
-            pass
+            if tries >= 50 and time.monotonic() >= deadline:
+                return False
         try:
             pids = [int(p) for p in _read(os.path.join(path, "cgroup.procs")).split()]
         except (OSError, ValueError):
@@ -433,8 +458,10 @@ def _remove_group(path: str) -> bool:
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        os.sched_yield()
-    return False
+        if tries < 50:
+            os.sched_yield()
+        else:
+            time.sleep(0.01)
 
 
 # --- reading what was reached from the output (no cgroup) -----------------------------------

@@ -82,7 +82,6 @@ from ..sandbox import has_url_password
 from ..sandbox import is_secret_name
 from ..sandbox import protected_names
 from ..sandbox import tool_environment
-from ..sandbox._limits import size_text
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
 
@@ -609,7 +608,7 @@ class _Output(asyncio.Protocol):
         if text:
             self._pending.append(text)
         if self.streamed >= LOG_LIMIT:
-            self._pending.append(f"\n[output no longer streamed after {size_text(LOG_LIMIT)}; the end is in the result]\n")
+            self._pending.append(f"\n[output no longer streamed after {_size(LOG_LIMIT)}; the end is in the result]\n")
         if self._pending:
             self.new_data.set()
 
@@ -655,8 +654,8 @@ class _Output(asyncio.Protocol):
         """The note saying that the log left part of the output out."""
         half = LOG_LIMIT // 2
         return (
-            f"[output cut: the command wrote {size_text(self.total_bytes)}; its log keeps the first and the last "
-            f"{size_text(half)} (log limit {size_text(LOG_LIMIT)})]"
+            f"[output cut: the command wrote {_size(self.total_bytes)}; its log keeps the first and the last "
+            f"{_size(half)} (log limit {_size(LOG_LIMIT)})]"
         )
 
     def remove_log(self) -> None:
@@ -1111,3 +1110,11 @@ async def _wait_closed(output: _Output, limit: float) -> bool:
     done, _ = await asyncio.wait({output.closed}, timeout=limit)
     return bool(done)
 
+
+def _size(count: int) -> str:
+    """``count`` bytes as ``16 MiB``, ``192.7 MiB``, ``3 KiB`` or ``12 bytes``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            number = count / size
+            return f"{number:.0f} {unit}" if number == int(number) else f"{number:.1f} {unit}"
+    return f"{count} bytes"
