@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 SYSTEM_PACKAGES=(
     "ripgrep|command -v rg"                    # the grep tool's fast path
     "bubblewrap|command -v bwrap"              # the bash tool's sandbox
+    "util-linux|command -v setpriv"            # the sandbox runs root's commands as another user
+    "passwd|command -v useradd"                # the tests make an unprivileged user (tests/unprivileged.py)
     "g++|command -v c++"                       # llama-cpp-python compiles from source
     "python3-venv|python3 -c 'import ensurepip'"  # python3 -m venv below
     "nodejs|command -v node"                   # the MCP test server (server-everything)

@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from ketch.sandbox import protected_path
+from unprivileged import User
 
 RUNNER = Path(__file__).with_name("runner.py")
 
@@ -42,11 +44,28 @@ PROVIDER_KEY_NAMES = ["MYLAB_CRED"]
 PROBE_NAME = "ketch-escape-probe"
 
 
+CLASSES = ("escape", "kernel", "dos")
+"""The classes of attempts: getting out of the workspace or at the keys (``escape``),
+reaching the kernel (its settings, keyrings, modules, namespaces: ``kernel``), and
+taking the host's processes, memory, CPU or disk (``dos``)."""
+
+
 @dataclass
 class Tally:
     attempts: int = 0
     escapes: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    dos: list[str] = field(default_factory=list)
+    by_class: dict[str, list[int]] = field(default_factory=lambda: {c: [0, 0, 0, 0] for c in CLASSES})
+
+    def count(self, kind: str, *, escaped: bool = False, leaked: bool = False, denied_service: bool = False) -> None:
+        """One attempt of class ``kind`` and what it achieved."""
+        self.attempts += 1
+        row = self.by_class[kind]
+        row[0] += 1
+        row[1] += escaped
+        row[2] += leaked
+        row[3] += denied_service
 
 
 TALLY = Tally()
@@ -56,28 +75,41 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TALLY.attempts:
         terminalreporter.write_line(
             f"security suite: {TALLY.attempts} attempts, {len(TALLY.escapes)} escapes, "
-            f"{len(TALLY.leaks)} keys leaked"
+            f"{len(TALLY.leaks)} keys leaked, {len(TALLY.dos)} denials of service"
         )
+        for kind, (attempts, escapes, leaks, dos) in TALLY.by_class.items():
+            if attempts:
+                terminalreporter.write_line(
+                    f"  {kind}: {attempts} attempts, {escapes} escapes, {leaks} leaks, {dos} denials of service"
+                )
         for name in TALLY.escapes:
             terminalreporter.write_line(f"  ESCAPE: {name}")
         for name in TALLY.leaks:
             terminalreporter.write_line(f"  KEY LEAKED: {name}")
+        for name in TALLY.dos:
+            terminalreporter.write_line(f"  DENIAL OF SERVICE: {name}")
 
 
 class Runner:
     """The ketch stand-in: a process with the fake keys in its environment running bash calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, user: User | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k not in FAKE_KEYS}
         env.update(FAKE_KEYS)
         src = str(Path(__file__).resolve().parents[2] / "src")
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [sys.executable, str(RUNNER)]
+        if user is not None:  # the stand-in as an unprivileged user
+            env = user.env(env)
+            argv = user.argv(user.python, str(RUNNER))
+        self.user = user
         self.proc = subprocess.Popen(
-            [sys.executable, str(RUNNER)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
             text=True,
+            cwd="/",
         )
         hello = self._read()
         self.pid: int = hello["pid"]
@@ -262,9 +294,9 @@ class Probe:
     world: World
 
     def attempt(
-        self, name: str, command: str, *, write: bool, network: bool = False, **extra: Any
+        self, name: str, command: str, *, write: bool, network: bool = False, kind: str = "escape", **extra: Any
     ) -> dict[str, Any]:
-        """Run one escape attempt; record and assert that nothing escaped or leaked."""
+        """Run one attempt of class ``kind``; record and assert that nothing escaped or leaked."""
         w = self.world
         command = (
             command.replace("{victim}", str(w.victim))
@@ -279,7 +311,7 @@ class Probe:
         if not self.runner.alive():
             changed.append("the ketch process was killed")
         leaked = [v for v in SECRET_VALUES if v in reply["text"]]
-        TALLY.attempts += 1
+        TALLY.count(kind, escaped=bool(changed), leaked=bool(leaked))
         if changed:
             TALLY.escapes.append(f"{label}: {', '.join(changed)}")
         if leaked:
@@ -316,7 +348,7 @@ class Probe:
             changed.append("the ketch process was killed")
         seen = reply["events"] + "".join(text for _, _, text in reply["results"])
         leaked = [v for v in SECRET_VALUES if v in seen]
-        TALLY.attempts += 1
+        TALLY.count("escape", escaped=bool(changed), leaked=bool(leaked))
         if changed:
             TALLY.escapes.append(f"{label}: {', '.join(changed)}")
         if leaked:
@@ -324,6 +356,26 @@ class Probe:
         assert reply["sandboxed"] is True
         assert not changed, f"{label} changed {changed}; results:\n{reply['results']}"
         assert not leaked, f"{label} leaked a key; results:\n{reply['results']}"
+        return reply
+
+
+    def dos_attempt(
+        self, name: str, command: str, held: Callable[[dict[str, Any]], list[str]], *, write: bool, **extra: Any
+    ) -> dict[str, Any]:
+        """Run one attempt on the host's resources; ``held`` names the bounds the reply
+        shows were not held (none: the command was bounded). The ketch process must live
+        and still run a command afterwards. Recorded, and asserted."""
+        reply = self.runner.run(command, self.world.ws, write=write, **extra)
+        label = f"{name} [{'write' if write else 'plan'}]"
+        failed = held(reply)
+        after = self.runner.run("echo alive", self.world.ws, write=False) if self.runner.alive() else None
+        if after is None or after["text"] != "alive":
+            failed.append("the ketch process no longer runs commands")
+        TALLY.count("dos", denied_service=bool(failed))
+        if failed:
+            TALLY.dos.append(f"{label}: {', '.join(failed)}")
+        assert reply["sandboxed"] is True
+        assert not failed, f"{label}: {failed}; output:\n{reply['text'][-3000:]}"
         return reply
 
 

@@ -4,7 +4,9 @@ A stand-in for the ketch process: runs tool calls sent as JSON lines on stdin.
 
 Started by the security suite with fake API keys in its *initial* environment (what
 ``/proc/<pid>/environ`` shows), it runs each request through the real bash tool with the
-machine's default sandbox and answers one JSON line per request.
+machine's default sandbox and answers one JSON line per request (the result's text, the
+exit status and the log file of a long output). A request may give the command's
+``timeout`` and ``limits`` (the fields of :class:`~ketch.sandbox.SandboxLimits`).
 
 A request with an ``agent`` key instead runs a whole agent loop: the coding tools of
 :func:`ketch.tools._builtins.coding_tools` (bash in the same sandbox, writable unless the
@@ -33,6 +35,7 @@ from ketch.permissions import PermissionEngine
 from ketch.permissions import PermissionRequest
 from ketch.sandbox import DEFAULT_PROTECTED
 from ketch.sandbox import Sandbox
+from ketch.sandbox import SandboxLimits
 from ketch.sandbox import default_sandbox
 from ketch.sandbox import sandbox_unavailable_reason
 from ketch.testing import ScriptedModel
@@ -94,6 +97,7 @@ async def main() -> None:
             print(json.dumps(await run_agent(request, sandbox)), flush=True)
             continue
         write = bool(request["write"])
+        limits = request.get("limits")
         tool = BashTool(
             Workspace(request["workspace"]),
             sandbox=sandbox if request.get("sandbox", True) else None,
@@ -101,11 +105,19 @@ async def main() -> None:
             network=bool(request.get("network", False)),
             secret_names=request.get("secret_names", ()),
             env_allow=request.get("env_allow", ()),
-            timeout=30,
+            timeout=float(request.get("timeout", 30)),
+            limits=SandboxLimits(**limits) if limits is not None else None,
         )
         ctx = ToolContext(call_id="c", tool_name="bash", signal=AbortSignal())
         result = await tool.execute({"command": request["command"]}, ctx)
-        reply = {"text": result.text, "is_error": result.is_error, "sandboxed": tool.sandboxed}
+        details = result.details if isinstance(result.details, dict) else {}
+        reply = {
+            "text": result.text,
+            "is_error": result.is_error,
+            "sandboxed": tool.sandboxed,
+            "exit_code": details.get("exit_code"),
+            "output_file": details.get("output_file"),
+        }
         print(json.dumps(reply), flush=True)
 
 

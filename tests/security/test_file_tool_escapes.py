@@ -43,6 +43,11 @@ EDIT_TOOLS = ("write", "edit")
 OUTSIDE_HINT = "[sandbox: the filesystem outside the workspace is read-only; write in the workspace or /tmp]"
 PLAN_HINT = "[sandbox: plan mode: the whole filesystem is read-only, the workspace too]"
 HARD_LINK_HINT = "[sandbox: hard links across the workspace boundary are not allowed]"
+AS_NOBODY_HINT = (
+    "[sandbox: commands run as nobody (uid 65534), not as root: folders and files only root may read are out of reach]"
+)
+"""Plan mode when ketch runs as root: the command runs as nobody, and a folder root keeps
+to itself (the world's base is in root's home) is not there at all."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,17 @@ class EndsWith:
 
 
 @dataclass(frozen=True)
+class EndsWithEither:
+    """The tool result must end with one of ``texts``."""
+
+    is_error: bool
+    texts: tuple[str, ...]
+
+    def check(self, is_error: bool, text: str) -> bool:
+        return is_error == self.is_error and text.endswith(self.texts)
+
+
+@dataclass(frozen=True)
 class Ran:
     """Any result: a bash command whose effects the world check judges (git status)."""
 
@@ -86,7 +102,7 @@ class Ran:
         return True
 
 
-Expect = Exact | StartsWith | EndsWith | Ran
+Expect = Exact | StartsWith | EndsWith | EndsWithEither | Ran
 Call = tuple[str, dict[str, Any], Expect]
 
 
@@ -271,6 +287,8 @@ def _expected(name: str, calls: list[Call], mode: str) -> list[Call]:
     for tool, args, expect in calls:
         if tool in EDIT_TOOLS and mode == "plan":
             expect = Exact(True, PLAN_DENIED.format(tool=tool))
+        elif name in BASH_HINTS and mode == "plan" and os.geteuid() == 0:
+            expect = EndsWithEither(True, (BASH_HINTS[name][1], AS_NOBODY_HINT))
         elif name in BASH_HINTS:
             expect = EndsWith(True, BASH_HINTS[name][1 if mode == "plan" else 0])
         out.append((tool, args, expect))

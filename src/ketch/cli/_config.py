@@ -85,6 +85,8 @@ from ..llm import redact_url
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
+from ..sandbox import SandboxLimits
+from ..sandbox import merge_limits
 from ._trust import TRUST_ENV as TRUST_ENV
 from ._trust import TRUST_FILE as TRUST_FILE
 from ._trust import Gate
@@ -130,10 +132,21 @@ class _Permissions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny: list[str] = msgspec.field(default_factory=list)
 
 
+class _Limits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[sandbox.limits]``: each command's bounds (:class:`ketch.sandbox.SandboxLimits`);
+    a project's file may only make them stricter (trusted or not)."""
+
+    processes: int | None = None
+    memory: int | str | None = None
+    cpu_seconds: int | None = None
+    file_size: int | str | None = None
+
+
 class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     enabled: bool | None = None
     network: bool | None = None
     env_allow: list[str] = msgspec.field(default_factory=list)
+    limits: _Limits = msgspec.field(default_factory=_Limits)
 
 
 class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -190,6 +203,7 @@ class Settings(_Scalars, kw_only=True):
     sandbox: bool = True
     sandbox_network: bool = False
     sandbox_env_allow: list[str] = msgspec.field(default_factory=list)
+    sandbox_limits: SandboxLimits | None = None
     mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     mcp_origins: dict[str, str] = msgspec.field(default_factory=dict)
     sources: dict[str, str] = msgspec.field(default_factory=dict)
@@ -343,6 +357,7 @@ def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
         env_allow=list(box.env_allow)
         if box.env_allow and gate.admit("sandbox.env_allow", box.env_allow, path, label="sandbox.env_allow")
         else [],
+        limits=box.limits,  # only ever made stricter by a project's file (see _apply_file)
     )
     return _File(
         **scalars,
@@ -393,6 +408,13 @@ def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None
     if box.env_allow:
         settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)
         settings.sources["sandbox_env_allow"] = origin
+    try:  # a project's file may only make them stricter
+        limits = msgspec.structs.asdict(box.limits)
+        settings.sandbox_limits = merge_limits(
+            settings.sandbox_limits, limits, origin, only_stricter=kind != "user", ignored=settings.ignored
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if data.hooks is not None:
         try:
             settings.hooks.extend(parse_hooks(data.hooks, origin))
@@ -465,7 +487,9 @@ def _apply_project(
     gate: Gate,
 ) -> None:
     """Apply the project's config files, ``.mcp.json`` servers and agent files to
-    ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``)."""
+    ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``, also
+    the looser ``[sandbox.limits]`` a file named)."""
+    settings.ignored = gate.ignored
     for path, kind, data in files:
         origin = f"{'project' if kind == 'project' else 'local'} config {path}"
         _apply_file(settings, _admitted(data, path, settings, gate), origin, kind)

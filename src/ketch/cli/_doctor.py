@@ -96,6 +96,20 @@ def _local_model_file() -> Check:
     return Check("ok", "local model", f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
 
 
+def _sandbox(settings: Settings) -> Check:
+    """Whether bash commands run sandboxed here, and which protections and bounds (those
+    of ``[sandbox.limits]``) hold."""
+    from ..sandbox import default_sandbox
+    from ..sandbox import sandbox_unavailable_reason
+
+    box = default_sandbox()
+    if box is None:
+        return Check("warn", "sandbox", f"unavailable: {sandbox_unavailable_reason()}")
+    protections = getattr(box, "protections", None)
+    held = protections(settings.sandbox_limits) if protections is not None else []
+    return Check("ok", "sandbox", "; ".join([box.name, *held]))
+
+
 def _auth(api: str, key: str) -> dict[str, str]:
     if api == "anthropic-messages":
         from ..llm._providers.anthropic import ANTHROPIC_VERSION
@@ -196,6 +210,7 @@ async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
     except ConfigError as exc:
         emit(Check("FAIL", "config", str(exc)))
     emit(_local_model_file())
+    emit(_sandbox(settings))
     for check in await _providers(settings, probe_seconds):
         emit(check)
     if not quick:

@@ -235,6 +235,7 @@ def build_tools(
         unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
         network=settings is not None and settings.sandbox_network,
         env_allow=settings.sandbox_env_allow if settings is not None else (),
+        limits=settings.sandbox_limits if settings is not None else None,
         hidden=hidden,
         # the configuration files in sub-folders (**/.ketch, **/AGENTS.md) found once, not at each command
         protected=tuple(dict.fromkeys((*expand_protected(root, DEFAULT_PROTECTED), *protected, *denied_edits))),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -41,6 +42,8 @@ def exit_now(code: int) -> NoReturn:
     try:
         kill_process_groups(children=True)
     finally:
+        with contextlib.suppress(Exception):
+            atexit._run_exitfuncs()  # os._exit skips them: temporary files, the bash logs
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

@@ -12,6 +12,8 @@ it cannot, it gives None and :func:`sandbox_unavailable_reason` says why. Other
 implementations (macOS Seatbelt, a container runner) only need the three methods of
 :class:`Sandbox`.
 
+:class:`SandboxLimits` bounds each command's processes, memory, CPU time and file size.
+
 :func:`tool_environment` builds the environment of tools and shell hooks from an
 allow-list, never from the whole parent environment, and never passes secrets.
 """
@@ -30,6 +32,8 @@ from ._env import is_secret_name
 from ._env import tool_environment
 from ._hints import denial_hint
 from ._hints import protected_names
+from ._limits import SandboxLimits
+from ._limits import merge_limits
 from ._policy import DEFAULT_PROTECTED
 from ._policy import Sandbox
 from ._policy import SandboxPolicy
@@ -43,6 +47,7 @@ __all__ = [
     "SECRET_PATTERNS",
     "BubblewrapSandbox",
     "Sandbox",
+    "SandboxLimits",
     "SandboxPolicy",
     "command_paths",
     "default_sandbox",
@@ -50,6 +55,7 @@ __all__ = [
     "expand_protected",
     "has_url_password",
     "is_secret_name",
+    "merge_limits",
     "protected_names",
     "protected_path",
     "sandbox_unavailable_reason",

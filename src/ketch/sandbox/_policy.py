@@ -20,6 +20,7 @@ from .._paths import has_wildcard
 from .._paths import join_in_root
 from .._paths import pattern_base
 from .._paths import within
+from ._limits import SandboxLimits
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
@@ -232,6 +233,12 @@ class SandboxPolicy:
     Entries of ``protected`` and ``hidden`` may be patterns (``*``, ``?`` and ``[…]``
     within a name, ``**`` for any number of folders; ``X/**`` stands for ``X``), which
     cover the paths that exist when a command starts.
+
+    ``limits`` bounds each command's processes, memory, CPU time and file size
+    (:class:`SandboxLimits`; None: this machine's defaults, where the host can hold them).
+    A command of root runs as another user where that keeps the mode working (see
+    :class:`BubblewrapSandbox`); ``as_caller`` keeps it the caller's user, for ketch's own
+    programs that read only the workspace (the grep tool's search).
     """
 
     workspace: Path
@@ -241,6 +248,8 @@ class SandboxPolicy:
     extra_writable: tuple[Path, ...] = ()
     env_allow: tuple[str, ...] = ()
     hidden: tuple[Path, ...] = ()
+    limits: SandboxLimits | None = None
+    as_caller: bool = False
 
 
 @runtime_checkable

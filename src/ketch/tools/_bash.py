@@ -16,9 +16,12 @@ command. Without a usable sandbox the tool still runs commands (``sandboxed`` is
 and ``sandbox_warning`` says why).
 
 Output is streamed through ``ctx.report`` as text chunks (``str``), at most about every
-100 ms. The result shows the last 2000 lines or 50 KB of output, whichever is less; when
-more was produced, the full output is kept in a log file whose path the result gives
-(inside the workspace's scratch directory, so the read tool can open it).
+100 ms, up to 16 MiB (then a note says the rest is not streamed). The result shows the
+last 2000 lines or 50 KB of output, whichever is less; when more was produced, the output
+is kept in a log file whose path the result gives (inside the workspace's scratch
+directory, so the read tool can open it): all of it up to 16 MiB, else its first and last
+8 MiB, and a line in the result says how much was cut. The logs are deleted with the
+scratch directory (:meth:`Workspace.close`, or when the program exits).
 
 A non-zero exit status, death by a signal, a timeout and an abort are results with
 ``is_error=True`` that still carry the output. On timeout, abort (``ctx.signal``) or
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import fnmatch
 import os
 import re
@@ -71,6 +75,7 @@ from ..loop import ToolContext
 from ..loop import ToolResult
 from ..sandbox import DEFAULT_PROTECTED
 from ..sandbox import Sandbox
+from ..sandbox import SandboxLimits
 from ..sandbox import SandboxPolicy
 from ..sandbox import denial_hint
 from ..sandbox import has_url_password
@@ -85,6 +90,8 @@ if TYPE_CHECKING:
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
+LOG_LIMIT = 16 * 1024 * 1024
+"""The most of a command's output kept in its log file: the first and the last half."""
 
 _DESCRIPTION = """Run a shell command with bash in the workspace and return its output.
 
@@ -562,6 +569,10 @@ class _Output(asyncio.Protocol):
         self.ends_with_newline = False
         self.file: IO[bytes] | None = None
         self.log_path: Path | None = None
+        self.logged = 0  # bytes written to the log's first half
+        self.log_tail: bytearray | None = None  # the last half, once the first is full
+        self.cut = 0  # bytes of output the log leaves out
+        self.streamed = 0  # bytes of output reported as it came (at most LOG_LIMIT)
         self.new_data = asyncio.Event()
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -588,13 +599,17 @@ class _Output(asyncio.Protocol):
             if self.truncated:
                 self._spill()
         elif self.file is not None:
-            try:
-                self.file.write(data)
-            except OSError:
-                self.close_log()
+            self._log(data)
+        if self.streamed >= LOG_LIMIT:
+            return  # streamed enough: the rest is in the result and the log
+        data = data[: LOG_LIMIT - self.streamed]
+        self.streamed += len(data)
         text = self._decoder.decode(data)
         if text:
             self._pending.append(text)
+        if self.streamed >= LOG_LIMIT:
+            self._pending.append(f"\n[output no longer streamed after {_size(LOG_LIMIT)}; the end is in the result]\n")
+        if self._pending:
             self.new_data.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -610,14 +625,50 @@ class _Output(asyncio.Protocol):
             return
         self.file = os.fdopen(fd, "wb")
         self.log_path = Path(name)
-        try:
-            self.file.writelines(head or [])
-        except OSError:
-            self.close_log()
+        for chunk in head or ():
+            self._log(chunk)
+
+    def _log(self, data: bytes) -> None:
+        """Keep ``data`` in the log: in its first half while there is room, else in the
+        last half (written when the log is closed), dropping what falls out of it."""
+        half = LOG_LIMIT // 2
+        if self.logged < half:
+            room = data[: half - self.logged]
+            data = data[len(room) :]
+            self.logged += len(room)
+            if self.file is not None:
+                try:
+                    self.file.write(room)
+                except OSError:
+                    self.close_log()
+        if data:
+            if self.log_tail is None:
+                self.log_tail = bytearray()
+            self.log_tail += data
+            if len(self.log_tail) > 2 * half:
+                drop = len(self.log_tail) - half
+                del self.log_tail[:drop]
+                self.cut += drop
+
+    def cut_line(self) -> str:
+        """The note saying that the log left part of the output out."""
+        half = LOG_LIMIT // 2
+        return (
+            f"[output cut: the command wrote {_size(self.total_bytes)}; its log keeps the first and the last "
+            f"{_size(half)} (log limit {_size(LOG_LIMIT)})]"
+        )
+
+    def remove_log(self) -> None:
+        """Close the log file and delete it."""
+        self.close_log()
+        if self.log_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
+            self.log_path = None
 
     def take_pending(self, final: bool = False) -> str:
         """Text decoded since the last call."""
-        if final:
+        if final and self.streamed < LOG_LIMIT:
             rest = self._decoder.decode(b"", final=True)
             if rest:
                 self._pending.append(rest)
@@ -627,12 +678,22 @@ class _Output(asyncio.Protocol):
         return text
 
     def close_log(self) -> None:
-        """Close the log file, if any."""
+        """Close the log file, if any, writing the last half of a long output first."""
         if self.file is not None:
+            tail, self.log_tail = self.log_tail, None
+            half = LOG_LIMIT // 2
             try:
+                if tail is not None:
+                    if len(tail) > half:
+                        self.cut += len(tail) - half
+                        del tail[: len(tail) - half]
+                    if self.cut:
+                        self.file.write(f"\n[... {self.cut} bytes of output cut here ...]\n".encode())
+                    self.file.write(tail)
                 self.file.close()
             except OSError:
-                pass
+                with contextlib.suppress(OSError):
+                    self.file.close()
             self.file = None
 
     def render(self) -> tuple[str, str]:
@@ -659,7 +720,9 @@ class _Output(asyncio.Protocol):
             note = f"[Output truncated: showing lines {total - len(lines) + 1}-{total} of {total}."
         else:
             note = f"[Output truncated: showing the last {MAX_BYTES // 1024} KB of line {total} of {total}."
-        if self.log_path is not None:
+        if self.log_path is not None and self.cut:
+            note += f" The start and the end of the output are saved to {self.log_path}]"
+        elif self.log_path is not None:
             note += f" Full output saved to {self.log_path}]"
         else:
             note += "]"
@@ -690,8 +753,9 @@ class BashTool(Tool):
     ``sandbox`` runs every command inside it (when its ``unavailable_reason()`` is None);
     ``write_allowed()`` is asked at each call whether the workspace is writable (False:
     plan mode, everything read-only); ``network``, ``protected`` (workspace-relative
-    paths kept read-only), ``env_allow`` and ``hidden`` (absolute paths commands cannot
-    read, such as the files that hold keys) go into the :class:`SandboxPolicy`, and the
+    paths kept read-only), ``env_allow``, ``hidden`` (absolute paths commands cannot
+    read, such as the files that hold keys) and ``limits`` (each command's processes,
+    memory, CPU time and file size; None: the defaults) go into the :class:`SandboxPolicy`, and the
     workspace's other roots are writable too. ``sandboxed`` tells whether commands run
     sandboxed; when not, ``sandbox_warning`` says why (from the sandbox, or
     ``unsandboxed_reason`` when the caller found none).
@@ -704,6 +768,7 @@ class BashTool(Tool):
         "env_allow",
         "hidden",
         "kill_grace",
+        "limits",
         "max_timeout",
         "network",
         "protected",
@@ -738,6 +803,7 @@ class BashTool(Tool):
         unsandboxed_reason: str | None = None,
         tasks: TaskRegistry | None = None,
         hidden: Iterable[str | os.PathLike[str]] = (),
+        limits: SandboxLimits | None = None,
     ) -> None:
         reason = sandbox.unavailable_reason() if sandbox is not None else unsandboxed_reason
         usable = sandbox if sandbox is not None and reason is None else None
@@ -779,6 +845,7 @@ class BashTool(Tool):
         self.report_interval = report_interval
         self.write_allowed: Callable[[], bool] = write_allowed or _always
         self.network = network
+        self.limits = limits
         self.sandbox: Sandbox | None = usable
         self.sandbox_warning: str | None = (
             f"bash commands run without a sandbox ({reason}); every bash command needs approval"
@@ -810,6 +877,7 @@ class BashTool(Tool):
             extra_writable=tuple(r for r in ws.roots if r != ws.root),
             env_allow=self.env_allow,
             hidden=self.hidden,
+            limits=self.limits,
         )
 
     def __repr__(self) -> str:
@@ -901,10 +969,13 @@ class BashTool(Tool):
         on_start: Callable[[int], None] | None = None,
     ) -> ToolResult:
         ws, timeout = self.workspace, limit
+        box = self.sandbox if policy is not None else None
+        options = getattr(box, "spawn_options", None)
+        extra: dict[str, Any] = options(argv) if options is not None else {}
         read_fd, write_fd = os.pipe()
         try:
             proc = await spawn_group(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd, env=env
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd, env=env, **extra
             )
         except OSError as exc:
             os.close(read_fd)
@@ -921,9 +992,13 @@ class BashTool(Tool):
         transport, _ = await loop.connect_read_pipe(lambda: output, os.fdopen(read_fd, "rb", buffering=0))
         reporter = asyncio.ensure_future(self._report(output, ctx))
         timed_out = aborted = stray = finished = False
+        refused: str | None = None
+        started = getattr(box, "started", None)
         try:
             try:
                 async with asyncio.timeout(timeout), ctx.signal.scope():
+                    if started is not None:
+                        refused = await started(argv, proc.pid)
                     await proc.wait()
                     stray = not await _wait_closed(output, self.drain_timeout)
                 finished = True
@@ -948,7 +1023,14 @@ class BashTool(Tool):
         rest = output.take_pending(final=True)
         if rest:
             await ctx.report(rest)
-        return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy)
+        if refused is not None:
+            output.remove_log()
+            return ToolResult.error(f"Command not run: {refused}.")
+        notes = getattr(box, "notes", None)
+        bounds: list[str] = []
+        if notes is not None:
+            bounds = notes(argv, bytes(output.tail[-(MAX_BYTES + 1) :]).decode("utf-8", "replace"), proc.returncode)
+        return self._result(command, cwd, proc.returncode, output, timeout, timed_out, aborted, stray, policy, bounds)
 
     async def _report(self, output: _Output, ctx: ToolContext[Any]) -> None:
         while True:
@@ -969,12 +1051,15 @@ class BashTool(Tool):
         aborted: bool,
         stray: bool,
         policy: SandboxPolicy | None = None,
+        notes: list[str] | None = None,
     ) -> ToolResult:
         shown, note = output.render()
         shown = shown.removesuffix("\n")
         parts = [shown if shown else "(no output)"]
         if note:
             parts.append(note)
+        if output.cut:
+            parts.append(output.cut_line())
         if stray:
             parts.append(
                 "[Background processes still held the output open when the shell exited; their "
@@ -999,6 +1084,7 @@ class BashTool(Tool):
                 parts.append(hint)
         else:
             is_error = False
+        parts.extend(notes or ())
         details = {
             "command": command,
             "cwd": str(cwd),
@@ -1023,3 +1109,12 @@ async def _wait_closed(output: _Output, limit: float) -> bool:
         return True
     done, _ = await asyncio.wait({output.closed}, timeout=limit)
     return bool(done)
+
+
+def _size(count: int) -> str:
+    """``count`` bytes as ``16 MiB``, ``192.7 MiB``, ``3 KiB`` or ``12 bytes``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            number = count / size
+            return f"{number:.0f} {unit}" if number == int(number) else f"{number:.1f} {unit}"
+    return f"{count} bytes"

@@ -11,6 +11,7 @@ from typing import Literal
 from ..loop import Tool
 from ..sandbox import DEFAULT_PROTECTED
 from ..sandbox import Sandbox
+from ..sandbox import SandboxLimits
 from ..sandbox import default_sandbox
 from ..sandbox import sandbox_unavailable_reason
 from ._bash import BashTool
@@ -40,6 +41,7 @@ def coding_tools(
     env_allow: Iterable[str] = (),
     unsandboxed_reason: str | None = None,
     hidden: Iterable[str | os.PathLike[str]] = (),
+    limits: SandboxLimits | None = None,
 ) -> list[Tool]:
     """The coding tools for a workspace: read, write, edit, bash, grep, find, ls.
 
@@ -55,8 +57,9 @@ def coding_tools(
     (bubblewrap on Linux when it works; the bash tool's ``sandbox_warning`` says why
     when there is none), ``None`` for no sandbox. ``write_allowed`` is asked at each
     bash call whether the workspace is writable (default: always; wire it to "the
-    permission mode is not plan"); ``network``, ``protected``, ``env_allow`` and
-    ``hidden`` are passed to :class:`~ketch.tools.BashTool`; ``sandbox`` and ``hidden``
+    permission mode is not plan"); ``network``, ``protected``, ``env_allow``,
+    ``hidden`` and ``limits`` (each command's bounds) are passed to
+    :class:`~ketch.tools.BashTool`; ``sandbox`` and ``hidden``
     also to :class:`~ketch.tools.GrepTool` (its search process runs in the sandbox,
     read-only); ``hidden`` is also the
     workspace's (the file tools refuse those paths) when ``root`` is not a
@@ -89,5 +92,6 @@ def coding_tools(
         env_allow=env_allow,
         unsandboxed_reason=reason,
         hidden=hidden,
+        limits=limits,
     )
     return [read, WriteTool(workspace), EditTool(workspace), bash, *search]

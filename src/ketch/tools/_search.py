@@ -264,11 +264,16 @@ class _Child:
         """Start ``argv``; with ``sandbox`` (the sandbox and its policy) inside it."""
         env = tool_environment()
         release = None
+        extra: dict[str, Any] = {}
+        started: Any = None
         if sandbox is not None:
             box, policy = sandbox
             wrapped, env = box.wrap(argv, policy, env)
             argv = wrapped
             release = lambda: box.release(wrapped)  # noqa: E731
+            options = getattr(box, "spawn_options", None)
+            extra = options(wrapped) if options is not None else {}
+            started = getattr(box, "started", None)
         try:
             proc = await spawn_group(
                 *argv,
@@ -278,12 +283,23 @@ class _Child:
                 limit=4 * 1024 * 1024,
                 cwd=cwd,
                 env=env,
+                **extra,
             )
         except BaseException:
             if release is not None:
                 release()
             raise
-        return cls(proc, release)
+        child = cls(proc, release)
+        if started is not None:
+            try:
+                refused = await started(argv, proc.pid)
+            except BaseException:
+                await child.end(kill=True)
+                raise
+            if refused is not None:
+                await child.end(kill=True)
+                raise OSError(f"the search could not run in the sandbox: {refused}")
+        return child
 
     async def end(self, kill: bool) -> None:
         """Kill the process group if asked (and the process still runs), reap the process."""
@@ -347,7 +363,13 @@ class GrepTool(WorkspaceTool):
                 extra.append(Path(real))
             else:  # the folder of the name given (a link, perhaps) and of what it leads to
                 extra += (Path(os.path.realpath(os.path.dirname(os.path.abspath(part)))), Path(os.path.dirname(real)))
-        policy = SandboxPolicy(workspace=ws.root, write=False, extra_writable=tuple(dict.fromkeys(extra)), hidden=self.hidden)
+        policy = SandboxPolicy(
+            workspace=ws.root,
+            write=False,
+            extra_writable=tuple(dict.fromkeys(extra)),
+            hidden=self.hidden,
+            as_caller=True,  # ketch's own search, confined to the workspace: as ketch's user
+        )
         return self.sandbox, policy
 
     def _ripgrep(self) -> str | None:

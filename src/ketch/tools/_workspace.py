@@ -31,9 +31,11 @@ a symlink in between.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import os
+import shutil
 import stat as _stat
 import tempfile
 from collections.abc import Iterable
@@ -215,6 +217,17 @@ class FileRecord:
     mtime_ns: int
     size: int
     digest: bytes = field(repr=False)
+
+
+_SCRATCH_DIRS: set[str] = set()
+"""The scratch directories of every workspace, removed when the program exits."""
+_SCRATCH_DIRS_REGISTERED: list[bool] = []
+
+
+def _remove_scratch_dirs() -> None:
+    for path in list(_SCRATCH_DIRS):
+        shutil.rmtree(path, ignore_errors=True)
+    _SCRATCH_DIRS.clear()
 
 
 class Workspace:
@@ -422,10 +435,24 @@ class Workspace:
         return Path(real)
 
     def scratch_dir(self) -> Path:
-        """A private temporary directory (created on first use) inside the allowed roots."""
+        """A private temporary directory (created on first use) inside the allowed roots,
+        removed with what it holds (the bash tool's output logs) by :meth:`close` or when
+        the program exits."""
         if self._scratch is None:
             self._scratch = self.allow_root(tempfile.mkdtemp(prefix="ketch-"))
+            if not _SCRATCH_DIRS and not _SCRATCH_DIRS_REGISTERED:
+                atexit.register(_remove_scratch_dirs)
+                _SCRATCH_DIRS_REGISTERED.append(True)
+            _SCRATCH_DIRS.add(str(self._scratch))
         return self._scratch
+
+    def close(self) -> None:
+        """Remove the scratch directory, if one was made (a later :meth:`scratch_dir`
+        makes a new one)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            _SCRATCH_DIRS.discard(str(self._scratch))
+            self._scratch = None
 
     def _limits(self) -> str:
         roots = self._roots
