@@ -53,6 +53,7 @@ from ._guardrails import GuardrailTrip
 from ._guardrails import reject_message
 from ._guardrails import tripped
 from ._limits import max_tokens
+from ._next import NO_EVENTS
 from ._next import End
 from ._repair import SILENT_ABORT
 from ._repair import default_convert_to_llm
@@ -159,7 +160,7 @@ class ModelCall:
                 return gate.wrap(stream)
             gate.cancel()
             run.gate = None
-        return stream if stream is not None else _NoEvents()
+        return stream if stream is not None else NO_EVENTS
 
     def read(self, update: StreamEvent) -> AgentEvent | None:
         """The event a stream event other than a text or thinking chunk makes (None for
@@ -357,18 +358,6 @@ class ModelCall:
             if self.run.signal.reason == SILENT_ABORT:
                 final.error_kind = SILENT_ABORT  # no interruption note for the model
         return final
-
-
-class _NoEvents:
-    """The stream of a call that could not be made: no events."""
-
-    __slots__ = ()
-
-    def __aiter__(self) -> _NoEvents:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        raise StopAsyncIteration
 
 
 def _drop_unfinished_calls(message: AssistantMessage, unfinished: set[int]) -> None:

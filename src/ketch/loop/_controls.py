@@ -2,18 +2,23 @@
 
 Each check answers with a :data:`~ketch.loop._next.Next` (continue, end, pause) or None
 (no opinion: ask the next one). The lists are built once per run from its configuration,
-with only the checks that apply, so a run pays nothing for a feature it does not use:
+with only the checks that apply, so a run pays nothing for a feature it does not use.
+:meth:`Checks.next` asks, after each turn:
 
-- ``first_call`` (before the first call, with the prompts): a usage limit
-  (:mod:`._limits`), the input guardrails (:mod:`._guardrails`);
-- ``after_turn`` (after ``turn_end``): the output tool's answer (:mod:`._output`), the
-  tool step's own end, an abort, a tool guardrail's trip, a denial; ``prepare_next_turn``,
-  ``stop_when``; steering (more tool calls go on), length recovery, queued messages;
-- ``at_stop`` (the model would stop): an abort, follow-ups, the typed answer in the text
-  (:mod:`._output`), the output guardrails (:mod:`._guardrails`), ``on_stop``; else the
-  run ends with ``stop`` (``stop_sequence``);
-- ``before_call`` (every :class:`~ketch.loop._next.Continue` passes it before the next
-  call): an abort, ``max_turns``, ``max_budget_usd``, usage limits (:mod:`._limits`).
+1. the turn itself: the tool step's own end (a failed or aborted call, a refusal over the
+   tool-call limit), an abort, a tool guardrail's trip, a call denied with ``stop``;
+2. ``after_turn``: the output tool's answer (:mod:`._output`), ``prepare_next_turn``,
+   ``stop_when``;
+3. steering (a batch's, else polled): the tool calls go on unless the batch stopped;
+4. ``at_stop`` (the tool calls do not go on): length recovery, queued messages, an abort,
+   follow-ups, the typed answer in the text (:mod:`._output`), the output guardrails
+   (:mod:`._guardrails`), ``on_stop``; none answering, the run ends with ``stop``
+   (``stop_sequence``);
+5. a continue passes the run's abort and ``before_call``: ``max_turns``,
+   ``max_budget_usd``, usage limits (:mod:`._limits`).
+
+Before the first call :meth:`Checks.admit` asks ``first_call``: a usage limit
+(:mod:`._limits`), the input guardrails (:mod:`._guardrails`).
 """
 
 from __future__ import annotations
@@ -33,8 +38,7 @@ from ._execute import maybe_await
 from ._guardrails import InputGuard
 from ._guardrails import OutputGuard
 from ._guardrails import tripped
-from ._limits import MaxBudget
-from ._limits import MaxTurns
+from ._limits import Maximum
 from ._limits import UsageLimit
 from ._next import GO_ON
 from ._next import Continue
@@ -66,9 +70,9 @@ class Checks:
             self.first_call.append(InputGuard(guards, run.conversation, cfg.deps, run.signal, run.keep_gate))
         self.before_call: list[Callable[[], End | None]] = []  # after the run's abort
         if cfg.max_turns is not None:
-            self.before_call.append(MaxTurns(run, cfg.max_turns))
+            self.before_call.append(Maximum(run, "max_turns", cfg.max_turns))
         if cfg.max_budget_usd is not None:
-            self.before_call.append(MaxBudget(run, cfg.max_budget_usd))
+            self.before_call.append(Maximum(run, "max_budget", cfg.max_budget_usd))
         if limit is not None:
             self.before_call.append(limit)
 
@@ -111,8 +115,7 @@ class Checks:
         return None
 
     async def next(self, turn: Turn) -> Next:
-        """What comes after ``turn`` (see the module docstring); a continue passes the
-        checks before the call."""
+        """What comes after ``turn`` (see the module docstring)."""
         # The turn's tool step ended the run: its own end (a refusal over the tool-call limit),
         # else an abort (of the batch or the run), a tool guardrail's trip, a call denied with
         # ``stop``. (The output tool's answer decides for itself: the first after-turn check.)
@@ -127,11 +130,8 @@ class Checks:
                 nxt = tripped(batch.tripped)
             elif batch is not None and batch.denied is not None:
                 nxt = End("denied", batch.denied)
-        if nxt is None:
-            for check in self.after_turn:
-                nxt = await check(turn)
-                if nxt is not None:
-                    break
+        if nxt is None and self.after_turn:
+            nxt = await _first(self.after_turn, turn)
         if nxt is None:
             # Steering (a batch may have taken it already); the tool calls go on unless the batch stopped.
             steering: Sequence[Message] = batch.steering if batch is not None else ()
@@ -141,10 +141,7 @@ class Checks:
             if batch is not None and not batch.stop:
                 nxt = Continue(steering) if steering else GO_ON
         if nxt is None:
-            for check in self.at_stop:
-                nxt = await check(turn)
-                if nxt is not None:
-                    break
+            nxt = await _first(self.at_stop, turn)
         if nxt is None:
             return End("stop_sequence" if turn.message.stop_reason == "stop_sequence" else "stop")
         if type(nxt) is Continue:
@@ -155,6 +152,15 @@ class Checks:
                 if end is not None:
                     return end
         return nxt
+
+
+async def _first(checks: list[Check], turn: Turn) -> Next | None:
+    """The first answer of ``checks``, asked in order."""
+    for check in checks:
+        nxt = await check(turn)
+        if nxt is not None:
+            return nxt
+    return None
 
 
 # -- the checks of every run ---------------------------------------------------------------

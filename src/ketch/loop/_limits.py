@@ -1,7 +1,6 @@
 """The run's limits: ``max_turns``, ``max_budget_usd`` and :class:`~ketch.loop.UsageLimits`.
 
-Checked before each model call (:class:`MaxTurns`, :class:`MaxBudget`,
-:class:`UsageLimit`; before the first call also with the prompts about to be committed),
+Checked before each model call (:class:`Maximum`, :class:`UsageLimit`; before the first call also with the prompts about to be committed),
 in each request (the output limits become its ``max_tokens``: :func:`max_tokens`), and
 before a batch of tool calls (:func:`refusal`: a batch that would pass ``tool_calls`` is
 not run). Each check returns the run's :class:`~ketch.loop._next.End`, or None.
@@ -11,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
 
 from ..llm._messages import AssistantMessage
 from ..llm._messages import Message
@@ -37,30 +39,21 @@ def tool_limit_text(limit: int, used: int, asked: int) -> str:
     )
 
 
-class MaxTurns:
-    """``max_turns``: no model call past that many."""
+class Maximum:
+    """``max_turns`` (the run's model calls) or ``max_budget_usd`` (its cost): no model
+    call once the run used that much."""
 
-    __slots__ = ("limit", "summary")
+    __slots__ = ("limit", "reason", "summary")
 
-    def __init__(self, run: Run, limit: int) -> None:
+    def __init__(self, run: Run, reason: Literal["max_turns", "max_budget"], limit: float) -> None:
         self.summary = run.summary
+        self.reason: Literal["max_turns", "max_budget"] = reason
         self.limit = limit
 
     def __call__(self) -> End | None:
-        return End("max_turns") if self.summary.turns >= self.limit else None
-
-
-class MaxBudget:
-    """``max_budget_usd``: no model call once the run cost that much."""
-
-    __slots__ = ("limit", "summary")
-
-    def __init__(self, run: Run, limit: float) -> None:
-        self.summary = run.summary
-        self.limit = limit
-
-    def __call__(self) -> End | None:
-        return End("max_budget") if self.summary.usage.cost.total >= self.limit else None
+        summary = self.summary
+        used = summary.turns if self.reason == "max_turns" else summary.usage.cost.total
+        return End(self.reason) if used >= self.limit else None
 
 
 class UsageLimit:
@@ -137,21 +130,19 @@ def refusal(run: Run, message: AssistantMessage, calls: list[ToolCall]) -> Refus
     limits = run.cfg.usage_limits
     if limits is None or limits.tool_calls is None or run.summary.tool_calls + len(calls) <= limits.tool_calls:
         return None
-    return Refusal(run, message, calls, tool_limit_text(limits.tool_calls, run.summary.tool_calls, len(calls)))
+    text = tool_limit_text(limits.tool_calls, run.summary.tool_calls, len(calls))
+    return Refusal(run, message, calls, text, [CallOutcome(c, ToolResult.error(text), 0.0, False) for c in calls])
 
 
-class Refusal:
+class Refusal(msgspec.Struct):
     """A batch not run because it would pass the tool-call limit: each call gets an error
-    result (with its ``tool_execution_start`` and ``_end``), and the run ends."""
+    result (``outcomes``, with its ``tool_execution_start`` and ``_end``), and the run ends."""
 
-    __slots__ = ("calls", "message", "outcomes", "run", "text")
-
-    def __init__(self, run: Run, message: AssistantMessage, calls: list[ToolCall], text: str) -> None:
-        self.run = run
-        self.message = message
-        self.calls = calls
-        self.text = text
-        self.outcomes = [CallOutcome(c, ToolResult.error(text), 0.0, False) for c in calls]
+    run: Run
+    message: AssistantMessage
+    calls: list[ToolCall]
+    text: str
+    outcomes: list[CallOutcome]
 
     async def events(self) -> AsyncGenerator[AgentEvent, None]:
         for outcome in self.outcomes:

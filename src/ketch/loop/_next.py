@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from typing import NoReturn
 from typing import TypeAlias
 
 import msgspec
@@ -79,3 +80,18 @@ class Turn(msgspec.Struct):
     failed: bool = False
     pending: Sequence[Message] = ()
     info: TurnInfo | None = None
+
+
+class NoEvents:
+    """An async iterator of no events (a tool step without events, a call without a stream)."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> NoEvents:
+        return self
+
+    async def __anext__(self) -> NoReturn:
+        raise StopAsyncIteration
+
+
+NO_EVENTS = NoEvents()

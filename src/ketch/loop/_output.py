@@ -413,19 +413,16 @@ class OutputRun:
 # -- the loop's steps and checks -----------------------------------------------------------
 
 
-class AnswerStep:
-    """The tool step of a response that called the output tool (``tool`` mode): no tool
-    runs; the answer is checked, and every call of the response gets a result (not
-    counted as tool calls)."""
+class AnswerStep(msgspec.Struct):
+    """The tool step of a response that called the output tool (``tool`` mode, ``call``
+    its first such call): no tool runs; the answer is checked, and every call of the
+    response gets a result (not counted as tool calls)."""
 
-    __slots__ = ("call", "calls", "message", "output", "verdict")
-
-    def __init__(self, output: OutputRun, message: AssistantMessage, calls: list[ToolCall], call: ToolCall) -> None:
-        self.output = output
-        self.message = message
-        self.calls = calls
-        self.call = call
-        self.verdict: Verdict | None = None
+    output: OutputRun
+    message: AssistantMessage
+    calls: list[ToolCall]
+    call: ToolCall
+    verdict: Verdict | None = None
 
     async def events(self) -> AsyncGenerator[AgentEvent, None]:
         """Check the answer (output validators may await); the step has no events of its own."""

@@ -1,22 +1,26 @@
 """The stateless loop: :func:`run_loop`, :func:`continue_loop`, :func:`resume_loop`.
 
 Read :meth:`_Run.events` top to bottom, the loop's skeleton: each turn commits what is
-queued, makes one model call (:class:`~._call.ModelCall`), runs the assistant message's
-tool calls (:func:`~._turn.tool_step`: one :class:`~._execute.ToolBatch`), emits
-``turn_end``, then asks the run's checks what comes next (:class:`~._controls.Checks`:
-after the turn, then, when the model would stop, at the stop). Each step returns what
-it produced and what comes next (:mod:`._next`); the state they share is the run
-(:class:`~._runtime.Run`). Every run ends with exactly one ``agent_end``; no model,
-tool or hook failure escapes it.
+queued, makes one model call (:class:`~._call.ModelCall`, its stream iterated right
+there), runs the turn's tool step (:func:`~._turn.tool_step`: one
+:class:`~._execute.ToolBatch`, or what stands in for it), emits ``turn_end``, then asks
+the run's checks what comes next (:meth:`~._controls.Checks.next`: after the turn, then,
+when the model would stop, at the stop). Each step returns what it produced and what
+comes next (:mod:`._next`); the state the steps share is the run (:class:`~._runtime.Run`).
+Every run ends with exactly one ``agent_end``; no model, tool or hook failure escapes it.
 
 Where each event comes from:
 
-- ``agent_start``, ``turn_start``, ``turn_end``, ``agent_end``, and the ``message_start``
-  / ``message_end`` of prompts, queued and injected messages, tool results and an escaped
-  error: :meth:`_Run.events` (each message through :meth:`~._runtime.Run.commit`);
-- the assistant message's ``message_start`` / ``message_update`` / ``message_end``, the
-  stream's ``retry``, the overflow ``retry``, the context manager's ``compaction_*`` and a
-  parallel input guardrail's reject note: :meth:`~._call.ModelCall.events`;
+- ``agent_start``, ``turn_start``, ``turn_end``: :meth:`_Run.events`; ``agent_end``:
+  :meth:`~._runtime.Run.ending`;
+- ``message_start`` / ``message_end`` of the prompts, queued and injected messages, tool
+  results and an escaped error: :meth:`~._runtime.Run.commit` (queued messages:
+  :meth:`~._runtime.Run.commit_pending`), emitted by :meth:`_Run.events`;
+- the assistant message's ``message_start`` and ``message_update``, the stream's own
+  ``retry``: :meth:`_Run.events` iterating the stream, with :meth:`~._call.ModelCall.read`;
+- the assistant message's ``message_end``, the overflow ``retry``, a parallel input
+  guardrail's reject note: :meth:`~._call.ModelCall.close`; ``compaction_*``: the context
+  manager, through :meth:`~._call.ModelCall.prepare`;
 - ``tool_execution_*``, ``tool_call_note``, ``approval_required``: the batch
   (:meth:`~._execute.ToolBatch.events`), or a refusal over the tool-call limit
   (:meth:`~._limits.Refusal.events`).

@@ -25,6 +25,7 @@ from ._events import AgentEvent
 from ._execute import ToolBatch
 from ._execute import result_messages
 from ._limits import refusal
+from ._next import NO_EVENTS
 from ._next import End
 from ._next import Pause
 from ._next import Turn
@@ -100,18 +101,15 @@ class BatchStep(msgspec.Struct):
         return Turn(tools.message, tools.calls, run.count_results(results), batch)
 
 
-class Failed:
+class Failed(msgspec.Struct):
     """The call failed or was aborted: no tool runs (an aborted message's complete calls
     get error results) and the run ends with its stop reason."""
 
-    __slots__ = ("message", "run")
-
-    def __init__(self, run: Run, message: AssistantMessage) -> None:
-        self.run = run
-        self.message = message
+    run: Run
+    message: AssistantMessage
 
     def events(self) -> AsyncIterator[AgentEvent]:
-        return _NoEvents()
+        return NO_EVENTS
 
     def result(self) -> Turn:
         message = self.message
@@ -119,28 +117,13 @@ class Failed:
         return Turn(message, [], self.run.aborted_results(message), end=end, failed=True)
 
 
-class NoCalls:
+class NoCalls(msgspec.Struct):
     """A response without tool calls: nothing runs."""
 
-    __slots__ = ("message",)
-
-    def __init__(self, message: AssistantMessage) -> None:
-        self.message = message
+    message: AssistantMessage
 
     def events(self) -> AsyncIterator[AgentEvent]:
-        return _NoEvents()
+        return NO_EVENTS
 
     def result(self) -> Turn:
         return Turn(self.message, [], [])
-
-
-class _NoEvents:
-    """An async iterator of no events."""
-
-    __slots__ = ()
-
-    def __aiter__(self) -> _NoEvents:
-        return self
-
-    async def __anext__(self) -> AgentEvent:
-        raise StopAsyncIteration
