@@ -52,7 +52,6 @@ from ._execute import maybe_await
 from ._guardrails import GuardrailTrip
 from ._guardrails import reject_message
 from ._guardrails import tripped
-from ._limits import max_tokens
 from ._next import NO_EVENTS
 from ._next import End
 from ._repair import SILENT_ABORT
@@ -327,12 +326,13 @@ class ModelCall:
             llm = await llm_messages(messages, cfg, run.model)
         options = run.options
         api_key = await maybe_await(cfg.get_api_key(run.model.provider)) if cfg.get_api_key is not None else None
+        cap = options.max_tokens
+        if cfg.usage_limits is not None:
+            from ._limits import max_tokens  # loaded with a run's usage limits
+
+            cap = max_tokens(run, options)
         options = msgspec.structs.replace(
-            options,
-            thinking=run.thinking,
-            signal=run.signal,
-            api_key=api_key or options.api_key,
-            max_tokens=max_tokens(run, options),
+            options, thinking=run.thinking, signal=run.signal, api_key=api_key or options.api_key, max_tokens=cap
         )
         system = conversation.system_prompt if run.output is None else run.output.system_prompt(conversation.system_prompt)
         return Request.of(system, llm, run.tool_specs), options

@@ -38,8 +38,6 @@ from ._execute import maybe_await
 from ._guardrails import InputGuard
 from ._guardrails import OutputGuard
 from ._guardrails import tripped
-from ._limits import Maximum
-from ._limits import UsageLimit
 from ._next import GO_ON
 from ._next import Continue
 from ._next import End
@@ -62,19 +60,14 @@ class Checks:
         cfg = run.cfg
         guards = run.guards
         output = run.output
-        limit = UsageLimit(run, cfg.usage_limits) if cfg.usage_limits is not None else None
         self.first_call: list[Callable[[list[Message]], Awaitable[Next | None]]] = []
-        if limit is not None:
-            self.first_call.append(limit.first)
+        self.before_call: list[Callable[[], End | None]] = []  # after the run's abort
+        if cfg.usage_limits is not None or cfg.max_turns is not None or cfg.max_budget_usd is not None:
+            from ._limits import limit_checks  # loaded with a run's limits
+
+            self.first_call, self.before_call = limit_checks(run)
         if guards is not None and (guards.input or guards.parallel):
             self.first_call.append(InputGuard(guards, run.conversation, cfg.deps, run.signal, run.keep_gate))
-        self.before_call: list[Callable[[], End | None]] = []  # after the run's abort
-        if cfg.max_turns is not None:
-            self.before_call.append(Maximum(run, "max_turns", cfg.max_turns))
-        if cfg.max_budget_usd is not None:
-            self.before_call.append(Maximum(run, "max_budget", cfg.max_budget_usd))
-        if limit is not None:
-            self.before_call.append(limit)
 
         guard = OutputGuard(guards, run.conversation, cfg.deps, output) if guards is not None and guards.output else None
         self.after_turn: list[Check] = []

@@ -9,6 +9,8 @@ not run). Each check returns the run's :class:`~ketch.loop._next.End`, or None.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from collections.abc import Awaitable
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Literal
 
@@ -26,6 +28,7 @@ from ._events import ToolExecutionStart
 from ._execute import CallOutcome
 from ._execute import result_messages
 from ._next import End
+from ._next import Next
 from ._next import Turn
 from ._runtime import Run
 from ._tool import ToolResult
@@ -108,6 +111,23 @@ class UsageLimit:
                 f"request, the limit (total_tokens) is {limits.total_tokens:,}"
             )
         return None
+
+
+def limit_checks(
+    run: Run,
+) -> tuple[list[Callable[[list[Message]], Awaitable[Next | None]]], list[Callable[[], End | None]]]:
+    """The run's checks of its limits: before the first call (with the prompts), and
+    before each other call."""
+    cfg = run.cfg
+    before_call: list[Callable[[], End | None]] = []
+    if cfg.max_turns is not None:
+        before_call.append(Maximum(run, "max_turns", cfg.max_turns))
+    if cfg.max_budget_usd is not None:
+        before_call.append(Maximum(run, "max_budget", cfg.max_budget_usd))
+    if cfg.usage_limits is None:
+        return [], before_call
+    limit = UsageLimit(run, cfg.usage_limits)
+    return [limit.first], [*before_call, limit]
 
 
 def max_tokens(run: Run, options: StreamOptions) -> int | None:

@@ -24,7 +24,6 @@ from ..llm._messages import ToolResultMessage
 from ._events import AgentEvent
 from ._execute import ToolBatch
 from ._execute import result_messages
-from ._limits import refusal
 from ._next import NO_EVENTS
 from ._next import End
 from ._next import Pause
@@ -60,6 +59,8 @@ def tool_step(
     if not calls:
         return NoCalls(message)
     if run.cfg.usage_limits is not None:
+        from ._limits import refusal  # loaded with a run's usage limits
+
         refused = refusal(run, message, calls)
         if refused is not None:
             return refused
