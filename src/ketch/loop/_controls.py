@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..llm._messages import Message
@@ -47,8 +48,9 @@ from ._runtime import Run
 
 log = logging.getLogger("ketch.loop")
 
-Check = Callable[[Turn], Awaitable[Next | None]]
-"""A check after a turn or at the stop."""
+if TYPE_CHECKING:
+    Check = Callable[[Turn], Awaitable[Next | None]]
+    """A check after a turn or at the stop."""
 
 
 class Checks:

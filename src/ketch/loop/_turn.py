@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from typing import Protocol
 
 import msgspec
@@ -31,15 +32,16 @@ from ._next import Turn
 from ._runtime import Run
 from ._state import RunState
 
+if TYPE_CHECKING:  # (a Protocol class costs import time; the loop only annotates with it)
 
-class ToolStep(Protocol):
-    def events(self) -> AsyncIterator[AgentEvent]:
-        """Run the step, yielding its events."""
-        ...
+    class ToolStep(Protocol):
+        def events(self) -> AsyncIterator[AgentEvent]:
+            """Run the step, yielding its events."""
+            ...
 
-    def result(self) -> Turn | Pause:
-        """What the step produced; valid once :meth:`events` is exhausted."""
-        ...
+        def result(self) -> Turn | Pause:
+            """What the step produced; valid once :meth:`events` is exhausted."""
+            ...
 
 
 def tool_step(
