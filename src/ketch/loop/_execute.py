@@ -38,6 +38,7 @@ from ..llm._errors import exception_text
 from ..llm._messages import AssistantMessage
 from ..llm._messages import Message
 from ..llm._messages import ToolCall
+from ..llm._messages import ToolResultMessage
 from ..llm._messages import monotonic
 from ..llm._signal import AbortSignal
 from ..llm._signal import AbortWaiter
@@ -126,6 +127,23 @@ class CallOutcome:
         self.trip: GuardrailTrip | None = None
 
 
+def result_messages(outcomes: list[CallOutcome]) -> list[ToolResultMessage]:
+    """The outcomes' results as the tool-result messages the transcript gets, in order."""
+    messages = []
+    for outcome in outcomes:
+        result = outcome.result
+        messages.append(
+            ToolResultMessage(
+                tool_call_id=outcome.call.id,
+                tool_name=outcome.call.name,
+                content=result.blocks,
+                details=result.details,
+                is_error=result.is_error,
+            )
+        )
+    return messages
+
+
 class _Call:
     """What the steps of one call's pipeline share: the call and its tool, the message
     and conversation it came in, its abort signal and where its progress goes."""
@@ -168,10 +186,11 @@ class _Call:
 class ToolRunner:
     """Runs the calls of one assistant message; lives for one run (holds the breaker)."""
 
-    __slots__ = ("_failures", "_repeats", "_trips", "config", "decisions", "guards")
+    __slots__ = ("_failures", "_repeats", "_trips", "breaker", "config", "decisions", "guards")
 
     def __init__(self, config: LoopConfig[Any], decisions: dict[str, Decision] | None = None) -> None:
         self.config = config
+        self.breaker = config.max_tool_errors is not None  # whether record() has anything to do
         self.guards: Guardrails | None = None
         self._trips: dict[str, GuardrailTrip] = {}  # call id -> the tool guardrail that tripped
         self._failures: dict[str, int] = {}
@@ -619,8 +638,7 @@ class ToolBatch:
         self._done = True
 
     def _can_start(self, sequential: bool) -> bool:
-        if not self._tasks:
-            return True
+        """Whether the next call may start beside the running ones."""
         return (
             not sequential
             and not self._unsafe_running
@@ -635,7 +653,8 @@ class ToolBatch:
             if tool is None or (not tool.reports_progress and tool.preview is None):
                 yield ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.args)
                 outcome = await self._call_here(call)
-                runner.record(outcome)
+                if runner.breaker:
+                    runner.record(outcome)
                 note = self._record(0, outcome)
                 if note is not None:
                     yield note
@@ -647,7 +666,8 @@ class ToolBatch:
         self._signals = {}
         self._stop_kind = {}
         self._finished = set()
-        sequential = [runner.is_sequential(c, self.tools) for c in calls]
+        # Alone, a call runs as it would if it were sequential: no need to ask.
+        sequential = [runner.is_sequential(c, self.tools) for c in calls] if n > 1 else [False]
         next_i = 0
         skip_rest = False
         interrupt = runner.config.steering_during_tools == "interrupt"
@@ -659,7 +679,7 @@ class ToolBatch:
                     and not skip_rest
                     and not self._paused
                     and not signal.aborted
-                    and self._can_start(sequential[next_i])
+                    and (not self._tasks or self._can_start(sequential[next_i]))
                 ):
                     i = next_i
                     next_i += 1
@@ -691,7 +711,8 @@ class ToolBatch:
                         self._tasks.pop(i, None)
                         if sequential[i]:
                             self._unsafe_running = False
-                        runner.record(outcome)
+                        if runner.breaker:
+                            runner.record(outcome)
                         note = self._record(i, outcome)
                         if note is not None:
                             yield note
@@ -785,7 +806,8 @@ class ToolBatch:
             outcome = CallOutcome(call, stopped_result(kind), monotonic() - started, False)
         finally:
             self._finished.add(i)
-            remove()
+            if remove is not _noop:
+                remove()
         queue.put((i, outcome))
 
     def _interrupt_running(self) -> None:

@@ -33,7 +33,6 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
@@ -50,11 +49,16 @@ from ..llm._messages import UserMessage
 from ..llm._signal import AbortSignal
 from ..llm._stream import StreamEvent
 from ..llm._stream import is_closable
+from ._next import Continue
+from ._next import End
+from ._next import Next
+from ._next import Turn
 from ._tool import ToolResult
 
 if TYPE_CHECKING:
     from ._config import Conversation
     from ._config import ToolCallInfo
+    from ._output import OutputRun
 
 GuardrailKind: TypeAlias = Literal["input", "output", "tool_call", "tool_result"]
 
@@ -217,16 +221,19 @@ def tool_guardrail(
 # -- running them (used by the loop) ----------------------------------------------------------
 
 
-@dataclass(slots=True)
 class Guardrails:
-    """A run's guardrails by kind, and how often each rejected (one per run)."""
+    """A run's guardrails by kind, and how often each rejected (one per run). (A plain
+    class: a dataclass would cost ``import ketch`` about 0.4 ms.)"""
 
-    input: list[Guardrail] = field(default_factory=list)
-    parallel: list[Guardrail] = field(default_factory=list)
-    output: list[Guardrail] = field(default_factory=list)
-    tool_call: list[Guardrail] = field(default_factory=list)
-    tool_result: list[Guardrail] = field(default_factory=list)
-    rejections: dict[int, int] = field(default_factory=dict)
+    __slots__ = ("input", "output", "parallel", "rejections", "tool_call", "tool_result")
+
+    def __init__(self) -> None:
+        self.input: list[Guardrail] = []
+        self.parallel: list[Guardrail] = []
+        self.output: list[Guardrail] = []
+        self.tool_call: list[Guardrail] = []
+        self.tool_result: list[Guardrail] = []
+        self.rejections: dict[int, int] = {}
 
     @classmethod
     def of(cls, guardrails: Sequence[Guardrail]) -> Guardrails | None:
@@ -291,6 +298,83 @@ async def _verdict(rail: Guardrail, arg: Any) -> GuardrailResult:
 def reject_message(text: str) -> UserMessage:
     """The user message an input or output reject commits."""
     return UserMessage(content=text)
+
+
+def tripped(trip: GuardrailTrip) -> End:
+    """The end of a run a guardrail tripped: ``guardrail``, with the trip's text as the error."""
+    return End("guardrail", trip.text, trip)
+
+
+class InputGuard:
+    """The input guardrails, before the first model call (a first-call check).
+
+    A trip ends the run (nothing is sent; the prompts are kept); a reject's note is
+    committed after the prompts. With parallel input guardrails it starts them
+    (:class:`InputGate`) and hands the gate to ``keep``: the first call goes through it.
+    """
+
+    __slots__ = ("conversation", "deps", "guards", "keep", "signal")
+
+    def __init__(
+        self,
+        guards: Guardrails,
+        conversation: Conversation,
+        deps: Any,
+        signal: AbortSignal,
+        keep: Callable[[InputGate], None],
+    ) -> None:
+        self.guards = guards
+        self.conversation = conversation
+        self.deps = deps
+        self.signal = signal
+        self.keep = keep
+
+    async def __call__(self, prompts: list[Message]) -> Next | None:
+        if not prompts:
+            return None
+        guards = self.guards
+        check = InputCheck(prompts, self.conversation, self.deps)
+        verdict = await guards.check(guards.input, check)
+        if isinstance(verdict, GuardrailTrip):
+            return tripped(verdict)
+        if guards.parallel:
+            self.keep(InputGate(guards, check, self.signal))
+        return None if verdict is None else Continue([reject_message(verdict)])
+
+
+class OutputGuard:
+    """The output guardrails on the answer the run would end with (a stop check, for a
+    response without tool calls; typed output's tool mode also runs :meth:`check` on the
+    output tool's accepted answer).
+
+    A reject forgets the typed output's accepted value and sends the model its note; a
+    trip ends the run.
+    """
+
+    __slots__ = ("conversation", "deps", "guards", "output")
+
+    def __init__(self, guards: Guardrails, conversation: Conversation, deps: Any, output: OutputRun | None) -> None:
+        self.guards = guards
+        self.conversation = conversation
+        self.deps = deps
+        self.output = output
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        return None if turn.message.tool_calls else await self.check(turn.message)
+
+    async def check(self, message: AssistantMessage) -> Next | None:
+        """None when the guardrails pass ``message``; else the end of the run (a trip) or
+        the reject's note to send before the next call."""
+        output = self.output
+        check = OutputCheck(message, self.conversation, self.deps, output.output if output is not None else None)
+        verdict = await self.guards.check(self.guards.output, check)
+        if verdict is None:
+            return None
+        if output is not None:
+            output.discard()
+        if isinstance(verdict, GuardrailTrip):
+            return tripped(verdict)
+        return Continue([reject_message(verdict)])
 
 
 class InputGate:

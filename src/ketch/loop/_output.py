@@ -67,10 +67,14 @@ from ..llm._structured import StructuredOutputError
 from ..llm._structured import parse_structured
 from ..llm._structured import response_format_for
 from ..llm._structured import validate_structured
-from ._events import EndReason
+from ._events import AgentEvent
 from ._events import MessageStart
 from ._events import MessageUpdate
 from ._events import Retry
+from ._next import Continue
+from ._next import End
+from ._next import Next
+from ._next import Turn
 
 OutputMode: TypeAlias = Literal["auto", "native", "tool", "prompted"]
 """How typed output is asked for (see the module documentation)."""
@@ -233,11 +237,11 @@ def resolve_mode(output_type: Any, mode: OutputMode, model: Model) -> Literal["t
 
 class Verdict(NamedTuple):
     """What the check of an answer decided: ``results`` to commit (``tool`` mode), a
-    ``retry`` message for the next turn, or the ``end`` of the run (reason, error)."""
+    ``retry`` message for the next turn, or the ``end`` of the run."""
 
     results: list[ToolResultMessage]
     retry: Message | None
-    end: tuple[EndReason, str | None] | None
+    end: End | None
 
 
 class _ValidatorFailed(Exception):
@@ -317,14 +321,16 @@ class OutputRun:
         schema = self.schema.format["schema"]
         return [*specs, ToolSpec(name=self.tool_name, description=OUTPUT_TOOL_DESCRIPTION, parameters=schema)]
 
-    async def check_calls(self, message: AssistantMessage) -> Verdict | None:
-        """In ``tool`` mode, the verdict on a response that called the output tool (its
-        first such call counts; every call of the response gets a result); None when it
-        did not."""
-        calls = message.tool_calls
-        call = next((c for c in calls if c.name == self.tool_name), None)
-        if call is None:
+    def output_call(self, message: AssistantMessage) -> ToolCall | None:
+        """In ``tool`` mode, the response's first call of the output tool (None when it made none)."""
+        if self.tool_name is None:
             return None
+        return next((c for c in message.tool_calls if c.name == self.tool_name), None)
+
+    async def check_call(self, message: AssistantMessage, call: ToolCall) -> Verdict:
+        """The verdict on a response that called the output tool (``call``: its first such
+        call, which counts; every call of the response gets a result)."""
+        calls = message.tool_calls
         self.value = _NOTHING
         problem: str | None
         try:
@@ -333,11 +339,11 @@ class OutputRun:
         except StructuredOutputError as exc:
             problem = exc.message
         except _ValidatorFailed as exc:
-            return Verdict(self._results(calls, call, str(exc)), None, ("error", str(exc)))
+            return Verdict(self._results(calls, call, str(exc)), None, End("error", str(exc)))
         results = self._results(calls, call, problem)
         if problem is None:
             self.value = value
-            return Verdict(results, None, ("stop", None))
+            return Verdict(results, None, End("stop"))
         return Verdict(results, None, self._spend(problem))
 
     async def check_text(self, message: AssistantMessage) -> Verdict:
@@ -353,7 +359,7 @@ class OutputRun:
             except StructuredOutputError as exc:
                 problem = exc.message
             except _ValidatorFailed as exc:
-                return Verdict([], None, ("error", str(exc)))
+                return Verdict([], None, End("error", str(exc)))
             if problem is None:
                 self.value = value
                 return Verdict([], None, None)
@@ -362,13 +368,13 @@ class OutputRun:
             return Verdict([], None, end)
         return Verdict([], UserMessage(content=problem + RETRY_SUFFIX), None)
 
-    def _spend(self, problem: str) -> tuple[EndReason, str | None] | None:
+    def _spend(self, problem: str) -> End | None:
         """Use one retry for ``problem`` (None), or the end of the run when none is left."""
         if self.retries_left > 0:
             self.retries_left -= 1
             return None
         n = self.retries
-        return "output_invalid", f"Invalid output after {n} {'retry' if n == 1 else 'retries'}: {problem}"
+        return End("output_invalid", f"Invalid output after {n} {'retry' if n == 1 else 'retries'}: {problem}")
 
     def _results(self, calls: list[ToolCall], output_call: ToolCall, problem: str | None) -> list[ToolResultMessage]:
         results = []
@@ -402,6 +408,77 @@ class OutputRun:
             if isinstance(out, RejectOutput):
                 return out.message
         return None
+
+
+# -- the loop's steps and checks -----------------------------------------------------------
+
+
+class AnswerStep(msgspec.Struct):
+    """The tool step of a response that called the output tool (``tool`` mode, ``call``
+    its first such call): no tool runs; the answer is checked, and every call of the
+    response gets a result (not counted as tool calls)."""
+
+    output: OutputRun
+    message: AssistantMessage
+    calls: list[ToolCall]
+    call: ToolCall
+    verdict: Verdict | None = None
+
+    async def events(self) -> AsyncGenerator[AgentEvent, None]:
+        """Check the answer (output validators may await); the step has no events of its own."""
+        self.verdict = await self.output.check_call(self.message, self.call)
+        return
+        yield  # an async generator, like every tool step's events()
+
+    def result(self) -> Turn:
+        verdict = self.verdict
+        assert verdict is not None, "the answer has not been checked"
+        return Turn(self.message, self.calls, verdict.results, end=verdict.end, answered=True)
+
+
+class OutputAnswer:
+    """After a turn that called the output tool (an after-turn check, first in the list):
+    an accepted answer ends the run once the output guardrails (``guard``) passed it; an
+    invalid one ends it when no retry is left, else the model is called again (with the
+    steering messages polled now)."""
+
+    __slots__ = ("guard", "poll_steering")
+
+    def __init__(
+        self,
+        guard: Callable[[AssistantMessage], Awaitable[Next | None]] | None,
+        poll_steering: Callable[[], Awaitable[list[Message]]],
+    ) -> None:
+        self.guard = guard
+        self.poll_steering = poll_steering
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        if not turn.answered:
+            return None
+        end = turn.end
+        if end is not None and self.guard is not None and end == End("stop"):
+            guarded = await self.guard(turn.message)
+            if guarded is not None:
+                return guarded
+        return end if end is not None else Continue(await self.poll_steering())
+
+
+class OutputText:
+    """When the model would stop without tool calls (a stop check): the answer in its
+    text is checked; a problem goes back to the model while retries are left."""
+
+    __slots__ = ("output",)
+
+    def __init__(self, output: OutputRun) -> None:
+        self.output = output
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        if turn.message.tool_calls:
+            return None
+        verdict = await self.output.check_text(turn.message)
+        if verdict.end is not None:
+            return verdict.end
+        return None if verdict.retry is None else Continue([verdict.retry])
 
 
 # -- partial values while the answer streams -------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 
@@ -708,158 +709,206 @@ def _evaluates_names(name: str, args: list[str]) -> bool:
     return False
 
 
-def _unwrap(words: list[str]) -> tuple[str, list[str], bool] | None:
+_Unwrapped = tuple[str, list[str], bool] | None
+"""What stripping one wrapper gives: (kind, inner words, still resolved), or None when
+the wrapper's options are not understood."""
+
+
+def _unwrap(words: list[str]) -> _Unwrapped:
     """Strip one wrapper. Returns (kind, inner words, still resolved), ("none", …) when the
     command is no wrapper, or None when a wrapper's options are not understood."""
     if not words:
         return "none", [], True
     name = command_basename(words[0])
     args = words[1:]
-    if name in ("command", "builtin", "nohup", "exec"):
-        i = 0
-        while i < len(args) and args[i].startswith("-") and args[i] != "--":
-            opt = args[i]
-            if name == "command" and opt in ("-v", "-V"):
-                return "none", [], True  # a lookup, not a run
-            if name == "exec" and opt == "-a":
-                i += 2
-                continue
-            if name in ("command", "exec") and set(opt[1:]) <= set("pcl"):
-                i += 1
-                continue
-            return None
-        if i < len(args) and args[i] == "--":
-            i += 1
-        return "wrap", args[i:], True
-    if name == "time":
-        i = 1 if args[:1] == ["-p"] else 0
-        return "wrap", args[i:], True
-    if name == "env":
-        i = 0
-        clean = True
-        while i < len(args):
-            a = args[i]
-            if a in ("-i", "-", "--ignore-environment", "-0", "--null", "-v", "--debug"):
-                clean = False
-                i += 1
-            elif a in ("-u", "--unset", "-C", "--chdir"):
-                clean = False
-                i += 2
-            elif a.startswith(("--unset=", "--chdir=")) or (a.startswith(("-u", "-C")) and len(a) > 2):
-                clean = False
-                i += 1
-            elif a == "--":
-                i += 1
-                break
-            elif a.startswith("-"):
-                return None  # -S and unknown options: not understood
-            elif _ASSIGN.match(a):
-                clean = False
-                i += 1
-            else:
-                break
-        return "wrap", args[i:], clean
-    if name == "nice":
-        i = 0
-        if i < len(args) and args[i] in ("-n", "--adjustment"):
-            i += 2
-        elif i < len(args) and (args[i].startswith("--adjustment=") or re.fullmatch(r"-n?-?\d+", args[i])):
-            i += 1
-        return "wrap", args[i:], True
-    if name == "timeout":
-        i = 0
-        while i < len(args) and args[i].startswith("-"):
-            a = args[i]
-            if a in ("-k", "-s", "--kill-after", "--signal"):
-                i += 2
-            elif a in ("--preserve-status", "--foreground", "-v", "--verbose") or a.startswith(
-                ("--kill-after=", "--signal=")
-            ):
-                i += 1
-            elif a.startswith(("-k", "-s")):
-                i += 1
-            else:
-                return None
-        if i >= len(args):
-            return "wrap", [], True
-        return "wrap", args[i + 1 :], True  # skip the duration
-    if name == "sudo" or name == "doas":
-        i = 0
-        while i < len(args) and args[i].startswith("-"):
-            a = args[i]
-            if a == "--":
-                i += 1
-                break
-            if a in ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"):
-                i += 2
-            elif re.fullmatch(r"-[AbEHiKklnPSsV]+", a) or a.startswith("--"):
-                i += 1
-            else:
-                return None
-        return "wrap", args[i:], False
-    if name == "xargs":
-        i = 0
-        takes = {"-I", "-L", "-n", "-P", "-s", "-d", "-E", "-a"}
-        while i < len(args) and args[i].startswith("-"):
-            a = args[i]
-            if a == "--":
-                i += 1
-                break
-            if a in takes:
-                i += 2
-            elif (
-                a.startswith("--")
-                or a[:2] in takes
-                or a[:2] in ("-i", "-l", "-e")
-                or re.fullmatch(r"-[0rtpxo]+", a)
-            ):
-                i += 1
-            else:
-                return None
-        inner = args[i:] or ["echo"]
-        return "xargs", inner, True
-    if name == "find":
-        find_words = [words[0]]
-        execs: list[str] = []
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a in ("-exec", "-execdir", "-ok", "-okdir"):
-                j = i + 1
-                while j < len(args) and args[j] not in (";", "+"):
-                    j += 1
-                if j >= len(args) or j == i + 1:
-                    return None
-                execs.append("\0".join(args[i + 1 : j]))
-                find_words.append(a)
-                i = j + 1
-                continue
-            find_words.append(a)
-            i += 1
-        if not execs:
-            return "none", [], True
-        return "find", ["\0".join(find_words), *execs], True
+    unwrap = _UNWRAPPERS.get(name)
+    if unwrap is not None:
+        return unwrap(name, words, args)
     if name in _SHELLS:
-        i = 0
-        rest = args
-        if name == "busybox":
-            if not args or command_basename(args[0]) not in _SHELLS:
-                return "wrap", args, True
-            rest = args[1:]
-        while i < len(rest) and rest[i].startswith(("-", "+")) and rest[i] not in ("-", "--"):
-            a = rest[i]
-            if a in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
-                i += 2
-                continue
-            if not a.startswith("--") and "c" in a[1:]:
-                if i + 1 >= len(rest):
-                    return None
-                return "script", [rest[i + 1]], True
-            i += 1
-        return "shell", [], False  # the code comes from stdin or a file: not known here
+        return _unwrap_shell(name, args)
     if name in _OPAQUE_WRAPPERS:
         return None  # runs another command whose place in the words this parser does not know
     return "none", [], True
+
+
+def _unwrap_builtin(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    """``command``, ``builtin``, ``nohup``, ``exec``."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--":
+        opt = args[i]
+        if name == "command" and opt in ("-v", "-V"):
+            return "none", [], True  # a lookup, not a run
+        if name == "exec" and opt == "-a":
+            i += 2
+            continue
+        if name in ("command", "exec") and set(opt[1:]) <= set("pcl"):
+            i += 1
+            continue
+        return None
+    if i < len(args) and args[i] == "--":
+        i += 1
+    return "wrap", args[i:], True
+
+
+def _unwrap_time(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    i = 1 if args[:1] == ["-p"] else 0
+    return "wrap", args[i:], True
+
+
+def _unwrap_env(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    i = 0
+    clean = True
+    while i < len(args):
+        a = args[i]
+        if a in ("-i", "-", "--ignore-environment", "-0", "--null", "-v", "--debug"):
+            clean = False
+            i += 1
+        elif a in ("-u", "--unset", "-C", "--chdir"):
+            clean = False
+            i += 2
+        elif a.startswith(("--unset=", "--chdir=")) or (a.startswith(("-u", "-C")) and len(a) > 2):
+            clean = False
+            i += 1
+        elif a == "--":
+            i += 1
+            break
+        elif a.startswith("-"):
+            return None  # -S and unknown options: not understood
+        elif _ASSIGN.match(a):
+            clean = False
+            i += 1
+        else:
+            break
+    return "wrap", args[i:], clean
+
+
+def _unwrap_nice(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    i = 0
+    if i < len(args) and args[i] in ("-n", "--adjustment"):
+        i += 2
+    elif i < len(args) and (args[i].startswith("--adjustment=") or re.fullmatch(r"-n?-?\d+", args[i])):
+        i += 1
+    return "wrap", args[i:], True
+
+
+def _unwrap_timeout(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        a = args[i]
+        if a in ("-k", "-s", "--kill-after", "--signal"):
+            i += 2
+        elif a in ("--preserve-status", "--foreground", "-v", "--verbose") or a.startswith(
+            ("--kill-after=", "--signal=")
+        ):
+            i += 1
+        elif a.startswith(("-k", "-s")):
+            i += 1
+        else:
+            return None
+    if i >= len(args):
+        return "wrap", [], True
+    return "wrap", args[i + 1 :], True  # skip the duration
+
+
+def _unwrap_sudo(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    """``sudo``, ``doas``."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        a = args[i]
+        if a == "--":
+            i += 1
+            break
+        if a in ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"):
+            i += 2
+        elif re.fullmatch(r"-[AbEHiKklnPSsV]+", a) or a.startswith("--"):
+            i += 1
+        else:
+            return None
+    return "wrap", args[i:], False
+
+
+def _unwrap_xargs(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    i = 0
+    takes = {"-I", "-L", "-n", "-P", "-s", "-d", "-E", "-a"}
+    while i < len(args) and args[i].startswith("-"):
+        a = args[i]
+        if a == "--":
+            i += 1
+            break
+        if a in takes:
+            i += 2
+        elif (
+            a.startswith("--")
+            or a[:2] in takes
+            or a[:2] in ("-i", "-l", "-e")
+            or re.fullmatch(r"-[0rtpxo]+", a)
+        ):
+            i += 1
+        else:
+            return None
+    inner = args[i:] or ["echo"]
+    return "xargs", inner, True
+
+
+def _unwrap_find(name: str, words: list[str], args: list[str]) -> _Unwrapped:
+    find_words = [words[0]]
+    execs: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-exec", "-execdir", "-ok", "-okdir"):
+            j = i + 1
+            while j < len(args) and args[j] not in (";", "+"):
+                j += 1
+            if j >= len(args) or j == i + 1:
+                return None
+            execs.append("\0".join(args[i + 1 : j]))
+            find_words.append(a)
+            i = j + 1
+            continue
+        find_words.append(a)
+        i += 1
+    if not execs:
+        return "none", [], True
+    return "find", ["\0".join(find_words), *execs], True
+
+
+def _unwrap_shell(name: str, args: list[str]) -> _Unwrapped:
+    """A shell (:data:`_SHELLS`): its ``-c`` script, else code from stdin or a file."""
+    i = 0
+    rest = args
+    if name == "busybox":
+        if not args or command_basename(args[0]) not in _SHELLS:
+            return "wrap", args, True
+        rest = args[1:]
+    while i < len(rest) and rest[i].startswith(("-", "+")) and rest[i] not in ("-", "--"):
+        a = rest[i]
+        if a in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            i += 2
+            continue
+        if not a.startswith("--") and "c" in a[1:]:
+            if i + 1 >= len(rest):
+                return None
+            return "script", [rest[i + 1]], True
+        i += 1
+    return "shell", [], False  # the code comes from stdin or a file: not known here
+
+
+_UNWRAPPERS: dict[str, Callable[[str, list[str], list[str]], _Unwrapped]] = {
+    "command": _unwrap_builtin,
+    "builtin": _unwrap_builtin,
+    "nohup": _unwrap_builtin,
+    "exec": _unwrap_builtin,
+    "time": _unwrap_time,
+    "env": _unwrap_env,
+    "nice": _unwrap_nice,
+    "timeout": _unwrap_timeout,
+    "sudo": _unwrap_sudo,
+    "doas": _unwrap_sudo,
+    "xargs": _unwrap_xargs,
+    "find": _unwrap_find,
+}
+"""The wrappers :func:`_unwrap` strips, by command name (shells apart)."""
 
 
 def parse_command(text: str, *, _depth: int = 0) -> list[SimpleCommand]:

@@ -44,116 +44,126 @@ def openapi_document() -> dict[str, Any]:
             "Every route needs the bearer token (Authorization: Bearer <token>, or the page's cookie).",
         },
         "security": [{"bearer": []}],
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
-                "Session": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string"},
-                        "title": {"type": "string"},
-                        "cwd": {"type": "string"},
-                        "model": {"type": "string"},
-                        "thinking": {"type": "string"},
-                        "running": {"type": "boolean"},
-                        "phase": {"type": "string"},
-                        "pending_approvals": {"type": "array", "items": {"type": "object"}},
-                        "context": {"type": "object", "properties": {"tokens": {"type": "integer"}, "window": {"type": "integer"}}},
-                        "cost": {"type": "number"},
-                        "last_end": {"type": ["object", "null"]},
-                        "writable": {"type": "boolean"},
-                        "last_event_id": {"type": "string"},
-                        "messages": {"type": "array", "items": {"type": "object"}},
-                    },
+        "components": _components(),
+        "paths": _paths(),
+    }
+
+
+def _components() -> dict[str, Any]:
+    """The document's security scheme and schemas."""
+    return {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+            "Session": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "title": {"type": "string"},
+                    "cwd": {"type": "string"},
+                    "model": {"type": "string"},
+                    "thinking": {"type": "string"},
+                    "running": {"type": "boolean"},
+                    "phase": {"type": "string"},
+                    "pending_approvals": {"type": "array", "items": {"type": "object"}},
+                    "context": {"type": "object", "properties": {"tokens": {"type": "integer"}, "window": {"type": "integer"}}},
+                    "cost": {"type": "number"},
+                    "last_end": {"type": ["object", "null"]},
+                    "writable": {"type": "boolean"},
+                    "last_event_id": {"type": "string"},
+                    "messages": {"type": "array", "items": {"type": "object"}},
                 },
             },
         },
-        "paths": {
-            "/": {"get": {"summary": "The web page (GET /?token=T sets the page's cookie and redirects to /)", "responses": {"200": {"description": "HTML"}, "303": {"description": "token accepted"}, "401": _ERROR}}},
-            "/static/{name}": {
-                "get": {
-                    "summary": "The page's script and style",
-                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["app.js", "app.css"]}}],
-                    "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
-                }
+    }
+
+
+def _paths() -> dict[str, Any]:
+    """The document's routes."""
+    return {
+        "/": {"get": {"summary": "The web page (GET /?token=T sets the page's cookie and redirects to /)", "responses": {"200": {"description": "HTML"}, "303": {"description": "token accepted"}, "401": _ERROR}}},
+        "/static/{name}": {
+            "get": {
+                "summary": "The page's script and style",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["app.js", "app.css"]}}],
+                "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
+            }
+        },
+        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}, "401": _ERROR}}},
+        "/api/sessions": {
+            "get": {
+                "summary": "Sessions of the server's directory, newest first (all=1: of every directory)",
+                "parameters": [
+                    {"name": "all", "in": "query", "schema": {"type": "string", "enum": ["0", "1"]}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "{sessions, next_cursor}"}, "400": _ERROR, "401": _ERROR},
             },
-            "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}, "401": _ERROR}}},
-            "/api/sessions": {
-                "get": {
-                    "summary": "Sessions of the server's directory, newest first (all=1: of every directory)",
-                    "parameters": [
-                        {"name": "all", "in": "query", "schema": {"type": "string", "enum": ["0", "1"]}},
-                        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
-                        {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-                    ],
-                    "responses": {"200": {"description": "{sessions, next_cursor}"}, "400": _ERROR, "401": _ERROR},
-                },
-                "post": {
-                    "summary": "Create a session (optionally on a model)",
-                    "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"model": {"type": "string"}}}}}},
-                    "responses": {"201": _SESSION, "400": _ERROR, "401": _ERROR},
-                },
+            "post": {
+                "summary": "Create a session (optionally on a model)",
+                "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"model": {"type": "string"}}}}}},
+                "responses": {"201": _SESSION, "400": _ERROR, "401": _ERROR},
             },
-            "/api/sessions/{id}": {
-                "get": {
-                    "summary": "The session: state, transcript, pending approvals, context and cost",
-                    "parameters": [_ID],
-                    "responses": {"200": _SESSION, "401": _ERROR, "404": _ERROR},
-                }
-            },
-            "/api/sessions/{id}/prompt": _command("Start a run on a prompt", _TEXT_BODY, conflict="a run is active or approvals are pending"),
-            "/api/sessions/{id}/steer": _command("Steer the running agent (next turn)", _TEXT_BODY, conflict="no run is active"),
-            "/api/sessions/{id}/follow_up": _command("Queue a follow-up for the running agent", _TEXT_BODY, conflict="no run is active"),
-            "/api/sessions/{id}/abort": _command("Abort the run", conflict="no run is active"),
-            "/api/sessions/{id}/approvals": _command(
-                "Approve or deny calls a paused run waits on; the run resumes once each has a decision",
-                {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["decisions"],
-                                "properties": {
-                                    "decisions": {
+        },
+        "/api/sessions/{id}": {
+            "get": {
+                "summary": "The session: state, transcript, pending approvals, context and cost",
+                "parameters": [_ID],
+                "responses": {"200": _SESSION, "401": _ERROR, "404": _ERROR},
+            }
+        },
+        "/api/sessions/{id}/prompt": _command("Start a run on a prompt", _TEXT_BODY, conflict="a run is active or approvals are pending"),
+        "/api/sessions/{id}/steer": _command("Steer the running agent (next turn)", _TEXT_BODY, conflict="no run is active"),
+        "/api/sessions/{id}/follow_up": _command("Queue a follow-up for the running agent", _TEXT_BODY, conflict="no run is active"),
+        "/api/sessions/{id}/abort": _command("Abort the run", conflict="no run is active"),
+        "/api/sessions/{id}/approvals": _command(
+            "Approve or deny calls a paused run waits on; the run resumes once each has a decision",
+            {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["decisions"],
+                            "properties": {
+                                "decisions": {
+                                    "type": "object",
+                                    "additionalProperties": {
                                         "type": "object",
-                                        "additionalProperties": {
-                                            "type": "object",
-                                            "properties": {"decision": {"enum": ["approve", "deny"]}, "reason": {"type": "string"}},
-                                        },
-                                    }
-                                },
-                            }
+                                        "properties": {"decision": {"enum": ["approve", "deny"]}, "reason": {"type": "string"}},
+                                    },
+                                }
+                            },
                         }
-                    },
+                    }
                 },
-                conflict="the session is not paused for approval",
-            ),
-            "/api/sessions/{id}/model": {
-                "post": {
-                    "summary": "Change the session's model (provider:id)",
-                    "parameters": [_ID],
-                    "requestBody": {
-                        "required": True,
-                        "content": {"application/json": {"schema": {"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}}}}},
-                    },
-                    "responses": {"200": {"description": "{model}"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR},
-                }
             },
-            "/api/sessions/{id}/events": {
-                "get": {
-                    "summary": "Live events (Server-Sent Events). Each event has `id: <epoch>.<seq>` and one JSON object as data "
-                    "(the agent events as `ketch run -o stream-json` writes them, plus `session_state` and `run_error`). "
-                    "Last-Event-ID (or ?last_event_id=) replays what was missed from a bounded buffer; an id it no "
-                    "longer covers gets an `event: reset` (reload the session). Idle streams get `: ping` comments.",
-                    "parameters": [
-                        _ID,
-                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
-                        {"name": "last_event_id", "in": "query", "schema": {"type": "string"}},
-                    ],
-                    "responses": {"200": {"description": "text/event-stream"}, "401": _ERROR, "404": _ERROR, "409": _ERROR},
-                }
-            },
+            conflict="the session is not paused for approval",
+        ),
+        "/api/sessions/{id}/model": {
+            "post": {
+                "summary": "Change the session's model (provider:id)",
+                "parameters": [_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}}}}},
+                },
+                "responses": {"200": {"description": "{model}"}, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": _ERROR},
+            }
+        },
+        "/api/sessions/{id}/events": {
+            "get": {
+                "summary": "Live events (Server-Sent Events). Each event has `id: <epoch>.<seq>` and one JSON object as data "
+                "(the agent events as `ketch run -o stream-json` writes them, plus `session_state` and `run_error`). "
+                "Last-Event-ID (or ?last_event_id=) replays what was missed from a bounded buffer; an id it no "
+                "longer covers gets an `event: reset` (reload the session). Idle streams get `: ping` comments.",
+                "parameters": [
+                    _ID,
+                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
+                    {"name": "last_event_id", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "text/event-stream"}, "401": _ERROR, "404": _ERROR, "409": _ERROR},
+            }
         },
     }

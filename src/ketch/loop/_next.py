@@ -1,0 +1,97 @@
+"""What comes after a step of the loop (:data:`Next`), and what a turn produced (:class:`Turn`).
+
+Every decision of the loop is a value: :class:`Continue` with the messages to commit
+before the next model call, :class:`End` with the run's end reason and error, or
+:class:`Pause` with the state of a run waiting for approval. The checks of
+:mod:`ketch.loop._controls` and of each feature (usage limits, guardrails, typed output)
+return ``Next | None`` (None: no opinion, ask the next check); the skeleton
+(:meth:`ketch.loop._run._Run.events`) matches on the answer.
+
+A leaf module at run time (only the annotations name the rest of the loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import NoReturn
+from typing import TypeAlias
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ..llm._messages import AssistantMessage
+    from ..llm._messages import Message
+    from ..llm._messages import ToolCall
+    from ..llm._messages import ToolResultMessage
+    from ._config import TurnInfo
+    from ._events import EndReason
+    from ._execute import BatchResult
+    from ._guardrails import GuardrailTrip
+    from ._state import RunState
+
+
+class Continue(msgspec.Struct, frozen=True):
+    """Make another model call, after committing ``pending`` (queued or injected messages)."""
+
+    pending: Sequence[Message]
+
+
+class End(msgspec.Struct, frozen=True):
+    """End the run with ``reason`` and ``error``; ``guardrail`` is the guardrail that tripped."""
+
+    reason: EndReason
+    error: str | None = None
+    guardrail: GuardrailTrip | None = None
+
+
+class Pause(msgspec.Struct, frozen=True):
+    """End the run waiting for approval; ``state`` resumes it."""
+
+    state: RunState
+
+
+Next: TypeAlias = Continue | End | Pause
+"""What comes after a step: another call, the end, or a pause for approval."""
+
+GO_ON = Continue(())
+"""Another call, with nothing to commit first (the tool calls go on)."""
+
+
+class Turn(msgspec.Struct):
+    """What one turn produced, for the checks after it.
+
+    ``message``: the turn's assistant message; ``calls``: the calls its tool step was given
+    (for a resumed turn, those still to run); ``results``: the committed tool results, in
+    call order; ``batch``: what the tool batch reported (None when no batch ran);
+    ``end``: the end the tool step decided itself (a refusal over the tool-call limit, the
+    output tool's answer, a failed or aborted call); ``answered``: the response called the
+    output tool (typed output); ``failed``: the model call failed or was aborted.
+    The checks fill ``pending`` (the steering messages polled after the turn) and ``info``
+    (the :class:`~ketch.loop.TurnInfo` the hooks share).
+    """
+
+    message: AssistantMessage
+    calls: list[ToolCall]
+    results: list[ToolResultMessage]
+    batch: BatchResult | None = None
+    end: End | None = None
+    answered: bool = False
+    failed: bool = False
+    pending: Sequence[Message] = ()
+    info: TurnInfo | None = None
+
+
+class NoEvents:
+    """An async iterator of no events (a tool step without events, a call without a stream)."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> NoEvents:
+        return self
+
+    async def __anext__(self) -> NoReturn:
+        raise StopAsyncIteration
+
+
+NO_EVENTS = NoEvents()
