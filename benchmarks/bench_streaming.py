@@ -60,32 +60,37 @@ def script(size: int) -> list[Any]:
 
 
 # -- one measurement, in the interpreter under test ----------------------------------------------
-async def _cpu_once(size: int) -> float:
-    from ketch import Agent
-    from ketch.testing import ScriptedModel
-    from ketch.testing import Reply
-    from ketch.tools import WriteTool
-    from ketch.tools import Workspace
-
+async def _run_once(size: int, root: str) -> tuple[float, str]:
+    """The CPU seconds of one run writing the file into ``root``, and its answer."""
     import msgspec
 
+    from ketch import Agent
+    from ketch.testing import Reply
+    from ketch.testing import ScriptedModel
+    from ketch.tools import Workspace
+    from ketch.tools import WriteTool
+
+    replies = msgspec.convert(script(size), list[str | Reply])
+    agent = Agent(model=ScriptedModel(replies), tools=[WriteTool(Workspace(root))])
+    start = time.process_time()
+    result = await agent.prompt("write the file")
+    return time.process_time() - start, result.text
+
+
+def _cpu_once(size: int) -> float:
     with tempfile.TemporaryDirectory() as root:
-        replies = msgspec.convert(script(size), list[str | Reply])
-        agent = Agent(model=ScriptedModel(replies), tools=[WriteTool(Workspace(root))])
-        start = time.process_time()
-        result = await agent.prompt("write the file")
-        cpu = time.process_time() - start
-        written = Path(root, "big.py").read_text()
-        if result.text != "Done." or len(written) != size:
-            raise SystemExit(f"the run went wrong: {result.text!r}, {len(written)} characters written")
+        cpu, answer = asyncio.run(_run_once(size, root))
+        written = Path(root, "big.py").stat().st_size
+    if answer != "Done." or written != size:
+        raise SystemExit(f"the run went wrong: {answer!r}, {written} bytes written")
     return cpu
 
 
 def measure_cpu(size: int) -> float:
-    first = asyncio.run(_cpu_once(size))
+    first = _cpu_once(size)
     if first > CPU_SLOW:
         return first
-    return statistics.median([first, *(asyncio.run(_cpu_once(size)) for _ in range(2))])
+    return statistics.median([first, *(_cpu_once(size) for _ in range(2))])
 
 
 def measure_bytes(size: int, python: str) -> tuple[int, bool]:

@@ -6,6 +6,7 @@ Black-box: public names of ``ketch.llm`` and ``ketch.testing`` only. Sizes, not 
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -49,7 +50,7 @@ def test_the_partial_args_of_a_1mb_call_are_parsed_a_bounded_number_of_times() -
     # prefix of the final content, and the last one misses at most a fifth of it
     contents = [p.get("content", "") for p in parsed]
     assert all(BIG["content"].startswith(c) for c in contents)
-    assert all(len(a) <= len(b) for a, b in zip(contents, contents[1:], strict=False))
+    assert all(len(a) <= len(b) for a, b in itertools.pairwise(contents))
     assert len(contents[-1]) >= len(BIG["content"]) * 4 // 5
     end = b.tool_call_end(index)
     assert end.tool_call == ToolCall(id="w1", name="write", args=BIG)

@@ -28,8 +28,8 @@ from ketch import AgentEvent
 from ketch import RunResult
 from ketch import RunState
 from ketch import message_to_dict
-from ketch.llm import encode_json
 from ketch.llm import ToolCallDeltaJoiner
+from ketch.llm import encode_json
 
 log = logging.getLogger("ketch.server")
 
