@@ -109,12 +109,10 @@ def test_stream_json_events_in_order(env: Env) -> None:
     assert events[3]["message"]["content"] == [{"type": "text", "text": "what is here?"}]
     assert events[7]["event"] == {"type": "thinking_delta", "index": 0, "delta": "Let me look"}
     assert events[9]["event"] == {"type": "toolcall_start", "index": 1, "id": "c1", "name": "ls"}
-    assert events[10]["event"] == {"type": "toolcall_delta", "index": 1, "delta": '{"path":"."}', "arguments": {"path": "."}}
-    assert events[11]["event"] == {
-        "type": "toolcall_end",
-        "index": 1,
-        "tool_call": {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}},
-    }
+    assert events[10]["event"] == {"type": "toolcall_delta", "index": 1, "delta": '{"path":"."}'}
+    assert events[11]["event"] == {"type": "toolcall_end", "index": 1, "id": "c1", "name": "ls"}
+    assert events[12]["message"]["content"][1] == {"type": "tool_call", "id": "c1", "name": "ls", "args": {"path": "."}}
+    assert events[13] == {"type": "tool_execution_start", "tool_call_id": "c1", "tool_name": "ls"}
     assert "partial" not in proc.stdout
     note = {
         "tool_name": "ls",

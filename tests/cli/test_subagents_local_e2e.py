@@ -38,14 +38,23 @@ def test_the_embedded_model_delegates_to_a_subagent(env: Env) -> None:
     assert "subagent" in events[0]["tools"]
     start = next(e for e in events if e["type"] == "tool_execution_start")
     assert start["tool_name"] == "subagent"
-    assert start["args"]["agent"] == "lister" and isinstance(start["args"]["task"], str)
+    # The call's arguments are in the assistant message (the tool events do not repeat them).
+    [call] = [
+        block
+        for e in events
+        if e["type"] == "message_end" and e["message"]["role"] == "assistant"
+        for block in e["message"]["content"]
+        if block["type"] == "tool_call" and block["id"] == start["tool_call_id"]
+    ]
+    args = call["args"]
+    assert args["agent"] == "lister" and isinstance(args["task"], str)
     nested = [e["partial"] for e in events if e["type"] == "tool_execution_update"]
     assert {p["path"] for p in nested} == {"main/lister#1"}
     inner = [p["event"]["type"] for p in nested]
     assert inner[0] == "agent_start" and inner[-1] == "agent_end" and inner.count("agent_end") == 1
     child_user = next(p["event"]["message"] for p in nested if p["event"]["type"] == "message_end")
     assert child_user["role"] == "user"
-    assert child_user["content"] == [{"type": "text", "text": start["args"]["task"]}]
+    assert child_user["content"] == [{"type": "text", "text": args["task"]}]
     end = next(e for e in events if e["type"] == "tool_execution_end")
     assert end["result"]["details"]["path"] == "main/lister#1"
     summary = next(e for e in events if e["type"] == "agent_end")["summary"]

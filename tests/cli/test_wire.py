@@ -7,7 +7,10 @@ from ketch.cli._wire import encode_event
 from ketch.cli._wire import encode_line
 from ketch.llm import MessageBuilder
 from ketch.llm import StreamEvent
+from ketch.loop import ApprovalRequired
 from ketch.loop import MessageUpdate
+from ketch.loop import ToolExecutionStart
+from ketch.loop import ToolExecutionUpdate
 
 
 def _line(event: StreamEvent) -> bytes:
@@ -37,9 +40,23 @@ def test_message_update_lines_keep_their_fields_and_key_order() -> None:
         b'{"type":"message_update","event":{"type":"thinking_delta","delta":"hmm","index":1}}\n',
         b'{"type":"message_update","event":{"type":"thinking_end","content":"hmm","index":1}}\n',
         b'{"type":"message_update","event":{"type":"toolcall_start","id":"c1","name":"ls","index":2}}\n',
-        b'{"type":"message_update","event":{"type":"toolcall_delta","delta":"{\\"path\\":\\".\\"}",'
-        b'"arguments":{"path":"."},"index":2}}\n',
-        b'{"type":"message_update","event":{"type":"toolcall_end","tool_call":{"type":"tool_call",'
-        b'"id":"c1","name":"ls","args":{"path":"."}},"index":2}}\n',
+        b'{"type":"message_update","event":{"type":"toolcall_delta","delta":"{\\"path\\":\\".\\"}","index":2}}\n',
+        b'{"type":"message_update","event":{"type":"toolcall_end","id":"c1","name":"ls","index":2}}\n',
     ]
     assert _line(start) == b'{"type":"message_update","event":{"type":"start"}}\n'
+
+
+def test_tool_events_name_the_call_without_repeating_its_arguments() -> None:
+    args = {"command": "make", "content": "x" * 100}
+    events = [
+        ToolExecutionStart(tool_call_id="c1", tool_name="bash", args=args),
+        ToolExecutionUpdate(tool_call_id="c1", tool_name="bash", args=args, partial={"output": "ok"}),
+        ApprovalRequired(tool_call_id="c1", tool_name="bash", args=args, reason="asks"),
+        ApprovalRequired(tool_call_id="c2", tool_name="bash", args=args),
+    ]
+    assert [bytes(encode_line(encode_event(e), bytearray())) for e in events] == [
+        b'{"type":"tool_execution_start","tool_call_id":"c1","tool_name":"bash"}\n',
+        b'{"type":"tool_execution_update","tool_call_id":"c1","tool_name":"bash","partial":{"output":"ok"}}\n',
+        b'{"type":"approval_required","tool_call_id":"c1","tool_name":"bash","reason":"asks"}\n',
+        b'{"type":"approval_required","tool_call_id":"c2","tool_name":"bash","reason":null}\n',
+    ]

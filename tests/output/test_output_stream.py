@@ -181,3 +181,40 @@ async def test_leaving_async_with_aborts_the_run() -> None:
             break
     assert (await stream.result()).end_reason == "aborted"
     assert not agent.is_running
+
+
+# -- long answers: partial values at a bounded rate -------------------------------------------
+
+
+@dataclasses.dataclass
+class Document:
+    title: str
+    body: str = ""
+
+
+LONG_BODY = "".join(f'paragraph {i}: "text" with \\ and more\n' for i in range(5_000))  # about 200 KB
+
+
+async def test_a_long_output_tool_call_yields_a_bounded_number_of_growing_partials() -> None:
+    final = Document(title="Long", body=LONG_BODY)
+    call = tool_call(OUTPUT_TOOL_NAME, dataclasses.asdict(final))
+    model = ScriptedModel([reply(call, chunk_size=8)])  # about 25,000 fragments
+    run = run_loop("Write", Conversation(), LoopConfig(model=model, output_type=Document, output_mode="tool"))
+    partials = [p async for p in run.stream_output()]
+    # every fragment of the first 1024 characters at most, then each quarter of growth
+    assert 20 < len(partials) < 160
+    assert partials[0] == Document(title="Long")
+    assert all(p.title == "Long" and LONG_BODY.startswith(p.body) for p in partials)
+    assert all(len(a.body) <= len(b.body) for a, b in itertools.pairwise(partials))
+    assert partials[-1] == final
+    assert (await run.result()).output == final
+
+
+async def test_a_long_text_output_yields_a_bounded_number_of_partials() -> None:
+    model = ScriptedModel([reply(LONG_BODY, chunk_size=8)])
+    run = run_loop("Write", Conversation(), LoopConfig(model=model, output_type=str))
+    partials = [p async for p in run.stream_output()]
+    assert partials[:3] == [LONG_BODY[:8], LONG_BODY[:16], LONG_BODY[:24]]
+    assert 128 < len(partials) < 160
+    assert all(LONG_BODY.startswith(p) for p in partials)
+    assert partials[-1] == LONG_BODY

@@ -100,6 +100,9 @@ async def test_multi_round_run_through_a_worker_process_streams_events_in_order(
     assert result.summary.end_reason == "stop"
     assert (result.summary.turns, result.summary.tool_calls) == (3, 2)
     assert events[-1]["summary"]["end_reason"] == "stop"
+    # a live update carries its stream event without the partial message (linear in the answer)
+    updates = [e["event"] for e in events if e["type"] == "message_update"]
+    assert [sorted(u) for u in updates if u["type"].endswith("_delta")] == [["delta", "index", "type"]] * 7
     # resuming from an event id gives the rest
     rest = [n async for n, _ in run.events(after=len(events) - 2)]
     assert rest == [len(events) - 1, len(events)]

@@ -27,6 +27,7 @@ from typing import Any
 from typing import BinaryIO
 
 from ..llm import AssistantMessage
+from ..llm import ToolCallDeltaJoiner
 from ..loop import AgentEvent
 from ..permissions import Approval
 from ..permissions import PermissionRequest
@@ -150,21 +151,28 @@ class _TextOut:
 
 
 class _StreamJsonOut:
-    """Writes one JSON line per event."""
+    """Writes one JSON line per event (a tool call's consecutive deltas joined)."""
 
-    __slots__ = ("_buffer", "_out")
+    __slots__ = ("_buffer", "_join", "_out")
 
     def __init__(self, out: BinaryIO) -> None:
         self._out = out
         self._buffer = bytearray()
+        self._join: ToolCallDeltaJoiner[AgentEvent] = ToolCallDeltaJoiner()
 
     def write(self, obj: Any) -> None:
+        for held in self._join.flush():
+            self._line(encode_event(held))
+        self._line(obj)
+
+    def _line(self, obj: Any) -> None:
         encode_line(obj, self._buffer)
         self._out.write(self._buffer)
         self._out.flush()
 
     def __call__(self, event: AgentEvent) -> None:
-        self.write(encode_event(event))
+        for item in self._join.feed(event):
+            self._line(encode_event(item))
 
 
 async def _terminal_line(prompt: str) -> str:

@@ -2,18 +2,26 @@
 
 ``stream-json`` writes one JSON object per line: an ``init`` line, then every agent event
 (``{"type": <event type>, ...}``, the fields of :mod:`ketch.loop._events`), then a
-``result`` line. To keep the stream linear in the size of the answer, three events are
+``result`` line. To keep the stream linear in the size of the answer, these events are
 slimmed:
 
 - ``message_update`` carries ``event``, the underlying stream event without the partial
-  message (``text_delta``: ``index``, ``delta``; ``toolcall_delta``: also ``arguments``, the
-  best-effort parse of the arguments so far; ``toolcall_end``: the ``tool_call``; …);
+  message (``text_delta``: ``index``, ``delta``; ``toolcall_start``: ``index``, ``id``,
+  ``name``; ``toolcall_delta``: ``index`` and ``delta``, a fragment of the call's JSON
+  arguments; ``toolcall_end``: ``index``, ``id``, ``name``; …). The ``toolcall_delta``
+  fragments of a call, concatenated, are its arguments' JSON text; consecutive fragments
+  of one call are joined into one line (:class:`~ketch.llm.ToolCallDeltaJoiner`, up to
+  1024 characters a line);
+- ``tool_execution_start``, ``tool_execution_update`` and ``approval_required`` carry the
+  ``tool_call_id`` and ``tool_name``, not the arguments again (they are the call's in the
+  assistant message's ``message_end`` line);
 - ``turn_end`` carries ``turn`` and the ids of its tool results, not the messages again;
 - ``agent_end`` carries the ``summary`` only.
 
-Every message appears in full in its ``message_end`` line (user and tool-result messages
-also in ``message_start``). ``json`` writes only the ``result`` object. A lone surrogate
-in a string (JSON cannot carry one) is written as U+FFFD.
+So a call's arguments are written twice: streamed as fragments, then parsed in its
+message. Every message appears in full in its ``message_end`` line (user and tool-result
+messages also in ``message_start``). ``json`` writes only the ``result`` object. A lone
+surrogate in a string (JSON cannot carry one) is written as U+FFFD.
 
 When the reader of stdout goes away (``ketch run … | head``), :class:`BrokenPipeGuard`
 aborts the run and the command exits with :data:`EXIT_BROKEN_PIPE`, without a traceback.
@@ -36,7 +44,6 @@ from msgspec import UNSET
 from msgspec import UnsetType
 
 from ..llm import AssistantMessage
-from ..llm import ToolCall
 from ..llm import Usage
 from ..llm import scrub_surrogates
 from ..loop import AgentEvent
@@ -231,23 +238,38 @@ class _Slim(msgspec.Struct, kw_only=True):
     id: str | UnsetType = UNSET
     name: str | UnsetType = UNSET
     delta: str | UnsetType = UNSET
-    arguments: dict[str, Any] | UnsetType = UNSET
     content: str | UnsetType = UNSET
-    tool_call: ToolCall | UnsetType = UNSET
     index: int
 
 
-# The fields a block event keeps besides ``index``; the tool-call start and delta take
-# theirs from the partial message too.
+# The fields a block event keeps besides ``index``; the tool-call events take the call's
+# id and name from the partial message or the call.
 _SLIM_FIELDS: dict[str, tuple[str, ...]] = {
     "text_start": (),
     "thinking_start": (),
     "text_delta": ("delta",),
     "thinking_delta": ("delta",),
+    "toolcall_delta": ("delta",),
     "text_end": ("content",),
     "thinking_end": ("content",),
-    "toolcall_end": ("tool_call",),
 }
+
+
+class _ToolStart(msgspec.Struct, kw_only=True, tag="tool_execution_start", tag_field="type"):
+    tool_call_id: str
+    tool_name: str
+
+
+class _ToolUpdate(msgspec.Struct, kw_only=True, tag="tool_execution_update", tag_field="type"):
+    tool_call_id: str
+    tool_name: str
+    partial: Any
+
+
+class _Approval(msgspec.Struct, kw_only=True, tag="approval_required", tag_field="type"):
+    tool_call_id: str
+    tool_name: str
+    reason: str | None
 
 
 class _Update(msgspec.Struct, kw_only=True, tag="message_update", tag_field="type"):
@@ -268,11 +290,13 @@ def _slim(event: Any) -> Any:
     """The stream event of a ``message_update`` without its partial message."""
     kind = event.type
     if kind == "toolcall_delta":
-        block = event.partial.content[event.index]
-        return _Slim(type=kind, index=event.index, delta=event.delta, arguments=block.args)
+        return _Slim(type=kind, index=event.index, delta=event.delta)
     if kind == "toolcall_start":
         block = event.partial.content[event.index]
         return _Slim(type=kind, index=event.index, id=block.id, name=block.name)
+    if kind == "toolcall_end":
+        call = event.tool_call
+        return _Slim(type=kind, index=event.index, id=call.id, name=call.name)
     fields = _SLIM_FIELDS.get(kind)
     if fields is None:
         return {"type": kind}
@@ -304,10 +328,16 @@ def encode_event(event: AgentEvent) -> Any:
         )
     if kind == "agent_end":
         return _AgentEnd(summary=event.summary)  # type: ignore[union-attr]
-    if kind == "tool_execution_update" and getattr(event.partial, "type", None) == "subagent_event":  # type: ignore[union-attr]
-        from ._subagents import encode_nested
+    if kind == "tool_execution_start":
+        return _ToolStart(tool_call_id=event.tool_call_id, tool_name=event.tool_name)  # type: ignore[union-attr]
+    if kind == "tool_execution_update":
+        if getattr(event.partial, "type", None) == "subagent_event":  # type: ignore[union-attr]
+            from ._subagents import encode_nested
 
-        return encode_nested(event, encode_event)
+            return encode_nested(event, encode_event)
+        return _ToolUpdate(tool_call_id=event.tool_call_id, tool_name=event.tool_name, partial=event.partial)  # type: ignore[union-attr]
+    if kind == "approval_required":
+        return _Approval(tool_call_id=event.tool_call_id, tool_name=event.tool_name, reason=event.reason)  # type: ignore[union-attr]
     return event
 
 

@@ -59,6 +59,7 @@ from ._stream import ThinkingDelta
 from ._stream import ThinkingEnd
 from ._stream import ThinkingStart
 from ._stream import ToolCallDelta
+from ._stream import ToolCallDeltaJoiner
 from ._stream import ToolCallEnd
 from ._stream import ToolCallStart
 from ._stream import guard_stream
@@ -144,6 +145,7 @@ __all__ = [
     "ThinkingStart",
     "ToolCall",
     "ToolCallDelta",
+    "ToolCallDeltaJoiner",
     "ToolCallEnd",
     "ToolCallStart",
     "ToolResultMessage",

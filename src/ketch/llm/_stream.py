@@ -20,6 +20,7 @@ from collections.abc import Callable
 from types import AsyncGeneratorType
 from typing import Any
 from typing import ClassVar
+from typing import Generic
 from typing import Literal
 from typing import Protocol
 from typing import TypeAlias
@@ -137,7 +138,14 @@ class ToolCallStart(_BlockStart, tag="toolcall_start"):
 
 
 class ToolCallDelta(_BlockDelta, tag="toolcall_delta"):
-    """A fragment of the call's JSON arguments; the partial holds their best-effort parse."""
+    """A fragment of the call's JSON arguments (``delta``).
+
+    The partial's call holds a best-effort parse of the text so far in ``args``, refreshed
+    at a bounded rate so that a long call streams in linear time: on every fragment while
+    the text is shorter than 1024 characters, then each time it has grown by a quarter.
+    ``toolcall_end`` holds the exact arguments. To parse at every fragment, join the
+    deltas and call :func:`parse_partial_json`.
+    """
 
     type: ClassVar[Literal["toolcall_delta"]] = "toolcall_delta"
 
@@ -244,6 +252,45 @@ def parse_tool_arguments(text: str) -> tuple[dict[str, Any], str | None]:
 
 _Block = TypeVar("_Block", TextContent, ThinkingContent, ToolCall)
 
+_PARSE_EVERY_BELOW = 1024
+"""Streamed arguments shorter than this (characters) are parsed again on every fragment;
+longer ones each time they have grown by ``1 / _PARSE_GROWTH`` since the last parse, so
+the parses of an N-character call cost O(N) in all (a geometric series)."""
+_PARSE_GROWTH = 4
+
+
+class StreamedText:
+    """Text that streams in fragments and is parsed now and then as it grows (a tool
+    call's JSON arguments; a typed answer): kept as the fragments received, joined only
+    when read, so appending is O(1) and the parses of an N-character text cost O(N)."""
+
+    __slots__ = ("next_parse", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.next_parse = 0
+
+    def add(self, delta: str) -> bool:
+        """Append ``delta``; whether the text is due for a new parse: on every fragment
+        while it is shorter than 1024 characters, then each time it has grown by a quarter."""
+        self.parts.append(delta)
+        size = self.size + len(delta)
+        self.size = size
+        if size < self.next_parse:
+            return False
+        self.next_parse = size + 1 if size < _PARSE_EVERY_BELOW else size + size // _PARSE_GROWTH
+        return True
+
+    def text(self) -> str:
+        """The text so far (the fragments are joined once and kept joined)."""
+        parts = self.parts
+        if len(parts) == 1:
+            return parts[0]
+        joined = "".join(parts)
+        parts[:] = [joined]
+        return joined
+
 
 def _wrong_block(index: int, expected: str) -> ServerError:
     """The error for an event aimed at a block of another kind: the provider's stream
@@ -270,7 +317,7 @@ class MessageBuilder:
         pricing: Callable[[Usage], None] | None = None,
     ) -> None:
         self.message = AssistantMessage(provider=provider, api=api, model=model)
-        self._args: dict[int, str] = {}
+        self._args: dict[int, StreamedText] = {}
         self._open: dict[int, str] = {}
         self._pricing = pricing
 
@@ -422,17 +469,20 @@ class MessageBuilder:
     def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:
         """Open a tool call; arguments follow as JSON fragments."""
         index = self._open_block(ToolCall(id=id, name=name, args={}, signature=signature), "tool_call")
-        self._args[index] = ""
+        self._args[index] = StreamedText()
         return ToolCallStart(index=index, partial=self.message)
 
     def tool_call_delta(self, delta: str, index: int) -> ToolCallDelta:
-        """Append a JSON fragment; the partial's arguments become its best-effort parse."""
+        """Append a JSON fragment; the partial's ``args`` follow its best-effort parse at
+        a bounded rate (see :class:`ToolCallDelta`)."""
         block = self.message.content[index]
         if type(block) is not ToolCall:
             raise _wrong_block(index, "tool call")
-        text = self._args.get(index, "") + delta
-        self._args[index] = text
-        block.args = parse_partial_json(text)
+        streamed = self._args.get(index)
+        if streamed is None:
+            streamed = self._args[index] = StreamedText()
+        if streamed.add(delta):
+            block.args = parse_partial_json(streamed.text())
         return ToolCallDelta(index=index, delta=delta, partial=self.message)
 
     def tool_call_end(self, index: int, *, args: dict[str, Any] | None = None) -> ToolCallEnd:
@@ -447,16 +497,87 @@ class MessageBuilder:
 
     def _finish_tool_call(self, index: int, args: dict[str, Any] | None) -> ToolCall:
         block = self._block(index, ToolCall, "tool call")
-        raw = self._args.pop(index, "")
+        streamed = self._args.pop(index, None)
         if args is not None:
             block.args = args
             return block
+        raw = streamed.text() if streamed is not None else ""
         parsed, error = parse_tool_arguments(raw)
         block.args = parsed
         if error is not None:
             block.raw_arguments = raw
             block.parse_error = error
         return block
+
+
+_E = TypeVar("_E")
+
+
+def _tool_call_delta(event: object) -> ToolCallDelta | None:
+    """The tool-call delta ``event`` is or carries in its ``event`` field, if any."""
+    if type(event) is ToolCallDelta:
+        return event
+    inner = getattr(event, "event", None)
+    return inner if type(inner) is ToolCallDelta else None
+
+
+class ToolCallDeltaJoiner(Generic[_E]):
+    """Joins runs of ``toolcall_delta`` events of one tool call into one event, for writers
+    that send every event as a line or a frame (``ketch run -o stream-json``, ``ketch
+    serve``): arguments streamed a few characters at a time would cost a line each.
+
+    :meth:`feed` takes each event in order (a stream event, or an event that carries one in
+    its ``event`` field: the loop's ``message_update``) and returns the events to send now.
+    A tool-call delta is held and the next ones of the same call are added to it until the
+    held text reaches ``limit`` characters or another event comes; then it goes out as one
+    event (the last one held, with the joined ``delta``), before that other event. Joined
+    or not, the deltas of a call concatenate to the same text. Before sending anything
+    else, take the held delta with :meth:`flush`.
+    """
+
+    __slots__ = ("_held", "_index", "_parts", "_size", "limit")
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._held: _E | None = None
+        self._index = -1
+        self._parts: list[str] = []
+        self._size = 0
+
+    def feed(self, event: _E) -> list[_E]:
+        """The events to send now that ``event`` came (possibly none)."""
+        delta = _tool_call_delta(event)
+        if delta is None:
+            if self._held is None:
+                return [event]
+            out = self.flush()
+            out.append(event)
+            return out
+        out = self.flush() if self._held is not None and self._index != delta.index else []
+        self._held = event
+        self._index = delta.index
+        self._parts.append(delta.delta)
+        self._size += len(delta.delta)
+        if self._size >= self.limit:
+            out.extend(self.flush())
+        return out
+
+    def flush(self) -> list[_E]:
+        """The held delta as one event (an empty list when none is held)."""
+        held = self._held
+        if held is None:
+            return []
+        parts = self._parts
+        if len(parts) > 1:
+            last = _tool_call_delta(held)
+            assert last is not None
+            joined: Any = msgspec.structs.replace(last, delta="".join(parts))
+            held = joined if held is last else msgspec.structs.replace(held, event=joined)  # type: ignore[type-var]
+        self._held = None
+        self._index = -1
+        self._parts = []
+        self._size = 0
+        return [held]
 
 
 _BLOCK_EVENTS: frozenset[type] = frozenset(

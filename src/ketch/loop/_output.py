@@ -60,6 +60,7 @@ from ..llm._model import Model
 from ..llm._model import StreamOptions
 from ..llm._model import SupportsNativeOutput
 from ..llm._model import ToolSpec
+from ..llm._stream import StreamedText
 from ..llm._stream import TextDelta
 from ..llm._stream import ToolCallDelta
 from ..llm._stream import ToolCallStart
@@ -507,7 +508,10 @@ class PartialOutput:
     :meth:`feed` takes each event and returns a new partial value, or :data:`NOTHING`
     when the event brought none (the answer's JSON so far is unchanged or does not yet
     validate). Only the answer counts: the text in the text modes, the output tool's
-    arguments in ``tool`` mode; a new assistant message starts over.
+    arguments in ``tool`` mode; a new assistant message starts over. The answer is read
+    again at a bounded rate (:class:`~ketch.llm._stream.StreamedText`: on every fragment
+    while it is shorter than 1024 characters, then each time it has grown by a quarter),
+    so a long answer streams in linear time.
     """
 
     __slots__ = ("_buffers", "_last", "_text", "mode", "schema", "tool_name")
@@ -519,8 +523,8 @@ class PartialOutput:
         self.schema = run.schema
         self.mode = run.mode
         self.tool_name = run.tool_name
-        self._buffers: dict[int, list[str]] = {}
-        self._text: list[str] = []
+        self._buffers: dict[int, StreamedText] = {}
+        self._text = StreamedText()
         self._last: Any = _NOTHING
 
     def feed(self, event: Any) -> Any:
@@ -533,17 +537,17 @@ class PartialOutput:
                 if ukind is ToolCallStart:
                     block = event.message.content[update.index]
                     if type(block) is ToolCall and block.name == self.tool_name:
-                        self._buffers[update.index] = []
+                        self._buffers[update.index] = StreamedText()
                     return _NOTHING
-                if ukind is not ToolCallDelta or update.index not in self._buffers:
+                buffer = self._buffers.get(update.index) if ukind is ToolCallDelta else None
+                if buffer is None or not buffer.add(update.delta):
                     return _NOTHING
-                buffer = self._buffers[update.index]
-                buffer.append(update.delta)
-                raw = "".join(buffer)
+                raw = buffer.text()
             elif ukind is TextDelta:
                 # From the deltas: the event's message may have grown since (a queued event).
-                self._text.append(update.delta)
-                raw = "".join(self._text)
+                if not self._text.add(update.delta):
+                    return _NOTHING
+                raw = self._text.text()
                 if self.mode == "text":
                     return raw
             else:
@@ -557,7 +561,7 @@ class PartialOutput:
             kind is Retry and event.discard_partial
         ):
             self._buffers.clear()
-            self._text.clear()
+            self._text = StreamedText()
             self._last = _NOTHING
         return _NOTHING
 

@@ -1,7 +1,9 @@
 """One open session on the server: its agent, its run, its event buffer and subscribers.
 
 Every agent event is encoded once into an SSE frame (``id: <epoch>.<seq>``, ``data:
-<json>``) that all subscribers share. The last ``buffer`` frames are kept so a client
+<json>``) that all subscribers share; the consecutive deltas of a tool call's arguments
+go out joined, up to 1024 characters a frame (:class:`~ketch.llm.ToolCallDeltaJoiner`).
+The last ``buffer`` frames are kept so a client
 that reconnects with ``Last-Event-ID`` gets what it missed; an id the buffer no longer
 covers (or one from before a server restart, another epoch) gets a ``reset`` frame:
 reload the session and subscribe again. A subscriber whose queue grows past
@@ -26,6 +28,7 @@ from ketch import AgentEvent
 from ketch import RunResult
 from ketch import RunState
 from ketch import message_to_dict
+from ketch.llm import ToolCallDeltaJoiner
 from ketch.llm import encode_json
 
 log = logging.getLogger("ketch.server")
@@ -89,6 +92,7 @@ class LiveSession:
         self.task: asyncio.Task[None] | None = None
         self.decisions: dict[str, Any] = {}
         self.last_end: dict[str, Any] | None = None
+        self._join: ToolCallDeltaJoiner[AgentEvent] = ToolCallDeltaJoiner()
         self._unsubscribe = self.agent.subscribe(self._on_event)
 
     # -- events --------------------------------------------------------------------------------
@@ -98,6 +102,11 @@ class LiveSession:
         return f"{self.epoch}.{self._seq}"
 
     def _on_event(self, event: AgentEvent) -> None:
+        # A tool call's consecutive deltas go out joined (one frame, not one per fragment).
+        for item in self._join.feed(event):
+            self._publish_event(item)
+
+    def _publish_event(self, event: AgentEvent) -> None:
         try:
             data = self._encode(event)
         except Exception:  # never break the run over an event that cannot be encoded
@@ -117,7 +126,10 @@ class LiveSession:
                 queue.put_nowait(frame)
 
     def publish_json(self, obj: Any, event: str | None = None) -> None:
-        """:meth:`publish` of a plain JSON object."""
+        """:meth:`publish` of a plain JSON object (after the tool-call delta held for
+        joining, if any)."""
+        for held in self._join.flush():
+            self._publish_event(held)
         self.publish(encode_json(obj), event)
 
     def _drop(self, queue: asyncio.Queue[bytes]) -> None:

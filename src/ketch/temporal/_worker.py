@@ -111,6 +111,13 @@ class _Shared:
             self._session = None
 
 
+def _live(event: Any) -> Any:
+    """A block event as the hub publishes it live: without the partial message (which
+    would make the events of one answer quadratic in its size)."""
+    fields = {name: getattr(event, name) for name in event.__struct_fields__ if name != "partial"}
+    return jsonable({"type": event.type, **fields})
+
+
 @contextlib.asynccontextmanager
 async def _heartbeating(interval: float) -> AsyncIterator[None]:
     """Heartbeat every ``interval`` seconds while the body runs (a dead worker is noticed
@@ -175,7 +182,7 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
                     elif kind is Retry:
                         pub.add({"event": jsonable(ev)})
                     else:
-                        pub.add({"event": {"type": "message_update", "event": jsonable(ev)}})
+                        pub.add({"event": {"type": "message_update", "event": _live(ev)}})
         except asyncio.CancelledError:
             signal.abort()
             raise

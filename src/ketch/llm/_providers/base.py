@@ -421,7 +421,9 @@ class HTTPModel:
         # other producers), so events reach the consumer in one hand-off: one start,
         # exactly one terminal event, failures and aborts as error events keeping the
         # partial content. Every wait goes through a Deadline, which also ends it when
-        # the signal aborts; an abort between waits is seen at the next event.
+        # the signal aborts; an abort between waits is seen at the next event. The steps
+        # that yield nothing are methods of their own (_send, _checked_body, _whole_body,
+        # _retry); the events themselves are yielded here only.
         signal = options.signal
         started = True
         yield builder.start()
@@ -433,7 +435,6 @@ class HTTPModel:
             else:
                 request, payload, headers, secrets = await _abortable(self._prepare(context, options), signal)
             policy = self.retry
-            client_timeout = self._connect_timeout()
             limit = self.max_event_bytes
             attempt = 0
             resent = False  # the one silent resend after a stale pooled connection
@@ -448,16 +449,7 @@ class HTTPModel:
                     session = await get_session()
                     deadline = Deadline(self.idle_timeout if request.stream else None, self.timeout, signal)
                     try:
-                        response = await deadline.wait(
-                            session.post(
-                                request.url,
-                                data=_data(payload),
-                                headers=headers,
-                                proxy=proxy_for(request.url),
-                                timeout=client_timeout,
-                                allow_redirects=False,  # a redirect would carry the key elsewhere
-                            )
-                        )
+                        response = await deadline.wait(self._send(session, request, payload, headers))
                     except BaseException as exc:
                         deadline.close()
                         if not resent and _stale_connection(exc):
@@ -469,38 +461,12 @@ class HTTPModel:
                         raise
                     finished = False
                     try:
-                        status = response.status
-                        if 300 <= status < 400:
-                            raise _redirected(status, response.headers.get("location", ""), secrets.values())
-                        failed = not 200 <= status < 300
-                        content = TimedContent(response.content, deadline)
-                        error_body = await read_limited(content, limit) if failed else None
-                        if error_body is not None:
-                            # Redacted before anything clips it.
-                            text = json_unescaped(error_body.decode("utf-8", "replace"))  # "sk\/…" too
-                            error_body = redact_text(text, secrets.values()).encode()
-                        if self.observer is not None:
-                            await deadline.wait(
-                                self._observe(
-                                    "response", attempt, request, headers, secrets.values(), response, error_body
-                                )
-                            )
-                        if error_body is not None:
-                            raise self.classify(status, error_body, response.headers)
-                        content_type = response.headers.get("content-type", "")
-                        if content_type.startswith("text/html"):
-                            raise _html_page(request.url, status, secrets.values())
-                        first = b""
-                        if request.stream and not content_type.startswith("application/json"):
-                            first = await content.readany()
-                            lead = first.lstrip()[:1]
-                            if lead == b"<":
-                                raise _html_page(request.url, status, secrets.values())
-                        else:
-                            lead = b"{"
-                        if lead != b"{" and lead != b"[":
-                            sse = iter_sse(content, first=first, max_event=limit)
-                            parsed = self.parse_stream(sse, builder, request)
+                        content, first, sse = await self._checked_body(
+                            response, deadline, request, headers, secrets, attempt, limit
+                        )
+                        if sse:
+                            events = iter_sse(content, first=first, max_event=limit)
+                            parsed = self.parse_stream(events, builder, request)
                             try:
                                 async for event in parsed:
                                     if type(event) is StreamDone:
@@ -516,21 +482,11 @@ class HTTPModel:
                                 raise _malformed(exc) from None
                             finally:
                                 await _aclose(parsed)
-                                await _aclose(sse)
+                                await _aclose(events)
                             if not finished:
                                 raise NetworkError("The stream ended before the response was complete")
                         else:
-                            # A whole JSON body (also to a streaming request): an error
-                            # object, or a complete response.
-                            data = await read_limited(content, limit, first)
-                            in_body = _error_in_body(data)
-                            if in_body is not None:
-                                raise in_body
-                            try:
-                                events = list(self.parse_response(data, builder, request))
-                            except _MALFORMED as exc:
-                                raise _malformed(exc) from None
-                            for event in events:
+                            for event in await self._whole_body(content, limit, first, builder, request):
                                 if type(event) is StreamDone:
                                     self._check_window(builder)
                                     finished = True
@@ -546,22 +502,7 @@ class HTTPModel:
                 except Aborted:
                     raise
                 except Exception as exc:
-                    error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets.values())
-                    if not error.retryable:
-                        raise error from None
-                    if error.kind == "stream_idle":
-                        idle_failures += 1
-                        if idle_failures > 1:  # silent twice for the whole limit: give up
-                            raise error from None
-                    delay = policy.delay(attempt, error.retry_after)
-                    if delay is None:
-                        if error.retry_after is not None and attempt < policy.max_attempts:
-                            error.message = (
-                                f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
-                                f"more than the {policy.max_delay:g}s limit)"
-                            )
-                            error.args = (error.message,)
-                        raise error from None
+                    error, delay, idle_failures = self._retry(exc, policy, attempt, idle_failures, secrets)
                     discard = bool(builder.message.content)
                     yield Retry(
                         attempt=attempt,
@@ -590,6 +531,99 @@ class HTTPModel:
             if isinstance(exc, ModelError) and exc.retry_after is not None:
                 failure.retry_after = exc.retry_after
             yield failure
+
+    def _send(
+        self, session: aiohttp.ClientSession, request: HTTPRequest, payload: list[bytes | memoryview], headers: dict[str, str]
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        """The POST of one attempt (not yet awaited)."""
+        return session.post(
+            request.url,
+            data=_data(payload),
+            headers=headers,
+            proxy=proxy_for(request.url),
+            timeout=self._connect_timeout(),
+            allow_redirects=False,  # a redirect would carry the key elsewhere
+        )
+
+    async def _checked_body(
+        self,
+        response: aiohttp.ClientResponse,
+        deadline: Deadline,
+        request: HTTPRequest,
+        headers: Mapping[str, str],
+        secrets: _Secrets,
+        attempt: int,
+        limit: int | None,
+    ) -> tuple[TimedContent, bytes, bool]:
+        """The body of a successful response, its first bytes read, and whether it is an
+        event stream (else a whole JSON body); raises the classified error of a failed
+        response (after the observer saw it), a redirect or an HTML page."""
+        status = response.status
+        if 300 <= status < 400:
+            raise _redirected(status, response.headers.get("location", ""), secrets.values())
+        failed = not 200 <= status < 300
+        content = TimedContent(response.content, deadline)
+        error_body = await read_limited(content, limit) if failed else None
+        if error_body is not None:
+            # Redacted before anything clips it.
+            text = json_unescaped(error_body.decode("utf-8", "replace"))  # "sk\/…" too
+            error_body = redact_text(text, secrets.values()).encode()
+        if self.observer is not None:
+            await deadline.wait(
+                self._observe("response", attempt, request, headers, secrets.values(), response, error_body)
+            )
+        if error_body is not None:
+            raise self.classify(status, error_body, response.headers)
+        content_type = response.headers.get("content-type", "")
+        if content_type.startswith("text/html"):
+            raise _html_page(request.url, status, secrets.values())
+        first = b""
+        if request.stream and not content_type.startswith("application/json"):
+            first = await content.readany()
+            lead = first.lstrip()[:1]
+            if lead == b"<":
+                raise _html_page(request.url, status, secrets.values())
+        else:
+            lead = b"{"
+        return content, first, lead != b"{" and lead != b"["
+
+    async def _whole_body(
+        self, content: TimedContent, limit: int | None, first: bytes, builder: MessageBuilder, request: HTTPRequest
+    ) -> list[StreamEvent]:
+        """The events of a whole JSON body (also the answer to a streaming request): an
+        error object raises its error, a complete response becomes the message's events."""
+        data = await read_limited(content, limit, first)
+        in_body = _error_in_body(data)
+        if in_body is not None:
+            raise in_body
+        try:
+            return list(self.parse_response(data, builder, request))
+        except _MALFORMED as exc:
+            raise _malformed(exc) from None
+
+    def _retry(
+        self, exc: Exception, policy: RetryPolicy, attempt: int, idle_failures: int, secrets: _Secrets
+    ) -> tuple[ModelError, float, int]:
+        """A failed attempt's classified error, the delay before the next attempt and the
+        count of idle-stream failures so far; raises the error when it is not retried
+        (not retryable, silent twice for the whole idle limit, or out of attempts)."""
+        error = _scrub(classify_exception(exc, idle_timeout=self.idle_timeout), secrets.values())
+        if not error.retryable:
+            raise error from None
+        if error.kind == "stream_idle":
+            idle_failures += 1
+            if idle_failures > 1:  # silent twice for the whole limit: give up
+                raise error from None
+        delay = policy.delay(attempt, error.retry_after)
+        if delay is None:
+            if error.retry_after is not None and attempt < policy.max_attempts:
+                error.message = (
+                    f"{error.message} (the server asked to retry after {error.retry_after:g}s, "
+                    f"more than the {policy.max_delay:g}s limit)"
+                )
+                error.args = (error.message,)
+            raise error from None
+        return error, delay, idle_failures
 
     def _check_window(self, builder: MessageBuilder) -> None:
         window = self._window
