@@ -79,6 +79,30 @@ def _read_only_now(tool: Tool) -> bool:
         return False
 
 
+@runtime_checkable
+class PrecheckedTool(Protocol):
+    """A tool that can tell, before it runs, that a call would fail (the ``edit`` and
+    ``write`` tools do: a file not read yet, or changed since). The engine asks
+    :meth:`precheck` before it asks the user (or pauses the run) about a call; a message
+    denies the call with that message as its result and nobody is asked."""
+
+    def precheck(self, args: dict[str, Any]) -> str | None:
+        """Why a call with ``args`` would fail now (the tool's error message), or None."""
+        ...
+
+
+def _precheck(tool: Tool, args: dict[str, Any]) -> str | None:
+    """The tool's :meth:`PrecheckedTool.precheck` message for a call (None when it has no
+    precheck, passes it, or the precheck itself fails)."""
+    if not isinstance(tool, PrecheckedTool):
+        return None
+    try:
+        problem = tool.precheck(args)
+    except Exception:
+        return None
+    return problem if isinstance(problem, str) and problem else None
+
+
 @dataclass(frozen=True, slots=True)
 class HookVerdict:
     """What a PreToolUse hook says about a call (``None`` fields: no opinion).
@@ -221,6 +245,9 @@ HOOK_DENIED = "Denied by a PreToolUse hook: {reason}"
 HOOK_STOPPED = "Stopped by a PreToolUse hook: {reason}"
 """The tool result of a call whose PreToolUse hook said ``"continue": false``."""
 STOPPED = "Permission denied: the run was stopped."
+PRECHECK = "tool precheck"
+"""``Decision.decided_by`` of a call denied because the tool's precheck says it would fail
+(:class:`PrecheckedTool`); its ``reason`` is the tool's message."""
 
 Outcome: TypeAlias = Literal["allow", "ask", "deny"]
 
@@ -255,7 +282,9 @@ class PermissionEngine:
     """Decides, per tool call, whether it runs. Pass :meth:`before_tool_call` as the loop hook.
 
     Order: ``hooks`` -> deny rules -> ask rules -> the mode -> allow rules (configured and
-    remembered) -> ``can_use_tool`` -> the mode's default (ask ``approver``; deny when there
+    remembered) -> ``can_use_tool`` -> the tool's precheck (:class:`PrecheckedTool`: a call
+    it says would fail is denied with its message, nobody asked) -> the mode's default
+    (ask ``approver``; deny when there
     is none, with ``no_approver_message``, ``{tool}`` and ``{mode}`` filled in; or, with
     ``no_approver="pause"``, pause the run for approval: ``end_reason ==
     "approval_required"``, to be resumed with a decision, see :meth:`ketch.Agent.resume`;
@@ -694,6 +723,10 @@ class PermissionEngine:
     async def _ask(
         self, call: ToolCallInfo, tool: Tool, args: dict[str, Any], why: str, forced: bool
     ) -> tuple[Literal["allow", "deny", "approval_required"], str, str | None, bool]:
+        # a call the tool would refuse anyway is not worth a question (nor a pause)
+        problem = _precheck(tool, args)
+        if problem is not None:
+            return "deny", PRECHECK, problem, False
         if self.approver is None:
             if self.no_approver == "pause":
                 return "approval_required", why, f"{tool.name} needs approval ({why})", False
@@ -713,6 +746,9 @@ class PermissionEngine:
                     return "allow", again.decided_by, None, False
                 if again.outcome == "deny":
                     return "deny", again.decided_by, again.reason, False
+            problem = _precheck(tool, args)  # the files may have changed while this call waited
+            if problem is not None:
+                return "deny", PRECHECK, problem, False
             request = self.request_for(tool, args, why)
             try:
                 answer = await self.approver(request)

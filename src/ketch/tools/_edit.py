@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import os
+import stat
 from typing import Any
 
 from ..loop import ToolContext
@@ -54,6 +55,7 @@ _PARAMETERS: dict[str, Any] = {
 }
 
 _DIFF_CONTENT_LINES = 300
+_MISSING = "File not found: {shown}. Use the write tool to create a new file."
 
 _FOLD = str.maketrans(
     {
@@ -351,13 +353,46 @@ def _closest_line(text: str, old: str) -> str:
     return f"\nThe most similar line is line {number}: {lines[number - 1].rstrip()}"
 
 
+def stale_problem(tool: FileChangeTool, path_arg: Any, action: str, *, missing: str | None) -> str | None:
+    """A file-changing call's precheck: the error it would get now from where its path
+    leads (outside the workspace, refused by a rule), a missing file (``missing``, a
+    format string with ``{shown}``; None: a missing file is fine) or a file not read yet
+    or changed since (``action`` is the verb of the message). Nothing is opened."""
+    located = tool.locate(path_arg, write=True)
+    if isinstance(located, ToolResult):
+        return located.text
+    path, shown = located
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return missing.format(shown=shown) if missing is not None else None
+    except OSError:
+        return None  # the tool reports it
+    if not stat.S_ISREG(info.st_mode):
+        return None  # the tool refuses folders and special files with its own message
+    try:
+        tool.workspace.check_fresh(path, info, None, action=action)
+    except WorkspaceError as exc:
+        return str(exc)
+    except OSError:
+        return None
+    return None
+
+
 class EditTool(FileChangeTool):
-    """The ``edit`` tool (sequential). See the module docstring for the matching rules."""
+    """The ``edit`` tool (sequential). See the module docstring for the matching rules.
+
+    :meth:`precheck` tells the permission engine, before it asks anyone, that an edit
+    would fail (a file not read yet, changed since, missing or refused)."""
 
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, "Edit")
+
+    def precheck(self, args: dict[str, Any]) -> str | None:
+        """Why an edit with ``args`` would fail now (:func:`stale_problem`), or None."""
+        return stale_problem(self, args.get("path", ""), "edit", missing=_MISSING)
 
     async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         ws = self.workspace
@@ -385,7 +420,7 @@ class EditTool(FileChangeTool):
                 data = f.read()
             ws.check_fresh(path, stat, data, action="edit")
         except FileNotFoundError:
-            return ToolResult.error(f"File not found: {shown}. Use the write tool to create a new file.")
+            return ToolResult.error(_MISSING.format(shown=shown))
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         except OSError as exc:
