@@ -282,13 +282,13 @@ class PermissionEngine:
     """Decides, per tool call, whether it runs. Pass :meth:`before_tool_call` as the loop hook.
 
     Order: ``hooks`` -> deny rules -> ask rules -> the mode -> allow rules (configured and
-    remembered) -> ``can_use_tool`` -> the tool's precheck (:class:`PrecheckedTool`: a call
-    it says would fail is denied with its message, nobody asked) -> the mode's default
-    (ask ``approver``; deny when there
+    remembered) -> ``can_use_tool`` -> the mode's default (ask ``approver``; deny when there
     is none, with ``no_approver_message``, ``{tool}`` and ``{mode}`` filled in; or, with
     ``no_approver="pause"``, pause the run for approval: ``end_reason ==
     "approval_required"``, to be resumed with a decision, see :meth:`ketch.Agent.resume`;
-    a call resumed with approval is not asked again). Deny rules
+    a call resumed with approval is not asked again). Before asking or pausing, the tool's
+    precheck (:class:`PrecheckedTool`) runs: a call it says would fail is denied with its
+    message (``decided_by`` :data:`PRECHECK`) and nobody is asked. Deny rules
     win in every mode; arguments replaced by a hook or the callback are checked against
     them again. ``root`` is the workspace relative rule paths refer to; ``edit_tools``
     names the file-editing tools. ``decisions`` records every decision.
@@ -723,19 +723,19 @@ class PermissionEngine:
     async def _ask(
         self, call: ToolCallInfo, tool: Tool, args: dict[str, Any], why: str, forced: bool
     ) -> tuple[Literal["allow", "deny", "approval_required"], str, str | None, bool]:
-        # a call the tool would refuse anyway is not worth a question (nor a pause)
-        problem = _precheck(tool, args)
-        if problem is not None:
-            return "deny", PRECHECK, problem, False
-        if self.approver is None:
-            if self.no_approver == "pause":
-                return "approval_required", why, f"{tool.name} needs approval ({why})", False
+        if self.approver is None and self.no_approver == "deny":
             return (
                 "deny",
                 "no approver",
                 self.no_approver_message.format(tool=tool.name, mode=self.mode),
                 False,
             )
+        # a call the tool would refuse anyway is not worth a question (nor a pause)
+        problem = _precheck(tool, args)
+        if problem is not None:
+            return "deny", PRECHECK, problem, False
+        if self.approver is None:
+            return "approval_required", why, f"{tool.name} needs approval ({why})", False
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
