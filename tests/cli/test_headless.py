@@ -177,6 +177,7 @@ def test_json_result_object(env: Env) -> None:
             }
         ],
         "pending_approvals": [],
+        "truncated": False,
     }
 
 
