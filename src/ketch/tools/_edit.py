@@ -29,6 +29,7 @@ from ..loop import ToolResult
 from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
+from ._workspace import hard_link_message
 from ._workspace import open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
@@ -356,8 +357,9 @@ def _closest_line(text: str, old: str) -> str:
 def stale_problem(tool: FileChangeTool, path_arg: Any, action: str, *, missing: str | None) -> str | None:
     """A file-changing call's precheck: the error it would get now from where its path
     leads (outside the workspace, refused by a rule), a missing file (``missing``, a
-    format string with ``{shown}``; None: a missing file is fine) or a file not read yet
-    or changed since (``action`` is the verb of the message). Nothing is opened."""
+    format string with ``{shown}``; None: a missing file is fine), a file with more than
+    one hard link, or a file not read yet or changed since (``action`` is the verb of the
+    message). Nothing is opened."""
     located = tool.locate(path_arg, write=True)
     if isinstance(located, ToolResult):
         return located.text
@@ -370,6 +372,8 @@ def stale_problem(tool: FileChangeTool, path_arg: Any, action: str, *, missing: 
         return None  # the tool reports it
     if not stat.S_ISREG(info.st_mode):
         return None  # the tool refuses folders and special files with its own message
+    if info.st_nlink > 1:
+        return hard_link_message(shown, info.st_nlink)  # refused before anything else, as the tool does
     try:
         tool.workspace.check_fresh(path, info, None, action=action)
     except WorkspaceError as exc:
