@@ -193,8 +193,6 @@ def write_preview(root: Path, subject: str | None, content: str, hidden: Callabl
     is a readable UTF-8 file of at most 1 MB inside ``root`` that ``hidden`` does not
     name), else the new content as added lines; at most :data:`_PREVIEW_LINES` lines,
     then a line counting the rest."""
-    from ..tools._edit import unified_diff
-
     name = subject or "file"
     old: str | None = None
     if subject:
@@ -209,7 +207,10 @@ def write_preview(root: Path, subject: str | None, content: str, hidden: Callabl
         except (OSError, UnicodeDecodeError):
             old = None
     if old is not None:
-        diff = unified_diff(old, content, name) or f"--- a/{name}\n+++ b/{name}\n(no change)"
+        lines = difflib.unified_diff(
+            old.splitlines(), content.splitlines(), fromfile=f"a/{name}", tofile=f"b/{name}", lineterm="", n=2
+        )
+        diff = "\n".join(lines) or f"--- a/{name}\n+++ b/{name}\n(no change)"
     else:
         body = content.split("\n")
         if body and body[-1] == "":
@@ -488,9 +489,9 @@ class Session:
 
     def _read_tool(self) -> Any:
         """The agent's ``read`` tool (a workspace tool), or None without one."""
-        from ..tools._workspace import WorkspaceTool
+        from ..tools import ReadTool
 
-        return next((t for t in self.agent.tools if t.name == "read" and isinstance(t, WorkspaceTool)), None)
+        return next((t for t in self.agent.tools if isinstance(t, ReadTool)), None)
 
     def _hidden(self) -> Callable[[str], bool] | None:
         """Whether the file tools may not read a real path (a ``Read`` deny rule names it)."""

