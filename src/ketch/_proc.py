@@ -90,10 +90,16 @@ def live_process_groups() -> frozenset[int]:
     return frozenset(_LIVE_GROUPS)
 
 
-def _child_groups() -> set[int]:
+def child_groups() -> set[int]:
     """Process groups led by direct children of this process (Linux; else empty)."""
     me = str(os.getpid()).encode()
     return {int(pid) for pid, fields in _proc_stats() or () if fields[1] == me and fields[2] == pid.encode()}
+
+
+def kill_group_if_alive(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` when a process of it still runs (a timer's action)."""
+    if group_alive(pgid):
+        signal_group(pgid, signal.SIGKILL)
 
 
 def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
@@ -110,7 +116,7 @@ def kill_process_groups(grace: float = 1.0, *, children: bool = False) -> None:
     groups = {g for g in _LIVE_GROUPS if group_alive(g)}
     _LIVE_GROUPS.clear()
     if children:
-        groups |= _child_groups()
+        groups |= child_groups()
     if not groups:
         return
     for pgid in groups:

@@ -41,6 +41,24 @@ class Env:
         path.write_text(text)
         return path
 
+    def block_modules(self, *names: str) -> None:
+        """Make the top-level modules ``names`` unimportable in the commands this
+        environment runs (as if their packages were not installed): a ``sitecustomize``
+        put first on ``PYTHONPATH`` adds an import hook that refuses them."""
+        shim = self.home / "blocked-modules"
+        shim.mkdir(exist_ok=True)
+        (shim / "sitecustomize.py").write_text(
+            "import sys\n"
+            f"BLOCKED = frozenset({sorted(names)!r})\n"
+            "class Blocker:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.partition('.')[0] in BLOCKED:\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Blocker())\n"
+        )
+        self.vars["PYTHONPATH"] = f"{shim}:{SRC}"
+
     def run(
         self, *args: str, input: str | None = None, extra: dict[str, str] | None = None, cwd: Path | None = None
     ) -> subprocess.CompletedProcess[str]:

@@ -267,7 +267,7 @@ def test_compact_command_announces_and_the_context_percent_drops(env: Env, termi
 def test_compact_is_refused_while_running_and_when_off(env: Env, terminals: list[Terminal]) -> None:
     term = _start(env, terminals, env.script([{"hang": True}]))
     term.sendline("wait")
-    term.expect(r"Thinking… \d+\.\ds")
+    term.expect(r"Working… \d+\.\ds")
     term.sendline("/compact")
     term.expect(r"busy: wait for the run to end \(or Ctrl-C\) before compacting")
     term.ctrl("c")

@@ -72,3 +72,62 @@ def test_doctor_reports_a_broken_config_as_failure(env: Env) -> None:
     assert proc.returncode == 1
     status, detail = _rows(proc.stdout)["config"]
     assert status == "FAIL" and detail.startswith(f"{path}: invalid TOML: ")
+
+
+def _fake_programs(env: Env, **scripts: str) -> str:
+    """A folder of shell scripts named by the keywords, and PATH with it first."""
+    folder = env.home / "bin"
+    folder.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+    return f"{folder}:{env.vars['PATH']}"
+
+
+def test_doctor_checks_bubblewrap_and_ripgrep(env: Env) -> None:
+    import shutil
+    import subprocess
+
+    bwrap, rg = shutil.which("bwrap"), shutil.which("rg")
+    assert bwrap is not None and rg is not None  # scripts/test.sh installs both
+    rows = _rows(env.run("doctor", "--quick").stdout)
+    bwrap_version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+    rg_version = subprocess.run([rg, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    assert rows["bubblewrap"] == ("ok", f"{bwrap_version} ({bwrap}), namespaces work")
+    assert rows["ripgrep"] == ("ok", f"{rg_version} ({rg})")
+
+
+def test_doctor_warns_without_bubblewrap_and_ripgrep(env: Env) -> None:
+    empty = env.home / "empty-bin"
+    empty.mkdir()
+    proc = env.run("doctor", "--quick", extra={"PATH": str(empty)})
+    assert (proc.returncode, proc.stderr) == (0, "")
+    rows = _rows(proc.stdout)
+    assert rows["bubblewrap"] == (
+        "warn",
+        "not installed: bash runs without the OS sandbox and every command needs approval (install the bubblewrap package)",
+    )
+    assert rows["ripgrep"] == ("warn", "not installed: the grep tool uses its slower Python search (install the ripgrep package)")
+
+
+def test_doctor_warns_when_bubblewrap_cannot_make_namespaces_and_rg_fails(env: Env) -> None:
+    path = _fake_programs(
+        env,
+        bwrap='[ "$1" = --version ] && { echo "bubblewrap 9.9"; exit 0; }\n'
+        'echo "bwrap: No permissions to create new namespace" >&2; exit 1\n',
+        rg='[ "$1" = --version ] && { echo "ripgrep 99.0"; exit 0; }\nexit 2\n',
+    )
+    proc = env.run("doctor", "--quick", extra={"PATH": path})
+    assert proc.returncode == 0
+    rows = _rows(proc.stdout)
+    folder = env.home / "bin"
+    assert rows["bubblewrap"] == (
+        "warn",
+        f"bubblewrap 9.9 ({folder / 'bwrap'}), unusable: bubblewrap cannot create its namespaces here: "
+        "bwrap: No permissions to create new namespace; bash runs without the OS sandbox",
+    )
+    assert rows["ripgrep"] == (
+        "warn",
+        f"ripgrep 99.0 ({folder / 'rg'}), unusable: a test search failed; the grep tool uses its slower Python search",
+    )

@@ -175,6 +175,7 @@ def test_json_result_object(env: Env) -> None:
             }
         ],
         "pending_approvals": [],
+        "truncated": False,
     }
 
 

@@ -178,7 +178,7 @@ def test_ctrl_c_aborts_a_hanging_run_and_a_second_exits(env: Env, terminals: lis
     term = _start(env, terminals, script)
     term.sendline("wait forever")
     term.expect(r"⠋|⠙|⠹|⠸|⠼|⠴|⠦|⠧|⠇|⠏")
-    term.expect(r"Thinking… \d+\.\ds")
+    term.expect(r"Working… \d+\.\ds")
     term.ctrl("c")
     term.expect(r"Aborting… \(Ctrl-C again exits\)")
     term.expect("✗ interrupted")

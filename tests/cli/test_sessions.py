@@ -344,7 +344,7 @@ def test_paused_run_in_text_mode_says_how_to_continue(env: Env, store_dir: Path)
     assert (proc.stdout, proc.stderr) == (
         "",
         "ketch: run paused: write (c1) needs approval; continue with: "
-        f"ketch run --resume {info['id']} --approve CALL_ID (or --deny CALL_ID:reason)\n",
+        f"ketch run --resume {info['id']} --approve c1 (to refuse it: --deny c1:reason instead)\n",
     )
 
 
@@ -364,8 +364,8 @@ def test_decisions_must_name_the_waiting_calls(env: Env, store_dir: Path) -> Non
         ),
         (
             ["a new task"],
-            f"ketch: session {session_id} is paused for approval of c1 (write): continue it with --approve "
-            "CALL_ID or --deny CALL_ID:reason\n",
+            f"ketch: session {session_id} is paused for approval of c1 (write): continue it with ketch run "
+            f"--resume {session_id} --approve c1 (to refuse it: --deny c1:reason instead)\n",
         ),
     ]
     for extra, expected in cases:

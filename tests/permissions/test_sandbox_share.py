@@ -295,8 +295,7 @@ async def test_deny_rules_are_checked_again_after_a_slow_answer(root: Path, answ
     turn the path into a symlink to a denied file; the answer does not cover that file."""
     (root / "src").mkdir()
     (root / "src" / "a.py").write_text("ORIG\n")
-    (root / "ok.py").write_text("ok\n")
-    (root / "x").symlink_to("ok.py")
+    (root / "x").symlink_to("new.py")  # a new file: the write tool's precheck lets it be asked about
 
     def swap() -> None:
         (root / "x").unlink()

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from ketch.permissions import PLAN_DENIED
+from ketch.permissions import PRECHECK
 from ketch.tools._workspace import hard_link_message
 
 from .conftest import PROBE_NAME
@@ -300,7 +301,8 @@ def _asked(calls: list[Call], mode: str, decisions: list[list[Any]]) -> list[str
     if mode in ("plan", "bypass"):
         return []
     if mode == "default":
-        return [tool for tool, _, _ in calls if tool in (*EDIT_TOOLS, "bash")]
+        # each edit and bash call, but those the tool's precheck refuses before anyone is asked
+        return [tool for (tool, by, _, _) in decisions if tool in (*EDIT_TOOLS, "bash") and by != PRECHECK]
     # accept_edits: bash is sandboxed, so only edits of paths outside or protected ask
     return [tool for (tool, by, _, _) in decisions if by == "user"]
 
@@ -325,13 +327,15 @@ def targets(world: World, runner: Runner) -> Targets:
 def test_file_tools_and_bash_cannot_reach_outside(probe: Probe, targets: Targets, name: str, mode: str) -> None:
     reply = _run(probe, name, mode, _expected(name, CASES[name](targets), mode))
     if mode == "accept_edits":
-        # edits of paths outside the workspace are no "accept edits" business: they ask
+        # edits of paths outside the workspace are no "accept edits" business: they would
+        # ask, but the tool's precheck refuses them first (nobody is asked)
         outside = [
             tool
             for tool, _, expect in CASES[name](targets)
             if tool in EDIT_TOOLS and isinstance(expect, Exact) and expect.text.startswith("Path ")
         ]
-        assert reply["asked"] == outside
+        assert reply["asked"] == []
+        assert [tool for (tool, by, _, _) in reply["decisions"] if by == PRECHECK] == outside
 
 
 @pytest.mark.parametrize("backend", ["rg", "python"])
@@ -450,9 +454,14 @@ def test_an_approved_edit_of_a_protected_path_runs_no_code_outside(
     mode; plan mode denies it); the code such an edit plants runs only in the sandbox."""
     calls = _expected(name, _protected_cases(targets)[name], mode)
     reply = _run(probe, name, mode, calls)
-    edits = [tool for tool, _, _ in calls if tool in EDIT_TOOLS]
+    # a write the tool refuses anyway (a protected path reached through a symlink or the
+    # root's name) is refused by its precheck before anyone is asked
+    refused = [args for tool, args, expect in calls if tool in EDIT_TOOLS and isinstance(expect, Exact) and expect.is_error]
+    edits = [tool for tool, args, _ in calls if tool in EDIT_TOOLS and args not in refused]
     if mode in ("default", "accept_edits"):
         assert [tool for tool in reply["asked"] if tool in EDIT_TOOLS] == edits
+        prechecked = [by for (tool, by, _, _) in reply["decisions"] if tool in EDIT_TOOLS and by == PRECHECK]
+        assert len(prechecked) == len(refused)
     assert not os.path.lexists(os.path.join(targets.outside, "ran"))
 
 

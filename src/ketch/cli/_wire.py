@@ -178,7 +178,9 @@ class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
 
     ``text`` is the final assistant text; ``duration`` is in seconds; ``cost`` in US
     dollars; ``session_id`` the session the run is saved in (None with ``--no-session``);
-    ``pending_approvals`` the calls a run paused for approval waits on.
+    ``pending_approvals`` the calls a run paused for approval waits on; ``truncated`` is
+    true when the final answer was cut off at the output token limit (the last model call
+    ended with stop reason ``length``).
     """
 
     end_reason: str
@@ -197,6 +199,7 @@ class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
     permission_decisions: list[Decision] = msgspec.field(default_factory=list)
     session_id: str | None = None
     pending_approvals: list[Pending] = msgspec.field(default_factory=list)
+    truncated: bool = False
 
 
 def make_result(
@@ -227,6 +230,7 @@ def make_result(
         permission_decisions=list(decisions or ()),
         session_id=session_id,
         pending_approvals=list(pending or ()),
+        truncated=final is not None and final.stop_reason == "length",
     )
 
 

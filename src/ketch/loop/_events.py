@@ -97,6 +97,14 @@ class RunError(Exception):
         self.end_reason = summary.end_reason
 
 
+_ENDED: dict[str, str] = {
+    "max_turns": "the run stopped at its max_turns limit",
+    "max_budget": "the run stopped at its max_budget_usd limit",
+    "aborted": "the run was aborted",
+    "approval_required": "the run paused: a tool call waits for approval (resume it with a decision)",
+}
+
+
 class RunResult(msgspec.Struct, kw_only=True):
     """What a run produced: its new messages and its summary; ``tool_call_notes`` are the
     run's ``tool_call_note`` events (what ``before_tool_call`` reported about each call,
@@ -112,6 +120,8 @@ class RunResult(msgspec.Struct, kw_only=True):
 
     ``output`` is the validated value of the run's ``output_type`` (typed output), None
     without one or when the run did not end with an accepted answer.
+
+    :attr:`error` says why a run did not end normally (None when it did).
     """
 
     messages: list[Message]
@@ -135,6 +145,18 @@ class RunResult(msgspec.Struct, kw_only=True):
     def cost(self) -> float:
         """Total cost of the run in US dollars."""
         return self.summary.usage.cost.total
+
+    @property
+    def error(self) -> str | None:
+        """Why the run did not end normally, in one line; None when it did (``end_reason``
+        ``stop`` or ``stop_sequence``). It is the failure's message (``No API key for
+        provider 'openai': pass api_key or set OPENAI_API_KEY``, a model or network
+        error, a denial) or what ended the run (a limit, an abort, a pause for approval).
+        ``print(result.error or result.text)`` shows either the answer or why there is none."""
+        s = self.summary
+        if s.end_reason == "stop" or s.end_reason == "stop_sequence":
+            return None
+        return s.error or _ENDED.get(s.end_reason, f"the run ended with {s.end_reason}")
 
     @property
     def last_assistant(self) -> AssistantMessage | None:

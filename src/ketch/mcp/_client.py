@@ -53,6 +53,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ketch.mcp")
 
+KILL_GRACE = 1.0
+"""Seconds between the SIGTERM and the SIGKILL that end a stdio server still busy with a
+call when its connection closes (see :meth:`MCPManager.aclose`)."""
+
 ServerState: TypeAlias = Literal["stopped", "starting", "running", "failed"]
 
 
@@ -143,6 +147,10 @@ class _Server:
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
+        # a stdio server's process group (None: unknown, or not stdio), and the calls of
+        # this connection that are running or were abandoned unanswered (cancelled, timed out)
+        self._pgid: int | None = None
+        self._busy: set[object] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def ensure(self) -> ClientSession:
@@ -170,6 +178,7 @@ class _Server:
         self._stop = asyncio.Event()
         self.state = "starting"
         self.error = None
+        self._busy = set()
         self._task = asyncio.create_task(self._run(ready, self._stop), name=f"mcp-{self.config.name}")
         timeout = self.manager.startup_timeout
         try:
@@ -216,7 +225,10 @@ class _Server:
         manager = self.manager
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport())
+                if self.config.type == "stdio":
+                    read, write = await self._spawn(stack)
+                else:
+                    read, write = await stack.enter_async_context(self._transport())
                 session = ClientSession(
                     read,
                     write,
@@ -243,19 +255,50 @@ class _Server:
             if not ready.done():
                 ready.set_exception(ConnectionError("stopped before it started"))
 
+    async def _spawn(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        """Enter the stdio transport, noting the server's process group: the SDK starts
+        the server as the leader of a new session, so it is the one new child group
+        (found when exactly one appeared; spawns of this manager's servers take turns)."""
+        from ketch._proc import child_groups
+        from ketch._proc import live_process_groups
+
+        async with self.manager._spawn_lock:
+            before = child_groups()
+            streams: tuple[Any, Any] = await stack.enter_async_context(self._transport())
+            fresh = child_groups() - before - live_process_groups()
+        self._pgid = next(iter(fresh)) if len(fresh) == 1 else None
+        return streams
+
     def _died(self, reason: str) -> None:
         if self.state == "running" or self.state == "starting":
             self.state, self.error = "failed", reason
             self.session = None
 
     async def _shutdown(self) -> None:
+        """Close the connection. A stdio server still busy with a call (running, or
+        cancelled or timed out without an answer: it may ignore the cancellation) is not
+        waited for: its process group gets SIGTERM at once and SIGKILL after
+        :data:`KILL_GRACE` seconds, while the SDK closes its pipes; an idle one gets the
+        SDK's polite close (stdin closed, then SIGTERM and SIGKILL after its own grace)."""
+        import signal
+
+        from ketch._proc import group_alive
+        from ketch._proc import kill_group_if_alive
+        from ketch._proc import signal_group
+
         task, stop = self._task, self._stop
         started = self.state == "running"
-        self._task = self._stop = None
+        pgid, busy = self._pgid, bool(self._busy)
+        self._task = self._stop = self._pgid = None
+        self._busy = set()
         self.session = None
         if task is None:
             return
         assert stop is not None
+        killer: asyncio.TimerHandle | None = None
+        if pgid is not None and busy and group_alive(pgid):
+            signal_group(pgid, signal.SIGTERM)  # before the SDK closes stdin (the server is not reaped yet)
+            killer = asyncio.get_running_loop().call_later(KILL_GRACE, kill_group_if_alive, pgid)
         stop.set()
         if not started:  # still connecting or handshaking: nothing to finish politely
             task.cancel()
@@ -268,6 +311,9 @@ class _Server:
                 await task
         except BaseException:  # the task's own failure was already recorded
             pass
+        finally:
+            if killer is not None:
+                killer.cancel()
 
     async def close(self) -> None:
         async with self._lock:
@@ -385,11 +431,17 @@ class _Server:
             await ctx.report({"progress": progress, "total": total, "message": message})
 
         timeout = self.manager.call_timeout
+        busy, token, abandoned = self._busy, object(), False
+        busy.add(token)
         try:
             async with asyncio.timeout(timeout):
                 result = await session.call_tool(name, args, progress_callback=on_progress)
         except TimeoutError:
+            abandoned = True
             return ToolResult.error(f"{where}: {name!r} timed out after {timeout:g} s (the server was told to cancel it)")
+        except asyncio.CancelledError:
+            abandoned = True  # the server was told to cancel it; it may not
+            raise
         except Exception as exc:
             from mcp.shared.exceptions import MCPError
 
@@ -400,6 +452,9 @@ class _Server:
                 f"{where}: the connection was lost during {name!r} ({_describe(exc)}); "
                 "the server is restarted on the next call"
             )
+        finally:
+            if not abandoned:
+                busy.discard(token)
         return convert_result(result)
 
     async def _offers(self, session: ClientSession) -> tuple[bool, bool]:
@@ -558,7 +613,9 @@ class MCPManager:
     A server that fails to start is reported by :meth:`status` and left out of
     :meth:`tools`; a connection that dies makes the call an error result, and the next
     call starts the server again. :meth:`aclose` stops every server (a stdio server's
-    process and its children are gone when it returns).
+    process and its children are gone when it returns); a stdio server still busy with a
+    call, one it may have been told to cancel, is ended with SIGTERM at once and SIGKILL
+    after :data:`KILL_GRACE` seconds instead of being waited for.
     """
 
     def __init__(
@@ -594,6 +651,7 @@ class MCPManager:
             self._servers[cfg.name] = _Server(cfg, self)
         self._changed = False
         self._closed = False
+        self._spawn_lock = asyncio.Lock()  # stdio servers start one at a time (see _Server._spawn)
 
     @property
     def servers(self) -> list[str]:

@@ -44,6 +44,7 @@ from ._engine import HOOK_STOPPED
 from ._engine import NO_APPROVER
 from ._engine import PERMISSION_MODES
 from ._engine import PLAN_DENIED
+from ._engine import PRECHECK
 from ._engine import RULE_DENIED
 from ._engine import USER_DENIED
 from ._engine import Allow
@@ -56,6 +57,7 @@ from ._engine import HookVerdict
 from ._engine import PermissionEngine
 from ._engine import PermissionMode
 from ._engine import PermissionRequest
+from ._engine import PrecheckedTool
 from ._engine import PreToolUseHook
 from ._engine import ReportsSandboxPolicy
 from ._engine import SandboxedTool
@@ -76,6 +78,7 @@ __all__ = [
     "NO_APPROVER",
     "PERMISSION_MODES",
     "PLAN_DENIED",
+    "PRECHECK",
     "RULE_DENIED",
     "RULE_FORMS",
     "USER_DENIED",
@@ -90,6 +93,7 @@ __all__ = [
     "PermissionMode",
     "PermissionRequest",
     "PreToolUseHook",
+    "PrecheckedTool",
     "ReportsSandboxPolicy",
     "Rule",
     "SandboxedTool",

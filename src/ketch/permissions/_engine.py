@@ -80,6 +80,30 @@ def _read_only_now(tool: Tool) -> bool:
         return False
 
 
+@runtime_checkable
+class PrecheckedTool(Protocol):
+    """A tool that can tell, before it runs, that a call would fail (the ``edit`` and
+    ``write`` tools do: a file not read yet, or changed since). The engine asks
+    :meth:`precheck` before it asks the user (or pauses the run) about a call; a message
+    denies the call with that message as its result and nobody is asked."""
+
+    def precheck(self, args: dict[str, Any]) -> str | None:
+        """Why a call with ``args`` would fail now (the tool's error message), or None."""
+        ...
+
+
+def _precheck(tool: Tool, args: dict[str, Any]) -> str | None:
+    """The tool's :meth:`PrecheckedTool.precheck` message for a call (None when it has no
+    precheck, passes it, or the precheck itself fails)."""
+    if not isinstance(tool, PrecheckedTool):
+        return None
+    try:
+        problem = tool.precheck(args)
+    except Exception:
+        return None
+    return problem if isinstance(problem, str) and problem else None
+
+
 @dataclass(frozen=True, slots=True)
 class HookVerdict:
     """What a PreToolUse hook says about a call (``None`` fields: no opinion).
@@ -222,6 +246,9 @@ HOOK_DENIED = "Denied by a PreToolUse hook: {reason}"
 HOOK_STOPPED = "Stopped by a PreToolUse hook: {reason}"
 """The tool result of a call whose PreToolUse hook said ``"continue": false``."""
 STOPPED = "Permission denied: the run was stopped."
+PRECHECK = "tool precheck"
+"""``Decision.decided_by`` of a call denied because the tool's precheck says it would fail
+(:class:`PrecheckedTool`); its ``reason`` is the tool's message."""
 
 Outcome: TypeAlias = Literal["allow", "ask", "deny"]
 
@@ -260,7 +287,9 @@ class PermissionEngine:
     is none, with ``no_approver_message``, ``{tool}`` and ``{mode}`` filled in; or, with
     ``no_approver="pause"``, pause the run for approval: ``end_reason ==
     "approval_required"``, to be resumed with a decision, see :meth:`ketch.Agent.resume`;
-    a call resumed with approval is not asked again). Deny rules
+    a call resumed with approval is not asked again). Before asking or pausing, the tool's
+    precheck (:class:`PrecheckedTool`) runs: a call it says would fail is denied with its
+    message (``decided_by`` :data:`PRECHECK`) and nobody is asked. Deny rules
     win in every mode; arguments replaced by a hook or the callback are checked against
     them again. ``root`` is the workspace relative rule paths refer to; ``edit_tools``
     names the file-editing tools. ``protected`` are the workspace-relative paths the
@@ -702,15 +731,19 @@ class PermissionEngine:
     async def _ask(
         self, call: ToolCallInfo, tool: Tool, args: dict[str, Any], why: str, forced: bool
     ) -> tuple[Literal["allow", "deny", "approval_required"], str, str | None, bool]:
-        if self.approver is None:
-            if self.no_approver == "pause":
-                return "approval_required", why, f"{tool.name} needs approval ({why})", False
+        if self.approver is None and self.no_approver == "deny":
             return (
                 "deny",
                 "no approver",
                 self.no_approver_message.format(tool=tool.name, mode=self.mode),
                 False,
             )
+        # a call the tool would refuse anyway is not worth a question (nor a pause)
+        problem = _precheck(tool, args)
+        if problem is not None:
+            return "deny", PRECHECK, problem, False
+        if self.approver is None:
+            return "approval_required", why, f"{tool.name} needs approval ({why})", False
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -721,6 +754,9 @@ class PermissionEngine:
                     return "allow", again.decided_by, None, False
                 if again.outcome == "deny":
                     return "deny", again.decided_by, again.reason, False
+            problem = _precheck(tool, args)  # the files may have changed while this call waited
+            if problem is not None:
+                return "deny", PRECHECK, problem, False
             request = self.request_for(tool, args, why)
             try:
                 answer = await self.approver(request)

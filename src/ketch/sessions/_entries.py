@@ -42,7 +42,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     ``title`` is the text of the first user message (its text parts joined, runs of
     whitespace made one space, stripped, at most 80 characters),
-    ``message_count`` the number of ``message`` entries that are not detached, ``cost``
+    ``message_count`` the number of messages in the transcript (what resuming it gives:
+    the ``message`` entries that are not detached, as a rewind or a compaction left them), ``cost``
     the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
     ``updated`` the time of the newest entry, and ``forked_from`` the (session id, entry
     id) the session was forked at.
@@ -149,6 +150,10 @@ class Summary:
             if not self.title:
                 self.title = message_title(payload.get("message"))
                 return bool(self.title)
+        elif kind == "rewind" or kind == "compaction":  # the transcript is these messages now
+            ids = payload.get("message_ids")
+            if isinstance(ids, list):
+                self.message_count = len(ids)
         elif kind == "run_summary":
             cost = payload.get("cost")
             if isinstance(cost, (int, float)) and not isinstance(cost, bool):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import os
+import stat
 from typing import Any
 
 from ..loop import ToolContext
@@ -29,6 +30,7 @@ from ._idempotency import Change
 from ._idempotency import FileChangeTool
 from ._workspace import Workspace
 from ._workspace import WorkspaceError
+from ._workspace import hard_link_message
 from ._workspace import open_regular
 
 _DESCRIPTION = """Replace text in a file: `old_string` becomes `new_string`.
@@ -55,6 +57,7 @@ _PARAMETERS: dict[str, Any] = {
 }
 
 _DIFF_CONTENT_LINES = 300
+_MISSING = "File not found: {shown}. Use the write tool to create a new file."
 
 _FOLD = str.maketrans(
     {
@@ -352,13 +355,49 @@ def _closest_line(text: str, old: str) -> str:
     return f"\nThe most similar line is line {number}: {lines[number - 1].rstrip()}"
 
 
+def stale_problem(tool: FileChangeTool, path_arg: Any, action: str, *, missing: str | None) -> str | None:
+    """A file-changing call's precheck: the error it would get now from where its path
+    leads (outside the workspace, refused by a rule), a missing file (``missing``, a
+    format string with ``{shown}``; None: a missing file is fine), a file with more than
+    one hard link, or a file not read yet or changed since (``action`` is the verb of the
+    message). Nothing is opened."""
+    located = tool.locate(path_arg, write=True)
+    if isinstance(located, ToolResult):
+        return located.text
+    path, shown = located
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return missing.format(shown=shown) if missing is not None else None
+    except OSError:
+        return None  # the tool reports it
+    if not stat.S_ISREG(info.st_mode):
+        return None  # the tool refuses folders and special files with its own message
+    if info.st_nlink > 1:
+        return hard_link_message(shown, info.st_nlink)  # refused before anything else, as the tool does
+    try:
+        tool.workspace.check_fresh(path, info, None, action=action)
+    except WorkspaceError as exc:
+        return str(exc)
+    except OSError:
+        return None
+    return None
+
+
 class EditTool(FileChangeTool):
-    """The ``edit`` tool (sequential). See the module docstring for the matching rules."""
+    """The ``edit`` tool (sequential). See the module docstring for the matching rules.
+
+    :meth:`precheck` tells the permission engine, before it asks anyone, that an edit
+    would fail (a file not read yet, changed since, missing or refused)."""
 
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "edit", _DESCRIPTION, _PARAMETERS, "Edit")
+
+    def precheck(self, args: dict[str, Any]) -> str | None:
+        """Why an edit with ``args`` would fail now (:func:`stale_problem`), or None."""
+        return stale_problem(self, args.get("path", ""), "edit", missing=_MISSING)
 
     async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult | Change:
         ws = self.workspace
@@ -386,7 +425,7 @@ class EditTool(FileChangeTool):
                 data = f.read()
             ws.check_fresh(path, stat, data, action="edit")
         except FileNotFoundError:
-            return ToolResult.error(f"File not found: {shown}. Use the write tool to create a new file.")
+            return ToolResult.error(_MISSING.format(shown=shown))
         except WorkspaceError as exc:
             return ToolResult.error(str(exc))
         except OSError as exc:

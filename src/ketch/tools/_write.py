@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ._edit import stale_problem
 from ._edit import unified_diff
 from ._idempotency import Change
 from ._idempotency import FileChangeTool
@@ -62,12 +63,18 @@ def _plural(n: int, word: str) -> str:
 
 
 class WriteTool(FileChangeTool):
-    """The ``write`` tool (sequential). See the module docstring for its behaviour."""
+    """The ``write`` tool (sequential). See the module docstring for its behaviour;
+    :meth:`precheck` tells the permission engine before it asks that a write would fail."""
 
     __slots__ = ()
 
     def __init__(self, workspace: Workspace) -> None:
         super().__init__(workspace, "write", _DESCRIPTION, _PARAMETERS, "Write")
+
+    def precheck(self, args: dict[str, Any]) -> str | None:
+        """Why a write with ``args`` would fail now (an existing file not read yet or
+        changed since, a path refused), or None; see :func:`~ketch.tools._edit.stale_problem`."""
+        return stale_problem(self, args.get("path", ""), "overwrite", missing=None)
 
     async def _change(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult | Change:
         ws = self.workspace
