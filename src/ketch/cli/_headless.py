@@ -437,6 +437,22 @@ async def _run_in_session(
     finally:
         run_over()
         await built.session_end("other")
+    return _report(result, built, settings, model_name, session_id, output, stream, guard)
+
+
+def _report(
+    result: Any,
+    built: Built,
+    settings: Settings,
+    model_name: str,
+    session_id: str | None,
+    output: OutputFormat,
+    stream: _StreamJsonOut | None,
+    guard: BrokenPipeGuard,
+) -> int:
+    """Write the run's result in the output format and return the exit status."""
+    agent = built.agent
+    stdout = guard.stream
     denials = [
         Denied(tool_call_id=d.tool_call_id, tool_name=d.tool_name, reason=d.reason or "")
         for d in built.permissions.decisions
