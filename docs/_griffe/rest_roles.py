@@ -40,3 +40,7 @@ class RestRoles(griffe.Extension):
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
             obj.docstring.value = markdown(obj.docstring.value)
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        # the top package itself gets no on_object call
+        self.on_object(obj=pkg)
