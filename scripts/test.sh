@@ -63,5 +63,11 @@ python3 -m venv .venv
 npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error \
     @modelcontextprotocol/server-everything@2026.8.31
 .venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff check examples
 .venv/bin/mypy
+# The documentation site (mkdocs.yml, docs/, the API reference from the docstrings): a broken
+# link, a page missing from the nav or a reference that does not resolve fails here.
+# tests/docs/test_site.py reads the site built here (KETCH_DOCS_SITE) instead of building it again.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir .cache/site
+export KETCH_DOCS_SITE=.cache/site
 .venv/bin/pytest "$@"

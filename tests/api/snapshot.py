@@ -1,7 +1,7 @@
 """The released API as text: every public name of ketch's faces and its signature.
 
 ``python tests/api/snapshot.py --write`` rewrites ``tests/api/public_api.txt`` after a
-deliberate API change (record the change in the README's "Changes" section too).
+deliberate API change (record the change in CHANGELOG.md too, with how to upgrade).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def test_public_api_matches_the_released_snapshot() -> None:
     diff = "".join(difflib.unified_diff(released.splitlines(True), now.splitlines(True), "released", "now"))
     assert not diff, (
         "The public API changed. If that is deliberate, run 'python tests/api/snapshot.py --write' "
-        "and record the change in the README's Changes section.\n" + diff
+        "and record the change in CHANGELOG.md (with how to upgrade).\n" + diff
     )
 
 
