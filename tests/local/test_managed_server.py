@@ -81,7 +81,7 @@ def test_the_server_stops_when_ketch_exits(installed: None) -> None:
 
 
 def test_the_server_dies_with_a_killed_ketch(installed: None) -> None:
-    process = run_python(START_AND_PRINT_PID + "\nimport time\ntime.sleep(600)\n")
+    process = run_python(textwrap.dedent(START_AND_PRINT_PID) + "import time\ntime.sleep(600)\n")
     assert process.stdout is not None
     pid = int(process.stdout.readline().split()[0])
     assert not gone(pid)

@@ -402,8 +402,8 @@ async def _stream(meta: _Meta, body: Mapping[str, Any]) -> AsyncGenerator[_Chunk
                     yield chunk
                     if finished:
                         return
-        except aiohttp.ClientConnectionError as exc:
-            raise _ServerGone(str(exc)) from None
+        except aiohttp.ClientError as exc:  # the connection, or a body cut short
+            raise _ServerGone(str(exc) or type(exc).__name__) from None
         raise _ServerGone("the server closed the stream before the end of the answer")
     finally:
         if finished:
