@@ -348,7 +348,9 @@ def _error_of(status: int, data: bytes) -> ModelError:
 
 
 def _headers(meta: _Meta) -> dict[str, str]:
-    return {"authorization": f"Bearer {meta.key}", "content-type": "application/json"}
+    # No keep-alive: the server closes an idle connection after a few seconds, and a
+    # request sent on it would fail; a new loopback connection costs microseconds.
+    return {"authorization": f"Bearer {meta.key}", "content-type": "application/json", "connection": "close"}
 
 
 async def _post(meta: _Meta, path: str, body: Mapping[str, Any]) -> Any:
