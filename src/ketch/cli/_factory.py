@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from typing import Literal
 
+import msgspec
+
 from .. import Agent
 from .._paths import glob_escape
 from ..context import Compactor
@@ -260,6 +262,29 @@ def embedded_system_prompt() -> str:
         "You are ketch, a helpful assistant in the current directory. "
         "When a tool returns a result, copy every line of it into your answer."
     )
+
+
+EMBEDDED_TOOLS: tuple[str, ...] = ("read", "ls", "find", "write", "bash")
+"""The tools the embedded model gets when none are configured: few, so that its forced
+first call picks among what a 135M model can use (read, list, find, create; rename and
+count with bash)."""
+
+EMBEDDED_NOTICE = (
+    "ketch: running the small embedded model (SmolLM2-135M, offline): it does one file task per "
+    "question (read, list, count, create or rename a file) and its answers can be wrong; "
+    "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY) or --model for more"
+)
+"""The one line on stderr when a command first runs the embedded model."""
+
+_told = False
+
+
+def _tell_embedded() -> None:
+    global _told
+    if not _told:
+        _told = True
+        sys.stderr.write(EMBEDDED_NOTICE + "\n")
+        sys.stderr.flush()
 
 
 def _is_embedded(model: Model) -> bool:
@@ -496,6 +521,11 @@ def build_agent(
     gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
+    embedded = _is_embedded(resolved)
+    if embedded:
+        _tell_embedded()
+        if settings.tools is None:
+            settings = msgspec.structs.replace(settings, tools=list(EMBEDDED_TOOLS))
     tools, runner, permissions = build_gated_tools(
         settings,
         root,
@@ -506,7 +536,6 @@ def build_agent(
         session_id=session.id if session is not None else None,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
-    embedded = _is_embedded(resolved)
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":
@@ -518,6 +547,12 @@ def build_agent(
         # The 135M model keeps calling tools when left to choose: after the forced call it
         # answers from the result.
         chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
+        config["prepare_next_turn"] = chooser
+    elif embedded and tool_choice is None and tools:
+        # Left to choose, the 135M model answers from nothing (no call, an invented
+        # answer): its first call of each run is a grammar-constrained call of one of its
+        # tools, and it answers from the result.
+        chooser = _FirstCallToolChoice(options, "required", "none")
         config["prepare_next_turn"] = chooser
 
     manager = Compactor() if settings.compaction else None
