@@ -21,6 +21,7 @@ from ketch.cli._factory import BUILTIN_TOOLS
 from ketch.cli._factory import EMBEDDED_NOTICE
 from ketch.cli._factory import EMBEDDED_TOOLS
 from ketch.cli._factory import build_agent
+from ketch.cli._factory import route_embedded
 from ketch.llm._providers.local import LocalModel
 
 
@@ -35,6 +36,37 @@ def test_the_embedded_model_calls_a_tool_first_then_answers(tmp_path: Path) -> N
     assert chooser.options.tool_choice == "none"
     built.arm()  # every run starts with a call again
     assert chooser.options.tool_choice == "required"
+
+
+def test_the_first_call_follows_the_words_of_the_request(tmp_path: Path) -> None:
+    info: Any = None
+    built = build_agent(Settings(), tmp_path, approver=None, model=LocalModel("smollm2"))
+    chooser = built.tool_choice
+    assert chooser is not None
+    expected = {
+        "What does notes.txt say?": "read",
+        "List the files here.": "ls",
+        "Find the markdown files.": "find",
+        "Create hello.py that prints hello.": "write",
+        "How many lines are in data.csv?": "bash",
+        "Rename a.txt to b.txt.": "bash",
+        "Hello!": "required",  # no action named: the model picks one of its tools
+    }
+    for text, tool in expected.items():
+        built.arm()
+        chooser.route(text)
+        assert chooser.options.tool_choice == tool, text
+        chooser(info)
+        assert chooser.options.tool_choice == "none"
+    assert route_embedded("What does notes.txt say?", ["ls"]) == "required"  # read is not offered
+
+
+def test_a_forced_tool_is_not_routed(tmp_path: Path) -> None:
+    built = build_agent(Settings(), tmp_path, approver=None, tool_choice="ls", model=LocalModel("smollm2"))
+    assert built.tool_choice is not None
+    built.arm()
+    built.tool_choice.route("What does notes.txt say?")
+    assert built.tool_choice.options.tool_choice == "ls"
 
 
 def test_the_embedded_model_gets_few_tools_unless_tools_are_configured(tmp_path: Path) -> None:

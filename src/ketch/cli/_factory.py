@@ -256,11 +256,13 @@ def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
 def embedded_system_prompt() -> str:
     """The system prompt of the embedded 135M model when none is configured: short, no
     absolute path (the model would copy it into calls), no example call (the model
-    repeats it as its answer), and the one instruction that made its answers after a
-    tool complete most often (3 of 4 sample folders, against 1 of 4 before)."""
+    repeats it as its answer), which of its tools (:data:`EMBEDDED_TOOLS`) does what
+    (without it, it chose ``write`` for "what does notes.txt say?"), and the one
+    instruction that made its answers after a tool complete most often."""
     return (
-        "You are ketch, a helpful assistant in the current directory. "
-        "When a tool returns a result, copy every line of it into your answer."
+        "You are ketch, working in the current directory. read shows a file; ls lists a folder; "
+        "find finds files by name; write creates a file; bash runs wc -l (count lines) or mv (rename). "
+        "Copy every line a tool returns into your answer."
     )
 
 
@@ -316,19 +318,49 @@ def context_reserve(window: int, max_tokens: int | None) -> int:
     return reserve
 
 
+_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bash", ("rename", "move ", " mv ", "how many", "count ", "number of")),
+    ("write", ("create", "write", "new file", "save ")),
+    ("find", ("find ", "search", "where is", "locate")),
+    ("ls", ("list", "what files", "which files", "files in", "files are", "folder", "directory")),
+    ("read", ("what does", "say", "show me", "read", "content", "what is in", "about", "open ")),
+)
+"""For the embedded model: words of a request and the tool its first call uses (the
+first row with a match wins); a 135M model left to pick among its tools mostly picks
+``write``."""
+
+
+def route_embedded(text: str, tools: Sequence[str]) -> str:
+    """The tool the embedded model's first call uses for ``text`` (:data:`_ROUTES`), or
+    ``required`` (the model picks) when no row matches or its tool is not offered."""
+    low = f" {text.lower()} "
+    for tool, words in _ROUTES:
+        if tool in tools and any(w in low for w in words):
+            return tool
+    return "required"
+
+
 class _FirstCallToolChoice:
     """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run
     only; later calls use ``after`` (None: the model chooses)."""
 
-    __slots__ = ("after", "choice", "options")
+    __slots__ = ("after", "choice", "options", "routes")
 
-    def __init__(self, options: StreamOptions, choice: str, after: str | None = None) -> None:
+    def __init__(
+        self, options: StreamOptions, choice: str, after: str | None = None, routes: Sequence[str] = ()
+    ) -> None:
         self.options = options
         self.choice = choice
         self.after = after
+        self.routes = tuple(routes)  # the embedded model's tools: its first call follows the request's words
 
     def arm(self) -> None:
         self.options.tool_choice = self.choice
+
+    def route(self, text: str) -> None:
+        """Pick the first call's tool from ``text`` (:func:`route_embedded`), when routing."""
+        if self.routes and self.options.tool_choice == self.choice:
+            self.options.tool_choice = route_embedded(text, self.routes)
 
     def __call__(self, info: TurnInfo) -> NextTurn | None:
         self.options.tool_choice = self.after
@@ -371,6 +403,8 @@ class Built:
 
     async def prompt(self, text: str) -> RunResult:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+        if self.tool_choice is not None:
+            self.tool_choice.route(text)
         if self.hooks is not None:
             return await self.hooks.prompt(self.agent, text)
         return await self.agent.prompt(text)
@@ -550,9 +584,10 @@ def build_agent(
         config["prepare_next_turn"] = chooser
     elif embedded and tool_choice is None and tools:
         # Left to choose, the 135M model answers from nothing (no call, an invented
-        # answer): its first call of each run is a grammar-constrained call of one of its
-        # tools, and it answers from the result.
-        chooser = _FirstCallToolChoice(options, "required", "none")
+        # answer): its first call of each run is a grammar-constrained call of the tool
+        # the request's words name (else of one of its tools), and it answers from the
+        # result.
+        chooser = _FirstCallToolChoice(options, "required", "none", routes=[t.name for t in tools])
         config["prepare_next_turn"] = chooser
 
     manager = Compactor() if settings.compaction else None
