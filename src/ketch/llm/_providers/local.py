@@ -119,6 +119,9 @@ DEFAULT_MODEL_IDS = frozenset({"", "default", "smollm2"})
 ENGINE = "llama-server"
 """What runs local models: llama.cpp's server (:mod:`ketch.llm._llama_server`)."""
 
+server_binary = servers.server_binary
+"""The ``llama-server`` binary local models run (see :func:`ketch.llm._llama_server.server_binary`)."""
+
 _DEFAULT_OPTIONS = StreamOptions()
 _FIRST_SENTENCE_MAX = 160  # characters of a tool's description in the compact tool section
 
