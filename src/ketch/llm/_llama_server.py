@@ -228,6 +228,18 @@ class ManagedServer:
         process = self._process
         return process is not None and process.poll() is None
 
+    def exits(self, timeout: float) -> bool:
+        """Whether the server process is gone, or goes within ``timeout`` seconds (a
+        killed process closes its sockets before it can be reaped)."""
+        process = self._process
+        if process is None:
+            return True
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def start(self) -> concurrent.futures.Future[ServerInfo]:
         """The server's start: the one in progress, the finished one while the process
         runs, else a new one (also after the process died)."""

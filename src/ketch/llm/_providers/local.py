@@ -883,7 +883,7 @@ class LocalModel:
                             yield event
                     return
                 except _ServerGone as gone:
-                    if streamed[0] or restarted or server.alive():
+                    if streamed[0] or restarted or not await asyncio.to_thread(server.exits, 5.0):
                         tail = server.log_tail()
                         raise NetworkError(
                             f"The local model server failed during the request ({gone})"
