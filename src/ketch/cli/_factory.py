@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from typing import Literal
 
+import msgspec
+
 from .. import Agent
 from .._paths import glob_escape
 from ..context import Compactor
@@ -259,12 +261,37 @@ def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
 def embedded_system_prompt() -> str:
     """The system prompt of the embedded 135M model when none is configured: short, no
     absolute path (the model would copy it into calls), no example call (the model
-    repeats it as its answer), and the one instruction that made its answers after a
-    tool complete most often (3 of 4 sample folders, against 1 of 4 before)."""
+    repeats it as its answer), which of its tools (:data:`EMBEDDED_TOOLS`) does what
+    (without it, it chose ``write`` for "what does notes.txt say?"), and the one
+    instruction that made its answers after a tool complete most often."""
     return (
-        "You are ketch, a helpful assistant in the current directory. "
-        "When a tool returns a result, copy every line of it into your answer."
+        "You are ketch, working in the current directory. read shows a file; ls lists a folder; "
+        "find finds files by name; write creates a file; bash runs wc -l (count lines) or mv (rename). "
+        "Copy every line a tool returns into your answer."
     )
+
+
+EMBEDDED_TOOLS: tuple[str, ...] = ("read", "ls", "find", "write", "bash")
+"""The tools the embedded model gets when none are configured: few, so that its forced
+first call picks among what a 135M model can use (read, list, find, create; rename and
+count with bash)."""
+
+EMBEDDED_NOTICE = (
+    "ketch: running the small embedded model (SmolLM2-135M, offline): it does one file task per "
+    "question (read, list, count, create or rename a file) and its answers can be wrong; "
+    "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY) or --model for more"
+)
+"""The one line on stderr when a command first runs the embedded model."""
+
+_told = False
+
+
+def _tell_embedded() -> None:
+    global _told
+    if not _told:
+        _told = True
+        sys.stderr.write(EMBEDDED_NOTICE + "\n")
+        sys.stderr.flush()
 
 
 def _is_embedded(model: Model) -> bool:
@@ -296,19 +323,49 @@ def context_reserve(window: int, max_tokens: int | None) -> int:
     return reserve
 
 
+_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bash", ("rename", "move ", " mv ", "how many", "count ", "number of")),
+    ("write", ("create", "write", "new file", "save ")),
+    ("find", ("find ", "search", "where is", "locate")),
+    ("ls", ("list", "what files", "which files", "files in", "files are", "folder", "directory")),
+    ("read", ("what does", "say", "show me", "read", "content", "what is in", "about", "open ")),
+)
+"""For the embedded model: words of a request and the tool its first call uses (the
+first row with a match wins); a 135M model left to pick among its tools mostly picks
+``write``."""
+
+
+def route_embedded(text: str, tools: Sequence[str]) -> str:
+    """The tool the embedded model's first call uses for ``text`` (:data:`_ROUTES`), or
+    ``required`` (the model picks) when no row matches or its tool is not offered."""
+    low = f" {text.lower()} "
+    for tool, words in _ROUTES:
+        if tool in tools and any(w in low for w in words):
+            return tool
+    return "required"
+
+
 class _FirstCallToolChoice:
     """``prepare_next_turn``: forces ``tool_choice`` on the first model call of each run
     only; later calls use ``after`` (None: the model chooses)."""
 
-    __slots__ = ("after", "choice", "options")
+    __slots__ = ("after", "choice", "options", "routes")
 
-    def __init__(self, options: StreamOptions, choice: str, after: str | None = None) -> None:
+    def __init__(
+        self, options: StreamOptions, choice: str, after: str | None = None, routes: Sequence[str] = ()
+    ) -> None:
         self.options = options
         self.choice = choice
         self.after = after
+        self.routes = tuple(routes)  # the embedded model's tools: its first call follows the request's words
 
     def arm(self) -> None:
         self.options.tool_choice = self.choice
+
+    def route(self, text: str) -> None:
+        """Pick the first call's tool from ``text`` (:func:`route_embedded`), when routing."""
+        if self.routes and self.options.tool_choice == self.choice:
+            self.options.tool_choice = route_embedded(text, self.routes)
 
     def __call__(self, info: TurnInfo) -> NextTurn | None:
         self.options.tool_choice = self.after
@@ -351,6 +408,8 @@ class Built:
 
     async def prompt(self, text: str) -> RunResult:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+        if self.tool_choice is not None:
+            self.tool_choice.route(text)
         if self.hooks is not None:
             return await self.hooks.prompt(self.agent, text)
         return await self.agent.prompt(text)
@@ -537,6 +596,11 @@ def build_agent(
     gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
+    embedded = _is_embedded(resolved)
+    if embedded:
+        _tell_embedded()
+        if settings.tools is None:
+            settings = msgspec.structs.replace(settings, tools=list(EMBEDDED_TOOLS))
     tools, runner, permissions = build_gated_tools(
         settings,
         root,
@@ -547,7 +611,6 @@ def build_agent(
         session_id=session.id if session is not None else None,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
-    embedded = _is_embedded(resolved)
     chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
     if tool_choice is not None and tool_choice != "auto":
@@ -559,6 +622,13 @@ def build_agent(
         # The 135M model keeps calling tools when left to choose: after the forced call it
         # answers from the result.
         chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
+        config["prepare_next_turn"] = chooser
+    elif embedded and tool_choice is None and tools:
+        # Left to choose, the 135M model answers from nothing (no call, an invented
+        # answer): its first call of each run is a grammar-constrained call of the tool
+        # the request's words name (else of one of its tools), and it answers from the
+        # result.
+        chooser = _FirstCallToolChoice(options, "required", "none", routes=[t.name for t in tools])
         config["prepare_next_turn"] = chooser
 
     manager = Compactor() if settings.compaction else None

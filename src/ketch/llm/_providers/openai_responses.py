@@ -418,8 +418,11 @@ def _set_usage(builder: MessageBuilder, usage: _Usage | None) -> None:
     builder.set_usage(input=max(0, usage.input_tokens - cached), output=usage.output_tokens, cache_read=cached)
 
 
-def _finish(builder: MessageBuilder, response: _Response, kind: str) -> StreamDone:
-    """The terminal event for ``response.completed``/``incomplete``/``failed``."""
+def _finish(builder: MessageBuilder, response: _Response, kind: str, limit: int | None = None) -> StreamDone:
+    """The terminal event for ``response.completed``/``incomplete``/``failed``. A
+    response that reports ``completed`` with as many output tokens as the request's
+    ``max_output_tokens`` (``limit``) was cut there (llama.cpp's server says so): its
+    stop reason is ``length``."""
     if response.id:
         builder.message.response_id = response.id
     _set_usage(builder, response.usage)
@@ -433,6 +436,8 @@ def _finish(builder: MessageBuilder, response: _Response, kind: str) -> StreamDo
         if reason == "content_filter":
             raise ContentFilterError("The response was stopped by the content filter")
         raise ModelError(f"The response is incomplete ({reason or 'no reason given'})")
+    if limit is not None and response.usage is not None and response.usage.output_tokens >= limit:
+        return builder.done("length")
     return builder.done()
 
 
@@ -456,10 +461,11 @@ class ResponsesStreamState:
     :class:`~ketch.llm._errors.ServerError`, never an assertion.
     """
 
-    __slots__ = ("_builder", "_by_id", "_by_output", "_open", "_streamed")
+    __slots__ = ("_builder", "_by_id", "_by_output", "_limit", "_open", "_streamed")
 
-    def __init__(self, builder: MessageBuilder) -> None:
+    def __init__(self, builder: MessageBuilder, limit: int | None = None) -> None:
         self._builder = builder
+        self._limit = limit  # the request's max_output_tokens
         # item id / output_index -> content index in the message
         self._by_id: dict[str, int] = {}
         self._by_output: dict[int, int] = {}
@@ -550,7 +556,7 @@ class ResponsesStreamState:
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             if event.response is None:
                 raise error_for_kind("server")(f"{kind} without a response")
-            return [_finish(b, event.response, kind)]
+            return [_finish(b, event.response, kind, self._limit)]
         if kind == "error":
             code, message = event.code, event.message
             if event.error is not None:
@@ -626,17 +632,18 @@ def _message_text(item: _Item) -> str:
     return "".join(p.text or p.refusal for p in item.content)
 
 
-def parse_response(body: bytes, builder: MessageBuilder) -> list[StreamEvent]:
-    """The stream events for a complete (non-streaming) response body.
+def parse_response(body: bytes, builder: MessageBuilder, limit: int | None = None) -> list[StreamEvent]:
+    """The stream events for a complete (non-streaming) response body (``limit``: the
+    request's ``max_output_tokens``).
 
     Raises the classified :class:`ModelError` for a failed response.
     """
     response = _response_decoder.decode(body)
-    state = ResponsesStreamState(builder)
+    state = ResponsesStreamState(builder, limit)
     events: list[StreamEvent] = []
     for index, item in enumerate(response.output):
         events.extend(state._item_done(_Event(type="response.output_item.done", output_index=index, item=item)))
-    events.append(_finish(builder, response, "response.completed"))
+    events.append(_finish(builder, response, "response.completed", limit))
     return events
 
 
@@ -696,11 +703,11 @@ class OpenAIResponsesModel(HTTPModel):
         self, events: SSEEvents, builder: MessageBuilder, request: HTTPRequest
     ) -> AsyncIterator[StreamEvent]:
         """Stream events from the Responses API's server-sent events."""
-        return feed_events(events, ResponsesStreamState(builder).feed)
+        return feed_events(events, ResponsesStreamState(builder, _limit(request)).feed)
 
     def parse_response(self, data: bytes, builder: MessageBuilder, request: HTTPRequest) -> Iterator[StreamEvent]:
         """Stream events for a complete response object."""
-        return iter(parse_response(data, builder))
+        return iter(parse_response(data, builder, _limit(request)))
 
     def classify(self, status: int, body: bytes, headers: Mapping[str, str]) -> ModelError:
         """Shared classification, except that a 503 means overloaded whatever the body."""
@@ -708,3 +715,9 @@ class OpenAIResponsesModel(HTTPModel):
         if status == 503 and error.kind == "server":
             return OverloadedError(error.message, status=status, retry_after=error.retry_after, body=error.body)
         return error
+
+
+def _limit(request: HTTPRequest) -> int | None:
+    """The ``max_output_tokens`` a request asked for (None: no limit)."""
+    limit = request.body.get("max_output_tokens")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None

