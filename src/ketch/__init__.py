@@ -68,6 +68,7 @@ from .loop import tool_guardrail
 
 if TYPE_CHECKING:
     from .llm._resolve import get_model
+    from .loop._capability import Capability
     from .loop._output import RejectOutput
     from .tools._decorator import tool
 
@@ -79,6 +80,7 @@ __all__ = [
     "AgentSession",
     "AgentState",
     "AssistantMessage",
+    "Capability",
     "Conversation",
     "CustomMessage",
     "Guardrail",
@@ -130,6 +132,10 @@ def __getattr__(name: str) -> Any:
         from .tools._decorator import tool
 
         return tool
+    if name == "Capability":
+        from .loop._capability import Capability
+
+        return Capability
     if name == "RejectOutput":
         from .loop._output import RejectOutput
 

@@ -16,8 +16,6 @@ from ketch.cli._instructions import HEADER
 from ketch.cli._instructions import MAX_FILE_BYTES
 from ketch.cli._instructions import MAX_IMPORT_DEPTH
 from ketch.cli._instructions import load_instructions
-from ketch.llm import SystemBlock
-from ketch.llm import SystemPrompt
 from ketch.testing import ScriptedModel
 
 
@@ -154,12 +152,12 @@ async def test_the_agent_sends_the_instructions_as_the_last_system_block(layout:
     write(project / "AGENTS.md", "Run make test before committing.")
     model = ScriptedModel(["ok"])
     built = build_agent(Settings(tools=["read"]), cwd, approver=None, model=model, environ=env)
-    prompt = built.agent.system_prompt
-    assert isinstance(prompt, SystemPrompt)
-    base, block = prompt.blocks
-    assert base.text.startswith("You are ketch") and block == SystemBlock(built.instructions.text)
+    # the instructions are a capability: the agent's own prompt stays the base, every
+    # request carries the instructions as its last block
+    assert built.agent.system_prompt.startswith("You are ketch") and "AGENTS.md" not in built.agent.system_prompt
     await built.agent.prompt("hi")
     sent = model.requests[0].system_prompt
+    assert sent == f"{built.agent.system_prompt}\n\n{built.instructions.text}"
     assert sent.endswith("## AGENTS.md\n\nRun make test before committing.")
     assert built.instructions.describe() == [
         f"AGENTS.md (project, 32 bytes) {project / 'AGENTS.md'}",

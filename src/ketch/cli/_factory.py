@@ -639,6 +639,9 @@ def build_agent(
             manager.pre_compact = runner.pre_compact
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
+    project = instructions.capability() if instructions is not None else None
+    if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
+        config["capabilities"] = [project]
     if session is not None:
         config["session"] = session
     agent = Agent(
@@ -710,8 +713,8 @@ def _system_prompt(
     environ: Mapping[str, str] | None,
     permissions: PermissionEngine,
 ) -> tuple[str, Any]:
-    """The system prompt (the setting, the embedded model's own, or the default) with
-    the project's instructions (not for the embedded model), and those instructions."""
+    """The system prompt (the setting, the embedded model's own, or the default) and the
+    project's instructions (none for the embedded model)."""
     if settings.system_prompt is not None:
         system_prompt = settings.system_prompt
     elif embedded:
@@ -723,5 +726,4 @@ def _system_prompt(
         from ._instructions import load_instructions
 
         instructions = load_instructions(root, environ=environ, hidden=permissions.hidden_paths(all_rules=True))
-        system_prompt = instructions.system_prompt(system_prompt)
     return system_prompt, instructions

@@ -46,6 +46,7 @@ from .._paths import glob_escape
 from .._paths import names_path
 from ..llm import SystemBlock
 from ..llm import SystemPrompt
+from ..loop import Capability
 from ._config import config_dir
 from ._config import project_root
 
@@ -97,6 +98,13 @@ class Instructions:
         for f in self.files:
             parts.append(f"## {f.label}\n\n{f.text.strip()}")
         return "\n\n".join(parts)
+
+    def capability(self) -> Capability | None:
+        """The instructions as a capability: their block follows the agent's system prompt
+        in every request (None when there are no files)."""
+        if not self.files:
+            return None
+        return Capability.of("project instructions", instructions=self.text)
 
     def system_prompt(self, base: str) -> str:
         """``base`` followed by the instructions, as a :class:`~ketch.llm.SystemPrompt`

@@ -48,6 +48,8 @@ from ._guardrails import ToolResultCheck
 from ._guardrails import input_guardrail
 from ._guardrails import output_guardrail
 from ._guardrails import tool_guardrail
+from ._next import Continue
+from ._next import End
 from ._options import INHERITANCE
 from ._options import Inheritance
 from ._options import Rule
@@ -83,6 +85,7 @@ __all__ = [
     "INHERITANCE",
     "OUTPUT_TOOL_NAME",
     "AfterToolCallResult",
+    "AfterTurnCheck",
     "AgentEnd",
     "AgentEvent",
     "AgentOptions",
@@ -90,14 +93,18 @@ __all__ = [
     "ApprovalRequired",
     "Approve",
     "BeforeToolCallResult",
+    "Capability",
     "CompactionEnd",
     "CompactionStart",
     "ContextManager",
     "ContextRequest",
+    "Continue",
+    "Contribution",
     "Conversation",
     "Decision",
     "Deny",
     "Edit",
+    "End",
     "Guardrail",
     "GuardrailResult",
     "GuardrailTrip",
@@ -124,6 +131,7 @@ __all__ = [
     "RunState",
     "RunStream",
     "RunSummary",
+    "StopCheck",
     "StopDecision",
     "StopInfo",
     "Tool",
@@ -161,6 +169,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._capability import AfterTurnCheck
+    from ._capability import Capability
+    from ._capability import Contribution
+    from ._capability import StopCheck
     from ._output import OUTPUT_TOOL_NAME
     from ._output import OutputMode
     from ._output import OutputStream
@@ -170,10 +182,17 @@ if TYPE_CHECKING:
 _OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
 
 
+_CAPABILITY_NAMES = frozenset({"AfterTurnCheck", "Capability", "Contribution", "StopCheck"})
+
+
 def __getattr__(name: str) -> Any:
-    # Typed output is imported with its first use, not with the loop.
+    # Typed output and the capability seam are imported with their first use, not with the loop.
     if name in _OUTPUT_NAMES:
         from . import _output
 
         return getattr(_output, name)
+    if name in _CAPABILITY_NAMES:
+        from . import _capability
+
+        return getattr(_capability, name)
     raise AttributeError(f"module 'ketch.loop' has no attribute {name!r}")

@@ -146,10 +146,7 @@ class ModelCall:
             try:
                 conversation = run.conversation
                 messages = conversation.view.build(conversation.messages, run.repair)
-                system = conversation.system_prompt
-                if run.output is not None:
-                    system = run.output.system_prompt(system)
-                self._stream = run.model.stream(Request.of(system, messages, run.tool_specs), run.plain_options)
+                self._stream = run.model.stream(Request.of(run.system(), messages, run.tool_specs), run.plain_options)
             except Exception as exc:
                 self._failed = run.error_message(exception_text(exc))
         stream = self._stream
@@ -334,8 +331,7 @@ class ModelCall:
         options = msgspec.structs.replace(
             options, thinking=run.thinking, signal=run.signal, api_key=api_key or options.api_key, max_tokens=cap
         )
-        system = conversation.system_prompt if run.output is None else run.output.system_prompt(conversation.system_prompt)
-        return Request.of(system, llm, run.tool_specs), options
+        return Request.of(run.system(), llm, run.tool_specs), options
 
     def _ended(self) -> AssistantMessage:
         """The message the stream ended with: its terminal message, or an error message

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Generic
 from typing import Literal
@@ -40,6 +41,9 @@ from ._repair import LLMView
 from ._tool import Deps
 from ._tool import Tool
 from ._tool import ToolResult
+
+if TYPE_CHECKING:
+    from ._capability import Capability
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
@@ -356,6 +360,7 @@ class LoopConfig(Generic[Deps]):
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None = None
     context_manager: ContextManager | None = None
     guardrails: Sequence[Guardrail] = ()
+    capabilities: Sequence[Capability] = ()
     phase: PhaseRef | None = None
     skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
@@ -404,6 +409,7 @@ class AgentOptions(TypedDict, Generic[Deps], total=False):
     prepare_next_turn: Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]] | None
     context_manager: ContextManager | None
     guardrails: Sequence[Guardrail]
+    capabilities: Sequence[Capability]
     deps: Deps
 
     output_type: Any

@@ -81,6 +81,8 @@ class Checks:
             self.after_turn.append(PrepareNextTurn(run, cfg.prepare_next_turn))
         if cfg.stop_when:
             self.after_turn.append(StopWhen(run, cfg.stop_when))
+        added_after_turn, added_at_stop = run.added_checks  # the capabilities' (ketch.loop._capability)
+        self.after_turn += [AfterTurn(run, check) for check in added_after_turn]
 
         self.at_stop: list[Check] = []
         if cfg.length_recoveries > 0:
@@ -94,6 +96,7 @@ class Checks:
             self.at_stop.append(OutputText(output))
         if guard is not None:
             self.at_stop.append(guard)
+        self.at_stop += [AtStop(run, check) for check in added_at_stop]
         if cfg.on_stop is not None:
             self.at_stop.append(OnStop(run, cfg.on_stop))
         self.signal = run.signal
@@ -281,3 +284,42 @@ class OnStop:
             return End("stop_guard", decision.reason or "on_stop escalated")
         injected = decision.injected()
         return None if injected is None else Continue([injected])
+
+
+# -- the capabilities' checks ------------------------------------------------------------------
+
+
+class AfterTurn:
+    """A capability's check after a turn: its answer (continue, end) or None."""
+
+    __slots__ = ("check", "run")
+
+    def __init__(self, run: Run, check: Callable[[TurnInfo], Any]) -> None:
+        self.run = run
+        self.check = check
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        return _checked(await maybe_await(self.check(turn_info(self.run, turn))), self.check)
+
+
+class AtStop:
+    """A capability's check when the model would end the run without tool calls."""
+
+    __slots__ = ("check", "run")
+
+    def __init__(self, run: Run, check: Callable[[StopInfo], Any]) -> None:
+        self.run = run
+        self.check = check
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        if turn.message.tool_calls:
+            return None
+        run = self.run
+        return _checked(await maybe_await(self.check(StopInfo(run.turn, turn.message, run.conversation))), self.check)
+
+
+def _checked(answer: Any, check: Any) -> Next | None:
+    """A capability check's answer, which must be a Continue, an End or None."""
+    if answer is None or type(answer) is Continue or type(answer) is End:
+        return answer
+    raise TypeError(f"check {check!r} must return Continue, End or None, got {type(answer).__name__}")

@@ -41,25 +41,12 @@ from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
 from ._guardrails import GuardrailTrip
+from ._next import EndReason as EndReason
 from ._state import RunState
 from ._tool import ToolResult
 
 T = TypeVar("T")
 
-EndReason: TypeAlias = Literal[
-    "stop",
-    "max_turns",
-    "max_budget",
-    "aborted",
-    "error",
-    "stop_guard",
-    "approval_required",
-    "usage_limit",
-    "output_invalid",
-    "guardrail",
-    "stop_sequence",
-    "denied",
-]
 
 
 class RunSummary(msgspec.Struct, kw_only=True):

@@ -51,6 +51,8 @@ from ..llm._stream import StreamEvent
 from ..llm._stream import is_closable
 from ._next import Continue
 from ._next import End
+from ._next import GuardrailKind as GuardrailKind
+from ._next import GuardrailTrip as GuardrailTrip
 from ._next import Next
 from ._next import Turn
 from ._tool import ToolResult
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
     from ._config import ToolCallInfo
     from ._output import OutputRun
 
-GuardrailKind: TypeAlias = Literal["input", "output", "tool_call", "tool_result"]
 
 
 class GuardrailResult(msgspec.Struct, kw_only=True, frozen=True):
@@ -85,20 +86,6 @@ class GuardrailResult(msgspec.Struct, kw_only=True, frozen=True):
         """End the run (``end_reason == "guardrail"``); ``info`` is kept on the summary
         (keep it JSON-encodable: it travels in the ``agent_end`` event)."""
         return cls(action="trip", message=message, info=info)
-
-
-class GuardrailTrip(msgspec.Struct, kw_only=True, frozen=True):
-    """The guardrail that ended a run (``RunSummary.guardrail``)."""
-
-    name: str
-    kind: GuardrailKind
-    message: str | None = None
-    info: Any = None
-
-    @property
-    def text(self) -> str:
-        """``Guardrail "<name>" tripped[: <message>]`` (the run's ``error``)."""
-        return f'Guardrail "{self.name}" tripped' + (f": {self.message}" if self.message else "")
 
 
 @dataclass(frozen=True, slots=True)

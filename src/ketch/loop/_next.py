@@ -7,28 +7,63 @@ before the next model call, :class:`End` with the run's end reason and error, or
 return ``Next | None`` (None: no opinion, ask the next check); the skeleton
 (:meth:`ketch.loop._run._Run.events`) matches on the answer.
 
-A leaf module at run time (only the annotations name the rest of the loop).
+A leaf of the loop at run time (it imports only the messages; the annotations name the rest).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
 from typing import NoReturn
 from typing import TypeAlias
 
 import msgspec
 
+from ..llm._messages import Message
+
 if TYPE_CHECKING:
     from ..llm._messages import AssistantMessage
-    from ..llm._messages import Message
     from ..llm._messages import ToolCall
     from ..llm._messages import ToolResultMessage
     from ._config import TurnInfo
-    from ._events import EndReason
     from ._execute import BatchResult
-    from ._guardrails import GuardrailTrip
     from ._state import RunState
+
+
+EndReason: TypeAlias = Literal[
+    "stop",
+    "max_turns",
+    "max_budget",
+    "aborted",
+    "error",
+    "stop_guard",
+    "approval_required",
+    "usage_limit",
+    "output_invalid",
+    "guardrail",
+    "stop_sequence",
+    "denied",
+]
+"""Why a run ended (:attr:`RunSummary.end_reason <ketch.loop.RunSummary.end_reason>`)."""
+
+GuardrailKind: TypeAlias = Literal["input", "output", "tool_call", "tool_result"]
+"""Where a guardrail runs."""
+
+
+class GuardrailTrip(msgspec.Struct, kw_only=True, frozen=True):
+    """The guardrail that ended a run (``RunSummary.guardrail``)."""
+
+    name: str
+    kind: GuardrailKind
+    message: str | None = None
+    info: Any = None
+
+    @property
+    def text(self) -> str:
+        """``Guardrail "<name>" tripped[: <message>]`` (the run's ``error``)."""
+        return f'Guardrail "{self.name}" tripped' + (f": {self.message}" if self.message else "")
 
 
 class Continue(msgspec.Struct, frozen=True):

@@ -111,6 +111,9 @@ INHERITANCE: dict[str, Rule] = {
         "the child's definition may give it its own",
     ),
     "guardrails": Rule("inherit", "input, output and tool guardrails: a child must not be a way around them"),
+    "capabilities": Rule(
+        "inherit", "what the parent was given (tools, instructions, hooks, checks): a child must not be a way around them"
+    ),
     "deps": Rule("inherit", "the application's object, for the same tools"),
     "output_type": Rule("override", "the answer's type is the child's own (the parent's is about the parent's answer)"),
     "output_mode": Rule("override", "as output_type"),

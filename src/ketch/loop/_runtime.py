@@ -26,6 +26,8 @@ from ..llm._messages import Usage
 from ..llm._messages import monotonic
 from ..llm._model import Model
 from ..llm._model import PreparesMessages
+from ..llm._model import SystemBlock
+from ..llm._model import SystemPrompt
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextUsage
@@ -63,6 +65,15 @@ class Resume(msgspec.Struct, frozen=True):
     decisions: dict[str, Decision]
 
 
+def with_section(system: str, section: str) -> str:
+    """``system`` with ``section`` as its last block (a :class:`SystemPrompt` keeps its
+    blocks and their cache markers)."""
+    if not system:
+        return section
+    blocks = system.blocks if isinstance(system, SystemPrompt) else (SystemBlock(system),)
+    return SystemPrompt([*blocks, SystemBlock(section)])
+
+
 def repairs_for(model: Model) -> bool:
     """Whether the loop pairs tool calls and results for ``model`` (it does unless the
     model prepares its messages itself)."""
@@ -80,6 +91,18 @@ class Run:
         resume: Resume | None = None,
     ) -> None:
         self.conversation = conversation
+        # What the capabilities add to this run (LoopConfig.capabilities): folded into the
+        # config, its tools and the system prompt's last section; their checks go to Checks.
+        self.added_tools: tuple[Tool, ...] = ()
+        self.instructions = ""
+        self.added_checks: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
+        if config.capabilities:
+            from ._capability import compose  # loaded with the first run that has capabilities
+
+            composed = compose(config, conversation.tools)
+            config = composed.config
+            self.added_tools, self.instructions = composed.tools, composed.instructions
+            self.added_checks = (composed.after_turn, composed.at_stop)
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()
         self.phase = config.phase
@@ -114,7 +137,7 @@ class Run:
                 config.output_retries,
                 config.output_validators,
                 config.model,
-                [t.name for t in conversation.tools],
+                [t.name for t in (*conversation.tools, *self.added_tools)],
             )
             self.options = self.output.options(config.options)
         # The options of a request built without hooks (kept: they change with the thinking level only).
@@ -133,11 +156,23 @@ class Run:
         self.set_tools(conversation.tools)
 
     def set_tools(self, tools: Sequence[Tool]) -> None:
+        """The run's tools from now on: ``tools`` (the conversation's) and those its
+        capabilities added."""
         self.conversation.tools = tools
+        if self.added_tools:
+            tools = [*tools, *self.added_tools]
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
         if self.output is not None:
             self.tool_specs = self.output.tool_specs(self.tool_specs)
+
+    def system(self) -> str:
+        """The system prompt of this turn's request: the conversation's, the capabilities'
+        instructions after it, and typed output's instructions when it has any."""
+        system = self.conversation.system_prompt
+        if self.instructions:
+            system = with_section(system, self.instructions)
+        return system if self.output is None else self.output.system_prompt(system)
 
     def keep_gate(self, gate: InputGate) -> None:
         """Hold the parallel input guardrails the first model call goes through."""

@@ -186,6 +186,10 @@ DURABLE: dict[str, Carry] = {
         "workflow",
     ),
     "guardrails": Carry("worker", _IN_WORKFLOW, "workflow"),
+    "capabilities": Carry(
+        "refused",
+        "a capability's tools, hooks and checks do not cross into a durable run yet: give them to the agent directly",
+    ),
     "phase": Carry("refused", "a PhaseRef lives in one process: query RunHandle.state()"),
     "skip_initial_steering_poll": Carry("refused", "the workflow decides when it looks at its signals"),
     "deps": Carry(

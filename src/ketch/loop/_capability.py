@@ -1,0 +1,223 @@
+"""The capability seam: optional behaviour an agent is given as one value.
+
+A :class:`Capability` bundles what a feature adds to an agent: tools, a section of the
+system prompt, model settings, tool hooks, guardrails, and checks that decide what comes
+after a turn or when the model would stop. Give capabilities to an agent
+(``Agent(model, capabilities=[...])``) or a loop (``LoopConfig.capabilities``); each run
+asks every capability for its :class:`Contribution` once, at its start, so a capability
+may keep per-run state in what it returns.
+
+Nothing in the loop knows any capability: :func:`compose` folds their contributions into
+the run's configuration (its tool hooks, middlewares and guardrails), its tools, its
+system prompt and its options, and the run's ordered checks take their checks
+(:class:`~ketch.loop._controls.Checks`): a new feature lands as a capability, never as a
+new branch in the loop or a new field of its configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import TypeAlias
+
+import msgspec
+
+from ..llm._model import StreamOptions
+from ._config import AfterToolCallResult
+from ._config import BeforeToolCallResult
+from ._config import LoopConfig
+from ._config import MaybeAwaitable
+from ._config import Middleware
+from ._config import StopInfo
+from ._config import ToolCallInfo
+from ._config import TurnInfo
+from ._execute import maybe_await
+from ._guardrails import Guardrail
+from ._next import Continue
+from ._next import End
+from ._tool import Tool
+from ._tool import ToolResult
+
+__all__ = ["AfterTurnCheck", "Capability", "Contribution", "StopCheck", "compose"]
+
+AfterTurnCheck: TypeAlias = Callable[[TurnInfo], MaybeAwaitable[Continue | End | None]]
+"""A check after each turn's tool results: :class:`~ketch.loop.Continue` (another call,
+after committing its messages), :class:`~ketch.loop.End` (the run ends), or None (no
+opinion). Asked after ``prepare_next_turn`` and ``stop_when``."""
+
+StopCheck: TypeAlias = Callable[[StopInfo], MaybeAwaitable[Continue | End | None]]
+"""A check when the model would end the run (no tool calls, nothing queued): continue
+with messages, end (with another reason), or None. Asked after the built-in ones (length
+recovery, queued messages, follow-ups, typed output, output guardrails), before
+``on_stop``."""
+
+_OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers"}
+
+
+class Contribution(msgspec.Struct, frozen=True, kw_only=True):
+    """What a capability adds to one run; every part is optional.
+
+    ``tools`` join the agent's (a name already taken is an error naming both);
+    ``instructions`` is a section appended to the system prompt of the run's requests
+    (the agent's own prompt is not changed); ``options`` sets model settings
+    (:class:`~ketch.llm.StreamOptions` field names: ``temperature``, ``max_tokens``, ...);
+    ``before_tool_call`` and ``after_tool_call`` run after the agent's own (the first
+    answer that is not None wins), ``middlewares`` wrap inside the agent's, ``guardrails``
+    join the agent's, ``after_turn`` and ``at_stop`` are checks (:data:`AfterTurnCheck`,
+    :data:`StopCheck`), asked in order.
+    """
+
+    tools: Sequence[Tool] = ()
+    instructions: str | None = None
+    options: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    before_tool_call: Callable[[ToolCallInfo], MaybeAwaitable[BeforeToolCallResult | None]] | None = None
+    after_tool_call: Callable[[ToolCallInfo, ToolResult], MaybeAwaitable[AfterToolCallResult | None]] | None = None
+    middlewares: Sequence[Middleware] = ()
+    guardrails: Sequence[Guardrail] = ()
+    after_turn: Sequence[AfterTurnCheck] = ()
+    at_stop: Sequence[StopCheck] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.options) - _OPTION_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"Contribution.options: unknown model setting {unknown[0]!r}; "
+                f"allowed: {', '.join(sorted(_OPTION_FIELDS))}"
+            )
+
+
+class Capability:
+    """Optional behaviour given to an agent as one value (see the module docstring).
+
+    Subclass it and override :meth:`contribute`; ``name`` (default: the class name) is
+    how errors and listings name it. A capability that only adds tools or instructions
+    can be built without subclassing: ``Capability.of(tools=[...], instructions="...")``.
+    """
+
+    name: str = ""
+
+    def contribute(self) -> Contribution:
+        """What this capability adds to a run starting now (called once per run)."""
+        return Contribution()
+
+    @staticmethod
+    def of(name: str = "capability", **parts: Any) -> Capability:
+        """A capability contributing ``parts`` (the fields of :class:`Contribution`) to every run."""
+        return _Fixed(name, Contribution(**parts))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.label!r})"
+
+    @property
+    def label(self) -> str:
+        """``name``, or the class name when it has none."""
+        return self.name or type(self).__name__
+
+
+class _Fixed(Capability):
+    __slots__ = ("_contribution", "name")
+
+    def __init__(self, name: str, contribution: Contribution) -> None:
+        self.name = name
+        self._contribution = contribution
+
+    def contribute(self) -> Contribution:
+        return self._contribution
+
+
+class Composed(msgspec.Struct, frozen=True):
+    """A run's configuration with its capabilities folded in (see :func:`compose`)."""
+
+    config: LoopConfig[Any]
+    tools: tuple[Tool, ...]
+    instructions: str
+    after_turn: tuple[AfterTurnCheck, ...]
+    at_stop: tuple[StopCheck, ...]
+
+
+def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
+    """Ask each of ``config.capabilities`` for its contribution and fold them in:
+    ``config`` with the hooks, middlewares, guardrails and options composed, the tools
+    the capabilities add (``tools`` are the agent's own, for the clash check), the
+    instructions to append to the system prompt, and their checks. Raises
+    ``ValueError`` for a tool name given twice or a bad contribution."""
+    parts: list[tuple[Capability, Contribution]] = []
+    for capability in config.capabilities:
+        if not isinstance(capability, Capability):
+            raise TypeError(f"capabilities must be Capability objects, got {type(capability).__name__}")
+        contribution = capability.contribute()
+        if not isinstance(contribution, Contribution):
+            raise TypeError(
+                f"capability {capability.label!r}: contribute() must return a Contribution, "
+                f"got {type(contribution).__name__}"
+            )
+        parts.append((capability, contribution))
+    owners = {t.name: "the agent" for t in tools}
+    added: list[Tool] = []
+    sections: list[str] = []
+    befores = [config.before_tool_call] if config.before_tool_call is not None else []
+    afters = [config.after_tool_call] if config.after_tool_call is not None else []
+    middlewares = list(config.middlewares)
+    guardrails = list(config.guardrails)
+    options: dict[str, Any] = {}
+    after_turn: list[AfterTurnCheck] = []
+    at_stop: list[StopCheck] = []
+    for capability, c in parts:
+        for tool in c.tools:
+            if tool.name in owners:
+                raise ValueError(
+                    f"capability {capability.label!r} adds a tool named {tool.name!r}, "
+                    f"which {owners[tool.name]} already has"
+                )
+            owners[tool.name] = f"capability {capability.label!r}"
+            added.append(tool)
+        if c.instructions:
+            sections.append(c.instructions.strip())
+        options.update(c.options)
+        if c.before_tool_call is not None:
+            befores.append(c.before_tool_call)
+        if c.after_tool_call is not None:
+            afters.append(c.after_tool_call)
+        middlewares.extend(c.middlewares)
+        guardrails.extend(c.guardrails)
+        after_turn.extend(c.after_turn)
+        at_stop.extend(c.at_stop)
+    changes: dict[str, Any] = {}
+    if len(befores) > 1:
+        changes["before_tool_call"] = _first_answer(befores)
+    elif befores:
+        changes["before_tool_call"] = befores[0]
+    if len(afters) > 1:
+        changes["after_tool_call"] = _first_answer(afters)
+    elif afters:
+        changes["after_tool_call"] = afters[0]
+    if len(middlewares) != len(config.middlewares):
+        changes["middlewares"] = tuple(middlewares)
+    if len(guardrails) != len(config.guardrails):
+        changes["guardrails"] = tuple(guardrails)
+    if options:
+        changes["options"] = msgspec.structs.replace(config.options, **options)
+    changes["capabilities"] = ()  # folded in: composing the result again adds nothing
+    return Composed(
+        config=dataclasses.replace(config, **changes),
+        tools=tuple(added),
+        instructions="\n\n".join(sections),
+        after_turn=tuple(after_turn),
+        at_stop=tuple(at_stop),
+    )
+
+
+def _first_answer(hooks: Sequence[Callable[..., Any]]) -> Callable[..., Any]:
+    """One hook asking ``hooks`` in order; the first answer that is not None wins."""
+
+    async def composed(*args: Any) -> Any:
+        for hook in hooks:
+            answer = await maybe_await(hook(*args))
+            if answer is not None:
+                return answer
+        return None
+
+    return composed
