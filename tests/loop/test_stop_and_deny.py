@@ -15,7 +15,7 @@ from ketch.loop import LoopConfig
 from ketch.loop import Tool
 from ketch.loop import ToolCallInfo
 from ketch.loop import run_loop
-from ketch.permissions import Deny
+from ketch.permissions import PermissionDeny
 from ketch.permissions import PermissionEngine
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
@@ -73,8 +73,8 @@ async def test_a_block_with_stop_ends_the_run_with_denied_and_takes_no_queued_me
 
 
 async def test_a_permission_callback_deny_with_stop_ends_the_run_with_denied(tmp_path: Path) -> None:
-    async def can_use_tool(call: ToolCallInfo) -> Deny:
-        return Deny("stop everything", stop=True)
+    async def can_use_tool(call: ToolCallInfo) -> PermissionDeny:
+        return PermissionDeny("stop everything", stop=True)
 
     engine = PermissionEngine("default", can_use_tool=can_use_tool, root=tmp_path)
     ran: list[str] = []

@@ -13,10 +13,10 @@ from ketch import Agent
 from ketch import Tool
 from ketch.loop import ToolCallInfo
 from ketch.permissions import PLAN_DENIED
-from ketch.permissions import Allow
+from ketch.permissions import PermissionAllow
 from ketch.permissions import Approval
-from ketch.permissions import Decision
-from ketch.permissions import Deny
+from ketch.permissions import PermissionDecision
+from ketch.permissions import PermissionDeny
 from ketch.permissions import HookVerdict
 from ketch.permissions import PermissionEngine
 from ketch.permissions import PermissionRequest
@@ -220,17 +220,17 @@ async def test_allow_rules_come_after_the_mode(tmp_path: Path) -> None:
 async def test_callback_allows_denies_edits_and_is_rechecked_against_deny_rules(tmp_path: Path) -> None:
     seen: list[str] = []
 
-    async def can_use_tool(call: ToolCallInfo) -> Allow | Deny | None:
+    async def can_use_tool(call: ToolCallInfo) -> PermissionAllow | PermissionDeny | None:
         command = call.args["command"]
         seen.append(command)
         if command == "make":
-            return Allow()
+            return PermissionAllow()
         if command == "make x":
-            return Allow(updated_input={"command": "make y"})
+            return PermissionAllow(updated_input={"command": "make y"})
         if command == "make z":
-            return Allow(updated_input={"command": "rm -rf /"})
+            return PermissionAllow(updated_input={"command": "rm -rf /"})
         if command == "no":
-            return Deny("not that")
+            return PermissionDeny("not that")
         return None
 
     engine = PermissionEngine("default", deny=["Bash(rm:*)"], allow=["Bash(ls)"], can_use_tool=can_use_tool, root=tmp_path)
@@ -253,8 +253,8 @@ async def test_callback_allows_denies_edits_and_is_rechecked_against_deny_rules(
 
 
 async def test_callback_deny_with_stop_ends_the_run(tmp_path: Path) -> None:
-    async def can_use_tool(call: ToolCallInfo) -> Allow | Deny | None:
-        return Deny("stop everything", stop=True)
+    async def can_use_tool(call: ToolCallInfo) -> PermissionAllow | PermissionDeny | None:
+        return PermissionDeny("stop everything", stop=True)
 
     engine = PermissionEngine("default", can_use_tool=can_use_tool, root=tmp_path)
     log: list[str] = []
@@ -269,7 +269,7 @@ async def test_callback_deny_with_stop_ends_the_run(tmp_path: Path) -> None:
 
 
 async def test_callback_failure_denies(tmp_path: Path) -> None:
-    async def can_use_tool(call: ToolCallInfo) -> Allow | Deny | None:
+    async def can_use_tool(call: ToolCallInfo) -> PermissionAllow | PermissionDeny | None:
         raise RuntimeError("policy server down")
 
     engine = PermissionEngine("default", can_use_tool=can_use_tool, root=tmp_path)
@@ -345,8 +345,8 @@ async def test_decisions_are_recorded_and_emitted_as_events(tmp_path: Path) -> N
     calls = [tool_call("read", {"path": "a"}, id="r1"), tool_call("edit", {"path": "x", "content": "é"}, id="e1")]
     _, _, events = await _run(engine, calls)
     expected = [
-        Decision(tool_name="read", tool_call_id="r1", args_digest=args_digest({"path": "a"}), decided_by="mode default", outcome="allow"),
-        Decision(
+        PermissionDecision(tool_name="read", tool_call_id="r1", args_digest=args_digest({"path": "a"}), decided_by="mode default", outcome="allow"),
+        PermissionDecision(
             tool_name="edit",
             tool_call_id="e1",
             args_digest=args_digest({"content": "é", "path": "x"}),

@@ -306,10 +306,10 @@ async def test_deny_rules_are_checked_again_after_a_slow_answer(root: Path, answ
         return Approval.always()
 
     async def callback(call: Any) -> Any:
-        from ketch.permissions import Allow
+        from ketch.permissions import PermissionAllow
 
         swap()
-        return Allow()
+        return PermissionAllow()
 
     engine = PermissionEngine(
         "default",

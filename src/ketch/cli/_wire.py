@@ -48,7 +48,7 @@ from ..llm import Usage
 from ..llm import scrub_surrogates
 from ..loop import AgentEvent
 from ..loop import RunSummary
-from ..permissions import Decision
+from ..permissions import PermissionDecision
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 """The headless output formats (``ketch run -o``)."""
@@ -196,7 +196,7 @@ class Result(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
     duration: float
     model: str
     permission_denials: list[Denied]
-    permission_decisions: list[Decision] = msgspec.field(default_factory=list)
+    permission_decisions: list[PermissionDecision] = msgspec.field(default_factory=list)
     session_id: str | None = None
     pending_approvals: list[Pending] = msgspec.field(default_factory=list)
     truncated: bool = False
@@ -207,7 +207,7 @@ def make_result(
     final: AssistantMessage | None,
     model: str,
     denials: list[Denied],
-    decisions: list[Decision] | None = None,
+    decisions: list[PermissionDecision] | None = None,
     session_id: str | None = None,
     pending: list[Pending] | None = None,
 ) -> Result:

@@ -47,13 +47,13 @@ from ._engine import PLAN_DENIED
 from ._engine import PRECHECK
 from ._engine import RULE_DENIED
 from ._engine import USER_DENIED
-from ._engine import Allow
 from ._engine import Approval
 from ._engine import Approver
 from ._engine import CanUseTool
-from ._engine import Decision
-from ._engine import Deny
 from ._engine import HookVerdict
+from ._engine import PermissionAllow
+from ._engine import PermissionDecision
+from ._engine import PermissionDeny
 from ._engine import PermissionEngine
 from ._engine import PermissionMode
 from ._engine import PermissionRequest
@@ -82,13 +82,13 @@ __all__ = [
     "RULE_DENIED",
     "RULE_FORMS",
     "USER_DENIED",
-    "Allow",
     "Approval",
     "Approver",
     "CanUseTool",
-    "Decision",
-    "Deny",
     "HookVerdict",
+    "PermissionAllow",
+    "PermissionDecision",
+    "PermissionDeny",
     "PermissionEngine",
     "PermissionMode",
     "PermissionRequest",

@@ -144,21 +144,21 @@ class SandboxedTool(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Allow:
+class PermissionAllow:
     """``can_use_tool`` result: run the call, with ``updated_input`` as its arguments when given."""
 
     updated_input: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Deny:
+class PermissionDeny:
     """``can_use_tool`` result: deny the call with ``message``; ``stop`` also ends the run."""
 
     message: str
     stop: bool = False
 
 
-CanUseTool: TypeAlias = Callable[[ToolCallInfo], Awaitable[Allow | Deny | None]]
+CanUseTool: TypeAlias = Callable[[ToolCallInfo], Awaitable[PermissionAllow | PermissionDeny | None]]
 """The application's callback, consulted where the mode would ask; None falls through to asking."""
 
 
@@ -207,7 +207,7 @@ class Approval:
 Approver: TypeAlias = Callable[[PermissionRequest], Awaitable[Approval]]
 
 
-class Decision(msgspec.Struct, kw_only=True, frozen=True):
+class PermissionDecision(msgspec.Struct, kw_only=True, frozen=True):
     """One permission decision: the tool, the call, a digest of its arguments (first 16 hex
     digits of the SHA-256 of their canonical JSON), what decided (``deny rule Bash(rm:*)
     from project``, ``mode plan``, ``hook``, ``callback``, ``user`` …), the outcome, whether
@@ -247,7 +247,7 @@ HOOK_STOPPED = "Stopped by a PreToolUse hook: {reason}"
 """The tool result of a call whose PreToolUse hook said ``"continue": false``."""
 STOPPED = "Permission denied: the run was stopped."
 PRECHECK = "tool precheck"
-"""``Decision.decided_by`` of a call denied because the tool's precheck says it would fail
+"""``PermissionDecision.decided_by`` of a call denied because the tool's precheck says it would fail
 (:class:`PrecheckedTool`); its ``reason`` is the tool's message."""
 
 Outcome: TypeAlias = Literal["allow", "ask", "deny"]
@@ -349,7 +349,7 @@ class PermissionEngine:
             raise ValueError(f"no_approver must be 'deny' or 'pause', got {no_approver!r}")
         self.no_approver: Literal["deny", "pause"] = no_approver
         self.session_rules: list[Rule] = []
-        self.decisions: list[Decision] = []
+        self.decisions: list[PermissionDecision] = []
         self._lock: asyncio.Lock | None = None
         self._stopped: tuple[object, str] | None = None  # (the assistant message, the reason)
         # where symlinks the deny and ask rules' wildcard patterns name lead, as the session starts
@@ -366,7 +366,7 @@ class PermissionEngine:
         self.mode = parse_mode(mode)
 
     @property
-    def denials(self) -> list[Decision]:
+    def denials(self) -> list[PermissionDecision]:
         """The decisions that denied a call."""
         return [d for d in self.decisions if d.outcome == "deny"]
 
@@ -629,7 +629,7 @@ class PermissionEngine:
         outcome, decided_by, reason, new_args, stop, asked = await self._decide(call)
         if new_args is not None:
             args = new_args
-        decision = Decision(
+        decision = PermissionDecision(
             tool_name=call.tool.name,
             tool_call_id=call.tool_call.id,
             args_digest=args_digest(args),
@@ -710,9 +710,9 @@ class PermissionEngine:
                     False,
                     False,
                 )
-            if isinstance(answer, Deny):
+            if isinstance(answer, PermissionDeny):
                 return "deny", "callback", answer.message or USER_DENIED, new_args, answer.stop, False
-            if isinstance(answer, Allow):
+            if isinstance(answer, PermissionAllow):
                 if answer.updated_input is not None:
                     new_args = dict(answer.updated_input)
                     args = new_args

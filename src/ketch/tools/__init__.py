@@ -1,5 +1,8 @@
 """Tools: the ``@tool`` decorator, schema generation, and the built-in coding tools.
 
+:class:`Tool` (the base of every tool), :class:`ToolContext` and :class:`ToolResult` are
+the loop's own (:mod:`ketch.loop`), here too for writing tools.
+
 ``coding_tools(root)`` builds the built-in set (read, write, edit, bash, grep, find, ls)
 sharing one workspace; it is imported on first use. The tools themselves
 (:class:`ReadTool`, :class:`WriteTool`, :class:`EditTool`, :class:`BashTool`,
@@ -20,6 +23,9 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 from .._schema import Param
 from .._schema import validate_arguments
+from ..loop import Tool
+from ..loop import ToolContext
+from ..loop import ToolResult
 from ._decorator import FunctionTool
 from ._decorator import ToolOptions
 from ._decorator import tool
@@ -54,8 +60,11 @@ __all__ = [
     "Param",
     "ReadTool",
     "StoreJournal",
+    "Tool",
     "ToolActivations",
+    "ToolContext",
     "ToolOptions",
+    "ToolResult",
     "ToolSearch",
     "Workspace",
     "WriteTool",
