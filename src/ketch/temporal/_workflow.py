@@ -272,7 +272,6 @@ def _left(limits: UsageLimits | None, used: RunSummary) -> UsageLimits | bool | 
         return None
     u = used.usage
     spent = {
-        "requests": used.turns,
         "tool_calls": used.tool_calls,
         "input_tokens": u.input,
         "output_tokens": u.output,
