@@ -1352,7 +1352,12 @@ class SdkSession:
         elif kind == "message_update":
             if self.args.include_partial_messages:
                 self._stream_event(event.event)
+        elif kind == "message_start":
+            if self.args.include_partial_messages and event.message.role == "assistant":
+                self._stream_start(event.message)
         elif kind == "message_end":
+            if self.args.include_partial_messages and event.message.role == "assistant":
+                self._stream_end(event.message)
             self._message(event.message)
 
     def _write_init(self) -> None:
@@ -1390,22 +1395,7 @@ class SdkSession:
     def _stream_event(self, inner: Any) -> None:
         kind = inner.type
         event: dict[str, Any] | None = None
-        if kind == "start":
-            message = inner.partial
-            event = {
-                "type": "message_start",
-                "message": {
-                    "id": message.response_id or f"msg_{uuid.uuid4().hex[:24]}",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": message.model,
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 0, "output_tokens": 0},
-                },
-            }
-        elif kind == "text_start":
+        if kind == "text_start":
             event = {"type": "content_block_start", "index": inner.index, "content_block": {"type": "text", "text": ""}}
         elif kind == "thinking_start":
             event = {
@@ -1436,20 +1426,35 @@ class SdkSession:
             }
         elif kind in ("text_end", "thinking_end", "toolcall_end"):
             event = {"type": "content_block_stop", "index": inner.index}
-        elif kind == "done":
-            message = inner.message
-            self._stream_line(
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": _STOP_REASONS.get(message.stop_reason), "stop_sequence": None},
-                    "usage": {"output_tokens": message.usage.output},
-                }
-            )
-            event = {"type": "message_stop"}
-        elif kind == "error":
-            event = {"type": "message_stop"}
         if event is not None:
             self._stream_line(event)
+
+    def _stream_start(self, message: Any) -> None:
+        self._stream_line(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message.response_id or f"msg_{uuid.uuid4().hex[:24]}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": message.model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 0, "output_tokens": 0},
+                },
+            }
+        )
+
+    def _stream_end(self, message: Any) -> None:
+        self._stream_line(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _STOP_REASONS.get(message.stop_reason), "stop_sequence": None},
+                "usage": {"output_tokens": message.usage.output},
+            }
+        )
+        self._stream_line({"type": "message_stop"})
 
     def _stream_line(self, event: dict[str, Any]) -> None:
         self.channel.write({"type": "stream_event", "uuid": str(uuid.uuid4()), **self._base(), "event": event})
