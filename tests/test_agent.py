@@ -419,7 +419,7 @@ def test_a_new_loop_config_field_without_an_agent_option_fails_the_drift_check()
     assert _drift(LoopConfig, Retyped) == ["max_turns: int != int | None"]
     assert _drift(LoopConfig, TypedDict("Extra", {"max_turns": "int | None", "colour": "str"})) == [  # type: ignore[operator]
         f"{k}: no option" for k in [f.name for f in dataclasses.fields(LoopConfig)]
-        if k not in ("max_turns", "model", "get_steering_messages", "get_follow_up_messages", "phase", "skip_initial_steering_poll")
+        if k not in ("max_turns", "model", "get_steering_messages", "get_follow_up_messages", "phase")
     ] + ["colour: not a field"]
 
 

@@ -396,25 +396,16 @@ class Agent(Generic[Deps]):
         return await self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig))
 
     async def continue_loop(self) -> RunResult:
-        """Continue from the transcript: after a tool result or user message, or from an
-        assistant tail using queued steering, then follow-ups."""
+        """Continue from the transcript, as :func:`ketch.loop.continue_loop` does: after a
+        tool result or user message, or from an assistant message with the queued steering
+        messages, else the follow-ups, as the prompts. Raises ``ValueError`` at once when
+        there is nothing to continue from."""
         if self._running:
             raise RuntimeError("Agent is already running. Wait for completion before continuing.")
         if not self._messages:
             raise ValueError("Cannot continue: no messages in context")
-        if isinstance(self._messages[-1], AssistantMessage):
-            queued = self.steering.drain()
-            skip = True
-            if not queued:
-                queued = self.follow_ups.drain()
-                skip = False
-            if not queued:
-                raise ValueError("Cannot continue from message role: assistant")
-            return await self._run(
-                lambda cfg, ctx, sig: run_loop(
-                    queued, ctx, dataclasses.replace(cfg, skip_initial_steering_poll=skip), sig
-                )
-            )
+        if isinstance(self._messages[-1], AssistantMessage) and not self.has_queued_messages():
+            raise ValueError("Cannot continue from message role: assistant")
         return await self._run(lambda cfg, ctx, sig: continue_loop(ctx, cfg, sig))
 
     async def resume(self, state: RunState, *, decisions: Mapping[str, Decision] | None = None) -> RunResult:
