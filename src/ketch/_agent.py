@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -383,6 +384,23 @@ class Agent(Generic[Deps]):
         self.follow_ups._settle(counts)
 
     # -- running ----------------------------------------------------------------------------
+    def stream(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> AgentStream:
+        """Run the agent on a new prompt as an async iterator of its events, as
+        :func:`ketch.loop.run_loop` gives them: ``async for event in agent.stream(...)``
+        yields every event up to ``agent_end`` (after the agent's state and its
+        subscribers saw it); ``await stream.result()`` is what :meth:`prompt` returns.
+        Raises ``RuntimeError`` at once when the agent is running."""
+        if self._running:
+            raise RuntimeError(
+                "Agent is already running. Use steer() or follow_up() to queue messages, or wait_for_idle()."
+            )
+        messages = _as_messages(input, images)
+        self._running = True  # from now: the run starts with the stream's task
+        self._idle.clear()
+        return AgentStream(self, self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig)))
+
     async def prompt(
         self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
     ) -> RunResult:
@@ -687,3 +705,53 @@ class Agent(Generic[Deps]):
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"
+
+
+class AgentStream:
+    """One run of an :class:`Agent` as an async iterator of its events, and its result
+    (:meth:`Agent.stream`). Iterate it once; ``aclose()`` (or leaving an ``async with``)
+    aborts a run still going."""
+
+    __slots__ = ("_agent", "_events", "_task", "_unsubscribe")
+
+    def __init__(self, agent: Agent[Any], run: Awaitable[RunResult]) -> None:
+        self._agent = agent
+        self._events: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self._unsubscribe = agent.subscribe(self._events.put_nowait)
+        self._task: asyncio.Task[RunResult] = asyncio.ensure_future(run)
+        self._task.add_done_callback(lambda _: self._unsubscribe())
+
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[AgentEvent]:
+        while True:
+            if self._events.empty() and self._task.done():
+                self._task.result()  # a run that raised (misuse) raises here
+                return
+            getter = asyncio.ensure_future(self._events.get())
+            await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                continue
+            event = getter.result()
+            yield event
+            if event.type == "agent_end":
+                return
+
+    async def result(self) -> RunResult:
+        """The run's result, once it has ended (the events not iterated are dropped)."""
+        return await self._task
+
+    async def aclose(self) -> None:
+        """Abort the run if it is still going, and wait for its end."""
+        if not self._task.done():
+            self._agent.abort()
+        with contextlib.suppress(Exception):
+            await self._task
+
+    async def __aenter__(self) -> AgentStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
