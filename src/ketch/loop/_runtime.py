@@ -153,6 +153,7 @@ class Run:
             and config.get_api_key is None
             and config.usage_limits is None
         )
+        self.plain_system = not self.instructions and self.output is None  # the request's is the conversation's
         self.set_tools(conversation.tools)
 
     def set_tools(self, tools: Sequence[Tool]) -> None:
