@@ -167,23 +167,22 @@ class Session:
         return None
 
     async def _handle(self, event: AgentEvent) -> None:
-        kind = event.type
-        if kind == "message_end":
+        if event.type == "message_end":
             await self.sync()
-        elif kind == "agent_start":
+        elif event.type == "agent_start":
             await self._record_settings()
             await self.sync()
-        elif kind == "compaction_end":
-            if event.error is None:  # type: ignore[union-attr]
+        elif event.type == "compaction_end":
+            if event.error is None:
                 self._compaction = {
-                    "reason": event.reason,  # type: ignore[union-attr]
-                    "tokens_before": event.tokens_before,  # type: ignore[union-attr]
-                    "tokens_after": event.tokens_after,  # type: ignore[union-attr]
+                    "reason": event.reason,
+                    "tokens_before": event.tokens_before,
+                    "tokens_after": event.tokens_after,
                 }
             await self.sync()
-        elif kind == "agent_end":
+        elif event.type == "agent_end":
             await self.sync()
-            summary = event.summary  # type: ignore[union-attr]
+            summary = event.summary
             cost = summary.cost - self._resumed_cost
             self._resumed_cost = 0.0
             await self._append("run_summary", {
@@ -193,7 +192,7 @@ class Session:
                 "duration": summary.duration,
                 "turns": summary.turns,
             })
-            state = event.state  # type: ignore[union-attr]
+            state = event.state
             if state is not None:
                 await self.record_run_state(state)
 
@@ -327,33 +326,32 @@ class Session:
         for pos, e in enumerate(entries):
             self._position[e.id] = pos
             self._last_id = e.id
-            kind = e.type
             p = e.payload
-            if kind == "message":
+            if e.type == "message":
                 m = _message(p["message"])
                 by_id[e.id] = m
                 if not p.get("detached"):
                     self.messages.append(m)
                     self.message_ids.append(e.id)
                     self.pending_state = None
-            elif kind == "compaction" or kind == "rewind":
+            elif e.type == "compaction" or e.type == "rewind":
                 ids = [i for i in p.get("message_ids", []) if i in by_id]
                 self.messages = [by_id[i] for i in ids]
                 self.message_ids = ids
-                if kind == "rewind":
+                if e.type == "rewind":
                     self._undone.update(p.get("undone_checkpoints", []))
                     self.pending_state = None
-            elif kind == "session":
+            elif e.type == "session":
                 self.cwd = str(p.get("cwd", ""))
-            elif kind == "model_change":
+            elif e.type == "model_change":
                 self.model = p.get("model")
-            elif kind == "thinking_change":
+            elif e.type == "thinking_change":
                 self.thinking = p.get("level")
-            elif kind == "permission_mode_change":
+            elif e.type == "permission_mode_change":
                 self.permission_mode = p.get("mode")
-            elif kind == "checkpoint":
+            elif e.type == "checkpoint":
                 self._checkpoints.append((pos, e.id, p))
-            elif kind == "run_state":
+            elif e.type == "run_state":
                 try:
                     self.pending_state = RunState.from_dict(p["state"])
                 except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:

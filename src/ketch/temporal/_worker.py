@@ -32,10 +32,7 @@ from ..llm import Model
 from ..llm import Request
 from ..llm import RetriesRequests
 from ..llm import Retry
-from ..llm import StreamDone
-from ..llm import StreamError
 from ..llm import StreamOptions
-from ..llm import StreamStart
 from ..llm import ToolCall
 from ..llm import ToolSpec
 from ..llm import exception_text
@@ -171,15 +168,14 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
         try:
             async with _heartbeating(beat):
                 async for ev in model.stream(request, options):
-                    kind = type(ev)
-                    if kind is StreamStart:
-                        pub.add({"event": jsonable(MessageStart(message=ev.partial))})  # type: ignore[union-attr]
-                    elif kind is StreamDone:
-                        final = ev.message  # type: ignore[union-attr]
-                    elif kind is StreamError:
-                        final = ev.error  # type: ignore[union-attr]
-                        retry_after = ev.retry_after  # type: ignore[union-attr]
-                    elif kind is Retry:
+                    if ev.type == "start":
+                        pub.add({"event": jsonable(MessageStart(message=ev.partial))})
+                    elif ev.type == "done":
+                        final = ev.message
+                    elif ev.type == "error":
+                        final = ev.error
+                        retry_after = ev.retry_after
+                    elif ev.type == "retry":
                         pub.add({"event": jsonable(ev)})
                     else:
                         pub.add({"event": {"type": "message_update", "event": _live(ev)}})
