@@ -666,40 +666,41 @@ class Agent(Generic[Deps]):
                 log.exception("Agent listener failed on %s event", event.type)
 
     def _reduce(self, event: AgentEvent) -> None:
-        if event.type == "message_update":  # the bulk of a run's events
-            self._streaming = event.message
-        elif event.type == "message_start":
-            message = event.message
-            if type(message) is AssistantMessage:
-                self._streaming = message
-                self._phase = Phase("llm_in_flight", self._phase.turn)
-        elif event.type == "message_end":
-            message = event.message
-            if type(message) is AssistantMessage:
+        match event.type:
+            case "message_update":  # the bulk of a run's events
+                self._streaming = event.message
+            case "message_start":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._streaming = message
+                    self._phase = Phase("llm_in_flight", self._phase.turn)
+            case "message_end":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._streaming = None
+                    self._phase = Phase("turn_finished", self._phase.turn)
+                    if message.error_message and message.stop_reason == "error":
+                        self._error = message.error_message
+            case "turn_start":
+                self._phase = Phase("llm_in_flight", event.turn)
+            case "tool_execution_start":
+                self._pending = self._pending | {event.tool_call_id}
+                self._phase = Phase("tool_executing", self._phase.turn)
+            case "tool_execution_end" | "approval_required":
+                self._pending = self._pending - {event.tool_call_id}
+            case "retry":
+                if event.discard_partial:
+                    self._streaming = None
+            case "agent_end":
                 self._streaming = None
-                self._phase = Phase("turn_finished", self._phase.turn)
-                if message.error_message and message.stop_reason == "error":
-                    self._error = message.error_message
-        elif event.type == "turn_start":
-            self._phase = Phase("llm_in_flight", event.turn)
-        elif event.type == "tool_execution_start":
-            self._pending = self._pending | {event.tool_call_id}
-            self._phase = Phase("tool_executing", self._phase.turn)
-        elif event.type == "tool_execution_end" or event.type == "approval_required":
-            self._pending = self._pending - {event.tool_call_id}
-        elif event.type == "retry":
-            if event.discard_partial:
-                self._streaming = None
-        elif event.type == "agent_end":
-            self._streaming = None
-            state = event.state
-            if state is not None:  # a pause: the queued messages travel with the state
-                state.steering = self.steering.peek()
-                state.follow_ups = self.follow_ups.peek()
-            summary = event.summary
-            if summary.error and summary.end_reason != "aborted":
-                self._error = summary.error
-            self._phase = Phase("idle", self._phase.turn)
+                state = event.state
+                if state is not None:  # a pause: the queued messages travel with the state
+                    state.steering = self.steering.peek()
+                    state.follow_ups = self.follow_ups.peek()
+                summary = event.summary
+                if summary.error and summary.end_reason != "aborted":
+                    self._error = summary.error
+                self._phase = Phase("idle", self._phase.turn)
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"

@@ -213,13 +213,14 @@ class _Proxy:
         events = model.stream(upstream, options)
         try:
             async for event in events:
-                if event.type == "done":
-                    final = event.message
-                elif event.type == "error":
-                    final = event.error
-                    event = StreamError(reason=event.reason, error=self._redacted(final))
-                elif event.type == "retry":  # its message is the failed attempt's error
-                    event = msgspec.structs.replace(event, error_message=self.redact(event.error_message))
+                match event.type:
+                    case "done":
+                        final = event.message
+                    case "error":
+                        final = event.error
+                        event = StreamError(reason=event.reason, error=self._redacted(final))
+                    case "retry":  # its message is the failed attempt's error
+                        event = msgspec.structs.replace(event, error_message=self.redact(event.error_message))
                 frame = _frame(event)
                 if frame is None:
                     continue
@@ -280,36 +281,37 @@ def env_secrets() -> list[str]:
 def _frame(event: StreamEvent) -> bytes | None:
     """One event as an SSE frame without the growing ``partial`` message."""
     obj: Any
-    if event.type == "text_delta" or event.type == "thinking_delta" or event.type == "toolcall_delta":
-        obj = {"type": event.type, "index": event.index, "delta": event.delta}
-    elif event.type == "text_start" or event.type == "text_end" or event.type == "thinking_end":
-        obj = {"type": event.type, "index": event.index}
-    elif event.type == "thinking_start":
-        block = event.partial.content[event.index]
-        obj = {"type": "thinking_start", "index": event.index}
-        if isinstance(block, ThinkingContent):
-            if block.redacted:
-                obj["redacted"] = True
-            if block.signature:
-                obj["signature"] = block.signature
-    elif event.type == "toolcall_start":
-        call = event.partial.content[event.index]
-        assert isinstance(call, ToolCall)
-        obj = {"type": "toolcall_start", "index": event.index, "id": call.id, "name": call.name}
-        if call.signature:
-            obj["signature"] = call.signature
-    elif event.type == "toolcall_end":
-        obj = {"type": "toolcall_end", "index": event.index, "args": event.tool_call.args}
-    elif event.type == "start":
-        obj = {"type": "start"}
-    elif event.type == "retry":
-        obj = event
-    elif event.type == "done":
-        obj = {"type": "done", "message": event.message}
-    elif event.type == "error":
-        obj = {"type": "error", "message": event.error}
-    else:
-        return None
+    match event.type:
+        case "text_delta" | "thinking_delta" | "toolcall_delta":
+            obj = {"type": event.type, "index": event.index, "delta": event.delta}
+        case "text_start" | "text_end" | "thinking_end":
+            obj = {"type": event.type, "index": event.index}
+        case "thinking_start":
+            block = event.partial.content[event.index]
+            obj = {"type": "thinking_start", "index": event.index}
+            if isinstance(block, ThinkingContent):
+                if block.redacted:
+                    obj["redacted"] = True
+                if block.signature:
+                    obj["signature"] = block.signature
+        case "toolcall_start":
+            call = event.partial.content[event.index]
+            assert isinstance(call, ToolCall)
+            obj = {"type": "toolcall_start", "index": event.index, "id": call.id, "name": call.name}
+            if call.signature:
+                obj["signature"] = call.signature
+        case "toolcall_end":
+            obj = {"type": "toolcall_end", "index": event.index, "args": event.tool_call.args}
+        case "start":
+            obj = {"type": "start"}
+        case "retry":
+            obj = event
+        case "done":
+            obj = {"type": "done", "message": event.message}
+        case "error":
+            obj = {"type": "error", "message": event.error}
+        case _:
+            return None
     data = encode_json(obj, _encoder)
     return b"data: " + data + b"\n\n"
 

@@ -167,34 +167,35 @@ class Session:
         return None
 
     async def _handle(self, event: AgentEvent) -> None:
-        if event.type == "message_end":
-            await self.sync()
-        elif event.type == "agent_start":
-            await self._record_settings()
-            await self.sync()
-        elif event.type == "compaction_end":
-            if event.error is None:
-                self._compaction = {
-                    "reason": event.reason,
-                    "tokens_before": event.tokens_before,
-                    "tokens_after": event.tokens_after,
-                }
-            await self.sync()
-        elif event.type == "agent_end":
-            await self.sync()
-            summary = event.summary
-            cost = summary.cost - self._resumed_cost
-            self._resumed_cost = 0.0
-            await self._append("run_summary", {
-                "end_reason": summary.end_reason,
-                "usage": msgspec.to_builtins(summary.usage),
-                "cost": cost,
-                "duration": summary.duration,
-                "turns": summary.turns,
-            })
-            state = event.state
-            if state is not None:
-                await self.record_run_state(state)
+        match event.type:
+            case "message_end":
+                await self.sync()
+            case "agent_start":
+                await self._record_settings()
+                await self.sync()
+            case "compaction_end":
+                if event.error is None:
+                    self._compaction = {
+                        "reason": event.reason,
+                        "tokens_before": event.tokens_before,
+                        "tokens_after": event.tokens_after,
+                    }
+                await self.sync()
+            case "agent_end":
+                await self.sync()
+                summary = event.summary
+                cost = summary.cost - self._resumed_cost
+                self._resumed_cost = 0.0
+                await self._append("run_summary", {
+                    "end_reason": summary.end_reason,
+                    "usage": msgspec.to_builtins(summary.usage),
+                    "cost": cost,
+                    "duration": summary.duration,
+                    "turns": summary.turns,
+                })
+                state = event.state
+                if state is not None:
+                    await self.record_run_state(state)
 
     async def sync(self) -> None:
         """Append the agent's messages committed since the last sync (a transcript that was
@@ -327,33 +328,34 @@ class Session:
             self._position[e.id] = pos
             self._last_id = e.id
             p = e.payload
-            if e.type == "message":
-                m = _message(p["message"])
-                by_id[e.id] = m
-                if not p.get("detached"):
-                    self.messages.append(m)
-                    self.message_ids.append(e.id)
-                    self.pending_state = None
-            elif e.type == "compaction" or e.type == "rewind":
-                ids = [i for i in p.get("message_ids", []) if i in by_id]
-                self.messages = [by_id[i] for i in ids]
-                self.message_ids = ids
-                if e.type == "rewind":
-                    self._undone.update(p.get("undone_checkpoints", []))
-                    self.pending_state = None
-            elif e.type == "session":
-                self.cwd = str(p.get("cwd", ""))
-            elif e.type == "model_change":
-                self.model = p.get("model")
-            elif e.type == "thinking_change":
-                self.thinking = p.get("level")
-            elif e.type == "permission_mode_change":
-                self.permission_mode = p.get("mode")
-            elif e.type == "checkpoint":
-                self._checkpoints.append((pos, e.id, p))
-            elif e.type == "run_state":
-                try:
-                    self.pending_state = RunState.from_dict(p["state"])
-                except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:
-                    log.warning("Session %s: skipping an unreadable run state (%s)", self.id, exc)
+            match e.type:
+                case "message":
+                    m = _message(p["message"])
+                    by_id[e.id] = m
+                    if not p.get("detached"):
+                        self.messages.append(m)
+                        self.message_ids.append(e.id)
+                        self.pending_state = None
+                case "compaction" | "rewind":
+                    ids = [i for i in p.get("message_ids", []) if i in by_id]
+                    self.messages = [by_id[i] for i in ids]
+                    self.message_ids = ids
+                    if e.type == "rewind":
+                        self._undone.update(p.get("undone_checkpoints", []))
+                        self.pending_state = None
+                case "session":
+                    self.cwd = str(p.get("cwd", ""))
+                case "model_change":
+                    self.model = p.get("model")
+                case "thinking_change":
+                    self.thinking = p.get("level")
+                case "permission_mode_change":
+                    self.permission_mode = p.get("mode")
+                case "checkpoint":
+                    self._checkpoints.append((pos, e.id, p))
+                case "run_state":
+                    try:
+                        self.pending_state = RunState.from_dict(p["state"])
+                    except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:
+                        log.warning("Session %s: skipping an unreadable run state (%s)", self.id, exc)
 

@@ -184,25 +184,26 @@ class Instrumentation:
         """Record one event of an instrumented agent's run (an ``Agent.subscribe`` listener)."""
         if event.type == "message_update":
             return
-        if event.type == "message_start":
-            message = event.message
-            if type(message) is AssistantMessage:
-                self._start_chat(message.provider or self._model().provider, message.model or self._model().id)
-        elif event.type == "message_end":
-            message = event.message
-            if type(message) is AssistantMessage and self._chat is not None:
-                self._end_chat(self._chat, message)
-                self._chat = None
-        elif event.type == "turn_start":
-            self._turn = event.turn
-        elif event.type == "tool_execution_start":
-            self._tool_started[event.tool_call_id] = time.time_ns()
-        elif event.type == "tool_execution_end":
-            self._tool_ended(event)
-        elif event.type == "agent_start":
-            self._start_run()
-        elif event.type == "agent_end":
-            self._end_run(event)
+        match event.type:
+            case "message_start":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._start_chat(message.provider or self._model().provider, message.model or self._model().id)
+            case "message_end":
+                message = event.message
+                if type(message) is AssistantMessage and self._chat is not None:
+                    self._end_chat(self._chat, message)
+                    self._chat = None
+            case "turn_start":
+                self._turn = event.turn
+            case "tool_execution_start":
+                self._tool_started[event.tool_call_id] = time.time_ns()
+            case "tool_execution_end":
+                self._tool_ended(event)
+            case "agent_start":
+                self._start_run()
+            case "agent_end":
+                self._end_run(event)
 
     def _model(self) -> Model:
         assert self._agent is not None

@@ -168,17 +168,18 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
         try:
             async with _heartbeating(beat):
                 async for ev in model.stream(request, options):
-                    if ev.type == "start":
-                        pub.add({"event": jsonable(MessageStart(message=ev.partial))})
-                    elif ev.type == "done":
-                        final = ev.message
-                    elif ev.type == "error":
-                        final = ev.error
-                        retry_after = ev.retry_after
-                    elif ev.type == "retry":
-                        pub.add({"event": jsonable(ev)})
-                    else:
-                        pub.add({"event": {"type": "message_update", "event": _live(ev)}})
+                    match ev.type:
+                        case "start":
+                            pub.add({"event": jsonable(MessageStart(message=ev.partial))})
+                        case "done":
+                            final = ev.message
+                        case "error":
+                            final = ev.error
+                            retry_after = ev.retry_after
+                        case "retry":
+                            pub.add({"event": jsonable(ev)})
+                        case _:
+                            pub.add({"event": {"type": "message_update", "event": _live(ev)}})
         except asyncio.CancelledError:
             signal.abort()
             raise
