@@ -822,7 +822,16 @@ class AcpSession:
         if absolute is None:
             return None
         if name == "edit" and isinstance(args.get("old_string"), str) and isinstance(args.get("new_string"), str):
-            return {"type": "diff", "path": absolute, "oldText": args["old_string"], "newText": args["new_string"]}
+            old, new = args["old_string"], args["new_string"]
+            current = self._current_text(absolute) if old else None
+            if current is not None:
+                count = current.count(old)
+                every = args.get("replace_all") is True
+                if count == 1 or (count > 1 and every):
+                    # the whole file before and after, as the editor shows a diff in context
+                    return {"type": "diff", "path": absolute, "oldText": current, "newText": current.replace(old, new)}
+            # no single exact match (the tool will say so, or match loosely): the strings alone
+            return {"type": "diff", "path": absolute, "oldText": old, "newText": new}
         if name == "write" and isinstance(args.get("content"), str):
             return {"type": "diff", "path": absolute, "oldText": self._current_text(absolute), "newText": args["content"]}
         return None
