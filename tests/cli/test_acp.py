@@ -42,15 +42,19 @@ class Editor:
 
     async def request_permission(self, session_id: str, tool_call: Any, options: Any, **kw: Any) -> Any:
         self.asked.append((tool_call.title, [o.option_id for o in options]))
-        return RequestPermissionResponse(outcome=AllowedOutcome(option_id=self.answers.pop(0), outcome="selected"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(option_id=self.answers.pop(0), outcome="selected")
+        )
 
-    async def read_text_file(self, session_id: str, path: str, line: Any = None, limit: Any = None, **kw: Any) -> Any:
+    async def read_text_file(
+        self, session_id: str, path: str, line: Any = None, limit: Any = None, **kw: Any
+    ) -> Any:
         self.reads.append(path)
-        return ReadTextFileResponse(content=Path(path).read_text())
+        return ReadTextFileResponse(content=await asyncio.to_thread(Path(path).read_text))
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any) -> Any:
         self.writes.append((path, content))
-        Path(path).write_text(content)
+        await asyncio.to_thread(Path(path).write_text, content)
         return WriteTextFileResponse()
 
     def on_connect(self, conn: Any) -> None:
@@ -153,9 +157,18 @@ async def test_a_prompt_reads_edits_with_a_diff_and_runs_a_command_after_permiss
     calls = [u for u in editor.updates if u.session_update == "tool_call"]
     edit = calls[1]
     assert [loc.path for loc in edit.locations] == [str(env.work / "a.txt")]
-    diffs = [c for u in editor.updates if getattr(u, "content", None) and isinstance(u.content, list) for c in u.content]
+    diffs = [
+        c
+        for u in editor.updates
+        if getattr(u, "content", None) and isinstance(u.content, list)
+        for c in u.content
+    ]
     diff = next(c for c in diffs if c.type == "diff")
-    assert (diff.path, diff.old_text, diff.new_text) == (str(env.work / "a.txt"), "hello world\n", "hello there\n")
+    assert (diff.path, diff.old_text, diff.new_text) == (
+        str(env.work / "a.txt"),
+        "hello world\n",
+        "hello there\n",
+    )
     # the edit went through the editor's file system, so it lands in the editor's buffer
     assert editor.writes == [(str(env.work / "a.txt"), "hello there\n")]
     assert (env.work / "a.txt").read_text() == "hello there\n"
@@ -205,10 +218,14 @@ async def test_the_model_config_option_switches_the_model(env: Env) -> None:
     editor = Editor()
     async with ketch_acp(env, editor) as conn:
         session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
-        await conn.set_config_option(config_id="model", session_id=session.session_id, value=f"scripted:{other}")
+        await conn.set_config_option(
+            config_id="model", session_id=session.session_id, value=f"scripted:{other}"
+        )
         answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("who?")])
     assert answer.stop_reason == "end_turn"
-    assert [k for k in editor.kinds() if k.startswith("agent_message_chunk")] == ["agent_message_chunk:From B."]
+    assert [k for k in editor.kinds() if k.startswith("agent_message_chunk")] == [
+        "agent_message_chunk:From B."
+    ]
 
 
 async def test_cancel_stops_a_running_tool_and_the_prompt_answers_cancelled(env: Env) -> None:
@@ -218,7 +235,9 @@ async def test_cancel_stops_a_running_tool_and_the_prompt_answers_cancelled(env:
     editor = Editor()
     async with ketch_acp(env, editor, "--permission-mode", "bypass") as conn:
         session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
-        running = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("wait")]))
+        running = asyncio.create_task(
+            conn.prompt(session_id=session.session_id, prompt=[acp.text_block("wait")])
+        )
         # opening the fifo for writing returns once bash has it open for reading
         writer = await asyncio.to_thread(open, gate, "w")
         try:
