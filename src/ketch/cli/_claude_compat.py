@@ -556,7 +556,7 @@ class SdkMcpServer:
         from ..loop import Tool
         from ..loop import ToolContext
         from ..loop import ToolResult
-        from ..mcp._tools import tool_name
+        from ..mcp import tool_name
 
         mcp_name: str = remote["name"]
         schema = remote.get("inputSchema")
