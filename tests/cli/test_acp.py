@@ -4,6 +4,7 @@ package's client side, as an editor uses it), on scripted models."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -15,9 +16,15 @@ import acp
 from acp import spawn_agent_process
 from acp.schema import AllowedOutcome
 from acp.schema import ClientCapabilities
+from acp.schema import CreateTerminalResponse
 from acp.schema import FileSystemCapabilities
+from acp.schema import KillTerminalResponse
 from acp.schema import ReadTextFileResponse
+from acp.schema import ReleaseTerminalResponse
 from acp.schema import RequestPermissionResponse
+from acp.schema import TerminalExitStatus
+from acp.schema import TerminalOutputResponse
+from acp.schema import WaitForTerminalExitResponse
 from acp.schema import WriteTextFileResponse
 from clihelp import Env
 from clihelp import call_reply
@@ -289,3 +296,90 @@ async def test_loading_an_unknown_session_is_an_error_naming_it(env: Env) -> Non
             raise AssertionError("an unknown session loaded")
         except acp.RequestError as exc:
             assert "nope" in str(exc.data) + str(exc)
+
+
+class TerminalEditor(Editor):
+    """An editor that offers terminals: it runs each command itself and records the calls."""
+
+    def __init__(self, answers: list[str] | None = None) -> None:
+        super().__init__(answers)
+        self.calls: list[str] = []
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.created: list[tuple[str, list[str], str | None, list[str]]] = []
+
+    async def create_terminal(
+        self, session_id: str, command: str, args: Any = None, env: Any = None, cwd: Any = None, **kw: Any
+    ) -> Any:
+        self.calls.append("create")
+        names = [e.name for e in env or []]
+        self.created.append((command, list(args or []), cwd, names))
+        proc = await asyncio.create_subprocess_exec(
+            command,
+            *(args or []),
+            cwd=cwd,
+            env={e.name: e.value for e in env or []},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        terminal_id = f"t{len(self.procs) + 1}"
+        self.procs[terminal_id] = proc
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kw: Any) -> Any:
+        self.calls.append("wait_for_exit")
+        code = await self.procs[terminal_id].wait()
+        return WaitForTerminalExitResponse(exit_code=code)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kw: Any) -> Any:
+        self.calls.append("output")
+        proc = self.procs[terminal_id]
+        assert proc.stdout is not None
+        output = (await proc.stdout.read()).decode()
+        return TerminalOutputResponse(
+            output=output, truncated=False, exit_status=TerminalExitStatus(exit_code=proc.returncode)
+        )
+
+    async def release_terminal(self, session_id: str, terminal_id: str, **kw: Any) -> Any:
+        self.calls.append("release")
+        return ReleaseTerminalResponse()
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kw: Any) -> Any:
+        self.calls.append("kill")
+        self.procs[terminal_id].kill()
+        return KillTerminalResponse()
+
+
+async def test_without_the_sandbox_commands_run_in_the_editors_terminal(env: Env) -> None:
+    env.user_config("[sandbox]\nenabled = false\n")
+    env.vars["SECRET_TOKEN"] = "s3cret"
+    _script(env, [call_reply(("c1", "bash", {"command": "echo from-$((6*7))"})), text_reply("Ran.")])
+    editor = TerminalEditor(["allow_once"])
+    async with asyncio.timeout(GUARD):
+        async with spawn_agent_process(
+            editor, sys.executable, "-m", "ketch", "acp", env=env.vars, cwd=str(env.work)
+        ) as (conn, _proc):
+            await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities(terminal=True))
+            session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+            answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("run it")])
+    assert answer.stop_reason == "end_turn"
+    assert editor.calls == ["create", "wait_for_exit", "output", "release"]
+    [(command, args, cwd, names)] = editor.created
+    assert (os.path.basename(command).endswith("sh"), args, cwd) == (
+        True,
+        ["-c", "echo from-$((6*7))"],
+        str(env.work),
+    )
+    assert "SECRET_TOKEN" not in names  # the tool's allow-listed environment, not ketch's
+    terminal_refs = [
+        c.terminal_id
+        for u in editor.updates
+        if u.session_update == "tool_call_update" and u.content
+        for c in u.content
+        if c.type == "terminal"
+    ]
+    assert set(terminal_refs) == {"t1"}  # the call shows the editor terminal it runs in
+    # the terminal's output is the tool result the model got
+    shown = env.run("sessions", "show", "-o", "json", session.session_id)
+    messages = json.loads(shown.stdout)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert messages[2]["content"] == [{"type": "text", "text": "from-42\n"}]
