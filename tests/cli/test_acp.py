@@ -19,6 +19,7 @@ from acp.schema import ClientCapabilities
 from acp.schema import CreateTerminalResponse
 from acp.schema import FileSystemCapabilities
 from acp.schema import KillTerminalResponse
+from acp.schema import McpServerStdio
 from acp.schema import ReadTextFileResponse
 from acp.schema import ReleaseTerminalResponse
 from acp.schema import RequestPermissionResponse
@@ -383,3 +384,51 @@ async def test_without_the_sandbox_commands_run_in_the_editors_terminal(env: Env
     messages = json.loads(shown.stdout)["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
     assert messages[2]["content"] == [{"type": "text", "text": "from-42\n"}]
+
+
+async def test_resume_continues_a_session_and_fork_copies_it(env: Env) -> None:
+    _script(env, [text_reply("First.")], "1.json")
+    async with ketch_acp(env, Editor()) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("first prompt")])
+    original = session.session_id
+    _script(env, [text_reply("Second.")], "2.json")
+    third = env.script([text_reply("Third.")], "3.json")  # each session's agent has its own model
+    editor = Editor()
+    async with ketch_acp(env, editor) as conn:
+        await conn.resume_session(cwd=str(env.work), session_id=original)
+        assert editor.updates == []  # resume does not replay
+        await conn.prompt(session_id=original, prompt=[acp.text_block("second prompt")])
+        forked = await conn.fork_session(cwd=str(env.work), session_id=original)
+        assert forked.session_id != original
+        await conn.set_config_option(config_id="model", session_id=forked.session_id, value=f"scripted:{third}")
+        await conn.prompt(session_id=forked.session_id, prompt=[acp.text_block("third prompt")])
+        listed = await conn.list_sessions(cwd=str(env.work))
+    assert sorted(s.session_id for s in listed.sessions) == sorted([original, forked.session_id])
+    assert env.run("sessions", "show", forked.session_id).stdout.splitlines() == [
+        "user: first prompt",
+        "assistant: First.",
+        "user: second prompt",
+        "assistant: Second.",
+        "user: third prompt",
+        "assistant: Third.",
+    ]
+    assert env.run("sessions", "show", original).stdout.splitlines()[-1] == "assistant: Second."
+
+
+async def test_an_mcp_server_from_the_editor_gives_its_tools(env: Env) -> None:
+    args = {"source_timezone": "UTC", "time": "16:30", "target_timezone": "Asia/Tokyo"}
+    _script(env, [call_reply(("c1", "mcp__time__convert_time", args)), text_reply("Converted.")])
+    editor = Editor(["allow_once"])
+    server = McpServerStdio(
+        name="time", command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"], env=[]
+    )
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[server])
+        answer = await conn.prompt(
+            session_id=session.session_id, prompt=[acp.text_block("16:30 UTC in Tokyo?")]
+        )
+    assert answer.stop_reason == "end_turn"
+    assert editor.asked == [("mcp__time__convert_time", ["allow_once", "allow_always", "reject_once"])]
+    [done] = [u for u in editor.updates if u.session_update == "tool_call_update" and u.status == "completed"]
+    assert '"datetime": "2' in done.content[0].content.text and "+09:00" in done.content[0].content.text

@@ -375,6 +375,18 @@ class AcpAgent:
             raise RpcError(INVALID_PARAMS, f'"mcpServers" must be an array, got {_kind_of(servers)}')
         if resume is not None and resume in self.sessions and not fork:
             raise RpcError(INVALID_PARAMS, f"session {resume} is already open in this connection")
+        if resume is not None and resume in self.sessions and fork:
+            # open here (its write lock held): the copy is made from the open session,
+            # then opened as any saved session
+            source = self.sessions[resume].saved
+            if source is None:
+                raise RpcError(INVALID_PARAMS, f"session {resume} is not saved (--no-session): nothing to fork")
+            try:
+                forked = await source.fork()
+            except ValueError as exc:
+                raise RpcError(INVALID_PARAMS, str(exc)) from None
+            await forked.close()
+            resume, fork = forked.id, False
         session = AcpSession(self, root)
         await session.open(args, servers, resume, fork=fork)
         self.sessions[session.id] = session
