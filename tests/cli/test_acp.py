@@ -213,9 +213,21 @@ async def test_a_mode_set_by_the_editor_skips_the_question(env: Env) -> None:
     async with ketch_acp(env, editor) as conn:
         session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
         await conn.set_session_mode(session_id=session.session_id, mode_id="accept_edits")
+        try:
+            await conn.set_session_mode(session_id=session.session_id, mode_id="acceptEdits")
+            raise AssertionError("an unknown mode was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == "session/set_mode: mode 'acceptEdits' is not one of default, accept_edits, plan, bypass"
         answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write b")])
     assert answer.stop_reason == "end_turn"
     assert editor.asked == []
+    assert [k for k in editor.kinds() if k != "usage_update"] == [
+        "current_mode_update",
+        "tool_call:edit:Write b.txt",
+        "tool_call_update:completed",
+        "agent_message_chunk:Written.",
+    ]
+    assert editor.updates[0].current_mode_id == "accept_edits"
     assert (env.work / "b.txt").read_text() == "new\n"
     assert editor.writes == [(str(env.work / "b.txt"), "new\n")]
 
