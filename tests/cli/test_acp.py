@@ -217,7 +217,10 @@ async def test_a_mode_set_by_the_editor_skips_the_question(env: Env) -> None:
             await conn.set_session_mode(session_id=session.session_id, mode_id="acceptEdits")
             raise AssertionError("an unknown mode was accepted")
         except acp.RequestError as exc:
-            assert str(exc) == "session/set_mode: mode 'acceptEdits' is not one of default, accept_edits, plan, bypass"
+            assert (
+                str(exc)
+                == "session/set_mode: mode 'acceptEdits' is not one of default, accept_edits, plan, bypass"
+            )
         answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write b")])
     assert answer.stop_reason == "end_turn"
     assert editor.asked == []
@@ -413,7 +416,9 @@ async def test_resume_continues_a_session_and_fork_copies_it(env: Env) -> None:
         await conn.prompt(session_id=original, prompt=[acp.text_block("second prompt")])
         forked = await conn.fork_session(cwd=str(env.work), session_id=original)
         assert forked.session_id != original
-        await conn.set_config_option(config_id="model", session_id=forked.session_id, value=f"scripted:{third}")
+        await conn.set_config_option(
+            config_id="model", session_id=forked.session_id, value=f"scripted:{third}"
+        )
         await conn.prompt(session_id=forked.session_id, prompt=[acp.text_block("third prompt")])
         listed = await conn.list_sessions(cwd=str(env.work))
     assert sorted(s.session_id for s in listed.sessions) == sorted([original, forked.session_id])
@@ -444,3 +449,24 @@ async def test_an_mcp_server_from_the_editor_gives_its_tools(env: Env) -> None:
     assert editor.asked == [("mcp__time__convert_time", ["allow_once", "allow_always", "reject_once"])]
     [done] = [u for u in editor.updates if u.session_update == "tool_call_update" and u.status == "completed"]
     assert '"datetime": "2' in done.content[0].content.text and "+09:00" in done.content[0].content.text
+
+
+async def test_initialize_does_not_wait_for_the_options_a_bad_one_fails_session_new(env: Env) -> None:
+    _script(env, [text_reply("unused")])
+    # initialize is answered first; then ketch checks its options and ends on a bad one
+    async with ketch_acp(env, Editor(), "--permission-mode", "careful") as conn:
+        try:
+            await conn.new_session(cwd=str(env.work), mcp_servers=[])
+            raise AssertionError("a bad option was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == "session/new: ketch acp was started with invalid options (see its stderr)"
+
+
+async def test_a_relative_cwd_is_an_error_naming_it(env: Env) -> None:
+    _script(env, [text_reply("unused")])
+    async with ketch_acp(env, Editor()) as conn:
+        try:
+            await conn.new_session(cwd="relative/dir", mcp_servers=[])
+            raise AssertionError("a relative cwd was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == "session/new: \"cwd\" must be an absolute path, got 'relative/dir'"
