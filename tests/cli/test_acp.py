@@ -470,3 +470,23 @@ async def test_a_relative_cwd_is_an_error_naming_it(env: Env) -> None:
             raise AssertionError("a relative cwd was accepted")
         except acp.RequestError as exc:
             assert str(exc) == "session/new: \"cwd\" must be an absolute path, got 'relative/dir'"
+
+
+async def test_a_closed_session_takes_no_prompt_and_can_be_loaded_again(env: Env) -> None:
+    _script(env, [text_reply("First.")])
+    editor = Editor()
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("first prompt")])
+        await conn.close_session(session_id=session.session_id)
+        try:
+            await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("again")])
+            raise AssertionError("a closed session took a prompt")
+        except acp.RequestError as exc:
+            assert str(exc) == (
+                f"session/prompt: no open session {session.session_id!r} "
+                "(session/new, session/load or session/resume opens one)"
+            )
+        editor.updates.clear()
+        await conn.load_session(cwd=str(env.work), session_id=session.session_id, mcp_servers=[])
+    assert editor.kinds() == ["user_message_chunk:first prompt", "agent_message_chunk:First."]
