@@ -38,11 +38,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
-import threading
-from collections import deque
 from collections.abc import Awaitable
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +73,8 @@ from ._sessions import SessionOptions
 from ._sessions import use_recorded_model
 from ._signals import exit_now
 from ._signals import handle_signals
+from ._stdio import MAX_LINE
+from ._stdio import StdinLines
 from ._wire import EXIT_BROKEN_PIPE
 from ._wire import EXIT_INTERRUPTED
 from ._wire import BrokenPipeGuard
@@ -93,8 +92,6 @@ COMMANDS = ("user", "follow_up", "interrupt", "control", "approve", "deny", "edi
 CONTROL_SUBTYPES = ("set_model", "set_permission_mode", "set_thinking")
 """The ``subtype`` of a ``control`` command."""
 
-MAX_LINE = 16 * 1024 * 1024
-"""The longest command line read (bytes); a longer one is answered with an error."""
 
 _EXAMPLE = '{"type": "user", "text": "…"}'
 
@@ -210,76 +207,6 @@ def _warn_utf8() -> None:
         sys.stderr.flush()
 
 
-class _StdinLines:
-    """The lines of stdin, read by a thread (works for pipes, files and terminals alike):
-    ``await get()`` returns the next line without its newline, None at the end. The
-    lines of one read are handed over together, so commands written together (a prompt
-    and an interrupt, say) are handled one after the other before any run moves on."""
-
-    def __init__(self, fd: int = 0) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
-        self._ready: deque[bytes] = deque()
-        self._done = False
-        self._fd = fd
-        threading.Thread(target=self._read, name="ketch-stdin", daemon=True).start()
-
-    def _put(self, item: list[bytes] | None) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: the command is exiting
-            pass
-
-    def _read(self) -> None:
-        buffer = bytearray()
-        searched = 0
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except InterruptedError:
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                if buffer:
-                    self._put([bytes(buffer)])
-                self._put(None)
-                return
-            buffer += chunk
-            lines: list[bytes] = []
-            while True:
-                end = buffer.find(b"\n", searched)
-                if end < 0:
-                    searched = len(buffer)
-                    if len(buffer) > MAX_LINE:  # keep the start (an error names it), drop the rest
-                        del buffer[MAX_LINE:]
-                        searched = len(buffer)
-                    break
-                lines.append(bytes(buffer[:end]))
-                del buffer[: end + 1]
-                searched = 0
-            if lines:
-                self._put(lines)
-
-    async def get(self) -> bytes | None:
-        """The next line, or None at the end of input."""
-        while not self._ready:
-            if self._done:
-                return None
-            batch = await self._queue.get()
-            if batch is None:
-                self._done = True
-                return None
-            self._ready.extend(batch)
-        return self._ready.popleft()
-
-    def end(self) -> None:
-        """Make :meth:`get` return None (the session ends early)."""
-        self._done = True
-        self._ready.clear()
-        self._queue.put_nowait(None)
-
-
 # -- the session --------------------------------------------------------------------------
 
 
@@ -307,7 +234,7 @@ class _Controller:
         self.abort_requested = False
         self.line = 0
         self.ending = False
-        self.lines: _StdinLines | None = None
+        self.lines: StdinLines | None = None
 
     # -- runs --
     @property
@@ -514,7 +441,7 @@ class _Controller:
         """Read commands until the end of input (or a signal), then wait for the active
         run; returns the exit code."""
         self.agent.subscribe(self._on_event)
-        lines = self.lines = _StdinLines()
+        lines = self.lines = StdinLines()
         code = [0]
         hits = [0]
 
