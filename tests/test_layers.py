@@ -36,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"ketch", "llm", "loop"},
     "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
+    "memory": {"loop", "paths"},
 }
 
 
