@@ -45,6 +45,8 @@ PAGES = {
     "ketch.telemetry": "telemetry",
     "ketch.server": "server",
     "ketch.temporal": "temporal",
+    "ketch.memory": "memory",
+    "ketch.web": "web",
 }
 
 

@@ -134,6 +134,11 @@ def add_agent_settings(parser: argparse.ArgumentParser) -> None:
         help="auto | required | none | <tool name>: applies to the first model call of a run only",
     )
     parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="long-term memory: a memory tool over notes kept per user and project (also memory = true in config)",
+    )
+    parser.add_argument(
         "--no-compaction",
         action="store_true",
         help="no automatic context management (no summaries of older history; /compact is off)",
@@ -231,6 +236,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "system_prompt": args.system_prompt,
         "permission_mode": args.permission_mode,
         "compaction": False if args.no_compaction else None,
+        "memory": True if args.memory else None,
         "context_window": args.context_window,
     }
     if args.tools is not None:

@@ -32,7 +32,8 @@ The stricter-only list (each a named check of the value against the setting so f
 * ``tools``: a subset of the tools so far;
 * ``max_turns``, ``max_budget_usd``, ``max_tokens``: a limit set or lowered;
 * ``thinking``: the level so far or a lower one;
-* ``sandbox.enabled = true`` and ``sandbox.network = false``.
+* ``sandbox.enabled = true`` and ``sandbox.network = false``;
+* ``memory = false`` (turning memory on needs trust: the memory's notes reach every request).
 
 Everything else needs trust: ``model`` and every ``[providers.*]`` field (a project
 may not choose the model, the endpoint or the credentials), ``permissions.allow``,
@@ -221,6 +222,7 @@ STRICTER_ONLY: dict[str, Check] = {
     "thinking": lowers_thinking,
     "sandbox.enabled": is_true,
     "sandbox.network": is_false,
+    "memory": is_false,
     "agent.permission_mode": default_mode,
 }
 """The settings an untrusted project may set, each with its check; every other setting
