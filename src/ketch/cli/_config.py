@@ -486,7 +486,7 @@ def _apply_project(
     mcp_path: Path,
     gate: Gate,
 ) -> None:
-    """Apply the project's config files, ``.mcp.json`` servers and agent files to
+    """Apply the project's config files, ``.mcp.json`` servers, agent files and skills to
     ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``, also
     the looser ``[sandbox.limits]`` a file named)."""
     settings.ignored = gate.ignored
@@ -504,6 +504,9 @@ def _apply_project(
         from ._subagents import project_agents
 
         project_agents(settings.project_root, gate)
+        from ._skills import project_skills
+
+        project_skills(settings.project_root, gate)
 
 
 def load_settings(

@@ -640,8 +640,17 @@ def build_agent(
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     project = instructions.capability() if instructions is not None else None
+    capabilities: list[Any] = []
     if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
-        config["capabilities"] = [project]
+        capabilities.append(project)
+    if not embedded:
+        from ._skills import skills_capability
+
+        skills = skills_capability(settings, environ)
+        if skills is not None:  # the skills' names and descriptions, and the skill tool
+            capabilities.append(skills)
+    if capabilities:
+        config["capabilities"] = capabilities
     if session is not None:
         config["session"] = session
     agent = Agent(
