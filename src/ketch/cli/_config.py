@@ -486,7 +486,7 @@ def _apply_project(
     mcp_path: Path,
     gate: Gate,
 ) -> None:
-    """Apply the project's config files, ``.mcp.json`` servers, agent files and skills to
+    """Apply the project's config files, ``.mcp.json`` servers, agent files, skills and commands to
     ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``, also
     the looser ``[sandbox.limits]`` a file named)."""
     settings.ignored = gate.ignored
@@ -507,6 +507,9 @@ def _apply_project(
         from ._skills import project_skills
 
         project_skills(settings.project_root, gate)
+        from ._commands import project_commands
+
+        project_commands(settings.project_root, gate)
 
 
 def load_settings(

@@ -80,7 +80,7 @@ def _scalar(text: str) -> str:
     return text
 
 
-def _front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
+def front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
     """The front matter (``key: value`` scalars, ``>``/``|`` blocks, indented
     continuation lines, inline ``[a, b]`` and ``- item`` lists, one level of nested
     ``key: value`` maps) and the body after it."""
@@ -154,7 +154,7 @@ def parse_skill(text: str, *, source: str = "<SKILL.md>", path: Path | None = No
     ``name`` (lowercase letters, digits, hyphens; at most 64) and ``description`` (at
     most 1024 characters) are required; a key the format does not have is kept in
     ``warnings``. Raises :class:`SkillError` (one line naming ``source`` and the field)."""
-    data, body = _front_matter(text, source)
+    data, body = front_matter(text, source)
     name = data.get("name")
     _check_name(name, source)
     description = data.get("description")
