@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..skills import SkillError
-from ..skills._skill import front_matter
+from ..skills import parse_front_matter
 from ._config import Settings
 from ._config import config_dir
 from ._trust import Gate
@@ -119,7 +119,7 @@ def parse_command_file(path: Path, name: str, origin: str) -> tuple[CustomComman
     body = text.strip()
     if text.lstrip().startswith("---"):
         try:
-            data, body = front_matter(text.lstrip(), str(path))
+            data, body = parse_front_matter(text.lstrip(), str(path))
         except SkillError as exc:
             raise CommandFileError(str(exc).replace("a SKILL.md must start", "a command must start")) from None
     warnings = [
@@ -132,7 +132,7 @@ def parse_command_file(path: Path, name: str, origin: str) -> tuple[CustomComman
             raise CommandFileError(f"{path}: {field!r} must be a string, got {data[field]!r}")
     allowed = _tools(data["allowed-tools"]) if data.get("allowed-tools") not in (None, "") else ()
     if allowed:
-        from ..permissions._rules import parse_rules
+        from ..permissions import parse_rules
 
         try:
             parse_rules(allowed)
@@ -232,7 +232,7 @@ async def run_command(built: Any, settings: Settings, command: CustomCommand, pr
     """Run ``prompt`` (``command`` expanded) on ``built`` (a :class:`~ketch.cli._factory.Built`)
     with the command's ``model`` for this run only and its ``allowed-tools`` as allow
     rules for this run only. Returns the run's result."""
-    from ..permissions._rules import parse_rules
+    from ..permissions import parse_rules
     from ._factory import build_model
 
     agent = built.agent

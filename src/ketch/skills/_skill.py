@@ -26,7 +26,17 @@ from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
 
-__all__ = ["SKILL_FILE", "SKILL_TOOL", "Skill", "SkillError", "Skills", "find_skills", "load_skill", "parse_skill"]
+__all__ = [
+    "SKILL_FILE",
+    "SKILL_TOOL",
+    "Skill",
+    "SkillError",
+    "Skills",
+    "find_skills",
+    "load_skill",
+    "parse_front_matter",
+    "parse_skill",
+]
 
 SKILL_FILE = "SKILL.md"
 SKILL_TOOL = "skill"
@@ -80,8 +90,10 @@ def _scalar(text: str) -> str:
     return text
 
 
-def front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
-    """The front matter (``key: value`` scalars, ``>``/``|`` blocks, indented
+def parse_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """The YAML front matter of a Markdown text (``---`` lines around it) as a dict, and
+    the body after it; :class:`SkillError` names ``where`` and the bad line. The YAML
+    subset skill and command files use: ``key: value`` scalars, ``>``/``|`` blocks, indented
     continuation lines, inline ``[a, b]`` and ``- item`` lists, one level of nested
     ``key: value`` maps) and the body after it."""
     lines = text.splitlines()
@@ -154,7 +166,7 @@ def parse_skill(text: str, *, source: str = "<SKILL.md>", path: Path | None = No
     ``name`` (lowercase letters, digits, hyphens; at most 64) and ``description`` (at
     most 1024 characters) are required; a key the format does not have is kept in
     ``warnings``. Raises :class:`SkillError` (one line naming ``source`` and the field)."""
-    data, body = front_matter(text, source)
+    data, body = parse_front_matter(text, source)
     name = data.get("name")
     _check_name(name, source)
     description = data.get("description")
