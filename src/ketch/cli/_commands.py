@@ -4,7 +4,8 @@ A command is a Markdown file whose text is the prompt ``/NAME ARGS`` sends, read
 in order (a later folder's command replaces an earlier one of the same name):
 
 1. ``<user config dir>/commands/`` (``~/.config/ketch/commands/``);
-2. the project root's ``.claude/commands/`` and ``.ketch/commands/``.
+2. the enabled plugins' ``commands/`` (:mod:`ketch.cli._plugins`);
+3. the project root's ``.claude/commands/`` and ``.ketch/commands/``.
 
 ``NAME.md`` is ``/NAME``; a file in a sub-folder, ``git/commit.md``, is ``/git:commit``.
 In the text, ``$ARGUMENTS`` is everything after the name and ``$1`` ... ``$9`` its
@@ -168,7 +169,9 @@ def _files(directory: Path) -> list[tuple[str, Path]]:
 
 def command_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where command files are read from, in order, each with its origin."""
-    dirs = [(config_dir(environ) / USER_COMMANDS, "user")]
+    from ._plugins import plugin_directories
+
+    dirs = [(config_dir(environ) / USER_COMMANDS, "user"), *plugin_directories("commands", environ)]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_COMMANDS)
     return dirs

@@ -4,7 +4,8 @@ Skills (folders with a ``SKILL.md``, see :mod:`ketch.skills`) are read from, in 
 (a later folder's skill replaces an earlier one of the same name):
 
 1. ``<user config dir>/skills/`` (``~/.config/ketch/skills/``): the user's own;
-2. the project root's ``.claude/skills/``, ``.agents/skills/`` and ``.ketch/skills/``
+2. the enabled plugins' ``skills/`` (:mod:`ketch.cli._plugins`);
+3. the project root's ``.claude/skills/``, ``.agents/skills/`` and ``.ketch/skills/``
    (the folders other agents use, then ketch's own).
 
 A project's skills need the project's trust (:mod:`ketch.cli._trust`): in an untrusted
@@ -33,7 +34,9 @@ PROJECT_SKILLS: tuple[Path, ...] = (Path(".claude") / "skills", Path(".agents") 
 
 def skill_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where skills are read from, in order, each with its origin (``user``, ``project``)."""
-    dirs = [(config_dir(environ) / USER_SKILLS, "user")]
+    from ._plugins import plugin_directories
+
+    dirs = [(config_dir(environ) / USER_SKILLS, "user"), *plugin_directories("skills", environ)]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_SKILLS)
     return dirs
