@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from clihelp import Env
+from clihelp import call_reply
+from test_mcp import ECHO_SERVER
 
 
 def plugin_repo(root: Path) -> Path:
@@ -21,7 +24,9 @@ def plugin_repo(root: Path) -> Path:
         "commands/tidy.md": "---\ndescription: Tidy a file\n---\nTidy $1 please.",
         "agents/tidier.md": "---\nname: tidier\ndescription: Tidies files\n---\nYou tidy.",
         "hooks/hooks.json": json.dumps({"hooks": {}}),
-        ".mcp.json": json.dumps({"mcpServers": {}}),
+        ".mcp.json": json.dumps({"mcpServers": {"echo": {"command": sys.executable,
+                                                         "args": ["${CLAUDE_PLUGIN_ROOT}/servers/echo.py"]}}}),
+        "servers/echo.py": ECHO_SERVER,
     }
     for rel, text in files.items():
         path = repo / rel
@@ -51,9 +56,11 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert proc.returncode == 0, proc.stderr
     installed = env.xdg / "ketch" / "plugins" / "tidy"
     assert proc.stdout == f"added plugin tidy (1 skill, 1 command, 1 agent) to {installed}\n"
+    assert (installed / "servers" / "echo.py").is_file()
     assert proc.stderr.splitlines() == [
         "ketch: plugin tidy: skipped hooks (hooks/hooks.json): plugin hooks are not supported yet",
-        "ketch: plugin tidy: skipped MCP servers (.mcp.json): plugin MCP servers are not supported yet",
+        "ketch: plugin tidy: skipped MCP servers (.mcp.json): they run commands, trust the plugin first "
+        "(ketch plugin trust tidy)",
         "ketch: plugin tidy: skipped manifest key 'lspServers': custom paths and inline definitions are not "
         "supported yet",
     ]
@@ -68,15 +75,32 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert "- tidy-imports: Sort imports." in first["system_prompt"]
     assert "TIDY-BODY" not in json.dumps(first)
     assert {"skill", "subagent"} <= set(first["tools"])
+    assert "mcp__echo__echo" not in first["tools"]  # not trusted yet
     (listed,) = env.run("skills", "list", "--json").stdout.splitlines()
     assert json.loads(listed)["origin"] == "plugin tidy"
+
+    # Trusted, its MCP server runs (the plugin's folder put in for ${CLAUDE_PLUGIN_ROOT}).
+    assert env.run("plugin", "trust", "tidy").stdout == "trusted plugin tidy\n"
+    assert env.run("plugin", "list").stdout.splitlines()[:2] == [
+        f"tidy  [enabled, trusted] 1 skill, 1 command, 1 agent  from file://{repo}",
+        "    skipped: hooks (hooks/hooks.json): plugin hooks are not supported yet",
+    ]
+    script = env.script([call_reply(("c1", "mcp__echo__echo", {"text": "hi"})), "done"])
+    done = env.run("run", "--model", f"scripted:{script}", "--permission-mode", "bypass", "-o", "stream-json",
+                   "--no-session", "say hi")
+    assert done.returncode == 0, done.stderr
+    end = next(json.loads(x) for x in done.stdout.splitlines() if json.loads(x)["type"] == "tool_execution_end")
+    assert (end["tool_name"], end["is_error"], end["result"]["content"]) == (
+        "mcp__echo__echo", False, [{"type": "text", "text": "echo: hi"}]
+    )
 
     assert env.run("plugin", "disable", "tidy").stdout == "disabled plugin tidy\n"
     run(env, "/tidy a.py")
     (first,) = requests(env)
     assert first["messages"][0]["content"][0]["text"] == "/tidy a.py"
     assert "skill" not in first["tools"] and "subagent" not in first["tools"]
-    assert env.run("plugin", "list").stdout.startswith("tidy  [disabled]")
+    assert "mcp__echo__echo" not in first["tools"]
+    assert env.run("plugin", "list").stdout.startswith("tidy  [disabled, trusted]")
 
     assert env.run("plugin", "enable", "tidy").stdout == "enabled plugin tidy\n"
     run(env, "/tidy b.py")
@@ -87,6 +111,7 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     run(env, "/tidy a.py")
     (first,) = requests(env)
     assert first["messages"][0]["content"][0]["text"] == "/tidy a.py" and "skill" not in first["tools"]
+    assert "mcp__echo__echo" not in first["tools"]
     assert env.run("plugin", "list").stdout == "no plugins installed (ketch plugin add PATH|GIT_URL adds one)\n"
 
 

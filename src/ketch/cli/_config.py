@@ -537,6 +537,11 @@ def load_settings(
         settings.files.append(user)
         if _holds_key(data):
             settings.key_files.append(user)
+    from ._plugins import plugin_mcp_servers
+
+    for name, entry, origin in plugin_mcp_servers(env):  # trusted plugins' servers; the user's win
+        settings.mcp_servers[name] = entry
+        settings.mcp_origins[name] = str(origin)
     user_mcp = user_mcp_json(env)
     for name, entry in read_mcp_json(user_mcp).get("mcpServers", {}).items():
         settings.mcp_servers[name] = entry

@@ -8,15 +8,19 @@ A plugin is a folder (or a git repository) laid out as Claude Code plugins are::
       commands/NAME.md             # custom slash commands (ketch.cli._commands)
       agents/NAME.md               # subagent files (ketch.subagents)
       hooks/hooks.json             # not loaded yet: named as skipped
-      .mcp.json                    # not loaded yet: named as skipped
+      .mcp.json                    # MCP servers, once the plugin is trusted
 
 ``ketch plugin add PATH|GIT_URL`` copies the folder (or clones the repository) into
 ``<user config dir>/plugins/NAME`` and records it, enabled, in ``plugins.json`` there;
 ``list``, ``remove NAME``, ``enable NAME``, ``disable NAME``. An enabled plugin's skills,
 commands and agents load after the user's own (a project's replace a plugin's of the
-same name). The parts ketch does not load (hooks, MCP servers, LSP servers, output
-styles, manifest keys it does not know) are named when the plugin is added and by
-``ketch plugin list``; the rest of the plugin works.
+same name). Its MCP servers run commands, so, like a project's, they need trust:
+``ketch plugin add --trust`` or ``ketch plugin trust NAME`` (``untrust`` takes it back);
+``${CLAUDE_PLUGIN_ROOT}`` in a server entry is the plugin's folder, and a server the
+user's ``.mcp.json`` names too is the user's. The parts ketch does not load (hooks, the
+MCP servers of an untrusted plugin, LSP servers, output styles, manifest keys it does
+not know) are named when the plugin is added and by ``ketch plugin list``; the rest of
+the plugin works.
 """
 
 from __future__ import annotations
@@ -56,14 +60,15 @@ class Plugin:
     source: str
     enabled: bool
     manifest: Mapping[str, Any]
+    trusted: bool = False
 
     def skipped(self) -> list[str]:
         """What of the plugin ketch does not load, each as ``what (where)``."""
         out = []
         if (self.path / "hooks" / "hooks.json").is_file():
             out.append("hooks (hooks/hooks.json): plugin hooks are not supported yet")
-        if (self.path / ".mcp.json").is_file():
-            out.append("MCP servers (.mcp.json): plugin MCP servers are not supported yet")
+        if (self.path / ".mcp.json").is_file() and not self.trusted:
+            out.append(f"MCP servers (.mcp.json): they run commands, trust the plugin first (ketch plugin trust {self.name})")
         for key in self.manifest:
             if key in SKIPPED_KEYS:
                 out.append(f"manifest key {key!r}: custom paths and inline definitions are not supported yet")
@@ -120,7 +125,8 @@ def installed(environ: Mapping[str, str] | None = None) -> list[Plugin]:
             manifest = read_manifest(path)
         except PluginError:
             continue
-        out.append(Plugin(name, path, str(entry.get("source", "")), entry.get("enabled", True) is not False, manifest))
+        enabled = entry.get("enabled", True) is not False
+        out.append(Plugin(name, path, str(entry.get("source", "")), enabled, manifest, entry.get("trusted") is True))
     return sorted(out, key=lambda p: p.name)
 
 
@@ -130,12 +136,44 @@ def plugin_directories(kind: str, environ: Mapping[str, str] | None = None) -> l
     return [(p.path / LOADED[kind], f"plugin {p.name}") for p in installed(environ) if p.enabled]
 
 
+ROOT_VARIABLES = ("${CLAUDE_PLUGIN_ROOT}", "${KETCH_PLUGIN_ROOT}")
+
+
+def _rooted(value: Any, root: str) -> Any:
+    """``value`` with ``${CLAUDE_PLUGIN_ROOT}`` (and ``${KETCH_PLUGIN_ROOT}``) replaced by ``root``."""
+    if isinstance(value, str):
+        for variable in ROOT_VARIABLES:
+            value = value.replace(variable, root)
+        return value
+    if isinstance(value, list):
+        return [_rooted(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _rooted(v, root) for k, v in value.items()}
+    return value
+
+
+def plugin_mcp_servers(environ: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any], Path]]:
+    """The MCP servers of the enabled and trusted plugins' ``.mcp.json`` files (each
+    ``(name, entry, file)``, the plugin's folder put in for ``${CLAUDE_PLUGIN_ROOT}``);
+    a bad file is a :class:`~ketch.cli._config.ConfigError` naming it."""
+    from ._config import read_mcp_json
+
+    out = []
+    for plugin in installed(environ):
+        if plugin.enabled and plugin.trusted:
+            file = plugin.path / ".mcp.json"
+            for name, entry in read_mcp_json(file).get("mcpServers", {}).items():
+                out.append((name, _rooted(entry, str(plugin.path)), file))
+    return out
+
+
 def _is_url(source: str) -> bool:
     return "://" in source or source.startswith("git@") or source.endswith(".git")
 
 
-def add(source: str, environ: Mapping[str, str] | None = None) -> Plugin:
-    """Install the plugin at ``source`` (a folder, or a git URL cloned with ``git``)."""
+def add(source: str, environ: Mapping[str, str] | None = None, *, trusted: bool = False) -> Plugin:
+    """Install the plugin at ``source`` (a folder, or a git URL cloned with ``git``);
+    ``trusted``: its MCP servers may run."""
     home = plugins_home(environ)
     home.mkdir(parents=True, exist_ok=True)
     staging = home / ".adding"
@@ -166,9 +204,9 @@ def add(source: str, environ: Mapping[str, str] | None = None) -> Plugin:
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    registry[name] = {"source": source, "enabled": True}
+    registry[name] = {"source": source, "enabled": True, "trusted": trusted}
     _save(registry, environ)
-    return Plugin(name, target, source, True, manifest)
+    return Plugin(name, target, source, True, manifest, trusted)
 
 
 def _named(name: str, environ: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
@@ -187,10 +225,10 @@ def remove(name: str, environ: Mapping[str, str] | None = None) -> None:
     shutil.rmtree(plugins_home(environ) / name, ignore_errors=True)
 
 
-def set_enabled(name: str, enabled: bool, environ: Mapping[str, str] | None = None) -> None:
-    """Enable or disable the plugin ``name``."""
+def set_flag(name: str, flag: str, value: bool, environ: Mapping[str, str] | None = None) -> None:
+    """Set ``enabled`` or ``trusted`` of the plugin ``name``."""
     registry = _named(name, environ)
-    registry[name]["enabled"] = enabled
+    registry[name][flag] = value
     _save(registry, environ)
 
 
@@ -208,19 +246,21 @@ def _contents(plugin: Plugin) -> str:
 
 
 def plugin_command(argv: Sequence[str]) -> int:
-    """``ketch plugin add PATH|GIT_URL | list | remove NAME | enable NAME | disable NAME``."""
+    """``ketch plugin add [--trust] PATH|GIT_URL | list | remove | enable | disable | trust | untrust NAME``."""
     from ._args import OneLineParser
 
     parser = OneLineParser(prog="ketch plugin", description="plugins (Claude Code's plugin layout)")
     sub = parser.add_subparsers(dest="action", required=True)
-    sub.add_parser("add", help="install a plugin from a folder or a git URL").add_argument("source")
+    adding = sub.add_parser("add", help="install a plugin from a folder or a git URL")
+    adding.add_argument("source")
+    adding.add_argument("--trust", action="store_true", help="let its MCP servers run (they run commands)")
     sub.add_parser("list", help="the installed plugins")
-    for action in ("remove", "enable", "disable"):
+    for action in ("remove", "enable", "disable", "trust", "untrust"):
         sub.add_parser(action, help=f"{action} an installed plugin").add_argument("name")
     args = parser.parse_args(list(argv))
     try:
         if args.action == "add":
-            plugin = add(args.source)
+            plugin = add(args.source, trusted=args.trust)
             print(f"added plugin {plugin.name} ({_contents(plugin)}) to {plugin.path}")
             for line in plugin.skipped():
                 print(f"ketch: plugin {plugin.name}: skipped {line}", file=sys.stderr)
@@ -229,15 +269,18 @@ def plugin_command(argv: Sequence[str]) -> int:
             if not plugins:
                 print("no plugins installed (ketch plugin add PATH|GIT_URL adds one)")
             for p in plugins:
-                state = "enabled" if p.enabled else "disabled"
+                state = ("enabled" if p.enabled else "disabled") + (", trusted" if p.trusted else "")
                 print(f"{p.name}  [{state}] {_contents(p)}  from {p.source}")
                 for line in p.skipped():
                     print(f"    skipped: {line}")
         elif args.action == "remove":
             remove(args.name)
             print(f"removed plugin {args.name}")
+        elif args.action in ("trust", "untrust"):
+            set_flag(args.name, "trusted", args.action == "trust")
+            print(f"{args.action}ed plugin {args.name}")
         else:
-            set_enabled(args.name, args.action == "enable")
+            set_flag(args.name, "enabled", args.action == "enable")
             print(f"{args.action}d plugin {args.name}")
     except PluginError as exc:
         print(f"ketch: {exc}", file=sys.stderr)
