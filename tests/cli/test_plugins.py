@@ -17,13 +17,14 @@ from test_mcp import ECHO_SERVER
 
 def plugin_repo(root: Path) -> Path:
     repo = root / "plugin-src"
+    hook = {"hooks": [{"type": "command", "command": f"touch {root / 'hook-ran'}; test -d ${{CLAUDE_PLUGIN_ROOT}}"}]}
     files = {
         ".claude-plugin/plugin.json": json.dumps({"name": "tidy", "version": "1.0.0", "description": "Tidy code",
                                                   "lspServers": {}}),
         "skills/tidy-imports/SKILL.md": "---\nname: tidy-imports\ndescription: Sort imports.\n---\nTIDY-BODY\n",
         "commands/tidy.md": "---\ndescription: Tidy a file\n---\nTidy $1 please.",
         "agents/tidier.md": "---\nname: tidier\ndescription: Tidies files\n---\nYou tidy.",
-        "hooks/hooks.json": json.dumps({"hooks": {}}),
+        "hooks/hooks.json": json.dumps({"hooks": {"UserPromptSubmit": [hook], "FancyEvent": [hook]}}),
         ".mcp.json": json.dumps({"mcpServers": {"echo": {"command": sys.executable,
                                                          "args": ["${CLAUDE_PLUGIN_ROOT}/servers/echo.py"]}}}),
         "servers/echo.py": ECHO_SERVER,
@@ -58,7 +59,8 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert proc.stdout == f"added plugin tidy (1 skill, 1 command, 1 agent) to {installed}\n"
     assert (installed / "servers" / "echo.py").is_file()
     assert proc.stderr.splitlines() == [
-        "ketch: plugin tidy: skipped hooks (hooks/hooks.json): plugin hooks are not supported yet",
+        "ketch: plugin tidy: skipped hooks (hooks/hooks.json): they run commands, trust the plugin first "
+        "(ketch plugin trust tidy)",
         "ketch: plugin tidy: skipped MCP servers (.mcp.json): they run commands, trust the plugin first "
         "(ketch plugin trust tidy)",
         "ketch: plugin tidy: skipped manifest key 'lspServers': custom paths and inline definitions are not "
@@ -76,6 +78,7 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert "TIDY-BODY" not in json.dumps(first)
     assert {"skill", "subagent"} <= set(first["tools"])
     assert "mcp__echo__echo" not in first["tools"]  # not trusted yet
+    assert not (env.home / "hook-ran").exists()
     (listed,) = env.run("skills", "list", "--json").stdout.splitlines()
     assert json.loads(listed)["origin"] == "plugin tidy"
 
@@ -83,7 +86,7 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert env.run("plugin", "trust", "tidy").stdout == "trusted plugin tidy\n"
     assert env.run("plugin", "list").stdout.splitlines()[:2] == [
         f"tidy  [enabled, trusted] 1 skill, 1 command, 1 agent  from file://{repo}",
-        "    skipped: hooks (hooks/hooks.json): plugin hooks are not supported yet",
+        "    skipped: hook event 'FancyEvent' (hooks/hooks.json): ketch has no such event",
     ]
     script = env.script([call_reply(("c1", "mcp__echo__echo", {"text": "hi"})), "done"])
     done = env.run("run", "--model", f"scripted:{script}", "--permission-mode", "bypass", "-o", "stream-json",
@@ -93,6 +96,8 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert (end["tool_name"], end["is_error"], end["result"]["content"]) == (
         "mcp__echo__echo", False, [{"type": "text", "text": "echo: hi"}]
     )
+    assert (env.home / "hook-ran").exists()  # its UserPromptSubmit hook ran
+    (env.home / "hook-ran").unlink()
 
     assert env.run("plugin", "disable", "tidy").stdout == "disabled plugin tidy\n"
     run(env, "/tidy a.py")
@@ -100,6 +105,7 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert first["messages"][0]["content"][0]["text"] == "/tidy a.py"
     assert "skill" not in first["tools"] and "subagent" not in first["tools"]
     assert "mcp__echo__echo" not in first["tools"]
+    assert not (env.home / "hook-ran").exists()
     assert env.run("plugin", "list").stdout.startswith("tidy  [disabled, trusted]")
 
     assert env.run("plugin", "enable", "tidy").stdout == "enabled plugin tidy\n"
@@ -107,11 +113,12 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
     assert requests(env)[0]["messages"][0]["content"][0]["text"] == "Tidy b.py please."
 
     assert env.run("plugin", "remove", "tidy").stdout == "removed plugin tidy\n"
+    (env.home / "hook-ran").unlink()  # enabled again, its hook ran
     assert not installed.exists()
     run(env, "/tidy a.py")
     (first,) = requests(env)
     assert first["messages"][0]["content"][0]["text"] == "/tidy a.py" and "skill" not in first["tools"]
-    assert "mcp__echo__echo" not in first["tools"]
+    assert "mcp__echo__echo" not in first["tools"] and not (env.home / "hook-ran").exists()
     assert env.run("plugin", "list").stdout == "no plugins installed (ketch plugin add PATH|GIT_URL adds one)\n"
 
 

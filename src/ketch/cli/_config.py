@@ -537,8 +537,14 @@ def load_settings(
         settings.files.append(user)
         if _holds_key(data):
             settings.key_files.append(user)
+    from ._plugins import plugin_hooks
     from ._plugins import plugin_mcp_servers
 
+    for hooks, origin_text in plugin_hooks(env):  # trusted plugins' hooks: after the user's, before the project's
+        try:
+            settings.hooks.extend(parse_hooks(hooks, origin_text))
+        except HookConfigError as exc:
+            raise ConfigError(str(exc)) from None
     for name, entry, origin in plugin_mcp_servers(env):  # trusted plugins' servers; the user's win
         settings.mcp_servers[name] = entry
         settings.mcp_origins[name] = str(origin)

@@ -7,18 +7,19 @@ A plugin is a folder (or a git repository) laid out as Claude Code plugins are::
       skills/NAME/SKILL.md         # Agent Skills (ketch.skills)
       commands/NAME.md             # custom slash commands (ketch.cli._commands)
       agents/NAME.md               # subagent files (ketch.subagents)
-      hooks/hooks.json             # not loaded yet: named as skipped
+      hooks/hooks.json             # lifecycle hooks, once the plugin is trusted
       .mcp.json                    # MCP servers, once the plugin is trusted
 
 ``ketch plugin add PATH|GIT_URL`` copies the folder (or clones the repository) into
 ``<user config dir>/plugins/NAME`` and records it, enabled, in ``plugins.json`` there;
 ``list``, ``remove NAME``, ``enable NAME``, ``disable NAME``. An enabled plugin's skills,
 commands and agents load after the user's own (a project's replace a plugin's of the
-same name). Its MCP servers run commands, so, like a project's, they need trust:
+same name). Its hooks and MCP servers run commands, so, like a project's, they need trust:
 ``ketch plugin add --trust`` or ``ketch plugin trust NAME`` (``untrust`` takes it back);
-``${CLAUDE_PLUGIN_ROOT}`` in a server entry is the plugin's folder, and a server the
-user's ``.mcp.json`` names too is the user's. The parts ketch does not load (hooks, the
-MCP servers of an untrusted plugin, LSP servers, output styles, manifest keys it does
+``${CLAUDE_PLUGIN_ROOT}`` in a hook or server entry is the plugin's folder, a plugin's
+hooks run after the user's and before the project's, and a server the user's
+``.mcp.json`` names too is the user's. The parts ketch does not load (the hooks and MCP
+servers of an untrusted plugin, hook events ketch does not have, LSP servers, output styles, manifest keys it does
 not know) are named when the plugin is added and by ``ketch plugin list``; the rest of
 the plugin works.
 """
@@ -65,8 +66,12 @@ class Plugin:
     def skipped(self) -> list[str]:
         """What of the plugin ketch does not load, each as ``what (where)``."""
         out = []
-        if (self.path / "hooks" / "hooks.json").is_file():
-            out.append("hooks (hooks/hooks.json): plugin hooks are not supported yet")
+        hooks_file = self.path / "hooks" / "hooks.json"
+        if hooks_file.is_file() and not self.trusted:
+            out.append(f"hooks (hooks/hooks.json): they run commands, trust the plugin first (ketch plugin trust {self.name})")
+        elif hooks_file.is_file():
+            _, unknown = _hook_events(hooks_file)
+            out.extend(f"hook event {e!r} (hooks/hooks.json): ketch has no such event" for e in unknown)
         if (self.path / ".mcp.json").is_file() and not self.trusted:
             out.append(f"MCP servers (.mcp.json): they run commands, trust the plugin first (ketch plugin trust {self.name})")
         for key in self.manifest:
@@ -167,13 +172,44 @@ def plugin_mcp_servers(environ: Mapping[str, str] | None = None) -> list[tuple[s
     return out
 
 
+def _hook_events(file: Path) -> tuple[dict[str, Any], list[str]]:
+    """The ``hooks`` object of a plugin's ``hooks/hooks.json`` with only the events ketch
+    has, and the events left out; :class:`~ketch.cli._config.ConfigError` for a bad file."""
+    from ..hooks import HOOK_EVENTS
+    from ._config import ConfigError
+
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{file}: cannot read the plugin's hooks ({exc})") from None
+    hooks = data.get("hooks") if isinstance(data, dict) else None
+    if not isinstance(hooks, dict):
+        raise ConfigError(f'{file}: expected a JSON object with "hooks"')
+    known = {k: v for k, v in hooks.items() if k in HOOK_EVENTS}
+    return known, [k for k in hooks if k not in HOOK_EVENTS]
+
+
+def plugin_hooks(environ: Mapping[str, str] | None = None) -> list[tuple[dict[str, Any], str]]:
+    """The hooks of the enabled and trusted plugins (each the Claude-Code-shaped
+    ``hooks`` object with ``${CLAUDE_PLUGIN_ROOT}`` put in, and its origin); events
+    ketch does not have are left out (``ketch plugin list`` names them)."""
+    out = []
+    for plugin in installed(environ):
+        file = plugin.path / "hooks" / "hooks.json"
+        if plugin.enabled and plugin.trusted and file.is_file():
+            hooks, _ = _hook_events(file)
+            if hooks:
+                out.append((_rooted(hooks, str(plugin.path)), f"plugin {plugin.name} {file}"))
+    return out
+
+
 def _is_url(source: str) -> bool:
     return "://" in source or source.startswith("git@") or source.endswith(".git")
 
 
 def add(source: str, environ: Mapping[str, str] | None = None, *, trusted: bool = False) -> Plugin:
     """Install the plugin at ``source`` (a folder, or a git URL cloned with ``git``);
-    ``trusted``: its MCP servers may run."""
+    ``trusted``: its hooks and MCP servers may run."""
     home = plugins_home(environ)
     home.mkdir(parents=True, exist_ok=True)
     staging = home / ".adding"
@@ -253,7 +289,7 @@ def plugin_command(argv: Sequence[str]) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     adding = sub.add_parser("add", help="install a plugin from a folder or a git URL")
     adding.add_argument("source")
-    adding.add_argument("--trust", action="store_true", help="let its MCP servers run (they run commands)")
+    adding.add_argument("--trust", action="store_true", help="let its hooks and MCP servers run (they run commands)")
     sub.add_parser("list", help="the installed plugins")
     for action in ("remove", "enable", "disable", "trust", "untrust"):
         sub.add_parser(action, help=f"{action} an installed plugin").add_argument("name")
