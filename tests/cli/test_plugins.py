@@ -88,13 +88,22 @@ def test_a_plugin_from_a_git_repository_adds_a_skill_a_command_and_an_agent(env:
         f"tidy  [enabled, trusted] 1 skill, 1 command, 1 agent  from file://{repo}",
         "    skipped: hook event 'FancyEvent' (hooks/hooks.json): ketch has no such event",
     ]
-    script = env.script([call_reply(("c1", "mcp__echo__echo", {"text": "hi"})), "done"])
+    script = env.script([
+        call_reply(("c1", "mcp__echo__echo", {"text": "hi"})),
+        call_reply(("c2", "subagent", {"agent": "tidier", "task": "Tidy."})),
+        "Tidied by the plugin's agent.",  # the subagent's answer (same scripted model)
+        "done",
+    ])
     done = env.run("run", "--model", f"scripted:{script}", "--permission-mode", "bypass", "-o", "stream-json",
                    "--no-session", "say hi")
     assert done.returncode == 0, done.stderr
     end = next(json.loads(x) for x in done.stdout.splitlines() if json.loads(x)["type"] == "tool_execution_end")
     assert (end["tool_name"], end["is_error"], end["result"]["content"]) == (
         "mcp__echo__echo", False, [{"type": "text", "text": "echo: hi"}]
+    )
+    ends = [json.loads(x) for x in done.stdout.splitlines() if json.loads(x)["type"] == "tool_execution_end"]
+    assert (ends[1]["tool_name"], ends[1]["is_error"], ends[1]["result"]["content"]) == (
+        "subagent", False, [{"type": "text", "text": "Tidied by the plugin's agent."}]
     )
     assert (env.home / "hook-ran").exists()  # its UserPromptSubmit hook ran
     (env.home / "hook-ran").unlink()
