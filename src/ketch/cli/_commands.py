@@ -1,4 +1,5 @@
-"""Custom slash commands: Markdown files that become ``/NAME`` in the ``ketch`` command.
+"""Custom slash commands: Markdown files that become ``/NAME`` in the ``ketch`` command
+(the interactive session, ``ketch run``, the control protocol and ``ketch serve``).
 
 A command is a Markdown file whose text is the prompt ``/NAME ARGS`` sends, read from,
 in order (a later folder's command replaces an earlier one of the same name):
