@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
+    "skills": {"loop"},
     "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
     "memory": {"loop", "paths"},

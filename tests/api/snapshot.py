@@ -35,6 +35,7 @@ FACES = (
     "ketch.teams",
     "ketch.tasks",
     "ketch.subagents",
+    "ketch.skills",
     "ketch.telemetry",
     "ketch.server",
     "ketch.temporal",

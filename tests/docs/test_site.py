@@ -42,6 +42,7 @@ PAGES = {
     "ketch.teams": "teams",
     "ketch.tasks": "tasks",
     "ketch.subagents": "subagents",
+    "ketch.skills": "skills",
     "ketch.telemetry": "telemetry",
     "ketch.server": "server",
     "ketch.temporal": "temporal",

@@ -491,7 +491,7 @@ def _apply_project(
     mcp_path: Path,
     gate: Gate,
 ) -> None:
-    """Apply the project's config files, ``.mcp.json`` servers and agent files to
+    """Apply the project's config files, ``.mcp.json`` servers, agent files, skills and commands to
     ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``, also
     the looser ``[sandbox.limits]`` a file named)."""
     settings.ignored = gate.ignored
@@ -509,6 +509,12 @@ def _apply_project(
         from ._subagents import project_agents
 
         project_agents(settings.project_root, gate)
+        from ._skills import project_skills
+
+        project_skills(settings.project_root, gate)
+        from ._commands import project_commands
+
+        project_commands(settings.project_root, gate)
 
 
 def load_settings(
@@ -536,6 +542,17 @@ def load_settings(
         settings.files.append(user)
         if _holds_key(data):
             settings.key_files.append(user)
+    from ._plugins import plugin_hooks
+    from ._plugins import plugin_mcp_servers
+
+    for hooks, origin_text in plugin_hooks(env):  # trusted plugins' hooks: after the user's, before the project's
+        try:
+            settings.hooks.extend(parse_hooks(hooks, origin_text))
+        except HookConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    for name, entry, origin in plugin_mcp_servers(env):  # trusted plugins' servers; the user's win
+        settings.mcp_servers[name] = entry
+        settings.mcp_origins[name] = str(origin)
     user_mcp = user_mcp_json(env)
     for name, entry in read_mcp_json(user_mcp).get("mcpServers", {}).items():
         settings.mcp_servers[name] = entry

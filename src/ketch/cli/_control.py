@@ -9,6 +9,10 @@ Commands (each may carry an ``"id"``, a string or an integer, echoed in its answ
 - ``{"type": "user", "text": "…"}``: starts a run when none is active; while one is
   active it steers it (the text reaches the model at its next turn); while a run is
   paused for approval it is queued as a follow-up of the resumed run.
+- A ``user`` or ``follow_up`` text ``/NAME args`` of a custom command
+  (:mod:`ketch.cli._commands`) is sent expanded, and its ack names it
+  (``"slash_command": "/NAME"``); a run it starts uses the command's ``model`` and
+  ``allowed-tools``. Any other text starting with ``/`` is sent as it is.
 - ``{"type": "follow_up", "text": "…"}``: while a run is active (or paused), queued to
   run when the agent would otherwise stop; otherwise it starts a run. A steer or
   follow-up that comes as the run is ending starts the next run at once (with its own
@@ -111,6 +115,7 @@ class Ack(msgspec.Struct, kw_only=True, omit_defaults=True, tag="ack", tag_field
     applies: str | UnsetType = UNSET
     call_id: str | UnsetType = UNSET
     waiting: list[str] | UnsetType = UNSET
+    slash_command: str | UnsetType = UNSET
 
 
 class ErrorLine(msgspec.Struct, kw_only=True, omit_defaults=True, tag="error", tag_field="type"):
@@ -235,6 +240,11 @@ class _Controller:
         self.line = 0
         self.ending = False
         self.lines: StdinLines | None = None
+        from ._commands import load_custom_commands
+
+        self.commands, warnings = load_custom_commands(settings)
+        for warning in warnings:
+            sys.stderr.write(warning + "\n")
 
     # -- runs --
     @property
@@ -332,6 +342,10 @@ class _Controller:
         kind: str = command["type"]
         if kind in ("user", "follow_up"):
             text = _text(command, "text", kind)
+            custom = self._custom(text)
+            if custom is not None:
+                name, prompt = custom
+                return Ack(command=kind, as_=self._deliver(kind, prompt, self.commands[name]), slash_command=f"/{name}")
             return Ack(command=kind, as_=self._deliver(kind, text))
         if kind == "interrupt":
             running = self.active
@@ -341,7 +355,17 @@ class _Controller:
             return await self._control(command)
         return self._decide(kind, command)
 
-    def _deliver(self, kind: str, text: str) -> str:
+    def _custom(self, text: str) -> tuple[str, str] | None:
+        """(name, prompt) when ``text`` is ``/NAME args`` of a custom command."""
+        if not text.startswith("/"):
+            return None
+        from ._commands import split_line
+
+        name, arguments = split_line(text)
+        command = self.commands.get(name)
+        return (name, command.expand(arguments)) if command is not None else None
+
+    def _deliver(self, kind: str, text: str, custom: Any = None) -> str:
         if self.paused is not None:
             self.agent.follow_up(text)
             return "follow_up"
@@ -351,7 +375,12 @@ class _Controller:
                 return "steer"
             self.agent.follow_up(text)
             return "follow_up"
-        self.start(lambda: self.built.prompt(text))
+        if custom is not None:  # its model and allowed tools apply to the run it starts
+            from ._commands import run_command
+
+            self.start(lambda: run_command(self.built, self.settings, custom, text))
+        else:
+            self.start(lambda: self.built.prompt(text))
         return "prompt"
 
     def _paused_note(self) -> str:

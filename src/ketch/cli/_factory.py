@@ -647,6 +647,12 @@ def build_agent(
         capabilities.append(project)
     if settings.memory:
         capabilities.append(memory_capability(root, environ))
+    if not embedded:
+        from ._skills import skills_capability
+
+        skills = skills_capability(settings, environ)
+        if skills is not None:  # the skills' names and descriptions, and the skill tool
+            capabilities.append(skills)
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:

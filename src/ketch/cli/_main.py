@@ -10,6 +10,8 @@
     ketch config                the effective settings and where they come from
     ketch sessions …            list, show, export and delete saved sessions
     ketch mcp …                 serve ketch over MCP; list, add and remove MCP servers
+    ketch skills list           the Agent Skills found and where from
+    ketch plugin …              add, list, remove, enable and disable plugins
     ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
     ketch help | --help         the commands and options; ``--version`` the installed version
 
@@ -70,6 +72,8 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "config": ("._show_config", "config_command"),
     "sessions": ("._sessions", "sessions_command"),
     "mcp": ("._mcp", "mcp_command"),
+    "skills": ("._skills", "skills_command"),
+    "plugin": ("._plugins", "plugin_command"),
     "serve": ("._serve", "serve_command"),
     "worker": ("._worker", "worker_command"),
     "acp": ("._acp", "acp_command"),
@@ -84,6 +88,8 @@ commands:
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
   ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch skills list [--json]               the Agent Skills (SKILL.md folders) found, and where from
+  ketch plugin add|list|remove|enable|disable   plugins (Claude Code's layout): skills, commands, agents
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch acp                   serve the Agent Client Protocol on stdio (Zed, JetBrains, Neovim, Emacs)
