@@ -490,3 +490,26 @@ async def test_a_closed_session_takes_no_prompt_and_can_be_loaded_again(env: Env
         editor.updates.clear()
         await conn.load_session(cwd=str(env.work), session_id=session.session_id, mcp_servers=[])
     assert editor.kinds() == ["user_message_chunk:first prompt", "agent_message_chunk:First."]
+
+
+async def test_custom_commands_are_announced_and_a_prompt_naming_one_runs_it_expanded(env: Env) -> None:
+    commands = env.xdg / "ketch" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "greet.md").write_text(
+        "---\ndescription: Greet someone\nargument-hint: NAME\n---\nSay hello to $ARGUMENTS in French.\n"
+    )
+    requests = env.home / "requests.jsonl"
+    env.vars["KETCH_TEST_REQUESTS"] = str(requests)
+    _script(env, [text_reply("Bonjour, Ada.")])
+    editor = Editor()
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("/greet Ada")])
+    assert answer.stop_reason == "end_turn"
+    announced = [u for u in editor.updates if u.session_update == "available_commands_update"]
+    assert [(c.name, c.description, c.input.root.hint) for c in announced[0].available_commands] == [
+        ("greet", "Greet someone", "NAME")
+    ]
+    assert editor.kinds()[0] == "available_commands_update"
+    asked = [json.loads(line) for line in requests.read_text().splitlines()]
+    assert json.dumps(asked[0]["messages"][-1]).count("Say hello to Ada in French.") == 1

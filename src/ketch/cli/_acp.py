@@ -527,6 +527,7 @@ class AcpSession:
         self.started: set[str] = set()
         self.titles: dict[str, dict[str, Any]] = {}
         self.cost = 0.0
+        self.commands: dict[str, Any] = {}  # the custom slash commands (ketch.cli._commands)
 
     # -- opening --
     async def open(self, args: argparse.Namespace, servers: list[Any], resume: str | None, *, fork: bool) -> None:
@@ -579,6 +580,23 @@ class AcpSession:
             raise
         self.settings, self.built, self.saved, self.stack = settings, built, saved, stack
         self.id = saved.id if saved is not None else f"ketch-{uuid.uuid4().hex}"
+        from ._commands import load_custom_commands
+
+        self.commands, warnings = load_custom_commands(settings)
+        for warning in warnings:
+            sys.stderr.write(warning + "\n")
+        if self.commands:  # announced once the answer naming the session is out
+            asyncio.get_running_loop().call_soon(self._announce_commands)
+
+    def _announce_commands(self) -> None:
+        """Tell the editor the custom slash commands (``available_commands_update``)."""
+        available = []
+        for command in self.commands.values():
+            entry: dict[str, Any] = {"name": command.name, "description": command.description or f"/{command.name}"}
+            if command.argument_hint:
+                entry["input"] = {"hint": command.argument_hint}
+            available.append(entry)
+        self._update({"sessionUpdate": "available_commands_update", "availableCommands": available})
 
     def _client_tools(self, built: Built) -> None:
         """Route the file writes (and unsandboxed bash) through the editor when it offers that."""
@@ -688,11 +706,23 @@ class AcpSession:
         self.cancelled.clear()
         agent = self.built.agent
         self.built.arm()
-        if images or self.built.hooks is None:
+        command = None
+        run: Awaitable[Any]
+        if text.startswith("/") and not images:
+            from ._commands import split_line
+
+            name, arguments = split_line(text)
+            command = self.commands.get(name)
+        if command is not None:  # a custom slash command: expanded, with its model and allowed tools
+            from ._commands import run_command
+
+            assert self.settings is not None
+            run = run_command(self.built, self.settings, command, command.expand(arguments))
+        elif images or self.built.hooks is None:
             from ..llm import TextContent
 
             message = UserMessage(content=[*([TextContent(text=text)] if text else []), *images])
-            run: Awaitable[Any] = agent.prompt(message)
+            run = agent.prompt(message)
         else:
             run = self.built.prompt(text)
         self.running = asyncio.ensure_future(run)
