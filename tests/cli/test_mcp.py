@@ -184,6 +184,7 @@ def test_list_starts_each_server_and_shows_its_status_and_tools(env: Env) -> Non
             "status": "running",
             "tools": ["mcp__time__get_current_time", "mcp__time__convert_time"],
             "error": None,
+            "protocol": "2026-07-28",
         },
         {
             "name": "gone",
@@ -193,6 +194,7 @@ def test_list_starts_each_server_and_shows_its_status_and_tools(env: Env) -> Non
             "status": "failed",
             "tools": [],
             "error": error,
+            "protocol": None,
         },
     ]
 
