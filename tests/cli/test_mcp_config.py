@@ -5,11 +5,13 @@ sampling through the agent's model with the session's approval rules."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from clihelp import Env
+from clihelp import Terminal
 from clihelp import call_reply
 from clihelp import lines
 
@@ -269,3 +271,25 @@ def test_sampling_uses_the_agents_model_and_the_sessions_approval_rules(env: Env
         assert (name, is_error) == ("mcp__e__trigger-sampling-request", False)
         assert text.startswith("LLM sampling result: ")
         assert json.loads(text.split("\n", 1)[1])["content"] == {"type": "text", "text": "a summary"}
+
+
+def test_the_interactive_session_asks_before_a_server_samples_the_model(env: Env, terminals: list[Terminal]) -> None:
+    assert EVERYTHING.is_file(), f"{EVERYTHING} is missing: run scripts/test.sh"
+    _user_mcp(env, {"e": {"command": "node", "args": [str(EVERYTHING), "stdio"], "autoApprove": ["trigger-sampling-request"]}})
+    call = call_reply(("c1", "mcp__e__trigger-sampling-request", {"prompt": "summarize this", "maxTokens": 20}))
+    again = call_reply(("c2", "mcp__e__trigger-sampling-request", {"prompt": "and this", "maxTokens": 20}))
+    term = Terminal(env, "--model", f"scripted:{env.script([call, 'a summary', 'first done', again, 'second done'])}")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("summarize")
+    term.expect(re.escape("⚠ mcp__e__sampling wants to run with message='Resource trigger-sampling-request context: summarize this'"))
+    term.expect(re.escape("Allow? [y] once  [a] always  [n] deny (n <reason>) ›"))
+    term.sendline("y")
+    term.expect("first done")
+    term.sendline("again")
+    term.expect(re.escape("⚠ mcp__e__sampling wants to run with message='Resource trigger-sampling-request context: and this'"))
+    term.expect(re.escape("Allow? [y] once  [a] always  [n] deny (n <reason>) ›"))
+    term.sendline("n not now")
+    term.expect("second done")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
