@@ -293,3 +293,17 @@ def test_the_interactive_session_asks_before_a_server_samples_the_model(env: Env
     term.expect("second done")
     term.sendline("/exit")
     assert term.wait_exit() == 0
+
+
+def test_a_servers_timeout_bounds_each_call(env: Env) -> None:
+    stubborn = Path(__file__).resolve().parents[1] / "mcp" / "stubborn_server.py"
+    log = env.home / "stubborn.log"
+    _user_mcp(env, {"slowpoke": {"command": sys.executable, "args": [str(stubborn), str(log)], "timeout": 1,
+                                 "alwaysAllow": ["slow"]}})
+    script = env.script([call_reply(("c1", "mcp__slowpoke__slow", {})), "done"])
+    done = env.run("run", "--model", f"scripted:{script}", "-o", "stream-json", "--no-session", "go")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert _ends(done.stdout) == [
+        ("mcp__slowpoke__slow", True, "MCP server 'slowpoke': 'slow' timed out after 1 s (the server was told to cancel it)")
+    ]
+    assert log.read_text().splitlines()[1:3] == ["called", "cancelled"]
