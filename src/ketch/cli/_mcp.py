@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..permissions import PERMISSION_MODES
@@ -205,8 +206,12 @@ def manager_for(
     if not settings.mcp_servers:
         return None
     import logging
+    from typing import cast
 
     from ..mcp import MCPManager
+
+    if TYPE_CHECKING:
+        from mcp_types import LoggingLevel
 
     # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
     logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
@@ -220,7 +225,7 @@ def manager_for(
         errlog=errlog,
         invalid=loaded.invalid,
         sample_with_agent=True,
-        log_level=log_level or run_log_level(),
+        log_level=cast("LoggingLevel", log_level or run_log_level()),
         on_log=_log_writer(errlog) if logs else _drop,
     )
 
