@@ -114,12 +114,13 @@ def load_servers(settings: Settings) -> LoadedServers:
     """Read the ``mcpServers`` entries of ``settings`` (each ``${VAR}`` expanded from the
     environment). An entry that does not parse is skipped: it is in ``invalid`` with the
     reason naming its file, which the manager reports as a server that failed to start;
-    each unknown key gets one warning line
-    naming the key, its file and the servers that use it. The servers' ``autoApprove`` /
+    each unknown key gets one warning line naming the key, its file and the servers that
+    use it. The servers' ``autoApprove`` /
     ``alwaysAllow`` lists become allow rules in ``settings``: those of the user's
     ``.mcp.json`` always, a project's only through the project trust gate
     (:meth:`ketch.cli._trust.Gate.admit`, setting ``mcpServers.autoApprove``)."""
     from ..mcp import MCPConfigError
+    from ..mcp import server_config
     from ..permissions import Rule
     from ._trust import Gate
     from ._trust import Trust
@@ -134,8 +135,6 @@ def load_servers(settings: Settings) -> LoadedServers:
     for name, entry in settings.mcp_servers.items():
         origin = settings.mcp_origins.get(name, ".mcp.json")
         try:
-            from ..mcp import server_config
-
             config = server_config(name, entry)
         except MCPConfigError as exc:
             # skipped, and reported as a server that fails to start is (attach_mcp, ketch mcp list)
@@ -155,8 +154,8 @@ def load_servers(settings: Settings) -> LoadedServers:
                 have.add(text)
     for (origin, key), names in unknown.items():
         lines.append(f"{origin}: unknown key {key!r} ignored (MCP server{'s' if len(names) > 1 else ''} {', '.join(names)})")
-    if gate.ignored:
-        lines.append(gate.line() or "")
+    if gate.ignored:  # not reached today: a project's servers are only here once it is trusted
+        lines.append((gate.line() or "").removeprefix("ketch: "))
     return LoadedServers(configs, invalid, lines)
 
 
