@@ -21,12 +21,14 @@ progress, shutdown) and the server requests (elicitation, sampling, roots).
 to MCP clients; ``ketch mcp serve`` is the command built on it.
 """
 
+from ._client import LOG_LEVELS
 from ._client import NO_ELICITATION
 from ._client import ElicitationCallback
 from ._client import ElicitationRequest
 from ._client import ElicitationResponse
 from ._client import MCPManager
 from ._client import MCPTool
+from ._client import ServerLog
 from ._client import ServerState
 from ._client import ServerStatus
 from ._config import MCPConfigError
@@ -39,6 +41,7 @@ from ._tools import tool_name
 
 __all__ = [
     "AGENT_TOOL",
+    "LOG_LEVELS",
     "NO_ELICITATION",
     "ElicitationCallback",
     "ElicitationRequest",
@@ -48,6 +51,7 @@ __all__ = [
     "MCPManager",
     "MCPServerConfig",
     "MCPTool",
+    "ServerLog",
     "ServerState",
     "ServerStatus",
     "load_mcp_json",
