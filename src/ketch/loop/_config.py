@@ -361,7 +361,6 @@ class LoopConfig(Generic[Deps]):
     guardrails: Sequence[Guardrail] = ()
     capabilities: Sequence[Capability] = ()
     phase: PhaseRef | None = None
-    skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
 
     output_type: Any = None
@@ -422,7 +421,6 @@ AGENT_MANAGED: dict[str, str] = {
     "get_steering_messages": "the agent's steering queue (Agent.steer)",
     "get_follow_up_messages": "the agent's follow-up queue (Agent.follow_up)",
     "phase": "the agent keeps its own phase (Agent.phase)",
-    "skip_initial_steering_poll": "set by Agent.continue_loop for the run it starts",
 }
 """The :class:`LoopConfig` fields that are not agent options (:class:`AgentOptions`),
 with what the agent gives the loop for them instead."""
