@@ -205,6 +205,11 @@ def provider(
 
     class _Provider(OAuthClientProvider):
         _refreshed = False  # a refresh was tried for the current 401
+        login_required: LoginRequired | None = None  # why the last request failed, once it has
+
+        def _needs_login(self, why: str) -> LoginRequired:
+            self.login_required = LoginRequired(server, why)
+            return self.login_required
 
         async def _initialize(self) -> None:
             await super()._initialize()
@@ -274,15 +279,15 @@ def provider(
             async with self.context.lock:
                 if self._refreshed or not self.context.can_refresh_token():
                     had = self.context.current_tokens is not None
-                    raise LoginRequired(server, "rejected the stored authorization" if had else "needs authorization")
+                    raise self._needs_login("rejected the stored authorization" if had else "needs authorization")
                 self._refreshed = True
                 refreshed = yield await self._refresh_token()
                 if not await self._handle_refresh_response(refreshed):
-                    raise LoginRequired(server, "rejected the stored authorization")
+                    raise self._needs_login("rejected the stored authorization")
                 self._add_auth_header(request)
             response = yield request
             if response.status_code == 401:
-                raise LoginRequired(server, "rejected the stored authorization")
+                raise self._needs_login("rejected the stored authorization")
             self._refreshed = False
 
     assert config.url is not None

@@ -200,6 +200,7 @@ class Connection:
         # this connection that are running or were abandoned unanswered (cancelled, timed out)
         self._pgid: int | None = None
         self._busy: set[object] = set()
+        self._provider: Any = None  # the OAuth provider of the current connection, if any
 
     @property
     def name(self) -> str:
@@ -249,7 +250,7 @@ class Connection:
             raise
         except Exception as exc:
             await self._shutdown()
-            login = _login_required(exc)
+            login = self._login_failure(exc)
             if login is not None:
                 self.state, self.error = "failed", str(login).removeprefix(f"MCP server {self.name!r} ")
                 raise ConnectionError(str(login)) from None
@@ -264,13 +265,24 @@ class Connection:
         """The OAuth provider (an ``httpx2.Auth``) of an http or sse server, or None."""
         manager = self.manager
         if manager._login_auth is not None:
-            return manager._login_auth
-        if manager.auth_dir is None or self.config.url is None:
-            return None
-        from ._auth import TokenFile
-        from ._auth import provider
+            self._provider = manager._login_auth
+        elif manager.auth_dir is None or self.config.url is None:
+            self._provider = None
+        else:
+            from ._auth import TokenFile
+            from ._auth import provider
 
-        return provider(self.config, TokenFile(manager.auth_dir, self.name, self.config.url))
+            self._provider = provider(self.config, TokenFile(manager.auth_dir, self.name, self.config.url))
+        return self._provider
+
+    def _login_failure(self, exc: BaseException) -> BaseException | None:
+        """The :class:`~ketch.mcp._auth.LoginRequired` behind ``exc``: in its chain, or
+        raised by the OAuth provider inside the transport (which then only closes the
+        connection), else None."""
+        found = _login_required(exc)
+        if found is None and self._provider is not None:
+            found = getattr(self._provider, "login_required", None)
+        return found
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.config
@@ -352,7 +364,7 @@ class Connection:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError(describe(exc)))
             elif not stop.is_set():
-                login = _login_required(exc)
+                login = self._login_failure(exc)
                 self._died(str(login) if login is not None else f"connection failed ({describe(exc)})")
             if not isinstance(exc, Exception):
                 raise
@@ -736,7 +748,7 @@ class Connection:
             and not self.handshake_only
         ):
             raise _NeedsHandshake() from None
-        login = _login_required(exc)
+        login = self._login_failure(exc)
         if login is not None:
             self._died(str(login))
             return ToolResult.error(f"{login}; the call to {name!r} did not run")
@@ -904,7 +916,7 @@ class Connection:
                 except TimeoutError:
                     return ToolResult.error(f"MCP server {server!r}: {suffix} timed out")
                 except Exception as exc:
-                    login = _login_required(exc)
+                    login = self._login_failure(exc)
                     if login is not None:
                         return ToolResult.error(str(login))
                     return ToolResult.error(f"MCP server {server!r}: {suffix} failed ({describe(exc)})")
