@@ -159,7 +159,7 @@ def test_a_broken_mcp_json_is_named(env: Env) -> None:
 
 def test_unknown_mcp_command(env: Env) -> None:
     done = env.run("mcp", "frob")
-    assert (done.returncode, done.stderr) == (2, "ketch: mcp: unknown command 'frob'; expected one of serve, list, add, remove\n")
+    assert (done.returncode, done.stderr) == (2, "ketch: mcp: unknown command 'frob'; expected one of serve, list, add, remove, login\n")
 
 
 # -- list ---------------------------------------------------------------------------------------

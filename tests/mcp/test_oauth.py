@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from ketch import Agent
+from ketch.mcp import LoginRequired
 from ketch.mcp import MCPManager
 from ketch.mcp import load_mcp_json
-from ketch.mcp._auth import LoginRequired
-from ketch.mcp._auth import login
+from ketch.mcp import login
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
 from ketch.testing import tool_call

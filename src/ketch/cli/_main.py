@@ -87,7 +87,7 @@ commands:
   ketch doctor [--quick]      check the installation, providers and the local model
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
-  ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch mcp serve|list|add|remove|login    ketch as an MCP server; the MCP servers it uses
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)

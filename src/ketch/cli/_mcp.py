@@ -208,12 +208,15 @@ def manager_for(
     from typing import cast
 
     from ..mcp import MCPManager
+    from ..mcp import default_auth_dir
 
     if TYPE_CHECKING:
         from mcp_types import LoggingLevel
 
     # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
     logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
+    # a refused refresh is reported as the server's failure, naming `ketch mcp login`
+    logging.getLogger("mcp.client.auth").addHandler(logging.NullHandler())
     loaded = load_servers(settings)
     for line in loaded.lines:
         _warn(line)
@@ -224,6 +227,7 @@ def manager_for(
         errlog=errlog,
         invalid=loaded.invalid,
         sample_with_agent=True,
+        auth_dir=default_auth_dir(),
         log_level=cast("LoggingLevel", log_level or run_log_level()),
         on_log=_log_writer(errlog) if logs else _drop,
     )
@@ -231,6 +235,66 @@ def manager_for(
 
 def _drop(entry: Any) -> None:
     """An ``on_log`` that shows nothing."""
+
+
+# -- ketch mcp login ----------------------------------------------------------------------------
+def _login_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="ketch mcp login", description="Authorize ketch (OAuth) for an HTTP MCP server and store its tokens."
+    )
+    parser.add_argument("name", help="the server's name in .mcp.json")
+    parser.add_argument("-C", "--cwd", help="the directory whose project to use")
+    parser.add_argument(
+        "--trust-project", action="store_true", help=f"also the project's servers (untrusted otherwise); also {TRUST_ENV}=1"
+    )
+    parser.add_argument("--no-browser", action="store_true", help="only print the authorization URL, open no browser")
+    return parser
+
+
+def _login(argv: list[str]) -> int:
+    from ..mcp import TokenFile
+    from ..mcp import default_auth_dir
+    from ..mcp import login
+
+    args = _login_parser().parse_args(argv)
+    name = args.name
+    cwd = directory(args.cwd)
+    loaded = load_servers(load_settings(cwd, trust=args.trust_project))
+    for line in loaded.lines:
+        _warn(line)
+    config = loaded.configs.get(name)
+    if config is None:
+        if name in loaded.invalid:
+            raise ConfigError(f"mcp login {name}: {loaded.invalid[name][1]}")
+        known = ", ".join(sorted(n for n, c in loaded.configs.items() if c.type != "stdio")) or "none"
+        raise ConfigError(f"mcp login {name}: no MCP server {name!r} is configured (HTTP servers: {known})")
+    if config.type == "stdio" or config.url is None:
+        raise ConfigError(f"mcp login {name}: {name!r} is a stdio server; OAuth is for http and sse servers")
+    auth_dir = default_auth_dir()
+
+    async def open_url(url: str) -> None:
+        sys.stderr.write(f"ketch: to authorize ketch for MCP server {name!r}, open this URL:\n  {url}\n")
+        sys.stderr.flush()
+        if not args.no_browser:
+            import webbrowser
+
+            # in a thread: a browser command may wait, and the redirect comes back to this loop
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(webbrowser.open, url)
+
+    try:
+        tools = asyncio.run(login(config, open_url=open_url, auth_dir=auth_dir, errlog=sys.stderr))
+    except ConnectionError as exc:
+        sys.stderr.write(f"ketch: mcp login {name}: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    store = TokenFile(auth_dir, name, config.url)
+    if store.has_tokens:
+        sys.stderr.write(f"ketch: authorized for MCP server {name!r} ({len(tools)} tools); tokens stored in {store.path}\n")
+    else:
+        sys.stderr.write(f"ketch: MCP server {name!r} did not ask for authorization ({len(tools)} tools); nothing stored\n")
+    return 0
 
 
 # -- add / remove -------------------------------------------------------------------------------
@@ -457,10 +521,10 @@ async def _serve_stdio(server: Any) -> None:
 
 
 # -- dispatch -----------------------------------------------------------------------------------
-_USAGE = "ketch mcp serve|list|add|remove (see ketch mcp --help)"
+_USAGE = "ketch mcp serve|list|add|remove|login (see ketch mcp --help)"
 
 _HELP = """\
-usage: ketch mcp serve|list|add|remove ...
+usage: ketch mcp serve|list|add|remove|login ...
 
 MCP: ketch as a server for MCP clients, and the MCP servers ketch uses.
 
@@ -469,9 +533,11 @@ MCP: ketch as a server for MCP clients, and the MCP servers ketch uses.
   ketch mcp add NAME [-s user|project] -- COMMAND ARGS...    add a stdio server
   ketch mcp add NAME [-s user|project] --url URL [--header K:V]   add an HTTP server
   ketch mcp remove NAME [-s user|project]    remove a server
+  ketch mcp login NAME [--no-browser]        authorize ketch (OAuth) for an HTTP server
 
 Servers live in .mcp.json: the user's in the user config directory, the project's in the
-project root (used once the project is trusted).
+project root (used once the project is trusted). OAuth tokens of `ketch mcp login` live in
+the user data directory (ketch/mcp-auth, one 0600 file per server).
 """
 
 
@@ -483,12 +549,12 @@ def mcp_command(argv: Sequence[str]) -> int:
         sys.stdout.write(_HELP)
         return 0
     if action is None:
-        sys.stderr.write("ketch: mcp: a command is needed: serve, list, add or remove (see ketch mcp --help)\n")
+        sys.stderr.write("ketch: mcp: a command is needed: serve, list, add, remove or login (see ketch mcp --help)\n")
         return EXIT_USAGE
-    commands = {"serve": _serve, "add": _add, "remove": _remove, "list": _list}
+    commands = {"serve": _serve, "add": _add, "remove": _remove, "list": _list, "login": _login}
     handler = commands.get(action)
     if handler is None:
-        sys.stderr.write(f"ketch: mcp: unknown command {action!r}; expected one of serve, list, add, remove\n")
+        sys.stderr.write(f"ketch: mcp: unknown command {action!r}; expected one of serve, list, add, remove, login\n")
         return EXIT_USAGE
     try:
         return handler(argv[1:])

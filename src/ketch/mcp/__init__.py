@@ -21,6 +21,10 @@ progress, shutdown) and the server requests (elicitation, sampling, roots).
 to MCP clients; ``ketch mcp serve`` is the command built on it.
 """
 
+from ._auth import LoginRequired
+from ._auth import TokenFile
+from ._auth import default_auth_dir
+from ._auth import login
 from ._client import LOG_LEVELS
 from ._client import NO_ELICITATION
 from ._client import ElicitationCallback
@@ -47,6 +51,7 @@ __all__ = [
     "ElicitationRequest",
     "ElicitationResponse",
     "KetchMCPServer",
+    "LoginRequired",
     "MCPConfigError",
     "MCPManager",
     "MCPServerConfig",
@@ -54,7 +59,10 @@ __all__ = [
     "ServerLog",
     "ServerState",
     "ServerStatus",
+    "TokenFile",
+    "default_auth_dir",
     "load_mcp_json",
+    "login",
     "server_config",
     "tool_name",
 ]
