@@ -3,13 +3,20 @@ required (-32042), server logs, completion, paginated listings."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from ketch import Agent
 from ketch.llm import ToolResultMessage
+from ketch.mcp import ElicitationRequest
+from ketch.mcp import ElicitationResponse
+from ketch.mcp import load_mcp_json
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
 from ketch.testing import tool_call
+
+PAGED = Path(__file__).with_name("paged_server.py")
 
 
 def results(messages: list[Any]) -> list[ToolResultMessage]:
@@ -60,3 +67,64 @@ async def test_a_task_that_outlives_the_wait_is_handed_to_the_model_then_fetched
     assert fetched.content[0].text.startswith("# Research Report: tides\n")  # type: ignore[union-attr]
     unknown = await manager.call("e", "task_result", {"task_id": "nope"})
     assert unknown.is_error
+
+
+async def test_url_elicitation_required_is_presented_then_the_call_retried(manager_factory: Any, everything: Any) -> None:
+    asked: list[ElicitationRequest] = []
+
+    async def elicit(request: ElicitationRequest) -> ElicitationResponse:
+        asked.append(request)
+        return ElicitationResponse("accept")
+
+    manager = manager_factory(everything, elicitation=elicit)
+    result = await manager.call(
+        "e", "trigger-url-elicitation", {"url": "https://example.com/connect", "errorPath": True, "elicitationId": "x1"}
+    )
+    # the -32042 error's URL went to the user; the call was made again and went through
+    assert [(r.mode, r.url, r.message) for r in asked] == [
+        ("url", "https://modelcontextprotocol.io", "Open this link to satisfy the prerequisite, then retry the request."),
+        ("url", "https://example.com/connect", "Please open the link to complete this action."),
+    ]
+    assert not result.is_error
+    assert result.text.startswith("✅ User completed the URL elicitation flow.\nElicitation ID: x1\n")
+
+
+async def test_a_declined_url_elicitation_names_the_url_to_the_model(manager_factory: Any, everything_stdio: Any) -> None:
+    async def elicit(request: ElicitationRequest) -> ElicitationResponse:
+        return ElicitationResponse("decline")
+
+    manager = manager_factory(everything_stdio, elicitation=elicit)
+    result = await manager.call("e", "trigger-url-elicitation", {"url": "https://example.com/connect", "errorPath": True})
+    assert result.is_error
+    assert result.text == (
+        "MCP server 'e': 'trigger-url-elicitation' needs you to open https://modelcontextprotocol.io "
+        "(Open this link to satisfy the prerequisite, then retry the request.); the user chose decline"
+    )
+
+
+async def test_listings_follow_every_page(manager_factory: Any) -> None:
+    paged = load_mcp_json({"mcpServers": {"p": {"command": sys.executable, "args": [str(PAGED)]}}})
+    manager = manager_factory(paged)
+    model = ScriptedModel([reply(tool_call("mcp__p__list_resources"), tool_call("mcp__p__list_prompts")), "done"])
+    agent: Agent[None] = Agent(model)
+    await manager.attach(agent)
+    await agent.prompt("go")
+    assert [t.name for t in agent.tools] == [
+        *[f"mcp__p__tool_{n}" for n in "abcdef"],
+        "mcp__p__list_resources",
+        "mcp__p__read_resource",
+        "mcp__p__list_prompts",
+        "mcp__p__get_prompt",
+    ]
+    resources, prompts = results(agent.messages)
+    assert resources.content[0].text.splitlines() == [f"res://{n}  resource {n}" for n in "abcdef"]  # type: ignore[union-attr]
+    assert prompts.content[0].text.splitlines() == [f"prompt_{n}()" for n in "abcdef"]  # type: ignore[union-attr]
+
+
+async def test_completion_of_a_prompt_argument(manager_factory: Any, everything: Any) -> None:
+    manager = manager_factory(everything)
+    assert await manager.complete("e", "department", "S", prompt="completable-prompt") == ["Sales", "Support"]
+    assert await manager.complete(
+        "e", "name", "", prompt="completable-prompt", context={"department": "Engineering"}
+    ) == ["Alice", "Bob", "Charlie"]
+    assert await manager.complete("e", "resourceId", "1", resource="demo://resource/dynamic/text/{resourceId}") == ["1"]
