@@ -128,3 +128,26 @@ async def test_completion_of_a_prompt_argument(manager_factory: Any, everything:
         "e", "name", "", prompt="completable-prompt", context={"department": "Engineering"}
     ) == ["Alice", "Bob", "Charlie"]
     assert await manager.complete("e", "resourceId", "1", resource="demo://resource/dynamic/text/{resourceId}") == ["1"]
+
+
+async def test_aborting_a_task_call_cancels_the_task_on_the_server(manager_factory: Any, everything_stdio: Any) -> None:
+    from ketch.mcp import _tasks  # to ask the server for the task's state afterwards
+
+    manager = manager_factory(everything_stdio)
+    model = ScriptedModel([reply(tool_call("mcp__e__simulate-research-query", {"topic": "tides"})), "never"])
+    agent: Agent[None] = Agent(model)
+    await manager.attach(agent)
+    started: list[str] = []
+
+    def on_event(event: Any) -> None:
+        if event.type == "tool_execution_update" and not started:
+            started.append(event.partial["task_id"])
+            agent.abort()
+
+    agent.subscribe(on_event)
+    await agent.prompt("go")
+    (task_id,) = started
+    (aborted,) = results(agent.messages)
+    assert aborted.is_error
+    state = await _tasks.get(manager._get("e").client.session, task_id)
+    assert state.status == "cancelled"
