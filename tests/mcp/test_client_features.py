@@ -3,14 +3,20 @@ required (-32042), server logs, completion, paginated listings."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ketch import Agent
 from ketch.llm import ToolResultMessage
+from ketch.mcp import LOG_LEVELS
 from ketch.mcp import ElicitationRequest
 from ketch.mcp import ElicitationResponse
+from ketch.mcp import ServerLog
 from ketch.mcp import load_mcp_json
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
@@ -151,3 +157,43 @@ async def test_aborting_a_task_call_cancels_the_task_on_the_server(manager_facto
     assert aborted.is_error
     state = await _tasks.get(manager._get("e").client.session, task_id)
     assert state.status == "cancelled"
+
+
+async def test_server_log_messages_reach_on_log_from_the_chosen_level(manager_factory: Any, everything: Any) -> None:
+    got: list[ServerLog] = []
+    arrived = asyncio.Event()
+
+    def on_log(record: ServerLog) -> None:
+        got.append(record)
+        arrived.set()
+
+    manager = manager_factory(everything, log_level="debug", on_log=on_log)
+    await manager.call("e", "toggle-simulated-logging")  # one message at once, at a random level
+    await asyncio.wait_for(arrived.wait(), 30)
+    first = got[0]
+    assert (first.server, first.level in LOG_LEVELS) == ("e", True)
+    # the server's own text names the level ("Info-level message", "Alert level-message")
+    assert str(first.data).lower().replace("-", " ").startswith(f"{first.level} level message")
+
+
+async def test_without_on_log_server_logs_go_to_the_ketch_mcp_logger(
+    manager_factory: Any, everything_stdio: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ketch.mcp")
+    arrived = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "level message" in record.getMessage() or "level-message" in record.getMessage():
+                arrived.set()
+
+    handler = Seen()
+    logging.getLogger("ketch.mcp").addHandler(handler)
+    try:
+        manager = manager_factory(everything_stdio, log_level="debug")
+        await manager.call("e", "toggle-simulated-logging")
+        await asyncio.wait_for(arrived.wait(), 30)
+    finally:
+        logging.getLogger("ketch.mcp").removeHandler(handler)
+    (record,) = [r for r in caplog.records if "level message" in r.getMessage() or "level-message" in r.getMessage()][:1]
+    assert record.getMessage().startswith("MCP server 'e'")
