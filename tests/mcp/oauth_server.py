@@ -8,6 +8,7 @@ the tests (no authorization needed):
 
 * ``POST /test/expire`` -- forget every access token (the next call gets a 401; a refresh works)
 * ``POST /test/revoke`` -- forget every access and refresh token (only a new login helps)
+* ``POST /test/short`` -- tokens issued from now on expire in 30 s (within ketch's refresh margin)
 * ``GET /test/grants`` -- the grants issued so far, e.g. ``["authorization_code", "refresh_token"]``
 
 Its one tool ``whoami`` answers ``hello <client_id>``.
@@ -51,6 +52,7 @@ class Provider:
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.grants: list[str] = []
+        self.lifetime = 3600
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -84,7 +86,7 @@ class Provider:
             token=access, client_id=client_id, scopes=scopes, expires_at=int(time.time()) + 3600, resource=resource
         )
         self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
-        return OAuthToken(access_token=access, token_type="Bearer", expires_in=3600, refresh_token=refresh)
+        return OAuthToken(access_token=access, token_type="Bearer", expires_in=self.lifetime, refresh_token=refresh)
 
     async def exchange_authorization_code(self, client: OAuthClientInformationFull, authorization_code: Any) -> OAuthToken:
         self.codes.pop(authorization_code.code, None)
@@ -136,6 +138,11 @@ def build(port: int) -> MCPServer:
     async def revoke(request: Request) -> Response:
         provider.access.clear()
         provider.refresh.clear()
+        return JSONResponse({"ok": True})
+
+    @server.custom_route("/test/short", methods=["POST"])
+    async def short(request: Request) -> Response:
+        provider.lifetime = 30
         return JSONResponse({"ok": True})
 
     @server.custom_route("/test/grants", methods=["GET"])

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,29 @@ async def test_a_401_mid_session_refreshes_once_and_the_call_goes_through(guarde
     after = json.loads((auth / "o.json").read_text())["tokens"]
     assert after["access_token"] != before["access_token"]  # the refreshed tokens were stored
     assert after["refresh_token"] != before["refresh_token"]
+
+
+async def test_a_token_about_to_expire_is_refreshed_before_it_is_used(guarded: str, tmp_path: Path) -> None:
+    auth = tmp_path / "auth"
+    await login(configs(guarded)["o"], open_url=browser, auth_dir=auth)
+    saved = json.loads((auth / "o.json").read_text())
+    saved["expires_at"] = time.time() + 30  # as if an hour had passed: inside the one-minute margin
+    (auth / "o.json").write_text(json.dumps(saved))
+    async with MCPManager(configs(guarded), auth_dir=auth) as manager:
+        assert not (await manager.call("o", "whoami")).is_error
+        assert not (await manager.call("o", "whoami")).is_error
+    # refreshed once, up front (the server would still have taken the old token: no 401)
+    assert await post(guarded, "/test/grants") == ["authorization_code", "refresh_token"]
+    assert json.loads((auth / "o.json").read_text())["tokens"]["access_token"] != saved["tokens"]["access_token"]
+
+
+async def test_a_short_lived_token_is_not_stale_when_issued(guarded: str, tmp_path: Path) -> None:
+    auth = tmp_path / "auth"
+    await post(guarded, "/test/short")  # 30 s tokens: shorter than the one-minute margin
+    assert await login(configs(guarded)["o"], open_url=browser, auth_dir=auth) == ["mcp__o__whoami"]
+    async with MCPManager(configs(guarded), auth_dir=auth) as manager:
+        assert not (await manager.call("o", "whoami")).is_error
+    assert await post(guarded, "/test/grants") == ["authorization_code"]
 
 
 async def test_a_revoked_authorization_is_a_clear_error_naming_ketch_mcp_login(guarded: str, tmp_path: Path) -> None:

@@ -43,7 +43,13 @@ if TYPE_CHECKING:
     from ._config import MCPServerConfig
 
 REFRESH_MARGIN = 60.0
-"""Seconds before a token's expiry at which it is refreshed."""
+"""Seconds before a token's expiry at which it is refreshed (at most half its lifetime)."""
+
+
+def _margin(lifetime: float | None) -> float:
+    """How long before expiry a token of ``lifetime`` seconds is refreshed: a minute, or
+    half of a shorter lifetime (a token is never stale the moment it is issued)."""
+    return REFRESH_MARGIN if lifetime is None else min(REFRESH_MARGIN, float(lifetime) / 2)
 
 LOGIN_TIMEOUT = 300.0
 """Seconds :func:`login` waits for the browser to come back."""
@@ -191,7 +197,7 @@ def provider(
     callback_handler: Callable[[], Awaitable[Any]] | None = None,
 ) -> OAuthClientProvider:
     """The SDK's OAuth provider for ``config``'s URL with ketch's rules: tokens in ``store``,
-    refreshed :data:`REFRESH_MARGIN` seconds early; with ``redirect_handler`` and
+    refreshed :data:`REFRESH_MARGIN` seconds early (half a shorter lifetime); with ``redirect_handler`` and
     ``callback_handler`` (a login) the full authorization flow, without them at most one
     refresh per 401 and then :class:`LoginRequired`."""
     from mcp.client.auth import OAuthClientProvider
@@ -215,8 +221,9 @@ def provider(
             await super()._initialize()
             saved = store.read()
             expires = saved.get("expires_at")
-            if self.context.current_tokens is not None and isinstance(expires, (int, float)):
-                self.context.token_expiry_time = float(expires) - REFRESH_MARGIN
+            tokens = self.context.current_tokens
+            if tokens is not None and isinstance(expires, (int, float)):
+                self.context.token_expiry_time = float(expires) - _margin(tokens.expires_in)
             with contextlib.suppress(ValueError, TypeError):
                 if isinstance(saved.get("metadata"), dict) and self.context.oauth_metadata is None:
                     self.context.oauth_metadata = OAuthMetadata.model_validate(saved["metadata"])
@@ -227,8 +234,9 @@ def provider(
                         self.context.auth_server_url = str(servers[0])
 
         def _remember(self) -> None:
+            tokens = self.context.current_tokens
             if self.context.token_expiry_time is not None:
-                self.context.token_expiry_time -= REFRESH_MARGIN
+                self.context.token_expiry_time -= _margin(tokens.expires_in if tokens is not None else None)
             metadata = self.context.oauth_metadata
             resource = self.context.protected_resource_metadata
             store.update(

@@ -135,8 +135,8 @@ class MCPManager:
     a task whose result nobody fetched.
 
     OAuth: with ``auth_dir`` an http or sse server that asks for authorization gets the
-    stored token of its URL (``auth_dir/<server>.json``, see :mod:`ketch.mcp._auth`),
-    refreshed before it expires; without one (or when the server refuses it after one
+    stored token of its URL (``auth_dir/<server>.json``, a :class:`TokenFile` written by
+    :func:`login`), refreshed before it expires; without one (or when the server refuses it after one
     refresh) the server fails with a message naming ``ketch mcp login NAME``.
 
     A server that fails to start is reported by :meth:`status` and left out of
