@@ -130,3 +130,21 @@ def test_login_names_what_is_wrong(env: Env, guarded: str) -> None:
     )
     done = env.run("mcp", "login", "s")
     assert (done.returncode, done.stderr) == (2, "ketch: mcp login s: 's' is a stdio server; OAuth is for http and sse servers\n")
+
+
+def test_the_token_folder_is_out_of_the_file_tools_reach(env: Env) -> None:
+    tokens = env.home / ".local" / "share" / "ketch" / "mcp-auth"
+    tokens.mkdir(parents=True)
+    (tokens / "o.json").write_text('{"tokens": {"access_token": "KETCHCANARY-x"}}')
+    script = env.script(
+        [call_reply(("c1", "read", {"path": str(tokens / "o.json")}), ("c2", "bash", {"command": f"cat {tokens}/o.json"})), "done"]
+    )
+    done = env.run("run", "--model", f"scripted:{script}", "-o", "stream-json", "--permission-mode", "bypass", "go")
+    assert done.returncode == 0, done.stderr
+    ends = [e for e in lines(done.stdout) if e["type"] == "tool_execution_end"]
+    read, cat = (e["result"]["content"][0]["text"] for e in ends)
+    # a deny rule of source ketch, as for the config folder (the sandbox hides it from bash too)
+    assert read.startswith("Permission denied: the call matches the deny rule Read(/")
+    assert read.endswith("/home/.local/share/ketch/mcp-auth).")
+    assert "No such file or directory" in cat
+    assert CANARY not in done.stdout

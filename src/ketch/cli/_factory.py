@@ -460,9 +460,12 @@ def _hook_notice(notice: HookNotice) -> None:
 
 def key_file_rules(settings: Settings) -> list[Rule]:
     """``Read`` deny rules for the files that may hold keys: the command's config
-    directory and every config file with a literal ``api_key``; the file tools refuse
-    them and bash's sandbox hides them (source ``ketch``)."""
-    paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), *settings.key_files))
+    directory, the MCP OAuth tokens (``ketch mcp login``) and every config file with a
+    literal ``api_key``; the file tools refuse them and bash's sandbox hides them
+    (source ``ketch``)."""
+    from ..mcp import default_auth_dir
+
+    paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), default_auth_dir(), *settings.key_files))
     return [Rule.parse(f"Read(/{glob_escape(path)})", "ketch") for path in paths]
 
 
