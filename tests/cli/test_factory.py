@@ -146,6 +146,7 @@ def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: P
     from ketch.tools import BashTool
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     root = (tmp_path / "ws").resolve()
     root.mkdir()
     (root / "pkg" / ".ketch").mkdir(parents=True)
@@ -154,14 +155,15 @@ def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: P
     built = build_agent(Settings(deny=deny), root, approver=None, model=ScriptedModel(["ok"]), environ={})
     (bash,) = [t for t in built.agent.tools if isinstance(t, BashTool)]
     policy = bash.policy()
-    assert policy.hidden == (root / ".env", Path(os.path.realpath(config_dir())))  # the config: a key rule
+    tokens = Path(os.path.realpath(tmp_path / "data" / "ketch" / "mcp-auth"))  # ketch mcp login's tokens
+    assert policy.hidden == (root / ".env", Path(os.path.realpath(config_dir())), tokens)  # the config: a key rule
     # the configuration at any depth (**/.ketch, **/CLAUDE.md …) as found when the tools were made
     at_root = tuple(p for p in DEFAULT_PROTECTED if not p.startswith("**/"))
     assert policy.protected == (*at_root, "pkg/.ketch", "pkg/CLAUDE.md", "src/**")
     assert built.permissions.unenforced(bash) is None
     # the file tools' workspace checks the same paths again when a tool runs
     workspace = bash.workspace
-    assert workspace.hidden == (str(root / ".env"), os.path.realpath(config_dir()))
+    assert workspace.hidden == (str(root / ".env"), os.path.realpath(config_dir()), str(tokens))
     assert workspace.protected == (str(root / "src/**"),)
 
 
@@ -191,6 +193,7 @@ async def test_the_file_tools_hold_the_ask_rules_against_a_symlink_made_after_th
     from ketch.tools import WriteTool
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     root = (tmp_path / "ws").resolve()
     (root / "secrets").mkdir(parents=True)
     (root / "secrets" / "token").write_text("sk-test\n")

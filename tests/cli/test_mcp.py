@@ -159,7 +159,7 @@ def test_a_broken_mcp_json_is_named(env: Env) -> None:
 
 def test_unknown_mcp_command(env: Env) -> None:
     done = env.run("mcp", "frob")
-    assert (done.returncode, done.stderr) == (2, "ketch: mcp: unknown command 'frob'; expected one of serve, list, add, remove\n")
+    assert (done.returncode, done.stderr) == (2, "ketch: mcp: unknown command 'frob'; expected one of serve, list, add, remove, login\n")
 
 
 # -- list ---------------------------------------------------------------------------------------
@@ -184,6 +184,7 @@ def test_list_starts_each_server_and_shows_its_status_and_tools(env: Env) -> Non
             "status": "running",
             "tools": ["mcp__time__get_current_time", "mcp__time__convert_time"],
             "error": None,
+            "protocol": "2026-07-28",
         },
         {
             "name": "gone",
@@ -193,6 +194,7 @@ def test_list_starts_each_server_and_shows_its_status_and_tools(env: Env) -> Non
             "status": "failed",
             "tools": [],
             "error": error,
+            "protocol": None,
         },
     ]
 

@@ -109,6 +109,7 @@ async def test_time_server_lists_and_calls(manager_factory: Any, time_config: An
             type="stdio",
             state="running",
             tools=("mcp__time__get_current_time", "mcp__time__convert_time"),
+            protocol="2026-07-28",  # the newest version, negotiated with server/discover
         )
     ]
 
@@ -331,8 +332,20 @@ async def test_a_server_killed_mid_call_is_an_error_then_restarts(manager_factor
 # -- changing_server.py: list_changed and cancellation seen by the server -----------------
 
 
+# as a 2025-11-25 client sees the server: its resources cannot be subscribed to
+CHANGING_TOOLS = [
+    "mcp__c__add_tool",
+    "mcp__c__wait",
+    "mcp__c__cancellations",
+    "mcp__c__touch",
+    "mcp__c__list_resources",
+    "mcp__c__read_resource",
+]
+
+
 async def test_list_changed_refreshes_tools_between_turns(manager_factory: Any, changing_config: Any) -> None:
-    manager = manager_factory(changing_config)
+    # the handshake era's notifications/tools/list_changed (2026-07-28: see the listen test)
+    manager = manager_factory(changing_config, protocol="legacy")
     agent, model, _ = await run(
         manager,
         tool_call("mcp__c__add_tool", {"name": "extra"}),
@@ -341,14 +354,49 @@ async def test_list_changed_refreshes_tools_between_turns(manager_factory: Any, 
     added, extra = results(agent.messages)
     assert texts(added) == ["added extra"]
     assert texts(extra) == ["I am extra"]
-    assert model.requests[0].tool_names == ["mcp__c__add_tool", "mcp__c__wait", "mcp__c__cancellations"]
-    assert model.requests[1].tool_names == [
-        "mcp__c__add_tool",
-        "mcp__c__wait",
-        "mcp__c__cancellations",
-        "mcp__c__extra",
+    assert model.requests[0].tool_names == CHANGING_TOOLS
+    assert model.requests[1].tool_names == [*CHANGING_TOOLS[:4], "mcp__c__extra", *CHANGING_TOOLS[4:]]
+    assert manager.status()[0].protocol == "2025-11-25"
+
+
+async def test_changes_and_subscribed_resources_reach_the_agent_over_the_listen_stream(
+    manager_factory: Any, changing_config: Any
+) -> None:
+    # 2026-07-28: the events come over one subscriptions/listen stream, in order, so once
+    # the resource update arrived the earlier tool-list change has been seen too
+    updated = asyncio.Event()
+    seen: list[tuple[str, str]] = []
+
+    def on_update(server: str, uri: str) -> None:
+        seen.append((server, uri))
+        updated.set()
+
+    manager = manager_factory(changing_config, on_resource_updated=on_update)
+    model = ScriptedModel(
+        [
+            reply(tool_call("mcp__c__subscribe_resource", {"uri": "res://counter"})),
+            reply(tool_call("mcp__c__add_tool", {"name": "extra"})),
+            reply(tool_call("mcp__c__touch", {"uri": "res://counter"})),
+            "done",
+        ]
+    )
+    agent: Agent[None] = Agent(model)
+    await manager.attach(agent)
+    await agent.prompt("go")
+    await asyncio.wait_for(updated.wait(), 30)
+    assert seen == [("c", "res://counter")]
+    assert manager.status()[0].protocol == "2026-07-28"
+    assert texts(results(agent.messages)[0]) == [
+        "subscribed to res://counter: a change of it is noted at the start of your next turn"
     ]
-    assert [t.name for t in agent.tools][-1] == "mcp__c__extra"
+    assert "mcp__c__extra" in [t.name for t in await manager.tools()]
+    # the note of the change comes with the next request
+    model.add("noted")
+    await agent.prompt("and now?")
+    notes = [m for m in model.requests[-1].messages if "res://counter changed" in str(m.content)]
+    assert [n.content[0].text for n in notes] == [  # type: ignore[union-attr]
+        "[MCP server 'c': the resource res://counter changed; read it again with mcp__c__read_resource if you need it]"
+    ]
 
 
 async def test_cancelling_a_call_reaches_the_server(manager_factory: Any, changing_config: Any) -> None:
@@ -429,16 +477,10 @@ async def test_attach_keeps_the_agents_own_tools_and_hook(manager_factory: Any, 
 
     model = ScriptedModel([reply(tool_call("mcp__c__add_tool", {"name": "later"})), reply(tool_call("mcp__c__later")), "done"])
     agent: Agent[None] = Agent(model, tools=[Tool("native", "", None, native)], prepare_next_turn=own_hook)
-    manager = manager_factory(changing_config)
+    manager = manager_factory(changing_config, protocol="legacy")
     await manager.attach(agent)
     await agent.prompt("go")
     assert turns == [1, 2, 3]  # the agent's own hook still runs after every turn
-    assert [t.name for t in agent.tools] == [
-        "native",
-        "mcp__c__add_tool",
-        "mcp__c__wait",
-        "mcp__c__cancellations",
-        "mcp__c__later",
-    ]
+    assert [t.name for t in agent.tools] == ["native", *CHANGING_TOOLS[:4], "mcp__c__later", *CHANGING_TOOLS[4:]]
     assert model.requests[1].tool_names == [t.name for t in agent.tools]
     assert texts(results(agent.messages)[1]) == ["I am later"]

@@ -129,9 +129,13 @@ def test_credentials_written_literally_stay_out_of_the_repr() -> None:
         # env and headers hold tokens: an error names the kind of value, never the value
         ({"a": {"command": "x", "env": ["A=sk-1234"]}}, "MCP server 'a': env must be an object of strings, got a list"),
         ({"a": {"url": "http://x", "headers": {"A": ["sk-1234"]}}}, "MCP server 'a': headers.A must be a string, got a list"),
-        ({"a": {"command": "x", "timeout": 5}},
-         "MCP server 'a': unknown key 'timeout' "
-         "(allowed: args, command, cwd, env, headers, trustAnnotations, type, url)"),
+        ({"a": {"command": "x", "timeout": "5"}}, "MCP server 'a': timeout must be a positive number, got \"5\""),
+        ({"a": {"command": "x", "timeout": 0}}, "MCP server 'a': timeout must be a positive number, got 0"),
+        ({"a": {"command": "x", "disabled": "no"}}, "MCP server 'a': disabled must be true or false, got \"no\""),
+        ({"a": {"command": "x", "autoApprove": "read"}},
+         "MCP server 'a': autoApprove must be a list of tool names, got \"read\""),
+        ({"a": {"command": "x", "disabledTools": [1]}},
+         "MCP server 'a': disabledTools must be a list of tool names, got [1]"),
         ({"a": {"command": "x", "trustAnnotations": "yes"}},
          "MCP server 'a': trustAnnotations must be true or false, got \"yes\""),
         ({"a b": {"command": "x"}}, "MCP server name 'a b' must be letters, digits, '_', '-' or '.'"),
@@ -160,3 +164,58 @@ def test_bad_files(tmp_path: Path) -> None:
         load_mcp_json({"mcpServers": []})
     assert str(info.value) == 'MCP config: "mcpServers" must be an object, got a list'
     assert load_mcp_json({}) == {}
+
+
+# -- the keys other clients write ----------------------------------------------------------------
+
+
+def test_the_keys_cline_kilo_kiro_and_claude_code_write_are_read(caplog: pytest.LogCaptureFixture) -> None:
+    configs = load_mcp_json(
+        {
+            "mcpServers": {
+                "cline": {"command": "srv", "disabled": False, "timeout": 60, "alwaysAllow": ["read", "list"],
+                          "transportType": "stdio"},
+                "kilo": {"type": "streamable-http", "url": "https://k.example/mcp", "alwaysAllow": ["*"], "timeout": 1800},
+                "kiro": {"command": "srv", "env": {"K": "${KIRO_KEY}"}, "autoApprove": ["a"], "disabledTools": ["b"]},
+                "claude": {"type": "http", "url": "https://c.example/mcp", "headers": {"X": "${H:-h}"}, "timeout": 120000},
+                "net": {"command": "srv", "networkTimeout": 90000},
+            }
+        },
+        environ={"KIRO_KEY": "kk-1234"},
+    )
+    assert caplog.records == []  # nothing unknown
+    assert [(c.type, c.timeout, c.auto_approve, c.disabled_tools) for c in configs.values()] == [
+        ("stdio", 60.0, ("read", "list"), ()),
+        ("http", 1800.0, ("*",), ()),
+        ("stdio", None, ("a",), ("b",)),
+        ("http", 120.0, (), ()),
+        ("stdio", 90.0, (), ()),
+    ]
+    assert configs["kiro"].env == {"K": "kk-1234"}
+    assert configs["claude"].headers == {"X": "h"}
+    assert configs["cline"].auto_approve_rules == ("mcp__cline__read", "mcp__cline__list")
+    assert configs["kilo"].auto_approve_rules == ("mcp__kilo",)  # every tool of the server
+
+
+def test_a_disabled_entry_is_not_expanded_nor_checked() -> None:
+    configs = load_mcp_json(
+        {"mcpServers": {"off": {"url": "${UNSET_URL}", "headers": {"A": "${UNSET}"}, "disabled": True},
+                        "bare": {"disabled": True}}},
+        environ={},
+    )
+    assert (configs["off"].disabled, configs["off"].url, configs["off"].headers) == (True, "${UNSET_URL}", {})
+    assert (configs["bare"].disabled, configs["bare"].command) == (True, None)
+    assert repr(configs["bare"]) == "MCPServerConfig(name='bare', type='stdio', command=None, args=[], disabled)"
+
+
+def test_an_unknown_key_is_kept_aside_and_logged_once_naming_it(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "fooBar": 1, "zip": True}}}))
+    with caplog.at_level("WARNING", logger="ketch.mcp"):
+        configs = load_mcp_json(path)
+    assert configs["a"].ignored_keys == ("fooBar", "zip")
+    assert configs["a"] == MCPServerConfig(name="a", command="x")  # nothing else changes
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: MCP server 'a': unknown key 'fooBar' ignored",
+        f"{path}: MCP server 'a': unknown key 'zip' ignored",
+    ]

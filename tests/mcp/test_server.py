@@ -286,3 +286,102 @@ def test_bad_serve_options_are_one_line_and_exit_2(home: Home, args: list[str], 
         timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (2, "", message)
+
+
+# -- protocol versions, capabilities, resources ------------------------------------------------
+
+
+@asynccontextmanager
+async def served_newest(home: Home, *args: str) -> AsyncIterator[Any]:
+    """A client of ``ketch mcp serve *args`` that negotiates as the SDK's ``Client`` does
+    (``server/discover`` first, the handshake as the fallback)."""
+    from mcp import Client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "ketch", "mcp", "serve", *args], env=home.vars, cwd=str(home.work)
+    )
+    async with Client(params, cache=None) as client:
+        yield client
+
+
+async def test_the_newest_protocol_version_is_negotiated_and_older_clients_get_theirs(home: Home) -> None:
+    import mcp_types as types
+    from mcp_types.version import LATEST_HANDSHAKE_VERSION
+    from mcp_types.version import LATEST_PROTOCOL_VERSION
+
+    async with served_newest(home, "--no-agent") as client:
+        newest = (client.protocol_version, client.server_capabilities.model_dump(exclude_none=True))
+        info = client.server_info
+    async with served(home, "--no-agent") as session:
+        handshake = (session.protocol_version, session.server_capabilities)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "ketch", "mcp", "serve", "--no-agent"], env=home.vars, cwd=str(home.work)
+    )
+    async with stdio_client(params, errlog=home.errlog) as (read, write), ClientSession(read, write) as session:
+        old = await session.send_request(
+            types.InitializeRequest(
+                params=types.InitializeRequestParams(
+                    protocol_version="2025-03-26",
+                    capabilities=types.ClientCapabilities(),
+                    client_info=types.Implementation(name="old", version="1"),
+                )
+            ),
+            types.InitializeResult,
+        )
+    capabilities = {"tools": {"list_changed": False}, "resources": {"subscribe": False, "list_changed": False}}
+    assert newest == (LATEST_PROTOCOL_VERSION, capabilities)
+    assert LATEST_PROTOCOL_VERSION == "2026-07-28"
+    assert info is not None and info.name == "ketch"
+    assert handshake[0] == LATEST_HANDSHAKE_VERSION == "2025-11-25"
+    assert handshake[1] is not None and handshake[1].model_dump(exclude_none=True) == capabilities
+    assert old.protocol_version == "2025-03-26"
+    assert old.capabilities.prompts is None  # no prompts are served (see docs)
+
+
+async def test_files_read_are_listed_and_read_as_resources(home: Home) -> None:
+    (home.work / "docs").mkdir()
+    (home.work / "docs" / "a.md").write_text("# A\n")
+    uri = (home.work / "notes.txt").as_uri()
+    async with served(home, "--no-agent") as session:
+        before = await session.list_resources()
+        await session.call_tool("read", {"path": "notes.txt"})
+        await session.call_tool("read", {"path": "docs/a.md"})
+        await session.call_tool("read", {"path": "missing.txt"})  # an error: not a resource
+        listed = await session.list_resources()
+        templates = await session.list_resource_templates()
+        read = await session.read_resource(uri)
+        (home.work / "notes.txt").write_text("changed\n")
+        again = await session.read_resource(uri)
+        (home.work / "notes.txt").unlink()
+        with pytest.raises(Exception) as gone:
+            await session.read_resource(uri)
+        with pytest.raises(Exception) as other:
+            await session.read_resource((home.work / "never-read.txt").as_uri())
+    assert before.resources == []
+    assert [(r.uri, r.name, r.mime_type) for r in listed.resources] == [
+        (uri, "notes.txt", "text/plain"),
+        ((home.work / "docs" / "a.md").as_uri(), "docs/a.md", "text/markdown"),
+    ]
+    assert templates.resource_templates == []
+    assert [(c.uri, c.mime_type, c.text) for c in read.contents] == [
+        (uri, "text/plain", "     1\thello there\n     2\tsecond line")
+    ]
+    assert [c.text for c in again.contents] == ["     1\tchanged"]
+    assert getattr(gone.value, "code", None) == -32603
+    assert str(gone.value).startswith("File not found: ")
+    assert getattr(other.value, "code", None) == -32002
+    assert str(other.value) == (
+        f"{(home.work / 'never-read.txt').as_uri()!r} is not a resource of this server: "
+        "its resources are the files its read tool has read"
+    )
+
+
+async def test_a_file_the_rules_keep_from_being_read_is_no_resource(home: Home) -> None:
+    async with served_newest(home, "--no-agent", "--tools", "read", "--deny", "Read(notes.txt)") as client:
+        denied = await client.call_tool("read", {"path": "notes.txt"})
+        listed = await client.list_resources()
+    assert denied.is_error is True
+    assert listed.resources == []  # a file not read is not a resource
+    async with served(home, "--no-agent", "--tools", "ls") as session:
+        capabilities = session.server_capabilities
+    assert capabilities is not None and capabilities.resources is None  # no read tool: no resources

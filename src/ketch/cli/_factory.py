@@ -445,26 +445,13 @@ class Built:
 
 
 def mcp_manager(settings: Settings, root: Path, *, elicitation: Any = None, errlog: Any = None) -> Any:
-    """An :class:`ketch.mcp.MCPManager` for the MCP servers in ``settings`` (lazy start,
-    roots = ``root``), or None when there are none. :class:`ConfigError` for a bad entry."""
+    """An :class:`ketch.mcp.MCPManager` for the MCP servers in ``settings``, or None when
+    there are none (see :func:`ketch.cli._mcp.manager_for`)."""
     if not settings.mcp_servers:
         return None
-    import logging
+    from ._mcp import manager_for
 
-    from ..mcp import MCPConfigError
-    from ..mcp import MCPManager
-    from ..mcp import server_config
-
-    # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
-    logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
-
-    configs = {}
-    for name, entry in settings.mcp_servers.items():
-        try:
-            configs[name] = server_config(name, entry)
-        except MCPConfigError as exc:
-            raise ConfigError(f"{settings.mcp_origins.get(name, '.mcp.json')}: {exc}") from None
-    return MCPManager(configs, roots=[root], elicitation=elicitation, errlog=errlog)
+    return manager_for(settings, root, elicitation=elicitation, errlog=errlog)
 
 
 def _hook_notice(notice: HookNotice) -> None:
@@ -474,9 +461,12 @@ def _hook_notice(notice: HookNotice) -> None:
 
 def key_file_rules(settings: Settings) -> list[Rule]:
     """``Read`` deny rules for the files that may hold keys: the command's config
-    directory and every config file with a literal ``api_key``; the file tools refuse
-    them and bash's sandbox hides them (source ``ketch``)."""
-    paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), *settings.key_files))
+    directory, the MCP OAuth tokens (``ketch mcp login``) and every config file with a
+    literal ``api_key``; the file tools refuse them and bash's sandbox hides them
+    (source ``ketch``)."""
+    from ..mcp import default_auth_dir
+
+    paths = dict.fromkeys(os.path.realpath(p) for p in (config_dir(), default_auth_dir(), *settings.key_files))
     return [Rule.parse(f"Read(/{glob_escape(path)})", "ketch") for path in paths]
 
 

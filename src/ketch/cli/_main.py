@@ -87,7 +87,7 @@ commands:
   ketch doctor [--quick]      check the installation, providers and the local model
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
-  ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch mcp serve|list|add|remove|login    ketch as an MCP server; the MCP servers it uses
   ketch skills list [--json]               the Agent Skills (SKILL.md folders) found, and where from
   ketch plugin add|list|remove|enable|disable   plugins (Claude Code's layout): skills, commands, agents
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions

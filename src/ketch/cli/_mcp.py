@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..permissions import PERMISSION_MODES
@@ -71,6 +72,229 @@ def _write_mcp_json(path: Path, data: dict[str, Any]) -> None:
 
 def _scope_path(scope: str, cwd: Path) -> Path:
     return user_mcp_json() if scope == "user" else project_mcp_json(cwd)
+
+
+# -- the servers of the settings, as the command uses them --------------------------------------
+LOG_LEVEL_ENV = "KETCH_MCP_LOG_LEVEL"
+"""The level of the MCP servers' log messages a run shows (default ``warning``)."""
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+_warned: set[str] = set()  # each warning line once per process
+
+
+def _warn(line: str) -> None:
+    if line not in _warned:
+        _warned.add(line)
+        sys.stderr.write(f"ketch: warning: {line}\n")
+        sys.stderr.flush()
+
+
+@dataclass(slots=True)
+class LoadedServers:
+    """The MCP servers of the settings as :func:`load_servers` read them: ``configs`` (the
+    good entries, disabled ones included), ``invalid`` (name -> (type, why it was skipped))
+    and the warning ``lines`` (unknown keys, skipped entries)."""
+
+    configs: dict[str, Any]
+    invalid: dict[str, tuple[str, str]]
+    lines: list[str]
+
+
+def _entry_type(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return "?"
+    kind = entry.get("type") or entry.get("transportType") or entry.get("transport")
+    if isinstance(kind, str) and kind:
+        return {"streamable-http": "http", "streamableHttp": "http", "streamable_http": "http"}.get(kind, kind)
+    return "http" if "url" in entry and "command" not in entry else "stdio"
+
+
+def load_servers(settings: Settings) -> LoadedServers:
+    """Read the ``mcpServers`` entries of ``settings`` (each ``${VAR}`` expanded from the
+    environment). An entry that does not parse is skipped: it is in ``invalid`` with the
+    reason naming its file, which the manager reports as a server that failed to start;
+    each unknown key gets one warning line naming the key, its file and the servers that
+    use it. The servers' ``autoApprove`` /
+    ``alwaysAllow`` lists become allow rules in ``settings``: those of the user's
+    ``.mcp.json`` always, a project's only through the project trust gate
+    (:meth:`ketch.cli._trust.Gate.admit`, setting ``mcpServers.autoApprove``)."""
+    from ..mcp import MCPConfigError
+    from ..mcp import server_config
+    from ..permissions import Rule
+    from ._trust import Gate
+    from ._trust import Trust
+
+    configs: dict[str, Any] = {}
+    invalid: dict[str, tuple[str, str]] = {}
+    lines: list[str] = []
+    unknown: dict[tuple[str, str], list[str]] = {}
+    user_file = user_mcp_json()
+    gate = Gate(settings.trust if settings.trust is not None else Trust(settings.project_root or Path.cwd()))
+    have = {str(rule) for rule in settings.allow}
+    for name, entry in settings.mcp_servers.items():
+        origin = settings.mcp_origins.get(name, ".mcp.json")
+        try:
+            config = server_config(name, entry)
+        except MCPConfigError as exc:
+            # skipped, and reported as a server that fails to start is (attach_mcp, ketch mcp list)
+            invalid[name] = (_entry_type(entry), f"{origin}: {exc}")
+            continue
+        configs[name] = config
+        for key in config.ignored_keys:
+            unknown.setdefault((origin, key), []).append(name)
+        rules = [r for r in config.auto_approve_rules if r not in have]
+        if not rules or config.disabled:
+            continue
+        user = Path(origin) == user_file
+        label = f"mcpServers.{name}.autoApprove"
+        if user or gate.admit("mcpServers.autoApprove", rules, Path(origin), label=label):
+            for text in rules:
+                settings.allow.append(Rule.parse(text, "user" if user else "project"))
+                have.add(text)
+    for (origin, key), names in unknown.items():
+        lines.append(f"{origin}: unknown key {key!r} ignored (MCP server{'s' if len(names) > 1 else ''} {', '.join(names)})")
+    if gate.ignored:  # not reached today: a project's servers are only here once it is trusted
+        lines.append((gate.line() or "").removeprefix("ketch: "))
+    return LoadedServers(configs, invalid, lines)
+
+
+def _log_writer(errlog: Any) -> Any:
+    """An ``on_log`` that writes each server log message as one line to ``errlog``."""
+
+    def write(entry: Any) -> None:
+        data = entry.data
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+        where = f"{entry.server}" + (f"/{entry.logger}" if entry.logger else "")
+        try:
+            out = errlog if errlog is not None else sys.stderr
+            out.write(f"ketch: mcp {where} [{entry.level}] {' '.join(text.splitlines())}\n")
+            out.flush()
+        except (OSError, ValueError):
+            pass
+
+    return write
+
+
+def run_log_level(environ: Any = None) -> str:
+    """The level of server log messages a run shows: ``KETCH_MCP_LOG_LEVEL`` or ``warning``;
+    a :class:`ConfigError` for a value that is not a level."""
+    import os
+
+    value = ((os.environ if environ is None else environ).get(LOG_LEVEL_ENV) or "warning").strip().lower()
+    if value not in LOG_LEVELS:
+        raise ConfigError(f"{LOG_LEVEL_ENV}={value!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return value
+
+
+def manager_for(
+    settings: Settings,
+    root: Path,
+    *,
+    elicitation: Any = None,
+    errlog: Any = None,
+    log_level: str | None = None,
+    logs: bool = True,
+) -> Any:
+    """The :class:`ketch.mcp.MCPManager` of the MCP servers in ``settings`` as the command
+    runs them (lazy start, roots = ``root``, sampling through the agent's model and
+    permission rules, server log messages at ``log_level`` -- default
+    :func:`run_log_level` -- written to ``errlog``; dropped when not ``logs``), or None
+    when there are none. The
+    warnings of :func:`load_servers` go to stderr, each once per process."""
+    if not settings.mcp_servers:
+        return None
+    import logging
+    from typing import cast
+
+    from ..mcp import MCPManager
+    from ..mcp import default_auth_dir
+
+    if TYPE_CHECKING:
+        from mcp_types import LoggingLevel
+
+    # the command reports failed servers itself (Built.attach_mcp, ketch mcp list)
+    logging.getLogger("ketch.mcp").addHandler(logging.NullHandler())
+    # a refused refresh is reported as the server's failure, naming `ketch mcp login`
+    logging.getLogger("mcp.client.auth").addHandler(logging.NullHandler())
+    loaded = load_servers(settings)
+    for line in loaded.lines:
+        _warn(line)
+    return MCPManager(
+        loaded.configs,
+        roots=[root],
+        elicitation=elicitation,
+        errlog=errlog,
+        invalid=loaded.invalid,
+        sample_with_agent=True,
+        auth_dir=default_auth_dir(),
+        log_level=cast("LoggingLevel", log_level or run_log_level()),
+        on_log=_log_writer(errlog) if logs else _drop,
+    )
+
+
+def _drop(entry: Any) -> None:
+    """An ``on_log`` that shows nothing."""
+
+
+# -- ketch mcp login ----------------------------------------------------------------------------
+def _login_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="ketch mcp login", description="Authorize ketch (OAuth) for an HTTP MCP server and store its tokens."
+    )
+    parser.add_argument("name", help="the server's name in .mcp.json")
+    parser.add_argument("-C", "--cwd", help="the directory whose project to use")
+    parser.add_argument(
+        "--trust-project", action="store_true", help=f"also the project's servers (untrusted otherwise); also {TRUST_ENV}=1"
+    )
+    parser.add_argument("--no-browser", action="store_true", help="only print the authorization URL, open no browser")
+    return parser
+
+
+def _login(argv: list[str]) -> int:
+    from ..mcp import TokenFile
+    from ..mcp import default_auth_dir
+    from ..mcp import login
+
+    args = _login_parser().parse_args(argv)
+    name = args.name
+    cwd = directory(args.cwd)
+    loaded = load_servers(load_settings(cwd, trust=args.trust_project))
+    for line in loaded.lines:
+        _warn(line)
+    config = loaded.configs.get(name)
+    if config is None:
+        if name in loaded.invalid:
+            raise ConfigError(f"mcp login {name}: {loaded.invalid[name][1]}")
+        known = ", ".join(sorted(n for n, c in loaded.configs.items() if c.type != "stdio")) or "none"
+        raise ConfigError(f"mcp login {name}: no MCP server {name!r} is configured (HTTP servers: {known})")
+    if config.type == "stdio" or config.url is None:
+        raise ConfigError(f"mcp login {name}: {name!r} is a stdio server; OAuth is for http and sse servers")
+    auth_dir = default_auth_dir()
+
+    async def open_url(url: str) -> None:
+        sys.stderr.write(f"ketch: to authorize ketch for MCP server {name!r}, open this URL:\n  {url}\n")
+        sys.stderr.flush()
+        if not args.no_browser:
+            import webbrowser
+
+            # in a thread: a browser command may wait, and the redirect comes back to this loop
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(webbrowser.open, url)
+
+    try:
+        tools = asyncio.run(login(config, open_url=open_url, auth_dir=auth_dir, errlog=sys.stderr))
+    except ConnectionError as exc:
+        sys.stderr.write(f"ketch: mcp login {name}: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    store = TokenFile(auth_dir, name, config.url)
+    if store.has_tokens:
+        sys.stderr.write(f"ketch: authorized for MCP server {name!r} ({len(tools)} tools); tokens stored in {store.path}\n")
+    else:
+        sys.stderr.write(f"ketch: MCP server {name!r} did not ask for authorization ({len(tools)} tools); nothing stored\n")
+    return 0
 
 
 # -- add / remove -------------------------------------------------------------------------------
@@ -248,6 +472,7 @@ def build_server(settings: Settings, root: Path, *, agent: bool = True) -> Any:
         name="ketch",
         version=_version(),
         instructions=f"ketch: coding tools and a coding agent working in {root}.",
+        root=root,
     )
 
 
@@ -296,10 +521,10 @@ async def _serve_stdio(server: Any) -> None:
 
 
 # -- dispatch -----------------------------------------------------------------------------------
-_USAGE = "ketch mcp serve|list|add|remove (see ketch mcp --help)"
+_USAGE = "ketch mcp serve|list|add|remove|login (see ketch mcp --help)"
 
 _HELP = """\
-usage: ketch mcp serve|list|add|remove ...
+usage: ketch mcp serve|list|add|remove|login ...
 
 MCP: ketch as a server for MCP clients, and the MCP servers ketch uses.
 
@@ -308,9 +533,11 @@ MCP: ketch as a server for MCP clients, and the MCP servers ketch uses.
   ketch mcp add NAME [-s user|project] -- COMMAND ARGS...    add a stdio server
   ketch mcp add NAME [-s user|project] --url URL [--header K:V]   add an HTTP server
   ketch mcp remove NAME [-s user|project]    remove a server
+  ketch mcp login NAME [--no-browser]        authorize ketch (OAuth) for an HTTP server
 
 Servers live in .mcp.json: the user's in the user config directory, the project's in the
-project root (used once the project is trusted).
+project root (used once the project is trusted). OAuth tokens of `ketch mcp login` live in
+the user data directory (ketch/mcp-auth, one 0600 file per server).
 """
 
 
@@ -322,12 +549,12 @@ def mcp_command(argv: Sequence[str]) -> int:
         sys.stdout.write(_HELP)
         return 0
     if action is None:
-        sys.stderr.write("ketch: mcp: a command is needed: serve, list, add or remove (see ketch mcp --help)\n")
+        sys.stderr.write("ketch: mcp: a command is needed: serve, list, add, remove or login (see ketch mcp --help)\n")
         return EXIT_USAGE
-    commands = {"serve": _serve, "add": _add, "remove": _remove, "list": _list}
+    commands = {"serve": _serve, "add": _add, "remove": _remove, "list": _list, "login": _login}
     handler = commands.get(action)
     if handler is None:
-        sys.stderr.write(f"ketch: mcp: unknown command {action!r}; expected one of serve, list, add, remove\n")
+        sys.stderr.write(f"ketch: mcp: unknown command {action!r}; expected one of serve, list, add, remove, login\n")
         return EXIT_USAGE
     try:
         return handler(argv[1:])
@@ -349,6 +576,8 @@ def status_lines(statuses: Sequence[Any], origins: dict[str, str]) -> list[str]:
     for status in statuses:
         if status.state == "failed" or (status.error and not status.tools):
             detail = f"error: {status.error}"
+        elif status.state == "disabled":
+            detail = "not started: disabled in its .mcp.json entry"
         elif status.state == "untrusted":
             detail = "not started: the project is not trusted (--trust-project)"
         else:
@@ -365,6 +594,7 @@ class _Untrusted:
     state: str = "untrusted"
     tools: tuple[str, ...] = ()
     error: str | None = None
+    protocol: str | None = None
 
 
 def _list_parser() -> OneLineParser:
@@ -374,11 +604,20 @@ def _list_parser() -> OneLineParser:
     parser.add_argument(
         "--trust-project", action="store_true", help=f"also start the project's servers (untrusted otherwise); also {TRUST_ENV}=1"
     )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="also show each server's protocol version and its log messages (on stderr, from --log-level up)",
+    )
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, help="with -v: the lowest level of server log messages shown (default info)"
+    )
     return parser
 
 
 def _list(argv: list[str]) -> int:
     args = _list_parser().parse_args(argv)
+    if args.log_level and not args.verbose:
+        raise ConfigError(f"--log-level {args.log_level}: only with -v")
     cwd = directory(args.cwd)
     settings = load_settings(cwd, trust=args.trust_project)
     origins = dict(settings.mcp_origins)
@@ -386,11 +625,11 @@ def _list(argv: list[str]) -> int:
     untrusted = [
         name for name in read_mcp_json(project_file).get("mcpServers", {}) if origins.get(name) != str(project_file)
     ] if project_file != user_mcp_json() else []
-    statuses: list[Any] = asyncio.run(_statuses(settings, cwd))
+    level = (args.log_level or "info") if args.verbose else None
+    statuses: list[Any] = asyncio.run(_statuses(settings, cwd, level))
     for name in untrusted:
         entry = read_mcp_json(project_file)["mcpServers"][name]
-        kind = entry.get("type") or ("http" if "url" in entry and "command" not in entry else "stdio")
-        statuses = [s for s in statuses if s.name != name] + [_Untrusted(name, str(kind))]
+        statuses = [s for s in statuses if s.name != name] + [_Untrusted(name, _entry_type(entry))]
         origins[name] = str(project_file)
     if args.output == "json":
         items = [
@@ -402,6 +641,7 @@ def _list(argv: list[str]) -> int:
                 "status": s.state,
                 "tools": list(s.tools),
                 "error": s.error,
+                "protocol": getattr(s, "protocol", None),
             }
             for s in statuses
         ]
@@ -409,15 +649,19 @@ def _list(argv: list[str]) -> int:
     elif not statuses:
         sys.stderr.write("ketch: no MCP servers configured (ketch mcp add NAME -- COMMAND ARGS... adds one)\n")
     else:
-        sys.stdout.write("\n".join(status_lines(statuses, origins)) + "\n")
+        text = status_lines(statuses, origins)
+        if args.verbose:
+            text.append("")
+            text.extend(f"{s.name}: protocol {getattr(s, 'protocol', None) or '-'}" for s in statuses)
+        sys.stdout.write("\n".join(text) + "\n")
     return 0
 
 
-async def _statuses(settings: Settings, root: Path) -> list[Any]:
-    """Start every configured server, list its tools, stop it again; each one's status."""
-    from ._factory import mcp_manager
-
-    manager = mcp_manager(settings, root)
+async def _statuses(settings: Settings, root: Path, log_level: str | None = None) -> list[Any]:
+    """Start every configured server, list its tools, stop it again; each one's status.
+    With ``log_level``, the servers' log messages from that level up are written to
+    stderr as they come; without, none are shown."""
+    manager = manager_for(settings, root, log_level=log_level or "emergency", logs=log_level is not None)
     if manager is None:
         return []
     try:

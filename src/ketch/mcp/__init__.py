@@ -21,12 +21,18 @@ progress, shutdown) and the server requests (elicitation, sampling, roots).
 to MCP clients; ``ketch mcp serve`` is the command built on it.
 """
 
+from ._auth import LoginRequired
+from ._auth import TokenFile
+from ._auth import default_auth_dir
+from ._auth import login
+from ._client import LOG_LEVELS
 from ._client import NO_ELICITATION
 from ._client import ElicitationCallback
 from ._client import ElicitationRequest
 from ._client import ElicitationResponse
 from ._client import MCPManager
 from ._client import MCPTool
+from ._client import ServerLog
 from ._client import ServerState
 from ._client import ServerStatus
 from ._config import MCPConfigError
@@ -39,18 +45,24 @@ from ._tools import tool_name
 
 __all__ = [
     "AGENT_TOOL",
+    "LOG_LEVELS",
     "NO_ELICITATION",
     "ElicitationCallback",
     "ElicitationRequest",
     "ElicitationResponse",
     "KetchMCPServer",
+    "LoginRequired",
     "MCPConfigError",
     "MCPManager",
     "MCPServerConfig",
     "MCPTool",
+    "ServerLog",
     "ServerState",
     "ServerStatus",
+    "TokenFile",
+    "default_auth_dir",
     "load_mcp_json",
+    "login",
     "server_config",
     "tool_name",
 ]

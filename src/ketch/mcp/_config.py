@@ -1,3 +1,4 @@
+# COORDINATION: two helpers work in this worktree -- read /work/wt/wt-j/COORDINATION.md (helper A)
 """MCP server configuration: the common ``.mcp.json`` shape.
 
 ::
@@ -13,11 +14,17 @@ the default when ``url`` is given) or ``sse`` (legacy HTTP+SSE). As in Claude Co
 ``${VAR}`` and ``${VAR:-default}`` are expanded from the environment in ``command``,
 ``args``, ``env``, ``url`` and ``headers``; a variable that is unset and has no default
 is an error. Errors are :class:`MCPConfigError`, one line naming the bad value.
+
+The keys other clients write into the same shape are read too (see
+:func:`server_config`): ``disabled``, ``timeout``, ``autoApprove`` / ``alwaysAllow``,
+``disabledTools``, ``transportType``. A key nobody defined is not an error: it is
+kept in :attr:`MCPServerConfig.ignored_keys` and logged once as a warning naming it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -29,11 +36,21 @@ from typing import Literal
 from typing import TypeAlias
 from typing import cast
 
+log = logging.getLogger("ketch.mcp")
+
 Transport: TypeAlias = Literal["stdio", "http", "sse"]
 _TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
 _TYPE_ALIASES = {"streamable-http": "http", "streamable_http": "http", "streamableHttp": "http"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_KNOWN_KEYS = frozenset({"type", "command", "args", "env", "cwd", "url", "headers", "transport", "trustAnnotations"})
+_TYPE_ALIASES.update({"stdio": "stdio", "http": "http", "sse": "sse", "streamable": "http"})
+_KNOWN_KEYS = frozenset(
+    {
+        "type", "transport", "transportType", "command", "args", "env", "cwd", "url", "headers",
+        "trustAnnotations", "disabled", "timeout", "networkTimeout", "autoApprove", "alwaysAllow", "disabledTools",
+    }
+)
+_TIMEOUT_SECONDS_UP_TO = 3600
+"""``timeout`` values up to this are seconds (Cline, Kilo Code); larger ones milliseconds (Claude Code, Kiro)."""
 
 
 class MCPConfigError(ValueError):
@@ -64,6 +81,13 @@ class MCPServerConfig:
     ``readOnlyHint`` makes it ``read_only``, so permission modes run it unasked. Off by
     default: the hint is the server's claim, not something ketch can check, so an MCP
     tool is not read-only unless the user trusts the server's word.
+
+    From the other clients' keys: ``disabled`` (the server is not started; its
+    ``${VAR}`` are not expanded), ``timeout`` (seconds; bounds each call instead of the
+    manager's ``call_timeout``), ``auto_approve`` (the tools ``autoApprove`` or
+    ``alwaysAllow`` name: the caller may turn them into allow rules, see
+    :attr:`auto_approve_rules`; the library itself does not) and ``disabled_tools``
+    (tools not offered to the model).
     """
 
     name: str
@@ -75,6 +99,12 @@ class MCPServerConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     trust_annotations: bool = False
+    disabled: bool = False
+    timeout: float | None = None
+    auto_approve: tuple[str, ...] = ()
+    disabled_tools: tuple[str, ...] = ()
+    ignored_keys: tuple[str, ...] = field(default=(), compare=False)
+    """Keys of the entry ketch does not know (warned about, not applied)."""
     from_environment: tuple[str, ...] = field(default=(), repr=False, compare=False)
     """The values ``${VAR}`` expansion put in (tokens, often): never shown."""
 
@@ -83,6 +113,8 @@ class MCPServerConfig:
             raise MCPConfigError(
                 f"MCP server {self.name!r}: unknown type {self.type!r} (allowed: stdio, http, sse)"
             )
+        if self.disabled:  # never started: its command and url are not checked
+            return
         if self.type == "stdio" and not self.command:
             raise MCPConfigError(f"MCP server {self.name!r}: a stdio server needs a non-empty 'command'")
         if self.type != "stdio" and not self.url:
@@ -91,6 +123,15 @@ class MCPServerConfig:
             raise MCPConfigError(
                 f"MCP server {self.name!r}: url {self._shown(self.url)!r} must start with http:// or https://"
             )
+
+    @property
+    def auto_approve_rules(self) -> tuple[str, ...]:
+        """``auto_approve`` as permission rules (``mcp__<server>__<tool>``; ``*`` names every tool
+        of the server, ``mcp__<server>``)."""
+        from ._tools import server_rule
+        from ._tools import tool_name
+
+        return tuple(dict.fromkeys(server_rule(self.name) if t == "*" else tool_name(self.name, t) for t in self.auto_approve))
 
     def _shown(self, text: str) -> str:
         """``text`` without the values of ``env``, ``headers`` and the environment, and
@@ -129,6 +170,8 @@ class MCPServerConfig:
             secrets.append(f"env=<{len(self.env)} hidden>")
         if self.headers:
             secrets.append(f"headers=<{len(self.headers)} hidden>")
+        if self.disabled:
+            secrets.append("disabled")
         extra = "".join(", " + s for s in secrets)
         return f"MCPServerConfig(name={self.name!r}, type={self.type!r}, {where}{extra})"
 
@@ -178,9 +221,41 @@ def _kind(value: Any) -> str:
     )
 
 
+def _names(value: Any, server: str, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MCPConfigError(f"MCP server {server!r}: {key} must be a list of tool names, got {json.dumps(value)}")
+    return tuple(value)
+
+
+def _timeout(entry: Mapping[str, Any], server: str) -> float | None:
+    """``timeout`` in seconds: up to 3600 it is seconds (Cline, Kilo Code write seconds),
+    above that milliseconds (Claude Code, Kiro write milliseconds); ``networkTimeout``
+    (Cline) is milliseconds."""
+    for key, scale in (("timeout", None), ("networkTimeout", 1000.0)):
+        value = entry.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+            raise MCPConfigError(f"MCP server {server!r}: {key} must be a positive number, got {json.dumps(value)}")
+        if scale is None:
+            scale = 1.0 if value <= _TIMEOUT_SECONDS_UP_TO else 1000.0
+        return float(value) / scale
+    return None
+
+
 def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> MCPServerConfig:
     """One ``mcpServers`` entry as a :class:`MCPServerConfig` (``${VAR}`` expanded from ``environ``,
-    ``os.environ`` when None)."""
+    ``os.environ`` when None).
+
+    Besides ketch's own keys it reads those Cline, Kilo Code, Kiro and Claude Code write:
+    ``disabled`` (true: not started, nothing expanded), ``timeout`` (seconds up to 3600,
+    milliseconds above: Cline and Kilo Code write seconds, Claude Code and Kiro
+    milliseconds), ``networkTimeout`` (milliseconds), ``autoApprove`` and ``alwaysAllow``
+    (tool names, ``*`` for all), ``disabledTools``, ``transportType`` and ``transport``
+    (old spellings of ``type``; ``streamable-http`` and ``streamableHttp`` mean ``http``).
+    Any other key is listed in ``ignored_keys``."""
     env_source: Mapping[str, str] = os.environ if environ is None else environ
     if not isinstance(name, str) or not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise MCPConfigError(f"MCP server name {name!r} must be letters, digits, '_', '-' or '.'")
@@ -188,18 +263,16 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
         raise MCPConfigError(f"MCP server name {name!r} must not contain '__' (it separates names in mcp__server__tool)")
     if not isinstance(entry, Mapping):
         raise MCPConfigError(f"MCP server {name!r}: the entry must be an object, got {_kind(entry)}")
-    unknown = sorted(set(entry) - _KNOWN_KEYS)
-    if unknown:
-        raise MCPConfigError(
-            f"MCP server {name!r}: unknown key {unknown[0]!r} "
-            "(allowed: args, command, cwd, env, headers, trustAnnotations, type, url)"
-        )
-    raw_type = entry.get("type", entry.get("transport"))
+    ignored = tuple(sorted(str(k) for k in entry if k not in _KNOWN_KEYS))
+    raw_type = entry.get("type", entry.get("transportType", entry.get("transport")))
     if raw_type is None:
         raw_type = "http" if "url" in entry and "command" not in entry else "stdio"
     kind = _TYPE_ALIASES.get(_string(raw_type, name, "type"), raw_type)
     if kind not in _TRANSPORTS:
         raise MCPConfigError(f"MCP server {name!r}: unknown type {raw_type!r} (allowed: stdio, http, sse)")
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise MCPConfigError(f"MCP server {name!r}: disabled must be true or false, got {json.dumps(disabled)}")
     command = entry.get("command")
     args = entry.get("args", [])
     if not isinstance(args, list):
@@ -210,6 +283,23 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
     if not isinstance(trust, bool):
         raise MCPConfigError(
             f"MCP server {name!r}: trustAnnotations must be true or false, got {json.dumps(trust)}"
+        )
+    approve = (*_names(entry.get("autoApprove"), name, "autoApprove"), *_names(entry.get("alwaysAllow"), name, "alwaysAllow"))
+    common: dict[str, Any] = {
+        "trust_annotations": trust,
+        "disabled": disabled,
+        "timeout": _timeout(entry, name),
+        "auto_approve": tuple(dict.fromkeys(approve)),
+        "disabled_tools": _names(entry.get("disabledTools"), name, "disabledTools"),
+        "ignored_keys": ignored,
+    }
+    if disabled:  # not started: nothing is expanded (a variable it names may well be unset)
+        return MCPServerConfig(
+            name=name,
+            type=cast(Transport, kind),
+            command=command if isinstance(command, str) else None,
+            url=url if isinstance(url, str) else None,
+            **common,
         )
     used: list[str] = []  # values from the environment: never shown
     return MCPServerConfig(
@@ -225,8 +315,8 @@ def server_config(name: str, entry: Mapping[str, Any], *, environ: Mapping[str, 
         cwd=_expand(_string(cwd, name, "cwd"), name, "cwd", env_source, used) if cwd is not None else None,
         url=_expand(_string(url, name, "url"), name, "url", env_source, used) if url is not None else None,
         headers=_string_map(entry.get("headers"), name, "headers", env_source, used),
-        trust_annotations=trust,
         from_environment=tuple(used),
+        **common,
     )
 
 
@@ -255,4 +345,8 @@ def load_mcp_json(
     servers = data.get("mcpServers", {})
     if not isinstance(servers, Mapping):
         raise MCPConfigError(f"{where}: \"mcpServers\" must be an object, got {_kind(servers)}")
-    return {name: server_config(name, entry, environ=environ) for name, entry in servers.items()}
+    configs = {name: server_config(name, entry, environ=environ) for name, entry in servers.items()}
+    for config in configs.values():
+        for key in config.ignored_keys:
+            log.warning("%s: MCP server %r: unknown key %r ignored", where, config.name, key)
+    return configs

@@ -18,6 +18,20 @@ Tool annotations come from the tools' declarations: ``readOnlyHint`` from
 ``read_only`` (a per-call ``read_only`` function counts as not read-only),
 ``destructiveHint`` and ``idempotentHint`` from what the built-in tools do.
 
+Resources: with a workspace ``root`` and a ``read`` tool, the files that tool has read
+(through this server, for any of its clients; the last :data:`MAX_RESOURCES`) are listed
+as ``file://`` resources, and reading one runs the ``read`` tool again through the same
+pipeline (so the permission rules of the moment apply; the text comes as that tool
+shows it, line-numbered). Only those files are resources: the server lists nothing it
+was not asked to read. Prompts are not served: ketch has no parameterised prompt
+templates of its own (its instruction files are context for its own agent, not
+something a client fills in), so there is nothing to list.
+
+Protocol versions and capabilities are the SDK's: it negotiates 2026-07-28 (``server/
+discover``) and the handshake versions 2024-11-05 to 2025-11-25, and advertises
+``tools`` and (when served) ``resources``, each without ``listChanged`` or
+``subscribe``: the tool list is fixed, and the resource list only grows.
+
 The ``mcp`` SDK is imported when a server is built, never at import time.
 """
 
@@ -27,12 +41,14 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import os
 import signal
 import socket
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -57,6 +73,12 @@ from ..loop import ToolResult
 if TYPE_CHECKING:
     import mcp_types
     from mcp.server.lowlevel import Server
+
+MAX_RESOURCES = 1000
+"""How many files read the server keeps listing as resources (the oldest are dropped)."""
+
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code of ``resources/read`` for a URI that is not a resource here."""
 
 AGENT_TOOL = "ketch_agent"
 """The name of the tool that runs a whole ketch agent."""
@@ -123,6 +145,7 @@ class KetchMCPServer:
         name: str = "ketch",
         version: str = "",
         instructions: str | None = None,
+        root: str | os.PathLike[str] | None = None,
     ) -> None:
         names = [t.name for t in tools]
         if agent is not None:
@@ -136,7 +159,54 @@ class KetchMCPServer:
         self.name = name
         self.version = version
         self.instructions = instructions
+        self.root = Path(root).resolve() if root is not None else None
+        self.read_files: dict[str, Path] = {}
+        """The files the ``read`` tool has read (``file://`` URI -> path), oldest first."""
         self._ids = itertools.count(1)
+
+    @property
+    def serves_resources(self) -> bool:
+        """Whether files read are served as resources (a ``root`` and a ``read`` tool)."""
+        return self.root is not None and "read" in self.tools
+
+    def _note_read(self, args: dict[str, Any], result: ToolResult) -> None:
+        path = args.get("path")
+        if result.is_error or not isinstance(path, str) or not path or self.root is None:
+            return
+        absolute = Path(os.path.normpath(self.root / os.path.expanduser(path)))
+        uri = absolute.as_uri()
+        self.read_files.pop(uri, None)
+        self.read_files[uri] = absolute
+        while len(self.read_files) > MAX_RESOURCES:
+            del self.read_files[next(iter(self.read_files))]
+
+    def resource_specs(self) -> list[dict[str, Any]]:
+        """The files read as MCP ``resources/list`` entries (uri, name, mimeType), most recent last."""
+        import mimetypes
+
+        specs = []
+        for uri, path in self.read_files.items():
+            assert self.root is not None
+            try:
+                name = path.relative_to(self.root).as_posix()
+            except ValueError:
+                name = str(path)
+            spec: dict[str, Any] = {"uri": uri, "name": name, "title": path.name}
+            mime = mimetypes.guess_type(path.name)[0]
+            if mime is not None:
+                spec["mimeType"] = mime
+            specs.append(spec)
+        return specs
+
+    async def read_resource(self, uri: str) -> ToolResult:
+        """Read the resource ``uri`` (a file read before) with the ``read`` tool, through the
+        pipeline; an error result when it is not a resource here, or the read fails."""
+        path = self.read_files.get(uri)
+        if path is None or not self.serves_resources:
+            return ToolResult.error(
+                f"{uri!r} is not a resource of this server: its resources are the files its read tool has read"
+            )
+        return await self.call("read", {"path": str(path)})
 
     # -- the tools ------------------------------------------------------------------------
     def tool_specs(self) -> list[dict[str, Any]]:
@@ -186,7 +256,10 @@ class KetchMCPServer:
         call_id = f"mcp_{next(self._ids)}"
         signal = AbortSignal()
         try:
-            return await self._call(tool, call_id, args, signal, progress)
+            result = await self._call(tool, call_id, args, signal, progress)
+            if name == "read":
+                self._note_read(args, result)
+            return result
         except asyncio.CancelledError:
             signal.abort("cancelled")
             raise
@@ -286,12 +359,39 @@ class KetchMCPServer:
             result = await self.call(params.name, params.arguments, progress)
             return _mcp_result(result)
 
+        resource_handlers: dict[str, Any] = {}
+        if self.serves_resources:
+
+            async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+                listed = [types.Resource.model_validate(s) for s in self.resource_specs()]
+                return types.ListResourcesResult(resources=listed)
+
+            async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+                return types.ListResourceTemplatesResult(resource_templates=[])
+
+            async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+                from mcp.shared.exceptions import MCPError
+
+                uri = str(params.uri)
+                result = await self.read_resource(uri)
+                if result.is_error:
+                    code = RESOURCE_NOT_FOUND if uri not in self.read_files else types.INTERNAL_ERROR
+                    raise MCPError(code, result.text)
+                return types.ReadResourceResult(contents=_resource_contents(uri, result))
+
+            resource_handlers = {
+                "on_list_resources": list_resources,
+                "on_list_resource_templates": list_templates,
+                "on_read_resource": read_resource,
+            }
+
         return Server(
             self.name,
             version=self.version,
             instructions=self.instructions,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
+            **resource_handlers,
         )
 
     async def serve_stdio(self) -> None:
@@ -356,6 +456,24 @@ def _event_text(event: AgentEvent) -> str | None:
     if event.type == "compaction_end":
         return "context compacted"
     return None
+
+
+def _resource_contents(uri: str, result: ToolResult) -> list[Any]:
+    """What the ``read`` tool returned for a resource, as MCP resource contents."""
+    import mimetypes
+
+    import mcp_types as types
+
+    contents: list[Any] = []
+    texts = [b.text for b in result.blocks if type(b) is TextContent]
+    if texts:
+        mime = mimetypes.guess_type(uri)[0] or "text/plain"
+        mime = mime if mime.startswith("text/") else "text/plain"
+        contents.append(types.TextResourceContents(uri=uri, mime_type=mime, text="".join(texts)))
+    for block in result.blocks:
+        if type(block) is ImageContent and block.data is not None:
+            contents.append(types.BlobResourceContents(uri=uri, mime_type=block.mime_type, blob=block.data))
+    return contents
 
 
 def _mcp_result(result: ToolResult) -> mcp_types.CallToolResult:

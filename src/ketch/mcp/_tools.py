@@ -19,6 +19,11 @@ def tool_name(server: str, tool: str) -> str:
     return f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
 
 
+def server_rule(server: str) -> str:
+    """The permission rule naming every tool of ``server``: ``mcp__<server>``."""
+    return f"mcp__{_UNSAFE.sub('_', server)}"
+
+
 def flags(annotations: Any, *, trusted: bool = False) -> tuple[bool, bool]:
     """``(read_only, sequential)`` from a tool's annotations.
 
