@@ -81,14 +81,23 @@ class _Hub:
         cwd: str,
         encode: Callable[[AgentEvent], bytes],
         buffer: int,
+        max_open: int = 64,
+        max_streams: int = 256,
+        queue_limit: int = 10000,
     ) -> None:
+        self.queue_limit = queue_limit
         self.store = store
         self.factory = factory
         self.cwd = cwd
         self.encode = encode
         self.buffer = buffer
-        self.live: dict[str, LiveSession] = {}
-        self._opening: dict[str, asyncio.Lock] = {}
+        self.max_open = max_open
+        self.max_streams = max_streams
+        self.streams = 0
+        self.live: dict[str, LiveSession] = {}  # least recently used first
+        # a lock per session id being opened, with how many requests wait on it; gone
+        # when the last one is done (ids asked about are not remembered)
+        self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     async def _host(self, session: Session) -> LiveSession:
         try:
@@ -106,9 +115,32 @@ class _Hub:
             await session.close()
             raise
         hosted = made if isinstance(made, Hosted) else Hosted(agent=made)
-        live = LiveSession(session, hosted, self.encode, buffer=self.buffer)
+        live = LiveSession(session, hosted, self.encode, buffer=self.buffer, queue_limit=self.queue_limit)
         self.live[session.id] = live
+        await self._evict()
         return live
+
+    async def _evict(self) -> None:
+        """Close the least recently used sessions past ``max_open`` that nothing uses (no
+        run, no subscriber, no decision half made); they open again when asked for."""
+        if len(self.live) <= self.max_open:
+            return
+        for session_id, live in list(self.live.items()):
+            if len(self.live) <= self.max_open:
+                break
+            if live.running or live.subscriber_count or live.decisions:
+                continue
+            await self.discard(session_id)
+
+    async def discard(self, session_id: str) -> None:
+        """Close the open session ``session_id`` (if open) and forget it."""
+        live = self.live.pop(session_id, None)
+        if live is None:
+            return
+        try:
+            await live.close()
+        except Exception:
+            log.exception("closing session %s failed", session_id)
 
     async def create(self) -> LiveSession:
         session = await Session.create(self.store, cwd=self.cwd)
@@ -116,15 +148,22 @@ class _Hub:
 
     async def get(self, session_id: str) -> LiveSession:
         """The open session ``session_id``, opened now if need be."""
-        live = self.live.get(session_id)
+        live = self.live.pop(session_id, None)
         if live is not None:
+            self.live[session_id] = live  # most recently used
             return live
-        lock = self._opening.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            live = self.live.get(session_id)
-            if live is None:
-                session = await Session.open(self.store, session_id)
-                live = await self._host(session)
+        lock, users = self._opening.get(session_id) or self._opening.setdefault(session_id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                live = self.live.get(session_id)
+                if live is None:
+                    session = await Session.open(self.store, session_id)
+                    live = await self._host(session)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._opening[session_id]
         return live
 
     async def close(self) -> None:
@@ -174,6 +213,10 @@ def _middlewares(
         if loopback_only:
             if not is_loopback_host(_host_name(request.host or "")):
                 return _error(421, f"Host {request.host!r} is not this server's loopback address")
+        if request.method in _CHANGING:
+            refused = _cross_site(request, origins)
+            if refused is not None:
+                return _error(403, refused)
         if request.method == "OPTIONS" and origins:
             origin = request.headers.get("Origin")
             if origin not in origins:
@@ -182,7 +225,7 @@ def _middlewares(
                 status=204,
                 headers={
                     "Access-Control-Allow-Origin": origin,
-                    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                    "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
                     "Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID",
                     "Access-Control-Max-Age": "600",
                     "Vary": "Origin",
@@ -203,10 +246,41 @@ def _middlewares(
                     "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)",
                     **{"WWW-Authenticate": "Bearer"},
                 )
+        if request.method in _CHANGING and request.method != "DELETE":
+            kind = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            if not _is_json(kind):
+                return _error(415, f"Content-Type {kind or '(none)'!r}: expected application/json")
         answer: web.StreamResponse = await handler(request)
         return answer
 
     return [errors, guard]
+
+
+_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _is_json(kind: str) -> bool:
+    """Whether a media type is JSON (``application/json`` or ``application/<x>+json``)."""
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def _cross_site(request: web.Request, allowed: set[str]) -> str | None:
+    """Why a state-changing request looks like it comes from another site's page (None
+    when it does not). Every port of a host is one "site" for a browser's cookies, so
+    ``SameSite`` does not keep a page on another port out: the ``Origin`` (sent with
+    every cross-origin POST, ``no-cors`` included) must be this server's, or one of the
+    CORS origins, and ``Sec-Fetch-Site`` must not say another origin sent it."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin in allowed:
+        return None
+    if origin is not None:
+        own = f"{request.scheme}://{request.host}"
+        if origin != own and origin.partition("://")[2] != request.host:
+            return f"origin {origin!r} may not change this server's state (only pages of {own} may)"
+    fetch_site = request.headers.get("Sec-Fetch-Site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return f"a request from another origin ({fetch_site}) may not change this server's state"
+    return None
 
 
 async def _body(request: web.Request, *required: str) -> dict[str, Any]:
@@ -265,14 +339,49 @@ async def list_sessions(request: web.Request) -> web.Response:
         limit = max(1, min(200, int(request.query.get("limit", "50"))))
     except ValueError:
         raise web.HTTPBadRequest(text=f"limit {request.query.get('limit')!r}: expected an integer 1-200") from None
-    page = await hub.store.list(cwd=None if everywhere else hub.cwd, limit=limit, cursor=request.query.get("cursor"))
+    cwd = None if everywhere else hub.cwd
+    cursor = request.query.get("cursor") or None
+    query = " ".join(request.query.get("q", "").split()).casefold()
+    try:
+        if query:
+            found, cursor = await _search(hub.store, cwd, query, limit, cursor)
+        else:
+            page = await hub.store.list(cwd=cwd, limit=limit, cursor=cursor)
+            found, cursor = page.sessions, page.next_cursor
+    except ValueError as exc:  # a malformed cursor
+        raise web.HTTPBadRequest(text=str(exc)) from None
     sessions = []
-    for info in page.sessions:
+    for info in found:
         item = msgspec.to_builtins(info)
         live = hub.live.get(info.id)
         item["running"] = live is not None and live.running
+        item["waiting"] = live is not None and bool(live.pending())
         sessions.append(item)
-    return web.json_response({"sessions": sessions, "next_cursor": page.next_cursor})
+    return web.json_response({"sessions": sessions, "next_cursor": cursor})
+
+
+SEARCH_PAGES = 10
+"""How many pages of 200 sessions one search request reads before it answers with the
+matches so far and a cursor to go on from."""
+
+
+async def _search(store: SessionStore, cwd: str | None, query: str, limit: int, cursor: str | None) -> tuple[list[Any], str | None]:
+    """Up to ``limit`` sessions whose title or id contains ``query`` (case-folded), and
+    the cursor to search on from (None at the end)."""
+    found: list[Any] = []
+    for _ in range(SEARCH_PAGES):
+        page = await store.list(cwd=cwd, limit=200, cursor=cursor)
+        for number, info in enumerate(page.sessions):
+            if query in info.title.casefold() or info.id.startswith(query):
+                found.append(info)
+                if len(found) == limit:
+                    rest = number + 1 < len(page.sessions) or page.next_cursor is not None
+                    # the stores' cursor after ``info``: "<updated!r>:<id>"
+                    return found, (f"{info.updated!r}:{info.id}" if rest else None)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return found, cursor
 
 
 @_command
@@ -369,7 +478,37 @@ async def set_model(request: web.Request) -> web.Response:
     return web.json_response({"model": model})
 
 
+@_command
+async def rename(request: web.Request) -> web.Response:
+    data = await _body(request, "title")
+    live = await _live(request)
+    title = await live.rename(data["title"])
+    return web.json_response({"id": live.session.id, "title": title})
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    hub = _hub(request)
+    session_id = request.match_info["id"]
+    live = hub.live.get(session_id)
+    if live is not None:
+        if live.running:
+            return _error(409, f"session {session_id} is running: abort it (POST .../abort) before deleting it")
+        await hub.discard(session_id)
+    try:
+        await hub.store.delete(session_id)
+    except SessionNotFoundError:
+        raise web.HTTPNotFound(text=f"no session {session_id!r}") from None
+    except SessionLockedError as exc:
+        raise web.HTTPConflict(text=str(exc)) from None
+    return web.json_response({"deleted": session_id})
+
+
 async def events(request: web.Request) -> web.StreamResponse:
+    hub = _hub(request)
+    if hub.streams >= hub.max_streams:
+        return _error(
+            503, f"too many open event streams ({hub.max_streams}): close other pages or clients", **{"Retry-After": "5"}
+        )
     live = await _live(request)
     heartbeat: float = request.app[_HEARTBEAT]
     last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
@@ -377,6 +516,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+    hub.streams += 1
     try:
         await response.prepare(request)
         while True:
@@ -397,6 +537,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     except (ConnectionResetError, ConnectionError):
         pass  # the client went away; the run goes on
     finally:
+        hub.streams -= 1
         live.unsubscribe(queue)
     return response
 
@@ -435,6 +576,8 @@ _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("GET", "/api/sessions", list_sessions),
     ("POST", "/api/sessions", create_session),
     ("GET", "/api/sessions/{id}", get_session),
+    ("DELETE", "/api/sessions/{id}", delete_session),
+    ("POST", "/api/sessions/{id}/title", rename),
     ("POST", "/api/sessions/{id}/prompt", prompt),
     ("POST", "/api/sessions/{id}/steer", steer),
     ("POST", "/api/sessions/{id}/follow_up", follow_up),
@@ -461,6 +604,9 @@ def create_app(
     buffer: int = 2000,
     heartbeat: float = 15.0,
     subapps: Sequence[tuple[str, web.Application]] = (),
+    max_streams: int = 256,
+    max_open: int = 64,
+    stream_queue: int = 10000,
 ) -> web.Application:
     """The server as an aiohttp application.
 
@@ -477,10 +623,14 @@ def create_app(
     stream. ``subapps``: ``(prefix, app)`` pairs mounted under the server's Host and CORS
     checks that authenticate their own requests (the model proxy checks its client tokens,
     which are not the server's token); an app that cannot do that does not belong here.
+    ``max_streams``: event streams open at once (503 past it). ``max_open``: sessions kept
+    open; past it the least recently used idle ones are closed (they reopen when asked
+    for). ``stream_queue``: frames queued for one event stream before its client counts
+    as too slow (it gets a ``reset`` with reason ``slow_client`` and its stream ends).
     Closing the application aborts the runs and closes the sessions.
     """
     app = web.Application(client_max_size=max_body, middlewares=_middlewares(token, cors_origins, loopback_only, [sub for _, sub in subapps]))
-    hub = _Hub(store, factory, cwd, encode or _default_encode, buffer)
+    hub = _Hub(store, factory, cwd, encode or _default_encode, buffer, max_open=max_open, max_streams=max_streams, queue_limit=stream_queue)
     app[_HUB] = hub
     app[_HEARTBEAT] = heartbeat
     for method, path, handler in _TABLE:

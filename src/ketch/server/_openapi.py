@@ -26,7 +26,7 @@ def _command(summary: str, body: dict[str, Any] | None = None, *, conflict: str)
     op: dict[str, Any] = {
         "summary": summary,
         "parameters": [_ID],
-        "responses": {"202": _ACCEPTED, "400": _ERROR, "401": _ERROR, "404": _ERROR, "409": {**_ERROR, "description": conflict}, "413": _ERROR},
+        "responses": {"202": _ACCEPTED, "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR, "409": {**_ERROR, "description": conflict}, "413": _ERROR, "415": _ERROR},
     }
     if body is not None:
         op["requestBody"] = body
@@ -41,7 +41,9 @@ def openapi_document() -> dict[str, Any]:
             "title": "ketch server",
             "version": "1",
             "description": "Sessions of ketch agents: JSON commands and a Server-Sent-Events stream of their events. "
-            "Every route needs the bearer token (Authorization: Bearer <token>, or the page's cookie).",
+            "Every route needs the bearer token (Authorization: Bearer <token>, or the page's cookie). A request "
+            "that changes state needs Content-Type application/json (else 415) and, from a browser, this server's "
+            "Origin (else 403).",
         },
         "security": [{"bearer": []}],
         "components": _components(),
@@ -72,6 +74,10 @@ def _components() -> dict[str, Any]:
                     "writable": {"type": "boolean"},
                     "last_event_id": {"type": "string"},
                     "messages": {"type": "array", "items": {"type": "object"}},
+                    "streaming": {
+                        "type": ["object", "null"],
+                        "description": "the assistant message being streamed, as far as the events up to last_event_id show it",
+                    },
                 },
             },
         },
@@ -97,8 +103,9 @@ def _paths() -> dict[str, Any]:
                     {"name": "all", "in": "query", "schema": {"type": "string", "enum": ["0", "1"]}},
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                     {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {"name": "q", "in": "query", "schema": {"type": "string"}, "description": "only sessions whose title contains this (or whose id starts with it)"},
                 ],
-                "responses": {"200": {"description": "{sessions, next_cursor}"}, "400": _ERROR, "401": _ERROR},
+                "responses": {"200": {"description": "{sessions, next_cursor}; each session says running and waiting (for approval)"}, "400": _ERROR, "401": _ERROR},
             },
             "post": {
                 "summary": "Create a session (optionally on a model)",
@@ -111,6 +118,22 @@ def _paths() -> dict[str, Any]:
                 "summary": "The session: state, transcript, pending approvals, context and cost",
                 "parameters": [_ID],
                 "responses": {"200": _SESSION, "401": _ERROR, "404": _ERROR},
+            },
+            "delete": {
+                "summary": "Delete the session (its transcript and files)",
+                "parameters": [_ID],
+                "responses": {"200": {"description": "{deleted}"}, "401": _ERROR, "403": _ERROR, "404": _ERROR, "409": _ERROR},
+            },
+        },
+        "/api/sessions/{id}/title": {
+            "post": {
+                "summary": "Rename the session (one line, at most 80 characters)",
+                "parameters": [_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}}}}},
+                },
+                "responses": {"200": {"description": "{id, title}"}, "400": _ERROR, "401": _ERROR, "404": _ERROR},
             }
         },
         "/api/sessions/{id}/prompt": _command("Start a run on a prompt", _TEXT_BODY, conflict="a run is active or approvals are pending"),
@@ -157,13 +180,15 @@ def _paths() -> dict[str, Any]:
                 "summary": "Live events (Server-Sent Events). Each event has `id: <epoch>.<seq>` and one JSON object as data "
                 "(the agent events as `ketch run -o stream-json` writes them, plus `session_state` and `run_error`). "
                 "Last-Event-ID (or ?last_event_id=) replays what was missed from a bounded buffer; an id it no "
-                "longer covers gets an `event: reset` (reload the session). Idle streams get `: ping` comments.",
+                "longer covers gets an `event: reset` (reload the session; its reason: behind, restarted, or "
+                "slow_client for a client that stopped reading). Idle streams get `: ping` comments; past the "
+                "server's limit of open streams: 503.",
                 "parameters": [
                     _ID,
                     {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
                     {"name": "last_event_id", "in": "query", "schema": {"type": "string"}},
                 ],
-                "responses": {"200": {"description": "text/event-stream"}, "401": _ERROR, "404": _ERROR, "409": _ERROR},
+                "responses": {"200": {"description": "text/event-stream"}, "401": _ERROR, "404": _ERROR, "409": _ERROR, "503": _ERROR},
             }
         },
     }
