@@ -171,10 +171,10 @@ async def test_event_streams_are_bounded(servers: Any) -> None:
 
 
 async def test_ids_asked_about_are_not_remembered(servers: Any) -> None:
-    from ketch.server._app import _HUB
+    from ketch.server._hub import HUB
 
     server = await servers(_hello)
-    hub = server.app[_HUB]
+    hub = server.app[HUB]
     for start in range(0, 600, 100):
         answers = await asyncio.gather(*(server.call("GET", f"/api/sessions/nope{n}") for n in range(start, start + 100)))
         assert {status for status, _ in answers} == {404}
@@ -182,10 +182,10 @@ async def test_ids_asked_about_are_not_remembered(servers: Any) -> None:
 
 
 async def test_past_max_open_the_least_recently_used_idle_sessions_close(servers: Any) -> None:
-    from ketch.server._app import _HUB
+    from ketch.server._hub import HUB
 
     server = await servers(lambda: ["ok"], max_open=2)
-    hub = server.app[_HUB]
+    hub = server.app[HUB]
     ids = [await server.create() for _ in range(4)]
     assert list(hub.live) == ids[2:]
     assert (await server.call("GET", f"/api/sessions/{ids[0]}"))[0] == 200  # opens again
@@ -198,9 +198,9 @@ async def test_a_client_that_stops_reading_gets_a_reset_not_a_silent_cut(servers
     sid = await server.create()
     stalled = await subscribe(server, sid)
     await server.call("POST", f"/api/sessions/{sid}/prompt", {"text": "a lot"})
-    from ketch.server._app import _HUB
+    from ketch.server._hub import HUB
 
-    run = server.app[_HUB].live[sid].task  # None once the run is over
+    run = server.app[HUB].live[sid].task  # None once the run is over
     if run is not None:
         await run  # the stalled client read nothing meanwhile
     last = None

@@ -18,28 +18,28 @@ from aiohttp import web
 from ketch import AgentEvent
 from ketch import approve
 from ketch import deny
-from ketch.llm import encode_json
-from ketch.sessions import Session
 from ketch.sessions import SessionLockedError
 from ketch.sessions import SessionNotFoundError
 from ketch.sessions import SessionStore
 from ketch.sessions import export_json
 
+from . import _openai
+from ._hub import HEARTBEAT
+from ._hub import HUB
+from ._hub import AgentFactory
+from ._hub import Hub
+from ._hub import default_encode
+from ._hub import error
+from ._hub import read_json
 from ._live import BadRequest
 from ._live import Conflict
-from ._live import Hosted
 from ._live import LiveSession
 from ._openapi import openapi_document
 
 log = logging.getLogger("ketch.server")
 
-AgentFactory = Callable[[Session], Awaitable[Any]]
-"""``async def factory(session) -> Agent | Hosted``: the agent for a session the server
-opens (attach the session: ``Agent(..., session=session)``)."""
-
 TOKEN_COOKIE = "ketch_token"
 MAX_BODY = 1024 * 1024
-MAX_TEXT = 256 * 1024
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -55,125 +55,6 @@ def _host_name(header: str) -> str:
     if header.startswith("["):
         return header.split("]", 1)[0] + "]"
     return header.rsplit(":", 1)[0]
-
-_HUB: web.AppKey[_Hub] = web.AppKey("ketch_hub")
-_HEARTBEAT: web.AppKey[float] = web.AppKey("ketch_heartbeat")
-
-
-def _error(status: int, message: str, **headers: str) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers or None)
-
-
-_events = msgspec.json.Encoder(enc_hook=str)
-
-
-def _default_encode(event: AgentEvent) -> bytes:
-    return encode_json(event, _events)
-
-
-class _Hub:
-    """The server's open sessions."""
-
-    def __init__(
-        self,
-        store: SessionStore,
-        factory: AgentFactory,
-        cwd: str,
-        encode: Callable[[AgentEvent], bytes],
-        buffer: int,
-        max_open: int = 64,
-        max_streams: int = 256,
-        queue_limit: int = 10000,
-    ) -> None:
-        self.queue_limit = queue_limit
-        self.store = store
-        self.factory = factory
-        self.cwd = cwd
-        self.encode = encode
-        self.buffer = buffer
-        self.max_open = max_open
-        self.max_streams = max_streams
-        self.streams = 0
-        self.live: dict[str, LiveSession] = {}  # least recently used first
-        # a lock per session id being opened, with how many requests wait on it; gone
-        # when the last one is done (ids asked about are not remembered)
-        self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-
-    async def _host(self, session: Session) -> LiveSession:
-        try:
-            made = await self.factory(session)
-        except Exception as exc:  # a bad config, say: one line for the client, no traceback
-            await session.close()
-            from ketch.llm import exception_text
-            from ketch.llm import redact_text
-
-            from ._proxy import env_secrets
-
-            text = redact_text(exception_text(exc), tuple(sorted(env_secrets(), key=len, reverse=True)))
-            raise web.HTTPInternalServerError(text=f"Cannot start an agent for the session: {text}") from None
-        except BaseException:
-            await session.close()
-            raise
-        hosted = made if isinstance(made, Hosted) else Hosted(agent=made)
-        live = LiveSession(session, hosted, self.encode, buffer=self.buffer, queue_limit=self.queue_limit)
-        self.live[session.id] = live
-        await self._evict()
-        return live
-
-    async def _evict(self) -> None:
-        """Close the least recently used sessions past ``max_open`` that nothing uses (no
-        run, no subscriber, no decision half made); they open again when asked for."""
-        if len(self.live) <= self.max_open:
-            return
-        for session_id, live in list(self.live.items()):
-            if len(self.live) <= self.max_open:
-                break
-            if live.running or live.subscriber_count or live.decisions:
-                continue
-            await self.discard(session_id)
-
-    async def discard(self, session_id: str) -> None:
-        """Close the open session ``session_id`` (if open) and forget it."""
-        live = self.live.pop(session_id, None)
-        if live is None:
-            return
-        try:
-            await live.close()
-        except Exception:
-            log.exception("closing session %s failed", session_id)
-
-    async def create(self) -> LiveSession:
-        session = await Session.create(self.store, cwd=self.cwd)
-        return await self._host(session)
-
-    async def get(self, session_id: str) -> LiveSession:
-        """The open session ``session_id``, opened now if need be."""
-        live = self.live.pop(session_id, None)
-        if live is not None:
-            self.live[session_id] = live  # most recently used
-            return live
-        lock, users = self._opening.get(session_id) or self._opening.setdefault(session_id, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                live = self.live.get(session_id)
-                if live is None:
-                    session = await Session.open(self.store, session_id)
-                    live = await self._host(session)
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._opening[session_id]
-        return live
-
-    async def close(self) -> None:
-        for live in list(self.live.values()):
-            try:
-                await live.close()
-            except Exception:
-                log.exception("closing session %s failed", live.session.id)
-        self.live.clear()
-
 
 def _auth_token(request: web.Request) -> str | None:
     header = request.headers.get("Authorization", "")
@@ -202,7 +83,7 @@ def _middlewares(
             if exc.status < 400:
                 raise
             text = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
-            response = _error(exc.status, text or exc.reason)
+            response = error(exc.status, text or exc.reason)
         if origins and request.headers.get("Origin") in origins and not response.prepared:
             response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
             response.headers["Vary"] = "Origin"
@@ -212,15 +93,15 @@ def _middlewares(
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         if loopback_only:
             if not is_loopback_host(_host_name(request.host or "")):
-                return _error(421, f"Host {request.host!r} is not this server's loopback address")
+                return error(421, f"Host {request.host!r} is not this server's loopback address")
         if request.method in _CHANGING:
             refused = _cross_site(request, origins)
             if refused is not None:
-                return _error(403, refused)
+                return error(403, refused)
         if request.method == "OPTIONS" and origins:
             origin = request.headers.get("Origin")
             if origin not in origins:
-                return _error(403, f"origin {origin!r} is not allowed (CORS)")
+                return error(403, f"origin {origin!r} is not allowed (CORS)")
             return web.Response(
                 status=204,
                 headers={
@@ -241,7 +122,7 @@ def _middlewares(
                     response = web.Response(status=303, headers={"Location": "/"})
                     response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
                     return response
-                return _error(
+                return error(
                     401,
                     "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)",
                     **{"WWW-Authenticate": "Bearer"},
@@ -249,7 +130,7 @@ def _middlewares(
         if request.method in _CHANGING and request.method != "DELETE":
             kind = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
             if not _is_json(kind):
-                return _error(415, f"Content-Type {kind or '(none)'!r}: expected application/json")
+                return error(415, f"Content-Type {kind or '(none)'!r}: expected application/json")
         answer: web.StreamResponse = await handler(request)
         return answer
 
@@ -283,28 +164,8 @@ def _cross_site(request: web.Request, allowed: set[str]) -> str | None:
     return None
 
 
-async def _body(request: web.Request, *required: str) -> dict[str, Any]:
-    raw = await request.read()  # aiohttp answers 413 past client_max_size
-    if not raw:
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise web.HTTPBadRequest(text="the body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise web.HTTPBadRequest(text="the body must be a JSON object")
-    for name in required:
-        value = data.get(name)
-        if not isinstance(value, str) or not value.strip():
-            raise web.HTTPBadRequest(text=f"{name!r}: expected a non-empty string")
-        if len(value) > MAX_TEXT:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_TEXT, actual_size=len(value), text=f"{name!r} is longer than {MAX_TEXT} characters")
-    return data
-
-
-def _hub(request: web.Request) -> _Hub:
-    return request.app[_HUB]
+def _hub(request: web.Request) -> Hub:
+    return request.app[HUB]
 
 
 async def _live(request: web.Request) -> LiveSession:
@@ -322,9 +183,9 @@ def _command(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) ->
         try:
             return await handler(request)
         except Conflict as exc:
-            return _error(409, str(exc))
+            return error(409, str(exc))
         except BadRequest as exc:
-            return _error(400, str(exc))
+            return error(400, str(exc))
 
     wrapped.__name__ = handler.__name__
     wrapped.__doc__ = handler.__doc__
@@ -386,7 +247,7 @@ async def _search(store: SessionStore, cwd: str | None, query: str, limit: int, 
 
 @_command
 async def create_session(request: web.Request) -> web.Response:
-    data = await _body(request)
+    data = await read_json(request)
     live = await _hub(request).create()
     model = data.get("model")
     if isinstance(model, str) and model.strip():
@@ -412,7 +273,7 @@ async def get_session(request: web.Request) -> web.Response:
 
 async def _send_text(request: web.Request, send: Callable[[LiveSession, str], None]) -> LiveSession:
     """The request's session, after ``send(session, text)`` with the body's ``text``."""
-    data = await _body(request, "text")
+    data = await read_json(request, "text")
     live = await _live(request)
     send(live, data["text"])
     return live
@@ -443,7 +304,7 @@ async def follow_up(request: web.Request) -> web.Response:
 
 @_command
 async def abort(request: web.Request) -> web.Response:
-    await _body(request)
+    await read_json(request)
     live = await _live(request)
     live.abort()
     return _accepted()
@@ -451,7 +312,7 @@ async def abort(request: web.Request) -> web.Response:
 
 @_command
 async def approvals(request: web.Request) -> web.Response:
-    data = await _body(request)
+    data = await read_json(request)
     raw = data.get("decisions")
     if not isinstance(raw, dict) or not raw:
         raise BadRequest('"decisions": expected an object {"<tool_call_id>": {"decision": "approve"|"deny", "reason": "..."}}')
@@ -472,7 +333,7 @@ async def approvals(request: web.Request) -> web.Response:
 
 @_command
 async def set_model(request: web.Request) -> web.Response:
-    data = await _body(request, "model")
+    data = await read_json(request, "model")
     live = await _live(request)
     model = await live.set_model(data["model"].strip())
     return web.json_response({"model": model})
@@ -480,7 +341,7 @@ async def set_model(request: web.Request) -> web.Response:
 
 @_command
 async def rename(request: web.Request) -> web.Response:
-    data = await _body(request, "title")
+    data = await read_json(request, "title")
     live = await _live(request)
     title = await live.rename(data["title"])
     return web.json_response({"id": live.session.id, "title": title})
@@ -492,7 +353,7 @@ async def delete_session(request: web.Request) -> web.Response:
     live = hub.live.get(session_id)
     if live is not None:
         if live.running:
-            return _error(409, f"session {session_id} is running: abort it (POST .../abort) before deleting it")
+            return error(409, f"session {session_id} is running: abort it (POST .../abort) before deleting it")
         await hub.discard(session_id)
     try:
         await hub.store.delete(session_id)
@@ -506,11 +367,11 @@ async def delete_session(request: web.Request) -> web.Response:
 async def events(request: web.Request) -> web.StreamResponse:
     hub = _hub(request)
     if hub.streams >= hub.max_streams:
-        return _error(
+        return error(
             503, f"too many open event streams ({hub.max_streams}): close other pages or clients", **{"Retry-After": "5"}
         )
     live = await _live(request)
-    heartbeat: float = request.app[_HEARTBEAT]
+    heartbeat: float = request.app[HEARTBEAT]
     last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     queue = live.subscribe(last)  # before the headers go out: a client that has them is subscribed
     response = web.StreamResponse(
@@ -585,6 +446,7 @@ _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("POST", "/api/sessions/{id}/approvals", approvals),
     ("POST", "/api/sessions/{id}/model", set_model),
     ("GET", "/api/sessions/{id}/events", events),
+    *_openai.ROUTES,
 )
 
 ROUTES: tuple[tuple[str, str], ...] = tuple((method, path) for method, path, _ in _TABLE)
@@ -607,6 +469,8 @@ def create_app(
     max_streams: int = 256,
     max_open: int = 64,
     stream_queue: int = 10000,
+    name: str = "ketch",
+    description: str = "A ketch agent",
 ) -> web.Application:
     """The server as an aiohttp application.
 
@@ -627,12 +491,16 @@ def create_app(
     open; past it the least recently used idle ones are closed (they reopen when asked
     for). ``stream_queue``: frames queued for one event stream before its client counts
     as too slow (it gets a ``reset`` with reason ``slow_client`` and its stream ends).
+    ``name``: the served agent's name (its model id on the OpenAI-compatible routes, its
+    A2A card's name); ``description``: what it does (the A2A card).
     Closing the application aborts the runs and closes the sessions.
     """
     app = web.Application(client_max_size=max_body, middlewares=_middlewares(token, cors_origins, loopback_only, [sub for _, sub in subapps]))
-    hub = _Hub(store, factory, cwd, encode or _default_encode, buffer, max_open=max_open, max_streams=max_streams, queue_limit=stream_queue)
-    app[_HUB] = hub
-    app[_HEARTBEAT] = heartbeat
+    hub = Hub(store, factory, cwd, encode or default_encode, buffer, max_open=max_open, max_streams=max_streams, queue_limit=stream_queue)
+    hub.name = name
+    hub.description = description
+    app[HUB] = hub
+    app[HEARTBEAT] = heartbeat
     for method, path, handler in _TABLE:
         app.router.add_route(method, path, handler)
     for prefix, sub in subapps:

@@ -47,7 +47,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "components": _components(),
-        "paths": _paths(),
+        "paths": {**_paths(), **_protocol_paths()},
     }
 
 
@@ -191,4 +191,42 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": {"description": "text/event-stream"}, "401": _ERROR, "404": _ERROR, "409": _ERROR, "503": _ERROR},
             }
         },
+    }
+
+
+def _json_post(summary: str, body: str, answer: str, *, stream: str | None = None) -> dict[str, Any]:
+    """A protocol route's POST: a JSON body, a JSON answer (or a stream)."""
+    content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    if stream:
+        content["text/event-stream"] = {"schema": {"type": "string"}, "description": stream}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "description": body, "content": {"application/json": {"schema": {"type": "object"}}}},
+            "responses": {"200": {"description": answer, "content": content}, "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR, "415": _ERROR},
+        }
+    }
+
+
+def _protocol_paths() -> dict[str, Any]:
+    """The routes of the protocols other clients speak (OpenAI-compatible, AG-UI, A2A)."""
+    return {
+        "/v1/models": {
+            "get": {
+                "summary": "OpenAI-compatible: the served agent as a model ({object: list, data: [{id, object: model, owned_by}]})",
+                "responses": {"200": {"description": "the models"}, "401": _ERROR},
+            }
+        },
+        "/v1/chat/completions": _json_post(
+            "OpenAI-compatible Chat Completions: the served agent answers (its tools run on the server)",
+            "model (the agent's name), messages (text only; no tools of the client's), stream, stream_options.include_usage",
+            "a chat.completion",
+            stream="chat.completion.chunk objects, then data: [DONE]",
+        ),
+        "/v1/responses": _json_post(
+            "The Responses API (Open Responses): the served agent answers; previous_response_id continues its session",
+            "model, input (a string or message items), instructions, previous_response_id, stream",
+            "a response",
+            stream="the Open Responses streaming events (response.created ... response.completed)",
+        ),
     }
