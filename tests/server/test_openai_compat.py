@@ -230,3 +230,15 @@ async def test_the_chat_stream_is_plain_sse_ending_with_done(servers: Any) -> No
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hi."}, {}]
+
+
+async def test_the_model_proxy_lists_its_models_the_way_openai_clients_read_them(servers: Any) -> None:
+    from ketch.server import proxy_app
+    from ketch.testing import ScriptedModel
+
+    token = "proxy-client-token-0123456789"
+    proxied = proxy_app(models=["openai:gpt-5-mini", "x:y"], budgets={token: None}, resolve=lambda name: ScriptedModel())
+    server = await servers(_tool_round, subapps=[("/proxy", proxied)])
+    async with openai.AsyncOpenAI(base_url=f"{server.url}/proxy", api_key=token, max_retries=0) as client:
+        models = await client.models.list()
+    assert [m.id for m in models.data] == ["openai:gpt-5-mini", "x:y"]
