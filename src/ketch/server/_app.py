@@ -23,6 +23,7 @@ from ketch.sessions import SessionNotFoundError
 from ketch.sessions import SessionStore
 from ketch.sessions import export_json
 
+from . import _agui
 from . import _openai
 from ._hub import HEARTBEAT
 from ._hub import HUB
@@ -447,6 +448,7 @@ _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("POST", "/api/sessions/{id}/model", set_model),
     ("GET", "/api/sessions/{id}/events", events),
     *_openai.ROUTES,
+    *_agui.ROUTES,
 )
 
 ROUTES: tuple[tuple[str, str], ...] = tuple((method, path) for method, path, _ in _TABLE)

@@ -67,6 +67,8 @@ class Hub:
         self.started = time.time()
         self.responses: OrderedDict[str, str] = OrderedDict()
         """Response id -> session id of the latest ``/v1/responses`` answers."""
+        self.threads: OrderedDict[str, str] = OrderedDict()
+        """AG-UI thread id -> session id (the latest threads)."""
         self.store = store
         self.factory = factory
         self.cwd = cwd

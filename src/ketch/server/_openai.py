@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
@@ -164,15 +164,15 @@ class _Answer:
         return "".join(self.parts)
 
 
-async def _start(hub: Hub, history: list[Message], text: str, live: LiveSession | None = None) -> tuple[LiveSession, AsyncIterator[AgentEvent]]:
+async def _start(hub: Hub, history: list[Message], text: str, live: LiveSession | None = None) -> tuple[LiveSession, AsyncGenerator[AgentEvent, None]]:
     if live is None:
         live = await open_session(hub, history)
     chosen = live
     return live, run_events(live, lambda: chosen.prompt(text))
 
 
-async def _finish(hub: Hub, live: LiveSession, events: AsyncIterator[AgentEvent]) -> None:
-    await events.aclose()  # type: ignore[attr-defined]
+async def _finish(hub: Hub, live: LiveSession, events: AsyncGenerator[AgentEvent, None]) -> None:
+    await events.aclose()
     if not live.pending():
         await hub.discard(live.session.id)
 
@@ -365,7 +365,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     finally:
         if keep:
             _remember(hub, run.id, live.session.id)
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
         if not keep and not live.pending():
             await hub.discard(live.session.id)
 

@@ -229,4 +229,10 @@ def _protocol_paths() -> dict[str, Any]:
             "a response",
             stream="the Open Responses streaming events (response.created ... response.completed)",
         ),
+        "/agui": _json_post(
+            "AG-UI: one run of the served agent (a thread is a session; resume answers its interrupts)",
+            "RunAgentInput: threadId, runId, messages, resume (no frontend tools)",
+            "AG-UI events",
+            stream="AG-UI events: RUN_STARTED, STATE_SNAPSHOT, TEXT_MESSAGE_*, REASONING_*, TOOL_CALL_*, RUN_FINISHED (outcome success, cancelled or interrupt) or RUN_ERROR",
+        ),
     }

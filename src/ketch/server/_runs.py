@@ -9,7 +9,7 @@ goes away aborts the run. Helpers turn the messages of those protocols into ketc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +47,7 @@ async def open_session(hub: Hub, history: list[Message]) -> LiveSession:
     return live
 
 
-async def run_events(live: LiveSession, start: Callable[[], None]) -> AsyncIterator[AgentEvent]:
+async def run_events(live: LiveSession, start: Callable[[], None]) -> AsyncGenerator[AgentEvent, None]:
     """The events of the run ``start()`` begins on ``live`` (``live.prompt(text)`` or
     ``live.decide(...)``), until the run is over. Closing the iterator early (the client
     went away) aborts the run."""
