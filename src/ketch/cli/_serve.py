@@ -168,7 +168,7 @@ async def serve(
         loopback_only=loopback,
         subapps=subapps,
         name=name,
-        description=f"A ketch coding agent working in {root.name or root}",
+        description="A ketch coding agent: it reads, edits and runs code in the directory it serves",
     )
     # a client that goes away cancels its handler: the proxy then closes the upstream call
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5, handler_cancellation=True)

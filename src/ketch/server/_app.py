@@ -23,6 +23,7 @@ from ketch.sessions import SessionNotFoundError
 from ketch.sessions import SessionStore
 from ketch.sessions import export_json
 
+from . import _a2a
 from . import _agui
 from . import _openai
 from ._hub import HEARTBEAT
@@ -113,7 +114,8 @@ def _middlewares(
                     "Vary": "Origin",
                 },
             )
-        if token is not None and not (own and any(id(a) in own for a in request.match_info.apps)):
+        public = request.method == "GET" and request.path == _a2a.CARD_PATH  # discovery: the card says a token is needed
+        if token is not None and not public and not (own and any(id(a) in own for a in request.match_info.apps)):
             given = _auth_token(request)
             if not _same(given, token):
                 query = request.query.get("token")
@@ -449,6 +451,7 @@ _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("GET", "/api/sessions/{id}/events", events),
     *_openai.ROUTES,
     *_agui.ROUTES,
+    *_a2a.ROUTES,
 )
 
 ROUTES: tuple[tuple[str, str], ...] = tuple((method, path) for method, path, _ in _TABLE)

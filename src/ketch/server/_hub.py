@@ -69,6 +69,10 @@ class Hub:
         """Response id -> session id of the latest ``/v1/responses`` answers."""
         self.threads: OrderedDict[str, str] = OrderedDict()
         """AG-UI thread id -> session id (the latest threads)."""
+        self.contexts: OrderedDict[str, str] = OrderedDict()
+        """A2A context id -> session id (the latest contexts)."""
+        self.tasks: OrderedDict[str, Any] = OrderedDict()
+        """A2A task id -> task (the latest tasks)."""
         self.store = store
         self.factory = factory
         self.cwd = cwd

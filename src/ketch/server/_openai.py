@@ -31,7 +31,6 @@ from aiohttp import web
 
 from ketch import AgentEvent
 from ketch import Message
-from ketch.llm import TextDelta
 from ketch.sessions import SessionLockedError
 from ketch.sessions import SessionNotFoundError
 
@@ -39,10 +38,10 @@ from ._hub import HUB
 from ._hub import Hub
 from ._live import Conflict
 from ._live import LiveSession
+from ._runs import Answer
 from ._runs import ProtocolError
 from ._runs import message_text
 from ._runs import open_session
-from ._runs import paused_note
 from ._runs import run_events
 from ._runs import split_prompt
 from ._runs import text_of
@@ -89,79 +88,6 @@ def _no_client_tools(data: dict[str, Any]) -> None:
         raise ProtocolError(
             400, "'tools': a served ketch agent runs its own tools on the server; send no tools of the client's", param="tools"
         )
-
-
-class _Answer:
-    """What a run said so far, for the answer of a request: text deltas as they come
-    (a blank line between the texts of two assistant messages), and how it ended."""
-
-    def __init__(self, live: LiveSession) -> None:
-        self.live = live
-        self.parts: list[str] = []
-        self.wrote = False  # some text was given out
-        self.gap = False  # a new assistant message started after text: a blank line first
-        self.usage = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
-        self.end_reason = "stop"
-        self.error: str | None = None
-        self.cut = False  # the last message stopped at the token limit
-
-    def feed(self, event: AgentEvent) -> str:
-        """The text ``event`` adds to the answer ("" for none)."""
-        kind = event.type
-        if kind == "message_update":
-            inner = event.event  # type: ignore[union-attr]
-            if type(inner) is not TextDelta or not inner.delta:
-                return ""
-            text: str = inner.delta
-            if self.gap:
-                text = "\n\n" + text
-                self.gap = False
-            self.wrote = True
-            self.parts.append(text)
-            return text
-        if kind == "message_start" and event.message.role == "assistant":  # type: ignore[union-attr]
-            self.gap = self.wrote
-        elif kind == "message_end" and event.message.role == "assistant":  # type: ignore[union-attr]
-            self.cut = event.message.stop_reason == "length"  # type: ignore[union-attr]
-        elif kind == "agent_end":
-            summary = event.summary  # type: ignore[union-attr]
-            self.end_reason = summary.end_reason
-            self.error = summary.error
-            usage = summary.usage
-            self.usage = {
-                "input": usage.input + usage.cache_read + usage.cache_write,
-                "output": usage.output,
-                "cache_read": usage.cache_read,
-                "cache_write": usage.cache_write,
-            }
-        return ""
-
-    def closing(self) -> str:
-        """Text to add once the run is over ("" for none): the note of a pause."""
-        if self.end_reason == "approval_required":
-            note = ("\n\n" if self.wrote else "") + paused_note(self.live)
-            self.parts.append(note)
-            return note
-        return ""
-
-    def failure(self) -> str | None:
-        """Why the run failed (None when it gave an answer)."""
-        last = self.live.last_end or {}
-        if last.get("end_reason") == "error" and self.end_reason == "stop" and last.get("error"):
-            return str(last["error"])  # the run could not start (a hook or the agent failed)
-        if self.end_reason in ("error", "output_invalid"):
-            return self.error or "the run failed"
-        if self.end_reason == "aborted":
-            return "the run was aborted"
-        return None
-
-    @property
-    def finish(self) -> str:
-        return "length" if self.cut else "stop"
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 async def _start(hub: Hub, history: list[Message], text: str, live: LiveSession | None = None) -> tuple[LiveSession, AsyncGenerator[AgentEvent, None]]:
@@ -225,7 +151,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _fail(exc)
     ident = _id("chatcmpl")
     created = int(time.time())
-    answer = _Answer(live)
+    answer = Answer(live)
     try:
         if not data.get("stream"):
             async for event in events:
@@ -273,7 +199,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         await _finish(hub, live, events)
 
 
-def _chat_usage(answer: _Answer) -> dict[str, int]:
+def _chat_usage(answer: Answer) -> dict[str, int]:
     prompt, completion = answer.usage["input"], answer.usage["output"]
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -343,7 +269,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         return _fail(exc)
     except Conflict as exc:
         return _fail(ProtocolError(409, str(exc)))
-    run = _ResponseRun(_id("resp"), model, data, answer=_Answer(live))
+    run = _ResponseRun(_id("resp"), model, data, answer=Answer(live))
     keep = False
     try:
         if not data.get("stream"):
@@ -373,7 +299,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 class _ResponseRun:
     """One response: its output items and, when streaming, the Open Responses events."""
 
-    def __init__(self, ident: str, model: str, data: dict[str, Any], *, answer: _Answer) -> None:
+    def __init__(self, ident: str, model: str, data: dict[str, Any], *, answer: Answer) -> None:
         self.id = ident
         self.model = model
         self.data = data

@@ -235,4 +235,17 @@ def _protocol_paths() -> dict[str, Any]:
             "AG-UI events",
             stream="AG-UI events: RUN_STARTED, STATE_SNAPSHOT, TEXT_MESSAGE_*, REASONING_*, TOOL_CALL_*, RUN_FINISHED (outcome success, cancelled or interrupt) or RUN_ERROR",
         ),
+        "/.well-known/agent-card.json": {
+            "get": {
+                "summary": "A2A: the served agent's card (public: no token needed to read it)",
+                "security": [],
+                "responses": {"200": {"description": "the AgentCard (A2A 1.0)"}},
+            }
+        },
+        "/a2a": _json_post(
+            "A2A 1.0 JSON-RPC: SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask",
+            "a JSON-RPC 2.0 request",
+            "a JSON-RPC 2.0 response",
+            stream="JSON-RPC responses whose results are StreamResponse objects (task, statusUpdate, artifactUpdate)",
+        ),
     }

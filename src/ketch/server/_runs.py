@@ -18,6 +18,7 @@ from ketch import AssistantMessage
 from ketch import Message
 from ketch import TextContent
 from ketch import UserMessage
+from ketch.llm import TextDelta
 
 from ._hub import Hub
 from ._live import LiveSession
@@ -125,3 +126,76 @@ def paused_note(live: LiveSession) -> str:
     """What to tell a client whose run paused for approval (one line)."""
     calls = ", ".join(f"{p['tool_name']} ({p['tool_call_id']})" for p in live.pending())
     return f"[paused: {calls} needs approval; decide it on the ketch page, session {live.session.id}]"
+
+
+class Answer:
+    """What a run said so far, for the answer of a request: text deltas as they come
+    (a blank line between the texts of two assistant messages), and how it ended."""
+
+    def __init__(self, live: LiveSession) -> None:
+        self.live = live
+        self.parts: list[str] = []
+        self.wrote = False  # some text was given out
+        self.gap = False  # a new assistant message started after text: a blank line first
+        self.usage = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
+        self.end_reason = "stop"
+        self.error: str | None = None
+        self.cut = False  # the last message stopped at the token limit
+
+    def feed(self, event: AgentEvent) -> str:
+        """The text ``event`` adds to the answer ("" for none)."""
+        kind = event.type
+        if kind == "message_update":
+            inner = event.event  # type: ignore[union-attr]
+            if type(inner) is not TextDelta or not inner.delta:
+                return ""
+            text: str = inner.delta
+            if self.gap:
+                text = "\n\n" + text
+                self.gap = False
+            self.wrote = True
+            self.parts.append(text)
+            return text
+        if kind == "message_start" and event.message.role == "assistant":  # type: ignore[union-attr]
+            self.gap = self.wrote
+        elif kind == "message_end" and event.message.role == "assistant":  # type: ignore[union-attr]
+            self.cut = event.message.stop_reason == "length"  # type: ignore[union-attr]
+        elif kind == "agent_end":
+            summary = event.summary  # type: ignore[union-attr]
+            self.end_reason = summary.end_reason
+            self.error = summary.error
+            usage = summary.usage
+            self.usage = {
+                "input": usage.input + usage.cache_read + usage.cache_write,
+                "output": usage.output,
+                "cache_read": usage.cache_read,
+                "cache_write": usage.cache_write,
+            }
+        return ""
+
+    def closing(self) -> str:
+        """Text to add once the run is over ("" for none): the note of a pause."""
+        if self.end_reason == "approval_required":
+            note = ("\n\n" if self.wrote else "") + paused_note(self.live)
+            self.parts.append(note)
+            return note
+        return ""
+
+    def failure(self) -> str | None:
+        """Why the run failed (None when it gave an answer)."""
+        last = self.live.last_end or {}
+        if last.get("end_reason") == "error" and self.end_reason == "stop" and last.get("error"):
+            return str(last["error"])  # the run could not start (a hook or the agent failed)
+        if self.end_reason in ("error", "output_invalid"):
+            return self.error or "the run failed"
+        if self.end_reason == "aborted":
+            return "the run was aborted"
+        return None
+
+    @property
+    def finish(self) -> str:
+        return "length" if self.cut else "stop"
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
