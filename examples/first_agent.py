@@ -35,6 +35,8 @@ async def main() -> None:
     )
     agent = Agent(model, system_prompt="Be brief. Use the add tool for sums.", tools=[add])
     result = await agent.prompt("What is 2 + 40?")
+    if result.error:  # why the run did not end normally, e.g. no OPENAI_API_KEY for a real model
+        raise SystemExit(f"failed: {result.error}")
     print(result.text)
     print(f"{result.end_reason}: {result.summary.turns} model calls, {result.summary.tool_calls} tool call(s), ${result.cost:.5f}")
 

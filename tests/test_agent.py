@@ -419,7 +419,7 @@ def test_a_new_loop_config_field_without_an_agent_option_fails_the_drift_check()
     assert _drift(LoopConfig, Retyped) == ["max_turns: int != int | None"]
     assert _drift(LoopConfig, TypedDict("Extra", {"max_turns": "int | None", "colour": "str"})) == [  # type: ignore[operator]
         f"{k}: no option" for k in [f.name for f in dataclasses.fields(LoopConfig)]
-        if k not in ("max_turns", "model", "get_steering_messages", "get_follow_up_messages", "phase", "skip_initial_steering_poll")
+        if k not in ("max_turns", "model", "get_steering_messages", "get_follow_up_messages", "phase")
     ] + ["colour: not a field"]
 
 
@@ -748,3 +748,36 @@ def test_mypy_checks_the_agent_options_by_name_and_type(tmp_path: Any) -> None:
         'error: Unexpected keyword argument "max_turn" for "Agent"; did you mean "max_turns"?  [call-arg]',
         'error: Argument "max_turns" to "Agent" has incompatible type "str"; expected "int | None"  [arg-type]',
     ]
+
+
+async def test_stream_iterates_a_runs_events_in_order_and_gives_its_result() -> None:
+    from ketch import AgentStream
+
+    model = ScriptedModel([reply(tool_call("noop", id="c1")), "done"])
+    agent = Agent(model, tools=[Tool("noop", "", None, lambda args, ctx: "ok")])
+    seen: list[str] = []
+    agent.subscribe(lambda e: seen.append(e.type))
+    stream = agent.stream("go")
+    assert isinstance(stream, AgentStream)
+    with pytest.raises(RuntimeError, match="^Agent is already running"):
+        agent.stream("again")
+    types = [e.type async for e in stream if e.type != "message_update"]
+    assert types == [
+        "agent_start", "turn_start", "message_start", "message_end", "message_start", "message_end",
+        "tool_execution_start", "tool_execution_end", "message_start", "message_end", "turn_end",
+        "turn_start", "message_start", "message_end", "turn_end", "agent_end",
+    ]  # fmt: skip
+    result = await stream.result()
+    assert (result.text, result.end_reason) == ("done", "stop")
+    assert [t for t in seen if t != "message_update"] == types  # the subscribers saw the same, in order
+
+
+async def test_closing_a_stream_aborts_its_run() -> None:
+    model = ScriptedModel([reply("never finishes", hang=True)])
+    agent = Agent(model)
+    async with agent.stream("go") as stream:
+        async for event in stream:
+            if event.type == "message_update":
+                break
+    result = await stream.result()
+    assert (result.end_reason, agent.is_running) == ("aborted", False)

@@ -12,7 +12,9 @@ rather than a top-level ``await``). Lines of a block starting with ``#> `` are t
 output the block prints, in order; when a block has them, its output must be exactly
 those lines. A block that cannot run as Python (shell, TOML, output) is fenced as what
 it is, not as ``python``. A block that includes an example (``--8<-- "examples/…"``)
-is that example, run above.
+is that example, run above. A block right after a ``<!-- tested: NAME -->`` line needs a
+service this test does not start (a Temporal server, a model behind it): the test file
+named in :data:`TESTED_ELSEWHERE` runs it as ``NAME``, and this test checks that it does.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ ARGS = {"aiohttp_app/app.py": ["--check"]}
 # What each example must print (substrings of its output, in order).
 EXPECTED = {
     "first_agent.py": ["2 + 40 = 42.", "stop: 2 model calls, 1 tool call(s)"],
+    "agents/options.py": ["lead: stop None", "typo: Agent() got an unexpected keyword argument 'max_turn' "
+                          "(did you mean 'max_turns'?)", "reviewer max_budget_usd: inherit -> 0.5",
+                          "reviewer usage_limits: inherit -> tool_calls=20", "reviewer max_turns: override -> None",
+                          "reviewer stop_when: reset -> 0"],
     "tools/custom_tools.py": ["[order] placing the order", "[order] confirmed", "orders: ['2 x pear (express)']"],
     "tools/coding_tools.py": ["-> read", "-> edit", 'print("hello, world")', "permission: edit allow"],
     "streaming/terminal.py": ["-> forecast({'city': 'Paris'})", "take an umbrella.", "[stop, 2 turns]",
@@ -104,11 +110,17 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>[^\n`
 INCLUDE = re.compile(r'^--8<--\s+"(?P<path>[^"]+)"\s*$')
 
 
+# The tests that run the blocks marked ``<!-- tested: NAME -->``, by the page holding them.
+TESTED_ELSEWHERE = {"docs/library/durable.md": ROOT / "tests" / "temporal" / "test_docs_example.py"}
+TESTED = re.compile(r"^<!-- tested: (?P<name>[\w.-]+) -->$")
+
+
 @dataclass
 class Block:
     file: str
     line: int
     code: str
+    tested: str | None = None  # the name another test runs it as (``<!-- tested: NAME -->``)
 
     @property
     def id(self) -> str:
@@ -141,13 +153,27 @@ def python_blocks(path: Path) -> list[Block]:
         i += 1
         language = info.split()[0].lower() if info else ""
         if language in ("python", "py"):
-            blocks.append(Block(str(path.relative_to(ROOT)), start, "\n".join(body) + "\n"))
+            marker = TESTED.match(lines[start - 2].strip()) if start >= 2 else None
+            name = marker.group("name") if marker else None
+            blocks.append(Block(str(path.relative_to(ROOT)), start, "\n".join(body) + "\n", name))
     return blocks
 
 
 ALL_BLOCKS = [b for doc in documents() for b in python_blocks(doc)]
 INCLUDED = [b for b in ALL_BLOCKS if INCLUDE.match(b.code.strip())]
-RUNNABLE = [b for b in ALL_BLOCKS if not INCLUDE.match(b.code.strip())]
+ELSEWHERE = [b for b in ALL_BLOCKS if b.tested is not None]
+RUNNABLE = [b for b in ALL_BLOCKS if not INCLUDE.match(b.code.strip()) and b.tested is None]
+
+
+def test_blocks_tested_elsewhere_are_run_there() -> None:
+    assert ELSEWHERE, "no <!-- tested: NAME --> block found: the marker parser finds nothing"
+    for block in ELSEWHERE:
+        runner = TESTED_ELSEWHERE.get(block.file)
+        assert runner is not None, f"{block.id}: no test runs the tested blocks of {block.file}"
+        source = runner.read_text()
+        assert f'_block("{block.tested}")' in source, f"{block.id}: {runner.name} does not run {block.tested}"
+        page = block.file.removeprefix("docs/")
+        assert page in source, f"{runner.name} does not read {block.file}"
 
 
 def test_blocks_that_include_a_file_include_a_checked_example() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from ._agent import Agent
 from ._agent import AgentSession
 from ._agent import AgentState
+from ._agent import AgentStream
 from .llm import AbortSignal
 from .llm import AssistantMessage
 from .llm import CustomMessage
@@ -79,6 +80,7 @@ __all__ = [
     "AgentOptions",
     "AgentSession",
     "AgentState",
+    "AgentStream",
     "AssistantMessage",
     "Capability",
     "Conversation",

@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -383,6 +384,23 @@ class Agent(Generic[Deps]):
         self.follow_ups._settle(counts)
 
     # -- running ----------------------------------------------------------------------------
+    def stream(
+        self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
+    ) -> AgentStream:
+        """Run the agent on a new prompt as an async iterator of its events, as
+        :func:`ketch.loop.run_loop` gives them: ``async for event in agent.stream(...)``
+        yields every event up to ``agent_end`` (after the agent's state and its
+        subscribers saw it); ``await stream.result()`` is what :meth:`prompt` returns.
+        Raises ``RuntimeError`` at once when the agent is running."""
+        if self._running:
+            raise RuntimeError(
+                "Agent is already running. Use steer() or follow_up() to queue messages, or wait_for_idle()."
+            )
+        messages = _as_messages(input, images)
+        self._running = True  # from now: the run starts with the stream's task
+        self._idle.clear()
+        return AgentStream(self, self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig)))
+
     async def prompt(
         self, input: str | Message | Sequence[Message], *, images: Sequence[ImageContent] | None = None
     ) -> RunResult:
@@ -396,25 +414,16 @@ class Agent(Generic[Deps]):
         return await self._run(lambda cfg, ctx, sig: run_loop(messages, ctx, cfg, sig))
 
     async def continue_loop(self) -> RunResult:
-        """Continue from the transcript: after a tool result or user message, or from an
-        assistant tail using queued steering, then follow-ups."""
+        """Continue from the transcript, as :func:`ketch.loop.continue_loop` does: after a
+        tool result or user message, or from an assistant message with the queued steering
+        messages, else the follow-ups, as the prompts. Raises ``ValueError`` at once when
+        there is nothing to continue from."""
         if self._running:
             raise RuntimeError("Agent is already running. Wait for completion before continuing.")
         if not self._messages:
             raise ValueError("Cannot continue: no messages in context")
-        if isinstance(self._messages[-1], AssistantMessage):
-            queued = self.steering.drain()
-            skip = True
-            if not queued:
-                queued = self.follow_ups.drain()
-                skip = False
-            if not queued:
-                raise ValueError("Cannot continue from message role: assistant")
-            return await self._run(
-                lambda cfg, ctx, sig: run_loop(
-                    queued, ctx, dataclasses.replace(cfg, skip_initial_steering_poll=skip), sig
-                )
-            )
+        if isinstance(self._messages[-1], AssistantMessage) and not self.has_queued_messages():
+            raise ValueError("Cannot continue from message role: assistant")
         return await self._run(lambda cfg, ctx, sig: continue_loop(ctx, cfg, sig))
 
     async def resume(self, state: RunState, *, decisions: Mapping[str, Decision] | None = None) -> RunResult:
@@ -657,42 +666,91 @@ class Agent(Generic[Deps]):
                 log.exception("Agent listener failed on %s event", event.type)
 
     def _reduce(self, event: AgentEvent) -> None:
-        kind = event.type
-        if kind == "message_update":
-            assert event.type == "message_update"
-            self._streaming = event.message
-        elif kind == "message_start":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage:
-                self._streaming = message
-                self._phase = Phase("llm_in_flight", self._phase.turn)
-        elif kind == "message_end":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage:
+        match event.type:
+            case "message_update":  # the bulk of a run's events
+                self._streaming = event.message
+            case "message_start":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._streaming = message
+                    self._phase = Phase("llm_in_flight", self._phase.turn)
+            case "message_end":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._streaming = None
+                    self._phase = Phase("turn_finished", self._phase.turn)
+                    if message.error_message and message.stop_reason == "error":
+                        self._error = message.error_message
+            case "turn_start":
+                self._phase = Phase("llm_in_flight", event.turn)
+            case "tool_execution_start":
+                self._pending = self._pending | {event.tool_call_id}
+                self._phase = Phase("tool_executing", self._phase.turn)
+            case "tool_execution_end" | "approval_required":
+                self._pending = self._pending - {event.tool_call_id}
+            case "retry":
+                if event.discard_partial:
+                    self._streaming = None
+            case "agent_end":
                 self._streaming = None
-                self._phase = Phase("turn_finished", self._phase.turn)
-                if message.error_message and message.stop_reason == "error":
-                    self._error = message.error_message
-        elif kind == "turn_start":
-            self._phase = Phase("llm_in_flight", event.turn)  # type: ignore[union-attr]
-        elif kind == "tool_execution_start":
-            self._pending = self._pending | {event.tool_call_id}  # type: ignore[union-attr]
-            self._phase = Phase("tool_executing", self._phase.turn)
-        elif kind == "tool_execution_end" or kind == "approval_required":
-            self._pending = self._pending - {event.tool_call_id}  # type: ignore[union-attr]
-        elif kind == "retry":
-            if event.discard_partial:  # type: ignore[union-attr]
-                self._streaming = None
-        elif kind == "agent_end":
-            self._streaming = None
-            state = event.state  # type: ignore[union-attr]
-            if state is not None:  # a pause: the queued messages travel with the state
-                state.steering = self.steering.peek()
-                state.follow_ups = self.follow_ups.peek()
-            summary = event.summary  # type: ignore[union-attr]
-            if summary.error and summary.end_reason != "aborted":
-                self._error = summary.error
-            self._phase = Phase("idle", self._phase.turn)
+                state = event.state
+                if state is not None:  # a pause: the queued messages travel with the state
+                    state.steering = self.steering.peek()
+                    state.follow_ups = self.follow_ups.peek()
+                summary = event.summary
+                if summary.error and summary.end_reason != "aborted":
+                    self._error = summary.error
+                self._phase = Phase("idle", self._phase.turn)
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.id!r}, messages={len(self._messages)}, running={self._running})"
+
+
+class AgentStream:
+    """One run of an :class:`Agent` as an async iterator of its events, and its result
+    (:meth:`Agent.stream`). Iterate it once; ``aclose()`` (or leaving an ``async with``)
+    aborts a run still going."""
+
+    __slots__ = ("_agent", "_events", "_task", "_unsubscribe")
+
+    def __init__(self, agent: Agent[Any], run: Awaitable[RunResult]) -> None:
+        self._agent = agent
+        self._events: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self._unsubscribe = agent.subscribe(self._events.put_nowait)
+        self._task: asyncio.Task[RunResult] = asyncio.ensure_future(run)
+        self._task.add_done_callback(lambda _: self._unsubscribe())
+
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[AgentEvent]:
+        while True:
+            if self._events.empty() and self._task.done():
+                self._task.result()  # a run that raised (misuse) raises here
+                return
+            getter = asyncio.ensure_future(self._events.get())
+            await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                continue
+            event = getter.result()
+            yield event
+            if event.type == "agent_end":
+                return
+
+    async def result(self) -> RunResult:
+        """The run's result, once it has ended (the events not iterated are dropped)."""
+        return await self._task
+
+    async def aclose(self) -> None:
+        """Abort the run if it is still going, and wait for its end."""
+        if not self._task.done():
+            self._agent.abort()
+        with contextlib.suppress(Exception):
+            await self._task
+
+    async def __aenter__(self) -> AgentStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

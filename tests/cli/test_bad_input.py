@@ -339,3 +339,22 @@ def test_base_url_credentials_are_masked_and_doctor_does_not_crash(env: Env, fak
         assert password not in proc.stdout + proc.stderr
         assert "alice" not in proc.stdout + proc.stderr
 
+
+
+@pytest.mark.parametrize(
+    ("reply", "named"),
+    [
+        ({"blocks": [{"type": "tool_call", "id": "c1", "name": "ls", "arguments": {"path": "."}}]},
+         "reply 1, block 1 (tool_call): unknown key 'arguments'; allowed: args, id, name, parse_error, "
+         "raw_arguments, signature, type"),
+        ({"text": "hi"}, "reply 1: unknown key 'text'; allowed: blocks, chunk_size, delay, error, error_kind, "
+         "hang, stop_reason, usage"),
+        ({"usage": {"inputs": 3}}, "reply 1, usage: unknown key 'inputs'; allowed: "),
+    ],
+)  # fmt: skip
+def test_an_unknown_key_in_a_model_script_is_an_error_naming_it(env: Env, reply: dict[str, Any], named: str) -> None:
+    path = env.work / "script.json"
+    path.write_text(json.dumps([reply]))
+    done = env.run("run", "--model", f"scripted:{path}", "--no-session", "hi")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"ketch: invalid model script {path}: {named}"), done.stderr

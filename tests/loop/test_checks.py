@@ -62,7 +62,7 @@ def test_each_configured_feature_adds_its_checks_in_the_loop_order() -> None:
     checks = _checks(
         max_turns=3,
         max_budget_usd=1.0,
-        usage_limits=UsageLimits(requests=5),
+        usage_limits=UsageLimits(tool_calls=5),
         stop_when=[stop_after_tool("x")],
         on_stop=lambda info: StopDecision.allow(),
         get_steering_messages=lambda: [],

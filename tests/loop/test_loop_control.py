@@ -290,7 +290,12 @@ async def test_steering_taken_during_an_aborted_batch_is_reported_uncommitted(no
     async def quick(args: dict[str, Any], ctx: Any) -> str:
         return "ok"
 
+    polls: list[int] = []
+
     def steer_then_abort() -> list[Any]:
+        polls.append(1)
+        if len(polls) == 1:
+            return []  # the run's first poll: nothing yet
         signal.abort()  # the user steers, then aborts before the batch ends
         return [UserMessage(content="now")]
 
@@ -300,7 +305,6 @@ async def test_steering_taken_during_an_aborted_batch_is_reported_uncommitted(no
         model=model,
         get_steering_messages=steer_then_abort,
         steering_during_tools="interrupt",
-        skip_initial_steering_poll=True,
     )
     result = await run_loop("go", Conversation(tools=tools), cfg, signal).result()
     assert result.end_reason == "aborted"

@@ -280,3 +280,25 @@ async def test_convert_to_llm_drops_custom_messages() -> None:
     await run_loop("hi", ctx, LoopConfig(model=model)).result()
     assert [m.role for m in model.requests[0].messages] == ["user"]
     assert ctx.messages[0].role == "test_note"
+
+
+async def test_continue_from_an_assistant_message_takes_the_queued_messages_as_prompts() -> None:
+    # The free continue_loop does what Agent.continue_loop does: steering first, else follow-ups.
+    steering: list[Any] = [UserMessage(content="steer")]
+    follow_ups: list[Any] = [UserMessage(content="follow")]
+
+    def take(queue: list[Any]) -> Any:
+        return lambda: [queue.pop(0)] if queue else []
+
+    model = ScriptedModel(["a", "b"])
+    cfg = LoopConfig(model=model, get_steering_messages=take(steering), get_follow_up_messages=take(follow_ups))
+    ctx = Conversation(messages=[UserMessage(content="hi"), AssistantMessage(content=[TextContent(text="x")])])
+    result = await continue_loop(ctx, cfg).result()
+    texts = [m.content[0].text for m in result.messages]  # type: ignore[union-attr]
+    assert (texts, result.uncommitted) == (["steer", "a", "follow", "b"], [])
+
+    empty = LoopConfig(model=ScriptedModel(), get_follow_up_messages=lambda: [])
+    result = await continue_loop(ctx, empty).result()
+    assert (result.end_reason, result.error) == (
+        "error", "ValueError: Cannot continue from message role: assistant: no steering or follow-up message is queued"
+    )

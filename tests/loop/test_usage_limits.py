@@ -34,12 +34,13 @@ def used(output: int, input: int = 10) -> Usage:
     return Usage(input=input, output=output, total_tokens=input + output)
 
 
-async def test_the_request_limit_ends_the_run_before_the_next_call() -> None:
+async def test_the_number_of_model_calls_is_max_turns_alone() -> None:
+    with pytest.raises(TypeError, match="'requests'"):
+        UsageLimits(requests=2)  # type: ignore[call-arg]  # removed: max_turns counts the same calls
     model = ScriptedModel([reply(tool_call("noop", id=f"c{i}"), usage=used(5)) for i in range(5)])
     ran: list[str] = []
-    result = await Agent(model, tools=[noop_tool(ran)], usage_limits=UsageLimits(requests=2)).prompt("go")
-    assert result.end_reason == "usage_limit"
-    assert result.summary.error == "Usage limit reached: 2 requests, the limit (requests) is 2"
+    result = await Agent(model, tools=[noop_tool(ran)], max_turns=2).prompt("go")
+    assert result.end_reason == "max_turns"
     assert len(model.requests) == 2
     assert ran == ["c0", "c1"]
 
@@ -111,7 +112,7 @@ async def test_run_token_limits_count_what_was_used_plus_the_next_request() -> N
 
 def test_limits_must_be_positive_integers() -> None:
     with pytest.raises(ValueError) as bad:
-        UsageLimits(requests=0)
-    assert str(bad.value) == "UsageLimits.requests must be a positive integer or None, got 0"
+        UsageLimits(tool_calls=0)
+    assert str(bad.value) == "UsageLimits.tool_calls must be a positive integer or None, got 0"
     with pytest.raises(ValueError):
         UsageLimits(total_tokens=True)  # type: ignore[arg-type]

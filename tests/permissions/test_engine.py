@@ -13,11 +13,11 @@ from ketch import Agent
 from ketch import Tool
 from ketch.loop import ToolCallInfo
 from ketch.permissions import PLAN_DENIED
-from ketch.permissions import PermissionAllow
 from ketch.permissions import Approval
+from ketch.permissions import HookVerdict
+from ketch.permissions import PermissionAllow
 from ketch.permissions import PermissionDecision
 from ketch.permissions import PermissionDeny
-from ketch.permissions import HookVerdict
 from ketch.permissions import PermissionEngine
 from ketch.permissions import PermissionRequest
 from ketch.permissions import ReportsSandboxPolicy

@@ -52,7 +52,7 @@ def test_derived_options_follow_the_table() -> None:
         ScriptedModel(),
         max_turns=9,
         max_budget_usd=2.0,
-        usage_limits=UsageLimits(requests=5),
+        usage_limits=UsageLimits(tool_calls=5),
         stop_when=[lambda info: True],
         options=StreamOptions(temperature=0.3, tool_choice="required", session_id="s", cache_key="k"),
         output_type=int,
@@ -61,7 +61,7 @@ def test_derived_options_follow_the_table() -> None:
     inherited = {k for k, r in INHERITANCE.items() if r.rule == "inherit"}
     assert set(options) == inherited | {"thinking"}
     assert options["max_budget_usd"] == 2.0
-    assert options["usage_limits"] == UsageLimits(requests=5)
+    assert options["usage_limits"] == UsageLimits(tool_calls=5)
     assert options["thinking"] == "high"
     assert options["options"] == StreamOptions(temperature=0.3)  # the per-conversation fields cleared
     assert "max_turns" not in options and "stop_when" not in options and "output_type" not in options
@@ -102,7 +102,7 @@ async def test_a_subagent_is_bound_by_the_parents_guardrails() -> None:
 
 async def test_a_subagent_is_bound_by_the_parents_usage_limits_and_budget() -> None:
     child = ScriptedModel([reply(tool_call("noop", id="c1")), reply(tool_call("noop", id="c2")), "never"])
-    parent, subs = _parent(child, usage_limits=UsageLimits(requests=2))
+    parent, subs = _parent(child, usage_limits=UsageLimits(tool_calls=1))  # the second call is refused
     await parent.prompt("please delegate")
     assert subs.runs["main/helper#1"].status == "failed"
     assert _tool_text(parent).startswith("Subagent main/helper#1 failed: usage_limit")

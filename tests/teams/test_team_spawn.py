@@ -26,7 +26,7 @@ async def test_a_spawned_teammate_takes_what_the_table_says_from_its_parent() ->
         system_prompt="You lead.",
         tools=[_tool("read")],
         guardrails=[guard],
-        usage_limits=UsageLimits(requests=4),
+        usage_limits=UsageLimits(tool_calls=4),
         max_budget_usd=1.5,
         max_turns=7,
         stop_when=[lambda info: True],
@@ -49,7 +49,7 @@ async def test_a_spawned_teammate_takes_what_the_table_says_from_its_parent() ->
             elif rule.rule == "inherit":
                 assert getattr(config, name) == getattr(lead.config, name), name
         assert (list(config.guardrails), config.usage_limits, config.max_budget_usd) == (
-            [guard], UsageLimits(requests=4), 1.5
+            [guard], UsageLimits(tool_calls=4), 1.5
         )
         assert config.stop_when == ()
 

@@ -178,7 +178,7 @@ def writer() -> DurableAgent:
         tools=coding_tools(_dir() / "work"),
         guardrails=[_no_shouting],
         stop_when=[stop_after_tool("ls")],
-        usage_limits=UsageLimits(requests=10),
+        usage_limits=UsageLimits(tool_calls=10),
     )
     return DurableAgent(agent, name="writer", settings=SETTINGS)
 

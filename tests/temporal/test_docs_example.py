@@ -1,4 +1,4 @@
-"""The durable examples of docs/_incoming/wt-f.md run as written: a worker and a client in one
+"""The durable examples of docs/library/durable.md run as written: a worker and a client in one
 script on the built-in coding tools, and a client that steers a run and exits. The model
 is a loopback OpenAI-compatible server (a ``sitecustomize`` points the example's provider at
 it); Temporal is the tests' dev server."""
@@ -19,14 +19,12 @@ from fake_openai import tool_results
 from temporalio.client import Client
 
 from ketch.llm import TextContent
-from ketch.loop import INHERITANCE
-from ketch.temporal import DURABLE
 from ketch.temporal import DevServer
 from ketch.temporal import EventHub
 from ketch.temporal import start_run
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "_incoming" / "wt-f.md"
+DOC = ROOT / "docs" / "library" / "durable.md"
 SRC = str(ROOT / "src")
 
 SITECUSTOMIZE = """
@@ -123,12 +121,3 @@ def test_run_client_exit_codes(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(script), "fail"], env=env, capture_output=True, text=True, timeout=60)
     assert (bad.returncode, bad.stdout) == (1, "out\n")
     assert bad.stderr.startswith("Traceback (most recent call last):") and bad.stderr.endswith("ValueError: boom\n")
-
-
-def test_the_docs_tables_are_the_code_tables() -> None:
-    text = DOC.read_text()
-    for name, rule in INHERITANCE.items():
-        assert f"| `{name}` | {rule.rule} | {rule.why} |" in text, name
-    for name, carry in DURABLE.items():
-        how = carry.how + (f" ({carry.where})" if carry.where else "")
-        assert f"| `{name}` | {how} | {carry.note} |" in text, name

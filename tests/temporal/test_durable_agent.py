@@ -131,7 +131,7 @@ def test_the_options_cross_as_the_table_says() -> None:
         system_prompt="be brief",
         max_turns=7,
         max_budget_usd=1.25,
-        usage_limits=UsageLimits(requests=4),
+        usage_limits=UsageLimits(tool_calls=4),
         max_tool_concurrency=3,
         guardrails=[guard],
         stop_when=[stop_after_tool("done")],
@@ -142,7 +142,7 @@ def test_the_options_cross_as_the_table_says() -> None:
     )
     spec = DurableAgent(agent, name="coder").spec
     assert (spec.system_prompt, spec.max_turns, spec.max_budget_usd, spec.usage_limits, spec.max_tool_concurrency) == (
-        "be brief", 7, 1.25, UsageLimits(requests=4), 3
+        "be brief", 7, 1.25, UsageLimits(tool_calls=4), 3
     )
     assert (spec.steering_mode, spec.follow_up_mode) == ("all", "one_at_a_time")
     assert spec.options is not None and spec.options["temperature"] == 0.5
@@ -270,7 +270,7 @@ async def test_the_budget_and_usage_limits_count_over_the_whole_run_across_conti
 
     for options, expected in (
         ({"max_budget_usd": 0.45}, ("max_budget", 5)),
-        ({"usage_limits": UsageLimits(requests=4)}, ("usage_limit", 4)),
+        ({"usage_limits": UsageLimits(tool_calls=4)}, ("usage_limit", 5)),  # the fifth call is refused
         ({}, ("max_turns", 12)),
     ):
         durable = run_agent(**options)

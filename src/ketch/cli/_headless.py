@@ -123,35 +123,34 @@ class _TextOut:
         self._newline = True
 
     def __call__(self, event: AgentEvent) -> None:
-        kind = event.type
-        if kind == "message_update":
-            inner: Any = event.event  # type: ignore[union-attr]
+        if event.type == "message_update":
+            inner: Any = event.event
             if inner.type == "text_delta":
                 data = inner.delta.encode()
                 if data:
                     self._out.write(data)
                     self._out.flush()
                     self._newline = data.endswith(b"\n")
-        elif kind == "message_end":
-            message = event.message  # type: ignore[union-attr]
+        elif event.type == "message_end":
+            message = event.message
             if type(message) is AssistantMessage and not self._newline:
                 self._out.write(b"\n")
                 self._out.flush()
                 self._newline = True
-        elif kind == "tool_execution_start" and self._show_tools:
-            line = _tool_call_line(event.tool_name, event.args)  # type: ignore[union-attr]
+        elif event.type == "tool_execution_start" and self._show_tools:
+            line = _tool_call_line(event.tool_name, event.args)
             self._err.write(f"\x1b[2m{line}\x1b[0m\n")
             self._err.flush()
-        elif kind == "tool_execution_end" and self._show_tools:
+        elif event.type == "tool_execution_end" and self._show_tools:
             end: Any = event
             preview = _result_preview(end.result.text, end.is_error)
             self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in preview))
             self._err.flush()
-        elif kind == "compaction_end" and self._show_tools:
-            self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")  # type: ignore[arg-type]
+        elif event.type == "compaction_end" and self._show_tools:
+            self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")
             self._err.flush()
-        elif kind == "tool_execution_update" and self._show_tools:
-            nested = subagent_line(event.partial, _tool_call_line)  # type: ignore[union-attr]
+        elif event.type == "tool_execution_update" and self._show_tools:
+            nested = subagent_line(event.partial, _tool_call_line)
             if nested is not None:
                 self._err.write(f"\x1b[2m{nested}\x1b[0m\n")
                 self._err.flush()

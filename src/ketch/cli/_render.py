@@ -253,45 +253,45 @@ class EventRenderer:
 
     # -- events ---------------------------------------------------------------------------
     def __call__(self, event: AgentEvent) -> None:
-        kind = event.type
-        if kind == "message_update":
-            self._update(event.event)  # type: ignore[union-attr]
-        elif kind == "message_start":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage:
-                self.status.set("Working")  # "Thinking" once a thinking block streams
-                self.streamed_chars = 0
-            elif type(message) is UserMessage:
-                if self._prompt_seen:
-                    self.note(f"↳ delivered: {message_text(message)}")
-                self._prompt_seen = True
-        elif kind == "agent_start":
-            self._prompt_seen = False
-            self.last_stop = None
-        elif kind == "message_end":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage:
-                self._assistant_end(message)
-        elif kind == "tool_execution_start":
-            self.note(f"⏺ {tool_summary(event.tool_name, event.args)}", "bold")  # type: ignore[union-attr]
-            self.status.set(f"Running {event.tool_name}")  # type: ignore[union-attr]
-        elif kind == "tool_execution_update":
-            nested = subagent_line(event.partial, lambda name, args: tool_summary(name, args))  # type: ignore[union-attr]
-            if nested is not None:
-                self.note(nested)
-        elif kind == "tool_execution_end":
-            self._tool_end(event)
-        elif kind == "retry":
-            self.note(
-                f"↻ retrying ({event.attempt}/{event.max_attempts}) in {event.delay:.1f}s: {event.error_message}",  # type: ignore[union-attr]
-                "yellow",
-            )
-        elif kind == "compaction_start":
-            self.status.set("Compacting context")
-        elif kind == "compaction_end":
-            self._compaction_end(event)
-        elif kind == "agent_end":
-            self._agent_end(event)
+        match event.type:
+            case "message_update":
+                self._update(event.event)
+            case "message_start":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self.status.set("Working")  # "Thinking" once a thinking block streams
+                    self.streamed_chars = 0
+                elif type(message) is UserMessage:
+                    if self._prompt_seen:
+                        self.note(f"↳ delivered: {message_text(message)}")
+                    self._prompt_seen = True
+            case "agent_start":
+                self._prompt_seen = False
+                self.last_stop = None
+            case "message_end":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._assistant_end(message)
+            case "tool_execution_start":
+                self.note(f"⏺ {tool_summary(event.tool_name, event.args)}", "bold")
+                self.status.set(f"Running {event.tool_name}")
+            case "tool_execution_update":
+                nested = subagent_line(event.partial, lambda name, args: tool_summary(name, args))
+                if nested is not None:
+                    self.note(nested)
+            case "tool_execution_end":
+                self._tool_end(event)
+            case "retry":
+                self.note(
+                    f"↻ retrying ({event.attempt}/{event.max_attempts}) in {event.delay:.1f}s: {event.error_message}",
+                    "yellow",
+                )
+            case "compaction_start":
+                self.status.set("Compacting context")
+            case "compaction_end":
+                self._compaction_end(event)
+            case "agent_end":
+                self._agent_end(event)
 
     def _compaction_end(self, event: Any) -> None:
         self.compactions += 1
@@ -299,38 +299,38 @@ class EventRenderer:
         self.note(compaction_note(event), "yellow" if event.error else "cyan")
 
     def _update(self, ev: Any) -> None:
-        kind = ev.type
-        if kind == "text_delta":
-            self.streamed_chars += len(ev.delta)
-            self.status.set("Writing")
-            self._markdown_block(self._markdown.feed(ev.delta))
-        elif kind == "text_end":
-            self._markdown_block(self._markdown.finish())
-        elif kind == "thinking_start":
-            self._thinking = []
-            self._thinking_line = ""
-            self.status.set("Thinking")
-        elif kind == "thinking_delta":
-            self.streamed_chars += len(ev.delta)
-            self._thinking.append(ev.delta)
-            if self.expand_thinking:
-                self._thinking_line += ev.delta
-                if "\n" in self._thinking_line:
-                    done, _, self._thinking_line = self._thinking_line.rpartition("\n")
-                    self.note(done, "dim italic")
-        elif kind == "thinking_end":
-            text = "".join(self._thinking)
-            self.last_thinking = text
-            if self.expand_thinking:
-                if self._thinking_line:
-                    self.note(self._thinking_line, "dim italic")
-            elif text.strip():
-                first = text.strip().splitlines()[0]
-                self.note(f"✻ {_clip(first, 100)}  ({len(text)} chars, Ctrl-T expands)", "dim italic")
-            self._thinking = []
-            self._thinking_line = ""
-        elif kind == "toolcall_start":
-            self.status.set("Preparing a tool call")
+        match ev.type:
+            case "text_delta":
+                self.streamed_chars += len(ev.delta)
+                self.status.set("Writing")
+                self._markdown_block(self._markdown.feed(ev.delta))
+            case "text_end":
+                self._markdown_block(self._markdown.finish())
+            case "thinking_start":
+                self._thinking = []
+                self._thinking_line = ""
+                self.status.set("Thinking")
+            case "thinking_delta":
+                self.streamed_chars += len(ev.delta)
+                self._thinking.append(ev.delta)
+                if self.expand_thinking:
+                    self._thinking_line += ev.delta
+                    if "\n" in self._thinking_line:
+                        done, _, self._thinking_line = self._thinking_line.rpartition("\n")
+                        self.note(done, "dim italic")
+            case "thinking_end":
+                text = "".join(self._thinking)
+                self.last_thinking = text
+                if self.expand_thinking:
+                    if self._thinking_line:
+                        self.note(self._thinking_line, "dim italic")
+                elif text.strip():
+                    first = text.strip().splitlines()[0]
+                    self.note(f"✻ {_clip(first, 100)}  ({len(text)} chars, Ctrl-T expands)", "dim italic")
+                self._thinking = []
+                self._thinking_line = ""
+            case "toolcall_start":
+                self.status.set("Preparing a tool call")
 
     def _assistant_end(self, message: AssistantMessage) -> None:
         self._markdown_block(self._markdown.finish())

@@ -23,9 +23,15 @@ replies of the turns before it. ``--context-window`` makes a short script compac
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from ..llm import Cost
+from ..llm import TextContent
+from ..llm import ThinkingContent
+from ..llm import ToolCall
+from ..llm import Usage
 from ..testing import Reply
 from ..testing import ScriptedModel
 
@@ -42,7 +48,35 @@ def load_scripted_model(path: str) -> ScriptedModel:
     except OSError as exc:
         raise ValueError(f"cannot read model script {path}: {exc.strerror or exc}") from None
     try:
-        replies = msgspec.json.decode(data, type=list[str | Reply])
-    except msgspec.DecodeError as exc:
+        raw = msgspec.json.decode(data)
+        if isinstance(raw, list):
+            for n, item in enumerate(raw, 1):
+                if isinstance(item, dict):
+                    _known_keys(item, Reply, f"reply {n}")
+        replies = msgspec.convert(raw, type=list[str | Reply])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"invalid model script {path}: {exc}") from None
     return ScriptedModel(replies, provider="scripted", api="scripted", id="scripted-model")
+
+
+_BLOCKS: dict[str, type[msgspec.Struct]] = {"text": TextContent, "thinking": ThinkingContent, "tool_call": ToolCall}
+
+
+def _known_keys(item: dict[str, Any], kind: type[msgspec.Struct], where: str) -> None:
+    """Raise ``ValidationError`` naming the first key of ``item`` that ``kind`` (or a block
+    or usage inside it) does not have: a misspelt key would otherwise be dropped (a tool
+    call with ``"arguments"`` ran with no arguments)."""
+    allowed = set(kind.__struct_fields__) | ({"type"} if kind in _BLOCKS.values() else set())
+    for key in item:
+        if key not in allowed:
+            raise msgspec.ValidationError(f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(allowed))}")
+    blocks = item.get("blocks") if kind is Reply else None
+    if isinstance(blocks, list):
+        for m, block in enumerate(blocks, 1):
+            if isinstance(block, dict) and block.get("type") in _BLOCKS:
+                _known_keys(block, _BLOCKS[block["type"]], f"{where}, block {m} ({block['type']})")
+    usage = item.get("usage") if kind is Reply else None
+    if isinstance(usage, dict):
+        _known_keys(usage, Usage, f"{where}, usage")
+        if isinstance(usage.get("cost"), dict):
+            _known_keys(usage["cost"], Cost, f"{where}, usage.cost")

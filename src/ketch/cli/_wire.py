@@ -292,19 +292,18 @@ class _AgentEnd(msgspec.Struct, kw_only=True, tag="agent_end", tag_field="type")
 
 def _slim(event: Any) -> Any:
     """The stream event of a ``message_update`` without its partial message."""
-    kind = event.type
-    if kind == "toolcall_delta":
-        return _Slim(type=kind, index=event.index, delta=event.delta)
-    if kind == "toolcall_start":
+    if event.type == "toolcall_delta":
+        return _Slim(type=event.type, index=event.index, delta=event.delta)
+    if event.type == "toolcall_start":
         block = event.partial.content[event.index]
-        return _Slim(type=kind, index=event.index, id=block.id, name=block.name)
-    if kind == "toolcall_end":
+        return _Slim(type=event.type, index=event.index, id=block.id, name=block.name)
+    if event.type == "toolcall_end":
         call = event.tool_call
-        return _Slim(type=kind, index=event.index, id=call.id, name=call.name)
-    fields = _SLIM_FIELDS.get(kind)
+        return _Slim(type=event.type, index=event.index, id=call.id, name=call.name)
+    fields = _SLIM_FIELDS.get(event.type)
     if fields is None:
-        return {"type": kind}
-    return _Slim(type=kind, index=event.index, **{name: getattr(event, name) for name in fields})
+        return {"type": event.type}
+    return _Slim(type=event.type, index=event.index, **{name: getattr(event, name) for name in fields})
 
 
 def _fallback(value: Any) -> Any:
@@ -321,27 +320,26 @@ _encoder = msgspec.json.Encoder(enc_hook=_fallback)
 
 def encode_event(event: AgentEvent) -> Any:
     """The object written for ``event`` (slimmed as described in the module docstring)."""
-    kind = event.type
-    if kind == "message_update":
-        return _Update(event=_slim(event.event))  # type: ignore[union-attr]
-    if kind == "turn_end":
+    if event.type == "message_update":
+        return _Update(event=_slim(event.event))
+    if event.type == "turn_end":
         return _TurnEnd(
-            turn=event.turn,  # type: ignore[union-attr]
-            stop_reason=event.message.stop_reason,  # type: ignore[union-attr]
-            tool_result_ids=[m.tool_call_id for m in event.tool_results],  # type: ignore[union-attr]
+            turn=event.turn,
+            stop_reason=event.message.stop_reason,
+            tool_result_ids=[m.tool_call_id for m in event.tool_results],
         )
-    if kind == "agent_end":
-        return _AgentEnd(summary=event.summary)  # type: ignore[union-attr]
-    if kind == "tool_execution_start":
-        return _ToolStart(tool_call_id=event.tool_call_id, tool_name=event.tool_name)  # type: ignore[union-attr]
-    if kind == "tool_execution_update":
-        if getattr(event.partial, "type", None) == "subagent_event":  # type: ignore[union-attr]
+    if event.type == "agent_end":
+        return _AgentEnd(summary=event.summary)
+    if event.type == "tool_execution_start":
+        return _ToolStart(tool_call_id=event.tool_call_id, tool_name=event.tool_name)
+    if event.type == "tool_execution_update":
+        if getattr(event.partial, "type", None) == "subagent_event":
             from ._subagents import encode_nested
 
             return encode_nested(event, encode_event)
-        return _ToolUpdate(tool_call_id=event.tool_call_id, tool_name=event.tool_name, partial=event.partial)  # type: ignore[union-attr]
-    if kind == "approval_required":
-        return _Approval(tool_call_id=event.tool_call_id, tool_name=event.tool_name, reason=event.reason)  # type: ignore[union-attr]
+        return _ToolUpdate(tool_call_id=event.tool_call_id, tool_name=event.tool_name, partial=event.partial)
+    if event.type == "approval_required":
+        return _Approval(tool_call_id=event.tool_call_id, tool_name=event.tool_name, reason=event.reason)
     return event
 
 

@@ -146,7 +146,8 @@ class ModelCall:
             try:
                 conversation = run.conversation
                 messages = conversation.view.build(conversation.messages, run.repair)
-                self._stream = run.model.stream(Request.of(run.system(), messages, run.tool_specs), run.plain_options)
+                system = conversation.system_prompt if run.plain_system else run.system()
+                self._stream = run.model.stream(Request.of(system, messages, run.tool_specs), run.plain_options)
             except Exception as exc:
                 self._failed = run.error_message(exception_text(exc))
         stream = self._stream

@@ -188,8 +188,8 @@ class StopInfo:
 class UsageLimits(msgspec.Struct, kw_only=True, frozen=True):
     """Limits on what one run may use, besides ``max_turns`` and ``max_budget_usd``.
 
-    Per run: ``requests`` (model calls), ``tool_calls``, ``input_tokens``,
-    ``output_tokens`` and ``total_tokens`` (summed over the run's model calls). Per
+    Per run: ``tool_calls``, ``input_tokens``, ``output_tokens`` and ``total_tokens``
+    (summed over the run's model calls; their number is ``max_turns``). Per
     request: ``request_input_tokens``, ``request_output_tokens``. None means no limit.
 
     Checked before each model call where the next request can be predicted (the calls
@@ -201,7 +201,6 @@ class UsageLimits(msgspec.Struct, kw_only=True, frozen=True):
     "usage_limit"`` and an ``error`` naming the limit.
     """
 
-    requests: int | None = None
     tool_calls: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -301,7 +300,7 @@ class LoopConfig(Generic[Deps]):
     Type it by parametrising: ``LoopConfig[MyDeps](model=..., deps=MyDeps(...))``.
 
     Stop controls: ``max_turns`` (model calls per run), ``max_budget_usd`` (run cost),
-    ``usage_limits`` (requests, tool calls and tokens: :class:`UsageLimits`),
+    ``usage_limits`` (tool calls and tokens: :class:`UsageLimits`),
     ``stop_when`` predicates after each turn's tools (any true ends the run; one that
     raises counts as false and is logged),
     ``on_stop`` consulted when the model would end. Tool execution: parallel by default
@@ -362,7 +361,6 @@ class LoopConfig(Generic[Deps]):
     guardrails: Sequence[Guardrail] = ()
     capabilities: Sequence[Capability] = ()
     phase: PhaseRef | None = None
-    skip_initial_steering_poll: bool = False
     deps: Deps = None  # type: ignore[assignment]  # None unless given
 
     output_type: Any = None
@@ -423,7 +421,6 @@ AGENT_MANAGED: dict[str, str] = {
     "get_steering_messages": "the agent's steering queue (Agent.steer)",
     "get_follow_up_messages": "the agent's follow-up queue (Agent.follow_up)",
     "phase": "the agent keeps its own phase (Agent.phase)",
-    "skip_initial_steering_poll": "set by Agent.continue_loop for the run it starts",
 }
 """The :class:`LoopConfig` fields that are not agent options (:class:`AgentOptions`),
 with what the agent gives the loop for them instead."""

@@ -83,8 +83,6 @@ class UsageLimit:
         limits = self.limits
         summary = self.run.summary
         used = summary.usage
-        if limits.requests is not None and summary.turns >= limits.requests:
-            return f"Usage limit reached: {summary.turns} requests, the limit (requests) is {limits.requests}"
         if limits.output_tokens is not None and used.output >= limits.output_tokens:
             return (
                 f"Usage limit reached: {used.output:,} output tokens, the limit (output_tokens) is "

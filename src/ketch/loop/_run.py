@@ -152,18 +152,22 @@ def run_loop(
 
 
 def continue_loop(conversation: Conversation, config: LoopConfig[Any], signal: AbortSignal | None = None) -> RunStream:
-    """Continue from the current transcript without new prompts (e.g. after a retryable error).
+    """Continue from the current transcript without new prompts: after a tool result or a
+    user message (e.g. after a retryable error), or from an assistant message with the
+    queued messages as the prompts (the steering messages, else the follow-ups).
 
-    Raises ``ValueError`` at once when the transcript is empty or ends with an assistant
-    message.
+    Raises ``ValueError`` at once when the transcript is empty, or ends with an assistant
+    message and ``config`` has no queue to take from; a run from an assistant message
+    whose queues turn out empty ends with an error saying so.
     """
     if not conversation.messages:
         raise ValueError("Cannot continue: no messages in context")
     last = conversation.messages[-1]
-    if isinstance(last, AssistantMessage):
+    from_queues = isinstance(last, AssistantMessage)
+    if from_queues and config.get_steering_messages is None and config.get_follow_up_messages is None:
         raise ValueError("Cannot continue from message role: assistant")
     run = _Run(conversation, config, signal)
-    return RunStream(run, run.events([]))
+    return RunStream(run, run.events(None if from_queues else []))
 
 
 def resume_loop(
@@ -215,8 +219,9 @@ def check_resume(
 class _Run(Run):
     """One run: its state (:class:`~._runtime.Run`) and the loop itself, :meth:`events`."""
 
-    async def events(self, prompts: list[Message]) -> AsyncGenerator[AgentEvent, None]:
+    async def events(self, given: list[Message] | None) -> AsyncGenerator[AgentEvent, None]:
         """The loop: every event of the run, ending with exactly one ``agent_end``.
+        ``given`` are the prompts; None takes them from the queues (:meth:`Run.queued_prompts`).
 
         A ``return`` ends the run; the ``finally`` clause reports an escaped exception as
         an error message and emits ``agent_end`` (a cancelled run re-raises after it),
@@ -232,13 +237,14 @@ class _Run(Run):
         try:
             checks = Checks(self)
             resumed = self.resumed
+            prompts = given if given is not None else await self.queued_prompts()
             notes: Sequence[Message] = ()
             if resumed is None:
                 # -- before the first call: a usage limit or an input guardrail may end the run at once
                 match await checks.admit(prompts):
                     case End() as refused:  # nothing is sent; the prompts are kept
                         for prompt in prompts:
-                            for event in self.commit(prompt):
+                            for event in self.commit_queued(prompt):
                                 yield event
                         self.end(refused)
                         return
@@ -248,9 +254,9 @@ class _Run(Run):
                 self.phase._set("llm_in_flight", self.turn)
             yield TurnStart(turn=self.turn)
             for prompt in (*prompts, *notes):
-                for event in self.commit(prompt):
+                for event in self.commit_queued(prompt):  # (a prompt may come from a queue)
                     yield event
-            initial_poll = resumed is None and not self.cfg.skip_initial_steering_poll
+            initial_poll = resumed is None and given is not None
             pending: Sequence[Message] = await self.poll_steering() if initial_poll else ()
             while True:
                 if resumed is None:

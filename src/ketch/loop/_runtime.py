@@ -153,6 +153,7 @@ class Run:
             and config.get_api_key is None
             and config.usage_limits is None
         )
+        self.plain_system = not self.instructions and self.output is None  # the request's is the conversation's
         self.set_tools(conversation.tools)
 
     def set_tools(self, tools: Sequence[Tool]) -> None:
@@ -240,6 +241,14 @@ class Run:
 
     async def poll_steering(self) -> list[Message]:
         return await self.poll(self.cfg.get_steering_messages)
+
+    async def queued_prompts(self) -> list[Message]:
+        """The prompts of a run continuing from an assistant message: the queued steering
+        messages, else the follow-ups; ``ValueError`` when none is queued."""
+        taken = await self.poll_steering() or await self.poll(self.cfg.get_follow_up_messages)
+        if not taken:
+            raise ValueError("Cannot continue from message role: assistant: no steering or follow-up message is queued")
+        return taken
 
     def error_message(self, text: str, kind: str = "unknown") -> AssistantMessage:
         """An assistant message ending the turn with an error."""

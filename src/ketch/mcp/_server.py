@@ -346,15 +346,14 @@ class KetchMCPServer:
 
 def _event_text(event: AgentEvent) -> str | None:
     """The progress message for an agent event (None: not worth one)."""
-    kind = event.type
-    if kind == "turn_start":
-        return f"turn {event.turn}"  # type: ignore[union-attr]
-    if kind == "tool_execution_start":
-        return f"calling {event.tool_name}"  # type: ignore[union-attr]
-    if kind == "tool_execution_end":
-        failed = event.is_error  # type: ignore[union-attr]
-        return f"{event.tool_name} {'failed' if failed else 'done'}"  # type: ignore[union-attr]
-    if kind == "compaction_end":
+    if event.type == "turn_start":
+        return f"turn {event.turn}"
+    if event.type == "tool_execution_start":
+        return f"calling {event.tool_name}"
+    if event.type == "tool_execution_end":
+        failed = event.is_error
+        return f"{event.tool_name} {'failed' if failed else 'done'}"
+    if event.type == "compaction_end":
         return "context compacted"
     return None
 

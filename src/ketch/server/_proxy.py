@@ -45,24 +45,12 @@ from ..llm import AssistantMessage
 from ..llm import AsyncClosable
 from ..llm import Model
 from ..llm import Request
-from ..llm import Retry
-from ..llm import StreamDone
 from ..llm import StreamError
 from ..llm import StreamEvent
 from ..llm import StreamOptions
-from ..llm import StreamStart
-from ..llm import TextDelta
-from ..llm import TextEnd
-from ..llm import TextStart
 from ..llm import ThinkingContent
-from ..llm import ThinkingDelta
-from ..llm import ThinkingEnd
 from ..llm import ThinkingLevel
-from ..llm import ThinkingStart
 from ..llm import ToolCall
-from ..llm import ToolCallDelta
-from ..llm import ToolCallEnd
-from ..llm import ToolCallStart
 from ..llm import ToolResultMessage
 from ..llm import ToolSpec
 from ..llm import UserMessage
@@ -227,16 +215,14 @@ class _Proxy:
         events = model.stream(upstream, options)
         try:
             async for event in events:
-                kind = type(event)
-                if kind is StreamDone:
-                    final = event.message  # type: ignore[union-attr]
-                elif kind is StreamError:
-                    assert isinstance(event, StreamError)
-                    final = event.error
-                    event = StreamError(reason=event.reason, error=self._redacted(final))
-                elif kind is Retry:  # its message is the failed attempt's error
-                    assert isinstance(event, Retry)
-                    event = msgspec.structs.replace(event, error_message=self.redact(event.error_message))
+                match event.type:
+                    case "done":
+                        final = event.message
+                    case "error":
+                        final = event.error
+                        event = StreamError(reason=event.reason, error=self._redacted(final))
+                    case "retry":  # its message is the failed attempt's error
+                        event = msgspec.structs.replace(event, error_message=self.redact(event.error_message))
                 frame = _frame(event)
                 if frame is None:
                     continue
@@ -296,41 +282,38 @@ def env_secrets() -> list[str]:
 
 def _frame(event: StreamEvent) -> bytes | None:
     """One event as an SSE frame without the growing ``partial`` message."""
-    kind = type(event)
     obj: Any
-    if kind is TextDelta or kind is ThinkingDelta or kind is ToolCallDelta:
-        obj = {"type": event.type, "index": event.index, "delta": event.delta}  # type: ignore[union-attr]
-    elif kind is TextStart or kind is TextEnd or kind is ThinkingEnd:
-        obj = {"type": event.type, "index": event.index}  # type: ignore[union-attr]
-    elif kind is ThinkingStart:
-        assert isinstance(event, ThinkingStart)
-        block = event.partial.content[event.index]
-        obj = {"type": "thinking_start", "index": event.index}
-        if isinstance(block, ThinkingContent):
-            if block.redacted:
-                obj["redacted"] = True
-            if block.signature:
-                obj["signature"] = block.signature
-    elif kind is ToolCallStart:
-        assert isinstance(event, ToolCallStart)
-        call = event.partial.content[event.index]
-        assert isinstance(call, ToolCall)
-        obj = {"type": "toolcall_start", "index": event.index, "id": call.id, "name": call.name}
-        if call.signature:
-            obj["signature"] = call.signature
-    elif kind is ToolCallEnd:
-        assert isinstance(event, ToolCallEnd)
-        obj = {"type": "toolcall_end", "index": event.index, "args": event.tool_call.args}
-    elif kind is StreamStart:
-        obj = {"type": "start"}
-    elif kind is Retry:
-        obj = event
-    elif kind is StreamDone:
-        obj = {"type": "done", "message": event.message}  # type: ignore[union-attr]
-    elif kind is StreamError:
-        obj = {"type": "error", "message": event.error}  # type: ignore[union-attr]
-    else:
-        return None
+    match event.type:
+        case "text_delta" | "thinking_delta" | "toolcall_delta":
+            obj = {"type": event.type, "index": event.index, "delta": event.delta}
+        case "text_start" | "text_end" | "thinking_end":
+            obj = {"type": event.type, "index": event.index}
+        case "thinking_start":
+            block = event.partial.content[event.index]
+            obj = {"type": "thinking_start", "index": event.index}
+            if isinstance(block, ThinkingContent):
+                if block.redacted:
+                    obj["redacted"] = True
+                if block.signature:
+                    obj["signature"] = block.signature
+        case "toolcall_start":
+            call = event.partial.content[event.index]
+            assert isinstance(call, ToolCall)
+            obj = {"type": "toolcall_start", "index": event.index, "id": call.id, "name": call.name}
+            if call.signature:
+                obj["signature"] = call.signature
+        case "toolcall_end":
+            obj = {"type": "toolcall_end", "index": event.index, "args": event.tool_call.args}
+        case "start":
+            obj = {"type": "start"}
+        case "retry":
+            obj = event
+        case "done":
+            obj = {"type": "done", "message": event.message}
+        case "error":
+            obj = {"type": "error", "message": event.error}
+        case _:
+            return None
     data = encode_json(obj, _encoder)
     return b"data: " + data + b"\n\n"
 

@@ -169,35 +169,35 @@ class Session:
         return None
 
     async def _handle(self, event: AgentEvent) -> None:
-        kind = event.type
-        if kind == "message_end":
-            await self.sync()
-        elif kind == "agent_start":
-            await self._record_settings()
-            await self.sync()
-        elif kind == "compaction_end":
-            if event.error is None:  # type: ignore[union-attr]
-                self._compaction = {
-                    "reason": event.reason,  # type: ignore[union-attr]
-                    "tokens_before": event.tokens_before,  # type: ignore[union-attr]
-                    "tokens_after": event.tokens_after,  # type: ignore[union-attr]
-                }
-            await self.sync()
-        elif kind == "agent_end":
-            await self.sync()
-            summary = event.summary  # type: ignore[union-attr]
-            cost = summary.cost - self._resumed_cost
-            self._resumed_cost = 0.0
-            await self._append("run_summary", {
-                "end_reason": summary.end_reason,
-                "usage": msgspec.to_builtins(summary.usage),
-                "cost": cost,
-                "duration": summary.duration,
-                "turns": summary.turns,
-            })
-            state = event.state  # type: ignore[union-attr]
-            if state is not None:
-                await self.record_run_state(state)
+        match event.type:
+            case "message_end":
+                await self.sync()
+            case "agent_start":
+                await self._record_settings()
+                await self.sync()
+            case "compaction_end":
+                if event.error is None:
+                    self._compaction = {
+                        "reason": event.reason,
+                        "tokens_before": event.tokens_before,
+                        "tokens_after": event.tokens_after,
+                    }
+                await self.sync()
+            case "agent_end":
+                await self.sync()
+                summary = event.summary
+                cost = summary.cost - self._resumed_cost
+                self._resumed_cost = 0.0
+                await self._append("run_summary", {
+                    "end_reason": summary.end_reason,
+                    "usage": msgspec.to_builtins(summary.usage),
+                    "cost": cost,
+                    "duration": summary.duration,
+                    "turns": summary.turns,
+                })
+                state = event.state
+                if state is not None:
+                    await self.record_run_state(state)
 
     async def sync(self) -> None:
         """Append the agent's messages committed since the last sync (a transcript that was
@@ -339,35 +339,35 @@ class Session:
         for pos, e in enumerate(entries):
             self._position[e.id] = pos
             self._last_id = e.id
-            kind = e.type
             p = e.payload
-            if kind == "message":
-                m = _message(p["message"])
-                by_id[e.id] = m
-                if not p.get("detached"):
-                    self.messages.append(m)
-                    self.message_ids.append(e.id)
-                    self.pending_state = None
-            elif kind == "compaction" or kind == "rewind":
-                ids = [i for i in p.get("message_ids", []) if i in by_id]
-                self.messages = [by_id[i] for i in ids]
-                self.message_ids = ids
-                if kind == "rewind":
-                    self._undone.update(p.get("undone_checkpoints", []))
-                    self.pending_state = None
-            elif kind == "session":
-                self.cwd = str(p.get("cwd", ""))
-            elif kind == "model_change":
-                self.model = p.get("model")
-            elif kind == "thinking_change":
-                self.thinking = p.get("level")
-            elif kind == "permission_mode_change":
-                self.permission_mode = p.get("mode")
-            elif kind == "checkpoint":
-                self._checkpoints.append((pos, e.id, p))
-            elif kind == "run_state":
-                try:
-                    self.pending_state = RunState.from_dict(p["state"])
-                except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:
-                    log.warning("Session %s: skipping an unreadable run state (%s)", self.id, exc)
+            match e.type:
+                case "message":
+                    m = _message(p["message"])
+                    by_id[e.id] = m
+                    if not p.get("detached"):
+                        self.messages.append(m)
+                        self.message_ids.append(e.id)
+                        self.pending_state = None
+                case "compaction" | "rewind":
+                    ids = [i for i in p.get("message_ids", []) if i in by_id]
+                    self.messages = [by_id[i] for i in ids]
+                    self.message_ids = ids
+                    if e.type == "rewind":
+                        self._undone.update(p.get("undone_checkpoints", []))
+                        self.pending_state = None
+                case "session":
+                    self.cwd = str(p.get("cwd", ""))
+                case "model_change":
+                    self.model = p.get("model")
+                case "thinking_change":
+                    self.thinking = p.get("level")
+                case "permission_mode_change":
+                    self.permission_mode = p.get("mode")
+                case "checkpoint":
+                    self._checkpoints.append((pos, e.id, p))
+                case "run_state":
+                    try:
+                        self.pending_state = RunState.from_dict(p["state"])
+                    except (KeyError, ValueError, TypeError, msgspec.ValidationError) as exc:
+                        log.warning("Session %s: skipping an unreadable run state (%s)", self.id, exc)
 

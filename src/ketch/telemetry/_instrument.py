@@ -23,8 +23,6 @@ from typing import runtime_checkable
 from ..llm import AssistantMessage
 from ..llm import Model
 from ..llm import Request
-from ..llm import StreamDone
-from ..llm import StreamError
 from ..llm import StreamEvent
 from ..llm import StreamOptions
 from ..llm import Usage
@@ -184,28 +182,28 @@ class Instrumentation:
     # -- the agent's events ---------------------------------------------------------------
     def _on_event(self, event: AgentEvent) -> None:
         """Record one event of an instrumented agent's run (an ``Agent.subscribe`` listener)."""
-        kind = event.type
-        if kind == "message_update":
+        if event.type == "message_update":
             return
-        if kind == "message_start":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage:
-                self._start_chat(message.provider or self._model().provider, message.model or self._model().id)
-        elif kind == "message_end":
-            message = event.message  # type: ignore[union-attr]
-            if type(message) is AssistantMessage and self._chat is not None:
-                self._end_chat(self._chat, message)
-                self._chat = None
-        elif kind == "turn_start":
-            self._turn = event.turn  # type: ignore[union-attr]
-        elif kind == "tool_execution_start":
-            self._tool_started[event.tool_call_id] = time.time_ns()  # type: ignore[union-attr]
-        elif kind == "tool_execution_end":
-            self._tool_ended(event)
-        elif kind == "agent_start":
-            self._start_run()
-        elif kind == "agent_end":
-            self._end_run(event)
+        match event.type:
+            case "message_start":
+                message = event.message
+                if type(message) is AssistantMessage:
+                    self._start_chat(message.provider or self._model().provider, message.model or self._model().id)
+            case "message_end":
+                message = event.message
+                if type(message) is AssistantMessage and self._chat is not None:
+                    self._end_chat(self._chat, message)
+                    self._chat = None
+            case "turn_start":
+                self._turn = event.turn
+            case "tool_execution_start":
+                self._tool_started[event.tool_call_id] = time.time_ns()
+            case "tool_execution_end":
+                self._tool_ended(event)
+            case "agent_start":
+                self._start_run()
+            case "agent_end":
+                self._end_run(event)
 
     def _model(self) -> Model:
         assert self._agent is not None
@@ -508,11 +506,10 @@ class TracedModel:
         final: AssistantMessage | None = None
         try:
             async for event in model.stream(request, options):
-                kind = type(event)
-                if kind is StreamDone:
-                    final = event.message  # type: ignore[union-attr]
-                elif kind is StreamError:
-                    final = event.error  # type: ignore[union-attr]
+                if event.type == "done":
+                    final = event.message
+                elif event.type == "error":
+                    final = event.error
                 yield event
         finally:
             instr._end_chat(chat, final)

@@ -191,7 +191,6 @@ DURABLE: dict[str, Carry] = {
         "a capability's tools, hooks and checks do not cross into a durable run yet: give them to the agent directly",
     ),
     "phase": Carry("refused", "a PhaseRef lives in one process: query RunHandle.state()"),
-    "skip_initial_steering_poll": Carry("refused", "the workflow decides when it looks at its signals"),
     "deps": Carry(
         "worker", "handed to the tools on the worker (and to code inside the workflow: pure tools, hooks)", "tool activity"
     ),

@@ -32,10 +32,7 @@ from ..llm import Model
 from ..llm import Request
 from ..llm import RetriesRequests
 from ..llm import Retry
-from ..llm import StreamDone
-from ..llm import StreamError
 from ..llm import StreamOptions
-from ..llm import StreamStart
 from ..llm import ToolCall
 from ..llm import ToolSpec
 from ..llm import exception_text
@@ -171,18 +168,18 @@ def _model_activity(agent: DurableAgent, model: Model, shared: _Shared) -> Calla
         try:
             async with _heartbeating(beat):
                 async for ev in model.stream(request, options):
-                    kind = type(ev)
-                    if kind is StreamStart:
-                        pub.add({"event": jsonable(MessageStart(message=ev.partial))})  # type: ignore[union-attr]
-                    elif kind is StreamDone:
-                        final = ev.message  # type: ignore[union-attr]
-                    elif kind is StreamError:
-                        final = ev.error  # type: ignore[union-attr]
-                        retry_after = ev.retry_after  # type: ignore[union-attr]
-                    elif kind is Retry:
-                        pub.add({"event": jsonable(ev)})
-                    else:
-                        pub.add({"event": {"type": "message_update", "event": _live(ev)}})
+                    match ev.type:
+                        case "start":
+                            pub.add({"event": jsonable(MessageStart(message=ev.partial))})
+                        case "done":
+                            final = ev.message
+                        case "error":
+                            final = ev.error
+                            retry_after = ev.retry_after
+                        case "retry":
+                            pub.add({"event": jsonable(ev)})
+                        case _:
+                            pub.add({"event": {"type": "message_update", "event": _live(ev)}})
         except asyncio.CancelledError:
             signal.abort()
             raise

@@ -52,7 +52,6 @@ with workflow.unsafe.imports_passed_through():
     from ..loop import RunSummary
     from ..loop import Tool
     from ..loop import ToolContext
-    from ..loop import ToolExecutionEnd
     from ..loop import ToolResult
     from ..loop import TurnInfo
     from ..loop import UsageLimits
@@ -272,7 +271,6 @@ def _left(limits: UsageLimits | None, used: RunSummary) -> UsageLimits | bool | 
         return None
     u = used.usage
     spent = {
-        "requests": used.turns,
         "tool_calls": used.tool_calls,
         "input_tokens": u.input,
         "output_tokens": u.output,
@@ -371,11 +369,10 @@ class AgentWorkflow:
         return f"{self._call_key}/{self._calls}"
 
     def _emit(self, event: AgentEvent) -> None:
-        kind = type(event)
-        if kind is MessageEnd and isinstance(event.message, AssistantMessage):  # type: ignore[union-attr]
+        if event.type == "message_end" and isinstance(event.message, AssistantMessage):
             self._used.turns += 1
-            self._used.usage.add(event.message.usage)  # type: ignore[union-attr]
-        elif kind is ToolExecutionEnd:
+            self._used.usage.add(event.message.usage)
+        elif event.type == "tool_execution_end":
             self._used.tool_calls += 1
         if self._events_url is None:
             return
