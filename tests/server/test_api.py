@@ -316,6 +316,10 @@ async def test_static_files_and_no_traversal(servers: Any) -> None:
     assert (await server.call("GET", "/static/app.js"))[0] == 200
     assert await server.call("GET", "/static/..%2F_app.py") == (404, {"error": "no static file '../_app.py'"})
     assert (await server.call("GET", "/static/index.html"))[0] == 404
+    for name in ("marked.umd.js", "purify.min.js", "highlight.min.js", "highlight-github.min.css"):
+        assert (await server.call("GET", f"/static/vendor/{name}"))[0] == 200
+        assert f'src="/static/vendor/{name}"' in page or f'href="/static/vendor/{name}"' in page
+    assert await server.call("GET", "/static/vendor/LICENSE.marked.txt") == (404, {"error": "no static file 'vendor/LICENSE.marked.txt'"})
 
 
 async def test_sessions_created_are_listed_and_survive_a_restart(servers: Any, tmp_path: Any) -> None:

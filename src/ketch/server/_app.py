@@ -43,6 +43,12 @@ log = logging.getLogger("ketch.server")
 TOKEN_COOKIE = "ketch_token"
 MAX_BODY = 1024 * 1024
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
+VENDOR_FILES = {  # static/vendor/: marked (MIT), DOMPurify (Apache-2.0/MPL-2.0), highlight.js (BSD-3-Clause)
+    "marked.umd.js": "text/javascript",
+    "purify.min.js": "text/javascript",
+    "highlight.min.js": "text/javascript",
+    "highlight-github.min.css": "text/css",
+}
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -125,6 +131,8 @@ def _middlewares(
                     response = web.Response(status=303, headers={"Location": "/"})
                     response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
                     return response
+                if request.method == "GET" and request.path == "/" and "text/html" in request.headers.get("Accept", ""):
+                    return web.Response(status=401, text=_SIGN_IN_PAGE, content_type="text/html", headers={**_PAGE_HEADERS, "WWW-Authenticate": "Bearer"})
                 return error(
                     401,
                     "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)",
@@ -426,6 +434,24 @@ async def static(request: web.Request) -> web.Response:
     return web.Response(body=_static(name), content_type=kind, charset="utf-8", headers=_PAGE_HEADERS)
 
 
+async def vendor(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    kind = VENDOR_FILES.get(name)
+    if kind is None:
+        raise web.HTTPNotFound(text=f"no static file {'vendor/' + name!r}")
+    body = resources.files("ketch.server").joinpath("static", "vendor", name).read_bytes()
+    return web.Response(body=body, content_type=kind, charset="utf-8", headers=_PAGE_HEADERS)
+
+
+_SIGN_IN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ketch: not signed in</title></head>
+<body><h1>Not signed in</h1>
+<p>This page needs the token <code>ketch serve</code> printed: open the URL it printed
+(<code>http://…/?token=…</code>). A restarted server prints a new token unless it was given one
+(<code>--token</code> or <code>KETCH_SERVER_TOKEN</code>).</p></body></html>
+"""
+
 _PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -436,6 +462,7 @@ _PAGE_HEADERS = {
 _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]], ...] = (
     ("GET", "/", index),
     ("GET", "/static/{name}", static),
+    ("GET", "/static/vendor/{name}", vendor),
     ("GET", "/openapi.json", openapi),
     ("GET", "/api/sessions", list_sessions),
     ("POST", "/api/sessions", create_session),

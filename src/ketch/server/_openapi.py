@@ -95,6 +95,20 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
             }
         },
+        "/static/vendor/{name}": {
+            "get": {
+                "summary": "The page's vendored libraries (marked, DOMPurify, highlight.js; their licenses in the package beside them)",
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["marked.umd.js", "purify.min.js", "highlight.min.js", "highlight-github.min.css"]},
+                    }
+                ],
+                "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
+            }
+        },
         "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}, "401": _ERROR}}},
         "/api/sessions": {
             "get": {
