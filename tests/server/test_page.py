@@ -429,3 +429,44 @@ def test_send_history_sidebar_and_small_screens(tmp_path: Path, browser: Any) ->
         assert "Not signed in" in page.inner_text("h1")
     finally:
         served.stop()
+
+
+def test_a_page_on_another_port_cannot_create_a_session(tmp_path: Path, browser: Any) -> None:
+    # Every port of 127.0.0.1 is one site for the browser's cookies: the page's cookie goes
+    # with a no-cors POST from a page on another port. The server refuses it.
+    import http.server
+    import urllib.request
+
+    served = start_serve(tmp_path)
+    attack = (
+        "<!doctype html><script>"
+        f"fetch({json.dumps(served.url + '/api/sessions')}, {{method: 'POST', mode: 'no-cors', credentials: 'include', body: '{{}}'}})"
+        ".then(() => { document.title = 'sent'; }, () => { document.title = 'failed'; });"
+        "</script>"
+    ).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(attack)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        _open(browser, served)  # the browser has the page's cookie
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+        page.wait_for_function("() => document.title === 'sent'")  # the request went out, with the cookie
+        request = urllib.request.Request(f"{served.url}/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["sessions"] == []
+    finally:
+        other.shutdown()
+        other.server_close()
+        served.stop()
