@@ -470,3 +470,35 @@ def test_a_page_on_another_port_cannot_create_a_session(tmp_path: Path, browser:
         other.shutdown()
         other.server_close()
         served.stop()
+
+
+def test_waiting_for_the_model_is_shown_and_long_tool_output_starts_collapsed(tmp_path: Path, browser: Any) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"hang": True}]))  # a model that has not answered yet (loading, say)
+    served = start_serve(tmp_path, env_extra={"KETCH_TEST_SCRIPT": str(script)})
+    try:
+        page = _open(browser, served)
+        page.fill("[data-testid=input]", "Hi")
+        page.click("[data-testid=send]")
+        assert page.wait_for_selector("[data-testid=model-waiting]").inner_text() == "waiting for the model…"
+        page.reload()  # a reload while the model is still silent says so too
+        page.wait_for_selector("[data-testid=model-waiting]")
+        page.click("[data-testid=abort]")
+        page.wait_for_selector(".note:text('run ended: aborted')")
+        assert page.locator("[data-testid=model-waiting]").count() == 0
+
+        output = "\n".join(f"line {n}" for n in range(1, 101))
+        _view(
+            page,
+            "view.assistantMessage({role: 'assistant', content: [{type: 'tool_call', id: 'b1', name: 'bash', args: {command: 'seq 100'}}]});"
+            f" view.toolResult('b1', 'bash', {json.dumps(output)}, false);",
+        )
+        result = page.locator("[data-testid=tool-call][data-call-id=b1] [data-testid=tool-result]")
+        assert result.inner_text() == output and "collapsed" in (result.get_attribute("class") or "")
+        folded = result.evaluate("(node) => node.clientHeight < node.scrollHeight")
+        page.click("[data-testid=tool-call][data-call-id=b1] [data-testid=expand-result]")
+        assert "collapsed" not in (result.get_attribute("class") or "")
+        assert folded is True and result.evaluate("(node) => node.clientHeight >= node.scrollHeight") is True
+        assert page.inner_text("[data-testid=tool-call][data-call-id=b1] [data-testid=expand-result]") == "Show less"
+    finally:
+        served.stop()

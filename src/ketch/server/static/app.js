@@ -251,6 +251,7 @@ function flushRendering() {
 }
 
 // -- rendering -----------------------------------------------------------------------------
+const LONG_RESULT = 30;  // a tool result of more lines starts collapsed
 // A View is a container of messages: the transcript, or a subagent's panel inside a tool call.
 class View {
   constructor(root) {
@@ -397,6 +398,20 @@ class View {
     }
     call.result = pre;
     call.node.append(pre);
+    const lines = text.split("\n").length;
+    if (lines > LONG_RESULT) {  // long output starts collapsed
+      pre.classList.add("collapsed");
+      const more = el("button", "more", `Show all ${lines} lines`);
+      more.type = "button";
+      more.setAttribute("data-testid", "expand-result");
+      more.addEventListener("click", () => {
+        const collapsed = pre.classList.toggle("collapsed");
+        more.textContent = collapsed ? `Show all ${lines} lines` : "Show less";
+      });
+      call.result = el("div", "result-box");
+      call.result.append(pre, more);
+      call.node.append(call.result);
+    }
   }
 
   subagent(id, path, event) {
@@ -495,6 +510,17 @@ function looksLikeDiff(name, text) {
 }
 
 // -- session state ---------------------------------------------------------------------------
+function waitingForModel(on) {
+  let note = document.getElementById("model-waiting");
+  if (!on) { if (note) note.remove(); return; }
+  if (!note) {
+    note = el("div", "note waiting", "waiting for the model…");
+    note.id = "model-waiting";
+    note.setAttribute("data-testid", "model-waiting");
+  }
+  $("transcript").append(note);  // (moved) to the end
+}
+
 function setRunning(value, pending) {
   running = value;
   const status = $("status");
@@ -592,6 +618,10 @@ function onEvent(ev) {
     renderApprovals([]);
   }
   main.handle(ev);
+  // until the model answers (a local model may take a minute to load), say so
+  if (ev.type === "agent_start" || ev.type === "turn_start") waitingForModel(true);
+  else if (ev.type === "message_update" || ev.type === "agent_end" || ev.type === "tool_execution_start"
+           || (ev.type === "message_end" && (ev.message || {}).role === "assistant")) waitingForModel(false);
   if (!frame) frame = requestAnimationFrame(flushRendering);  // scrolls once a frame, not per event
 }
 
@@ -615,6 +645,8 @@ async function openSession(id, resynced) {
   main.load(state.messages || []);
   if (resynced) main.note(resynced);
   if (state.streaming) main.resume(state.streaming);
+  const silent = !(state.streaming && (state.streaming.content || []).length);
+  if (state.running && silent && ["starting", "llm_in_flight"].includes(state.phase)) waitingForModel(true);
   flushRendering();
   applyState(state);
   if (state.writable === false) {
