@@ -502,3 +502,30 @@ def test_waiting_for_the_model_is_shown_and_long_tool_output_starts_collapsed(tm
         assert page.inner_text("[data-testid=tool-call][data-call-id=b1] [data-testid=expand-result]") == "Show less"
     finally:
         served.stop()
+
+
+def test_write_results_show_their_change_as_a_diff(tmp_path: Path, browser: Any) -> None:
+    served = start_serve(tmp_path)
+    try:
+        page = _open(browser, served)
+        lines = _view(
+            page,
+            """
+            view.assistantMessage({role: "assistant", content: [
+              {type: "tool_call", id: "w1", name: "write", args: {path: "a.txt", content: "one\\ntwo\\n"}},
+              {type: "tool_call", id: "w2", name: "write", args: {path: "b.txt", content: "new\\n"}}]});
+            view.handle({type: "tool_execution_end", tool_call_id: "w1", tool_name: "write", is_error: false,
+              result: {content: [{type: "text", text: "Created a.txt"}], details: {diff: null}}});
+            view.handle({type: "tool_execution_end", tool_call_id: "w2", tool_name: "write", is_error: false,
+              result: {content: [{type: "text", text: "Wrote b.txt"}], details: {diff: "--- b.txt\\n+++ b.txt\\n@@ -1 +1 @@\\n-old\\n+new"}}});
+            const spans = (id) => [...root.querySelectorAll(`[data-call-id=${id}] [data-testid=tool-result] span`)]
+              .map((s) => [s.className, s.textContent.trimEnd()]);
+            return {w1: spans("w1"), w2: spans("w2")};
+            """,
+        )
+        assert lines == {
+            "w1": [["", "Created a.txt"], ["", "+++ a.txt"], ["add", "+one"], ["add", "+two"]],
+            "w2": [["", "Wrote b.txt"], ["", "--- b.txt"], ["", "+++ b.txt"], ["hunk", "@@ -1 +1 @@"], ["del", "-old"], ["add", "+new"]],
+        }
+    finally:
+        served.stop()

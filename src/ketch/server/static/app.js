@@ -374,12 +374,17 @@ class View {
     const subs = el("div", "subs");
     node.append(subs);
     parent.append(node);
-    this.calls.set(call.id, { node, subs, subViews: new Map(), result: null });
+    this.calls.set(call.id, { node, subs, subViews: new Map(), result: null, args: call.args || {} });
   }
 
   toolResult(id, name, text, isError) {
     const call = this.calls.get(id);
     if (!call) return;
+    const args = call.args || {};
+    if (name === "write" && !isError && !looksLikeDiff(name, text) && typeof args.content === "string") {
+      // a new file: all of its lines are added
+      text = `${text}\n+++ ${args.path || args.file_path || ""}\n` + args.content.replace(/\n$/, "").split("\n").map((l) => "+" + l).join("\n");
+    }
     call.node.classList.remove("running");
     if (isError) call.node.classList.add("error");
     if (call.result) call.result.remove();
@@ -463,9 +468,13 @@ class View {
         if (p && p.type === "subagent_event") this.subagent(ev.tool_call_id, p.path, p.event);
         break;
       }
-      case "tool_execution_end":
-        this.toolResult(ev.tool_call_id, ev.tool_name, textOf((ev.result || {}).content), ev.is_error);
+      case "tool_execution_end": {
+        const result = ev.result || {};
+        const diff = (result.details || {}).diff;  // write reports its change as a diff beside its text
+        const text = textOf(result.content);
+        this.toolResult(ev.tool_call_id, ev.tool_name, typeof diff === "string" && diff ? `${text}\n${diff}` : text, ev.is_error);
         break;
+      }
       case "compaction_end":
         this.note(ev.error ? `compaction failed: ${ev.error}` : `context compacted: ${ev.tokens_before} → ${ev.tokens_after} tokens`);
         break;
@@ -484,8 +493,11 @@ class View {
     for (const m of messages) {
       if (m.role === "user") this.userMessage(m);
       else if (m.role === "assistant") this.assistantMessage(m);
-      else if (m.role === "tool_result") this.toolResult(m.tool_call_id, m.tool_name, textOf(m.content), m.is_error);
-      else if (m.role === "context_summary") this.note("(summary of the earlier conversation)");
+      else if (m.role === "tool_result") {
+        const diff = (m.details || {}).diff;
+        const text = textOf(m.content);
+        this.toolResult(m.tool_call_id, m.tool_name, typeof diff === "string" && diff ? `${text}\n${diff}` : text, m.is_error);
+      } else if (m.role === "context_summary") this.note("(summary of the earlier conversation)");
       else this.note(`${m.role}: ${textOf(m.content)}`);
     }
   }
