@@ -84,17 +84,9 @@ def _components() -> dict[str, Any]:
     }
 
 
-def _paths() -> dict[str, Any]:
-    """The document's routes."""
+def _vendor_path() -> dict[str, Any]:
+    """The route of the page's vendored libraries."""
     return {
-        "/": {"get": {"summary": "The web page (GET /?token=T sets the page's cookie and redirects to /)", "responses": {"200": {"description": "HTML"}, "303": {"description": "token accepted"}, "401": _ERROR}}},
-        "/static/{name}": {
-            "get": {
-                "summary": "The page's script and style",
-                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["app.js", "app.css"]}}],
-                "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
-            }
-        },
         "/static/vendor/{name}": {
             "get": {
                 "summary": "The page's vendored libraries (marked, DOMPurify, highlight.js; their licenses in the package beside them)",
@@ -109,6 +101,21 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
             }
         },
+    }
+
+
+def _paths() -> dict[str, Any]:
+    """The document's routes."""
+    return {
+        "/": {"get": {"summary": "The web page (GET /?token=T sets the page's cookie and redirects to /)", "responses": {"200": {"description": "HTML"}, "303": {"description": "token accepted"}, "401": _ERROR}}},
+        "/static/{name}": {
+            "get": {
+                "summary": "The page's script and style",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["app.js", "app.css"]}}],
+                "responses": {"200": {"description": "file"}, "401": _ERROR, "404": _ERROR},
+            }
+        },
+        **_vendor_path(),
         "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}, "401": _ERROR}}},
         "/api/sessions": {
             "get": {
