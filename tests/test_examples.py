@@ -64,6 +64,13 @@ EXPECTED = {
     "providers/openai_compatible.py": ["Hello from tiny-1!", "provider=mylab id=tiny-1 tokens=16"],
     "aiohttp_app/app.py": ["POST /ask -> {'answer': '2 + 40 = 42.'", 'data: {"delta": " 42."}', "event: done"],
     "testing/test_support_agent.py": ["3 passed"],
+    "editors/claude_sdk.py": ["-> write({'path': 'hello.txt', 'content': 'hi\\n'})", "asked: write hello.txt",
+                              "assistant: I wrote hello.txt.", "result: success, 2 turns", "hello.txt: hi"],
+    "editors/acp_client.py": ["tool call: Read a.txt (read)", "tool call: Edit a.txt (edit)",
+                              "diff a.txt: 'hello world\\n' -> 'hello there\\n'",
+                              "permission for Edit a.txt: ['allow_once', 'allow_always', 'reject_once']",
+                              "editor buffer a.txt <- 'hello there\\n'", "agent: Edited a.txt.",
+                              "stop reason: end_turn"],
 }
 
 

@@ -34,8 +34,11 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
+    "skills": {"loop"},
     "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
+    "memory": {"loop", "paths"},
+    "web": {"llm", "loop"},
 }
 
 
@@ -123,6 +126,7 @@ def test_nothing_imports_the_cli_and_there_is_no_cycle() -> None:
 CORE = {"ketch", "llm", "loop", "agent", "lazy", "paths", "proc", "schema", "shell", "sandbox", "__main__"}
 PRIVATE_ALLOWED: dict[str, set[str]] = {
     "context": {"ketch.llm._tokens"},
+    "web": {"ketch.llm._http"},  # the process's shared aiohttp session and proxy lookup
     "cli": {
         "ketch.llm._http",
         "ketch.llm._messages",

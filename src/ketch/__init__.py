@@ -25,6 +25,7 @@ from ._agent import AgentStream
 from .llm import AbortSignal
 from .llm import AssistantMessage
 from .llm import CustomMessage
+from .llm import DocumentContent
 from .llm import ImageContent
 from .llm import Message
 from .llm import Model
@@ -85,6 +86,7 @@ __all__ = [
     "Capability",
     "Conversation",
     "CustomMessage",
+    "DocumentContent",
     "Guardrail",
     "GuardrailResult",
     "ImageContent",

@@ -34,6 +34,7 @@ from .llm._messages import ImageContent
 from .llm._messages import Message
 from .llm._messages import TextContent
 from .llm._messages import Usage
+from .llm._messages import UserContent
 from .llm._messages import UserMessage
 from .llm._model import Model
 from .llm._model import ThinkingLevel
@@ -167,7 +168,7 @@ class AgentSession(Protocol):
 
 
 def _user_message(text: str, images: Sequence[ImageContent] | None) -> UserMessage:
-    content: list[TextContent | ImageContent] = [TextContent(text=text)]
+    content: list[UserContent] = [TextContent(text=text)]
     if images:
         content.extend(images)
     return UserMessage(content=content)

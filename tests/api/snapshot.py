@@ -35,9 +35,12 @@ FACES = (
     "ketch.teams",
     "ketch.tasks",
     "ketch.subagents",
+    "ketch.skills",
     "ketch.telemetry",
     "ketch.server",
     "ketch.temporal",
+    "ketch.memory",
+    "ketch.web",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -42,9 +42,12 @@ PAGES = {
     "ketch.teams": "teams",
     "ketch.tasks": "tasks",
     "ketch.subagents": "subagents",
+    "ketch.skills": "skills",
     "ketch.telemetry": "telemetry",
     "ketch.server": "server",
     "ketch.temporal": "temporal",
+    "ketch.memory": "memory",
+    "ketch.web": "web",
 }
 
 

@@ -224,3 +224,23 @@ def test_proxy_flags_without_good_client_tokens_are_one_line_usage_errors(tmp_pa
         )
         assert (proc.returncode, proc.stderr) == (2, message)
         assert PROXY_TOKEN not in proc.stderr
+
+
+def test_a_custom_slash_command_sent_from_the_page_runs_expanded(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["Hello, Ann!"]))
+    log = tmp_path / "requests.jsonl"
+    commands = tmp_path / "home" / ".config" / "ketch" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "hello.md").write_text("Say hello to $1.")
+    served = start_serve(tmp_path, env_extra={"KETCH_TEST_SCRIPT": str(script), "KETCH_TEST_REQUESTS": str(log)})
+    try:
+        status, body = _get(f"{served.url}/api/sessions", method="POST", body={})
+        sid = json.loads(body)["id"]
+        status, body = _get(f"{served.url}/api/sessions/{sid}/prompt", method="POST", body={"text": "/hello Ann"})
+        assert status == 202
+        _events_until_idle(f"{served.url}/api/sessions/{sid}/events?last_event_id=" + json.loads(body)["last_event_id"])
+        (request,) = [json.loads(line) for line in log.read_text().splitlines()]
+        assert request["messages"][0]["content"][0]["text"] == "Say hello to Ann."
+    finally:
+        assert served.stop() == 0

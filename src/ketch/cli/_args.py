@@ -10,8 +10,39 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+from typing import Literal
 from typing import NoReturn
+from typing import TypeAlias
+from typing import get_args
+
+OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+"""The headless output formats (``ketch run -o``)."""
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
+
+EXIT_USAGE = 2
+"""Usage and configuration errors."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (SIGINT, as a shell reports it), and the exit code of an aborted run."""
+EXIT_BROKEN_PIPE = 141
+"""Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
+tool that SIGPIPE stopped."""
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at ``/dev/null``, so that nothing more written to stdout
+    (the interpreter's final flush included) fails once its reader is gone."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -16,6 +16,7 @@ above; deeper files win. All are TOML::
     system_prompt = "Be brief."
     tools = ["read", "grep", "find", "ls"]
     compaction = true                      # false: no automatic context management
+    memory = true                          # long-term memory (ketch.memory), per user and project
     context_window = 200000                # override the model's context window (tokens)
 
     [[hooks.PreToolUse]]                   # lifecycle hooks, Claude Code's shape (ketch.hooks)
@@ -163,6 +164,7 @@ class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tools: list[str] | None = None
     compaction: bool | None = None
     context_window: int | None = None
+    memory: bool | None = None
 
 
 class _File(_Scalars, kw_only=True, forbid_unknown_fields=True):
@@ -178,7 +180,9 @@ class Settings(_Scalars, kw_only=True):
     The first fields are the config file's top-level values (:class:`_Scalars`), here
     with their defaults: unset (None) but ``thinking`` ``off`` and ``compaction`` on.
     ``compaction`` turns the agent's context manager on (the default) or off;
-    ``context_window`` replaces the model's context window in tokens. ``allow``, ``ask``
+    ``context_window`` replaces the model's context window in tokens; ``memory`` gives the
+    agent long-term memory (:mod:`ketch.memory`, kept per user and project in the user's
+    data directory). ``allow``, ``ask``
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
     (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
@@ -194,6 +198,7 @@ class Settings(_Scalars, kw_only=True):
 
     thinking: str = "off"
     compaction: bool = True
+    memory: bool = False
     permission_mode: str = "default"
     allow: list[Rule] = msgspec.field(default_factory=list)
     ask: list[Rule] = msgspec.field(default_factory=list)
@@ -389,7 +394,7 @@ def _read(path: Path) -> _File:
 
 
 _FILE_SCALARS = _Scalars.__struct_fields__
-_FLAG_NAMES = {"compaction": "--no-compaction"}
+_FLAG_NAMES = {"compaction": "--no-compaction", "memory": "--memory"}
 
 
 def _holds_key(data: _File) -> bool:
@@ -486,7 +491,7 @@ def _apply_project(
     mcp_path: Path,
     gate: Gate,
 ) -> None:
-    """Apply the project's config files, ``.mcp.json`` servers and agent files to
+    """Apply the project's config files, ``.mcp.json`` servers, agent files, skills and commands to
     ``settings`` through ``gate`` (the ignored ones are left in ``gate.ignored``, also
     the looser ``[sandbox.limits]`` a file named)."""
     settings.ignored = gate.ignored
@@ -504,6 +509,12 @@ def _apply_project(
         from ._subagents import project_agents
 
         project_agents(settings.project_root, gate)
+        from ._skills import project_skills
+
+        project_skills(settings.project_root, gate)
+        from ._commands import project_commands
+
+        project_commands(settings.project_root, gate)
 
 
 def load_settings(
@@ -531,6 +542,17 @@ def load_settings(
         settings.files.append(user)
         if _holds_key(data):
             settings.key_files.append(user)
+    from ._plugins import plugin_hooks
+    from ._plugins import plugin_mcp_servers
+
+    for hooks, origin_text in plugin_hooks(env):  # trusted plugins' hooks: after the user's, before the project's
+        try:
+            settings.hooks.extend(parse_hooks(hooks, origin_text))
+        except HookConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    for name, entry, origin in plugin_mcp_servers(env):  # trusted plugins' servers; the user's win
+        settings.mcp_servers[name] = entry
+        settings.mcp_origins[name] = str(origin)
     user_mcp = user_mcp_json(env)
     for name, entry in read_mcp_json(user_mcp).get("mcpServers", {}).items():
         settings.mcp_servers[name] = entry

@@ -9,6 +9,10 @@ Commands (each may carry an ``"id"``, a string or an integer, echoed in its answ
 - ``{"type": "user", "text": "…"}``: starts a run when none is active; while one is
   active it steers it (the text reaches the model at its next turn); while a run is
   paused for approval it is queued as a follow-up of the resumed run.
+- A ``user`` or ``follow_up`` text ``/NAME args`` of a custom command
+  (:mod:`ketch.cli._commands`) is sent expanded, and its ack names it
+  (``"slash_command": "/NAME"``); a run it starts uses the command's ``model`` and
+  ``allowed-tools``. Any other text starting with ``/`` is sent as it is.
 - ``{"type": "follow_up", "text": "…"}``: while a run is active (or paused), queued to
   run when the agent would otherwise stop; otherwise it starts a run. A steer or
   follow-up that comes as the run is ending starts the next run at once (with its own
@@ -38,11 +42,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
-import threading
-from collections import deque
 from collections.abc import Awaitable
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,8 @@ from ._sessions import SessionOptions
 from ._sessions import use_recorded_model
 from ._signals import exit_now
 from ._signals import handle_signals
+from ._stdio import MAX_LINE
+from ._stdio import StdinLines
 from ._wire import EXIT_BROKEN_PIPE
 from ._wire import EXIT_INTERRUPTED
 from ._wire import BrokenPipeGuard
@@ -93,8 +96,6 @@ COMMANDS = ("user", "follow_up", "interrupt", "control", "approve", "deny", "edi
 CONTROL_SUBTYPES = ("set_model", "set_permission_mode", "set_thinking")
 """The ``subtype`` of a ``control`` command."""
 
-MAX_LINE = 16 * 1024 * 1024
-"""The longest command line read (bytes); a longer one is answered with an error."""
 
 _EXAMPLE = '{"type": "user", "text": "…"}'
 
@@ -114,6 +115,7 @@ class Ack(msgspec.Struct, kw_only=True, omit_defaults=True, tag="ack", tag_field
     applies: str | UnsetType = UNSET
     call_id: str | UnsetType = UNSET
     waiting: list[str] | UnsetType = UNSET
+    slash_command: str | UnsetType = UNSET
 
 
 class ErrorLine(msgspec.Struct, kw_only=True, omit_defaults=True, tag="error", tag_field="type"):
@@ -210,76 +212,6 @@ def _warn_utf8() -> None:
         sys.stderr.flush()
 
 
-class _StdinLines:
-    """The lines of stdin, read by a thread (works for pipes, files and terminals alike):
-    ``await get()`` returns the next line without its newline, None at the end. The
-    lines of one read are handed over together, so commands written together (a prompt
-    and an interrupt, say) are handled one after the other before any run moves on."""
-
-    def __init__(self, fd: int = 0) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
-        self._ready: deque[bytes] = deque()
-        self._done = False
-        self._fd = fd
-        threading.Thread(target=self._read, name="ketch-stdin", daemon=True).start()
-
-    def _put(self, item: list[bytes] | None) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: the command is exiting
-            pass
-
-    def _read(self) -> None:
-        buffer = bytearray()
-        searched = 0
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except InterruptedError:
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                if buffer:
-                    self._put([bytes(buffer)])
-                self._put(None)
-                return
-            buffer += chunk
-            lines: list[bytes] = []
-            while True:
-                end = buffer.find(b"\n", searched)
-                if end < 0:
-                    searched = len(buffer)
-                    if len(buffer) > MAX_LINE:  # keep the start (an error names it), drop the rest
-                        del buffer[MAX_LINE:]
-                        searched = len(buffer)
-                    break
-                lines.append(bytes(buffer[:end]))
-                del buffer[: end + 1]
-                searched = 0
-            if lines:
-                self._put(lines)
-
-    async def get(self) -> bytes | None:
-        """The next line, or None at the end of input."""
-        while not self._ready:
-            if self._done:
-                return None
-            batch = await self._queue.get()
-            if batch is None:
-                self._done = True
-                return None
-            self._ready.extend(batch)
-        return self._ready.popleft()
-
-    def end(self) -> None:
-        """Make :meth:`get` return None (the session ends early)."""
-        self._done = True
-        self._ready.clear()
-        self._queue.put_nowait(None)
-
-
 # -- the session --------------------------------------------------------------------------
 
 
@@ -307,7 +239,12 @@ class _Controller:
         self.abort_requested = False
         self.line = 0
         self.ending = False
-        self.lines: _StdinLines | None = None
+        self.lines: StdinLines | None = None
+        from ._commands import load_custom_commands
+
+        self.commands, warnings = load_custom_commands(settings)
+        for warning in warnings:
+            sys.stderr.write(warning + "\n")
 
     # -- runs --
     @property
@@ -405,6 +342,10 @@ class _Controller:
         kind: str = command["type"]
         if kind in ("user", "follow_up"):
             text = _text(command, "text", kind)
+            custom = self._custom(text)
+            if custom is not None:
+                name, prompt = custom
+                return Ack(command=kind, as_=self._deliver(kind, prompt, self.commands[name]), slash_command=f"/{name}")
             return Ack(command=kind, as_=self._deliver(kind, text))
         if kind == "interrupt":
             running = self.active
@@ -414,7 +355,17 @@ class _Controller:
             return await self._control(command)
         return self._decide(kind, command)
 
-    def _deliver(self, kind: str, text: str) -> str:
+    def _custom(self, text: str) -> tuple[str, str] | None:
+        """(name, prompt) when ``text`` is ``/NAME args`` of a custom command."""
+        if not text.startswith("/"):
+            return None
+        from ._commands import split_line
+
+        name, arguments = split_line(text)
+        command = self.commands.get(name)
+        return (name, command.expand(arguments)) if command is not None else None
+
+    def _deliver(self, kind: str, text: str, custom: Any = None) -> str:
         if self.paused is not None:
             self.agent.follow_up(text)
             return "follow_up"
@@ -424,7 +375,12 @@ class _Controller:
                 return "steer"
             self.agent.follow_up(text)
             return "follow_up"
-        self.start(lambda: self.built.prompt(text))
+        if custom is not None:  # its model and allowed tools apply to the run it starts
+            from ._commands import run_command
+
+            self.start(lambda: run_command(self.built, self.settings, custom, text))
+        else:
+            self.start(lambda: self.built.prompt(text))
         return "prompt"
 
     def _paused_note(self) -> str:
@@ -514,7 +470,7 @@ class _Controller:
         """Read commands until the end of input (or a signal), then wait for the active
         run; returns the exit code."""
         self.agent.subscribe(self._on_event)
-        lines = self.lines = _StdinLines()
+        lines = self.lines = StdinLines()
         code = [0]
         hits = [0]
 

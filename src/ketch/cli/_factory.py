@@ -19,6 +19,7 @@ with :func:`context_reserve` tokens kept free for the answer.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -547,7 +548,8 @@ def build_gated_tools(
     scripts = config_paths(settings, root, specs)
     permissions = PermissionEngine(
         settings.permission_mode,
-        allow=settings.allow,
+        # memory turned on: its tool edits only the memory's own directory (ask/deny rules still apply)
+        allow=[*settings.allow, Rule("memory", text="memory", source="memory")] if settings.memory else settings.allow,
         ask=settings.ask,
         deny=[*settings.deny, *key_file_rules(settings)],
         approver=approver,
@@ -640,8 +642,19 @@ def build_agent(
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     project = instructions.capability() if instructions is not None else None
+    capabilities: list[Any] = []
     if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
-        config["capabilities"] = [project]
+        capabilities.append(project)
+    if settings.memory:
+        capabilities.append(memory_capability(root, environ))
+    if not embedded:
+        from ._skills import skills_capability
+
+        skills = skills_capability(settings, environ)
+        if skills is not None:  # the skills' names and descriptions, and the skill tool
+            capabilities.append(skills)
+    if capabilities:
+        config["capabilities"] = capabilities
     if session is not None:
         config["session"] = session
     agent = Agent(
@@ -675,6 +688,20 @@ def build_agent(
     )
     built.fit_context(settings)
     return built
+
+
+def memory_capability(root: Path, environ: Mapping[str, str] | None = None) -> Any:
+    """Long-term memory for the command (``memory = true``, ``--memory``): a
+    :class:`ketch.memory.Memory` over the files of the user (the login name) in the project
+    at ``root``, kept in the user's data directory (``~/.local/share/ketch/memory``), never
+    in the project, so a repository cannot plant notes."""
+    from ..memory import Memory
+    from ..memory import default_memory_dir
+    from ..memory import scoped_memory_dir
+
+    env = os.environ if environ is None else environ
+    user = re.sub(r"[^A-Za-z0-9._-]", "_", env.get("USER") or env.get("LOGNAME") or "user")[:64].lstrip(".-") or "user"
+    return Memory(scoped_memory_dir(default_memory_dir(env), user=user, project=root))
 
 
 def _tool_chooser(

@@ -432,11 +432,28 @@ async def _run_in_session(
             result = await agent.resume(paused, decisions=decisions)
         else:
             assert task is not None
-            result = await built.prompt(task)
+            result = await _prompt(built, settings, task)
     finally:
         run_over()
         await built.session_end("other")
     return _report(result, built, settings, model_name, session_id, output, stream, guard)
+
+
+async def _prompt(built: Built, settings: Settings, task: str) -> Any:
+    """Run ``task``; a task ``/NAME args`` naming a custom command runs it expanded
+    (:mod:`ketch.cli._commands`), with its model and allowed tools."""
+    if task.startswith("/"):
+        from ._commands import load_custom_commands
+        from ._commands import run_command
+        from ._commands import split_line
+
+        commands, warnings = load_custom_commands(settings)
+        for warning in warnings:
+            sys.stderr.write(warning + "\n")
+        name, arguments = split_line(task)
+        if name in commands:
+            return await run_command(built, settings, commands[name], commands[name].expand(arguments))
+    return await built.prompt(task)
 
 
 def _report(

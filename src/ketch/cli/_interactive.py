@@ -34,6 +34,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from prompt_toolkit.formatted_text import StyleAndTextTuples
 
     from ..sessions import Session as SavedSession
+    from ._commands import CustomCommand
     from ._sessions import SessionOptions
 
 
@@ -154,13 +156,15 @@ def path_completions(root: Path, partial: str, hidden: Callable[[str], bool] | N
     return out
 
 
-def make_completer(root: Path, hidden: Callable[[str], bool] | None = None) -> Any:
+def make_completer(
+    root: Path, hidden: Callable[[str], bool] | None = None, custom: Sequence[tuple[str, str]] = ()
+) -> Any:
     """The prompt's completer: slash commands at the start of the input (with what each
     does), ``@`` paths of the workspace anywhere (:func:`path_completions`)."""
     from prompt_toolkit.completion import Completer
     from prompt_toolkit.completion import Completion
 
-    commands = slash_commands()
+    commands = [*slash_commands(), *custom]
 
     class _Completer(Completer):
         def get_completions(self, document: Any, complete_event: Any) -> Any:
@@ -370,6 +374,11 @@ class Session:
         self.exit_armed = False
         self.compacting = False
         self.exit_code: int | None = None
+        from ._commands import load_custom_commands
+
+        self.commands, warnings = load_custom_commands(settings)
+        for warning in warnings:
+            print(warning, file=sys.stderr)
 
     # -- pieces of the screen -------------------------------------------------------------
     def _message(self) -> str:
@@ -574,17 +583,25 @@ class Session:
         self.task = asyncio.create_task(self._run(line))
         return True
 
-    async def _run(self, text: str) -> None:
+    async def _run(self, text: str, custom: CustomCommand | None = None) -> None:
+        """Run ``text`` (with ``custom``: the arguments of that custom command)."""
         r = self.renderer
         assert r is not None
         try:
+            if custom is not None:
+                text = custom.expand(text)
             text = await self._attach(text)
         except Exception as exc:  # guards the session itself
             r.note(f"error: {exception_text(exc)}", "red")
             return
         self.built.arm()
         try:
-            result = await self.built.prompt(text)
+            if custom is not None:
+                from ._commands import run_command
+
+                result = await run_command(self.built, self.settings, custom, text)
+            else:
+                result = await self.built.prompt(text)
             if result.end_reason == "stop_guard" and not result.messages:  # a UserPromptSubmit hook blocked it
                 r.note(result.summary.error or "prompt blocked", "red")
         except Exception as exc:  # the loop does not raise; this guards the session itself
@@ -651,7 +668,10 @@ class Session:
         if name in ("/exit", "/quit"):
             return False
         if name == "/help":
-            r.note(HELP, "")
+            from ._commands import help_text
+
+            custom = help_text(self.commands)
+            r.note(f"{HELP}\n{custom}" if custom else HELP, "")
         elif name == "/cost":
             u = r.usage
             r.note(
@@ -739,6 +759,11 @@ class Session:
                 r.note("\n".join(status_lines(self.mcp.status(), self.settings.mcp_origins)), "")
         elif name in ("/sessions", "/fork", "/rewind", "/export"):
             await self._session_command(name, arg, busy)
+        elif name[1:] in self.commands:
+            if busy:
+                r.note(f"{name}: a run is active; send it when it is done (Ctrl-C aborts the run)", "yellow")
+            else:
+                self.task = asyncio.create_task(self._run(arg, self.commands[name[1:]]))
         else:
             r.note(f"unknown command {name}; /help lists the commands", "red")
         return True
@@ -916,7 +941,9 @@ class Session:
             bottom_toolbar=self._toolbar,
             refresh_interval=0.25,
             key_bindings=bindings,
-            completer=make_completer(self.root, self._hidden()),
+            completer=make_completer(
+                self.root, self._hidden(), [(f"/{c.name}", c.description) for c in self.commands.values()]
+            ),
             complete_while_typing=Condition(_completing),  # the menu shows for / and @ only
             prompt_continuation=lambda width, line_number, is_soft_wrap: " " * width,
         )

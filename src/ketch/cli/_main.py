@@ -10,6 +10,8 @@
     ketch config                the effective settings and where they come from
     ketch sessions …            list, show, export and delete saved sessions
     ketch mcp …                 serve ketch over MCP; list, add and remove MCP servers
+    ketch skills list           the Agent Skills found and where from
+    ketch plugin …              add, list, remove, enable and disable plugins
     ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
     ketch help | --help         the commands and options; ``--version`` the installed version
 
@@ -37,7 +39,6 @@ U+FFFD for the bad bytes and one warning line on stderr; the rest is kept.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import os
 import sys
@@ -47,25 +48,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
-from ..llm._model import THINKING_LEVELS
-from ..permissions import PERMISSION_MODES
+from ._args import EXIT_BROKEN_PIPE
+from ._args import EXIT_INTERRUPTED
+from ._args import EXIT_USAGE
+from ._args import OUTPUT_FORMATS
 from ._args import OneLineParser
 from ._args import finite_non_negative
 from ._args import positive_int
-from ._config import TRUST_ENV
-from ._config import ConfigError
-from ._config import Settings
-from ._config import directory
-from ._config import finish_settings
-from ._config import load_settings
-from ._wire import EXIT_BROKEN_PIPE
-from ._wire import EXIT_INTERRUPTED
-from ._wire import EXIT_USAGE
-from ._wire import OUTPUT_FORMATS
-from ._wire import silence_stdout
+from ._args import silence_stdout
 
 if TYPE_CHECKING:
+    from ._config import Settings
     from ._sessions import SessionOptions
+
+# Only what parsing the command line needs is imported here: ``ketch acp`` and the Claude
+# Code compatible mode answer their client's first request before the agent's modules load.
 
 # The commands besides ``run``: the module that has each (imported when it runs, so that
 # ``ketch`` starts fast) and its entry point, which takes the arguments after the command.
@@ -75,8 +72,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "config": ("._show_config", "config_command"),
     "sessions": ("._sessions", "sessions_command"),
     "mcp": ("._mcp", "mcp_command"),
+    "skills": ("._skills", "skills_command"),
+    "plugin": ("._plugins", "plugin_command"),
     "serve": ("._serve", "serve_command"),
     "worker": ("._worker", "worker_command"),
+    "acp": ("._acp", "acp_command"),
 }
 
 _EPILOG = """\
@@ -88,8 +88,11 @@ commands:
   ketch config                effective settings and their sources (keys redacted)
   ketch sessions list|show|export|delete   saved sessions (see ketch sessions --help)
   ketch mcp serve|list|add|remove          ketch as an MCP server; the MCP servers it uses
+  ketch skills list [--json]               the Agent Skills (SKILL.md folders) found, and where from
+  ketch plugin add|list|remove|enable|disable   plugins (Claude Code's layout): skills, commands, agents
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
+  ketch acp                   serve the Agent Client Protocol on stdio (Zed, JetBrains, Neovim, Emacs)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
   ketch help | --version      this help; the installed version
 
@@ -101,6 +104,9 @@ exit codes: 0 success, 1 error, 2 usage/config error, 3 max turns, 4 max budget,
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose the model, its limits, the tools and the permissions:
     ``ketch``, ``ketch run`` and ``ketch serve`` take them alike."""
+    from ..llm._model import THINKING_LEVELS
+    from ..permissions import PERMISSION_MODES
+
     parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
     parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
     parser.add_argument("--max-turns", type=positive_int, help="stop after this many model calls")
@@ -121,6 +127,8 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
 def add_agent_settings(parser: argparse.ArgumentParser) -> None:
     """Project trust, the first call's tool choice and context management (the same
     for ``ketch run`` and ``ketch serve``)."""
+    from ._config import TRUST_ENV
+
     parser.add_argument(
         "--trust-project",
         action="store_true",
@@ -130,6 +138,11 @@ def add_agent_settings(parser: argparse.ArgumentParser) -> None:
         "--tool-choice",
         metavar="CHOICE",
         help="auto | required | none | <tool name>: applies to the first model call of a run only",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="long-term memory: a memory tool over notes kept per user and project (also memory = true in config)",
     )
     parser.add_argument(
         "--no-compaction",
@@ -229,6 +242,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "system_prompt": args.system_prompt,
         "permission_mode": args.permission_mode,
         "compaction": False if args.no_compaction else None,
+        "memory": True if args.memory else None,
         "context_window": args.context_window,
     }
     if args.tools is not None:
@@ -311,6 +325,7 @@ def _read_stdin() -> str:
 def _check_model(settings: Settings, tool_choice: str | None) -> None:
     """Fail before the run when the chosen provider needs a key and has none, or when
     ``--tool-choice`` names no tool of the run."""
+    from ._config import ConfigError
     from ._factory import BUILTIN_TOOLS
     from ._factory import api_key_for
     from ._factory import choose_model
@@ -388,6 +403,8 @@ def _local_missing(model_id: str) -> str | None:
 def _check_local(spec: str, model_id: str, *, chosen: bool) -> None:
     """Fail before the run when the embedded model cannot run here: name what is missing,
     the install line and (when it was picked for lack of a key) the key variables."""
+    from ._config import ConfigError
+
     missing = _local_missing(model_id)
     if missing is None:
         return
@@ -404,6 +421,8 @@ def _check_local(spec: str, model_id: str, *, chosen: bool) -> None:
 
 def _check_cli_extra() -> None:
     """The interactive session needs rich and prompt_toolkit (the ``cli`` extra)."""
+    from ._config import ConfigError
+
     missing = [name for name in ("prompt_toolkit", "rich") if not _found(name)]
     if missing:
         raise ConfigError(_cli_extra_message(missing[0]))
@@ -417,6 +436,10 @@ def _cli_extra_message(module: str) -> str:
 
 
 def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings, Path]:
+    from ._config import directory
+    from ._config import finish_settings
+    from ._config import load_settings
+
     root = directory(args.cwd)
     settings = load_settings(root, _flags(args), trust=args.trust_project, ask_trust=_ask_trust if ask else None)
     resuming = bool(getattr(args, "resume", None) or args.continue_session)
@@ -427,6 +450,7 @@ def _settings(args: argparse.Namespace, *, ask: bool = False) -> tuple[Settings,
 
 def _session_options(args: argparse.Namespace) -> SessionOptions:
     """The session flags, checked for combinations that make no sense."""
+    from ._config import ConfigError
     from ._sessions import SessionOptions
 
     resume: str | None = getattr(args, "resume", None)
@@ -447,6 +471,10 @@ def _session_options(args: argparse.Namespace) -> SessionOptions:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ._config import ConfigError
+
     _clean_args(args)
     task = args.task
     headless = getattr(args, "headless", False)
@@ -614,6 +642,12 @@ def meant_command(word: str) -> str | None:
 
 def _dispatch(argv: list[str]) -> int:
     command = argv[0] if argv else None
+    if any(a == "--output-format" or a.startswith("--output-format=") for a in argv):
+        from ._claude_compat import is_sdk_invocation
+        from ._claude_compat import sdk_command
+
+        if is_sdk_invocation(argv):  # the Claude Agent SDK's invocation of Claude Code
+            return sdk_command(argv)
     if command == "run":
         return _run(_run_parser().parse_args(argv[1:]))
     if command in _SUBCOMMANDS:

@@ -18,10 +18,15 @@ Replies are taken in order by every request, including the summary request of a 
 compaction (its system prompt is :data:`ketch.context._summary.SUMMARY_SYSTEM_PROMPT`): put
 the summary reply (``"<summary>…</summary>"``) where the compaction happens, e.g. after the
 replies of the turns before it. ``--context-window`` makes a short script compact.
+
+With ``KETCH_TEST_REQUESTS=<path>`` every request the scripted model gets is appended
+to that file as one JSON line: ``{"system_prompt": ..., "messages": [...], "tools":
+[names]}``, so a test through the command can assert what the model was sent.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,25 @@ from ..testing import Reply
 from ..testing import ScriptedModel
 
 SCRIPT_ENV = "KETCH_TEST_SCRIPT"
+REQUESTS_ENV = "KETCH_TEST_REQUESTS"
+
+
+class _LoggedScriptedModel(ScriptedModel):
+    """A :class:`ScriptedModel` that also appends each request to a JSON-lines file."""
+
+    def __init__(self, replies: list[str | Reply], log: str) -> None:
+        super().__init__(replies, provider="scripted", api="scripted", id="scripted-model")
+        self._log = log
+
+    def _record(self, request: Any, options: Any) -> None:
+        super()._record(request, options)
+        line = {
+            "system_prompt": request.system_prompt,
+            "messages": list(request.messages),
+            "tools": [t.name for t in request.tools],
+        }
+        with open(self._log, "ab") as f:
+            f.write(msgspec.json.encode(line) + b"\n")
 
 
 def load_scripted_model(path: str) -> ScriptedModel:
@@ -56,6 +80,9 @@ def load_scripted_model(path: str) -> ScriptedModel:
         replies = msgspec.convert(raw, type=list[str | Reply])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"invalid model script {path}: {exc}") from None
+    log = os.environ.get(REQUESTS_ENV)
+    if log:
+        return _LoggedScriptedModel(replies, log)
     return ScriptedModel(replies, provider="scripted", api="scripted", id="scripted-model")
 
 

@@ -103,8 +103,20 @@ def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
         await session.record_permission_mode(built.permissions.mode)
         await built.session_start("resume" if session.messages else "startup")
 
+        from ._commands import load_custom_commands
+        from ._commands import run_command
+        from ._commands import split_line
+
+        commands, warnings = load_custom_commands(own)
+        for line in warnings:
+            sys.stderr.write(line + "\n")
+
         async def prompt(text: str) -> Any:
             built.arm()
+            name, arguments = split_line(text) if text.startswith("/") else ("", "")
+            command = commands.get(name)
+            if command is not None:  # a custom slash command (ketch.cli._commands), expanded
+                return await run_command(built, own, command, command.expand(arguments))
             return await built.prompt(text)
 
         def set_model(spec: str) -> None:

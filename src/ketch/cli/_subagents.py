@@ -48,8 +48,10 @@ PROJECT_AGENTS = Path(".ketch") / "agents"
 
 
 def agent_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
-    """Where agent files are read from, in order: the user's, then the project's."""
-    dirs = [(config_dir(environ) / AGENTS_DIR, "user")]
+    """Where agent files are read from, in order: the user's, the enabled plugins', then the project's."""
+    from ._plugins import plugin_directories
+
+    dirs = [(config_dir(environ) / AGENTS_DIR, "user"), *plugin_directories("agents", environ)]
     if settings.project_root is not None:
         dirs.append((settings.project_root / PROJECT_AGENTS, "project"))
     return dirs

@@ -14,8 +14,8 @@ which the command prints as one line on stderr saying how to trust the project.
 user config directory (``trusted_projects.json``), or a yes to the question an
 interactive session asks. A project with nothing to ignore is not thereby trusted.
 
-What the trust covers: the project root's own ``.ketch`` (config files, agent files)
-and ``.mcp.json``, which the sandbox keeps read-only and cannot create and the file tools
+What the trust covers: the project root's own ``.ketch`` (config files, agent files,
+skills, commands), ``.claude`` and ``.agents`` (skills and commands) and ``.mcp.json``, which the sandbox keeps read-only and cannot create and the file tools
 ask about; and the config files in sub-folders (``sub/.ketch/config.toml``) the user
 trusted by name: those that existed when they answered yes (remembered with the
 project). A config file in a sub-folder can be created by a command (the sandbox cannot
@@ -32,7 +32,8 @@ The stricter-only list (each a named check of the value against the setting so f
 * ``tools``: a subset of the tools so far;
 * ``max_turns``, ``max_budget_usd``, ``max_tokens``: a limit set or lowered;
 * ``thinking``: the level so far or a lower one;
-* ``sandbox.enabled = true`` and ``sandbox.network = false``.
+* ``sandbox.enabled = true`` and ``sandbox.network = false``;
+* ``memory = false`` (turning memory on needs trust: the memory's notes reach every request).
 
 Everything else needs trust: ``model`` and every ``[providers.*]`` field (a project
 may not choose the model, the endpoint or the credentials), ``permissions.allow``,
@@ -67,6 +68,9 @@ from ..permissions import parse_mode
 TRUST_ENV = "KETCH_TRUST_PROJECT"
 TRUST_FILE = "trusted_projects.json"
 HOW_TO_TRUST = f"trust it with --trust-project or {TRUST_ENV}=1"
+ROOT_ENTRIES = (".ketch", ".mcp.json", ".claude", ".agents")
+"""The project root's entries a trust covers as a whole (the sandbox keeps them read-only;
+``.claude`` and ``.agents`` hold the skills and commands other agents share)."""
 HOW_TO_TRUST_FILES = "a command could have made them: trust them by answering yes in an interactive ketch session"
 
 
@@ -98,7 +102,7 @@ class Trust:
         rel = _relative(path, self.root)
         if rel is None:
             return False
-        return rel.split("/", 1)[0] in (".ketch", ".mcp.json") or rel in self.known
+        return rel.split("/", 1)[0] in ROOT_ENTRIES or rel in self.known
 
 
 def _relative(path: Path, root: Path) -> str | None:
@@ -156,7 +160,7 @@ def remembered_text(config_dir: Path, root: Path, files: Iterable[Path]) -> str:
     names = known.setdefault(str(root), [])
     for path in files:
         rel = _relative(path, root)
-        if rel is not None and rel.split("/", 1)[0] not in (".ketch", ".mcp.json") and rel not in names:
+        if rel is not None and rel.split("/", 1)[0] not in ROOT_ENTRIES and rel not in names:
             names.append(rel)
     data: dict[str, Any] = {"trusted": roots}
     kept = {r: sorted(n) for r, n in known.items() if n}
@@ -221,6 +225,7 @@ STRICTER_ONLY: dict[str, Check] = {
     "thinking": lowers_thinking,
     "sandbox.enabled": is_true,
     "sandbox.network": is_false,
+    "memory": is_false,
     "agent.permission_mode": default_mode,
 }
 """The settings an untrusted project may set, each with its check; every other setting

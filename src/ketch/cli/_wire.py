@@ -30,14 +30,9 @@ aborts the run and the command exits with :data:`EXIT_BROKEN_PIPE`, without a tr
 from __future__ import annotations
 
 import io
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 from typing import BinaryIO
-from typing import Literal
-from typing import TypeAlias
-from typing import get_args
 
 import msgspec
 from msgspec import UNSET
@@ -49,33 +44,12 @@ from ..llm import scrub_surrogates
 from ..loop import AgentEvent
 from ..loop import RunSummary
 from ..permissions import PermissionDecision
-
-OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
-"""The headless output formats (``ketch run -o``)."""
-OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
-
-EXIT_BROKEN_PIPE = 141
-EXIT_USAGE = 2
-"""Usage and configuration errors."""
-EXIT_INTERRUPTED = 130
-"""Interrupted (SIGINT, as a shell reports it), and the exit code of an aborted run."""
-"""Exit code when stdout was closed early: 128 + SIGPIPE, what a shell reports for a Unix
-tool that SIGPIPE stopped."""
-
-
-def silence_stdout() -> None:
-    """Point file descriptor 1 at ``/dev/null``, so that nothing more written to stdout
-    (the interpreter's final flush included) fails once its reader is gone."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        return
-    try:
-        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
-    except (OSError, ValueError):
-        pass
-    finally:
-        os.close(devnull)
+from ._args import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
+from ._args import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from ._args import EXIT_USAGE as EXIT_USAGE
+from ._args import OUTPUT_FORMATS as OUTPUT_FORMATS
+from ._args import OutputFormat as OutputFormat
+from ._args import silence_stdout as silence_stdout
 
 
 class _Sink(io.RawIOBase):

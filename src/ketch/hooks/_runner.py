@@ -24,6 +24,7 @@ from typing import Literal
 import msgspec
 
 from .._schema import validate_arguments
+from ..llm import DocumentContent
 from ..llm import ImageContent
 from ..llm import Message
 from ..llm import TextContent
@@ -533,7 +534,7 @@ class HookRunner:
             extra = [*extra, ("UserPromptSubmit", check.context)]
         if not extra:
             return await agent.prompt(text, images=images)
-        content: list[TextContent | ImageContent] = [TextContent(text=text)]
+        content: list[TextContent | ImageContent | DocumentContent] = [TextContent(text=text)]
         content.extend(TextContent(text="\n\n" + CONTEXT_TEXT.format(event=e, text=t)) for e, t in extra)
         if images:
             content.extend(images)

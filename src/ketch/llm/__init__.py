@@ -14,6 +14,7 @@ from ._messages import AssistantMessage
 from ._messages import ContentBlock
 from ._messages import Cost
 from ._messages import CustomMessage
+from ._messages import DocumentContent
 from ._messages import ImageContent
 from ._messages import Message
 from ._messages import StopReason
@@ -110,6 +111,7 @@ __all__ = [
     "ContentBlock",
     "Cost",
     "CustomMessage",
+    "DocumentContent",
     "ErrorKind",
     "FallbackModel",
     "ImageContent",

@@ -96,6 +96,36 @@ class ImageContent(msgspec.Struct, tag="image", tag_field="type", kw_only=True, 
             raise ValueError("ImageContent needs exactly one of data (base64) or url")
 
 
+DOCUMENT_TYPES = ("application/pdf", "text/plain")
+"""The ``mime_type`` values a :class:`DocumentContent` may have."""
+
+
+class DocumentContent(msgspec.Struct, tag="document", tag_field="type", kw_only=True, omit_defaults=True):
+    """A document in a user message: a PDF or a plain-text file, as base64 ``data``, with
+    an optional file ``name``. Sent natively to the providers that take documents
+    (Anthropic, Gemini, OpenAI); a model that does not take them fails the request with
+    an ``invalid_request`` error saying so."""
+
+    type: ClassVar[Literal["document"]] = "document"
+
+    data: str
+    mime_type: str = "application/pdf"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mime_type not in DOCUMENT_TYPES:
+            raise ValueError(
+                f"DocumentContent mime_type {self.mime_type!r} is not supported; allowed: {', '.join(DOCUMENT_TYPES)}"
+            )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, mime_type: str = "application/pdf", name: str | None = None) -> DocumentContent:
+        """A document holding ``data`` (encoded to base64 here)."""
+        import base64
+
+        return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type, name=name)
+
+
 class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, omit_defaults=True):
     """A request from the model to run a tool.
 
@@ -115,7 +145,8 @@ class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, 
 
 
 ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall
-UserContent: TypeAlias = TextContent | ImageContent
+UserContent: TypeAlias = TextContent | ImageContent | DocumentContent
+ToolResultContent: TypeAlias = TextContent | ImageContent
 AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall
 
 
@@ -207,7 +238,7 @@ class ToolResultMessage(Message, tag="tool_result"):
 
     tool_call_id: str
     tool_name: str
-    content: list[UserContent] = msgspec.field(default_factory=list)
+    content: list[ToolResultContent] = msgspec.field(default_factory=list)
     details: Any = None
     is_error: bool = False
 

@@ -39,11 +39,13 @@ text block holding the JSON.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 from typing import Literal
 from typing import TypeAlias
@@ -59,6 +61,7 @@ from .._errors import ModelError
 from .._errors import error_for_kind
 from .._handoff import LEADING_USER_TEXT
 from .._messages import AssistantMessage
+from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import StopReason
@@ -143,7 +146,19 @@ def _image_block(image: ImageContent) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": image.data}}
 
 
-def _user_blocks(content: list[TextContent | ImageContent] | str, images: bool) -> list[dict[str, Any]]:
+def _document_block(document: DocumentContent) -> dict[str, Any]:
+    if document.mime_type == "text/plain":
+        text = base64.b64decode(document.data).decode("utf-8", errors="replace")
+        source: dict[str, Any] = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        source = {"type": "base64", "media_type": document.mime_type, "data": document.data}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if document.name:
+        block["title"] = document.name
+    return block
+
+
+def _user_blocks(content: Sequence[TextContent | ImageContent | DocumentContent] | str, images: bool) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
     blocks: list[dict[str, Any]] = []
@@ -153,6 +168,8 @@ def _user_blocks(content: list[TextContent | ImageContent] | str, images: bool) 
                 blocks.append({"type": "text", "text": block.text})
         elif type(block) is ImageContent:
             blocks.append(_image_block(block) if images else {"type": "text", "text": IMAGE_OMITTED})
+        elif type(block) is DocumentContent:
+            blocks.append(_document_block(block))
     return blocks
 
 

@@ -59,6 +59,7 @@ from .._http import redact_text
 from .._http import redact_url
 from .._http import secrets_from_env
 from .._http import url_secrets
+from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -147,15 +148,17 @@ def image_url(image: ImageContent) -> str:
 
 
 def content_parts(
-    blocks: list[TextContent | ImageContent],
+    blocks: Sequence[TextContent | ImageContent | DocumentContent],
     images: bool,
     text_type: str,
     image_part: Callable[[ImageContent], dict[str, Any]],
+    document_part: Callable[[DocumentContent], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The typed parts of an OpenAI user message (Chat Completions or Responses).
 
-    Text becomes ``{"type": text_type, "text": ...}`` and an image ``image_part(image)``,
-    or with ``images`` false the text :data:`IMAGE_OMITTED`.
+    Text becomes ``{"type": text_type, "text": ...}``, an image ``image_part(image)``,
+    or with ``images`` false the text :data:`IMAGE_OMITTED`, and a document
+    ``document_part(document)`` (None: :func:`no_documents` raises).
     """
     parts: list[dict[str, Any]] = []
     for block in blocks:
@@ -163,7 +166,24 @@ def content_parts(
             parts.append({"type": text_type, "text": block.text})
         elif type(block) is ImageContent:
             parts.append(image_part(block) if images else {"type": text_type, "text": IMAGE_OMITTED})
+        elif type(block) is DocumentContent:
+            if document_part is None:
+                raise no_documents(block)
+            parts.append(document_part(block))
     return parts
+
+
+def document_name(document: DocumentContent) -> str:
+    """The document's file name (a default one by its type when it has none)."""
+    return document.name or ("document.pdf" if document.mime_type == "application/pdf" else "document.txt")
+
+
+def no_documents(document: DocumentContent, where: str = "this model") -> InvalidRequestError:
+    """The error for a document sent to a model that does not take documents."""
+    return InvalidRequestError(
+        f"{where} does not accept documents ({document.mime_type} {document_name(document)!r}); "
+        "send its text as a TextContent, or use an Anthropic, Gemini or OpenAI model"
+    )
 
 
 class HTTPOptions(TypedDict, total=False):

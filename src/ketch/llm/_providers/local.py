@@ -77,6 +77,7 @@ from .._errors import ModelError
 from .._errors import NetworkError
 from .._handoff import prepare_messages
 from .._messages import AssistantMessage
+from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -500,9 +501,15 @@ def tools_section(tools: Sequence[ToolSpec]) -> str:
     return "\n".join(lines)
 
 
-def _user_text(blocks: list[TextContent | ImageContent] | str) -> str:
+def _user_text(blocks: Sequence[TextContent | ImageContent | DocumentContent] | str) -> str:
     if isinstance(blocks, str):
         return blocks
+    for block in blocks:
+        if type(block) is DocumentContent:
+            raise InvalidRequestError(
+                f"the local model does not accept documents ({block.mime_type} {block.name or 'unnamed'!r}); "
+                "send its text as a TextContent, or use an Anthropic, Gemini or OpenAI model"
+            )
     return "".join(b.text if type(b) is TextContent else "[image omitted]" for b in blocks)
 
 

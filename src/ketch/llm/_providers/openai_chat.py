@@ -27,6 +27,7 @@ from .._errors import ContentFilterError
 from .._handoff import mistral_tool_id
 from .._handoff import openai_chat_tool_id
 from .._messages import AssistantMessage
+from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -46,6 +47,7 @@ from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .base import content_parts
+from .base import document_name
 from .base import image_url
 
 
@@ -327,7 +329,7 @@ class OpenAIChatModel(HTTPModel):
                 out.append(_images_message(pending_images))
                 pending_images = []
             if type(message) is UserMessage:
-                out.append({"role": "user", "content": _user_content(message.content, images_ok)})
+                out.append({"role": "user", "content": _user_content(message.content, images_ok, self.provider == "openai")})
             elif type(message) is AssistantMessage:
                 converted = self._assistant(message)
                 if converted is not None:
@@ -535,12 +537,21 @@ def _image_part(image: ImageContent) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": image_url(image)}}
 
 
-def _user_content(content: list[TextContent | ImageContent] | str, images_ok: bool) -> str | list[dict[str, Any]]:
+def _file_part(document: DocumentContent) -> dict[str, Any]:
+    return {
+        "type": "file",
+        "file": {"filename": document_name(document), "file_data": f"data:{document.mime_type};base64,{document.data}"},
+    }
+
+
+def _user_content(
+    content: list[TextContent | ImageContent | DocumentContent] | str, images_ok: bool, documents_ok: bool
+) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if len(content) == 1 and type(content[0]) is TextContent:
         return content[0].text
-    return content_parts(content, images_ok, "text", _image_part)
+    return content_parts(content, images_ok, "text", _image_part, _file_part if documents_ok else None)
 
 
 def _arguments_text(call: ToolCall) -> str:

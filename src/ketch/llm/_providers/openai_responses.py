@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 from typing import Unpack
 
@@ -46,6 +47,7 @@ from .._errors import OverloadedError
 from .._errors import error_for_kind
 from .._handoff import openai_responses_tool_id
 from .._messages import AssistantMessage
+from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -69,6 +71,7 @@ from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .base import content_parts
+from .base import document_name
 from .base import feed_events
 from .base import image_url
 
@@ -122,8 +125,16 @@ def _input_image(image: ImageContent) -> dict[str, Any]:
     return {"type": "input_image", "image_url": image_url(image), "detail": "auto"}
 
 
-def _input_parts(blocks: list[TextContent | ImageContent], images: bool) -> list[dict[str, Any]]:
-    return content_parts(blocks, images, "input_text", _input_image)
+def _input_file(document: DocumentContent) -> dict[str, Any]:
+    return {
+        "type": "input_file",
+        "filename": document_name(document),
+        "file_data": f"data:{document.mime_type};base64,{document.data}",
+    }
+
+
+def _input_parts(blocks: Sequence[TextContent | ImageContent | DocumentContent], images: bool) -> list[dict[str, Any]]:
+    return content_parts(blocks, images, "input_text", _input_image, _input_file)
 
 
 def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> None:

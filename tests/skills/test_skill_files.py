@@ -1,0 +1,128 @@
+"""ketch.skills: SKILL.md parsing and validation, discovery, and the Skills capability on
+a scripted model (what the requests carry before and after the skill tool is called)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ketch import Agent
+from ketch.skills import Skill
+from ketch.skills import SkillError
+from ketch.skills import Skills
+from ketch.skills import find_skills
+from ketch.skills import load_skill
+from ketch.skills import parse_skill
+from ketch.testing import ScriptedModel
+from ketch.testing import reply
+from ketch.testing import tool_call
+
+
+def test_front_matter_forms() -> None:
+    s = parse_skill(
+        "---\n"
+        "name: pdf-forms\n"
+        "description: >\n  Fill in PDF forms.\n  Use for forms.\n"
+        "license: 'Apache-2.0'\n"
+        "allowed-tools: [read, bash]\n"
+        "metadata:\n  author: ann\n  version: \"1.0\"\n"
+        "---\n\n# Body\ntext\n",
+        source="x/SKILL.md",
+    )
+    assert (s.name, s.description, s.body) == ("pdf-forms", "Fill in PDF forms. Use for forms.", "# Body\ntext")
+    assert dict(s.fields) == {
+        "license": "Apache-2.0",
+        "allowed-tools": ["read", "bash"],
+        "metadata": {"author": "ann", "version": "1.0"},
+    }
+    assert s.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("no front matter", "f/SKILL.md: a SKILL.md must start with '---' front matter (name, description)"),
+        ("---\nname: a\n", "f/SKILL.md: the front matter has no closing '---'"),
+        ("---\ndescription: d\n---\n", "f/SKILL.md: 'name' is missing from the front matter"),
+        ("---\nname: A b\ndescription: d\n---\n",
+         "f/SKILL.md: 'name' 'A b' must be 1-64 lowercase letters, digits and single hyphens"),
+        ("---\nname: a--b\ndescription: d\n---\n",
+         "f/SKILL.md: 'name' 'a--b' must be 1-64 lowercase letters, digits and single hyphens"),
+        ("---\nname: a\n---\n", "f/SKILL.md: 'description' is missing from the front matter"),
+        ("---\nname: a\ndescription: " + "x" * 1025 + "\n---\n",
+         "f/SKILL.md: 'description' is 1025 characters long; at most 1024"),
+        ("---\nname: a\njust words\n---\n", "f/SKILL.md:3: expected 'key: value', got 'just words'"),
+    ],
+)
+def test_bad_front_matter_is_one_line_naming_file_and_field(text: str, error: str) -> None:
+    with pytest.raises(SkillError) as info:
+        parse_skill(text, source="f/SKILL.md")
+    assert str(info.value) == error
+
+
+def test_unknown_keys_are_named_warnings() -> None:
+    s = parse_skill("---\nname: a\ndescription: d\ncolour: red\n---\n", source="f/SKILL.md")
+    assert s.warnings == (
+        "f/SKILL.md: unknown front matter key 'colour' ignored; known: name, description, license, "
+        "allowed-tools, metadata, compatibility, model",
+    )
+
+
+def test_the_name_must_match_the_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text("---\nname: mine\ndescription: d\n---\n")
+    with pytest.raises(SkillError) as info:
+        load_skill(folder)
+    assert str(info.value) == f"{folder / 'SKILL.md'}: 'name' 'mine' must match the folder's name 'other'"
+    skills, errors = find_skills([(tmp_path, "user"), (tmp_path / "missing", "project")])
+    assert skills == [] and errors == [str(info.value)]
+
+
+def test_a_later_folder_replaces_a_skill_of_the_same_name(tmp_path: Path) -> None:
+    for where, text in (("a", "first"), ("b", "second")):
+        folder = tmp_path / where / "s"
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(f"---\nname: s\ndescription: {text}\n---\n")
+    skills, errors = find_skills([(tmp_path / "a", "user"), (tmp_path / "b", "project")])
+    assert [(s.description, s.source, s.path) for s in skills] == [("second", "project", tmp_path / "b" / "s")]
+    assert errors == []
+
+
+def test_a_name_given_twice_is_an_error() -> None:
+    with pytest.raises(ValueError, match="^Skills: the skill name 'a' is given twice$"):
+        Skills([Skill("a", "one"), Skill("a", "two")])
+    with pytest.raises(SkillError, match="^Skill: 'name' 'A' must be"):
+        Skill("A", "d")
+
+
+async def test_the_capability_sends_descriptions_first_and_the_body_on_request() -> None:
+    model = ScriptedModel([
+        reply(tool_call("skill", {"name": "nope"}, id="c1")),
+        reply(tool_call("skill", {"name": "greet"}, id="c2")),
+        "Hello!",
+    ])
+    skills = Skills([Skill("greet", "Greet people warmly.", "Say HELLO-BODY."), Skill("bye", "Say goodbye.", "x")])
+    agent = Agent(model, system_prompt="base", capabilities=[skills])
+    result = await agent.prompt("hi")
+    assert result.text == "Hello!"
+    first, second, third = model.requests
+    assert first.system_prompt == (
+        "base\n\n# Skills\n\nThese skills are available. When a task matches a skill's description, call the "
+        "`skill` tool with its name to load its instructions first, then follow them; read the files they "
+        "name from the skill's folder with the file tools.\n\n- bye: Say goodbye.\n- greet: Greet people warmly."
+    )
+    assert [t.name for t in first.tools] == ["skill"]
+    assert "HELLO-BODY" not in repr(first.messages) and "HELLO-BODY" not in repr(second.messages)
+    error = second.messages[-1]
+    assert error.is_error and error.content[0].text == "no skill named 'nope'; available: bye, greet"
+    loaded = third.messages[-1]
+    assert not loaded.is_error and loaded.content[0].text == "# Skill: greet\n\nSay HELLO-BODY."
+    assert agent.system_prompt == "base"
+
+
+async def test_no_skills_contribute_nothing() -> None:
+    model = ScriptedModel(["ok"])
+    await Agent(model, system_prompt="base", capabilities=[Skills()]).prompt("hi")
+    assert model.requests[0].system_prompt == "base" and model.requests[0].tools == []
