@@ -341,6 +341,8 @@ def test_the_approval_bar_shows_the_whole_call(tmp_path: Path, browser: Any) -> 
         page.click("[data-testid=send]")
         call = page.wait_for_selector("[data-testid=approval][data-call-id=b1] [data-testid=approval-call]")
         assert call.inner_text().strip() == command
+        marked = page.wait_for_selector("[data-testid=session-item].waiting")  # the list marks it too
+        assert marked.inner_text().endswith("waiting for approval")
         fits = call.evaluate(
             "(node) => { const box = node.getBoundingClientRect(); const last = node.lastElementChild.getBoundingClientRect();"
             " return {wraps: node.scrollWidth <= node.clientWidth, inside: box.right <= window.innerWidth && last.right <= box.right}; }"
@@ -527,5 +529,30 @@ def test_write_results_show_their_change_as_a_diff(tmp_path: Path, browser: Any)
             "w1": [["", "Created a.txt"], ["", "+++ a.txt"], ["add", "+one"], ["add", "+two"]],
             "w2": [["", "Wrote b.txt"], ["", "--- b.txt"], ["", "+++ b.txt"], ["hunk", "@@ -1 +1 @@"], ["del", "-old"], ["add", "+new"]],
         }
+    finally:
+        served.stop()
+
+
+def test_the_sidebar_pages_through_the_sessions(tmp_path: Path, browser: Any) -> None:
+    import urllib.request
+
+    served = start_serve(tmp_path)
+    try:
+        for _ in range(51):
+            request = urllib.request.Request(
+                f"{served.url}/api/sessions",
+                data=b"{}",
+                method="POST",
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=60) as response:
+                assert response.status == 201
+        page = _open(browser, served)
+        assert page.locator("[data-testid=session-item]").count() == 50
+        page.click("[data-testid=more-sessions]")
+        page.wait_for_function("() => document.querySelectorAll('[data-testid=session-item]').length === 51")
+        assert page.locator("[data-testid=more-sessions]").is_hidden()
+        ids = page.evaluate("() => [...document.querySelectorAll('[data-testid=session-item]')].map((i) => i.dataset.id)")
+        assert len(set(ids)) == 51
     finally:
         served.stop()
