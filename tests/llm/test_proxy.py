@@ -281,9 +281,10 @@ async def test_the_default_model_and_the_models_route(make_proxy: Any) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{served.url}/models", headers={"authorization": f"Bearer {TOKEN}"}) as r:
             assert await r.json() == {
-                "models": [
-                    {"name": "openai:gpt-5-mini", "context_window": 128000},
-                    {"name": "x:y", "context_window": 128000},
+                "object": "list",
+                "data": [
+                    {"id": "openai:gpt-5-mini", "object": "model", "created": 0, "owned_by": "ketch-proxy", "context_window": 128000},
+                    {"id": "x:y", "object": "model", "created": 0, "owned_by": "ketch-proxy", "context_window": 128000},
                 ],
                 "default": "openai:gpt-5-mini",
             }

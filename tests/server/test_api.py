@@ -200,7 +200,7 @@ async def test_last_event_id_resumes_from_the_buffer_and_an_unknown_id_gets_a_re
     reset = await stale.event()
     stale.close()
     assert reset["event"] == "reset"
-    assert reset["data"] == {"type": "reset", "last_event_id": frames[-1]["id"]}
+    assert reset["data"] == {"type": "reset", "reason": "restarted", "last_event_id": frames[-1]["id"]}
 
 
 async def test_a_small_buffer_resets_a_client_that_fell_behind(servers: Any) -> None:
@@ -291,11 +291,13 @@ async def test_unknown_session_and_bad_bodies(servers: Any) -> None:
     )
     assert await server.call("POST", f"/api/sessions/{sid}/prompt", ["text"]) == (400, {"error": "the body must be a JSON object"})
     async with server.client.post(
-        f"{server.url}/api/sessions/{sid}/prompt", data=b"{not json", headers=server.headers()
+        f"{server.url}/api/sessions/{sid}/prompt", data=b"{not json", headers={**server.headers(), "Content-Type": "application/json"}
     ) as response:
         assert (response.status, await response.json()) == (400, {"error": "the body is not valid JSON"})
     async with server.client.post(
-        f"{server.url}/api/sessions/{sid}/prompt", data=b'{"text": "' + b"x" * (1024 * 1024) + b'"}', headers=server.headers()
+        f"{server.url}/api/sessions/{sid}/prompt",
+        data=b'{"text": "' + b"x" * (1024 * 1024) + b'"}',
+        headers={**server.headers(), "Content-Type": "application/json"},
     ) as response:
         assert response.status == 413
         assert (await response.json())["error"].startswith("Maximum request body size 1048576 exceeded")
@@ -314,6 +316,10 @@ async def test_static_files_and_no_traversal(servers: Any) -> None:
     assert (await server.call("GET", "/static/app.js"))[0] == 200
     assert await server.call("GET", "/static/..%2F_app.py") == (404, {"error": "no static file '../_app.py'"})
     assert (await server.call("GET", "/static/index.html"))[0] == 404
+    for name in ("marked.umd.js", "purify.min.js", "highlight.min.js", "highlight-github.min.css"):
+        assert (await server.call("GET", f"/static/vendor/{name}"))[0] == 200
+        assert f'src="/static/vendor/{name}"' in page or f'href="/static/vendor/{name}"' in page
+    assert await server.call("GET", "/static/vendor/LICENSE.marked.txt") == (404, {"error": "no static file 'vendor/LICENSE.marked.txt'"})
 
 
 async def test_sessions_created_are_listed_and_survive_a_restart(servers: Any, tmp_path: Any) -> None:

@@ -30,7 +30,9 @@ async def test_every_route_needs_the_token(servers: Any, credentials: str) -> No
         "token in query": {},
     }[credentials]
     seen = []
-    for method, path in ROUTES:
+    public = ("GET", "/.well-known/agent-card.json")  # A2A discovery: the card says a token is needed
+    assert public in ROUTES
+    for method, path in [r for r in ROUTES if r != public]:
         url = server.url + _concrete(path)
         if credentials == "token in query" and path != "/":
             url += f"?token={TOKEN}"  # only GET / takes it, to set the page's cookie
@@ -45,7 +47,7 @@ async def test_every_route_needs_the_token(servers: Any, credentials: str) -> No
             {"error": "missing or wrong token: send 'Authorization: Bearer <token>' (the token ketch serve printed)"},
         )
         for method, path in ROUTES
-        if not (credentials == "token in query" and path == "/")
+        if not (credentials == "token in query" and path == "/") and (method, path) != public
     ]
     if credentials == "token in query":
         seen = [s for s in seen if s[1] != "/"]
@@ -137,3 +139,53 @@ def test_loopback_hosts_are_one_list() -> None:
         "::1",
         "[::1]",
     ]
+
+
+async def test_a_page_of_another_port_or_site_cannot_change_state(servers: Any) -> None:
+    """Every port of 127.0.0.1 is one site for the browser: the page's SameSite cookie goes
+    with a no-cors POST from a page on another port. What such a request carries that the
+    page's own do not: another Origin, a Sec-Fetch-Site other than same-origin, a body
+    that is not JSON (no-cors sends text/plain)."""
+    server = await servers(_hello)
+    cookie = {"Cookie": f"ketch_token={TOKEN}"}
+    own = server.url
+    other_port = "http://127.0.0.1:8799"
+    attempts = {
+        "other port": {**cookie, "Origin": other_port, "Content-Type": "application/json"},
+        "other site": {**cookie, "Origin": "http://evil.example", "Content-Type": "application/json"},
+        "null origin": {**cookie, "Origin": "null", "Content-Type": "application/json"},
+        "same-site fetch": {**cookie, "Sec-Fetch-Site": "same-site", "Content-Type": "application/json"},
+        "cross-site fetch": {**cookie, "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+        "text/plain": {**cookie, "Origin": own, "Content-Type": "text/plain"},
+        "form": {**cookie, "Content-Type": "application/x-www-form-urlencoded"},
+        "bytes": {**cookie},  # the client says application/octet-stream
+    }
+    seen = {}
+    for name, headers in attempts.items():
+        async with server.client.post(f"{server.url}/api/sessions", data=b"{}", headers=headers) as response:
+            seen[name] = (response.status, (await response.json())["error"])
+    assert seen == {
+        "other port": (403, f"origin {other_port!r} may not change this server's state (only pages of {own} may)"),
+        "other site": (403, f"origin 'http://evil.example' may not change this server's state (only pages of {own} may)"),
+        "null origin": (403, f"origin 'null' may not change this server's state (only pages of {own} may)"),
+        "same-site fetch": (403, "a request from another origin (same-site) may not change this server's state"),
+        "cross-site fetch": (403, "a request from another origin (cross-site) may not change this server's state"),
+        "text/plain": (415, "Content-Type 'text/plain': expected application/json"),
+        "form": (415, "Content-Type 'application/x-www-form-urlencoded': expected application/json"),
+        "bytes": (415, "Content-Type 'application/octet-stream': expected application/json"),
+    }
+    assert (await server.call("GET", "/api/sessions"))[1]["sessions"] == []
+    # the page's own requests, and clients that send no Origin, go through
+    for headers in (
+        {**cookie, "Origin": own, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"},
+        {**server.headers(), "Content-Type": "application/json; charset=utf-8"},
+    ):
+        async with server.client.post(f"{server.url}/api/sessions", data=b"{}", headers=headers) as response:
+            assert response.status == 201
+    allowed = await servers(_hello, cors_origins=["http://editor.example"])
+    async with allowed.client.post(
+        f"{allowed.url}/api/sessions",
+        data=b"{}",
+        headers={**allowed.headers(), "Origin": "http://editor.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+    ) as response:
+        assert response.status == 201

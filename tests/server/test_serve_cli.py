@@ -183,7 +183,7 @@ def test_the_model_proxy_is_served_at_proxy_with_its_own_client_tokens(tmp_path:
     try:
         # The proxy's routes take its client tokens, not the server's; the server's take only its own.
         status, listed = _proxy_get(f"{served.url}/proxy/models", PROXY_TOKEN)
-        assert (status, [m["name"] for m in listed["models"]], listed["default"]) == (200, [name], name)
+        assert (status, [m["id"] for m in listed["data"]], listed["default"]) == (200, [name], name)
         assert _get(f"{served.url}/proxy/models", token=TOKEN)[0] == 401
         assert _get(f"{served.url}/api/sessions", token=PROXY_TOKEN)[0] == 401
         assert _get(f"{served.url}/proxy/../api/sessions", token=PROXY_TOKEN)[0] in (401, 404)

@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         "--cors-origin", action="append", metavar="ORIGIN", help="allow browser calls from this origin (repeatable; default none)"
     )
     parser.add_argument(
+        "--name",
+        default="ketch",
+        help="the served agent's name: its model id at /v1 (OpenAI-compatible) and its A2A card's name (default ketch)",
+    )
+    parser.add_argument(
         "--proxy-model",
         action="append",
         metavar="MODEL",
@@ -146,6 +151,7 @@ async def serve(
     cors_origins: Sequence[str] = (),
     proxy_models: Sequence[str] = (),
     proxy_tokens: dict[str, float | None] | None = None,
+    name: str = "ketch",
 ) -> int:
     """Run the server until SIGINT/SIGTERM; returns the exit code. ``proxy_models`` and
     ``proxy_tokens``: the model proxy at ``/proxy`` (its allow-list and client budgets)."""
@@ -173,6 +179,8 @@ async def serve(
         cors_origins=cors_origins,
         loopback_only=loopback,
         subapps=subapps,
+        name=name,
+        description="A ketch coding agent: it reads, edits and runs code in the directory it serves",
     )
     # a client that goes away cancels its handler: the proxy then closes the upstream call
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5, handler_cancellation=True)
@@ -287,6 +295,7 @@ def serve_command(argv: Sequence[str]) -> int:
                 cors_origins=tuple(args.cors_origin or ()),
                 proxy_models=proxy_models,
                 proxy_tokens=proxy_tokens,
+                name=args.name,
             )
         )
     except KeyboardInterrupt:

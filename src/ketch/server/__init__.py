@@ -24,9 +24,9 @@ address is this machine's loopback (what ``create_app(..., loopback_only=...)`` 
 """
 
 from ._app import ROUTES
-from ._app import AgentFactory
 from ._app import create_app
 from ._app import is_loopback_host
+from ._hub import AgentFactory
 from ._live import Hosted
 from ._openapi import openapi_document
 from ._proxy import proxy_app

@@ -7,7 +7,14 @@ The last ``buffer`` frames are kept so a client
 that reconnects with ``Last-Event-ID`` gets what it missed; an id the buffer no longer
 covers (or one from before a server restart, another epoch) gets a ``reset`` frame:
 reload the session and subscribe again. A subscriber whose queue grows past
-``queue_limit`` frames (a client that stopped reading) is dropped; it may reconnect.
+``queue_limit`` frames (a client that stopped reading) gets a last ``reset`` frame with
+``"reason": "slow_client"`` and its stream ends: it reloads the session and subscribes
+again (a resync the client can tell, never a silent cut).
+
+:meth:`LiveSession.state` is consistent with :attr:`LiveSession.last_event_id`: its
+``messages`` are those whose ``message_end`` went out, and ``streaming`` is the
+assistant message being streamed as far as its published deltas go, so a client that
+loads the state and subscribes from its ``last_event_id`` shows exactly what streamed.
 """
 
 from __future__ import annotations
@@ -62,6 +69,48 @@ class BadRequest(Exception):
 
 _CLOSED = b""
 
+# the events after which the transcript the page has seen is the agent's whole transcript
+_SYNC_EVENTS = frozenset({"message_end", "agent_start", "agent_end", "compaction_end"})
+
+
+class _Partial:
+    """The assistant message being streamed, as its published deltas show it (the text
+    and thinking of each block kept as a list of parts: appending is O(1))."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+
+    def feed(self, stream_event: Any) -> None:
+        kind = getattr(stream_event, "type", "")
+        index = getattr(stream_event, "index", None)
+        if not isinstance(index, int):
+            return
+        if kind == "text_delta" or kind == "thinking_delta":
+            block = self.blocks.get(index)
+            if block is None:
+                block = self.blocks[index] = {"type": kind[:-6], "parts": []}
+            block["parts"].append(stream_event.delta)
+        elif kind == "text_start" or kind == "thinking_start":
+            self.blocks.setdefault(index, {"type": kind[:-6], "parts": []})
+        elif kind == "toolcall_start":
+            call = stream_event.partial.content[index]
+            self.blocks[index] = {"type": "tool_call", "id": call.id, "name": call.name}
+
+    def as_dict(self) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            kind = block["type"]
+            if kind == "text":
+                content.append({"type": "text", "text": "".join(block["parts"])})
+            elif kind == "thinking":
+                content.append({"type": "thinking", "thinking": "".join(block["parts"])})
+            else:
+                content.append({"type": "tool_call", "id": block["id"], "name": block["name"], "args": {}})
+        return {"role": "assistant", "content": content}
+
 
 def _frame(event_id: str, data: bytes, event: str | None = None) -> bytes:
     head = f"id: {event_id}\n" + (f"event: {event}\n" if event else "")
@@ -93,6 +142,8 @@ class LiveSession:
         self.decisions: dict[str, Any] = {}
         self.last_end: dict[str, Any] | None = None
         self._join: ToolCallDeltaJoiner[AgentEvent] = ToolCallDeltaJoiner()
+        self._partial: _Partial | None = None
+        self._shown = len(self.agent.messages)
         self._unsubscribe = self.agent.subscribe(self._on_event)
 
     # -- events --------------------------------------------------------------------------------
@@ -112,7 +163,26 @@ class LiveSession:
         except Exception:  # never break the run over an event that cannot be encoded
             log.exception("cannot encode a %s event", event.type)
             return
+        self._track(event)
         self.publish(data)
+
+    def _track(self, event: AgentEvent) -> None:
+        """Keep what the published events show: the streaming message and how many
+        messages of the transcript have ended."""
+        kind = event.type
+        if kind == "message_update":
+            if self._partial is not None:
+                self._partial.feed(event.event)  # type: ignore[union-attr]
+            return
+        if kind == "message_start":
+            if event.message.role == "assistant":  # type: ignore[union-attr]
+                self._partial = _Partial()
+        elif kind in _SYNC_EVENTS:
+            if kind != "agent_start":
+                self._partial = None
+            self._shown = len(self.agent.messages)
+        elif kind == "retry" and getattr(event, "discard_partial", False):
+            self._partial = None
 
     def publish(self, data: bytes, event: str | None = None) -> None:
         """Send one JSON payload to every subscriber (and keep it in the buffer)."""
@@ -121,7 +191,7 @@ class LiveSession:
         self._buffer.append((self._seq, frame))
         for queue in list(self._subscribers):
             if queue.qsize() >= self._queue_limit:
-                self._drop(queue)
+                self._drop(queue, slow=True)
             else:
                 queue.put_nowait(frame)
 
@@ -132,8 +202,14 @@ class LiveSession:
             self._publish_event(held)
         self.publish(encode_json(obj), event)
 
-    def _drop(self, queue: asyncio.Queue[bytes]) -> None:
+    def _reset_frame(self, reason: str) -> bytes:
+        reset = msgspec.json.encode({"type": "reset", "reason": reason, "last_event_id": self.last_event_id})
+        return _frame(self.last_event_id, reset, "reset")
+
+    def _drop(self, queue: asyncio.Queue[bytes], *, slow: bool = False) -> None:
         self._subscribers.discard(queue)
+        if slow:  # the client gets told why its stream ends: it reloads and subscribes again
+            queue.put_nowait(self._reset_frame("slow_client"))
         queue.put_nowait(_CLOSED)
 
     def subscribe(self, last_event_id: str | None) -> asyncio.Queue[bytes]:
@@ -148,8 +224,8 @@ class LiveSession:
                 seq = -1
             oldest = self._buffer[0][0] if self._buffer else self._seq + 1
             if epoch != self.epoch or seq < oldest - 1 or seq > self._seq:
-                reset = msgspec.json.encode({"type": "reset", "last_event_id": self.last_event_id})
-                queue.put_nowait(_frame(self.last_event_id, reset, "reset"))
+                reason = "restarted" if epoch != self.epoch else "behind"
+                queue.put_nowait(self._reset_frame(reason))
             else:
                 for number, frame in self._buffer:
                     if number > seq:
@@ -214,7 +290,9 @@ class LiveSession:
             "last_event_id": self.last_event_id,
         }
         if messages:
-            out["messages"] = [message_to_dict(m) for m in self.agent.messages]
+            shown = self.agent.messages if not self.running else self.agent.messages[: self._shown]
+            out["messages"] = [message_to_dict(m) for m in shown]
+            out["streaming"] = self._partial.as_dict() if self._partial is not None and self.running else None
         return out
 
     async def push_state(self) -> None:
@@ -267,6 +345,15 @@ class LiveSession:
         run = self.hosted.prompt or self.agent.prompt
         self._start(lambda: run(text))
 
+    async def seed(self, history: list[Any]) -> None:
+        """Make ``history`` (ketch messages) the transcript of this session, which must
+        have none yet, and record it (what an API client sends before its last message)."""
+        if self.running or self.agent.messages:
+            raise Conflict(f"session {self.session.id} already has a transcript")
+        self.agent.messages = history
+        await self.session.sync()
+        self._shown = len(self.agent.messages)
+
     def steer(self, text: str) -> None:
         """Queue ``text`` for the running agent's next turn."""
         if not self.running:
@@ -280,10 +367,12 @@ class LiveSession:
         self.agent.follow_up(text)
 
     def abort(self) -> None:
-        """Abort the run."""
+        """Abort the run and drop the queued steering and follow-up messages (what the
+        control protocol's ``interrupt`` does)."""
         if not self.running:
             raise Conflict(f"session {self.session.id} is not running: nothing to abort")
         self.agent.abort()
+        self.agent.clear_queues()
 
     def decide(self, decisions: dict[str, Any]) -> list[str]:
         """Record decisions (``ketch.approve()``/``deny()`` per call id); once every
@@ -303,6 +392,15 @@ class LiveSession:
             chosen = dict(self.decisions)
             self._start(lambda: self.agent.resume(state, decisions=chosen))
         return left
+
+    async def rename(self, title: str) -> str:
+        """Name the session (what the list shows); returns the title as stored."""
+        try:
+            name: str = await self.session.rename(title)
+        except ValueError as exc:
+            raise BadRequest(f"title: {exc}") from None
+        await self.push_state()
+        return name
 
     async def set_model(self, spec: str) -> str:
         """Switch the model (:class:`Conflict` while running)."""

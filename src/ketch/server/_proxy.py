@@ -16,7 +16,9 @@ otherwise 401):
   used. A model not on the allow-list gets 403, a token whose spend reached its budget
   429, a malformed body 400, a body over ``max_request_bytes`` 413; each with
   ``{"error": {"kind": <ErrorKind>, "message": ...}}``.
-- ``GET /models``: the allowed models (with their context windows) and the default.
+- ``GET /models``: the allowed models, OpenAI-shaped (``{"object": "list", "data":
+  [{"id", "object": "model", "created", "owned_by", "context_window"}], "default"}``:
+  an OpenAI client's ``models.list()`` reads them), and the default.
 - ``GET /usage``: the calling token's spend and budget in US dollars.
 
 A token's spend is the cost of its calls as the model reports it (ketch's adapters price
@@ -255,10 +257,10 @@ class _Proxy:
             listed = []
             for name in self.models:
                 _, model = self.model(name)
-                listed.append({"name": name, "context_window": model.context_window})
+                listed.append({"id": name, "object": "model", "created": 0, "owned_by": "ketch-proxy", "context_window": model.context_window})
         except ProxyError as exc:
             return _error(exc)
-        return web.json_response({"models": listed, "default": self.default})
+        return web.json_response({"object": "list", "data": listed, "default": self.default})
 
     async def usage(self, request: web.Request) -> web.Response:
         try:

@@ -16,7 +16,7 @@ from ketch.llm import scrub_surrogates
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """One record of a session: a JSON object per line in a JSONL file, a row in SQLite.
 
-    ``type`` names the kind of entry (``session``, ``message``, ``compaction``,
+    ``type`` names the kind of entry (``session``, ``message``, ``title``, ``compaction``,
     ``model_change``, ``thinking_change``, ``permission_mode_change``, ``checkpoint``,
     ``run_summary``, ``run_state``, ``rewind``); stores keep unknown types as they are.
     ``payload`` must be JSON-able. ``parent_id`` is the id of the entry before it in the
@@ -41,7 +41,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a store tells about a session without loading it.
 
     ``title`` is the text of the first user message (its text parts joined, runs of
-    whitespace made one space, stripped, at most 80 characters),
+    whitespace made one space, stripped, at most 80 characters), or the latest name the
+    session was given (a ``title`` entry, :meth:`ketch.sessions.Session.rename`),
     ``message_count`` the number of messages in the transcript (what resuming it gives:
     the ``message`` entries that are not detached, as a rewind or a compaction left them), ``cost``
     the sum of the run summaries' costs, ``created`` the time of the ``session`` entry,
@@ -150,6 +151,10 @@ class Summary:
             if not self.title:
                 self.title = message_title(payload.get("message"))
                 return bool(self.title)
+        elif kind == "title":  # a name given to the session wins over its first message
+            title = payload.get("title")
+            self.title = title if isinstance(title, str) else ""
+            return True
         elif kind == "rewind" or kind == "compaction":  # the transcript is these messages now
             ids = payload.get("message_ids")
             if isinstance(ids, list):

@@ -54,14 +54,18 @@ def transcript(entries: Sequence[Entry]) -> list[dict[str, Any]]:
 
 
 def session_title(entries: Sequence[Entry]) -> str:
-    """The title the stores list the session under (:func:`message_title` of the first
-    user message with text), or ""."""
+    """The title the stores list the session under (the latest ``title`` entry's, else
+    :func:`message_title` of the first user message with text), or ""."""
+    found = ""
+    named = False
     for entry in entries:
-        if entry.type == "message":
-            title = message_title(entry.payload.get("message"))
-            if title:
-                return title
-    return ""
+        if entry.type == "title":
+            given = entry.payload.get("title")
+            found = given if isinstance(given, str) else ""
+            named = True
+        elif entry.type == "message" and not found and not named:
+            found = message_title(entry.payload.get("message"))
+    return found
 
 
 def _cwd(entries: Sequence[Entry]) -> str | None:

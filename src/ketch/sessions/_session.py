@@ -22,12 +22,14 @@ from ketch import Message
 from ketch import RunState
 from ketch import message_from_dict
 from ketch import message_to_dict
+from ketch.llm import scrub_surrogates
 from ketch.loop import AgentEvent
 
 from ._checkpoints import FileCheckpoints
 from ._checkpoints import RewindReport
 from ._checkpoints import _builtin_tools
 from ._checkpoints import restore_files
+from ._entries import TITLE_CHARS
 from ._entries import Entry
 from ._entries import SessionInfo
 from ._entries import new_entry
@@ -250,6 +252,16 @@ class Session:
         if mode != self.permission_mode:
             await self._append("permission_mode_change", {"mode": mode})
             self.permission_mode = mode
+
+    async def rename(self, title: str) -> str:
+        """Name the session: ``title`` on one line, at most 80 characters, is what the
+        stores list it under from now on (instead of its first message); returns it.
+        ``ValueError`` for a title with no text."""
+        name = scrub_surrogates(" ".join(title.split())[:TITLE_CHARS])
+        if not name:
+            raise ValueError("a session's title needs some text")
+        await self._append("title", {"title": name})
+        return name
 
     async def record_run_state(self, state: RunState) -> None:
         """Record the state of a run paused for approval (done for you when an attached

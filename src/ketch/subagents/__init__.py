@@ -15,8 +15,13 @@ Single (``agent``, ``task``), parallel (``tasks: [...]``), chain (``chain: [...]
 Each subagent's usage counts in the parent's run (``RunSummary.tool_usage`` itemises
 it by path), its events reach the parent's subscribers as :class:`SubagentEvent`, and
 aborting the parent aborts it. See :class:`Subagents`.
+
+A remote agent served over A2A is a subagent too: ``await a2a_agent(url, token=...)``
+is a tool that hands it a task and returns its answer.
 """
 
+from ._a2a import A2AError
+from ._a2a import a2a_agent
 from ._events import SubagentEvent
 from ._runtime import DEFAULT_MAX_DEPTH
 from ._runtime import MAX_BATCH
@@ -36,12 +41,14 @@ __all__ = [
     "MAX_BATCH",
     "MODES",
     "SUBAGENT_TOOLS",
+    "A2AError",
     "Mode",
     "SubagentEvent",
     "SubagentFileError",
     "SubagentRun",
     "SubagentSpec",
     "Subagents",
+    "a2a_agent",
     "load_agent_file",
     "load_agents",
     "parse_agent_file",
