@@ -36,3 +36,11 @@ def test_cache_retentions_are_the_literal() -> None:
 
 def test_tool_choice_modes_are_the_literal() -> None:
     assert TOOL_CHOICE_MODES == get_args(ToolChoiceMode) == ("auto", "none", "required")
+
+
+def test_the_claude_sdk_modes_hook_events_are_ketchs() -> None:
+    # written out in the module the SDK's invocation starts with, which imports no hooks code
+    from ketch.cli._claude_compat import HOOK_EVENTS_SUPPORTED
+    from ketch.hooks import HOOK_EVENTS
+
+    assert HOOK_EVENTS_SUPPORTED == HOOK_EVENTS

@@ -60,3 +60,14 @@ def test_tool_events_name_the_call_without_repeating_its_arguments() -> None:
         b'{"type":"approval_required","tool_call_id":"c1","tool_name":"bash","reason":"asks"}\n',
         b'{"type":"approval_required","tool_call_id":"c2","tool_name":"bash","reason":null}\n',
     ]
+
+
+def test_a_lone_surrogate_is_one_replacement_character_in_every_json_line_writer() -> None:
+    import io
+
+    from ketch.cli._stdio import JsonLines
+    from ketch.cli._wire import encode_line
+
+    out = io.BytesIO()
+    JsonLines(out).write({"text": "caf\ud800 ok"})
+    assert out.getvalue() == encode_line({"text": "caf\ud800 ok"}, bytearray()) == '{"text":"caf\ufffd ok"}\n'.encode()

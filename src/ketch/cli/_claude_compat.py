@@ -113,7 +113,7 @@ CONTROL_SUBTYPES = (
 )
 """The control requests ketch answers."""
 
-HOOK_EVENTS_SUPPORTED = (
+HOOK_EVENTS_SUPPORTED = (  # ketch.hooks.HOOK_EVENTS, without importing it (start-up; tests/test_vocabularies.py)
     "PreToolUse",
     "PostToolUse",
     "PostToolUseFailure",
@@ -1493,7 +1493,7 @@ class SdkSession:
                 )
             self.channel.write(body)
         elif kind is ToolResultMessage:
-            from ._wire import _fallback
+            from ._stdio import json_fallback as _fallback
 
             entry = {
                 "type": "tool_result",

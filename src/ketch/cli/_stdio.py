@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import threading
 from collections import deque
@@ -93,7 +94,9 @@ class StdinLines:
         self._queue.put_nowait(None)
 
 
-def _fallback(value: Any) -> Any:
+def json_fallback(value: Any) -> Any:
+    """The JSON form of a value msgspec cannot encode: a pydantic model's dump, a set as
+    a list, anything else as its ``str``."""
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
@@ -102,18 +105,31 @@ def _fallback(value: Any) -> Any:
     return str(value)
 
 
-_encoder = msgspec.json.Encoder(enc_hook=_fallback)
+_encoder = msgspec.json.Encoder(enc_hook=json_fallback)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _scrub(value: Any) -> Any:
-    """``value`` (builtins) with every lone surrogate in a string replaced by U+FFFD."""
+    """``value`` (builtins) with every lone surrogate in a string replaced by one U+FFFD
+    (as :func:`ketch.llm.scrub_surrogates`, without importing it)."""
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return _SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
         return {_scrub(k): _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     return value
+
+
+def encode_line(obj: Any, buffer: bytearray) -> bytearray:
+    """Encode ``obj`` as one JSON line into ``buffer`` (reused between calls); a lone
+    surrogate, which JSON cannot carry, becomes U+FFFD."""
+    try:
+        _encoder.encode_into(obj, buffer)
+    except UnicodeEncodeError:
+        _encoder.encode_into(_scrub(msgspec.to_builtins(obj, enc_hook=json_fallback)), buffer)
+    buffer.extend(b"\n")
+    return buffer
 
 
 class JsonLines:
@@ -134,11 +150,7 @@ class JsonLines:
         """Write ``obj`` as one line."""
         if self.broken:
             return
-        try:
-            _encoder.encode_into(obj, self._buffer)
-        except UnicodeEncodeError:
-            _encoder.encode_into(_scrub(msgspec.to_builtins(obj, enc_hook=_fallback)), self._buffer)
-        self._buffer.extend(b"\n")
+        encode_line(obj, self._buffer)
         try:
             self._out.write(self._buffer)
             self._out.flush()

@@ -40,7 +40,6 @@ from msgspec import UnsetType
 
 from ..llm import AssistantMessage
 from ..llm import Usage
-from ..llm import scrub_surrogates
 from ..loop import AgentEvent
 from ..loop import RunSummary
 from ..permissions import PermissionDecision
@@ -50,6 +49,7 @@ from ._args import EXIT_USAGE as EXIT_USAGE
 from ._args import OUTPUT_FORMATS as OUTPUT_FORMATS
 from ._args import OutputFormat as OutputFormat
 from ._args import silence_stdout as silence_stdout
+from ._stdio import encode_line as encode_line
 
 
 class _Sink(io.RawIOBase):
@@ -280,16 +280,6 @@ def _slim(event: Any) -> Any:
     return _Slim(type=event.type, index=event.index, **{name: getattr(event, name) for name in fields})
 
 
-def _fallback(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if isinstance(value, (set, frozenset)):
-        return list(value)
-    return str(value)
-
-
-_encoder = msgspec.json.Encoder(enc_hook=_fallback)
 
 
 def encode_event(event: AgentEvent) -> Any:
@@ -317,12 +307,4 @@ def encode_event(event: AgentEvent) -> Any:
     return event
 
 
-def encode_line(obj: Any, buffer: bytearray) -> bytearray:
-    """Encode ``obj`` as one JSON line into ``buffer`` (reused between calls)."""
-    try:
-        _encoder.encode_into(obj, buffer)
-    except UnicodeEncodeError:
-        _encoder.encode_into(scrub_surrogates(msgspec.to_builtins(obj, enc_hook=_fallback)), buffer)
-    buffer.extend(b"\n")
-    return buffer
 
