@@ -225,16 +225,6 @@ def _text(message: dict[str, Any]) -> str:
     return text
 
 
-async def _context(hub: Hub, context_id: str) -> LiveSession | None:
-    session_id = hub.contexts.get(context_id)
-    if session_id is None:
-        return None
-    try:
-        return await hub.get(session_id)
-    except (SessionNotFoundError, SessionLockedError):
-        return None
-
-
 async def _send(hub: Hub, params: dict[str, Any]) -> _Task:
     """Start the task a ``SendMessage`` asks for (a new one, or the one it answers)."""
     message = params.get("message")
@@ -262,7 +252,7 @@ async def _send(hub: Hub, params: dict[str, Any]) -> _Task:
         task.start(lambda: (paused.decide(decisions), None)[1])
         return task
     context_id = message.get("contextId") or os.urandom(16).hex()
-    live = await _context(hub, str(context_id))
+    live = await hub.get_known(hub.contexts.get(str(context_id)))
     if live is None:
         live = await open_session(hub, [])
         hub.contexts[str(context_id)] = live.session.id

@@ -40,11 +40,8 @@ from ketch.llm import AssistantMessage
 from ketch.llm import TextContent
 from ketch.llm import ToolCall
 from ketch.llm import ToolResultMessage
-from ketch.sessions import SessionLockedError
-from ketch.sessions import SessionNotFoundError
 
 from ._hub import HUB
-from ._hub import Hub
 from ._live import BadRequest
 from ._live import Conflict
 from ._live import LiveSession
@@ -207,16 +204,6 @@ async def _snapshot(live: LiveSession) -> bytes:
     return _frame("STATE_SNAPSHOT", snapshot={"session": snapshot})
 
 
-async def _session(hub: Hub, thread: str) -> LiveSession | None:
-    session_id = hub.threads.get(thread)
-    if session_id is None:
-        return None
-    try:
-        return await hub.get(session_id)
-    except (SessionNotFoundError, SessionLockedError):
-        return None
-
-
 async def run_agent(request: web.Request) -> web.StreamResponse:
     """``POST /agui``: one run of the served agent as AG-UI events."""
     hub = request.app[HUB]
@@ -232,7 +219,7 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
             raise ProtocolError(400, "'threadId' and 'runId': expected non-empty strings")
         if data.get("tools"):
             raise ProtocolError(400, "'tools': a served ketch agent runs its own tools on the server; send no frontend tools", param="tools")
-        live = await _session(hub, thread)
+        live = await hub.get_known(hub.threads.get(thread))
         resume = data.get("resume")
         if resume:
             if live is None or not live.pending():

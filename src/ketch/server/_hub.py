@@ -133,6 +133,19 @@ class Hub:
         session = await Session.create(self.store, cwd=self.cwd)
         return await self._host(session)
 
+    async def get_known(self, session_id: str | None) -> LiveSession | None:
+        """The open session ``session_id`` (opened now if need be), or None when there is
+        no such id, the session is gone or another process holds it."""
+        from ketch.sessions import SessionLockedError
+        from ketch.sessions import SessionNotFoundError
+
+        if session_id is None:
+            return None
+        try:
+            return await self.get(session_id)
+        except (SessionNotFoundError, SessionLockedError):
+            return None
+
     async def get(self, session_id: str) -> LiveSession:
         """The open session ``session_id``, opened now if need be."""
         live = self.live.pop(session_id, None)
