@@ -1013,21 +1013,7 @@ class SdkSession:
         with), then end the session with exit code 2."""
         sys.stderr.write(f"ketch: {text}\n")
         sys.stderr.flush()
-        self.channel.write(
-            {
-                "type": "result",
-                "subtype": "error_during_execution",
-                "is_error": True,
-                "duration_ms": 0,
-                "duration_api_ms": 0,
-                "num_turns": 0,
-                "session_id": self.session_id,
-                "total_cost_usd": 0.0,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
-                "errors": [text],
-                "uuid": str(uuid.uuid4()),
-            }
-        )
+        self._error_result(text, 0)
         self.code = EXIT_USAGE
         self.end()
 
@@ -1592,14 +1578,14 @@ class SdkSession:
         self.last_error = is_error
         self.channel.write(body)
 
-    def _write_failure(self, text: str) -> None:
-        self.last_error = True
+    def _error_result(self, text: str, duration_ms: int) -> None:
+        """The ``result`` line of a run that failed before or outside the model (``text`` says why)."""
         self.channel.write(
             {
                 "type": "result",
                 "subtype": "error_during_execution",
                 "is_error": True,
-                "duration_ms": round((time.monotonic() - self.run_started) * 1000),
+                "duration_ms": duration_ms,
                 "duration_api_ms": 0,
                 "num_turns": 0,
                 "session_id": self.session_id,
@@ -1609,6 +1595,10 @@ class SdkSession:
                 "uuid": str(uuid.uuid4()),
             }
         )
+
+    def _write_failure(self, text: str) -> None:
+        self.last_error = True
+        self._error_result(text, round((time.monotonic() - self.run_started) * 1000))
 
     # -- the session --
     def end(self) -> None:
