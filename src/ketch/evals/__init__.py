@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from .._agent import Agent
+from .. import Agent
 from ..llm import AssistantMessage
 from ..llm import ToolCall
 from ..loop import RunResult
@@ -61,7 +61,9 @@ class Dataset(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         seen: set[str] = set()
         for case in self.cases:
             if case.name in seen:
-                raise ValueError(f"Dataset {self.name!r}: case name {case.name!r} is used twice; names must be unique")
+                raise ValueError(
+                    f"Dataset {self.name!r}: case name {case.name!r} is used twice; names must be unique"
+                )
             seen.add(case.name)
 
     @classmethod
@@ -88,7 +90,11 @@ Evaluator = Callable[[Case, RunResult], "Score | Awaitable[Score]"]
 def tool_calls_of(result: RunResult) -> list[ToolCall]:
     """The tool calls a run made, in order."""
     return [
-        c for m in result.messages if isinstance(m, AssistantMessage) for c in m.content if isinstance(c, ToolCall)
+        c
+        for m in result.messages
+        if isinstance(m, AssistantMessage)
+        for c in m.content
+        if isinstance(c, ToolCall)
     ]
 
 
@@ -127,7 +133,11 @@ class ToolTrajectory:
             return want[0] == got[0] and all(got[1].get(k) == v for k, v in want[1].items())
 
         if self.exact and len(calls) != len(self.expected):
-            return Score(evaluator=self.name, passed=False, reason=f"expected {len(self.expected)} calls, got {len(calls)}")
+            return Score(
+                evaluator=self.name,
+                passed=False,
+                reason=f"expected {len(self.expected)} calls, got {len(calls)}",
+            )
         if self.ordered:
             i = 0
             for got in calls:
@@ -145,7 +155,11 @@ class ToolTrajectory:
                     left.remove(hit)
         names = [n for n, _ in calls]
         if missing:
-            return Score(evaluator=self.name, passed=False, reason=f"missing call {missing[0][0]}({missing[0][1]}); calls were {names}")
+            return Score(
+                evaluator=self.name,
+                passed=False,
+                reason=f"missing call {missing[0][0]}({missing[0][1]}); calls were {names}",
+            )
         return Score(evaluator=self.name, passed=True)
 
 
@@ -258,7 +272,9 @@ async def run_evals(
                     s = ev(case, result)
                     score = await s if isinstance(s, Awaitable) else s
                 except Exception as e:  # a user evaluator's failure fails the case, not the run
-                    score = Score(evaluator=str(name), passed=False, reason=f"evaluator raised {type(e).__name__}: {e}")
+                    score = Score(
+                        evaluator=str(name), passed=False, reason=f"evaluator raised {type(e).__name__}: {e}"
+                    )
                 scores.append(score)
             out = CaseResult(
                 case=case.name,
@@ -280,5 +296,3 @@ async def run_evals(
     got = {(r.case, r.trial): r for r in [*done.values(), *fresh]}
     ordered = [got[(c.name, t)] for c in dataset.cases for t in range(trials)]
     return EvalReport(dataset=dataset.name, trials=trials, results=ordered)
-
-
