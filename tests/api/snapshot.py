@@ -30,6 +30,7 @@ FACES = (
     "ketch.sessions",
     "ketch.sessions.conformance",
     "ketch.testing",
+    "ketch.evals",
     "ketch.client",
     "ketch.mcp",
     "ketch.teams",
