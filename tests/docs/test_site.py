@@ -48,6 +48,7 @@ PAGES = {
     "ketch.temporal": "temporal",
     "ketch.memory": "memory",
     "ketch.web": "web",
+    "ketch.evals": "evals",
 }
 
 
