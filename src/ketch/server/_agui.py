@@ -139,29 +139,28 @@ class _Translate:
         return [_frame("REASONING_MESSAGE_END", messageId=rid), _frame("REASONING_END", messageId=rid)]
 
     def feed(self, event: AgentEvent) -> list[bytes]:
-        kind = event.type
-        if kind == "message_start" and event.message.role == "assistant":  # type: ignore[union-attr]
+        if event.type == "message_start" and event.message.role == "assistant":
             self.message_id = self._new_message()
             self.text_open = False
             self.calls = {}
             return []
-        if kind == "message_update" and self.message_id is not None:
-            return self._update(event.event)  # type: ignore[union-attr]
-        if kind == "message_end" and event.message.role == "assistant":  # type: ignore[union-attr]
+        if event.type == "message_update" and self.message_id is not None:
+            return self._update(event.event)
+        if event.type == "message_end" and event.message.role == "assistant":
             out = self._close_reasoning()
             if self.text_open and self.message_id is not None:
                 out.append(_frame("TEXT_MESSAGE_END", messageId=self.message_id))
             self.text_open = False
             self.message_id = None
             return out
-        if kind == "tool_execution_end":
+        if event.type == "tool_execution_end":
             result = getattr(event, "result", None)
             content = message_text(result) if result is not None else ""
             return [
                 _frame(
                     "TOOL_CALL_RESULT",
                     messageId=self._new_message(),
-                    toolCallId=event.tool_call_id,  # type: ignore[union-attr]
+                    toolCallId=event.tool_call_id,
                     content=content,
                     role="tool",
                 )
@@ -169,10 +168,9 @@ class _Translate:
         return []
 
     def _update(self, inner: Any) -> list[bytes]:
-        kind = inner.type
         mid = self.message_id
         assert mid is not None
-        if kind == "thinking_delta" and inner.delta:
+        if inner.type == "thinking_delta" and inner.delta:
             out = []
             if not self.reasoning_open:
                 self.reasoning_open = True
@@ -180,20 +178,20 @@ class _Translate:
                 out += [_frame("REASONING_START", messageId=rid), _frame("REASONING_MESSAGE_START", messageId=rid, role="reasoning")]
             out.append(_frame("REASONING_MESSAGE_CONTENT", messageId=mid + "-reasoning", delta=inner.delta))
             return out
-        if kind == "text_delta" and inner.delta:
+        if inner.type == "text_delta" and inner.delta:
             out = self._close_reasoning()
             if not self.text_open:
                 self.text_open = True
                 out.append(_frame("TEXT_MESSAGE_START", messageId=mid, role="assistant"))
             out.append(_frame("TEXT_MESSAGE_CONTENT", messageId=mid, delta=inner.delta))
             return out
-        if kind == "toolcall_start":
+        if inner.type == "toolcall_start":
             call = inner.partial.content[inner.index]
             self.calls[inner.index] = call.id
             return [*self._close_reasoning(), _frame("TOOL_CALL_START", toolCallId=call.id, toolCallName=call.name, parentMessageId=mid)]
-        if kind == "toolcall_delta" and inner.delta and inner.index in self.calls:
+        if inner.type == "toolcall_delta" and inner.delta and inner.index in self.calls:
             return [_frame("TOOL_CALL_ARGS", toolCallId=self.calls[inner.index], delta=inner.delta)]
-        if kind == "toolcall_end" and inner.index in self.calls:
+        if inner.type == "toolcall_end" and inner.index in self.calls:
             return [_frame("TOOL_CALL_END", toolCallId=self.calls[inner.index])]
         return []
 

@@ -169,19 +169,18 @@ class LiveSession:
     def _track(self, event: AgentEvent) -> None:
         """Keep what the published events show: the streaming message and how many
         messages of the transcript have ended."""
-        kind = event.type
-        if kind == "message_update":
+        if event.type == "message_update":
             if self._partial is not None:
-                self._partial.feed(event.event)  # type: ignore[union-attr]
+                self._partial.feed(event.event)
             return
-        if kind == "message_start":
-            if event.message.role == "assistant":  # type: ignore[union-attr]
+        if event.type == "message_start":
+            if event.message.role == "assistant":
                 self._partial = _Partial()
-        elif kind in _SYNC_EVENTS:
-            if kind != "agent_start":
+        elif event.type in _SYNC_EVENTS:
+            if event.type != "agent_start":
                 self._partial = None
             self._shown = len(self.agent.messages)
-        elif kind == "retry" and getattr(event, "discard_partial", False):
+        elif event.type == "retry" and getattr(event, "discard_partial", False):
             self._partial = None
 
     def publish(self, data: bytes, event: str | None = None) -> None:

@@ -144,9 +144,8 @@ class Answer:
 
     def feed(self, event: AgentEvent) -> str:
         """The text ``event`` adds to the answer ("" for none)."""
-        kind = event.type
-        if kind == "message_update":
-            inner = event.event  # type: ignore[union-attr]
+        if event.type == "message_update":
+            inner = event.event
             if type(inner) is not TextDelta or not inner.delta:
                 return ""
             text: str = inner.delta
@@ -156,12 +155,12 @@ class Answer:
             self.wrote = True
             self.parts.append(text)
             return text
-        if kind == "message_start" and event.message.role == "assistant":  # type: ignore[union-attr]
+        if event.type == "message_start" and event.message.role == "assistant":
             self.gap = self.wrote
-        elif kind == "message_end" and event.message.role == "assistant":  # type: ignore[union-attr]
-            self.cut = event.message.stop_reason == "length"  # type: ignore[union-attr]
-        elif kind == "agent_end":
-            summary = event.summary  # type: ignore[union-attr]
+        elif event.type == "message_end" and type(event.message) is AssistantMessage:
+            self.cut = event.message.stop_reason == "length"
+        elif event.type == "agent_end":
+            summary = event.summary
             self.end_reason = summary.end_reason
             self.error = summary.error
             usage = summary.usage
