@@ -255,7 +255,7 @@ class Terminal:
             env=variables,
             encoding="utf-8",
             dimensions=(30, columns),
-            timeout=20,
+            timeout=60,  # a guard against a hung child only: every wait is for text on the screen
         )
         self.seen = ""
 
