@@ -8,6 +8,7 @@ the sessions and the command keep their files in. It imports nothing of ketch.""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterable
@@ -299,3 +300,35 @@ def xdg_dir(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:
     if os.path.isabs(value):
         return Path(value)
     return Path(environ.get("HOME") or str(Path.home())) / fallback
+
+
+def read_regular_text(path: str | os.PathLike[str], limit: int = 256 * 1024, within_root: str | None = None) -> str:
+    """The UTF-8 text of the regular file ``path``, read without following a link in its
+    last component and without blocking on a FIFO or a device; with ``within_root``, only
+    when its real path is inside that folder. Raises ``OSError`` naming why it may not be
+    read (a link, not a regular file, outside the folder, longer than ``limit`` bytes)."""
+    if within_root is not None and not within(os.path.realpath(path), os.path.realpath(within_root)):
+        raise OSError(f"{path} leads outside {within_root}")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a link
+            raise OSError(f"{path} is a symbolic link") from None
+        raise
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(f"{path} is longer than {limit} bytes")
+    return data.decode("utf-8")

@@ -5,6 +5,7 @@ allowed tools, description), trust, ``/help``, the control protocol and bad file
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,21 @@ def test_help_lists_the_custom_commands_and_they_run(env: Env, terminals: list[T
     term.ctrl("d")
     assert term.wait_exit() == 0
     assert prompt_text(requests(env)[0]) == "Say hello to Ann."
+
+
+def test_a_trusted_projects_command_that_leads_out_of_the_project_is_not_read(env: Env) -> None:
+    secret = env.home / "secret.md"
+    secret.write_text("KETCHCANARY: send this along\n")
+    folder = env.work / ".ketch" / "commands"
+    folder.mkdir(parents=True)
+    (folder / "leak.md").symlink_to(secret)
+    os.mkfifo(folder / "pipe.md")  # a read of it would block forever
+    proc = env.run("run", "--trust-project", "/leak now", extra=extra(env, ["ok"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "KETCHCANARY" not in json.dumps(requests(env))
+    assert prompt_text(requests(env)[0]) == "/leak now"  # no such command: sent as typed
+    left = sorted(x for x in proc.stderr.splitlines() if x.startswith("ketch: command left out:"))
+    assert left == [
+        f"ketch: command left out: {folder / 'leak.md'}: cannot read the command ({folder / 'leak.md'} leads outside {env.work})",
+        f"ketch: command left out: {folder / 'pipe.md'}: cannot read the command ({folder / 'pipe.md'} is not a regular file)",
+    ]

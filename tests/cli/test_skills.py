@@ -5,6 +5,7 @@ folders, bad files and ``ketch skills list``."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,27 @@ def test_no_skills_no_tool_and_no_section(env: Env) -> None:
     assert "skill" not in first["tools"] and "# Skills" not in first["system_prompt"]
     proc = env.run("skills", "list")
     assert proc.stdout.startswith("no skills found (looked in: ")
+
+
+def test_a_trusted_projects_skill_that_leads_out_of_the_project_is_not_read(env: Env) -> None:
+    outside = env.home / "outside"
+    skill(outside, "", "stolen", "Secret.", body="KETCHCANARY body")
+    (env.work / ".ketch" / "skills" / "linked-file").mkdir(parents=True)
+    (env.work / ".ketch" / "skills" / "linked-file" / "SKILL.md").symlink_to(outside / "stolen" / "SKILL.md")
+    (env.work / ".ketch" / "skills" / "stolen").symlink_to(outside / "stolen")  # a linked folder
+    fifo = env.work / ".claude" / "skills" / "pipe"
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / "SKILL.md")  # not a file: not a skill (a read would block forever)
+    skill(env.work, ".ketch/skills", "kept", "A skill of the project's own.")
+    proc = run(env, ["Done."], "--trust-project")
+    assert proc.returncode == 0, proc.stderr
+    (first,) = requests(env)
+    assert "KETCHCANARY" not in json.dumps(first) and "Secret." not in first["system_prompt"]
+    assert "kept: A skill of the project's own." in first["system_prompt"]
+    left = sorted(x for x in proc.stderr.splitlines() if x.startswith("ketch: skill left out:"))
+    assert left == [
+        f"ketch: skill left out: {env.work / '.ketch/skills/linked-file/SKILL.md'}: cannot read the skill "
+        f"({env.work / '.ketch/skills/linked-file/SKILL.md'} leads outside {env.work})",
+        f"ketch: skill left out: {env.work / '.ketch/skills/stolen/SKILL.md'}: cannot read the skill "
+        f"({env.work / '.ketch/skills/stolen/SKILL.md'} leads outside {env.work})",
+    ]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._paths import read_regular_text
 from ..skills import SkillError
 from ..skills import parse_front_matter
 from ._config import Settings
@@ -110,13 +111,19 @@ def _tools(value: Any) -> tuple[str, ...]:
     return tuple(t.strip() for t in out if t.strip())
 
 
-def parse_command_file(path: Path, name: str, origin: str) -> tuple[CustomCommand, list[str]]:
+def parse_command_file(
+    path: Path, name: str, origin: str, within: Path | None = None
+) -> tuple[CustomCommand, list[str]]:
     """The command ``name`` of the file at ``path`` and its warnings (unknown keys);
-    :class:`CommandFileError` for a file that cannot be used."""
+    :class:`CommandFileError` for a file that cannot be used. The file is read only as a
+    regular file that is not a symbolic link, and with ``within`` only when its real path
+    is in that folder."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CommandFileError(f"{path}: cannot read the command ({exc.__class__.__name__})") from None
+        text = read_regular_text(path, within_root=None if within is None else str(within))
+    except UnicodeDecodeError:
+        raise CommandFileError(f"{path}: cannot read the command (not UTF-8 text)") from None
+    except OSError as exc:
+        raise CommandFileError(f"{path}: cannot read the command ({exc.strerror or exc})") from None
     data: dict[str, Any] = {}
     body = text.strip()
     if text.lstrip().startswith("---"):
@@ -206,7 +213,8 @@ def load_custom_commands(
                 warnings.append(f"ketch: command left out: {path}: /{name} is a built-in command")
                 continue
             try:
-                command, notes = parse_command_file(path, name, origin)
+                within = settings.project_root if origin == "project" else None  # a project's own files only
+                command, notes = parse_command_file(path, name, origin, within)
             except CommandFileError as exc:
                 warnings.append(f"ketch: command left out: {exc}")
                 continue

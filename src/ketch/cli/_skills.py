@@ -47,7 +47,7 @@ def project_skills(root: Path, gate: Gate) -> list[Skill]:
     ``skills``, which needs trust; what it leaves out is listed in ``gate.ignored``)."""
     admitted: list[Skill] = []
     for directory in PROJECT_SKILLS:
-        skills, _ = find_skills([(root / directory, "project")])
+        skills, _ = find_skills([(root / directory, "project")], within=root)
         if skills and gate.admit(
             "skills", [s.name for s in skills], root / directory, label=f"skills {', '.join(s.name for s in skills)}"
         ):
@@ -66,7 +66,8 @@ def load_cli_skills(
     for directory, origin in skill_directories(settings, environ):
         if origin == "project" and not trust.covers(directory):
             continue  # named in the ignored-settings line already (project_skills)
-        skills, errors = find_skills([(directory, origin)])
+        within = settings.project_root if origin == "project" else None  # a project's own files only
+        skills, errors = find_skills([(directory, origin)], within=within)
         warnings.extend(f"ketch: skill left out: {e}" for e in errors)
         for skill in skills:
             warnings.extend(f"ketch: {w}" for w in skill.warnings)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._paths import read_regular_text
 from ..loop import Capability
 from ..loop import Contribution
 from ..loop import Tool
@@ -183,26 +184,32 @@ def parse_skill(text: str, *, source: str = "<SKILL.md>", path: Path | None = No
     return Skill(name, description.strip(), body, path, origin, fields, warnings)
 
 
-def load_skill(folder: str | Path, *, origin: str = "code") -> Skill:
+def load_skill(folder: str | Path, *, origin: str = "code", within: str | Path | None = None) -> Skill:
     """The skill of ``folder`` (its ``SKILL.md``); :class:`SkillError` when it is
     missing, unreadable or invalid. A ``name`` other than the folder's name is an error
-    (the format requires them to match)."""
+    (the format requires them to match). ``SKILL.md`` is read only as a regular file that
+    is not a symbolic link, and with ``within`` only when its real path is in that folder."""
     directory = Path(folder)
     file = directory / SKILL_FILE
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SkillError(f"{file}: cannot read the skill ({exc.__class__.__name__})") from None
+        text = read_regular_text(file, within_root=None if within is None else str(within))
+    except UnicodeDecodeError:
+        raise SkillError(f"{file}: cannot read the skill (not UTF-8 text)") from None
+    except OSError as exc:
+        raise SkillError(f"{file}: cannot read the skill ({exc.strerror or exc})") from None
     skill = parse_skill(text, source=str(file), path=directory, origin=origin)
     if skill.name != directory.name:
         raise SkillError(f"{file}: 'name' {skill.name!r} must match the folder's name {directory.name!r}")
     return skill
 
 
-def find_skills(directories: Iterable[tuple[str | Path, str]]) -> tuple[list[Skill], list[str]]:
+def find_skills(
+    directories: Iterable[tuple[str | Path, str]], *, within: str | Path | None = None
+) -> tuple[list[Skill], list[str]]:
     """The skills of the folders inside each ``(directory, origin)`` (missing ones are
     skipped; a later directory's skill replaces an earlier one of the same name), sorted
-    by name, and one error line per bad ``SKILL.md`` (left out)."""
+    by name, and one error line per bad ``SKILL.md`` (left out). With ``within``, a
+    ``SKILL.md`` whose real path leaves that folder is a bad one."""
     found: dict[str, Skill] = {}
     errors: list[str] = []
     for directory, origin in directories:
@@ -211,7 +218,7 @@ def find_skills(directories: Iterable[tuple[str | Path, str]]) -> tuple[list[Ski
             continue
         for folder in sorted(p for p in d.iterdir() if (p / SKILL_FILE).is_file()):
             try:
-                skill = load_skill(folder, origin=origin)
+                skill = load_skill(folder, origin=origin, within=within)
             except SkillError as exc:
                 errors.append(str(exc))
                 continue
