@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -75,3 +82,36 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+@contextmanager
+def served(script: Path, ready: str, what: str) -> Iterator[str]:
+    """``python script PORT`` on a free loopback port, until it prints ``ready`` on stderr
+    (no sleeping); yields ``http://127.0.0.1:PORT`` and stops it after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:
+        seen.append(line)
+        if ready in line:
+            break
+    else:
+        proc.wait()
+        import pytest
+
+        pytest.fail(f"{what} did not start: {''.join(seen)}", pytrace=False)
+    threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

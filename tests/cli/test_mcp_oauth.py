@@ -5,11 +5,8 @@ server built from the ``mcp`` SDK's server auth components)."""
 from __future__ import annotations
 
 import json
-import socket
 import stat
-import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,8 @@ from clihelp import Env
 from clihelp import FakeServer
 from clihelp import call_reply
 from clihelp import lines
+
+from support import served
 
 SERVER = Path(__file__).parents[1] / "mcp" / "oauth_server.py"
 CANARY = "KETCHCANARY"  # in every token the test server issues
@@ -31,38 +30,11 @@ with urllib.request.urlopen(sys.argv[1]) as response:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def guarded() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stderr is not None
-    seen: list[str] = []
-    for line in proc.stderr:  # uvicorn says when it listens (no sleeping)
-        seen.append(line)
-        if "Uvicorn running on" in line:
-            break
-    else:
-        proc.wait()
-        pytest.fail(f"the OAuth test server did not start: {''.join(seen)}", pytrace=False)
-    threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """The protected server on a free loopback port (fresh for each test); its base URL."""
+    with served(SERVER, "Uvicorn running on", "the OAuth test server") as base:
+        yield base
 
 
 def _setup(env: Env, base: str) -> dict[str, str]:

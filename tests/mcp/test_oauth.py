@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import stat
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,44 +22,17 @@ from ketch.mcp import login
 from ketch.testing import ScriptedModel
 from ketch.testing import reply
 from ketch.testing import tool_call
+from support import served
 
 SERVER = Path(__file__).with_name("oauth_server.py")
 CANARY = "KETCHCANARY"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def guarded() -> Iterator[str]:
     """The protected server on a free loopback port (fresh for each test); its base URL."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stderr is not None
-    seen: list[str] = []
-    for line in proc.stderr:  # uvicorn says when it listens (no sleeping)
-        seen.append(line)
-        if "Uvicorn running on" in line:
-            break
-    else:
-        proc.wait()
-        pytest.fail(f"the OAuth test server did not start: {''.join(seen)}", pytrace=False)
-    threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(SERVER, "Uvicorn running on", "the OAuth test server") as base:
+        yield base
 
 
 def configs(base: str) -> Any:
