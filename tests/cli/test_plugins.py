@@ -150,3 +150,27 @@ def test_bad_plugins_and_names_are_one_line_errors(env: Env) -> None:
     proc = env.run("plugin", "add", str(folder))
     assert proc.stderr == "ketch: a plugin named 'fine' is installed already (ketch plugin remove fine first)\n"
     assert env.run("plugin", "list").stdout == f"fine  [enabled] nothing ketch loads  from {folder}\n"
+
+
+def test_a_plugins_links_out_of_its_folder_are_never_read(env: Env) -> None:
+    secret = env.home / "secret.md"
+    secret.write_text("---\nname: leak\ndescription: KETCHCANARY\n---\nKETCHCANARY body\n")
+    folder = env.home / "linky"
+    (folder / ".claude-plugin").mkdir(parents=True)
+    (folder / ".claude-plugin" / "plugin.json").write_text('{"name": "linky"}')
+    (folder / "skills" / "leak").mkdir(parents=True)
+    (folder / "skills" / "leak" / "SKILL.md").symlink_to(secret)
+    (folder / "commands").mkdir()
+    (folder / "commands" / "leak.md").symlink_to(secret)
+    assert env.run("plugin", "add", str(folder)).returncode == 0
+    installed = env.xdg / "ketch" / "plugins" / "linky"
+    assert (installed / "commands" / "leak.md").is_symlink()  # copied as a link, not as the key's text
+    proc = run(env, "/leak")
+    assert proc.returncode == 0, proc.stderr
+    assert "KETCHCANARY" not in json.dumps(requests(env))
+    assert sorted(x for x in proc.stderr.splitlines() if " left out: " in x) == [
+        f"ketch: command left out: {installed / 'commands' / 'leak.md'}: cannot read the command "
+        f"({installed / 'commands' / 'leak.md'} leads outside {installed})",
+        f"ketch: skill left out: {installed / 'skills' / 'leak' / 'SKILL.md'}: cannot read the skill "
+        f"({installed / 'skills' / 'leak' / 'SKILL.md'} leads outside {installed})",
+    ]

@@ -213,7 +213,8 @@ def load_custom_commands(
                 warnings.append(f"ketch: command left out: {path}: /{name} is a built-in command")
                 continue
             try:
-                within = settings.project_root if origin == "project" else None  # a project's own files only
+                # a project's, or a plugin's, own files only
+                within = settings.project_root if origin == "project" else directory.parent if origin.startswith("plugin ") else None
                 command, notes = parse_command_file(path, name, origin, within)
             except CommandFileError as exc:
                 warnings.append(f"ketch: command left out: {exc}")

@@ -229,7 +229,7 @@ def add(source: str, environ: Mapping[str, str] | None = None, *, trusted: bool 
             if not folder.is_dir():
                 raise PluginError(f"{source}: not a folder or a git URL")
             read_manifest(folder)
-            shutil.copytree(folder, staging, ignore=shutil.ignore_patterns(".git"))
+            shutil.copytree(folder, staging, symlinks=True, ignore=shutil.ignore_patterns(".git"))  # links stay links (never their targets' content)
         manifest = read_manifest(staging)
         name = manifest["name"]
         registry = _registry(environ)

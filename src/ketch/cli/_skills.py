@@ -66,7 +66,8 @@ def load_cli_skills(
     for directory, origin in skill_directories(settings, environ):
         if origin == "project" and not trust.covers(directory):
             continue  # named in the ignored-settings line already (project_skills)
-        within = settings.project_root if origin == "project" else None  # a project's own files only
+        # a project's, or a plugin's, own files only
+        within = settings.project_root if origin == "project" else directory.parent if origin.startswith("plugin ") else None
         skills, errors = find_skills([(directory, origin)], within=within)
         warnings.extend(f"ketch: skill left out: {e}" for e in errors)
         for skill in skills:
