@@ -42,11 +42,13 @@ from ..llm import DEFAULT_CONTEXT_WINDOW
 from ..llm import Model
 from ..llm import SettableContextWindow
 from ..llm import StreamOptions
+from ..llm import ToolResultMessage
 from ..llm._tokens import ContextUsage
 from ..loop import NextTurn
 from ..loop import RunResult
 from ..loop import Tool
 from ..loop import TurnInfo
+from ..loop import stop_after_tool
 from ..permissions import Approver
 from ..permissions import PermissionEngine
 from ..permissions import Rule
@@ -389,6 +391,18 @@ class Built:
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
     subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
     instructions: Any = None  # the AGENTS.md files merged into the system prompt (cli._instructions)
+    answers_with_tool: bool = False  # the embedded model: a run ends after its call, whose result is the answer
+    grounding: Any = None  # the embedded model's grounded arguments (cli._embedded), told each prompt
+
+    def tool_answer(self, result: RunResult) -> str | None:
+        """The answer of a run that ended after the embedded model's call succeeded: the
+        call's result, as the tool returned it; None for any other run."""
+        if not self.answers_with_tool or result.end_reason != "stop" or not result.messages:
+            return None
+        last = result.messages[-1]
+        if not isinstance(last, ToolResultMessage) or last.is_error:
+            return None
+        return last.text
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -411,6 +425,8 @@ class Built:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
         if self.tool_choice is not None:
             self.tool_choice.route(text)
+        if self.grounding is not None:
+            self.grounding.request = text
         if self.hooks is not None:
             return await self.hooks.prompt(self.agent, text)
         return await self.agent.prompt(text)
@@ -629,6 +645,12 @@ def build_agent(
         )
         if manager is not None:
             manager.pre_compact = runner.pre_compact
+    answers_with_tool = embedded and chooser is not None and bool(chooser.routes)
+    if answers_with_tool:
+        # A 135M model restating a tool's result gets it wrong more often than right: its
+        # run ends after its routed call succeeds, and the result is the answer (a failed
+        # call goes back to it, to answer in text).
+        config["stop_when"] = (*config.get("stop_when", ()), stop_after_tool(*(t.name for t in tools)))
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     project = instructions.capability() if instructions is not None else None
@@ -637,6 +659,12 @@ def build_agent(
         capabilities.append(project)
     if settings.memory:
         capabilities.append(memory_capability(root, environ))
+    grounding = None
+    if embedded:  # compact tools whose arguments are grounded in the request (an enum in its call grammar)
+        from ._embedded import Grounding
+
+        grounding = Grounding(root)
+        capabilities.append(grounding)
     if not embedded:
         from ._skills import skills_capability
 
@@ -675,6 +703,8 @@ def build_agent(
         mcp=mcp,
         subagents=subagents,
         instructions=instructions,
+        answers_with_tool=answers_with_tool,
+        grounding=grounding,
     )
     built.fit_context(settings)
     return built
