@@ -513,3 +513,79 @@ async def test_custom_commands_are_announced_and_a_prompt_naming_one_runs_it_exp
     assert editor.kinds()[0] == "available_commands_update"
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
     assert json.dumps(asked[0]["messages"][-1]).count("Say hello to Ada in French.") == 1
+
+
+async def test_the_to_do_list_is_sent_as_the_plan_and_replayed_on_load(env: Env) -> None:
+    first = [
+        {"content": "Read the parser", "status": "in_progress", "priority": "high"},
+        {"content": "Fix the bug", "status": "pending"},
+    ]
+    second = [
+        {"content": "Read the parser", "status": "completed", "priority": "high"},
+        {"content": "Fix the bug", "status": "in_progress"},
+    ]
+    _script(
+        env,
+        [
+            call_reply(("t1", "todo_write", {"todos": first})),
+            call_reply(("t2", "todo_write", {"todos": second})),
+            text_reply("On it."),
+        ],
+    )
+    editor = Editor()  # no answers queued: a permission request would fail the test
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("fix it")])
+    assert answer.stop_reason == "end_turn"
+    assert editor.asked == []
+    assert [k for k in editor.kinds() if k != "usage_update"] == [
+        "tool_call:think:Update the plan",
+        "tool_call_update:completed",
+        "plan",
+        "tool_call:think:Update the plan",
+        "tool_call_update:completed",
+        "plan",
+        "agent_message_chunk:On it.",
+    ]
+    plans = [
+        [(e.content, e.status, e.priority) for e in u.entries] for u in editor.updates if u.session_update == "plan"
+    ]
+    assert plans == [
+        [("Read the parser", "in_progress", "high"), ("Fix the bug", "pending", "medium")],
+        [("Read the parser", "completed", "high"), ("Fix the bug", "in_progress", "medium")],
+    ]
+
+    _script(env, [text_reply("unused")], "2.json")
+    loaded = Editor()
+    async with ketch_acp(env, loaded) as conn:
+        await conn.load_session(cwd=str(env.work), session_id=session.session_id, mcp_servers=[])
+    replayed = [u for u in loaded.updates if u.session_update == "plan"]
+    assert [[(e.content, e.status) for e in u.entries] for u in replayed][-1] == [
+        ("Read the parser", "completed"),
+        ("Fix the bug", "in_progress"),
+    ]
+
+
+async def test_session_delete_removes_a_saved_session(env: Env) -> None:
+    _script(env, [text_reply("Kept."), text_reply("Gone.")])
+    async with ketch_acp(env, Editor()) as conn:
+        kept = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=kept.session_id, prompt=[acp.text_block("keep me")])
+        gone = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=gone.session_id, prompt=[acp.text_block("delete me")])
+        raw = conn._conn  # the package's client has no delete_session: the raw request
+        try:
+            await raw.send_request("session/delete", {"sessionId": gone.session_id})
+            raise AssertionError("an open session was deleted")
+        except acp.RequestError as exc:
+            assert str(exc) == f"session/delete: session {gone.session_id} is open; close it first (session/close)"
+        await conn.close_session(session_id=gone.session_id)
+        assert await raw.send_request("session/delete", {"sessionId": gone.session_id}) == {}
+        try:
+            await raw.send_request("session/delete", {"sessionId": gone.session_id})
+            raise AssertionError("a deleted session was deleted again")
+        except acp.RequestError as exc:
+            assert (exc.code, str(exc)) == (-32002, f"session/delete: no saved session {gone.session_id!r}")
+        listed = await conn.list_sessions(cwd=str(env.work))
+    assert [s.session_id for s in listed.sessions] == [kept.session_id]
+    assert env.run("sessions", "show", gone.session_id).returncode != 0
