@@ -93,7 +93,7 @@ async def test_query_runs_a_tool_round(env: Env) -> None:
     ]
     init, call, result_line, answer, result = messages
     assert init.data["model"] == "scripted:scripted-model"
-    assert init.data["tools"] == ["read", "write", "edit", "bash", "grep", "find", "ls"]
+    assert init.data["tools"] == ["read", "write", "edit", "bash", "grep", "find", "ls", "todo_write"]
     assert init.data["permissionMode"] == "default"
     assert init.data["cwd"] == str(env.work)
     assert call.content == [TextBlock(text="Looking."), ToolUseBlock(id="c1", name="ls", input={"path": "."})]
@@ -394,3 +394,18 @@ def test_ketch_own_stream_json_is_unchanged(env: Env) -> None:
     kinds = [json.loads(line)["type"] for line in proc.stdout.splitlines()]
     assert kinds[0] == "init" and kinds[1] == "ack" and kinds[-1] == "result"
 
+
+
+async def test_the_to_do_list_is_a_tool_and_todowrite_in_tools_names_it(env: Env) -> None:
+    todos = [{"content": "Look around", "status": "in_progress"}, {"content": "Report", "status": "pending"}]
+    replies = [call_reply(("t1", "todo_write", {"todos": todos})), text_reply("Planned.")]
+    messages = await _collect("plan", _options(env, replies, tools=["Read", "TodoWrite"]))
+    assert messages[0].data["tools"] == ["read", "todo_write"]
+    assert messages[1].content == [ToolUseBlock(id="t1", name="todo_write", input={"todos": todos})]
+    assert messages[2].content == [
+        ToolResultBlock(
+            tool_use_id="t1", content="To-do list updated (0 of 2 completed):\n[>] Look around\n[ ] Report", is_error=False
+        )
+    ]
+    without = await _collect("hello", _options(env, [text_reply("Hi.")], name="2.json", tools=["Read"]))
+    assert without[0].data["tools"] == ["read"]

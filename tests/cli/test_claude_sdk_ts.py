@@ -71,7 +71,7 @@ def test_query_runs_a_tool_round_with_partial_messages(env: Env) -> None:
     assert shapes == ["system:init", "assistant:text,tool_use", "user:tool_result", "assistant:text", "result:success"]
     assert out["init"] == {
         "model": "scripted:scripted-model",
-        "tools": ["read", "write", "edit", "bash", "grep", "find", "ls"],
+        "tools": ["read", "write", "edit", "bash", "grep", "find", "ls", "todo_write"],
         "permissionMode": "default",
         "cwd": str(env.work),
     }

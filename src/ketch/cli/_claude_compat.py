@@ -97,8 +97,10 @@ TOOL_NAMES: dict[str, str] = {
     "glob": "find",
     "find": "find",
     "ls": "ls",
+    "todowrite": "todo_write",
 }
-"""Claude Code's built-in tool names (lower case) and ketch's tool for each."""
+"""Claude Code's built-in tool names (lower case) and ketch's tool for each (``todo_write``
+is :class:`ketch.tools.Todo`'s)."""
 
 CONTROL_SUBTYPES = (
     "initialize",
@@ -224,6 +226,7 @@ class Options:
     sdk_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings_json: dict[str, Any] = field(default_factory=dict)
+    todo: bool = True  # the to-do list (todo_write); --tools without TodoWrite leaves it out
 
 
 def _thinking(args: argparse.Namespace) -> str | None:
@@ -332,7 +335,7 @@ def _ketch_rule(text: str) -> str:
     """A Claude Code rule with ketch's tool name where they differ (``Glob(src/**)`` ->
     ``find(src/**)``, ``LS`` -> ``ls``, ``MultiEdit`` -> ``Edit``)."""
     name, paren, rest = text.partition("(")
-    mapped = {"glob": "find", "ls": "ls", "multiedit": "Edit"}.get(name.strip().lower())
+    mapped = {"glob": "find", "ls": "ls", "multiedit": "Edit", "todowrite": "todo_write"}.get(name.strip().lower())
     return (mapped + paren + rest) if mapped is not None else text
 
 
@@ -346,7 +349,7 @@ def _tools(text: str) -> list[str] | None:
             continue
         mapped = TOOL_NAMES.get(word.lower())
         if mapped is None:
-            _warn(f"--tools {word!r}: ketch has no such tool (its tools: read, write, edit, bash, grep, find, ls); left out")
+            _warn(f"--tools {word!r}: ketch has no such tool (its tools: read, write, edit, bash, grep, find, ls, TodoWrite); left out")
         elif mapped not in names:
             names.append(mapped)
     return names
@@ -381,7 +384,11 @@ def build_settings(options: Options, root: Path) -> Settings:
         flags["permission_mode"] = PERMISSION_MODES[mode]
         options.dont_ask = mode == "dontAsk"
     if args.tools is not None:
-        flags["tools"] = _tools(args.tools)
+        names = _tools(args.tools)
+        if names is not None:
+            options.todo = "todo_write" in names
+            names = [n for n in names if n != "todo_write"]
+        flags["tools"] = names
     settings = load_settings(root, flags, trust=args.trust_project)
     allow = [_ketch_rule(r) for r in _split_rules(args.allowed_tools)]
     deny = [_ketch_rule(r) for r in _split_rules(args.disallowed_tools)]
@@ -971,6 +978,13 @@ class SdkSession:
         self._sync_sdk_tools()
         return {}
 
+    def _capability_tools(self) -> list[str]:
+        """The tools the agent's capabilities add that the init line names (the to-do list's)."""
+        from ..tools import Todo
+
+        assert self.built is not None
+        return ["todo_write" for c in self.built.agent.config.capabilities if isinstance(c, Todo)]
+
     def _sync_sdk_tools(self) -> None:
         """The agent's tools: its own, then the tools of the enabled SDK servers."""
         if self.built is None:
@@ -1054,7 +1068,7 @@ class SdkSession:
         use_recorded_model(settings, session)
         hooks = [*settings.hooks, *self._sdk_hooks()]
         built = build_agent(
-            settings, root, approver=None, session=session, no_approver="deny", mcp=mcp, hooks=hooks
+            settings, root, approver=None, session=session, no_approver="deny", mcp=mcp, hooks=hooks, todo=self.options.todo
         )
         for line in await built.attach_mcp():
             _warn(line)
@@ -1358,7 +1372,7 @@ class SdkSession:
                 "subtype": "init",
                 "cwd": str(self.root),
                 "session_id": self.session_id,
-                "tools": [t.name for t in agent.tools],
+                "tools": [t.name for t in agent.tools] + self._capability_tools(),
                 "mcp_servers": servers,
                 "model": self.model_name,
                 "permissionMode": self.mode_name,
