@@ -589,3 +589,37 @@ async def test_session_delete_removes_a_saved_session(env: Env) -> None:
         listed = await conn.list_sessions(cwd=str(env.work))
     assert [s.session_id for s in listed.sessions] == [kept.session_id]
     assert env.run("sessions", "show", gone.session_id).returncode != 0
+
+
+async def test_usage_updates_follow_each_response_and_set_model_and_thinking_apply(env: Env) -> None:
+    usage = {"input": 10, "output": 2, "total_tokens": 12, "cost": {"total": 0.25}}
+    _script(env, [text_reply("unused")])
+    other = env.script(
+        [call_reply(("t1", "ls", {"path": "."}), usage=usage), text_reply("Done.", usage=usage)], "b.json"
+    )
+    editor = Editor()
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        sid = session.session_id
+        # the unstable session/set_model, which the package's client sends only in its unstable mode
+        assert await conn._conn.send_request("session/set_model", {"sessionId": sid, "modelId": f"scripted:{other}"}) == {}
+        answer = await conn.set_config_option(config_id="thinking", session_id=sid, value="high")
+        assert [o.current_value for o in answer.config_options] == ["default", "scripted:scripted-model", "high"]
+        try:
+            await conn.set_config_option(config_id="thinking", session_id=sid, value="max")
+            raise AssertionError("an unknown thinking level was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == (
+                "session/set_config_option: thinking level 'max' is not one of off, minimal, low, medium, high, xhigh"
+            )
+        await conn.prompt(session_id=sid, prompt=[acp.text_block("look")])
+    assert editor.kinds() == [
+        "usage_update",
+        "tool_call:search:Ls .",
+        "tool_call_update:completed",
+        "agent_message_chunk:Done.",
+        "usage_update",
+    ]
+    usages = [u for u in editor.updates if u.session_update == "usage_update"]
+    assert [(u.cost.amount, u.cost.currency) for u in usages] == [(0.25, "USD"), (0.5, "USD")]
+    assert all(u.size > 0 and u.used > 0 for u in usages)
