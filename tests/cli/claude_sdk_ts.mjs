@@ -134,7 +134,45 @@ async function interrupt() {
   };
 }
 
-const scenarios = { tool_round: toolRound, can_use_tool: canUseTool, interrupt };
+// What the SDK sends in its initialize request rather than as flags: the system prompt,
+// an in-process MCP server, disallowed tools, the MCP servers (mcpServersDelivery
+// "initialize"), and a hook.
+async function initializeRequest() {
+  const { createSdkMcpServer, tool } = await import(pathToFileURL(process.env.KETCH_SDK).href);
+  const { z } = await import(pathToFileURL(process.env.KETCH_ZOD).href);
+  const add = tool("add", "Add two numbers", { a: z.number(), b: z.number() }, async ({ a, b }) => ({
+    content: [{ type: "text", text: String(a + b) }],
+  }));
+  const hooked = [];
+  const after = async (input) => {
+    hooked.push([input.hook_event_name, input.tool_name, input.tool_use_id]);
+    return {};
+  };
+  const options = {
+    ...base,
+    mcpServersDelivery: "initialize",
+    disallowedToolsDelivery: "initialize",
+    permissionMode: "bypassPermissions", // only the disallowed rule stops bash
+    systemPrompt: "Be brief.",
+    mcpServers: { calc: createSdkMcpServer({ name: "calc", tools: [add] }) },
+    allowedTools: ["mcp__calc__add"],
+    disallowedTools: ["Bash"],
+    hooks: { PostToolUse: [{ hooks: [after] }] },
+  };
+  const messages = [];
+  for await (const m of query({ prompt: "add them", options })) messages.push(m);
+  const init = messages[0];
+  return {
+    shapes: messages.map(shape),
+    tools: init.tools,
+    mcp_servers: init.mcp_servers,
+    hooked,
+    tool_results: blocks(messages, "tool_result").map((b) => ({ id: b.tool_use_id, content: b.content, is_error: b.is_error })),
+    result: result(messages.at(-1)),
+  };
+}
+
+const scenarios = { tool_round: toolRound, can_use_tool: canUseTool, interrupt, initialize_request: initializeRequest };
 try {
   const out = await scenarios[scenario]();
   process.stdout.write(JSON.stringify({ ...out, stderr }) + "\n");

@@ -409,3 +409,41 @@ async def test_the_to_do_list_is_a_tool_and_todowrite_in_tools_names_it(env: Env
     ]
     without = await _collect("hello", _options(env, [text_reply("Hi.")], name="2.json", tools=["Read"]))
     assert without[0].data["tools"] == ["read"]
+
+
+def test_initialize_fields_are_applied_confirmed_or_named(env: Env) -> None:
+    """What the TypeScript SDK sends in ``initialize`` rather than as flags: a bad value is
+    an error naming it, fields ketch does not support a named warning, the ones it applies
+    confirmed in the answer."""
+    env.vars["KETCH_TEST_SCRIPT"] = env.script([text_reply("ok")])
+    bad = {"subtype": "initialize", "systemPrompt": 5}
+    code, out, err = _raw(env, [{"type": "control_request", "request_id": "r1", "request": bad}])
+    assert out[0]["response"] == {
+        "subtype": "error",
+        "request_id": "r1",
+        "error": "initialize: systemPrompt must be a string or a list of strings",
+    }
+    request = {
+        "subtype": "initialize",
+        "systemPrompt": ["Be brief.", "Answer in French."],
+        "appendSystemPrompt": "Sign with K.",
+        "disallowedTools": ["Bash"],
+        "settings": {"permissions": {"deny": ["Read(secret.txt)"]}},
+        "title": "A title",
+        "promptSuggestions": True,
+        "planModeInstructions": None,
+        "jsonSchema": {"type": "object"},
+    }
+    env.vars["KETCH_TEST_REQUESTS"] = str(env.home / "requests.jsonl")
+    user = {"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": None, "session_id": ""}
+    code, out, err = _raw(env, [{"type": "control_request", "request_id": "r1", "request": request}, user])
+    assert code == 0, err
+    answer = out[0]["response"]["response"]
+    assert (answer["settings_applied"], answer["disallowed_tools_applied"]) == (True, True)
+    assert "mcp_servers_applied" not in answer
+    assert err.splitlines() == [
+        "ketch: warning: initialize: jsonSchema (structured output) is not supported by ketch and is ignored",
+        "ketch: warning: initialize: promptSuggestions, title are not supported by ketch and ignored",
+    ]
+    sent = json.loads((env.home / "requests.jsonl").read_text().splitlines()[0])
+    assert sent["system_prompt"] == "Be brief.\n\nAnswer in French.\n\nSign with K."

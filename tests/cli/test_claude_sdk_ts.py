@@ -23,6 +23,7 @@ from clihelp import text_reply
 
 HERE = Path(__file__).parent
 SDK = HERE.parent.parent / ".cache/npm/node_modules/@anthropic-ai/claude-agent-sdk/sdk.mjs"
+ZOD = SDK.parent.parent.parent / "zod/index.js"  # the SDK's peer dependency, for tool schemas
 DRIVER = HERE / "claude_sdk_ts.mjs"
 GUARD = 60  # a guard against a hung child only; nothing waits on time
 
@@ -47,6 +48,8 @@ def _scenario(env: Env, name: str, replies: list[Any]) -> dict[str, Any]:
         **env.vars,
         "KETCH_TEST_SCRIPT": env.script(replies),
         "KETCH_SDK": str(SDK),
+        "KETCH_ZOD": str(ZOD),
+        "KETCH_TEST_REQUESTS": str(env.home / "requests.jsonl"),
         "KETCH_CLI": _cli(env),
         "KETCH_WORK": str(env.work),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -91,6 +94,7 @@ def test_query_runs_a_tool_round_with_partial_messages(env: Env) -> None:
         "permission_denials": [],
     }
     assert out["same_session"] is True
+    assert out["stderr"] == []  # nothing the SDK sent was ignored with a warning
 
 
 def test_can_use_tool_allows_edits_the_input_and_denies(env: Env) -> None:
@@ -125,3 +129,33 @@ def test_interrupt_stops_a_running_tool_and_the_session_goes_on(env: Env) -> Non
     assert out["tool_result_is_error"] == [True]
     assert out["second"] == ["system:init", "assistant:text", "result:success"]
     assert out["second_result"]["result"] == "After."
+
+
+def test_what_the_sdk_sends_in_its_initialize_request_is_applied(env: Env) -> None:
+    replies = [
+        call_reply(("c1", "mcp__calc__add", {"a": 2, "b": 3})),
+        call_reply(("c2", "bash", {"command": "echo hi"})),
+        text_reply("Five."),
+    ]
+    out = _scenario(env, "initialize_request", replies)
+    assert out["shapes"] == [
+        "system:init",
+        "assistant:tool_use",
+        "user:tool_result",
+        "assistant:tool_use",
+        "user:tool_result",
+        "assistant:text",
+        "result:success",
+    ]
+    assert "mcp__calc__add" in out["tools"]
+    assert {"name": "calc", "status": "connected", "source": "sdk"} in out["mcp_servers"]
+    assert out["tool_results"][0] == {"id": "c1", "content": "5", "is_error": False}
+    assert out["tool_results"][1] == {
+        "id": "c2",
+        "content": "Permission denied: the call matches the deny rule Bash.",
+        "is_error": True,
+    }
+    assert out["hooked"] == [["PostToolUse", "mcp__calc__add", "c1"]]
+    requests = [json.loads(line) for line in (env.home / "requests.jsonl").read_text().splitlines()]
+    assert requests[0]["system_prompt"] == "Be brief."
+    assert out["stderr"] == []
