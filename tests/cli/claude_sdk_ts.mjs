@@ -172,7 +172,35 @@ async function initializeRequest() {
   };
 }
 
-const scenarios = { tool_round: toolRound, can_use_tool: canUseTool, interrupt, initialize_request: initializeRequest };
+// setModel() between two prompts of one query, then a second query resuming the session.
+async function setModelAndResume() {
+  let next;
+  async function* prompt() {
+    for (const text of ["first", "second"]) {
+      yield { type: "user", message: { role: "user", content: text }, parent_tool_use_id: null };
+      await new Promise((resolve) => (next = resolve));
+    }
+  }
+  const q = query({ prompt: prompt(), options: base });
+  const results = [];
+  let sessionId = null;
+  for await (const m of q) {
+    if (m.type === "system" && m.subtype === "init") sessionId = m.session_id;
+    if (m.type !== "result") continue;
+    results.push(m.result);
+    if (results.length === 2) break;
+    await q.setModel(`scripted:${process.env.KETCH_OTHER_SCRIPT}`);
+    next();
+  }
+  const resumed = [];
+  // a new process: its model plays its own script
+  const env = { ...base.env, KETCH_TEST_SCRIPT: process.env.KETCH_THIRD_SCRIPT };
+  for await (const m of query({ prompt: "third", options: { ...base, env, resume: sessionId } })) resumed.push(m);
+  return { results, session_id: sessionId, resumed: resumed.map(shape), resumed_result: result(resumed.at(-1)), resumed_session: resumed.at(-1).session_id };
+}
+
+const scenarios = {
+  set_model_and_resume: setModelAndResume, tool_round: toolRound, can_use_tool: canUseTool, interrupt, initialize_request: initializeRequest };
 try {
   const out = await scenarios[scenario]();
   process.stdout.write(JSON.stringify({ ...out, stderr }) + "\n");

@@ -37,7 +37,7 @@ def _cli(env: Env) -> str:
     return str(path)
 
 
-def _scenario(env: Env, name: str, replies: list[Any]) -> dict[str, Any]:
+def _scenario(env: Env, name: str, replies: list[Any], **more: str) -> dict[str, Any]:
     if not SDK.is_file():
         pytest.fail(
             f"{SDK} is missing: run scripts/test.sh, or npm install --prefix .cache/npm "
@@ -53,6 +53,7 @@ def _scenario(env: Env, name: str, replies: list[Any]) -> dict[str, Any]:
         "KETCH_CLI": _cli(env),
         "KETCH_WORK": str(env.work),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **more,
     }
     done = subprocess.run(
         ["node", str(DRIVER), name], env=variables, cwd=env.work, capture_output=True, text=True, timeout=GUARD
@@ -159,3 +160,23 @@ def test_what_the_sdk_sends_in_its_initialize_request_is_applied(env: Env) -> No
     requests = [json.loads(line) for line in (env.home / "requests.jsonl").read_text().splitlines()]
     assert requests[0]["system_prompt"] == "Be brief."
     assert out["stderr"] == []
+
+
+def test_set_model_switches_the_model_and_a_session_resumes(env: Env) -> None:
+    other = env.script([text_reply("From B.")], "b.json")
+    third = env.script([text_reply("Resumed.")], "c.json")
+    out = _scenario(
+        env, "set_model_and_resume", [text_reply("From A.")], KETCH_OTHER_SCRIPT=other, KETCH_THIRD_SCRIPT=third
+    )
+    assert out["results"] == ["From A.", "From B."]
+    assert out["resumed"] == ["system:init", "assistant:text", "result:success"]
+    assert out["resumed_result"]["result"] == "Resumed."
+    assert out["resumed_session"] == out["session_id"]
+    assert env.run("sessions", "show", out["session_id"]).stdout.splitlines() == [
+        "user: first",
+        "assistant: From A.",
+        "user: second",
+        "assistant: From B.",
+        "user: third",
+        "assistant: Resumed.",
+    ]
