@@ -105,7 +105,8 @@ async function interrupt() {
       await new Promise((resolve) => (next = resolve));
     }
   }
-  const q = query({ prompt: prompt(), options: { ...base, permissionMode: "bypassPermissions" } });
+  const options = { ...base, permissionMode: "bypassPermissions", allowDangerouslySkipPermissions: true, persistSession: false };
+  const q = query({ prompt: prompt(), options });
   const first = [];
   const second = [];
   let writer = null;

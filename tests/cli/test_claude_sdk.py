@@ -447,3 +447,31 @@ def test_initialize_fields_are_applied_confirmed_or_named(env: Env) -> None:
     ]
     sent = json.loads((env.home / "requests.jsonl").read_text().splitlines()[0])
     assert sent["system_prompt"] == "Be brief.\n\nAnswer in French.\n\nSign with K."
+
+
+def test_the_typescript_sdks_flags_are_taken(env: Env) -> None:
+    env.vars["KETCH_TEST_SCRIPT"] = env.script([text_reply("ok")])
+    user = {"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": None, "session_id": ""}
+    code, out, err = _raw(
+        env,
+        [user],
+        "--permission-mode",
+        "bypassPermissions",
+        "--allow-dangerously-skip-permissions",
+        "--no-session-persistence",
+        "--permission-prompts",
+        "none",
+        "--agent",
+        "reviewer",
+    )
+    assert code == 0, err
+    assert out[-1]["subtype"] == "success"
+    assert err.splitlines() == ["ketch: warning: --agent is not supported by ketch and is ignored"]
+    listed = env.run("sessions", "list")
+    assert listed.stderr == f"ketch: no saved sessions in {env.work}\n"
+    code, out, err = _raw(env, [], "--managed-settings", "{}")
+    assert (code, out) == (2, [])
+    assert err == (
+        "ketch: --managed-settings: ketch does not enforce Claude Code's managed (policy) settings; "
+        "put the rules in ketch's configuration instead\n"
+    )

@@ -130,6 +130,9 @@ def test_interrupt_stops_a_running_tool_and_the_session_goes_on(env: Env) -> Non
     assert out["tool_result_is_error"] == [True]
     assert out["second"] == ["system:init", "assistant:text", "result:success"]
     assert out["second_result"]["result"] == "After."
+    assert out["stderr"] == []
+    listed = env.run("sessions", "list")  # persistSession: false
+    assert (listed.stdout, listed.stderr) == ("", f"ketch: no saved sessions in {env.work}\n")
 
 
 def test_what_the_sdk_sends_in_its_initialize_request_is_applied(env: Env) -> None:

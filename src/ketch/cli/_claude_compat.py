@@ -139,6 +139,11 @@ _IGNORED_FLAGS = {
     "include_hook_events": "--include-hook-events",
     "session_id": "--session-id",
     "thinking_display": "--thinking-display",
+    "debug_file": "--debug-file",
+    "agent": "--agent",
+    "channels": "--channels",
+    "plugin_dir_no_mcp": "--plugin-dir-no-mcp",
+    "project_config_root": "--project-config-root",
 }
 
 
@@ -207,6 +212,17 @@ def _parser() -> OneLineParser:
     # (ketch waits for initialize before building the agent anyway)
     p.add_argument("--await-initialize", action="store_true")
     p.add_argument("--initialize-fields")
+    # more of the TypeScript SDK's flags
+    p.add_argument("--allow-dangerously-skip-permissions", action="store_true")  # bypassPermissions' consent
+    p.add_argument("--no-session-persistence", dest="no_session", action="store_true")  # persistSession: false
+    p.add_argument("--permission-prompts", choices=("host", "none"))
+    p.add_argument("--debug-file")
+    p.add_argument("--agent")
+    p.add_argument("--channels", action="append")
+    p.add_argument("--plugin-dir-no-mcp", action="append")
+    p.add_argument("--project-config-root")
+    p.add_argument("--managed-settings")
+    p.add_argument("--managed-settings-in-initialize", action="store_true")
     # ketch's own
     p.add_argument("-C", "--cwd")
     p.add_argument("--trust-project", action="store_true")
@@ -280,7 +296,12 @@ def check_options(argv: Sequence[str]) -> Options:
             f"--permission-prompt-tool {tool!r}: ketch asks the SDK over the control protocol only "
             "(--permission-prompt-tool stdio, which the SDK passes for can_use_tool)"
         )
-    options.stdio_permissions = tool == "stdio"
+    options.stdio_permissions = tool == "stdio" and args.permission_prompts != "none"
+    if args.managed_settings is not None or args.managed_settings_in_initialize:
+        raise UsageError(
+            "--managed-settings: ketch does not enforce Claude Code's managed (policy) settings; "
+            "put the rules in ketch's configuration instead"
+        )
     options.thinking = _thinking(args)
     for text in args.mcp_config:
         data = _json_or_file(text, "--mcp-config")
