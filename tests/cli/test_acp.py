@@ -623,3 +623,44 @@ async def test_usage_updates_follow_each_response_and_set_model_and_thinking_app
     usages = [u for u in editor.updates if u.session_update == "usage_update"]
     assert [(u.cost.amount, u.cost.currency) for u in usages] == [(0.25, "USD"), (0.5, "USD")]
     assert all(u.size > 0 and u.used > 0 for u in usages)
+
+
+class DirtyEditor(Editor):
+    """An editor whose buffer of a file holds unsaved changes."""
+
+    def __init__(self, buffers: dict[str, str], answers: list[str]) -> None:
+        super().__init__(answers)
+        self.buffers = buffers
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: Any = None, limit: Any = None, **kw: Any
+    ) -> Any:
+        self.reads.append(path)
+        if path in self.buffers:
+            return ReadTextFileResponse(content=self.buffers[path])
+        return await super().read_text_file(session_id, path, line, limit, **kw)
+
+
+async def test_an_edit_is_refused_while_the_editors_buffer_has_unsaved_changes(env: Env) -> None:
+    target = env.work / "a.txt"
+    target.write_text("hello world\n")
+    _script(
+        env,
+        [
+            call_reply(("c1", "read", {"path": "a.txt"})),
+            call_reply(("c2", "edit", {"path": "a.txt", "old_string": "world", "new_string": "there"})),
+            text_reply("Waiting."),
+        ],
+    )
+    editor = DirtyEditor({str(target): "hello world, unsaved\n"}, ["allow_once"])
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("edit it")])
+    assert editor.reads == [str(target)]
+    assert editor.writes == []
+    assert target.read_text() == "hello world\n"
+    failed = [u for u in editor.updates if u.session_update == "tool_call_update" and u.status == "failed"]
+    assert [c.content.text for u in failed for c in u.content] == [
+        "a.txt has unsaved changes in the editor. Ask the user to save or discard them, "
+        "then read the file again before you change it."
+    ]
