@@ -664,3 +664,69 @@ async def test_an_edit_is_refused_while_the_editors_buffer_has_unsaved_changes(e
         "a.txt has unsaved changes in the editor. Ask the user to save or discard them, "
         "then read the file again before you change it."
     ]
+
+
+async def test_prompt_content_blocks_reach_the_model_and_each_stop_reason_is_answered(env: Env) -> None:
+    requests = env.home / "requests.jsonl"
+    env.vars["KETCH_TEST_REQUESTS"] = str(requests)
+    _script(
+        env,
+        [
+            text_reply("Seen."),
+            # cut at the output limit, and still cut after the loop's three recoveries
+            *[{"blocks": [{"type": "text", "text": "Cut"}], "stop_reason": "length"}] * 4,
+            *[call_reply((f"c{i}", "ls", {"path": "."})) for i in range(5)],
+            {"error": "upstream broke", "error_kind": "server"},
+        ],
+    )
+    async with ketch_acp(env, Editor(), "--max-turns", "5") as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        sid = session.session_id
+        blocks = [
+            acp.text_block("look at these"),
+            acp.resource_link_block(name="notes", uri="file:///tmp/notes.md"),
+            acp.resource_block(acp.embedded_text_resource("file:///tmp/a.py", "x = 1")),
+        ]
+        seen = await conn.prompt(session_id=sid, prompt=blocks)
+        cut = await conn.prompt(session_id=sid, prompt=[acp.text_block("long answer")])
+        turns = await conn.prompt(session_id=sid, prompt=[acp.text_block("list")])
+        try:
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("again")])
+            raise AssertionError("a model error was answered as a stop reason")
+        except acp.RequestError as exc:
+            assert str(exc).startswith("session/prompt: the run failed: ") and "upstream broke" in str(exc)
+        try:
+            await conn._conn.send_request(
+                "session/prompt", {"sessionId": sid, "prompt": [{"type": "audio", "data": "", "mimeType": "audio/wav"}]}
+            )
+            raise AssertionError("an audio block was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == (
+                "session/prompt: prompt[0]: content of type 'audio' is not supported "
+                "(text, image, resource_link, resource)"
+            )
+    assert [seen.stop_reason, cut.stop_reason, turns.stop_reason] == ["end_turn", "max_tokens", "max_turn_requests"]
+    first = json.loads(requests.read_text().splitlines()[0])
+    assert first["messages"][0]["content"] == [
+        {
+            "type": "text",
+            "text": 'look at these\n[notes](file:///tmp/notes.md)\n<context uri="file:///tmp/a.py">\nx = 1\n</context>',
+        }
+    ]
+
+
+async def test_authenticate_checks_the_key_variable(env: Env) -> None:
+    _script(env, [text_reply("unused")])
+    env.vars.pop("ANTHROPIC_API_KEY", None)
+    env.vars["OPENAI_API_KEY"] = "sk-test-not-a-real-key"
+    async with ketch_acp(env, Editor()) as conn:
+        await conn.authenticate(method_id="openai_api_key")
+        for method, message in [
+            ("anthropic_api_key", "authenticate: ANTHROPIC_API_KEY is not set in ketch's environment; set it in the editor's agent settings"),
+            ("github", "authenticate: unknown auth method 'github'; ketch offers openai_api_key, anthropic_api_key, gemini_api_key"),
+        ]:
+            try:
+                await conn.authenticate(method_id=method)
+                raise AssertionError(f"{method} was accepted")
+            except acp.RequestError as exc:
+                assert str(exc) == message
