@@ -577,6 +577,34 @@ def build_gated_tools(
     return tools, runner, permissions
 
 
+def _capabilities(
+    settings: Settings, root: Path, environ: Mapping[str, str] | None, instructions: Any, *, embedded: bool, todo: bool
+) -> list[Any]:
+    """The agent's capabilities: the project's instructions, memory, skills, the to-do
+    list; for the embedded model, the grounding of its arguments (last)."""
+    project = instructions.capability() if instructions is not None else None
+    capabilities: list[Any] = []
+    if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
+        capabilities.append(project)
+    if settings.memory:
+        capabilities.append(memory_capability(root, environ))
+    if not embedded:
+        from ._skills import skills_capability
+
+        skills = skills_capability(settings, environ)
+        if skills is not None:  # the skills' names and descriptions, and the skill tool
+            capabilities.append(skills)
+    if todo and not embedded:  # the plan the model keeps (an editor's plan, the terminal's checklist)
+        from ..tools import Todo
+
+        capabilities.append(Todo())
+    if embedded:  # compact tools whose arguments are grounded in the request (an enum in its call grammar)
+        from ._embedded import Grounding
+
+        capabilities.append(Grounding(root))  # last: build_agent hands it to Built
+    return capabilities
+
+
 def build_agent(
     settings: Settings,
     root: Path,
@@ -589,6 +617,7 @@ def build_agent(
     session: Any = None,
     no_approver: Literal["deny", "pause"] = "deny",
     mcp: Any = None,
+    todo: bool = False,
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
     (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
@@ -601,7 +630,9 @@ def build_agent(
     transcript is restored and every message is saved in it; hooks get its id. A call
     that needs approval when there is no ``approver`` is denied, or with ``no_approver``
     ``"pause"`` ends the run with ``approval_required``. ``mcp`` (see :func:`mcp_manager`)
-    gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
+    gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited.
+    ``todo`` gives it the to-do list (:class:`ketch.tools.Todo`, the ``todo_write`` tool;
+    not to the embedded model, whose tool set is kept small)."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     embedded = _is_embedded(resolved)
@@ -653,24 +684,8 @@ def build_agent(
         config["stop_when"] = (*config.get("stop_when", ()), stop_after_tool(*(t.name for t in tools)))
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
-    project = instructions.capability() if instructions is not None else None
-    capabilities: list[Any] = []
-    if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
-        capabilities.append(project)
-    if settings.memory:
-        capabilities.append(memory_capability(root, environ))
-    grounding = None
-    if embedded:  # compact tools whose arguments are grounded in the request (an enum in its call grammar)
-        from ._embedded import Grounding
-
-        grounding = Grounding(root)
-        capabilities.append(grounding)
-    if not embedded:
-        from ._skills import skills_capability
-
-        skills = skills_capability(settings, environ)
-        if skills is not None:  # the skills' names and descriptions, and the skill tool
-            capabilities.append(skills)
+    capabilities = _capabilities(settings, root, environ, instructions, embedded=embedded, todo=todo)
+    grounding = capabilities[-1] if embedded else None  # (the last for the embedded model)
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:

@@ -363,7 +363,7 @@ class Session:
         if mcp is not None:
             mcp.elicitation = self.elicit
         self.built: Built = build_agent(
-            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp
+            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp, todo=True
         )
         self.agent = self.built.agent
         self.permissions = self.built.permissions
@@ -864,6 +864,7 @@ class Session:
             model=old.agent.model,
             session=session,
             mcp=self.mcp,
+            todo=True,
         )
         await built.attach_mcp()
         built.agent.thinking = old.agent.thinking
