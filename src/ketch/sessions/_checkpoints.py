@@ -12,7 +12,8 @@ payload::
                 "mode": 0o644}],          # "mode" only when "before" is not None
      "skipped": ["big.bin"]}
 
-``files`` lists each file the call created (``before`` None), modified or deleted
+``files`` lists each file the call created (``before`` None), modified (its content or
+its permission bits: a ``chmod`` alone has ``before`` equal to ``after``) or deleted
 (``after`` None), as a relative posix path under ``root``; every digest named there can
 be fetched with ``get_blob``. ``skipped`` lists files the call changed (or, for an
 explicit target, may have changed) whose content could not be saved: above
@@ -440,7 +441,7 @@ def _compare(before: dict[str, _Entry], after: dict[str, _Entry]) -> tuple[list[
         b = before.get(rel)
         a = after.get(rel)
         if b is not None and a is not None:
-            if b.digest is not None and b.digest == a.digest:
+            if b.digest is not None and b.digest == a.digest and b.mode == a.mode:
                 continue
             if (b.digest is None or a.digest is None) and b[:3] == a[:3]:
                 continue  # content not known on one side, and the file looks untouched
@@ -562,7 +563,7 @@ async def restore_files(root: Path, checkpoints: Sequence[dict[str, Any]], blobs
     is None), byte for byte and with the mode it had, but only while its current content
     is still the latest ``after`` the checkpoints recorded for it: a file changed outside
     the agent since then is left untouched and listed in ``conflicts``. A file already
-    at its earlier content is left alone and not listed. Paths are relative posix paths
+    at its earlier content and mode is left alone and not listed. Paths are relative posix paths
     under ``root``; one that leads out of it (``..``, absolute, or through a symlink) is
     never written and is listed in ``conflicts``. A file that any of the checkpoints
     lists in ``skipped`` (or whose content cannot be fetched from ``blobs``) is left as
@@ -603,7 +604,7 @@ async def restore_files(root: Path, checkpoints: Sequence[dict[str, Any]], blobs
             continue
         try:
             current, current_mode = await asyncio.to_thread(_current, base, parts)
-            if current == target:
+            if current == target and (target is None or mode is None or current_mode == mode):
                 continue
             if current != latest[path]:
                 report.conflicts.append(path)
