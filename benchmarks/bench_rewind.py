@@ -58,7 +58,7 @@ def make_tree(root: Path, files: int) -> int:
 
 
 async def timed(tool: BashTool, checkpoints: FileCheckpoints | None, command: str) -> float:
-    ctx = ToolContext(call_id="c", tool_name="bash", signal=AbortSignal())
+    ctx: ToolContext[Any] = ToolContext(call_id="c", tool_name="bash", signal=AbortSignal())
     args: dict[str, Any] = {"command": command}
 
     async def run(a: dict[str, Any]) -> Any:
