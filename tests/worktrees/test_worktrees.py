@@ -4,8 +4,12 @@ sandbox's protection of a worktree's git files, subagents and teammates with
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -15,6 +19,7 @@ from ketch.loop import ToolContext
 from ketch.loop import ToolResult
 from ketch.sandbox import default_sandbox
 from ketch.sandbox import sandbox_unavailable_reason
+from ketch.sessions import FileCheckpoints
 from ketch.subagents import SubagentFileError
 from ketch.subagents import Subagents
 from ketch.subagents import SubagentSpec
@@ -252,3 +257,67 @@ async def test_a_teammate_spawned_with_a_worktree_works_there(repo: Path) -> Non
         with pytest.raises(ValueError, match=r"^isolation must be 'worktree' or None, got 'vm'$"):
             team.spawn("other", lead, isolation="vm")
     assert [w.name for w in list_worktrees(repo)] == [mate.worktree.name]
+
+
+class _Blobs:
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    async def put_blob(self, data: bytes) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(data).hexdigest()
+        self.blobs[digest] = data
+        return digest
+
+    async def get_blob(self, digest: str) -> bytes:
+        return self.blobs[digest]
+
+
+async def _checkpointed(checkpoints: Any, tool: BashTool, command: str, meanwhile: Any) -> None:
+    """Run ``command`` (which blocks reading the FIFO ``sync`` in its workspace) through
+    the checkpoint middleware; ``meanwhile()`` runs once the command waits, then it is released."""
+    ctx: ToolContext[Any] = ToolContext(call_id="c", tool_name="bash", signal=AbortSignal())
+    fifo = tool.workspace.root / "sync"
+    os.mkfifo(fifo)
+
+    def release() -> None:
+        with open(fifo, "w") as f:  # blocks until the command opened it: the "before" scan is done
+            meanwhile()
+            f.write("go\n")
+
+    async def run(args: dict[str, Any]) -> ToolResult:
+        return await tool.execute(args, ctx)
+
+    call: Any = SimpleNamespace(tool=tool, args={"command": command}, tool_call=SimpleNamespace(id="b1"))
+    result, _ = await asyncio.gather(checkpoints.middleware(call, run), asyncio.to_thread(release))
+    assert not result.is_error, result.text
+    os.unlink(fifo)
+
+
+async def test_a_bash_checkpoint_in_a_worktree_covers_that_worktree_only(repo: Path) -> None:
+    sandbox = default_sandbox()
+    if sandbox is None:
+        pytest.fail(f"this test needs a working sandbox: {sandbox_unavailable_reason()}")
+    wt = create_worktree(repo, "scoped")
+    records: list[dict[str, Any]] = []
+
+    async def record(payload: dict[str, Any]) -> None:
+        records.append(payload)
+
+    checkpoints = FileCheckpoints(repo, _Blobs(), record=record)
+    in_worktree = BashTool(Workspace(wt.path), sandbox=sandbox)
+    await _checkpointed(
+        checkpoints, in_worktree, "read line < sync && echo $line > mine.txt", lambda: (repo / "main.txt").write_text("x")
+    )
+    assert [f["path"] for f in records[0]["files"]] == [".ketch/worktrees/scoped/mine.txt"]  # not main.txt
+    in_root = BashTool(Workspace(repo), sandbox=sandbox)
+    await _checkpointed(
+        checkpoints, in_root, "read line < sync && echo $line > root.txt", lambda: (wt.path / "theirs.txt").write_text("y")
+    )
+    assert [f["path"] for f in records[1]["files"]] == ["root.txt"]  # not the worktree's theirs.txt
+    unsandboxed = BashTool(Workspace(repo), sandbox=None)
+    await _checkpointed(
+        checkpoints, unsandboxed, "read line < sync && echo $line > free.txt", lambda: (wt.path / "more.txt").write_text("z")
+    )
+    assert [f["path"] for f in records[2]["files"]] == [".ketch/worktrees/scoped/more.txt", "free.txt"]
