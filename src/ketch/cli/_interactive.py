@@ -848,6 +848,8 @@ class Session:
             r.note(f"files restored: {', '.join([*report.restored, *report.deleted])}", "")
         if report.conflicts:
             r.note(f"changed outside ketch since, left as they are: {', '.join(report.conflicts)}", "yellow")
+        if report.skipped:
+            r.note(f"not restored, their earlier content was not saved (too big, unreadable): {', '.join(report.skipped)}", "yellow")
 
     async def _switch(self, session: SavedSession | None) -> None:
         """Continue in ``session`` (a fork, a new one): a new agent on its transcript with
