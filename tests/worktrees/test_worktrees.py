@@ -36,6 +36,7 @@ from ketch.worktrees import WorktreeError
 from ketch.worktrees import create_worktree
 from ketch.worktrees import list_worktrees
 from ketch.worktrees import merge_worktree
+from ketch.worktrees import rebase_tools
 from ketch.worktrees import remove_worktree
 
 pytestmark = pytest.mark.usefixtures("scratch_in_tmp_path")
@@ -321,3 +322,31 @@ async def test_a_bash_checkpoint_in_a_worktree_covers_that_worktree_only(repo: P
         checkpoints, unsandboxed, "read line < sync && echo $line > free.txt", lambda: (wt.path / "more.txt").write_text("z")
     )
     assert [f["path"] for f in records[2]["files"]] == [".ketch/worktrees/scoped/more.txt", "free.txt"]
+
+
+def test_rebase_tools_moves_the_workspace_also_inside_a_wrapper(repo: Path, tmp_path: Path) -> None:
+    from ketch import tool
+    from ketch.tools import WriteTool
+
+    class Wrapper:  # as the editor's file tools over ACP: the wrapped tool is ``inner``
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    @tool
+    def shout(text: str) -> str:
+        """Shout."""
+        return text.upper()
+
+    ws = Workspace(repo)
+    write = WriteTool(ws)
+    wrapped = Wrapper(WriteTool(ws))
+    other = tmp_path / "other"
+    other.mkdir()
+    moved_write, moved_wrapped, moved_shout = rebase_tools([write, wrapped, shout], other)  # type: ignore[list-item]
+    assert moved_shout is shout
+    assert moved_write.workspace.root == other.resolve()  # type: ignore[attr-defined]
+    assert moved_wrapped.inner.workspace is moved_write.workspace  # type: ignore[attr-defined]
+    assert (write.workspace.root, wrapped.inner.workspace.root) == (repo, repo)

@@ -7,9 +7,11 @@ import os
 import re
 import secrets
 import subprocess
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..loop import Tool
 from ..tools import Workspace
@@ -21,6 +23,7 @@ BRANCH_PREFIX = "ketch/"
 _BASE_KEY = "ketchbase"  # branch.ketch/NAME.ketchbase = the branch it came from
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _TIMEOUT = 120.0
+_LOCK = threading.Lock()  # git's own lock files make a second concurrent change fail: one at a time
 
 
 class WorktreeError(Exception):
@@ -185,6 +188,11 @@ def create_worktree(cwd: Path | str, name: str | None = None, *, prefix: str = "
     """The worktree ``name`` of the repository of ``cwd``: an existing one as it is, else
     a new one on branch ``ketch/NAME`` from the branch checked out in ``cwd`` (its base).
     Without ``name``, a new one named ``PREFIX-<6 hex digits>``."""
+    with _LOCK:
+        return _create(cwd, name, prefix)
+
+
+def _create(cwd: Path | str, name: str | None, prefix: str) -> Worktree:
     root = main_checkout(cwd)
     if name is None:
         name = f"{prefix}-{secrets.token_hex(3)}"
@@ -240,6 +248,11 @@ def merge_worktree(cwd: Path | str, name: str) -> Worktree:
     branch into its base, in the checkout that has the base checked out (a merge
     commit; hooks not run). A conflict is never resolved: the merge is undone and
     :class:`WorktreeConflict` names the files. Returns the worktree as it is after."""
+    with _LOCK:
+        return _merge(cwd, name)
+
+
+def _merge(cwd: Path | str, name: str) -> Worktree:
     wt = find_worktree(cwd, name)
     if wt.base is None:
         raise WorktreeError(
@@ -279,6 +292,11 @@ def merge_worktree(cwd: Path | str, name: str) -> Worktree:
 def remove_worktree(cwd: Path | str, name: str, *, force: bool = False) -> None:
     """Remove worktree ``name``'s folder and branch. Refused while it has uncommitted
     changes or commits its base lacks, unless ``force``."""
+    with _LOCK:
+        _remove(cwd, name, force)
+
+
+def _remove(cwd: Path | str, name: str, force: bool) -> None:
     wt = find_worktree(cwd, name)
     if not force:
         if wt.uncommitted:
@@ -303,17 +321,33 @@ def remove_worktree(cwd: Path | str, name: str, *, force: bool = False) -> None:
 def rebase_tools(tools: Iterable[Tool], root: Path | str) -> list[Tool]:
     """``tools`` with every tool that works on a :class:`~ketch.tools.Workspace` (read,
     write, edit, bash, grep, find, ls) copied onto one workspace rooted at ``root``
-    (:meth:`~ketch.tools.Workspace.moved`); other tools are shared as they are."""
+    (:meth:`~ketch.tools.Workspace.moved`), also inside a wrapper that keeps the tool it
+    wraps as ``inner`` (the editor's file tools over ACP); other tools are shared as they
+    are, and ``tools`` are left unchanged."""
     moved: dict[int, Workspace] = {}
-    out: list[Tool] = []
-    for tool in tools:
-        ws = getattr(tool, "workspace", None)
-        if not isinstance(ws, Workspace):
-            out.append(tool)
-            continue
-        if id(ws) not in moved:
-            moved[id(ws)] = ws.moved(root)
-        clone = copy.copy(tool)
-        clone.workspace = moved[id(ws)]  # type: ignore[attr-defined]
-        out.append(clone)
-    return out
+
+    def rebased(tool: Any) -> Any:
+        try:  # its own attribute, not one a wrapper's __getattr__ hands on
+            ws = object.__getattribute__(tool, "workspace")
+        except AttributeError:
+            ws = None
+        if isinstance(ws, Workspace):
+            if id(ws) not in moved:
+                moved[id(ws)] = ws.moved(root)
+            clone = copy.copy(tool)
+            clone.workspace = moved[id(ws)]
+            return clone
+        try:  # a wrapper of a tool (the editor's file tools over ACP): the tool it wraps
+            inner = object.__getattribute__(tool, "inner")
+        except AttributeError:
+            return tool
+        inner_moved = rebased(inner)
+        if inner_moved is inner:
+            return tool
+        # not copy.copy: it asks the wrapper for __setstate__ before the copy has ``inner``
+        clone = object.__new__(type(tool))
+        clone.__dict__.update(object.__getattribute__(tool, "__dict__"))
+        clone.inner = inner_moved
+        return clone
+
+    return [rebased(tool) for tool in tools]
