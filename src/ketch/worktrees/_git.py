@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import secrets
@@ -156,7 +157,10 @@ def _status(path: Path, branch: str, base: str | None) -> tuple[int, int]:
 def list_worktrees(cwd: Path | str) -> list[Worktree]:
     """The worktrees ketch made in the repository of ``cwd``, sorted by name, each with
     its pending work (:class:`Worktree`)."""
-    root = main_checkout(cwd)
+    return _list(main_checkout(cwd), status=True)
+
+
+def _list(root: Path, *, status: bool) -> list[Worktree]:
     folder = (root / WORKTREES_DIR).resolve()
     bases = _bases(root)
     found: list[Worktree] = []
@@ -168,7 +172,7 @@ def list_worktrees(cwd: Path | str) -> list[Worktree]:
         if not branch:
             continue
         base = bases.get(branch)
-        uncommitted, ahead = _status(path, branch, base) if path.is_dir() else (0, 0)
+        uncommitted, ahead = _status(path, branch, base) if status and path.is_dir() else (0, 0)
         found.append(Worktree(path.name, path, branch, base, uncommitted, ahead))
     return sorted(found, key=lambda w: w.name)
 
@@ -197,9 +201,10 @@ def _create(cwd: Path | str, name: str | None, prefix: str) -> Worktree:
     if name is None:
         name = f"{prefix}-{secrets.token_hex(3)}"
     check_name(name)
-    for wt in list_worktrees(root):
+    for wt in _list(root, status=False):
         if wt.name == name:
-            return wt
+            uncommitted, ahead = _status(wt.path, wt.branch, wt.base)
+            return dataclasses.replace(wt, uncommitted=uncommitted, ahead=ahead)
     base = _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip()
     if not base:
         raise WorktreeError(
@@ -219,12 +224,23 @@ def _create(cwd: Path | str, name: str | None, prefix: str) -> Worktree:
             f"branch {branch} exists already (from an earlier worktree?): delete it or choose another name"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    ignore = folder / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# ketch's worktrees (ketch worktree list)\n*\n", encoding="utf-8")
+    _write_ignore(folder / ".gitignore")
     _git(cwd, "worktree", "add", "--quiet", "-b", branch, os.fspath(path), "HEAD")
     _git(root, "config", f"branch.{branch}.{_BASE_KEY}", base)
     return Worktree(name, path.resolve(), branch, base)
+
+
+def _write_ignore(path: Path) -> None:
+    """``.ketch/worktrees/.gitignore`` (``*``) unless there is one; never through a symlink."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise WorktreeError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("# ketch's worktrees (ketch worktree list)\n*\n")
 
 
 def _identity(cwd: Path) -> list[str]:
