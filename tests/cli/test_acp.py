@@ -513,4 +513,3 @@ async def test_custom_commands_are_announced_and_a_prompt_naming_one_runs_it_exp
     assert editor.kinds()[0] == "available_commands_update"
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
     assert json.dumps(asked[0]["messages"][-1]).count("Say hello to Ada in French.") == 1
-
