@@ -707,6 +707,12 @@ class AcpSession:
         text, images = _prompt_content(blocks)
         self.cancelled.clear()
         agent = self.built.agent
+        if text.startswith("/rewind") and not images and "rewind" not in self.commands:
+            from ._commands import split_line
+
+            name, arguments = split_line(text)
+            if name == "rewind":
+                return await self._rewind(arguments.strip())
         self.built.arm()
         command = None
         run: Awaitable[Any]
@@ -736,6 +742,20 @@ class AcpSession:
         finally:
             self.running = None
         return self._stop(result)
+
+    async def _rewind(self, arg: str) -> dict[str, Any]:
+        """``/rewind [N]``: list the prompts, or undo prompt N and everything after it (the
+        conversation and the file changes, bash's included), answered as the agent's text."""
+        from ._sessions import rewind_prompt
+
+        assert self.built is not None
+        if self.saved is None:
+            lines = [("nothing to rewind: this session is not saved (ketch acp --no-session)", "")]
+        else:
+            lines = await rewind_prompt(self.saved, self.built.agent, arg)
+        text = "\n".join(line for line, _ in lines)
+        self._update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+        return {"stopReason": "end_turn"}
 
     def _stop(self, result: Any) -> dict[str, Any]:
         summary = result.summary
