@@ -15,6 +15,11 @@ from ._evaluators import ExactMatch
 from ._evaluators import Score
 from ._evaluators import ToolTrajectory
 from ._evaluators import TurnsBudget
+from ._replay import Call
+from ._replay import Divergence
+from ._replay import ReplayReport
+from ._replay import load_session
+from ._replay import replay
 from ._run import CaseResult
 from ._run import EvalReport
 from ._run import pass_at_k
@@ -22,16 +27,21 @@ from ._run import pass_hat_k
 from ._run import run_evals
 
 __all__ = [
+    "Call",
     "Case",
     "CaseResult",
     "Dataset",
+    "Divergence",
     "EvalReport",
     "Evaluator",
     "ExactMatch",
+    "ReplayReport",
     "Score",
     "ToolTrajectory",
     "TurnsBudget",
+    "load_session",
     "pass_at_k",
     "pass_hat_k",
+    "replay",
     "run_evals",
 ]
