@@ -140,7 +140,9 @@ def test_other_arguments_and_an_early_answer_are_divergences() -> None:
     assert report.divergence == Divergence(
         turn=0, expected=[Call("forecast", {"city": "Oslo"})], actual=[Call("forecast", {"city": "Bergen"})]
     )
-    agent = Agent(ScriptedModel([reply(tool_call("forecast", {"city": "Oslo"})), "No umbrella needed."]), tools=TOOLS)
+    agent = Agent(
+        ScriptedModel([reply(tool_call("forecast", {"city": "Oslo"})), "No umbrella needed."]), tools=TOOLS
+    )
     report = asyncio.run(replay(recording, agent))
     assert report.divergence == Divergence(turn=1, expected=[Call("umbrella", {"need": True})], actual=[])
     assert report.text == "No umbrella needed."
@@ -162,7 +164,9 @@ def test_replay_of_a_saved_session_and_of_a_case_recording(tmp_path: Path) -> No
     assert (report.divergence, report.replayed, ran) == (None, 2, [])
 
     ds = Dataset(name="trip", cases=[Case(name="oslo", input="Pack for Oslo", expected="Umbrella packed.")])
-    evals = asyncio.run(run_evals(ds, lambda case: Agent(ScriptedModel(ORIGINAL), tools=TOOLS), [ExactMatch()]))
+    evals = asyncio.run(
+        run_evals(ds, lambda case: Agent(ScriptedModel(ORIGINAL), tools=TOOLS), [ExactMatch()])
+    )
     ran.clear()
     swapped = ScriptedModel([reply(tool_call("sunglasses"))])
     report = asyncio.run(replay(evals.results[0].messages, Agent(swapped, tools=TOOLS)))
