@@ -12,9 +12,13 @@ from ._dataset import Case
 from ._dataset import Dataset
 from ._evaluators import Evaluator
 from ._evaluators import ExactMatch
+from ._evaluators import LatencyBudget
+from ._evaluators import LLMJudge
 from ._evaluators import Score
 from ._evaluators import ToolTrajectory
 from ._evaluators import TurnsBudget
+from ._evaluators import TypedOutput
+from ._evaluators import evaluators_of
 from ._replay import Call
 from ._replay import Divergence
 from ._replay import ReplayReport
@@ -25,8 +29,15 @@ from ._run import EvalReport
 from ._run import pass_at_k
 from ._run import pass_hat_k
 from ._run import run_evals
+from ._specs import BudgetSpec
+from ._specs import EvaluatorSpec
+from ._specs import ExactMatchSpec
+from ._specs import JudgeSpec
+from ._specs import LatencySpec
+from ._specs import ToolTrajectorySpec
 
 __all__ = [
+    "BudgetSpec",
     "Call",
     "Case",
     "CaseResult",
@@ -34,11 +45,20 @@ __all__ = [
     "Divergence",
     "EvalReport",
     "Evaluator",
+    "EvaluatorSpec",
     "ExactMatch",
+    "ExactMatchSpec",
+    "JudgeSpec",
+    "LLMJudge",
+    "LatencyBudget",
+    "LatencySpec",
     "ReplayReport",
     "Score",
     "ToolTrajectory",
+    "ToolTrajectorySpec",
     "TurnsBudget",
+    "TypedOutput",
+    "evaluators_of",
     "load_session",
     "pass_at_k",
     "pass_hat_k",

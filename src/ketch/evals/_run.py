@@ -6,11 +6,14 @@ import asyncio
 import logging
 import math
 import os
+import re
+import shutil
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from typing import cast
 
 import msgspec
 
@@ -22,6 +25,7 @@ from ._dataset import Dataset
 from ._evaluators import Evaluator
 from ._evaluators import Score
 from ._evaluators import evaluator_name
+from ._evaluators import evaluators_of
 
 log = logging.getLogger("ketch.evals")
 
@@ -92,19 +96,28 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 async def run_evals(
     dataset: Dataset,
-    make_agent: Callable[[Case], Agent[Any]],
-    evaluators: Sequence[Evaluator],
+    make_agent: Callable[[Case], Agent[Any]] | Callable[[Case, Path], Agent[Any]],
+    evaluators: Sequence[Evaluator] = (),
     *,
     trials: int = 1,
     concurrency: int = 4,
     results_path: str | os.PathLike[str] | None = None,
     on_result: Callable[[CaseResult], object] | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    resolve_model: Callable[[str], Any] | None = None,
 ) -> EvalReport:
     """Run each case ``trials`` times on a fresh agent and score it; see the module doc.
 
     ``on_result`` is called with each trial's result as it finishes (a progress display);
     an exception that escapes a trial (a crash: not a model, tool or evaluator error, which
     only fail their case) starts no further trial and is raised once the running ones end.
+
+    Each case is scored by ``evaluators``, then the dataset's and its own file-written
+    ones (a judge's model string goes through ``resolve_model`` when given). With
+    ``workspace``, each trial gets a new empty directory ``<workspace>/<NNN>-<case>/<trial>``
+    (NNN: the case's position, the name with characters other than letters, digits, ``_``
+    and ``-`` as ``_``),
+    passed to ``make_agent(case, directory)`` to build an agent working there.
     """
     if trials < 1:
         raise ValueError(f"run_evals: trials must be >= 1, got {trials}")
@@ -123,6 +136,10 @@ async def run_evals(
                 log.warning("%s:%d: skipping an unreadable result line", os.fspath(path), number)
                 continue
             done[(r.case, r.trial)] = r
+    common = [*evaluators, *evaluators_of(dataset.evaluators, resolve_model)]
+    own = {c.name: evaluators_of(c.evaluators, resolve_model) for c in dataset.cases if c.evaluators}
+    root = Path(workspace) if workspace is not None else None
+    dirs = {c.name: f"{i:03}-{_slug(c.name)}" for i, c in enumerate(dataset.cases)}
     gate = asyncio.Semaphore(concurrency)
     lock = asyncio.Lock()
     crashed: list[BaseException] = []
@@ -138,8 +155,16 @@ async def run_evals(
                 raise
 
     async def _trial(case: Case, trial: int) -> CaseResult:
-        result = await make_agent(case).prompt(case.input)
-        scores = [await score_one(ev, case, result) for ev in evaluators]
+        if root is not None:
+            where = root / dirs[case.name] / str(trial)
+            if where.exists():  # a crashed run's leftovers: start clean
+                shutil.rmtree(where)
+            where.mkdir(parents=True)
+            agent = cast("Callable[[Case, Path], Agent[Any]]", make_agent)(case, where)
+        else:
+            agent = cast("Callable[[Case], Agent[Any]]", make_agent)(case)
+        result = await agent.prompt(case.input)
+        scores = [await score_one(ev, case, result) for ev in [*common, *own.get(case.name, ())]]
         out = CaseResult(
             case=case.name,
             trial=trial,
@@ -170,6 +195,11 @@ async def run_evals(
             got[(item.case, item.trial)] = item
     ordered = [got[(c.name, t)] for c in dataset.cases for t in range(trials)]
     return EvalReport(dataset=dataset.name, trials=trials, results=ordered)
+
+
+def _slug(name: str) -> str:
+    """A case name as a directory name (no separators, no leading dot)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:60] or "_"
 
 
 async def score_one(ev: Evaluator, case: Case, result: RunResult) -> Score:
