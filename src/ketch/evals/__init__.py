@@ -24,6 +24,9 @@ from ._replay import Divergence
 from ._replay import ReplayReport
 from ._replay import load_session
 from ._replay import replay
+from ._report import Change
+from ._report import compare
+from ._report import to_html
 from ._run import CaseResult
 from ._run import EvalReport
 from ._run import pass_at_k
@@ -41,6 +44,7 @@ __all__ = [
     "Call",
     "Case",
     "CaseResult",
+    "Change",
     "Dataset",
     "Divergence",
     "EvalReport",
@@ -58,10 +62,12 @@ __all__ = [
     "ToolTrajectorySpec",
     "TurnsBudget",
     "TypedOutput",
+    "compare",
     "evaluators_of",
     "load_session",
     "pass_at_k",
     "pass_hat_k",
     "replay",
     "run_evals",
+    "to_html",
 ]

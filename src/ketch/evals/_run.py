@@ -55,6 +55,8 @@ class EvalReport(msgspec.Struct, kw_only=True):
     dataset: str
     trials: int
     results: list[CaseResult]
+    model: str | None = None
+    """What the agents ran on, when the caller recorded it (``ketch eval`` does)."""
 
     def passes(self, case: str) -> int:
         return sum(r.passed for r in self.results if r.case == case)
