@@ -8,6 +8,8 @@ file as it finishes, and a rerun with the same file skips the trials already the
 (resume after a crash).
 """
 
+from ._atif import ATIF_VERSION
+from ._atif import to_atif
 from ._dataset import Case
 from ._dataset import Dataset
 from ._evaluators import Evaluator
@@ -40,6 +42,7 @@ from ._specs import LatencySpec
 from ._specs import ToolTrajectorySpec
 
 __all__ = [
+    "ATIF_VERSION",
     "BudgetSpec",
     "Call",
     "Case",
@@ -69,5 +72,6 @@ __all__ = [
     "pass_hat_k",
     "replay",
     "run_evals",
+    "to_atif",
     "to_html",
 ]
