@@ -26,6 +26,7 @@ from ._evaluators import Evaluator
 from ._evaluators import Score
 from ._evaluators import evaluator_name
 from ._evaluators import evaluators_of
+from ._trace import Tracing
 
 log = logging.getLogger("ketch.evals")
 
@@ -107,6 +108,7 @@ async def run_evals(
     on_result: Callable[[CaseResult], object] | None = None,
     workspace: str | os.PathLike[str] | None = None,
     resolve_model: Callable[[str], Any] | None = None,
+    tracer_provider: Any = None,
 ) -> EvalReport:
     """Run each case ``trials`` times on a fresh agent and score it; see the module doc.
 
@@ -120,6 +122,9 @@ async def run_evals(
     (NNN: the case's position, the name with characters other than letters, digits, ``_``
     and ``-`` as ``_``),
     passed to ``make_agent(case, directory)`` to build an agent working there.
+
+    With ``tracer_provider`` (OpenTelemetry's), the run, each trial and each evaluator
+    are spans carrying the case and the evaluator's name and verdict (see the docs).
     """
     if trials < 1:
         raise ValueError(f"run_evals: trials must be >= 1, got {trials}")
@@ -142,6 +147,7 @@ async def run_evals(
     own = {c.name: evaluators_of(c.evaluators, resolve_model) for c in dataset.cases if c.evaluators}
     root = Path(workspace) if workspace is not None else None
     dirs = {c.name: f"{i:03}-{_slug(c.name)}" for i, c in enumerate(dataset.cases)}
+    tracing = Tracing(tracer_provider, dataset.name)
     gate = asyncio.Semaphore(concurrency)
     lock = asyncio.Lock()
     crashed: list[BaseException] = []
@@ -165,12 +171,26 @@ async def run_evals(
             agent = cast("Callable[[Case, Path], Agent[Any]]", make_agent)(case, where)
         else:
             agent = cast("Callable[[Case], Agent[Any]]", make_agent)(case)
-        result = await agent.prompt(case.input)
-        scores = [await score_one(ev, case, result) for ev in [*common, *own.get(case.name, ())]]
+        with tracing.case(case.name, trial) as span:
+            result = await agent.prompt(case.input)
+            scores = []
+            for ev in [*common, *own.get(case.name, ())]:
+                with tracing.evaluator(case.name, evaluator_name(ev)) as ev_span:
+                    score = await score_one(ev, case, result)
+                    if ev_span is not None:
+                        ev_span.set_attributes(
+                            {"ketch.eval.passed": score.passed, "ketch.eval.reason": score.reason}
+                        )
+                scores.append(score)
+            passed = result.summary.error is None and all(s.passed for s in scores)
+            if span is not None:
+                span.set_attribute("ketch.eval.passed", passed)
+                if result.summary.error is not None:
+                    span.set_attribute("ketch.eval.error", result.summary.error)
         out = CaseResult(
             case=case.name,
             trial=trial,
-            passed=result.summary.error is None and all(s.passed for s in scores),
+            passed=passed,
             scores=scores,
             text=result.text,
             turns=result.summary.turns,
@@ -188,7 +208,8 @@ async def run_evals(
         return out
 
     todo = [(c, t) for c in dataset.cases for t in range(trials) if (c.name, t) not in done]
-    fresh = await asyncio.gather(*(one(c, t) for c, t in todo), return_exceptions=True)
+    with tracing.run(trials):
+        fresh = await asyncio.gather(*(one(c, t) for c, t in todo), return_exceptions=True)
     if crashed:
         raise crashed[0]
     got = dict(done)
