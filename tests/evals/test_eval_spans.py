@@ -37,7 +37,6 @@ def test_spans_carry_the_case_and_the_evaluators() -> None:
         run_evals(ds, make, [ExactMatch(), TurnsBudget(max_turns=1)], concurrency=1, tracer_provider=provider)
     )
     spans = {s.name: s for s in exporter.get_finished_spans() if not s.name.startswith("evaluate")}
-    }
     run = spans["eval math"]
     assert dict(run.attributes) == {"ketch.eval.dataset": "math", "ketch.eval.trials": 1}
     two, one = spans["eval_case two"], spans["eval_case one"]
