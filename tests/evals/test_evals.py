@@ -6,12 +6,14 @@ import asyncio
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ketch import Agent
 from ketch import tool
 from ketch.evals import Case
 from ketch.evals import Dataset
+from ketch.evals import EvaluatorSpec
 from ketch.evals import ExactMatch
 from ketch.evals import Score
 from ketch.evals import ToolTrajectory
@@ -160,3 +162,50 @@ def test_dataset_files_and_bad_input(tmp_path: Path) -> None:
         Dataset(name="d", cases=[Case(name="a", input="x"), Case(name="a", input="y")])
     with pytest.raises(ValueError, match="trials must be >= 1, got 0"):
         asyncio.run(run_evals(Dataset(name="d", cases=[]), scripted_agent, [], trials=0))
+
+
+def test_twenty_cases_with_every_built_in_and_file_evaluator() -> None:
+    # the dataset names its evaluators as a file would; code adds typed output and a user one
+    from ketch.evals import LatencyBudget
+    from ketch.evals import LLMJudge
+    from ketch.evals import TypedOutput
+
+    ds = Dataset(
+        name="sums",
+        cases=dataset().cases,
+        evaluators=msgspec.convert(
+            [
+                {"type": "exact_match"},
+                {"type": "tool_trajectory", "calls": [{"name": "add", "args": {"b": 1}}], "exact": True},
+                {"type": "budget", "max_turns": 2, "max_cost": 1.0},
+                {"type": "latency", "max_seconds": 60},
+                {"type": "judge", "rubric": "The answer is a number.", "model": "judge"},
+            ],
+            type=list[EvaluatorSpec],
+        ),
+    )
+    verdicts = iter(["FAIL\nnot the sum" if i % 5 == 4 else "PASS\na number" for i in range(20)])
+
+    def judge_model(name: str) -> ScriptedModel:
+        assert name == "judge"
+        return ScriptedModel([next(verdicts) for _ in range(20)])
+
+    report = asyncio.run(
+        run_evals(ds, scripted_agent, [TypedOutput(int), is_short], concurrency=1, resolve_model=judge_model)
+    )
+    names = [s.evaluator for s in report.results[0].scores]
+    assert names == ["typed_output", "short", "exact_match", "tool_trajectory", "budget", "latency", "judge"]
+    assert [r.case for r in report.results if not r.passed] == ["c04", "c09", "c14", "c19"]
+    failed = {s.evaluator: (s.passed, s.reason) for s in report.results[4].scores}
+    assert failed == {
+        "typed_output": (True, ""),
+        "short": (True, "0"),
+        "exact_match": (False, "expected '5', got '0'"),
+        "tool_trajectory": (True, ""),
+        "budget": (True, ""),
+        "latency": (True, ""),
+        "judge": (False, "not the sum"),
+    }
+    assert all(s.passed for s in report.results[0].scores)
+    assert report.pass_at_k(1) == 16 / 20
+    assert LatencyBudget(60).name == "latency" and LLMJudge(ScriptedModel([]), "r").name == "judge"
