@@ -39,9 +39,13 @@ def main() -> None:
         t0 = time.perf_counter()
         asyncio.run(run_evals(ds, make, [ExactMatch()], concurrency=1, results_path=Path(d) / "r.jsonl"))
         resumable = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        asyncio.run(run_evals(ds, lambda case, where: make(case), [ExactMatch()], concurrency=1, workspace=d))
+        workspaces = time.perf_counter() - t0
     print(f"{N} cases: plain runs {base * 1e3 / N:.3f} ms/case")
     print(f"run_evals overhead: {(evals - base) * 1e6 / N:.1f} us/case")
     print(f"run_evals + results file overhead: {(resumable - base) * 1e6 / N:.1f} us/case")
+    print(f"run_evals + a workspace directory per case: {(workspaces - base) * 1e6 / N:.1f} us/case")
 
 
 if __name__ == "__main__":

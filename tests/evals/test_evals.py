@@ -209,3 +209,26 @@ def test_twenty_cases_with_every_built_in_and_file_evaluator() -> None:
     assert all(s.passed for s in report.results[0].scores)
     assert report.pass_at_k(1) == 16 / 20
     assert LatencyBudget(60).name == "latency" and LLMJudge(ScriptedModel([]), "r").name == "judge"
+
+
+def test_a_results_line_cut_short_by_a_crash_is_run_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = dataset(3)
+    results = tmp_path / "results.jsonl"
+    asyncio.run(run_evals(ds, scripted_agent, [ExactMatch()], concurrency=1, results_path=results))
+    lines = results.read_bytes().splitlines()
+    results.write_bytes(lines[0] + b"\n" + lines[1] + b"\n" + lines[2][:40])  # the last write was cut
+    ran: list[str] = []
+
+    def counting(case: Case) -> Agent[None]:
+        ran.append(case.name)
+        return scripted_agent(case)
+
+    report = asyncio.run(run_evals(ds, counting, [ExactMatch()], concurrency=1, results_path=results))
+    assert ran == ["c02"]
+    assert [r.case for r in report.results] == ["c00", "c01", "c02"]
+    assert f"{results}:3: skipping an unreadable result line" in caplog.text
+    ran.clear()  # the rerun's result starts a line of its own: nothing runs a third time
+    again = asyncio.run(run_evals(ds, counting, [ExactMatch()], concurrency=1, results_path=results))
+    assert (ran, [r.passed for r in again.results]) == ([], [True, True, True])

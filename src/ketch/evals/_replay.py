@@ -224,6 +224,7 @@ async def replay(
 async def load_session(store: Any, session_id: str) -> list[Message]:
     """The transcript of the saved session ``session_id`` of ``store`` (a
     :class:`ketch.sessions.SessionStore`), without opening it for writing."""
-    from ..sessions._export import transcript
+    from ..sessions import export_json
 
-    return [message_from_dict(d) for d in transcript(await store.load(session_id))]
+    exported = msgspec.json.decode(export_json(await store.load(session_id), session_id=session_id))
+    return [message_from_dict(d) for d in exported["messages"]]

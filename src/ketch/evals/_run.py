@@ -130,19 +130,8 @@ async def run_evals(
         raise ValueError(f"run_evals: trials must be >= 1, got {trials}")
     if concurrency < 1:
         raise ValueError(f"run_evals: concurrency must be >= 1, got {concurrency}")
-    done: dict[tuple[str, int], CaseResult] = {}
     path = Path(results_path) if results_path is not None else None
-    if path is not None and path.exists():
-        for number, line in enumerate(path.read_bytes().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                r = msgspec.json.decode(line, type=CaseResult)
-            except msgspec.DecodeError:
-                # the line a crash cut short: its trial runs again
-                log.warning("%s:%d: skipping an unreadable result line", os.fspath(path), number)
-                continue
-            done[(r.case, r.trial)] = r
+    done = _finished(path) if path is not None else {}
     common = [*evaluators, *evaluators_of(dataset.evaluators, resolve_model)]
     own = {c.name: evaluators_of(c.evaluators, resolve_model) for c in dataset.cases if c.evaluators}
     root = Path(workspace) if workspace is not None else None
@@ -218,6 +207,28 @@ async def run_evals(
             got[(item.case, item.trial)] = item
     ordered = [got[(c.name, t)] for c in dataset.cases for t in range(trials)]
     return EvalReport(dataset=dataset.name, trials=trials, results=ordered)
+
+
+def _finished(path: Path) -> dict[tuple[str, int], CaseResult]:
+    """The trials a results file holds (a line a crash cut short is skipped with a warning)."""
+    done: dict[tuple[str, int], CaseResult] = {}
+    if not path.exists():
+        return done
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):  # end the cut line, so the next result starts a line of its own
+        with path.open("ab") as f:
+            f.write(b"\n")
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = msgspec.json.decode(line, type=CaseResult)
+        except msgspec.DecodeError:
+            # the line a crash cut short: its trial runs again
+            log.warning("%s:%d: skipping an unreadable result line", os.fspath(path), number)
+            continue
+        done[(r.case, r.trial)] = r
+    return done
 
 
 def _slug(name: str) -> str:
