@@ -141,3 +141,78 @@ def test_bad_input_names_the_problem(env: Env) -> None:
     compare = env.run("eval", "compare", "a.json", "b.json")
     assert compare.returncode == 2
     assert compare.stderr.startswith("ketch eval: a.json: cannot read the report: No such file or directory")
+
+
+def test_otel_endpoint_sends_the_eval_spans(env: Env) -> None:
+    """A collector on loopback gets the eval's spans (the run, each case, each evaluator)
+    with the agents' spans inside them."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+    from http.server import ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[bytes] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path == "/v1/traces":
+                received.append(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        proc = env.run(
+            "eval", dataset(env), "--model", f"scripted:{env.script(['4'])}", "--otel-endpoint", url
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert proc.returncode == 1, proc.stderr
+    spans = {}
+    for body in received:
+        request = ExportTraceServiceRequest.FromString(body)
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    attrs = {a.key: a.value for a in s.attributes}
+                    spans.setdefault(s.name, []).append((s, attrs))
+    assert sorted((name, len(found)) for name, found in spans.items()) == [
+        ("chat scripted-model", 3),
+        ("eval math", 1),
+        ("eval_case three", 1),
+        ("eval_case two-plus-two", 1),
+        ("eval_case xss", 1),
+        ("evaluate exact_match", 3),
+        ("invoke_agent ketch", 3),
+    ]
+    _, attrs = spans["eval_case three"][0]
+    assert (attrs["ketch.eval.case"].string_value, attrs["ketch.eval.passed"].bool_value) == ("three", False)
+    verdicts = sorted(
+        (
+            a["ketch.eval.case"].string_value,
+            a["ketch.eval.passed"].bool_value,
+            a["ketch.eval.reason"].string_value,
+        )
+        for _, a in spans["evaluate exact_match"]
+    )
+    assert verdicts == [
+        ("three", False, "expected '3', got '4'"),
+        ("two-plus-two", True, ""),
+        ("xss", True, ""),
+    ]
+    agent_parents = sorted(s.parent_span_id for s, _ in spans["invoke_agent ketch"])
+    assert agent_parents == sorted(
+        s.span_id for name in spans if name.startswith("eval_case") for s, _ in spans[name]
+    )

@@ -3,7 +3,7 @@
 ::
 
     ketch eval DATASET [--model M] [--trials K] [--concurrency N] [--json OUT] [--html OUT]
-                       [--resume FILE] [--workspace DIR] [--max-turns N]
+                       [--resume FILE] [--workspace DIR] [--max-turns N] [--otel-endpoint URL]
     ketch eval compare BEFORE.json AFTER.json
 
 Each trial runs the same agent ``ketch run`` builds (settings, tools, permissions: a call
@@ -55,6 +55,9 @@ def _parser() -> OneLineParser:
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
+    p.add_argument(
+        "--otel-endpoint", metavar="URL", help="send the eval's and agents' spans over OTLP/HTTP (otel extra)"
+    )
     return p
 
 
@@ -156,7 +159,17 @@ def _run(args: Any) -> int:
     except ConfigError as e:
         return _error(str(e))
 
-    def make(case: Case, where: Path) -> Any:
+    tracer_provider = None
+    if args.otel_endpoint is not None:
+        from . import _otel
+
+        try:
+            _otel.configure(args.otel_endpoint)
+        except ConfigError as e:
+            return _error(str(e))
+        tracer_provider = _otel.tracer_provider()
+
+    def make(case: Case, where: Path) -> Any:  # with --otel-endpoint, build_agent instruments it
         return build_agent(settings, where, approver=None, model=build_model(spec, settings)).agent
 
     progress = _Progress(len(dataset.cases) * args.trials)
@@ -178,11 +191,16 @@ def _run(args: Any) -> int:
                     on_result=finished,
                     workspace=workspace,
                     resolve_model=lambda name: build_model(name, settings),
+                    tracer_provider=tracer_provider,
                 )
             )
     except ConfigError as e:
         return _error(str(e))
     finally:
+        if tracer_provider is not None:
+            from . import _otel
+
+            _otel.shutdown()
         if not keep:
             import shutil
 
