@@ -232,3 +232,31 @@ def test_a_results_line_cut_short_by_a_crash_is_run_again(
     ran.clear()  # the rerun's result starts a line of its own: nothing runs a third time
     again = asyncio.run(run_evals(ds, counting, [ExactMatch()], concurrency=1, results_path=results))
     assert (ran, [r.passed for r in again.results]) == ([], [True, True, True])
+
+
+def test_tool_trajectory_tolerances() -> None:
+    ds = Dataset(
+        name="t",
+        cases=[
+            Case(name="x", input="go", metadata={"a": 2, "b": 3}),
+            Case(name="y", input="go", metadata={"a": 5, "b": 1}),
+        ],
+    )
+    report = asyncio.run(
+        run_evals(
+            ds,
+            scripted_agent,
+            [
+                ToolTrajectory([("add", {"a": 3})], tolerance=1),
+                ToolTrajectory([("add", {"a": 3})]),
+                ToolTrajectory([("add", {"c": None})]),  # a key the call does not have never matches
+                ToolTrajectory([("add", {"b": 1}), ("add", {"a": 5})], ordered=False),
+            ],
+        )
+    )
+    assert [[s.passed for s in r.scores] for r in report.results] == [
+        [True, False, False, False],
+        [False, False, False, False],
+    ]
+    with pytest.raises(ValueError, match="tolerance must be >= 0, got -1"):
+        ToolTrajectory([], tolerance=-1)

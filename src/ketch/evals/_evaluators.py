@@ -77,23 +77,34 @@ class ToolTrajectory:
     """Passes when the run called ``expected`` tools: ``[(name, args-subset)]``.
 
     ``ordered`` (default) requires that order; ``exact`` forbids other calls besides them;
-    an args dict only needs the keys it lists to match.
+    an args dict only needs the keys it lists to match; numbers match within
+    ``tolerance`` (absolute; default 0: equal).
     """
 
     name = "tool_trajectory"
 
     def __init__(
-        self, expected: Sequence[tuple[str, dict[str, Any]]], *, ordered: bool = True, exact: bool = False
+        self,
+        expected: Sequence[tuple[str, dict[str, Any]]],
+        *,
+        ordered: bool = True,
+        exact: bool = False,
+        tolerance: float = 0.0,
     ) -> None:
+        if not tolerance >= 0:
+            raise ValueError(f"ToolTrajectory: tolerance must be >= 0, got {tolerance}")
         self.expected = list(expected)
         self.ordered = ordered
         self.exact = exact
+        self.tolerance = tolerance
 
     def __call__(self, case: Case, result: RunResult) -> Score:
         calls = [(c.name, c.args) for c in tool_calls_of(result)]
 
         def fits(want: tuple[str, dict[str, Any]], got: tuple[str, dict[str, Any]]) -> bool:
-            return want[0] == got[0] and all(got[1].get(k) == v for k, v in want[1].items())
+            return want[0] == got[0] and all(
+                k in got[1] and self._same(v, got[1][k]) for k, v in want[1].items()
+            )
 
         if self.exact and len(calls) != len(self.expected):
             return Score(
@@ -124,6 +135,18 @@ class ToolTrajectory:
                 reason=f"missing call {missing[0][0]}({missing[0][1]}); calls were {names}",
             )
         return Score(evaluator=self.name, passed=True)
+
+    def _same(self, want: Any, got: Any) -> bool:
+        numbers = (int, float)
+        if (
+            self.tolerance
+            and isinstance(want, numbers)
+            and isinstance(got, numbers)
+            and not isinstance(want, bool)
+            and not isinstance(got, bool)
+        ):
+            return abs(want - got) <= self.tolerance
+        return bool(want == got)
 
 
 class TurnsBudget:
@@ -270,7 +293,14 @@ def evaluators_of(
             case ExactMatchSpec():
                 out.append(ExactMatch())
             case ToolTrajectorySpec(calls=calls, ordered=ordered, exact=exact):
-                out.append(ToolTrajectory([(c.name, c.args) for c in calls], ordered=ordered, exact=exact))
+                out.append(
+                    ToolTrajectory(
+                        [(c.name, c.args) for c in calls],
+                        ordered=ordered,
+                        exact=exact,
+                        tolerance=spec.tolerance,
+                    )
+                )
             case BudgetSpec(max_turns=turns, max_cost=cost):
                 out.append(TurnsBudget(max_turns=turns, max_cost=cost))
             case LatencySpec(max_seconds=seconds):

@@ -1,7 +1,7 @@
 """Evaluators written in a dataset file: one tagged object per evaluator.
 
 ``{"type": "exact_match"}``, ``{"type": "tool_trajectory", "calls": [{"name": ...,
-"args": {...}}], "ordered": true, "exact": false}``, ``{"type": "budget", "max_turns":
+"args": {...}}], "ordered": true, "exact": false, "tolerance": 0}``, ``{"type": "budget", "max_turns":
 3, "max_cost": 0.01}``, ``{"type": "latency", "max_seconds": 20}`` and ``{"type":
 "judge", "rubric": "...", "model": "provider:model"}``; an unknown type or key is an
 error naming it.
@@ -38,6 +38,7 @@ class ToolTrajectorySpec(_Spec, tag="tool_trajectory"):
     calls: list[SpecCall]
     ordered: bool = True
     exact: bool = False
+    tolerance: float = 0.0
 
 
 class BudgetSpec(_Spec, tag="budget"):
