@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 from clihelp import Env
+from clihelp import Terminal
 
 DATASET = """\
 name: math
@@ -216,3 +218,14 @@ def test_otel_endpoint_sends_the_eval_spans(env: Env) -> None:
     assert agent_parents == sorted(
         s.span_id for name in spans if name.startswith("eval_case") for s, _ in spans[name]
     )
+
+
+def test_a_progress_bar_on_a_terminal(env: Env, terminals: list[Terminal]) -> None:
+    term = Terminal(env, "eval", dataset(env), "--model", f"scripted:{env.script(['4'])}", "--trials", "2")
+    terminals.append(term)
+    term.expect(r"eval [^\r]*0/6[^\r]* 0 failed")  # drawn as it starts
+    term.expect(r"eval [^\r]*6/6[^\r]* 2 failed")  # and as it ends, before the table
+    assert term.wait_exit() == 1
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.seen)
+    assert "│ three        │ 0/2    │" in screen
+    assert "pass@1 0.667  pass@2 0.667  pass^2 0.667" in screen
