@@ -155,7 +155,7 @@ def _run(args: Any) -> int:
         )
         finish_settings(settings, None, None)
         spec, _ = choose_model(settings)
-        build_model(spec, settings)  # a bad model fails here, before any case
+        first = build_model(spec, settings)  # a bad model fails here, before any case
     except ConfigError as e:
         return _error(str(e))
 
@@ -169,8 +169,13 @@ def _run(args: Any) -> int:
             return _error(str(e))
         tracer_provider = _otel.tracer_provider()
 
+    # One model for every trial (the embedded one starts its server once), but a scripted
+    # model anew for each: it answers from the top of its script every time.
+    fresh = spec.startswith("scripted:")
+
     def make(case: Case, where: Path) -> Any:  # with --otel-endpoint, build_agent instruments it
-        return build_agent(settings, where, approver=None, model=build_model(spec, settings)).agent
+        model = build_model(spec, settings) if fresh else first
+        return build_agent(settings, where, approver=None, model=model).agent
 
     progress = _Progress(len(dataset.cases) * args.trials)
 
