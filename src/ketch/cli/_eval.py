@@ -51,7 +51,7 @@ def _parser() -> OneLineParser:
         "--resume", metavar="FILE", help="results file (JSONL): append each trial, skip those already in it"
     )
     p.add_argument(
-        "--workspace", metavar="DIR", help="run each trial in DIR/<case>/<trial> (kept); default: a temp dir"
+        "--workspace", metavar="DIR", help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir"
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
