@@ -23,9 +23,7 @@ def check_endpoint(url: str) -> str:
     """``url`` without a trailing slash, or a ConfigError naming what is wrong with it."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"--otel-endpoint {url!r}: expected an http:// or https:// URL (e.g. http://localhost:4318)"
-        )
+        raise ConfigError(f"--otel-endpoint {url!r}: expected an http:// or https:// URL (e.g. http://localhost:4318)")
     return url.rstrip("/")
 
 
@@ -48,9 +46,7 @@ def configure(url: str) -> None:
         OTLPSpanExporter = importlib.import_module(f"{base}.trace_exporter").OTLPSpanExporter
         OTLPMetricExporter = importlib.import_module(f"{base}.metric_exporter").OTLPMetricExporter
     except ImportError:
-        raise ConfigError(
-            f"--otel-endpoint needs the OTLP exporter: pip install {EXPORTER_PACKAGE}"
-        ) from None
+        raise ConfigError(f"--otel-endpoint needs the OTLP exporter: pip install {EXPORTER_PACKAGE}") from None
     resource = Resource.create({"service.name": "ketch"})
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
