@@ -6,12 +6,14 @@ import asyncio
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ketch import Agent
 from ketch import tool
 from ketch.evals import Case
 from ketch.evals import Dataset
+from ketch.evals import EvaluatorSpec
 from ketch.evals import ExactMatch
 from ketch.evals import Score
 from ketch.evals import ToolTrajectory
@@ -160,3 +162,101 @@ def test_dataset_files_and_bad_input(tmp_path: Path) -> None:
         Dataset(name="d", cases=[Case(name="a", input="x"), Case(name="a", input="y")])
     with pytest.raises(ValueError, match="trials must be >= 1, got 0"):
         asyncio.run(run_evals(Dataset(name="d", cases=[]), scripted_agent, [], trials=0))
+
+
+def test_twenty_cases_with_every_built_in_and_file_evaluator() -> None:
+    # the dataset names its evaluators as a file would; code adds typed output and a user one
+    from ketch.evals import LatencyBudget
+    from ketch.evals import LLMJudge
+    from ketch.evals import TypedOutput
+
+    ds = Dataset(
+        name="sums",
+        cases=dataset().cases,
+        evaluators=msgspec.convert(
+            [
+                {"type": "exact_match"},
+                {"type": "tool_trajectory", "calls": [{"name": "add", "args": {"b": 1}}], "exact": True},
+                {"type": "budget", "max_turns": 2, "max_cost": 1.0},
+                {"type": "latency", "max_seconds": 60},
+                {"type": "judge", "rubric": "The answer is a number.", "model": "judge"},
+            ],
+            type=list[EvaluatorSpec],
+        ),
+    )
+    verdicts = iter(["FAIL\nnot the sum" if i % 5 == 4 else "PASS\na number" for i in range(20)])
+
+    def judge_model(name: str) -> ScriptedModel:
+        assert name == "judge"
+        return ScriptedModel([next(verdicts) for _ in range(20)])
+
+    report = asyncio.run(
+        run_evals(ds, scripted_agent, [TypedOutput(int), is_short], concurrency=1, resolve_model=judge_model)
+    )
+    names = [s.evaluator for s in report.results[0].scores]
+    assert names == ["typed_output", "short", "exact_match", "tool_trajectory", "budget", "latency", "judge"]
+    assert [r.case for r in report.results if not r.passed] == ["c04", "c09", "c14", "c19"]
+    failed = {s.evaluator: (s.passed, s.reason) for s in report.results[4].scores}
+    assert failed == {
+        "typed_output": (True, ""),
+        "short": (True, "0"),
+        "exact_match": (False, "expected '5', got '0'"),
+        "tool_trajectory": (True, ""),
+        "budget": (True, ""),
+        "latency": (True, ""),
+        "judge": (False, "not the sum"),
+    }
+    assert all(s.passed for s in report.results[0].scores)
+    assert report.pass_at_k(1) == 16 / 20
+    assert LatencyBudget(60).name == "latency" and LLMJudge(ScriptedModel([]), "r").name == "judge"
+
+
+def test_a_results_line_cut_short_by_a_crash_is_run_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = dataset(3)
+    results = tmp_path / "results.jsonl"
+    asyncio.run(run_evals(ds, scripted_agent, [ExactMatch()], concurrency=1, results_path=results))
+    lines = results.read_bytes().splitlines()
+    results.write_bytes(lines[0] + b"\n" + lines[1] + b"\n" + lines[2][:40])  # the last write was cut
+    ran: list[str] = []
+
+    def counting(case: Case) -> Agent[None]:
+        ran.append(case.name)
+        return scripted_agent(case)
+
+    report = asyncio.run(run_evals(ds, counting, [ExactMatch()], concurrency=1, results_path=results))
+    assert ran == ["c02"]
+    assert [r.case for r in report.results] == ["c00", "c01", "c02"]
+    assert f"{results}:3: skipping an unreadable result line" in caplog.text
+    ran.clear()  # the rerun's result starts a line of its own: nothing runs a third time
+    again = asyncio.run(run_evals(ds, counting, [ExactMatch()], concurrency=1, results_path=results))
+    assert (ran, [r.passed for r in again.results]) == ([], [True, True, True])
+
+
+def test_tool_trajectory_tolerances() -> None:
+    ds = Dataset(
+        name="t",
+        cases=[
+            Case(name="x", input="go", metadata={"a": 2, "b": 3}),
+            Case(name="y", input="go", metadata={"a": 5, "b": 1}),
+        ],
+    )
+    report = asyncio.run(
+        run_evals(
+            ds,
+            scripted_agent,
+            [
+                ToolTrajectory([("add", {"a": 3})], tolerance=1),
+                ToolTrajectory([("add", {"a": 3})]),
+                ToolTrajectory([("add", {"c": None})]),  # a key the call does not have never matches
+                ToolTrajectory([("add", {"b": 1}), ("add", {"a": 5})], ordered=False),
+            ],
+        )
+    )
+    assert [[s.passed for s in r.scores] for r in report.results] == [
+        [True, False, False, False],
+        [False, False, False, False],
+    ]
+    with pytest.raises(ValueError, match="tolerance must be >= 0, got -1"):
+        ToolTrajectory([], tolerance=-1)

@@ -13,6 +13,7 @@
     ketch skills list           the Agent Skills found and where from
     ketch plugin …              add, list, remove, enable and disable plugins
     ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
+    ketch eval …                run the agent over a dataset and report; compare two reports
     ketch help | --help         the commands and options; ``--version`` the installed version
 
 A task of one word that is a command's name or one typo away from it (``ketch modles``)
@@ -78,6 +79,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("._worker", "worker_command"),
     "acp": ("._acp", "acp_command"),
     "worktree": ("._worktree", "worktree_command"),
+    "eval": ("._eval", "eval_command"),
 }
 
 _EPILOG = """\
@@ -95,6 +97,7 @@ commands:
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
   ketch worktree list|merge|remove NAME   the git worktrees of --worktree and isolated subagents
   ketch acp                   serve the Agent Client Protocol on stdio (Zed, JetBrains, Neovim, Emacs)
+  ketch eval DATASET [--json OUT] [--html OUT]   run the agent over a dataset; ketch eval compare A B
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
   ketch help | --version      this help; the installed version
 

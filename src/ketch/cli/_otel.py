@@ -63,6 +63,11 @@ def attach(agent: Any) -> None:
     instrument(agent, tracer_provider=_providers[0], meter_provider=_providers[1], agent_name="ketch")
 
 
+def tracer_provider() -> Any:
+    """The tracer provider :func:`configure` set up, or None."""
+    return _providers[0] if _providers is not None else None
+
+
 def shutdown() -> None:
     """Send what is buffered and stop the exporters (at the end of the command)."""
     global _providers
