@@ -27,7 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "client": set(),  # embeddable next to any ketch install: the standard library only
     "llm": {"lazy", "schema"},
     "loop": {"llm", "schema"},
-    "agent": {"llm", "loop", "schema"},
+    # skills: Agent(skills=[...]) builds the Skills capability (skills sit on loop only, no cycle)
+    "agent": {"llm", "loop", "schema", "skills"},
     # Capabilities, each on the faces of what it builds on (and of no capability it
     # does not need):
     "teams": {"ketch", "llm", "loop"},

@@ -126,3 +126,50 @@ async def test_no_skills_contribute_nothing() -> None:
     model = ScriptedModel(["ok"])
     await Agent(model, system_prompt="base", capabilities=[Skills()]).prompt("hi")
     assert model.requests[0].system_prompt == "base" and model.requests[0].tools == []
+
+
+def _skill_folder(root: Path, name: str, body: str) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: The {name} skill.\n---\n{body}\n")
+    return folder
+
+
+async def test_agent_skills_takes_skill_objects_and_folder_paths(tmp_path: Path) -> None:
+    one = _skill_folder(tmp_path / "single", "pdf-forms", "Fill the form.")
+    _skill_folder(tmp_path / "many", "alpha", "A body.")
+    _skill_folder(tmp_path / "many", "beta", "B body.")
+    model = ScriptedModel([reply(tool_call("skill", {"name": "pdf-forms"}, id="c1")), "Done."])
+    agent = Agent(
+        model, system_prompt="base", skills=[Skill("greet", "Greet people.", "Hi."), one, str(tmp_path / "many")]
+    )
+    assert (await agent.prompt("fill it")).text == "Done."
+    first, second = model.requests
+    assert first.system_prompt.endswith(
+        "\n\n- alpha: The alpha skill.\n- beta: The beta skill.\n- greet: Greet people.\n- pdf-forms: The pdf-forms skill."
+    )
+    assert [t.name for t in first.tools] == ["skill"]
+    assert second.messages[-1].content[0].text == (
+        f"# Skill: pdf-forms\nBase directory: {one} (read its files with the file tools; run its scripts with bash)\n"
+        "\nFill the form."
+    )
+
+
+def test_agent_skills_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SkillError, match=f"^skills: '{tmp_path / 'empty'}' holds no SKILL.md, nor do its sub-folders$"):
+        Agent(ScriptedModel(), skills=[tmp_path / "empty"])
+    with pytest.raises(TypeError, match="^skills: expected Skill objects or folder paths, got int$"):
+        Agent(ScriptedModel(), skills=[3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="^Skills: the skill name 'a' is given twice$"):
+        Agent(ScriptedModel(), skills=[Skill("a", "one"), Skill("a", "two")])
+
+
+async def test_agent_skills_join_a_given_skills_capability() -> None:
+    model = ScriptedModel(["ok"])
+    agent = Agent(model, capabilities=[Skills([Skill("a", "one")])], skills=[Skill("b", "two")])
+    assert [type(c).__name__ for c in agent.config.capabilities] == ["Skills"]
+    await agent.prompt("hi")
+    assert [t.name for t in model.requests[0].tools] == ["skill"]
+    assert model.requests[0].system_prompt.endswith("\n- a: one\n- b: two")
+    assert Agent(ScriptedModel()).config.capabilities == ()

@@ -13,6 +13,7 @@ sandbox and the permission rules.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ __all__ = [
     "load_skill",
     "parse_front_matter",
     "parse_skill",
+    "skills_of",
 ]
 
 SKILL_FILE = "SKILL.md"
@@ -293,3 +295,41 @@ class Skills(Capability):
     def contribute(self) -> Contribution:
         """The skills' section of the system prompt and the ``skill`` tool."""
         return self._contribution
+
+
+def with_skills(capabilities: Iterable[Any], items: Iterable[Skill | str | os.PathLike[str]]) -> tuple[Any, ...]:
+    """``capabilities`` with the skills of ``Agent(skills=[...])`` (:func:`skills_of`): they
+    join the first :class:`Skills` capability given (one ``skill`` tool), else a new one is
+    appended."""
+    given = tuple(capabilities)
+    added = skills_of(items)
+    for i, cap in enumerate(given):
+        if isinstance(cap, Skills):
+            return (*given[:i], Skills([*cap.skills.values(), *added.skills.values()]), *given[i + 1 :])
+    return (*given, added)
+
+
+def skills_of(items: Iterable[Skill | str | os.PathLike[str]]) -> Skills:
+    """The :class:`Skills` capability of ``Agent(skills=[...])``: each item a :class:`Skill`,
+    or a folder path, either a skill's own folder (it holds a ``SKILL.md``) or a folder of
+    skill folders (each of its sub-folders with a ``SKILL.md``). Raises :class:`SkillError`
+    for a bad ``SKILL.md`` or a path that holds none, ``TypeError`` for another value and
+    ``ValueError`` for a name given twice."""
+    found: list[Skill] = []
+    for item in items:
+        if isinstance(item, Skill):
+            found.append(item)
+            continue
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"skills: expected Skill objects or folder paths, got {type(item).__name__}")
+        folder = Path(item)
+        if (folder / SKILL_FILE).is_file():
+            found.append(load_skill(folder))
+            continue
+        inside, errors = find_skills([(folder, "code")])
+        if errors:
+            raise SkillError(errors[0])
+        if not inside:
+            raise SkillError(f"skills: {str(folder)!r} holds no {SKILL_FILE}, nor do its sub-folders")
+        found.extend(inside)
+    return Skills(found)
