@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
     "telemetry": {"ketch", "llm", "loop"},
-    "skills": {"loop", "paths"},  # paths: reading a SKILL.md without following a link
+    "skills": {"llm", "loop", "paths"},  # paths: reading a SKILL.md without following a link; llm: a skill's model
     "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
     "memory": {"loop", "paths"},

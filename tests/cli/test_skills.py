@@ -156,3 +156,24 @@ def test_a_trusted_projects_skill_that_leads_out_of_the_project_is_not_read(env:
         f"ketch: skill left out: {env.work / '.ketch/skills/stolen/SKILL.md'}: cannot read the skill "
         f"({env.work / '.ketch/skills/stolen/SKILL.md'} leads outside {env.work})",
     ]
+
+
+def test_a_loaded_skills_allowed_tools_run_without_asking_and_its_model_takes_the_rest(env: Env) -> None:
+    second = env.script(
+        [
+            {"blocks": [{"type": "tool_call", "id": "b1", "name": "bash", "args": {"command": "touch made.txt"}}]},
+            "Made it.",
+        ],
+        name="second.json",
+    )
+    skill(env.work, ".ketch/skills", "maker", "Make files.", body="Touch it.", extra=f"allowed-tools: Bash(touch made.txt)\nmodel: scripted:{second}\n")
+    skill(env.work, ".ketch/skills", "other", "Other.", body="Touch it.")
+    denied = run(env, [use("other"), {"blocks": [{"type": "tool_call", "id": "b1", "name": "bash", "args": {"command": "touch made.txt"}}]}, "No."], "--trust-project")
+    assert denied.returncode == 5 and "run paused: bash (b1) needs approval" in denied.stderr  # without the skill
+    assert not (env.work / "made.txt").exists()
+    (env.home / "requests.jsonl").unlink()
+    proc = run(env, [use("maker")], "--trust-project")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Made it."  # the first script had one reply: the rest came from the skill's model
+    assert (env.work / "made.txt").exists()
+    assert len(requests(env)) == 3

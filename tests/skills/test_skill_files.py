@@ -4,6 +4,7 @@ a scripted model (what the requests carry before and after the skill tool is cal
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +174,42 @@ async def test_agent_skills_join_a_given_skills_capability() -> None:
     assert [t.name for t in model.requests[0].tools] == ["skill"]
     assert model.requests[0].system_prompt.endswith("\n- a: one\n- b: two")
     assert Agent(ScriptedModel()).config.capabilities == ()
+
+
+async def test_a_loaded_skill_grants_its_allowed_tools_and_switches_the_model_for_the_run() -> None:
+    first = ScriptedModel([reply(tool_call("skill", {"name": "deploy"}, id="c1")), "Back on the first model."])
+    fast = ScriptedModel(["Deployed."])
+    grants: list[tuple[str, ...]] = []
+    deploy = Skill("deploy", "Deploy.", "Run the deploy.", fields=(("allowed-tools", "Bash(make deploy:*), Read"), ("model", "x:fast")))
+    skills = Skills([deploy, Skill("plain", "Plain.", "p")], grant=grants.append, resolve_model={"x:fast": fast}.__getitem__)
+    agent = Agent(first, capabilities=[skills])
+    assert (await agent.prompt("deploy it")).text == "Deployed."
+    assert len(first.requests) == 1 and len(fast.requests) == 1
+    assert fast.requests[0].messages[-1].content[0].text == (
+        "# Skill: deploy\nAllowed without asking for the rest of this task: Bash(make deploy:*), Read\n"
+        "Model for the rest of this task: x:fast\n\nRun the deploy."
+    )
+    assert grants == [(), ("Bash(make deploy:*)", "Read")]
+    # the next run starts on the agent's model with nothing granted
+    assert (await agent.prompt("again")).text == "Back on the first model."
+    assert grants[-1] == () and agent.model is first
+
+
+async def test_a_skills_model_that_cannot_be_resolved_is_said_and_the_model_stays() -> None:
+    model = ScriptedModel([reply(tool_call("skill", {"name": "odd"}, id="c1")), "Same model."])
+
+    def resolve(spec: str) -> Any:
+        raise ValueError(f"unknown provider in {spec!r}")
+
+    skills = Skills([Skill("odd", "Odd.", "Body.", fields=(("model", "nope:x"),))], resolve_model=resolve)
+    assert (await Agent(model, capabilities=[skills]).prompt("go")).text == "Same model."
+    assert model.requests[1].messages[-1].content[0].text == (
+        "# Skill: odd\nThe skill's model 'nope:x' cannot be used (unknown provider in 'nope:x'); the model stays\n\nBody."
+    )
+
+
+def test_skill_model_and_allowed_tools_fields() -> None:
+    s = parse_skill("---\nname: a\ndescription: d\nallowed-tools: Bash(git add:*), Read\nmodel: inherit\n---\nb")
+    assert s.allowed_tools == ("Bash(git add:*)", "Read") and s.model is None
+    with pytest.raises(SkillError, match=r"^<SKILL.md>: 'model' must be a string \(provider:id\), got \['a'\]$"):
+        parse_skill("---\nname: a\ndescription: d\nmodel: [a]\n---\nb")

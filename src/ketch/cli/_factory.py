@@ -640,7 +640,7 @@ def build_agent(
     if not embedded:
         from ._skills import skills_capability
 
-        skills = skills_capability(settings, environ)
+        skills = skills_capability(settings, environ, permissions)
         if skills is not None:  # the skills' names and descriptions, and the skill tool
             capabilities.append(skills)
     if capabilities:

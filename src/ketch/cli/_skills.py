@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..skills import Skill
 from ..skills import find_skills
@@ -76,17 +77,33 @@ def load_cli_skills(
     return [found[n] for n in sorted(found)], warnings
 
 
-def skills_capability(settings: Settings, environ: Mapping[str, str] | None = None) -> object | None:
+def skills_capability(
+    settings: Settings, environ: Mapping[str, str] | None = None, permissions: Any = None
+) -> object | None:
     """The :class:`ketch.skills.Skills` capability of the found skills (warnings go to
-    stderr), or None when there are none."""
+    stderr), or None when there are none. A loaded skill's ``allowed-tools`` become allow
+    rules of ``permissions`` (a :class:`~ketch.permissions.PermissionEngine`) until the
+    run ends (deny rules still win); its ``model`` (``provider:id``, resolved as
+    ``--model`` is) is the model of the run's later turns."""
     skills, warnings = load_cli_skills(settings, environ)
     for line in warnings:
         print(line, file=sys.stderr)
     if not skills:
         return None
+    from ..permissions import parse_rules
     from ..skills import Skills
+    from ._factory import build_model
 
-    return Skills(skills)
+    granted: list[Any] = []
+
+    def grant(rules: tuple[str, ...]) -> None:
+        if permissions is None:
+            return
+        kept = [r for r in permissions.session_rules if not any(r is g for g in granted)]
+        granted[:] = parse_rules(rules, "skill")
+        permissions.session_rules[:] = [*kept, *granted]
+
+    return Skills(skills, grant=grant, resolve_model=lambda spec: build_model(spec, settings))
 
 
 def _where(skill: Skill) -> str:

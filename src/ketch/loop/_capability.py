@@ -31,6 +31,7 @@ from ._config import BeforeToolCallResult
 from ._config import LoopConfig
 from ._config import MaybeAwaitable
 from ._config import Middleware
+from ._config import NextTurn
 from ._config import StopInfo
 from ._config import ToolCallInfo
 from ._config import TurnInfo
@@ -67,7 +68,10 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     ``before_tool_call`` and ``after_tool_call`` run after the agent's own (the first
     answer that is not None wins), ``middlewares`` wrap inside the agent's, ``guardrails``
     join the agent's, ``after_turn`` and ``at_stop`` are checks (:data:`AfterTurnCheck`,
-    :data:`StopCheck`), asked in order.
+    :data:`StopCheck`), asked in order; ``next_turn`` hooks are asked after each turn,
+    after the agent's own ``prepare_next_turn``, and their replacements
+    (:class:`~ketch.loop.NextTurn`: model, thinking, ...) apply from the next turn (a
+    later hook's value for a field wins).
     """
 
     tools: Sequence[Tool] = ()
@@ -79,6 +83,7 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     guardrails: Sequence[Guardrail] = ()
     after_turn: Sequence[AfterTurnCheck] = ()
     at_stop: Sequence[StopCheck] = ()
+    next_turn: Sequence[Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]]] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - _OPTION_FIELDS)
@@ -165,6 +170,7 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
     options: dict[str, Any] = {}
     after_turn: list[AfterTurnCheck] = []
     at_stop: list[StopCheck] = []
+    next_turn = [config.prepare_next_turn] if config.prepare_next_turn is not None else []
     for capability, c in parts:
         for tool in c.tools:
             if tool.name in owners:
@@ -185,7 +191,10 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         guardrails.extend(c.guardrails)
         after_turn.extend(c.after_turn)
         at_stop.extend(c.at_stop)
+        next_turn.extend(c.next_turn)
     changes: dict[str, Any] = {}
+    if len(next_turn) > 1 or (next_turn and config.prepare_next_turn is None):
+        changes["prepare_next_turn"] = _merged_next_turn(next_turn)
     if len(befores) > 1:
         changes["before_tool_call"] = _first_answer(befores)
     elif befores:
@@ -208,6 +217,20 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         after_turn=tuple(after_turn),
         at_stop=tuple(at_stop),
     )
+
+
+def _merged_next_turn(hooks: Sequence[Callable[..., Any]]) -> Callable[[TurnInfo], Any]:
+    """One ``prepare_next_turn`` asking every hook in order; a later answer's field wins."""
+
+    async def merged(info: TurnInfo) -> NextTurn | None:
+        fields: dict[str, Any] = {}
+        for hook in hooks:
+            answer = await maybe_await(hook(info))
+            if answer is not None:
+                fields.update({k: v for k, v in msgspec.structs.asdict(answer).items() if v is not None})
+        return NextTurn(**fields) if fields else None
+
+    return merged
 
 
 def _first_answer(hooks: Sequence[Callable[..., Any]]) -> Callable[..., Any]:
