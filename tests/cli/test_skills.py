@@ -177,3 +177,17 @@ def test_a_loaded_skills_allowed_tools_run_without_asking_and_its_model_takes_th
     assert proc.stdout.strip() == "Made it."  # the first script had one reply: the rest came from the skill's model
     assert (env.work / "made.txt").exists()
     assert len(requests(env)) == 3
+
+
+def test_the_users_claude_code_skills_load_and_ketchs_own_replace_them(env: Env) -> None:
+    skill(env.home, ".claude/skills", "review", "Claude's review rules.")
+    skill(env.home, ".claude/skills", "style", "Claude's style.")
+    skill(env.xdg / "ketch", "skills", "style", "ketch's style.")
+    proc = run(env, ["Done."])
+    assert proc.returncode == 0, proc.stderr
+    assert "- review: Claude's review rules.\n- style: ketch's style." in requests(env)[0]["system_prompt"]
+    listed = env.run("skills", "list", "--json")
+    assert [json.loads(line)["path"] for line in listed.stdout.splitlines()] == [
+        str(env.home / ".claude" / "skills" / "review"),
+        str(env.xdg / "ketch" / "skills" / "style"),
+    ]

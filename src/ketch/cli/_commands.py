@@ -4,7 +4,8 @@
 A command is a Markdown file whose text is the prompt ``/NAME ARGS`` sends, read from,
 in order (a later folder's command replaces an earlier one of the same name):
 
-1. ``<user config dir>/commands/`` (``~/.config/ketch/commands/``);
+1. ``~/.claude/commands/`` (the user's Claude Code commands), then ``<user config
+   dir>/commands/`` (``~/.config/ketch/commands/``);
 2. the enabled plugins' ``commands/`` (:mod:`ketch.cli._plugins`);
 3. the project root's ``.claude/commands/`` and ``.ketch/commands/``.
 
@@ -178,8 +179,13 @@ def _files(directory: Path) -> list[tuple[str, Path]]:
 def command_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where command files are read from, in order, each with its origin."""
     from ._plugins import plugin_directories
+    from ._skills import user_home
 
-    dirs = [(config_dir(environ) / USER_COMMANDS, "user"), *plugin_directories("commands", environ)]
+    dirs = [
+        (user_home(environ) / ".claude" / "commands", "user"),
+        (config_dir(environ) / USER_COMMANDS, "user"),
+        *plugin_directories("commands", environ),
+    ]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_COMMANDS)
     return dirs

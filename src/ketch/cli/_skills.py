@@ -3,7 +3,8 @@
 Skills (folders with a ``SKILL.md``, see :mod:`ketch.skills`) are read from, in order
 (a later folder's skill replaces an earlier one of the same name):
 
-1. ``<user config dir>/skills/`` (``~/.config/ketch/skills/``): the user's own;
+1. ``~/.claude/skills/`` (the user's Claude Code skills), then ``<user config dir>/skills/``
+   (``~/.config/ketch/skills/``): the user's own;
 2. the enabled plugins' ``skills/`` (:mod:`ketch.cli._plugins`);
 3. the project root's ``.claude/skills/``, ``.agents/skills/`` and ``.ketch/skills/``
    (the folders other agents use, then ketch's own).
@@ -16,6 +17,7 @@ and the field; so is a front matter key the format does not have.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -33,11 +35,22 @@ USER_SKILLS = "skills"
 PROJECT_SKILLS: tuple[Path, ...] = (Path(".claude") / "skills", Path(".agents") / "skills", Path(".ketch") / "skills")
 
 
+def user_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The home directory (``HOME``), whose ``.claude/`` holds the user's Claude Code skills
+    and commands."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or str(Path.home()))
+
+
 def skill_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where skills are read from, in order, each with its origin (``user``, ``project``)."""
     from ._plugins import plugin_directories
 
-    dirs = [(config_dir(environ) / USER_SKILLS, "user"), *plugin_directories("skills", environ)]
+    dirs = [
+        (user_home(environ) / ".claude" / "skills", "user"),
+        (config_dir(environ) / USER_SKILLS, "user"),
+        *plugin_directories("skills", environ),
+    ]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_SKILLS)
     return dirs
