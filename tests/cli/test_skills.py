@@ -191,3 +191,13 @@ def test_the_users_claude_code_skills_load_and_ketchs_own_replace_them(env: Env)
         str(env.home / ".claude" / "skills" / "review"),
         str(env.xdg / "ketch" / "skills" / "style"),
     ]
+
+
+def test_a_skill_whose_allowed_tools_are_not_rules_is_left_out_with_a_line(env: Env) -> None:
+    path = skill(env.work, ".ketch/skills", "broken", "Broken.", extra="allowed-tools: Bash(unclosed\n")
+    skill(env.work, ".ketch/skills", "fine", "Fine.")
+    proc = run(env, ["Done."], "--trust-project")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "skill left out" in x]
+    assert line.startswith(f"ketch: skill left out: {path}: 'allowed-tools': ")
+    assert "- fine: Fine." in requests(env)[0]["system_prompt"] and "broken" not in requests(env)[0]["system_prompt"]

@@ -49,6 +49,7 @@ from typing import Any
 from .._paths import read_regular_text
 from ..skills import SkillError
 from ..skills import parse_front_matter
+from ..skills._skill import split_tools
 from ._config import Settings
 from ._config import config_dir
 from ._trust import Gate
@@ -110,23 +111,6 @@ class CustomCommand:
         return f"/{self.name} {self.argument_hint}".rstrip() if self.argument_hint else f"/{self.name}"
 
 
-def _tools(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list):
-        return tuple(str(v).strip() for v in value if str(v).strip())
-    # "Bash(git add:*), Read": commas outside parentheses separate the rules
-    out, depth, current = [], 0, ""
-    for ch in str(value):
-        if ch == "," and depth == 0:
-            out.append(current)
-            current = ""
-            continue
-        depth += ch == "("
-        depth -= ch == ")"
-        current += ch
-    out.append(current)
-    return tuple(t.strip() for t in out if t.strip())
-
-
 def parse_command_file(
     path: Path, name: str, origin: str, within: Path | None = None
 ) -> tuple[CustomCommand, list[str]]:
@@ -155,7 +139,7 @@ def parse_command_file(
     for field in ("description", "argument-hint", "model"):
         if field in data and not isinstance(data[field], str):
             raise CommandFileError(f"{path}: {field!r} must be a string, got {data[field]!r}")
-    allowed = _tools(data["allowed-tools"]) if data.get("allowed-tools") not in (None, "") else ()
+    allowed = split_tools(data.get("allowed-tools"))
     if allowed:
         from ..permissions import parse_rules
 

@@ -85,9 +85,27 @@ def load_cli_skills(
         skills, errors = find_skills([(directory, origin)], within=within)
         warnings.extend(f"ketch: skill left out: {e}" for e in errors)
         for skill in skills:
+            bad = _bad_rules(skill)
+            if bad is not None:
+                warnings.append(f"ketch: skill left out: {bad}")
+                continue
             warnings.extend(f"ketch: {w}" for w in skill.warnings)
             found[skill.name] = skill
     return [found[n] for n in sorted(found)], warnings
+
+
+def _bad_rules(skill: Skill) -> str | None:
+    """Why the skill's ``allowed-tools`` are not permission rules (None when they are)."""
+    if not skill.allowed_tools:
+        return None
+    from ..permissions import parse_rules
+
+    try:
+        parse_rules(skill.allowed_tools)
+    except ValueError as exc:
+        where = skill.path / "SKILL.md" if skill.path is not None else skill.name
+        return f"{where}: 'allowed-tools': {exc}"
+    return None
 
 
 def skills_capability(
