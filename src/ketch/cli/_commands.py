@@ -49,7 +49,7 @@ from typing import Any
 from .._paths import read_regular_text
 from ..skills import SkillError
 from ..skills import parse_front_matter
-from ..skills._skill import split_tools
+from ..skills import split_tools
 from ._config import Settings
 from ._config import config_dir
 from ._trust import Gate

@@ -42,6 +42,7 @@ __all__ = [
     "parse_front_matter",
     "parse_skill",
     "skills_of",
+    "split_tools",
 ]
 
 SKILL_FILE = "SKILL.md"
