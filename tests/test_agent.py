@@ -303,7 +303,7 @@ def test_unknown_option_is_clear_error() -> None:
 
     with pytest.raises(TypeError) as err:
         Agent(ScriptedModel(), max_turn=3)  # type: ignore[call-arg]
-    allowed = ", ".join(["model", "system_prompt", "tools", "messages", "steering_mode", "follow_up_mode", "session", *OPTION_NAMES])
+    allowed = ", ".join(["model", "system_prompt", "tools", "skills", "messages", "steering_mode", "follow_up_mode", "session", *OPTION_NAMES])
     assert str(err.value) == (
         f"Agent() got an unexpected keyword argument 'max_turn' (did you mean 'max_turns'?); allowed: {allowed}"
     )

@@ -27,14 +27,15 @@ ALLOWED: dict[str, set[str]] = {
     "client": set(),  # embeddable next to any ketch install: the standard library only
     "llm": {"lazy", "schema"},
     "loop": {"llm", "schema"},
-    "agent": {"llm", "loop", "schema"},
+    # skills: Agent(skills=[...]) builds the Skills capability (skills sit on loop only, no cycle)
+    "agent": {"llm", "loop", "schema", "skills"},
     # Capabilities, each on the faces of what it builds on (and of no capability it
     # does not need):
     "teams": {"ketch", "llm", "loop", "worktrees"},
     "tasks": {"ketch", "llm", "loop", "proc"},
     "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks", "worktrees"},
     "telemetry": {"ketch", "llm", "loop"},
-    "skills": {"loop", "paths"},  # paths: reading a SKILL.md without following a link
+    "skills": {"llm", "loop", "paths"},  # paths: reading a SKILL.md without following a link; llm: a skill's model
     "server": {"ketch", "llm", "sandbox", "sessions"},
     "temporal": {"ketch", "lazy", "llm", "loop", "sessions", "tools"},  # tools: the exactly-once journal
     "memory": {"loop", "paths"},

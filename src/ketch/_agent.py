@@ -64,14 +64,19 @@ from .loop._tool import Deps
 from .loop._tool import Tool
 
 if TYPE_CHECKING:
+    import os
+
     from .loop._output import OutputRun
     from .loop._output import OutputStream
     from .loop._output import OutputValidator
+    from .skills import Skill
 
 log = logging.getLogger("ketch._agent")
 
 QueueMode: TypeAlias = Literal["one_at_a_time", "all"]
-AGENT_PARAMETERS = ("model", "system_prompt", "tools", "messages", "steering_mode", "follow_up_mode", "session")
+AGENT_PARAMETERS = (
+    "model", "system_prompt", "tools", "skills", "messages", "steering_mode", "follow_up_mode", "session"
+)
 """The :class:`Agent`'s own parameters; its other keywords are the agent options
 (:class:`~ketch.loop.AgentOptions`)."""
 _UNSET: Any = object()
@@ -217,6 +222,11 @@ class Agent(Generic[Deps]):
     ``system_prompt``, ``tools`` and ``messages`` (the transcript to start from) are the
     agent's; ``steering_mode`` and ``follow_up_mode`` say how its queues are drained;
     ``session`` persists the transcript as it is committed (see :mod:`ketch.sessions`).
+    ``skills`` are Agent Skills (:mod:`ketch.skills`): :class:`~ketch.skills.Skill`
+    objects and folder paths (a folder holding a ``SKILL.md``, or a folder of such
+    folders); they join the first :class:`~ketch.skills.Skills` capability of the
+    ``capabilities`` option, or become one appended to it (a bad ``SKILL.md`` raises
+    :class:`~ketch.skills.SkillError`; a name given twice, ``ValueError``).
     Every other keyword is an agent option (:class:`~ketch.loop.AgentOptions`: stop
     controls, hooks, tool execution settings, typed output), a
     :class:`~ketch.loop.LoopConfig` field of the same name and default, kept on
@@ -230,6 +240,7 @@ class Agent(Generic[Deps]):
         *,
         system_prompt: str = "",
         tools: Iterable[Tool] = (),
+        skills: Iterable[Skill | str | os.PathLike[str]] = (),
         messages: Iterable[Message] = (),
         steering_mode: QueueMode = "one_at_a_time",
         follow_up_mode: QueueMode = "one_at_a_time",
@@ -242,6 +253,11 @@ class Agent(Generic[Deps]):
             del given["options"]
         if "output_validators" in given:
             given["output_validators"] = tuple(given["output_validators"])
+        skills = list(skills)
+        if skills:  # sugar for capabilities=[..., Skills(...)]
+            from .skills._skill import with_skills
+
+            given["capabilities"] = with_skills(given.get("capabilities", ()), skills)
         self.config: LoopConfig[Deps] = LoopConfig(model=_resolve(model), **given)
         if "output_type" in given or "output_mode" in given or "output_retries" in given:
             from .loop._output import check_output_config

@@ -154,3 +154,38 @@ def test_a_trusted_projects_command_that_leads_out_of_the_project_is_not_read(en
         f"ketch: command left out: {folder / 'leak.md'}: cannot read the command ({folder / 'leak.md'} leads outside {env.work})",
         f"ketch: command left out: {folder / 'pipe.md'}: cannot read the command ({folder / 'pipe.md'} is not a regular file)",
     ]
+
+
+def test_the_users_claude_code_commands_load_and_ketchs_own_replace_them(env: Env) -> None:
+    command(env.home, ".claude/commands/hi.md", "Claude's hi to $1.")
+    command(env.home, ".claude/commands/bye.md", "Claude's bye to $1.")
+    command(env.xdg, "ketch/commands/bye.md", "ketch's bye to $1.")
+    proc = env.run("run", "/hi Ann", extra=extra(env, ["ok"]))
+    assert proc.returncode == 0, proc.stderr
+    assert prompt_text(requests(env)[0]) == "Claude's hi to Ann."
+    (env.home / "requests.jsonl").unlink()
+    proc = env.run("run", "/bye Bob", extra=extra(env, ["ok"]))
+    assert proc.returncode == 0, proc.stderr
+    assert prompt_text(requests(env)[0]) == "ketch's bye to Bob."
+
+
+def test_shell_lines_run_when_allowed_and_are_refused_with_a_line_otherwise(env: Env) -> None:
+    (env.work / "notes.txt").write_text("note one\n")
+    command(
+        env.work,
+        ".ketch/commands/status.md",
+        "---\nallowed-tools: Bash(cat notes.txt)\n---\nNotes: !`cat notes.txt`\nList: !`ls -a /`\nArgs: !`echo $1`\nFocus: $1",
+    )
+    proc = env.run("run", "--trust-project", "/status x", extra=extra(env, ["ok"]))
+    assert proc.returncode == 0, proc.stderr
+    assert prompt_text(requests(env)[0]) == (
+        "Notes: note one\n"
+        "List: (not run: it needs an allow rule: add Bash(ls -a /) to the command's allowed-tools, or --allow)\n"
+        "Args: (not run: arguments are not put into shell lines)\nFocus: x"
+    )
+    err = [line for line in proc.stderr.splitlines() if "shell line" in line]
+    assert err == [
+        "ketch: /status: shell line `ls -a /` not run: it needs an allow rule: add Bash(ls -a /) to the command's "
+        "allowed-tools, or --allow",
+        "ketch: /status: shell line `echo $1` not run: arguments are not put into shell lines",
+    ]

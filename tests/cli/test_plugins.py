@@ -174,3 +174,24 @@ def test_a_plugins_links_out_of_its_folder_are_never_read(env: Env) -> None:
         f"ketch: skill left out: {installed / 'skills' / 'leak' / 'SKILL.md'}: cannot read the skill "
         f"({installed / 'skills' / 'leak' / 'SKILL.md'} leads outside {installed})",
     ]
+
+
+def test_a_plugins_commands_are_namespaced_and_the_plain_name_kept_when_unambiguous(env: Env) -> None:
+    repo = plugin_repo(env.home)
+    (repo / "commands" / "lint.md").write_text("Lint $1 from the plugin.")
+    assert env.run("plugin", "add", str(repo)).returncode == 0
+    for task, prompt in [
+        ("/tidy:tidy a.py", "Tidy a.py please."),
+        ("/tidy a.py", "Tidy a.py please."),  # no other /tidy: the plain name works
+        ("/tidy:lint b.py", "Lint b.py from the plugin."),
+    ]:
+        proc = run(env, task)
+        assert proc.returncode == 0, proc.stderr
+        assert requests(env)[0]["messages"][0]["content"][0]["text"] == prompt
+    # the user's own /lint takes the plain name; the plugin's stays /tidy:lint
+    (env.xdg / "ketch" / "commands").mkdir(parents=True)
+    (env.xdg / "ketch" / "commands" / "lint.md").write_text("The user's lint of $1.")
+    proc = run(env, "/lint c.py")
+    assert requests(env)[0]["messages"][0]["content"][0]["text"] == "The user's lint of c.py."
+    proc = run(env, "/tidy:lint c.py")
+    assert requests(env)[0]["messages"][0]["content"][0]["text"] == "Lint c.py from the plugin."

@@ -156,3 +156,48 @@ def test_a_trusted_projects_skill_that_leads_out_of_the_project_is_not_read(env:
         f"ketch: skill left out: {env.work / '.ketch/skills/stolen/SKILL.md'}: cannot read the skill "
         f"({env.work / '.ketch/skills/stolen/SKILL.md'} leads outside {env.work})",
     ]
+
+
+def test_a_loaded_skills_allowed_tools_run_without_asking_and_its_model_takes_the_rest(env: Env) -> None:
+    second = env.script(
+        [
+            {"blocks": [{"type": "tool_call", "id": "b1", "name": "bash", "args": {"command": "touch made.txt"}}]},
+            "Made it.",
+        ],
+        name="second.json",
+    )
+    skill(env.work, ".ketch/skills", "maker", "Make files.", body="Touch it.", extra=f"allowed-tools: Bash(touch made.txt)\nmodel: scripted:{second}\n")
+    skill(env.work, ".ketch/skills", "other", "Other.", body="Touch it.")
+    denied = run(env, [use("other"), {"blocks": [{"type": "tool_call", "id": "b1", "name": "bash", "args": {"command": "touch made.txt"}}]}, "No."], "--trust-project")
+    assert denied.returncode == 5 and "run paused: bash (b1) needs approval" in denied.stderr  # without the skill
+    assert not (env.work / "made.txt").exists()
+    (env.home / "requests.jsonl").unlink()
+    proc = run(env, [use("maker")], "--trust-project")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Made it."  # the first script had one reply: the rest came from the skill's model
+    assert (env.work / "made.txt").exists()
+    assert len(requests(env)) == 3
+
+
+def test_the_users_claude_code_skills_load_and_ketchs_own_replace_them(env: Env) -> None:
+    skill(env.home, ".claude/skills", "review", "Claude's review rules.")
+    skill(env.home, ".claude/skills", "style", "Claude's style.")
+    skill(env.xdg / "ketch", "skills", "style", "ketch's style.")
+    proc = run(env, ["Done."])
+    assert proc.returncode == 0, proc.stderr
+    assert "- review: Claude's review rules.\n- style: ketch's style." in requests(env)[0]["system_prompt"]
+    listed = env.run("skills", "list", "--json")
+    assert [json.loads(line)["path"] for line in listed.stdout.splitlines()] == [
+        str(env.home / ".claude" / "skills" / "review"),
+        str(env.xdg / "ketch" / "skills" / "style"),
+    ]
+
+
+def test_a_skill_whose_allowed_tools_are_not_rules_is_left_out_with_a_line(env: Env) -> None:
+    path = skill(env.work, ".ketch/skills", "broken", "Broken.", extra="allowed-tools: Bash(unclosed\n")
+    skill(env.work, ".ketch/skills", "fine", "Fine.")
+    proc = run(env, ["Done."], "--trust-project")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "skill left out" in x]
+    assert line.startswith(f"ketch: skill left out: {path}: 'allowed-tools': ")
+    assert "- fine: Fine." in requests(env)[0]["system_prompt"] and "broken" not in requests(env)[0]["system_prompt"]

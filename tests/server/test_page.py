@@ -433,6 +433,35 @@ def test_send_history_sidebar_and_small_screens(tmp_path: Path, browser: Any) ->
         served.stop()
 
 
+def test_help_lists_the_custom_commands_and_slash_shows_them(tmp_path: Path, browser: Any) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["Hello, Ann!"]))
+    commands = tmp_path / "home" / ".config" / "ketch" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "hello.md").write_text("---\ndescription: Greet someone\nargument-hint: NAME\n---\nSay hello to $1.")
+    (commands / "review.md").write_text("Review the staged changes.")
+    served = start_serve(tmp_path, env_extra={"KETCH_TEST_SCRIPT": str(script)})
+    try:
+        page = _open(browser, served)
+        page.fill("[data-testid=input]", "/help")  # on a fresh page: starts the session, sends nothing
+        page.click("[data-testid=send]")
+        help_box = page.wait_for_selector("[data-testid=help]")
+        assert help_box.inner_text() == (
+            "Custom commands:\n/hello NAME — Greet someone (user)\n/review — Review the staged changes. (user)"
+        )
+        assert page.locator("[data-testid=user-message]").count() == 0
+        page.fill("[data-testid=input]", "/h")
+        page.wait_for_selector("[data-testid=command-hint]:visible")
+        assert page.locator("[data-testid=command-hint-item]").all_inner_texts() == ["/hello NAME — Greet someone"]
+        page.fill("[data-testid=input]", "/hello Ann")
+        assert page.locator("[data-testid=command-hint]").is_hidden()
+        page.click("[data-testid=send]")
+        page.wait_for_selector("[data-testid=assistant-text]:has-text('Hello, Ann!')")
+        assert page.locator("[data-testid=user-message] .text").all_inner_texts() == ["Say hello to Ann."]
+    finally:
+        served.stop()
+
+
 def test_a_page_on_another_port_cannot_create_a_session(tmp_path: Path, browser: Any) -> None:
     # Every port of 127.0.0.1 is one site for the browser's cookies: the page's cookie goes
     # with a no-cors POST from a page on another port. The server refuses it.

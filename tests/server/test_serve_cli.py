@@ -244,3 +244,23 @@ def test_a_custom_slash_command_sent_from_the_page_runs_expanded(tmp_path: Path)
         assert request["messages"][0]["content"][0]["text"] == "Say hello to Ann."
     finally:
         assert served.stop() == 0
+
+
+def test_the_session_state_lists_the_custom_commands(tmp_path: Path) -> None:
+    commands = tmp_path / "home" / ".config" / "ketch" / "commands"
+    (commands / "git").mkdir(parents=True)
+    (commands / "hello.md").write_text("---\ndescription: Greet someone\nargument-hint: NAME\n---\nSay hello to $1.")
+    (commands / "git" / "log.md").write_text("Summarise the git log.")
+    served = start_serve(tmp_path)
+    try:
+        status, body = _get(f"{served.url}/api/sessions", method="POST", body={})
+        assert status == 201
+        listed = json.loads(body)["commands"]
+        assert listed == [
+            {"name": "git:log", "usage": "/git:log", "description": "Summarise the git log.", "origin": "user"},
+            {"name": "hello", "usage": "/hello NAME", "description": "Greet someone", "origin": "user"},
+        ]
+        status, body = _get(f"{served.url}/api/sessions/{json.loads(body)['id']}")
+        assert status == 200 and json.loads(body)["commands"] == listed
+    finally:
+        assert served.stop() == 0

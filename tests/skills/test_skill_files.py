@@ -4,6 +4,7 @@ a scripted model (what the requests carry before and after the skill tool is cal
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +127,89 @@ async def test_no_skills_contribute_nothing() -> None:
     model = ScriptedModel(["ok"])
     await Agent(model, system_prompt="base", capabilities=[Skills()]).prompt("hi")
     assert model.requests[0].system_prompt == "base" and model.requests[0].tools == []
+
+
+def _skill_folder(root: Path, name: str, body: str) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: The {name} skill.\n---\n{body}\n")
+    return folder
+
+
+async def test_agent_skills_takes_skill_objects_and_folder_paths(tmp_path: Path) -> None:
+    one = _skill_folder(tmp_path / "single", "pdf-forms", "Fill the form.")
+    _skill_folder(tmp_path / "many", "alpha", "A body.")
+    _skill_folder(tmp_path / "many", "beta", "B body.")
+    model = ScriptedModel([reply(tool_call("skill", {"name": "pdf-forms"}, id="c1")), "Done."])
+    agent = Agent(
+        model, system_prompt="base", skills=[Skill("greet", "Greet people.", "Hi."), one, str(tmp_path / "many")]
+    )
+    assert (await agent.prompt("fill it")).text == "Done."
+    first, second = model.requests
+    assert first.system_prompt.endswith(
+        "\n\n- alpha: The alpha skill.\n- beta: The beta skill.\n- greet: Greet people.\n- pdf-forms: The pdf-forms skill."
+    )
+    assert [t.name for t in first.tools] == ["skill"]
+    assert second.messages[-1].content[0].text == (
+        f"# Skill: pdf-forms\nBase directory: {one} (read its files with the file tools; run its scripts with bash)\n"
+        "\nFill the form."
+    )
+
+
+def test_agent_skills_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SkillError, match=f"^skills: '{tmp_path / 'empty'}' holds no SKILL.md, nor do its sub-folders$"):
+        Agent(ScriptedModel(), skills=[tmp_path / "empty"])
+    with pytest.raises(TypeError, match="^skills: expected Skill objects or folder paths, got int$"):
+        Agent(ScriptedModel(), skills=[3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="^Skills: the skill name 'a' is given twice$"):
+        Agent(ScriptedModel(), skills=[Skill("a", "one"), Skill("a", "two")])
+
+
+async def test_agent_skills_join_a_given_skills_capability() -> None:
+    model = ScriptedModel(["ok"])
+    agent = Agent(model, capabilities=[Skills([Skill("a", "one")])], skills=[Skill("b", "two")])
+    assert [type(c).__name__ for c in agent.config.capabilities] == ["Skills"]
+    await agent.prompt("hi")
+    assert [t.name for t in model.requests[0].tools] == ["skill"]
+    assert model.requests[0].system_prompt.endswith("\n- a: one\n- b: two")
+    assert Agent(ScriptedModel()).config.capabilities == ()
+
+
+async def test_a_loaded_skill_grants_its_allowed_tools_and_switches_the_model_for_the_run() -> None:
+    first = ScriptedModel([reply(tool_call("skill", {"name": "deploy"}, id="c1")), "Back on the first model."])
+    fast = ScriptedModel(["Deployed."])
+    grants: list[tuple[str, ...]] = []
+    deploy = Skill("deploy", "Deploy.", "Run the deploy.", fields=(("allowed-tools", "Bash(make deploy:*), Read"), ("model", "x:fast")))
+    skills = Skills([deploy, Skill("plain", "Plain.", "p")], grant=grants.append, resolve_model={"x:fast": fast}.__getitem__)
+    agent = Agent(first, capabilities=[skills])
+    assert (await agent.prompt("deploy it")).text == "Deployed."
+    assert len(first.requests) == 1 and len(fast.requests) == 1
+    assert fast.requests[0].messages[-1].content[0].text == (
+        "# Skill: deploy\nAllowed without asking for the rest of this task: Bash(make deploy:*), Read\n"
+        "Model for the rest of this task: x:fast\n\nRun the deploy."
+    )
+    assert grants == [(), ("Bash(make deploy:*)", "Read")]
+    # the next run starts on the agent's model with nothing granted
+    assert (await agent.prompt("again")).text == "Back on the first model."
+    assert grants[-1] == () and agent.model is first
+
+
+async def test_a_skills_model_that_cannot_be_resolved_is_said_and_the_model_stays() -> None:
+    model = ScriptedModel([reply(tool_call("skill", {"name": "odd"}, id="c1")), "Same model."])
+
+    def resolve(spec: str) -> Any:
+        raise ValueError(f"unknown provider in {spec!r}")
+
+    skills = Skills([Skill("odd", "Odd.", "Body.", fields=(("model", "nope:x"),))], resolve_model=resolve)
+    assert (await Agent(model, capabilities=[skills]).prompt("go")).text == "Same model."
+    assert model.requests[1].messages[-1].content[0].text == (
+        "# Skill: odd\nThe skill's model 'nope:x' cannot be used (unknown provider in 'nope:x'); the model stays\n\nBody."
+    )
+
+
+def test_skill_model_and_allowed_tools_fields() -> None:
+    s = parse_skill("---\nname: a\ndescription: d\nallowed-tools: Bash(git add:*), Read\nmodel: inherit\n---\nb")
+    assert s.allowed_tools == ("Bash(git add:*)", "Read") and s.model is None
+    with pytest.raises(SkillError, match=r"^<SKILL.md>: 'model' must be a string \(provider:id\), got \['a'\]$"):
+        parse_skill("---\nname: a\ndescription: d\nmodel: [a]\n---\nb")

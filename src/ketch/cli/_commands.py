@@ -4,7 +4,8 @@
 A command is a Markdown file whose text is the prompt ``/NAME ARGS`` sends, read from,
 in order (a later folder's command replaces an earlier one of the same name):
 
-1. ``<user config dir>/commands/`` (``~/.config/ketch/commands/``);
+1. ``~/.claude/commands/`` (the user's Claude Code commands), then ``<user config
+   dir>/commands/`` (``~/.config/ketch/commands/``);
 2. the enabled plugins' ``commands/`` (:mod:`ketch.cli._plugins`);
 3. the project root's ``.claude/commands/`` and ``.ketch/commands/``.
 
@@ -26,6 +27,14 @@ project's commands need the project's trust (:mod:`ketch.cli._trust`): in an unt
 project they are not loaded and the command names them with the other ignored settings.
 A command named like a built-in one (``/help``) is left out with a warning; so is a bad
 file (one line naming the file and the field).
+
+A plugin's command ``tidy`` is ``/PLUGIN:tidy`` (as in Claude Code), and also ``/tidy``
+when no other command has that name. A shell line ``!`git status``` in a command's text
+is run through the agent's ``bash`` tool (sandboxed) when the permission rules allow it
+without asking (the command's ``allowed-tools`` count, as ``Bash(git status:*)``), and
+replaced by its output; otherwise it is replaced by ``(not run: why)`` and the command
+says so on stderr (:func:`run_shell_lines`). Only trusted sources' commands are loaded,
+so only those run shell lines.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from typing import Any
 from .._paths import read_regular_text
 from ..skills import SkillError
 from ..skills import parse_front_matter
+from ..skills import split_tools
 from ._config import Settings
 from ._config import config_dir
 from ._trust import Gate
@@ -55,6 +65,9 @@ BUILTIN_NAMES = frozenset({
 """The interactive command's own slash commands, which a command file cannot replace."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(:[A-Za-z0-9][A-Za-z0-9_.-]*)*$")
 _POSITIONAL = re.compile(r"\$([1-9])")
+_SHELL = re.compile(r"!`([^`\n]+)`")
+SHELL_OUTPUT_LIMIT = 30_000
+"""Characters of a shell line's output inserted (the rest is cut, and said)."""
 
 
 class CommandFileError(ValueError):
@@ -77,38 +90,25 @@ class CustomCommand:
     def expand(self, arguments: str) -> str:
         """The prompt for ``/NAME arguments``: ``$ARGUMENTS`` and ``$1``..``$9`` replaced."""
         arguments = arguments.strip()
-        has_all = "$ARGUMENTS" in self.body
-        has_positional = _POSITIONAL.search(self.body) is not None
+        shells = [m.group(0) for m in _SHELL.finditer(self.body)]  # shell lines keep their text
+        body = _SHELL.sub(lambda m: f"\x00{shells.index(m.group(0))}\x00", self.body) if shells else self.body
+        has_all = "$ARGUMENTS" in body
+        has_positional = _POSITIONAL.search(body) is not None
         if not has_all and not has_positional:
-            return f"{self.body}\n\nARGUMENTS: {arguments}" if arguments else self.body
-        try:
-            words = shlex.split(arguments)
-        except ValueError:  # an unclosed quote: plain words
-            words = arguments.split()
-        text = self.body.replace("$ARGUMENTS", arguments) if has_all else self.body
-        return _POSITIONAL.sub(lambda m: words[int(m.group(1)) - 1] if int(m.group(1)) <= len(words) else "", text)
+            text = f"{body}\n\nARGUMENTS: {arguments}" if arguments else body
+        else:
+            try:
+                words = shlex.split(arguments)
+            except ValueError:  # an unclosed quote: plain words
+                words = arguments.split()
+            text = body.replace("$ARGUMENTS", arguments) if has_all else body
+            text = _POSITIONAL.sub(lambda m: words[int(m.group(1)) - 1] if int(m.group(1)) <= len(words) else "", text)
+        return re.sub(r"\x00(\d+)\x00", lambda m: shells[int(m.group(1))], text) if shells else text
 
     @property
     def usage(self) -> str:
         """``/NAME [hint]``."""
         return f"/{self.name} {self.argument_hint}".rstrip() if self.argument_hint else f"/{self.name}"
-
-
-def _tools(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list):
-        return tuple(str(v).strip() for v in value if str(v).strip())
-    # "Bash(git add:*), Read": commas outside parentheses separate the rules
-    out, depth, current = [], 0, ""
-    for ch in str(value):
-        if ch == "," and depth == 0:
-            out.append(current)
-            current = ""
-            continue
-        depth += ch == "("
-        depth -= ch == ")"
-        current += ch
-    out.append(current)
-    return tuple(t.strip() for t in out if t.strip())
 
 
 def parse_command_file(
@@ -139,7 +139,7 @@ def parse_command_file(
     for field in ("description", "argument-hint", "model"):
         if field in data and not isinstance(data[field], str):
             raise CommandFileError(f"{path}: {field!r} must be a string, got {data[field]!r}")
-    allowed = _tools(data["allowed-tools"]) if data.get("allowed-tools") not in (None, "") else ()
+    allowed = split_tools(data.get("allowed-tools"))
     if allowed:
         from ..permissions import parse_rules
 
@@ -178,8 +178,13 @@ def _files(directory: Path) -> list[tuple[str, Path]]:
 def command_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where command files are read from, in order, each with its origin."""
     from ._plugins import plugin_directories
+    from ._skills import user_home
 
-    dirs = [(config_dir(environ) / USER_COMMANDS, "user"), *plugin_directories("commands", environ)]
+    dirs = [
+        (user_home(environ) / ".claude" / "commands", "user"),
+        (config_dir(environ) / USER_COMMANDS, "user"),
+        *plugin_directories("commands", environ),
+    ]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_COMMANDS)
     return dirs
@@ -201,6 +206,7 @@ def load_custom_commands(
     of :data:`BUILTIN_NAMES` is left out."""
     trust = settings.trust if settings.trust is not None else Trust(settings.project_root or Path.cwd())
     found: dict[str, CustomCommand] = {}
+    plain: dict[str, list[CustomCommand]] = {}
     warnings: list[str] = []
     for directory, origin in command_directories(settings, environ):
         if origin == "project" and not trust.covers(directory):
@@ -220,8 +226,22 @@ def load_custom_commands(
                 warnings.append(f"ketch: command left out: {exc}")
                 continue
             warnings.extend(f"ketch: {n}" for n in notes)
+            if origin.startswith("plugin "):  # /plugin-name:command, and the plain name when no other has it
+                plugin = origin.removeprefix("plugin ")
+                found[f"{plugin}:{name}"] = _renamed(command, f"{plugin}:{name}")
+                plain.setdefault(name, []).append(command)
+                continue
             found[name] = command
+    for name, owners in plain.items():
+        if len(owners) == 1 and name not in found:
+            found[name] = owners[0]
     return {n: found[n] for n in sorted(found)}, warnings
+
+
+def _renamed(command: CustomCommand, name: str) -> CustomCommand:
+    from dataclasses import replace
+
+    return replace(command, name=name)
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -241,6 +261,56 @@ def help_text(commands: Mapping[str, CustomCommand]) -> str:
     return "\n".join(lines)
 
 
+async def run_shell_lines(built: Any, command: CustomCommand, prompt: str) -> str:
+    """``prompt`` with each ``!`cmd``` shell line of ``command``'s text replaced by the
+    command's output, run through the agent's ``bash`` tool (in its sandbox) when the
+    permission rules allow it without asking (the command's ``allowed-tools`` count);
+    otherwise the line is replaced by ``(not run: ...)`` naming why, also said on stderr.
+    Arguments are not put into shell lines: a shell line with ``$ARGUMENTS`` or ``$1``
+    is not run."""
+    import sys
+
+    from ..llm import AbortSignal
+    from ..loop import ToolContext
+    from ..loop import ToolResult
+
+    bash = next((t for t in built.agent.tools if t.name == "bash"), None)
+    for number, match in enumerate(_SHELL.finditer(command.body), start=1):
+        line, cmd = match.group(0), match.group(1).strip()
+        refusal = None
+        if "$ARGUMENTS" in cmd or _POSITIONAL.search(cmd):
+            refusal = "arguments are not put into shell lines"
+        elif bash is None:
+            refusal = "this agent has no bash tool"
+        else:
+            verdict = built.permissions.check(bash, {"command": cmd})
+            if verdict.outcome != "allow":
+                refusal = (
+                    verdict.reason
+                    if verdict.outcome == "deny" and verdict.reason
+                    else f"it needs an allow rule: add Bash({cmd}) to the command's allowed-tools, or --allow"
+                )
+        if refusal is not None:
+            text = f"(not run: {refusal})"
+            print(f"ketch: /{command.name}: shell line `{cmd}` not run: {refusal}", file=sys.stderr)
+        else:
+            assert bash is not None
+            ctx: ToolContext[Any] = ToolContext(call_id=f"command-shell-{number}", tool_name="bash", signal=AbortSignal())
+            try:
+                result = await bash.execute({"command": cmd}, ctx)
+            except Exception as exc:  # a tool error: said in place of the output
+                result = ToolResult.error(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            if isinstance(result, ToolResult):
+                content = result.content
+                text = (content if isinstance(content, str) else "".join(getattr(b, "text", "") for b in content)).rstrip("\n")
+            else:
+                text = str(result).rstrip("\n")
+            if len(text) > SHELL_OUTPUT_LIMIT:
+                text = text[:SHELL_OUTPUT_LIMIT] + f"\n(output cut at {SHELL_OUTPUT_LIMIT} characters)"
+        prompt = prompt.replace(line, text, 1)
+    return prompt
+
+
 async def run_command(built: Any, settings: Settings, command: CustomCommand, prompt: str) -> Any:
     """Run ``prompt`` (``command`` expanded) on ``built`` (a :class:`~ketch.cli._factory.Built`)
     with the command's ``model`` for this run only and its ``allowed-tools`` as allow
@@ -255,6 +325,8 @@ async def run_command(built: Any, settings: Settings, command: CustomCommand, pr
     rules = parse_rules(command.allowed_tools) if command.allowed_tools else []
     built.permissions.session_rules.extend(rules)
     try:
+        if _SHELL.search(command.body):
+            prompt = await run_shell_lines(built, command, prompt)
         return await built.prompt(prompt)
     finally:
         if rules:  # these objects only: a rule the user added meanwhile stays

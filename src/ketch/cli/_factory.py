@@ -578,7 +578,14 @@ def build_gated_tools(
 
 
 def _capabilities(
-    settings: Settings, root: Path, environ: Mapping[str, str] | None, instructions: Any, *, embedded: bool, todo: bool
+    settings: Settings,
+    root: Path,
+    environ: Mapping[str, str] | None,
+    instructions: Any,
+    permissions: PermissionEngine,
+    *,
+    embedded: bool,
+    todo: bool,
 ) -> list[Any]:
     """The agent's capabilities: the project's instructions, memory, skills, the to-do
     list; for the embedded model, the grounding of its arguments (last)."""
@@ -591,7 +598,7 @@ def _capabilities(
     if not embedded:
         from ._skills import skills_capability
 
-        skills = skills_capability(settings, environ)
+        skills = skills_capability(settings, environ, permissions)
         if skills is not None:  # the skills' names and descriptions, and the skill tool
             capabilities.append(skills)
     if todo and not embedded:  # the plan the model keeps (an editor's plan, the terminal's checklist)
@@ -684,7 +691,7 @@ def build_agent(
         config["stop_when"] = (*config.get("stop_when", ()), stop_after_tool(*(t.name for t in tools)))
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
-    capabilities = _capabilities(settings, root, environ, instructions, embedded=embedded, todo=todo)
+    capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo)
     grounding = capabilities[-1] if embedded else None  # (the last for the embedded model)
     if capabilities:
         config["capabilities"] = capabilities

@@ -134,7 +134,12 @@ def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
                 if mcp is not None:
                     await mcp.aclose()
 
-        return Hosted(agent=built.agent, prompt=prompt, set_model=set_model, context=built.context, close=close)
+        listed = tuple(
+            {"name": c.name, "usage": c.usage, "description": c.description, "origin": c.origin} for c in commands.values()
+        )
+        return Hosted(
+            agent=built.agent, prompt=prompt, set_model=set_model, context=built.context, close=close, commands=listed
+        )
 
     return factory
 

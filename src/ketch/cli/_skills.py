@@ -3,7 +3,8 @@
 Skills (folders with a ``SKILL.md``, see :mod:`ketch.skills`) are read from, in order
 (a later folder's skill replaces an earlier one of the same name):
 
-1. ``<user config dir>/skills/`` (``~/.config/ketch/skills/``): the user's own;
+1. ``~/.claude/skills/`` (the user's Claude Code skills), then ``<user config dir>/skills/``
+   (``~/.config/ketch/skills/``): the user's own;
 2. the enabled plugins' ``skills/`` (:mod:`ketch.cli._plugins`);
 3. the project root's ``.claude/skills/``, ``.agents/skills/`` and ``.ketch/skills/``
    (the folders other agents use, then ketch's own).
@@ -16,10 +17,12 @@ and the field; so is a front matter key the format does not have.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..skills import Skill
 from ..skills import find_skills
@@ -32,11 +35,22 @@ USER_SKILLS = "skills"
 PROJECT_SKILLS: tuple[Path, ...] = (Path(".claude") / "skills", Path(".agents") / "skills", Path(".ketch") / "skills")
 
 
+def user_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The home directory (``HOME``), whose ``.claude/`` holds the user's Claude Code skills
+    and commands."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or str(Path.home()))
+
+
 def skill_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where skills are read from, in order, each with its origin (``user``, ``project``)."""
     from ._plugins import plugin_directories
 
-    dirs = [(config_dir(environ) / USER_SKILLS, "user"), *plugin_directories("skills", environ)]
+    dirs = [
+        (user_home(environ) / ".claude" / "skills", "user"),
+        (config_dir(environ) / USER_SKILLS, "user"),
+        *plugin_directories("skills", environ),
+    ]
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_SKILLS)
     return dirs
@@ -71,22 +85,56 @@ def load_cli_skills(
         skills, errors = find_skills([(directory, origin)], within=within)
         warnings.extend(f"ketch: skill left out: {e}" for e in errors)
         for skill in skills:
+            bad = _bad_rules(skill)
+            if bad is not None:
+                warnings.append(f"ketch: skill left out: {bad}")
+                continue
             warnings.extend(f"ketch: {w}" for w in skill.warnings)
             found[skill.name] = skill
     return [found[n] for n in sorted(found)], warnings
 
 
-def skills_capability(settings: Settings, environ: Mapping[str, str] | None = None) -> object | None:
+def _bad_rules(skill: Skill) -> str | None:
+    """Why the skill's ``allowed-tools`` are not permission rules (None when they are)."""
+    if not skill.allowed_tools:
+        return None
+    from ..permissions import parse_rules
+
+    try:
+        parse_rules(skill.allowed_tools)
+    except ValueError as exc:
+        where = skill.path / "SKILL.md" if skill.path is not None else skill.name
+        return f"{where}: 'allowed-tools': {exc}"
+    return None
+
+
+def skills_capability(
+    settings: Settings, environ: Mapping[str, str] | None = None, permissions: Any = None
+) -> object | None:
     """The :class:`ketch.skills.Skills` capability of the found skills (warnings go to
-    stderr), or None when there are none."""
+    stderr), or None when there are none. A loaded skill's ``allowed-tools`` become allow
+    rules of ``permissions`` (a :class:`~ketch.permissions.PermissionEngine`) until the
+    run ends (deny rules still win); its ``model`` (``provider:id``, resolved as
+    ``--model`` is) is the model of the run's later turns."""
     skills, warnings = load_cli_skills(settings, environ)
     for line in warnings:
         print(line, file=sys.stderr)
     if not skills:
         return None
+    from ..permissions import parse_rules
     from ..skills import Skills
+    from ._factory import build_model
 
-    return Skills(skills)
+    granted: list[Any] = []
+
+    def grant(rules: tuple[str, ...]) -> None:
+        if permissions is None:
+            return
+        kept = [r for r in permissions.session_rules if not any(r is g for g in granted)]
+        granted[:] = parse_rules(rules, "skill")
+        permissions.session_rules[:] = [*kept, *granted]
+
+    return Skills(skills, grant=grant, resolve_model=lambda spec: build_model(spec, settings))
 
 
 def _where(skill: Skill) -> str:

@@ -33,6 +33,7 @@ from ._config import ContextManager
 from ._config import LoopConfig
 from ._config import MaybeAwaitable
 from ._config import Middleware
+from ._config import NextTurn
 from ._config import StopInfo
 from ._config import ToolCallInfo
 from ._config import TurnInfo
@@ -78,7 +79,10 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     :data:`StopCheck`), asked in order. ``tools_view`` chooses the tools each model call
     is sent (:data:`ToolsView`; several apply in order), and ``wrap_context_manager``
     wraps the agent's context manager, when it has one (e.g. to keep what a compaction
-    would drop).
+    would drop); ``next_turn`` hooks are asked after each turn,
+    after the agent's own ``prepare_next_turn``, and their replacements
+    (:class:`~ketch.loop.NextTurn`: model, thinking, ...) apply from the next turn (a
+    later hook's value for a field wins).
     """
 
     tools: Sequence[Tool] = ()
@@ -92,6 +96,7 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     at_stop: Sequence[StopCheck] = ()
     tools_view: ToolsView | None = None
     wrap_context_manager: Callable[[ContextManager], ContextManager] | None = None
+    next_turn: Sequence[Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]]] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - _OPTION_FIELDS)
@@ -181,6 +186,7 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
     at_stop: list[StopCheck] = []
     views: list[ToolsView] = []
     context_manager = config.context_manager
+    next_turn = [config.prepare_next_turn] if config.prepare_next_turn is not None else []
     for capability, c in parts:
         for tool in c.tools:
             if tool.name in owners:
@@ -205,9 +211,12 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
             views.append(c.tools_view)
         if c.wrap_context_manager is not None and context_manager is not None:
             context_manager = c.wrap_context_manager(context_manager)
+        next_turn.extend(c.next_turn)
     changes: dict[str, Any] = {}
     if context_manager is not config.context_manager:
         changes["context_manager"] = context_manager
+    if len(next_turn) > 1 or (next_turn and config.prepare_next_turn is None):
+        changes["prepare_next_turn"] = _merged_next_turn(next_turn)
     if len(befores) > 1:
         changes["before_tool_call"] = _first_answer(befores)
     elif befores:
@@ -242,6 +251,20 @@ def _in_turn(views: Sequence[ToolsView]) -> ToolsView:
         return tools
 
     return view
+
+
+def _merged_next_turn(hooks: Sequence[Callable[..., Any]]) -> Callable[[TurnInfo], Any]:
+    """One ``prepare_next_turn`` asking every hook in order; a later answer's field wins."""
+
+    async def merged(info: TurnInfo) -> NextTurn | None:
+        fields: dict[str, Any] = {}
+        for hook in hooks:
+            answer = await maybe_await(hook(info))
+            if answer is not None:
+                fields.update({k: v for k, v in msgspec.structs.asdict(answer).items() if v is not None})
+        return NextTurn(**fields) if fields else None
+
+    return merged
 
 
 def _first_answer(hooks: Sequence[Callable[..., Any]]) -> Callable[..., Any]:

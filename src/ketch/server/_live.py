@@ -57,6 +57,10 @@ class Hosted:
     """The context usage (``tokens``, ``window``; default ``agent.context_usage()``)."""
     close: Callable[[], Awaitable[None]] | None = None
     """Called once when the server closes the session."""
+    commands: tuple[dict[str, str], ...] = ()
+    """The slash commands ``prompt`` understands (custom commands), each a dict with
+    ``name``, ``usage``, ``description`` and ``origin``: the session state lists them as
+    ``commands`` and the page's ``/help`` shows them."""
 
 
 class Conflict(Exception):
@@ -287,6 +291,7 @@ class LiveSession:
             "last_end": self.last_end,
             "writable": True,
             "last_event_id": self.last_event_id,
+            "commands": [dict(c) for c in self.hosted.commands],
         }
         if messages:
             shown = self.agent.messages if not self.running else self.agent.messages[: self._shown]

@@ -9,5 +9,6 @@ from ._skill import find_skills
 from ._skill import load_skill
 from ._skill import parse_front_matter
 from ._skill import parse_skill
+from ._skill import split_tools
 
-__all__ = ["SKILL_FILE", "SKILL_TOOL", "Skill", "SkillError", "Skills", "find_skills", "load_skill", "parse_front_matter", "parse_skill"]
+__all__ = ["SKILL_FILE", "SKILL_TOOL", "Skill", "SkillError", "Skills", "find_skills", "load_skill", "parse_front_matter", "parse_skill", "split_tools"]

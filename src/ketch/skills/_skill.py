@@ -13,7 +13,9 @@ sandbox and the permission rules.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,9 +25,11 @@ from typing import Any
 from .._paths import read_regular_text
 from ..loop import Capability
 from ..loop import Contribution
+from ..loop import NextTurn
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ..loop import TurnInfo
 
 __all__ = [
     "SKILL_FILE",
@@ -37,6 +41,8 @@ __all__ = [
     "load_skill",
     "parse_front_matter",
     "parse_skill",
+    "skills_of",
+    "split_tools",
 ]
 
 SKILL_FILE = "SKILL.md"
@@ -72,6 +78,43 @@ class Skill:
         _check_name(self.name, "Skill")
         if not isinstance(self.description, str) or not self.description.strip():
             raise SkillError(f"Skill {self.name!r}: 'description' must be a non-empty string")
+
+    def field(self, key: str) -> Any:
+        """The front matter field ``key`` (None when absent)."""
+        return next((v for k, v in self.fields if k == key), None)
+
+    @property
+    def allowed_tools(self) -> tuple[str, ...]:
+        """``allowed-tools``: permission rules (``Read``, ``Bash(git diff:*)``) that run
+        without asking while the skill is active (from its loading to the end of the run)."""
+        return split_tools(self.field("allowed-tools"))
+
+    @property
+    def model(self) -> str | None:
+        """``model``: the model (``provider:id``) of the run's turns after the skill is
+        loaded; None (also for ``inherit``) keeps the run's model."""
+        value = self.field("model")
+        return value if isinstance(value, str) and value.strip() not in ("", "inherit") else None
+
+
+def split_tools(value: Any) -> tuple[str, ...]:
+    """An ``allowed-tools`` value as rules: a list, or a string whose commas outside
+    parentheses separate the rules (``Bash(git add:*), Read``)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, list):
+        return tuple(str(v).strip() for v in value if str(v).strip())
+    out, depth, current = [], 0, ""
+    for ch in str(value):
+        if ch == "," and depth == 0:
+            out.append(current)
+            current = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        current += ch
+    out.append(current)
+    return tuple(t.strip() for t in out if t.strip())
 
 
 def _check_name(name: Any, where: str) -> None:
@@ -175,6 +218,10 @@ def parse_skill(text: str, *, source: str = "<SKILL.md>", path: Path | None = No
         raise SkillError(f"{source}: 'description' is missing from the front matter")
     if len(description) > MAX_DESCRIPTION:
         raise SkillError(f"{source}: 'description' is {len(description)} characters long; at most {MAX_DESCRIPTION}")
+    if "model" in data and not isinstance(data["model"], str):
+        raise SkillError(f"{source}: 'model' must be a string (provider:id), got {data['model']!r}")
+    if "allowed-tools" in data and not isinstance(data["allowed-tools"], (str, list)):
+        raise SkillError(f"{source}: 'allowed-tools' must be a list or a comma-separated string")
     unknown = [k for k in data if k not in KNOWN_FIELDS]
     warnings = tuple(
         f"{source}: unknown front matter key {k!r} ignored; known: {', '.join(KNOWN_FIELDS)}" for k in unknown
@@ -235,17 +282,34 @@ INSTRUCTIONS_HEADER = (
 
 
 class Skills(Capability):
-    """Agent Skills for an agent: ``Agent(model, capabilities=[Skills(skills)])``.
+    """Agent Skills for an agent: ``Agent(model, capabilities=[Skills(skills)])`` (or
+    ``Agent(model, skills=[...])``).
 
     ``skills`` are :class:`Skill` values (``load_skill``, ``find_skills``, ``parse_skill``
     or built in code); a name given twice is an error. Each run's system prompt gets one
     line per skill (name and description, sorted by name) and the agent gets the ``skill`` tool, which
     returns a skill's body and its folder. With no skills it contributes nothing.
+
+    Once the model loads a skill, the skill is active until the run ends:
+
+    - its ``model`` front matter is the model of the run's next turns (resolved with
+      ``resolve_model``, default :func:`ketch.llm.get_model`; a spec that cannot be
+      resolved is said in the tool's result and the run keeps its model);
+    - its ``allowed-tools`` are handed to ``grant`` (called with the rules of every
+      skill active in the run, and with ``()`` when a run starts): give a function that
+      makes them allow rules of your permission gate (the ``ketch`` command adds them to
+      its permission engine's session rules). Without ``grant`` they are not applied.
     """
 
     name = "skills"
 
-    def __init__(self, skills: Sequence[Skill] = ()) -> None:
+    def __init__(
+        self,
+        skills: Sequence[Skill] = (),
+        *,
+        grant: Callable[[tuple[str, ...]], None] | None = None,
+        resolve_model: Callable[[str], Any] | None = None,
+    ) -> None:
         by_name: dict[str, Skill] = {}
         for skill in skills:
             if not isinstance(skill, Skill):
@@ -254,16 +318,36 @@ class Skills(Capability):
                 raise ValueError(f"Skills: the skill name {skill.name!r} is given twice")
             by_name[skill.name] = skill
         self.skills: dict[str, Skill] = {n: by_name[n] for n in sorted(by_name)}
-        self._contribution = self._build()
+        self.grant = grant
+        self.resolve_model = resolve_model
+        self._instructions = self.instructions() if self.skills else ""
 
     def instructions(self) -> str:
         """The system prompt section: the header and one ``- name: description`` line each."""
         lines = [f"- {s.name}: {' '.join(s.description.split())}" for s in self.skills.values()]
         return INSTRUCTIONS_HEADER + "\n" + "\n".join(lines)
 
-    def _build(self) -> Contribution:
+    def contribute(self) -> Contribution:
+        """The skills' section of the system prompt and the ``skill`` tool (per run: the
+        skills the run loads are active until it ends)."""
         if not self.skills:
             return Contribution()
+        if self.grant is not None:
+            self.grant(())
+        return _Run(self).contribution()
+
+
+class _Run:
+    """One run's skills: which are active, and the model a loaded skill asks for."""
+
+    __slots__ = ("active", "model", "owner")
+
+    def __init__(self, owner: Skills) -> None:
+        self.owner = owner
+        self.active: list[Skill] = []
+        self.model: Any = None
+
+    def contribution(self) -> Contribution:
         tool = Tool(
             SKILL_TOOL,
             "Load a skill's instructions by name (the skills are listed in the system prompt).",
@@ -273,23 +357,79 @@ class Skills(Capability):
                 "required": ["name"],
                 "additionalProperties": False,
             },
-            self._load,
+            self.load,
             read_only=True,
             reports_progress=False,
             deferred=False,
         )
-        return Contribution(tools=[tool], instructions=self.instructions())
+        return Contribution(tools=[tool], instructions=self.owner._instructions, next_turn=[self.next_turn])
 
-    async def _load(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+    def next_turn(self, info: TurnInfo) -> NextTurn | None:
+        model, self.model = self.model, None
+        return NextTurn(model=model) if model is not None else None
+
+    async def load(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
+        owner = self.owner
         name = args.get("name")
-        skill = self.skills.get(name) if isinstance(name, str) else None
+        skill = owner.skills.get(name) if isinstance(name, str) else None
         if skill is None:
-            return ToolResult.error(f"no skill named {name!r}; available: {', '.join(sorted(self.skills))}")
+            return ToolResult.error(f"no skill named {name!r}; available: {', '.join(sorted(owner.skills))}")
         head = f"# Skill: {skill.name}\n"
         if skill.path is not None:
             head += f"Base directory: {skill.path} (read its files with the file tools; run its scripts with bash)\n"
+        if skill not in self.active:
+            self.active.append(skill)
+            if skill.allowed_tools and owner.grant is not None:
+                owner.grant(tuple(r for s in self.active for r in s.allowed_tools))
+                head += f"Allowed without asking for the rest of this task: {', '.join(skill.allowed_tools)}\n"
+            if skill.model is not None:
+                try:
+                    if owner.resolve_model is not None:
+                        self.model = owner.resolve_model(skill.model)
+                    else:
+                        from ..llm import get_model
+
+                        self.model = get_model(skill.model)
+                    head += f"Model for the rest of this task: {skill.model}\n"
+                except Exception as exc:  # a bad spec: the run keeps its model
+                    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    head += f"The skill's model {skill.model!r} cannot be used ({first}); the model stays\n"
         return ToolResult(content=f"{head}\n{skill.body}", details={"skill": skill.name})
 
-    def contribute(self) -> Contribution:
-        """The skills' section of the system prompt and the ``skill`` tool."""
-        return self._contribution
+
+def with_skills(capabilities: Iterable[Any], items: Iterable[Skill | str | os.PathLike[str]]) -> tuple[Any, ...]:
+    """``capabilities`` with the skills of ``Agent(skills=[...])`` (:func:`skills_of`): they
+    join the first :class:`Skills` capability given (one ``skill`` tool), else a new one is
+    appended."""
+    given = tuple(capabilities)
+    added = skills_of(items)
+    for i, cap in enumerate(given):
+        if isinstance(cap, Skills):
+            return (*given[:i], Skills([*cap.skills.values(), *added.skills.values()]), *given[i + 1 :])
+    return (*given, added)
+
+
+def skills_of(items: Iterable[Skill | str | os.PathLike[str]]) -> Skills:
+    """The :class:`Skills` capability of ``Agent(skills=[...])``: each item a :class:`Skill`,
+    or a folder path, either a skill's own folder (it holds a ``SKILL.md``) or a folder of
+    skill folders (each of its sub-folders with a ``SKILL.md``). Raises :class:`SkillError`
+    for a bad ``SKILL.md`` or a path that holds none, ``TypeError`` for another value and
+    ``ValueError`` for a name given twice."""
+    found: list[Skill] = []
+    for item in items:
+        if isinstance(item, Skill):
+            found.append(item)
+            continue
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"skills: expected Skill objects or folder paths, got {type(item).__name__}")
+        folder = Path(item)
+        if (folder / SKILL_FILE).is_file():
+            found.append(load_skill(folder))
+            continue
+        inside, errors = find_skills([(folder, "code")])
+        if errors:
+            raise SkillError(errors[0])
+        if not inside:
+            raise SkillError(f"skills: {str(folder)!r} holds no {SKILL_FILE}, nor do its sub-folders")
+        found.extend(inside)
+    return Skills(found)

@@ -129,6 +129,11 @@ DURABLE: dict[str, Carry] = {
         "their definitions; each call runs as the activity <agent>.tool.<tool> on the worker (pure=[...]: "
         "inside the workflow); a per-call decision (the bash tool's sequential) runs inside the workflow",
     ),
+    "skills": Carry(
+        "refused",
+        "they become a Skills capability, and capabilities do not cross into a durable run yet: "
+        "give the skill tool and its instructions to the agent directly",
+    ),
     "messages": Carry("refused", "a durable run starts from start_run(transcript=...)"),
     "steering_mode": Carry("carried", "how the workflow drains its steer signals"),
     "follow_up_mode": Carry("carried", "how the workflow drains its follow_up signals"),
@@ -328,6 +333,8 @@ def _set(agent: Agent[Any], name: str) -> bool:
         return bool(agent._listeners)
     if name == "queued messages":
         return bool(agent.steering) or bool(agent.follow_ups)
+    if name == "skills":  # they are a capability in agent.config.capabilities: refused as capabilities
+        return False
     if name in _AGENT_PARTS:
         return True
     value = getattr(agent.config, name)

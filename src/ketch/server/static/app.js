@@ -9,6 +9,7 @@ let current = null;      // the open session's id
 let source = null;       // its EventSource
 let running = false;
 let main = null;         // the transcript's view
+let commands = [];       // the session's custom slash commands ({name, usage, description, origin})
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -553,6 +554,27 @@ function applyState(state) {
   $("ctx-meter").value = ctx.window ? Math.min(1, ctx.tokens / ctx.window) : 0;
   $("cost").textContent = `$${Number(state.cost || 0).toFixed(4)}`;
   renderApprovals(pending);
+  if (state.commands) { commands = state.commands; commandHint(); }
+}
+
+// "/help" lists the session's custom slash commands (they run when sent as "/name args");
+// typing "/" shows the commands whose names start with what was typed.
+function helpText() {
+  if (!commands.length) return "No custom commands (add Markdown files to .ketch/commands/ or ~/.config/ketch/commands/).";
+  return ["Custom commands:", ...commands.map((c) => `${c.usage} — ${c.description} (${c.origin})`)].join("\n");
+}
+
+function commandHint() {
+  const hint = $("command-hint");
+  const text = $("input").value;
+  const m = /^\/(\S*)$/.exec(text);
+  const shown = m ? commands.filter((c) => c.name.startsWith(m[1])) : [];
+  hint.replaceChildren(...shown.map((c) => {
+    const item = el("li", null, `${c.usage} — ${c.description}`);
+    item.setAttribute("data-testid", "command-hint-item");
+    return item;
+  }));
+  hint.hidden = shown.length === 0;
 }
 
 function renderApprovals(pending) {
@@ -690,10 +712,19 @@ async function send(kind) {
       return;
     }
   }
+  if (text.trim() === "/help") {  // answered by the page, from the session's state
+    const help = el("pre", "note help", helpText());
+    help.setAttribute("data-testid", "help");
+    $("transcript").append(help);
+    input.value = "";
+    commandHint();
+    return;
+  }
   const route = kind || (running ? "steer" : "prompt");
   try {
     await api("POST", `/api/sessions/${current}/${route}`, { text });
     input.value = "";
+    commandHint();
     showError("");
     if (route !== "prompt") main.note(`(${route === "steer" ? "steering" : "follow-up queued"}: ${text})`);
   } catch (err) {
@@ -734,6 +765,7 @@ function start() {
   });
   main = new View($("transcript"));
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send(); });
+  $("input").addEventListener("input", commandHint);
   $("input").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
   });
