@@ -25,6 +25,7 @@ from typing import TypeAlias
 
 import msgspec
 
+from ..llm._model import HostedTool
 from ..llm._model import StreamOptions
 from ._config import AfterToolCallResult
 from ._config import BeforeToolCallResult
@@ -54,7 +55,7 @@ with messages, end (with another reason), or None. Asked after the built-in ones
 recovery, queued messages, follow-ups, typed output, output guardrails), before
 ``on_stop``."""
 
-_OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers"}
+_OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers", "hosted_tools"}
 
 
 class Contribution(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +68,9 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     ``before_tool_call`` and ``after_tool_call`` run after the agent's own (the first
     answer that is not None wins), ``middlewares`` wrap inside the agent's, ``guardrails``
     join the agent's, ``after_turn`` and ``at_stop`` are checks (:data:`AfterTurnCheck`,
-    :data:`StopCheck`), asked in order.
+    :data:`StopCheck`), asked in order. ``hosted_tools`` are tools the provider runs
+    itself (:class:`~ketch.llm.HostedTool`), joining the run's
+    ``StreamOptions.hosted_tools`` (a kind asked for twice is an error naming both).
     """
 
     tools: Sequence[Tool] = ()
@@ -79,6 +82,7 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     guardrails: Sequence[Guardrail] = ()
     after_turn: Sequence[AfterTurnCheck] = ()
     at_stop: Sequence[StopCheck] = ()
+    hosted_tools: Sequence[HostedTool] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - _OPTION_FIELDS)
@@ -165,7 +169,19 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
     options: dict[str, Any] = {}
     after_turn: list[AfterTurnCheck] = []
     at_stop: list[StopCheck] = []
+    hosted = list(config.options.hosted_tools or ())
+    hosted_owners = {h.kind: "the agent's options" for h in hosted}
     for capability, c in parts:
+        for h in c.hosted_tools:
+            if not isinstance(h, HostedTool):
+                raise TypeError(f"capability {capability.label!r}: hosted_tools must be HostedTool objects")
+            if h.kind in hosted_owners:
+                raise ValueError(
+                    f"capability {capability.label!r} asks for the hosted tool {h.kind!r}, "
+                    f"which {hosted_owners[h.kind]} already asks for"
+                )
+            hosted_owners[h.kind] = f"capability {capability.label!r}"
+            hosted.append(h)
         for tool in c.tools:
             if tool.name in owners:
                 raise ValueError(
@@ -198,6 +214,8 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         changes["middlewares"] = tuple(middlewares)
     if len(guardrails) != len(config.guardrails):
         changes["guardrails"] = tuple(guardrails)
+    if len(hosted) != len(config.options.hosted_tools or ()):
+        options["hosted_tools"] = tuple(hosted)
     if options:
         changes["options"] = msgspec.structs.replace(config.options, **options)
     changes["capabilities"] = ()  # folded in: composing the result again adds nothing
