@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..llm._model import HostedTool
+from ..llm import HostedTool
 from ..loop import Capability
 from ..loop import Contribution
 

@@ -21,9 +21,9 @@ from typing import runtime_checkable
 
 import msgspec
 
+from ..llm import HostedTool
 from ..llm._http import get_session
 from ..llm._http import proxy_for
-from ..llm._model import HostedTool
 from ..loop import Capability
 from ..loop import Contribution
 from ..loop import Tool
