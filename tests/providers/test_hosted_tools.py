@@ -454,3 +454,18 @@ async def test_a_handoff_request_to_another_provider_carries_the_summary_not_the
     # and a Claude model of the same API gets them back natively
     await run(anthropic(loopback, "claude-opus-4-1"), Request(messages=history))
     assert hs.ENCRYPTED in msgspec.json.encode(loopback.requests[1].json).decode()
+
+
+def test_hosted_blocks_count_in_token_estimates_and_reach_a_compaction_summary() -> None:
+    from ketch.context import estimate_message_tokens
+    from ketch.context._summary import serialize
+
+    answer = anthropic_answer()
+    native = len(msgspec.json.encode(answer.content[1].native)) + len(msgspec.json.encode(answer.content[2].native))
+    texts = len("I'll search for that.") + len("ketch is an asyncio agent runtime.")
+    assert estimate_message_tokens(answer) >= (native + texts) // 4
+    assert serialize([UserMessage(content="?"), answer]) == (
+        "[User]: ?\n\n"
+        f"[Hosted web_search]: {SUMMARY}\n\n"
+        "[Assistant]: I'll search for that.ketch is an asyncio agent runtime."
+    )

@@ -28,6 +28,7 @@ from ._messages import ToolResultMessage
 from ._messages import Usage
 from ._messages import UserMessage
 from ._messages import encode_json
+from ._messages import hosted_result_text
 from ._messages import message_from_dict
 from ._messages import message_to_dict
 from ._messages import messages_from_json
@@ -170,6 +171,7 @@ __all__ = [
     "exception_text",
     "get_model",
     "guard_stream",
+    "hosted_result_text",
     "message_from_dict",
     "message_to_dict",
     "messages_from_json",
