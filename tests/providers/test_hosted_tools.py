@@ -469,3 +469,36 @@ def test_hosted_blocks_count_in_token_estimates_and_reach_a_compaction_summary()
         f"[Hosted web_search]: {SUMMARY}\n\n"
         "[Assistant]: I'll search for that.ketch is an asyncio agent runtime."
     )
+
+
+async def test_responses_file_search_and_mcp_items_in_a_complete_response(loopback: LoopbackServer) -> None:
+    from loopback import json_reply
+
+    output = [
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["refund policy"], "results": [{"file_id": "file-1", "filename": "policy.md", "score": 0.9, "text": "Refunds within 30 days."}]},
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "deepwiki", "tools": [{"name": "ask_question", "input_schema": {}}]},
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "deepwiki", "name": "ask_question", "arguments": "{\"q\":\"x\"}", "output": "An answer.", "error": None},
+        {"type": "mcp_call", "id": "mcp_2", "server_label": "deepwiki", "name": "ask_question", "arguments": "{}", "output": None, "error": "tool failed"},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": "30 days.", "annotations": []}]},
+    ]
+    loopback.queue(json_reply({"id": "resp_1", "status": "completed", "output": output, "usage": {"input_tokens": 5, "output_tokens": 3}}))
+    model = OpenAIResponsesModel("gpt-4.1", base_url=loopback.url + "/v1", api_key="k", retry=ONE_SHOT, info=GPT, stream=False)
+    events = await run(model, Request(messages=[UserMessage(content="?")]), hosted("file_search", "mcp"))
+    content = events[-1].message.content
+    assert [(type(b).__name__, b.kind) for b in content[:6]] == [
+        ("HostedToolCall", "file_search"),
+        ("HostedToolResult", "file_search"),
+        ("HostedToolCall", "mcp"),
+        ("HostedToolCall", "mcp"),
+        ("HostedToolResult", "mcp"),
+        ("HostedToolCall", "mcp"),
+    ]
+    assert (content[0].input, content[1].output) == ({"queries": ["refund policy"]}, "policy.md: Refunds within 30 days.")
+    assert (content[2].name, content[2].native) == ("mcp_list_tools", output[1])
+    assert (content[3].input, content[4].output, content[4].is_error) == (
+        {"server_label": "deepwiki", "name": "ask_question", "arguments": '{"q":"x"}'},
+        "An answer.",
+        False,
+    )
+    assert (content[6].output, content[6].is_error) == ("error: tool failed", True)
+    assert content[7] == TextContent(text="30 days.", signature='{"id":"msg_1"}')
