@@ -502,3 +502,20 @@ async def test_responses_file_search_and_mcp_items_in_a_complete_response(loopba
     )
     assert (content[6].output, content[6].is_error) == ("error: tool failed", True)
     assert content[7] == TextContent(text="30 days.", signature='{"id":"msg_1"}')
+
+
+def test_anthropic_result_blocks_of_tools_ketch_does_not_map_are_skipped() -> None:
+    from ketch.llm import MessageBuilder
+    from ketch.llm._providers.anthropic import AnthropicStreamState
+
+    state = AnthropicStreamState(MessageBuilder(provider="anthropic", api="anthropic-messages", model="m"))
+    payloads = [
+        b'{"type":"content_block_start","index":0,"content_block":{"type":"mcp_tool_result","tool_use_id":"mcptoolu_1","is_error":false,"content":[]}}',
+        b'{"type":"content_block_stop","index":0}',
+        b'{"type":"content_block_start","index":1,"content_block":{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_2","content":{"type":"code_execution_tool_result_error","error_code":"unavailable"}}}',
+        b'{"type":"content_block_stop","index":1}',
+        b'{"type":"message_stop"}',
+    ]
+    events = [e for p in payloads for e in state.feed(p)]
+    assert trace(events) == [("hosted_tool", 0, "HostedToolResult", "code_execution"), ("done", "stop")]
+    assert (events[0].block.output, events[0].block.is_error) == ("error: unavailable", True)

@@ -145,18 +145,19 @@ _SERVER_TOOL_KINDS = {
 _SUMMARY_LIMIT = 4000
 
 
-def _result_kind(btype: str) -> str:
-    if btype.startswith("web_search"):
-        return "web_search"
-    if btype.startswith("web_fetch"):
-        return "web_fetch"
-    return "code_execution"
+_RESULT_KINDS = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+    "code_execution_tool_result": "code_execution",
+    "bash_code_execution_tool_result": "code_execution",
+    "text_editor_code_execution_tool_result": "code_execution",
+}
 
 
 def hosted_result(block: dict[str, Any]) -> HostedToolResult:
     """A server tool's ``*_tool_result`` block as a :class:`HostedToolResult` (the block
     kept as ``native``)."""
-    kind = _result_kind(str(block.get("type", "")))
+    kind = _RESULT_KINDS.get(str(block.get("type", "")), "code_execution")
     content = block.get("content")
     citations: list[Citation] = []
     lines: list[str] = []
@@ -653,7 +654,7 @@ class AnthropicStreamState:
             return []
         if kind == "content_block_start":
             block = event.content_block
-            if block is not None and block.type is not None and block.type.endswith("_tool_result"):
+            if block is not None and block.type in _RESULT_KINDS:
                 raw = msgspec.json.decode(data)["content_block"]  # kept whole: sent back verbatim
                 return [b.hosted(hosted_result(raw))]
             return self._start(event.index, block)
@@ -777,7 +778,7 @@ def parse_response(body: bytes, builder: MessageBuilder, format_tool: str | None
             events.append(b.thinking_end(thinking.index))
         elif btype == "server_tool_use":
             events.append(b.hosted(hosted_call(block.id or "", block.name or "", block.input or {})))
-        elif btype is not None and btype.endswith("_tool_result"):
+        elif btype in _RESULT_KINDS:
             raws = raw_blocks if raw_blocks is not None else msgspec.json.decode(body)["content"]
             raw_blocks = raws
             events.append(b.hosted(hosted_result(raws[position])))
