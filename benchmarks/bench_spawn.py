@@ -7,6 +7,9 @@ first line comes back (then kills the process):
 - ``python -c "print(1)"``: the interpreter's start, the floor;
 - ``ketch acp``: the ACP ``initialize`` request answered, and ``initialize`` then
   ``session/new`` answered (the agent built: what an editor waits for before a prompt);
+- the same ``initialize`` answer served by the ``agent-client-protocol`` package's agent
+  side (``benchmarks/_acp_package_agent.py``, ``acp.run_agent``): what ``ketch acp``
+  would take on the official package instead of its hand-written JSON-RPC;
 - ``ketch --output-format stream-json --verbose --input-format stream-json`` (the Claude
   Agent SDK's invocation): its ``initialize`` control request answered;
 - ``ketch run --input-format stream-json -o stream-json``: the ``init`` line.
@@ -42,6 +45,11 @@ COMMANDS: list[tuple[str, list[str], list[dict[str, object]] | None]] = [
     ('python -c "print(1)"', ["-c", "print(1)"], None),
     ("ketch acp: initialize answered", ["-m", "ketch", "acp"], [ACP_INIT]),
     ("ketch acp: initialize and session/new answered", ["-m", "ketch", "acp"], [ACP_INIT, ACP_NEW]),
+    (
+        "the same initialize on the acp package's agent side",
+        [str(ROOT / "benchmarks" / "_acp_package_agent.py")],
+        [ACP_INIT],
+    ),
     (
         "ketch, Claude SDK invocation: initialize answered",
         ["-m", "ketch", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],

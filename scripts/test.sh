@@ -68,6 +68,11 @@ CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP
 # downloaded at test time.
 npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error \
     @modelcontextprotocol/server-everything@2026.8.31
+# The TypeScript Claude Agent SDK (tests/cli/test_claude_sdk_ts.py drives ketch with it, as its
+# Claude Code), pinned; without its optional packages (the native Claude Code binaries): the
+# tests point it at ketch.
+npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error --omit=optional \
+    @anthropic-ai/claude-agent-sdk@0.3.332
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff check examples
 .venv/bin/mypy

@@ -30,9 +30,9 @@ ALLOWED: dict[str, set[str]] = {
     "agent": {"llm", "loop", "schema"},
     # Capabilities, each on the faces of what it builds on (and of no capability it
     # does not need):
-    "teams": {"ketch", "llm", "loop"},
+    "teams": {"ketch", "llm", "loop", "worktrees"},
     "tasks": {"ketch", "llm", "loop", "proc"},
-    "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks"},
+    "subagents": {"ketch", "llm", "loop", "permissions", "sessions", "tasks", "worktrees"},
     "telemetry": {"ketch", "llm", "loop"},
     "skills": {"loop", "paths"},  # paths: reading a SKILL.md without following a link
     "server": {"ketch", "llm", "sandbox", "sessions"},

@@ -473,12 +473,19 @@ class Agent(Generic[Deps]):
 
         Listeners receive the compaction events. Returns True when the transcript was
         rewritten. Raises ``RuntimeError`` while running or without a context manager.
+        The capabilities' context-manager wrappers apply as in a run (tool search keeps
+        its activations).
         """
         manager = self.config.context_manager
         if manager is None:
             raise RuntimeError("compact() needs a context manager: Agent(..., context_manager=Compactor())")
         if self._running:
             raise RuntimeError("Agent is already running. Wait for completion before compacting.")
+        if self.config.capabilities:
+            from .loop._capability import compose  # loaded with capabilities
+
+            manager = compose(self.config, self.tools).config.context_manager
+            assert manager is not None
         self._running = True
         self._idle.clear()
         signal = AbortSignal()

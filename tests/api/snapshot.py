@@ -42,6 +42,7 @@ FACES = (
     "ketch.temporal",
     "ketch.memory",
     "ketch.web",
+    "ketch.worktrees",
 )
 SNAPSHOT = Path(__file__).with_name("public_api.txt")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")

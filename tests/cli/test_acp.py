@@ -513,3 +513,220 @@ async def test_custom_commands_are_announced_and_a_prompt_naming_one_runs_it_exp
     assert editor.kinds()[0] == "available_commands_update"
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
     assert json.dumps(asked[0]["messages"][-1]).count("Say hello to Ada in French.") == 1
+
+
+async def test_the_to_do_list_is_sent_as_the_plan_and_replayed_on_load(env: Env) -> None:
+    first = [
+        {"content": "Read the parser", "status": "in_progress", "priority": "high"},
+        {"content": "Fix the bug", "status": "pending"},
+    ]
+    second = [
+        {"content": "Read the parser", "status": "completed", "priority": "high"},
+        {"content": "Fix the bug", "status": "in_progress"},
+    ]
+    _script(
+        env,
+        [
+            call_reply(("t1", "todo_write", {"todos": first})),
+            call_reply(("t2", "todo_write", {"todos": second})),
+            text_reply("On it."),
+        ],
+    )
+    editor = Editor()  # no answers queued: a permission request would fail the test
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("fix it")])
+    assert answer.stop_reason == "end_turn"
+    assert editor.asked == []
+    assert [k for k in editor.kinds() if k != "usage_update"] == [
+        "tool_call:think:Update the plan",
+        "tool_call_update:completed",
+        "plan",
+        "tool_call:think:Update the plan",
+        "tool_call_update:completed",
+        "plan",
+        "agent_message_chunk:On it.",
+    ]
+    plans = [
+        [(e.content, e.status, e.priority) for e in u.entries] for u in editor.updates if u.session_update == "plan"
+    ]
+    assert plans == [
+        [("Read the parser", "in_progress", "high"), ("Fix the bug", "pending", "medium")],
+        [("Read the parser", "completed", "high"), ("Fix the bug", "in_progress", "medium")],
+    ]
+
+    _script(env, [text_reply("unused")], "2.json")
+    loaded = Editor()
+    async with ketch_acp(env, loaded) as conn:
+        await conn.load_session(cwd=str(env.work), session_id=session.session_id, mcp_servers=[])
+    replayed = [u for u in loaded.updates if u.session_update == "plan"]
+    assert [[(e.content, e.status) for e in u.entries] for u in replayed][-1] == [
+        ("Read the parser", "completed"),
+        ("Fix the bug", "in_progress"),
+    ]
+
+
+async def test_session_delete_removes_a_saved_session(env: Env) -> None:
+    _script(env, [text_reply("Kept."), text_reply("Gone.")])
+    async with ketch_acp(env, Editor()) as conn:
+        kept = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=kept.session_id, prompt=[acp.text_block("keep me")])
+        gone = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=gone.session_id, prompt=[acp.text_block("delete me")])
+        raw = conn._conn  # the package's client has no delete_session: the raw request
+        try:
+            await raw.send_request("session/delete", {"sessionId": gone.session_id})
+            raise AssertionError("an open session was deleted")
+        except acp.RequestError as exc:
+            assert str(exc) == f"session/delete: session {gone.session_id} is open; close it first (session/close)"
+        await conn.close_session(session_id=gone.session_id)
+        assert await raw.send_request("session/delete", {"sessionId": gone.session_id}) == {}
+        try:
+            await raw.send_request("session/delete", {"sessionId": gone.session_id})
+            raise AssertionError("a deleted session was deleted again")
+        except acp.RequestError as exc:
+            assert (exc.code, str(exc)) == (-32002, f"session/delete: no saved session {gone.session_id!r}")
+        listed = await conn.list_sessions(cwd=str(env.work))
+    assert [s.session_id for s in listed.sessions] == [kept.session_id]
+    assert env.run("sessions", "show", gone.session_id).returncode != 0
+
+
+async def test_usage_updates_follow_each_response_and_set_model_and_thinking_apply(env: Env) -> None:
+    usage = {"input": 10, "output": 2, "total_tokens": 12, "cost": {"total": 0.25}}
+    _script(env, [text_reply("unused")])
+    other = env.script(
+        [call_reply(("t1", "ls", {"path": "."}), usage=usage), text_reply("Done.", usage=usage)], "b.json"
+    )
+    editor = Editor()
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        sid = session.session_id
+        # the unstable session/set_model, which the package's client sends only in its unstable mode
+        assert await conn._conn.send_request("session/set_model", {"sessionId": sid, "modelId": f"scripted:{other}"}) == {}
+        answer = await conn.set_config_option(config_id="thinking", session_id=sid, value="high")
+        assert [o.current_value for o in answer.config_options] == ["default", "scripted:scripted-model", "high"]
+        try:
+            await conn.set_config_option(config_id="thinking", session_id=sid, value="max")
+            raise AssertionError("an unknown thinking level was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == (
+                "session/set_config_option: thinking level 'max' is not one of off, minimal, low, medium, high, xhigh"
+            )
+        await conn.prompt(session_id=sid, prompt=[acp.text_block("look")])
+    assert editor.kinds() == [
+        "usage_update",
+        "tool_call:search:Ls .",
+        "tool_call_update:completed",
+        "agent_message_chunk:Done.",
+        "usage_update",
+    ]
+    usages = [u for u in editor.updates if u.session_update == "usage_update"]
+    assert [(u.cost.amount, u.cost.currency) for u in usages] == [(0.25, "USD"), (0.5, "USD")]
+    assert all(u.size > 0 and u.used > 0 for u in usages)
+
+
+class DirtyEditor(Editor):
+    """An editor whose buffer of a file holds unsaved changes."""
+
+    def __init__(self, buffers: dict[str, str], answers: list[str]) -> None:
+        super().__init__(answers)
+        self.buffers = buffers
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: Any = None, limit: Any = None, **kw: Any
+    ) -> Any:
+        self.reads.append(path)
+        if path in self.buffers:
+            return ReadTextFileResponse(content=self.buffers[path])
+        return await super().read_text_file(session_id, path, line, limit, **kw)
+
+
+async def test_an_edit_is_refused_while_the_editors_buffer_has_unsaved_changes(env: Env) -> None:
+    target = env.work / "a.txt"
+    target.write_text("hello world\n")
+    _script(
+        env,
+        [
+            call_reply(("c1", "read", {"path": "a.txt"})),
+            call_reply(("c2", "edit", {"path": "a.txt", "old_string": "world", "new_string": "there"})),
+            text_reply("Waiting."),
+        ],
+    )
+    editor = DirtyEditor({str(target): "hello world, unsaved\n"}, ["allow_once"])
+    async with ketch_acp(env, editor) as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("edit it")])
+    assert editor.reads == [str(target)]
+    assert editor.writes == []
+    assert target.read_text() == "hello world\n"
+    failed = [u for u in editor.updates if u.session_update == "tool_call_update" and u.status == "failed"]
+    assert [c.content.text for u in failed for c in u.content] == [
+        "a.txt has unsaved changes in the editor. Ask the user to save or discard them, "
+        "then read the file again before you change it."
+    ]
+
+
+async def test_prompt_content_blocks_reach_the_model_and_each_stop_reason_is_answered(env: Env) -> None:
+    requests = env.home / "requests.jsonl"
+    env.vars["KETCH_TEST_REQUESTS"] = str(requests)
+    _script(
+        env,
+        [
+            text_reply("Seen."),
+            # cut at the output limit, and still cut after the loop's three recoveries
+            *[{"blocks": [{"type": "text", "text": "Cut"}], "stop_reason": "length"}] * 4,
+            *[call_reply((f"c{i}", "ls", {"path": "."})) for i in range(5)],
+            {"error": "upstream broke", "error_kind": "server"},
+        ],
+    )
+    async with ketch_acp(env, Editor(), "--max-turns", "5") as conn:
+        session = await conn.new_session(cwd=str(env.work), mcp_servers=[])
+        sid = session.session_id
+        blocks = [
+            acp.text_block("look at these"),
+            acp.resource_link_block(name="notes", uri="file:///tmp/notes.md"),
+            acp.resource_block(acp.embedded_text_resource("file:///tmp/a.py", "x = 1")),
+        ]
+        seen = await conn.prompt(session_id=sid, prompt=blocks)
+        cut = await conn.prompt(session_id=sid, prompt=[acp.text_block("long answer")])
+        turns = await conn.prompt(session_id=sid, prompt=[acp.text_block("list")])
+        try:
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("again")])
+            raise AssertionError("a model error was answered as a stop reason")
+        except acp.RequestError as exc:
+            assert str(exc).startswith("session/prompt: the run failed: ") and "upstream broke" in str(exc)
+        try:
+            await conn._conn.send_request(
+                "session/prompt", {"sessionId": sid, "prompt": [{"type": "audio", "data": "", "mimeType": "audio/wav"}]}
+            )
+            raise AssertionError("an audio block was accepted")
+        except acp.RequestError as exc:
+            assert str(exc) == (
+                "session/prompt: prompt[0]: content of type 'audio' is not supported "
+                "(text, image, resource_link, resource)"
+            )
+    assert [seen.stop_reason, cut.stop_reason, turns.stop_reason] == ["end_turn", "max_tokens", "max_turn_requests"]
+    first = json.loads(requests.read_text().splitlines()[0])
+    assert first["messages"][0]["content"] == [
+        {
+            "type": "text",
+            "text": 'look at these\n[notes](file:///tmp/notes.md)\n<context uri="file:///tmp/a.py">\nx = 1\n</context>',
+        }
+    ]
+
+
+async def test_authenticate_checks_the_key_variable(env: Env) -> None:
+    _script(env, [text_reply("unused")])
+    env.vars.pop("ANTHROPIC_API_KEY", None)
+    env.vars["OPENAI_API_KEY"] = "sk-test-not-a-real-key"
+    async with ketch_acp(env, Editor()) as conn:
+        await conn.authenticate(method_id="openai_api_key")
+        for method, message in [
+            ("anthropic_api_key", "authenticate: ANTHROPIC_API_KEY is not set in ketch's environment; set it in the editor's agent settings"),
+            ("github", "authenticate: unknown auth method 'github'; ketch offers openai_api_key, anthropic_api_key, gemini_api_key"),
+        ]:
+            try:
+                await conn.authenticate(method_id=method)
+                raise AssertionError(f"{method} was accepted")
+            except acp.RequestError as exc:
+                assert str(exc) == message

@@ -93,7 +93,7 @@ async def test_query_runs_a_tool_round(env: Env) -> None:
     ]
     init, call, result_line, answer, result = messages
     assert init.data["model"] == "scripted:scripted-model"
-    assert init.data["tools"] == ["read", "write", "edit", "bash", "grep", "find", "ls"]
+    assert init.data["tools"] == ["read", "write", "edit", "bash", "grep", "find", "ls", "todo_write"]
     assert init.data["permissionMode"] == "default"
     assert init.data["cwd"] == str(env.work)
     assert call.content == [TextBlock(text="Looking."), ToolUseBlock(id="c1", name="ls", input={"path": "."})]
@@ -394,3 +394,84 @@ def test_ketch_own_stream_json_is_unchanged(env: Env) -> None:
     kinds = [json.loads(line)["type"] for line in proc.stdout.splitlines()]
     assert kinds[0] == "init" and kinds[1] == "ack" and kinds[-1] == "result"
 
+
+
+async def test_the_to_do_list_is_a_tool_and_todowrite_in_tools_names_it(env: Env) -> None:
+    todos = [{"content": "Look around", "status": "in_progress"}, {"content": "Report", "status": "pending"}]
+    replies = [call_reply(("t1", "todo_write", {"todos": todos})), text_reply("Planned.")]
+    messages = await _collect("plan", _options(env, replies, tools=["Read", "TodoWrite"]))
+    assert messages[0].data["tools"] == ["read", "todo_write"]
+    assert messages[1].content == [ToolUseBlock(id="t1", name="todo_write", input={"todos": todos})]
+    assert messages[2].content == [
+        ToolResultBlock(
+            tool_use_id="t1", content="To-do list updated (0 of 2 completed):\n[>] Look around\n[ ] Report", is_error=False
+        )
+    ]
+    without = await _collect("hello", _options(env, [text_reply("Hi.")], name="2.json", tools=["Read"]))
+    assert without[0].data["tools"] == ["read"]
+
+
+def test_initialize_fields_are_applied_confirmed_or_named(env: Env) -> None:
+    """What the TypeScript SDK sends in ``initialize`` rather than as flags: a bad value is
+    an error naming it, fields ketch does not support a named warning, the ones it applies
+    confirmed in the answer."""
+    env.vars["KETCH_TEST_SCRIPT"] = env.script([text_reply("ok")])
+    bad = {"subtype": "initialize", "systemPrompt": 5}
+    code, out, err = _raw(env, [{"type": "control_request", "request_id": "r1", "request": bad}])
+    assert out[0]["response"] == {
+        "subtype": "error",
+        "request_id": "r1",
+        "error": "initialize: systemPrompt must be a string or a list of strings",
+    }
+    request = {
+        "subtype": "initialize",
+        "systemPrompt": ["Be brief.", "Answer in French."],
+        "appendSystemPrompt": "Sign with K.",
+        "disallowedTools": ["Bash"],
+        "settings": {"permissions": {"deny": ["Read(secret.txt)"]}},
+        "title": "A title",
+        "promptSuggestions": True,
+        "planModeInstructions": None,
+        "jsonSchema": {"type": "object"},
+    }
+    env.vars["KETCH_TEST_REQUESTS"] = str(env.home / "requests.jsonl")
+    user = {"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": None, "session_id": ""}
+    code, out, err = _raw(env, [{"type": "control_request", "request_id": "r1", "request": request}, user])
+    assert code == 0, err
+    answer = out[0]["response"]["response"]
+    assert (answer["settings_applied"], answer["disallowed_tools_applied"]) == (True, True)
+    assert "mcp_servers_applied" not in answer
+    assert err.splitlines() == [
+        "ketch: warning: initialize: jsonSchema (structured output) is not supported by ketch and is ignored",
+        "ketch: warning: initialize: promptSuggestions, title are not supported by ketch and ignored",
+    ]
+    sent = json.loads((env.home / "requests.jsonl").read_text().splitlines()[0])
+    assert sent["system_prompt"] == "Be brief.\n\nAnswer in French.\n\nSign with K."
+
+
+def test_the_typescript_sdks_flags_are_taken(env: Env) -> None:
+    env.vars["KETCH_TEST_SCRIPT"] = env.script([text_reply("ok")])
+    user = {"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": None, "session_id": ""}
+    code, out, err = _raw(
+        env,
+        [user],
+        "--permission-mode",
+        "bypassPermissions",
+        "--allow-dangerously-skip-permissions",
+        "--no-session-persistence",
+        "--permission-prompts",
+        "none",
+        "--agent",
+        "reviewer",
+    )
+    assert code == 0, err
+    assert out[-1]["subtype"] == "success"
+    assert err.splitlines() == ["ketch: warning: --agent is not supported by ketch and is ignored"]
+    listed = env.run("sessions", "list")
+    assert listed.stderr == f"ketch: no saved sessions in {env.work}\n"
+    code, out, err = _raw(env, [], "--managed-settings", "{}")
+    assert (code, out) == (2, [])
+    assert err == (
+        "ketch: --managed-settings: ketch does not enforce Claude Code's managed (policy) settings; "
+        "put the rules in ketch's configuration instead\n"
+    )

@@ -396,3 +396,21 @@ def test_headless_run_in_a_terminal_saves_an_always_rule_where_the_user_picks(en
     assert term.wait_exit() == 0
     assert tomllib.loads(user.read_text()) == {"permissions": {"allow": ["write"]}}
     assert sorted(p.name for p in env.work.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_the_to_do_list_shows_as_a_checklist(env: Env, terminals: list[Terminal]) -> None:
+    todos = [
+        {"content": "Read the parser", "status": "completed"},
+        {"content": "Fix the bug", "status": "in_progress", "priority": "high"},
+        {"content": "Run the tests", "status": "pending"},
+    ]
+    script = env.script([call_reply(("t1", "todo_write", {"todos": todos})), text_reply("planned")])
+    term = _start(env, terminals, script)
+    term.sendline("plan it")
+    term.expect(r"⏺ todo_write\(3 items\)")
+    term.expect("⎿ ☒ Read the parser")
+    term.expect("◐ Fix the bug")
+    term.expect("☐ Run the tests")
+    term.expect("planned")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0

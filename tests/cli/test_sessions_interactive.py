@@ -211,3 +211,26 @@ def test_approve_on_a_terminal_does_not_ask_again(env: Env, terminals: list[Term
     assert term.wait_exit() == 0
     assert "wants to run" not in term.seen
     assert (env.work / "a.txt").read_text() == "hello\n"
+
+
+def test_rewind_undoes_what_bash_did(env: Env, terminals: list[Terminal]) -> None:
+    original = {"a.txt": b"one\r\ntwo", "b.bin": bytes(range(256)), "c.txt": b"moved\n"}
+    for name, data in original.items():
+        (env.work / name).write_bytes(data)
+    command = "sed -i s/one/ONE/ a.txt && rm b.bin && mv c.txt d.txt && head -c 11000000 /dev/zero > big.bin"
+    replies = [call_reply(("c1", "bash", {"command": command})), text_reply("changed")]
+    term = _start(env, terminals, replies, "--permission-mode", "accept_edits")
+    _ready(term)
+    term.sendline("change them")
+    term.expect("changed")
+    term.expect(r"· 2 turns ·")
+    assert (env.work / "a.txt").read_bytes() == b"ONE\r\ntwo"
+    assert not (env.work / "b.bin").exists()
+    term.sendline("/rewind 1")
+    term.expect("rewound to before prompt 1: change them")
+    term.expect("files restored: a.txt, b.bin, c.txt, d.txt")
+    term.expect(r"not restored, their earlier content was not saved \(too big, unreadable\): big.bin")
+    assert {name: (env.work / name).read_bytes() for name in original} == original
+    assert sorted(p.name for p in env.work.iterdir() if not p.name.startswith(".")) == ["a.txt", "b.bin", "big.bin", "c.txt"]
+    term.sendline("/exit")
+    assert term.wait_exit() == 0

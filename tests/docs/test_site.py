@@ -49,6 +49,7 @@ PAGES = {
     "ketch.memory": "memory",
     "ketch.web": "web",
     "ketch.evals": "evals",
+    "ketch.worktrees": "worktrees",
 }
 
 

@@ -94,9 +94,9 @@ def test_the_notice_is_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert len(EMBEDDED_NOTICE.splitlines()) == 1
 
 
-def test_a_plain_question_gets_a_valid_tool_call_and_an_answer(installed: None, tmp_path: Path) -> None:
-    # What the grammar guarantees whatever the model writes: the first call is one of the
-    # embedded tools with schema-valid arguments (a path is never empty), then an answer.
+def test_a_plain_question_gets_the_grounded_call_and_its_result_as_the_answer(installed: None, tmp_path: Path) -> None:
+    # What the grammar guarantees whatever the model writes: the routed call (read) of the
+    # one file the request names (its path is an enum of one), whose result is the answer.
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("Buy milk\nCall Anna at 5\n")
@@ -117,15 +117,12 @@ def test_a_plain_question_gets_a_valid_tool_call_and_an_answer(installed: None, 
     starts = [e for e in events if e["type"] == "tool_execution_start"]
     assert len(starts) == 1
     [start] = starts
-    assert start["tool_name"] in EMBEDDED_TOOLS
+    assert start["tool_name"] == "read"
     assistants = [e["message"] for e in events if e["type"] == "message_end" and e["message"]["role"] == "assistant"]
-    assert len(assistants) == 2
+    assert len(assistants) == 1
     [call] = [b for b in assistants[0]["content"] if b["type"] == "tool_call"]  # the wire names the call once
     assert (call["id"], call["name"]) == (start["tool_call_id"], start["tool_name"])
-    for key in ("path", "pattern", "command"):
-        value = call.get("args", {}).get(key)
-        assert value is None or (isinstance(value, str) and value.strip() != "")
+    assert call["args"] == {"path": "notes.txt"}
     assert assistants[0]["stop_reason"] == "tool_use"
-    assert assistants[1]["stop_reason"] in ("stop", "length")
-    assert [b["type"] for b in assistants[-1]["content"]] == ["text"]
-    assert events[-1]["type"] == "result" and events[-1]["turns"] == 2
+    assert events[-1]["type"] == "result" and events[-1]["turns"] == 1
+    assert events[-1]["text"] == "     1\tBuy milk\n     2\tCall Anna at 5"

@@ -9,6 +9,7 @@ import pytest
 from ketch import Agent
 from ketch import Capability
 from ketch import tool
+from ketch.llm import ToolResultMessage
 from ketch.llm import UserMessage
 from ketch.loop import BeforeToolCallResult
 from ketch.loop import Continue
@@ -149,3 +150,59 @@ async def test_without_capabilities_nothing_is_composed() -> None:
     model = ScriptedModel(["x"])
     await Agent(model, system_prompt="S").prompt("go")
     assert model.requests[0].system_prompt == "S"
+
+
+async def test_tools_views_choose_each_calls_tools_in_order_and_follow_the_transcript() -> None:
+    seen: list[tuple[list[str], int]] = []
+
+    def unlock(tools: Any, messages: Any) -> Any:  # echo is hidden until clock has answered once
+        seen.append(([t.name for t in tools], len(messages)))
+        answered = any(getattr(m, "tool_name", None) == "clock" for m in messages)
+        return [t for t in tools if t.name != "echo" or answered]
+
+    def reverse(tools: Any, messages: Any) -> Any:
+        return list(reversed(tools))
+
+    model = ScriptedModel([
+        reply(tool_call("echo", {"text": "early"}, id="e1")),
+        reply(tool_call("clock", id="c1")),
+        reply(tool_call("echo", {"text": "late"}, id="e2")),
+        "done",
+    ])
+    agent = Agent(model, tools=[echo, clock], capabilities=[
+        Capability.of("unlock", tools_view=unlock), Capability.of("reverse", tools_view=reverse),
+    ])
+    await agent.prompt("go")
+
+    assert [r.tool_names for r in model.requests] == [["clock"], ["clock"], ["clock", "echo"], ["clock", "echo"]]
+    results = [(m.tool_name, m.is_error, m.text) for m in agent.messages if isinstance(m, ToolResultMessage)]
+    assert results == [("echo", True, 'Tool "echo" not found'), ("clock", False, "noon"), ("echo", False, "late")]
+    # at the start (before the prompt is committed), then after each turn, the last one too
+    assert [n for _, n in seen] == [0, 3, 5, 7, 8] and all(names == ["echo", "clock"] for names, _ in seen)
+    assert [t.name for t in agent.tools] == ["echo", "clock"]  # the agent's own are not changed
+
+
+async def test_a_wrapped_context_manager_is_used_by_runs_and_by_compact() -> None:
+    from ketch.loop import Projection
+
+    used: list[str] = []
+
+    class Manager:
+        async def manage(self, messages: Any, request: Any) -> Any:
+            used.append(request.reason)
+            yield Projection(messages=messages)
+
+    class Wrapped:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def manage(self, messages: Any, request: Any) -> Any:
+            used.append("wrapper")
+            async for item in self.inner.manage(messages, request):
+                yield item
+
+    agent = Agent(ScriptedModel(["ok"]), context_manager=Manager(),
+                  capabilities=[Capability.of("wrap", wrap_context_manager=Wrapped)])
+    await agent.prompt("go")
+    assert await agent.compact() is False
+    assert used == ["wrapper", "request", "wrapper", "manual"]

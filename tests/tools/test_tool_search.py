@@ -29,12 +29,17 @@ from ketch.tools import ToolActivations
 from ketch.tools import ToolSearch
 
 TOPICS = ["billing", "crm", "calendar", "storage", "email", "chat", "deploy", "metrics", "tickets", "docs"]
-LISTING = (
-    "Deferred tools (not loaded: call tool_search with their names or with keywords to load them "
-    "before calling them): "
+DESCRIPTION = (
+    "Load tools that are not loaded yet. The deferred tools are listed by name at the end of this description; "
+    "they cannot be called until this tool has loaded them. `query` is one of: exact tool names "
+    "separated by commas or spaces (loads those tools); keywords, matched against tool names and "
+    "descriptions (loads the best matches); or, with `regex` true, a regular expression matched "
+    "case-insensitively against names and descriptions. The result lists the tools loaded with "
+    "their descriptions; call them from your next step on."
 )
+LISTING = DESCRIPTION + "\n\nDeferred tools: "
 HOW = (
-    'Search by exact names from the deferred tools listed in the system prompt (e.g. "billing_00"), '
+    'Search by exact names from the deferred tools listed in this tool\'s description (e.g. "billing_00"), '
     "by keywords from a tool's name or description, or by a regular expression with regex true "
     '(e.g. "^bill").'
 )
@@ -112,13 +117,14 @@ async def test_the_first_request_has_the_loaded_tools_and_tool_search_only() -> 
 
     request = model.requests[0]
     assert request.tool_names == ["note", "tool_search"]
-    assert request.system_prompt == "Be brief.\n\n" + LISTING + ", ".join(deferred_names())
+    assert request.system_prompt == "Be brief."
+    assert request.tools[1].description == LISTING + ", ".join(deferred_names())
     assert search.deferred == deferred_names() and len(search.deferred) == 200
     assert search.active == []
+    assert [t.name for t in agent.tools] == [t.name for t in catalogue()]  # the agent's own are not changed
     everything = len(msgspec.json.encode([t.spec for t in catalogue()]))
     sent = len(msgspec.json.encode(request.tools))
-    listing = len(LISTING + ", ".join(deferred_names()))
-    assert sent + listing < everything / 10  # the definitions and the listing: a tenth of all definitions
+    assert sent < everything / 10  # the definitions and the listing: a tenth of all definitions
 
 
 async def test_below_the_threshold_nothing_changes() -> None:
@@ -132,7 +138,7 @@ async def test_below_the_threshold_nothing_changes() -> None:
     assert agent.tools == tools
     assert model.requests[0].tool_names == [t.name for t in tools]
     assert model.requests[0].system_prompt == "Be brief."
-    assert search.deferred == [] and search.tools() == [*tools[:0], search.tool]
+    assert search.deferred == [] and search.active == []
 
 
 async def test_a_tool_declared_deferred_is_deferred_below_the_threshold() -> None:
@@ -144,7 +150,8 @@ async def test_a_tool_declared_deferred_is_deferred_below_the_threshold() -> Non
     await agent.prompt("hi")
 
     assert model.requests[0].tool_names == ["note", "billing_00", "calendar_00", "storage_00", "tool_search"]
-    assert model.requests[0].system_prompt == LISTING + "crm_00"
+    assert model.requests[0].tools[4].description == LISTING + "crm_00"
+    assert model.requests[0].system_prompt == ""
 
 
 # -- searching and activating ------------------------------------------------------------------
@@ -344,7 +351,8 @@ async def test_activation_survives_an_automatic_compaction_inside_a_run() -> Non
 async def test_a_second_compaction_keeps_the_marker() -> None:
     model = ScriptedModel([search_turn("invoice refund"), "Loaded.", "One.", "Two."])
     agent = Agent(model, tools=catalogue(), context_manager=Compactor(keep_recent_tokens=1, summary_model=summariser()))
-    ToolSearch().attach(agent)
+    search = ToolSearch()
+    search.attach(agent)
     await agent.prompt("Load the refund tool.")
     assert await agent.compact() is True
     await agent.prompt("one")
@@ -354,7 +362,8 @@ async def test_a_second_compaction_keeps_the_marker() -> None:
     assert [type(m) for m in agent.messages[:2]] == [ContextSummary, ToolActivations]
     assert sum(isinstance(m, ToolActivations) for m in agent.messages) == 1
     assert agent.messages[1].names == ["invoice_refund"]  # type: ignore[attr-defined]
-    assert [t.name for t in agent.tools] == ["note", "tool_search", "invoice_refund"]
+    assert search.active == ["invoice_refund"]
+    assert model.requests[-1].tool_names == ["note", "tool_search", "invoice_refund"]
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["plain", "after-compaction"])
@@ -390,6 +399,35 @@ async def test_activation_survives_closing_and_reopening_the_session(tmp_path: P
 
 
 # -- attaching ---------------------------------------------------------------------------------
+
+
+async def test_as_a_capability_it_defers_the_tools_other_capabilities_add() -> None:
+    from ketch.loop import Capability
+
+    model = ScriptedModel([search_turn("weather"), reply(tool_call("weather_forecast", {"city": "Oslo"})), "Sunny."])
+    servers = Capability.of("servers", tools=generated())  # e.g. an MCP server's 200 tools
+    agent = Agent(model, tools=[note_tool()], capabilities=[servers, ToolSearch()])
+    result = await agent.prompt("Weather in Oslo?")
+
+    assert result.text == "Sunny."
+    assert [r.tool_names for r in model.requests] == [
+        ["note", "tool_search"],
+        ["note", "tool_search", "weather_forecast"],
+        ["note", "tool_search", "weather_forecast"],
+    ]
+    assert model.requests[0].tools[1].description == LISTING + ", ".join(deferred_names())
+    assert results(agent)[-1].text == "Oslo: sunny"
+    assert [t.name for t in agent.tools] == ["note"]
+
+
+async def test_a_deferred_tool_called_before_its_search_is_an_unknown_tool() -> None:
+    model = ScriptedModel([reply(tool_call("weather_forecast", {"city": "Oslo"})), "ok"])
+    agent = Agent(model, tools=catalogue(), capabilities=[ToolSearch()])
+    await agent.prompt("Weather?")
+
+    [result] = results(agent)
+    assert (result.is_error, result.text) == (True, 'Tool "weather_forecast" not found')
+
 
 
 def test_bad_settings_and_a_second_attach_are_refused() -> None:

@@ -20,7 +20,8 @@ coding agents: JSON-RPC 2.0, one message per line. The editor starts ``ketch acp
 While a prompt runs, ketch sends ``session/update`` notifications: agent message and
 thought chunks, a ``tool_call`` per call (``kind``, ``title``, ``locations``, the edit's
 ``diff``) and its ``tool_call_update`` (status, output, the terminal), ``usage_update``
-after each model response and ``current_mode_update``. A call that needs approval is
+after each model response, ``current_mode_update``, and a ``plan`` with the whole to-do
+list after each ``todo_write`` call (the session's agent has :class:`ketch.tools.Todo`). A call that needs approval is
 asked with ``session/request_permission`` (allow once, always allow when a rule fits,
 reject). With the editor's file system (``fs.readTextFile`` and ``fs.writeTextFile``)
 the ``write`` and ``edit`` tools write through the editor, so the change lands in its
@@ -94,6 +95,7 @@ KINDS: dict[str, str] = {
     "grep": "search",
     "find": "search",
     "ls": "search",
+    "todo_write": "think",
 }
 """The ACP tool kind of each built-in tool (any other tool: ``other``)."""
 
@@ -564,7 +566,7 @@ class AcpSession:
                 saved = forked
                 stack.push_async_callback(forked.close)
             use_recorded_model(settings, saved)
-            built = build_agent(settings, self.root, approver=self._ask, session=saved, no_approver="deny", mcp=mcp)
+            built = build_agent(settings, self.root, approver=self._ask, session=saved, no_approver="deny", mcp=mcp, todo=True)
             for line in await built.attach_mcp():
                 sys.stderr.write(f"ketch: warning: {line}\n")
             self._client_tools(built)
@@ -705,6 +707,12 @@ class AcpSession:
         text, images = _prompt_content(blocks)
         self.cancelled.clear()
         agent = self.built.agent
+        if text.startswith("/rewind") and not images and "rewind" not in self.commands:
+            from ._commands import split_line
+
+            name, arguments = split_line(text)
+            if name == "rewind":
+                return await self._rewind(arguments.strip())
         self.built.arm()
         command = None
         run: Awaitable[Any]
@@ -734,6 +742,20 @@ class AcpSession:
         finally:
             self.running = None
         return self._stop(result)
+
+    async def _rewind(self, arg: str) -> dict[str, Any]:
+        """``/rewind [N]``: list the prompts, or undo prompt N and everything after it (the
+        conversation and the file changes, bash's included), answered as the agent's text."""
+        from ._sessions import rewind_prompt
+
+        assert self.built is not None
+        if self.saved is None:
+            lines = [("nothing to rewind: this session is not saved (ketch acp --no-session)", "")]
+        else:
+            lines = await rewind_prompt(self.saved, self.built.agent, arg)
+        text = "\n".join(line for line, _ in lines)
+        self._update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+        return {"stopReason": "end_turn"}
 
     def _stop(self, result: Any) -> dict[str, Any]:
         summary = result.summary
@@ -845,6 +867,8 @@ class AcpSession:
                 title += f" (from line {offset})"
         elif name in ("grep", "find"):
             title = f"{name} {args.get('pattern', '')}" + (f" in {path}" if path else "")
+        elif name == "todo_write":
+            title = "Update the plan"
         elif self.built is not None:
             tool = next((t for t in self.built.agent.tools if t.name == name), None)
             title = (tool.label if tool is not None and tool.label else None) or name
@@ -928,6 +952,15 @@ class AcpSession:
                 content.append({"type": "content", "content": {"type": "image", "data": block.data, "mimeType": block.mime_type}})
         update["content"] = content
         self._update(update)
+        todos = details.get("todos")
+        if name == "todo_write" and not is_error and isinstance(todos, list):
+            # the to-do list (ketch.tools.Todo) is the editor's plan: the whole list each time
+            entries = [
+                {"content": t.get("content"), "priority": t.get("priority", "medium"), "status": t.get("status")}
+                for t in todos
+                if isinstance(t, dict)
+            ]
+            self._update({"sessionUpdate": "plan", "entries": entries})
 
     def replay(self) -> None:
         """Send the loaded conversation as ``session/update`` notifications."""

@@ -97,8 +97,10 @@ TOOL_NAMES: dict[str, str] = {
     "glob": "find",
     "find": "find",
     "ls": "ls",
+    "todowrite": "todo_write",
 }
-"""Claude Code's built-in tool names (lower case) and ketch's tool for each."""
+"""Claude Code's built-in tool names (lower case) and ketch's tool for each (``todo_write``
+is :class:`ketch.tools.Todo`'s)."""
 
 CONTROL_SUBTYPES = (
     "initialize",
@@ -137,6 +139,11 @@ _IGNORED_FLAGS = {
     "include_hook_events": "--include-hook-events",
     "session_id": "--session-id",
     "thinking_display": "--thinking-display",
+    "debug_file": "--debug-file",
+    "agent": "--agent",
+    "channels": "--channels",
+    "plugin_dir_no_mcp": "--plugin-dir-no-mcp",
+    "project_config_root": "--project-config-root",
 }
 
 
@@ -201,6 +208,21 @@ def _parser() -> OneLineParser:
     p.add_argument("--json-schema")
     p.add_argument("--task-budget")
     p.add_argument("--session-mirror", action="store_true")
+    # the TypeScript SDK: the options it sends in the initialize request instead of as flags
+    # (ketch waits for initialize before building the agent anyway)
+    p.add_argument("--await-initialize", action="store_true")
+    p.add_argument("--initialize-fields")
+    # more of the TypeScript SDK's flags
+    p.add_argument("--allow-dangerously-skip-permissions", action="store_true")  # bypassPermissions' consent
+    p.add_argument("--no-session-persistence", dest="no_session", action="store_true")  # persistSession: false
+    p.add_argument("--permission-prompts", choices=("host", "none"))
+    p.add_argument("--debug-file")
+    p.add_argument("--agent")
+    p.add_argument("--channels", action="append")
+    p.add_argument("--plugin-dir-no-mcp", action="append")
+    p.add_argument("--project-config-root")
+    p.add_argument("--managed-settings")
+    p.add_argument("--managed-settings-in-initialize", action="store_true")
     # ketch's own
     p.add_argument("-C", "--cwd")
     p.add_argument("--trust-project", action="store_true")
@@ -224,6 +246,7 @@ class Options:
     sdk_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings_json: dict[str, Any] = field(default_factory=dict)
+    todo: bool = True  # the to-do list (todo_write); --tools without TodoWrite leaves it out
 
 
 def _thinking(args: argparse.Namespace) -> str | None:
@@ -273,20 +296,19 @@ def check_options(argv: Sequence[str]) -> Options:
             f"--permission-prompt-tool {tool!r}: ketch asks the SDK over the control protocol only "
             "(--permission-prompt-tool stdio, which the SDK passes for can_use_tool)"
         )
-    options.stdio_permissions = tool == "stdio"
+    options.stdio_permissions = tool == "stdio" and args.permission_prompts != "none"
+    if args.managed_settings is not None or args.managed_settings_in_initialize:
+        raise UsageError(
+            "--managed-settings: ketch does not enforce Claude Code's managed (policy) settings; "
+            "put the rules in ketch's configuration instead"
+        )
     options.thinking = _thinking(args)
     for text in args.mcp_config:
         data = _json_or_file(text, "--mcp-config")
         servers = data.get("mcpServers", data) if isinstance(data, dict) else None
         if not isinstance(servers, dict):
             raise UsageError('--mcp-config: expected {"mcpServers": {name: config, ...}}')
-        for name, entry in servers.items():
-            if isinstance(entry, dict) and entry.get("type") == "sdk":
-                options.sdk_servers[name] = entry
-            elif isinstance(entry, dict):
-                options.mcp_servers[name] = entry
-            else:
-                raise UsageError(f"--mcp-config: server {name!r} must be an object")
+        _add_mcp_servers(options, servers, "--mcp-config")
     if args.settings is not None:
         data = _json_or_file(args.settings, "--settings")
         if not isinstance(data, dict):
@@ -298,6 +320,109 @@ def check_options(argv: Sequence[str]) -> Options:
         except OSError as exc:
             raise UsageError(f"--system-prompt-file {args.system_prompt_file}: {exc.strerror or exc}") from None
     return options
+
+
+def _add_mcp_servers(options: Options, servers: dict[str, Any], where: str) -> None:
+    """The SDK's MCP servers (``{name: config}``): in-process ones (``type`` ``sdk``) and
+    the ones ketch connects to."""
+    for name, entry in servers.items():
+        if isinstance(entry, dict) and entry.get("type") == "sdk":
+            options.sdk_servers[name] = entry
+        elif isinstance(entry, dict):
+            options.mcp_servers[name] = entry
+        else:
+            raise UsageError(f"{where}: server {name!r} must be an object")
+
+
+INITIALIZE_FIELDS = (
+    "hooks",
+    "agents",
+    "skills",
+    "systemPrompt",
+    "appendSystemPrompt",
+    "mcpServers",
+    "sdkMcpServers",
+    "sdkMcpServerManifests",
+    "sdkMcpServerConfigs",
+    "disallowedTools",
+    "settings",
+    "jsonSchema",
+)
+"""The fields of the SDK's ``initialize`` request ketch reads (``agents``, ``skills`` and
+``jsonSchema`` only to warn that they are ignored; the server manifests and configs are
+the in-process servers', which ketch asks over ``mcp_message``)."""
+
+
+def apply_initialize(options: Options, request: dict[str, Any]) -> None:
+    """The options the TypeScript SDK sends in its ``initialize`` request rather than as
+    flags: the system prompt (``systemPrompt``, a list of sections, ``[""]`` for none:
+    ketch's own), ``appendSystemPrompt``, ``mcpServers``, the in-process
+    ``sdkMcpServers``, ``disallowedTools`` and ``settings``. :class:`UsageError` for a
+    value of the wrong type; a named warning for fields ketch does not support."""
+    args = options.args
+    prompt = request.get("systemPrompt")
+    if prompt is not None:
+        sections = [prompt] if isinstance(prompt, str) else prompt
+        if not isinstance(sections, list) or not all(isinstance(p, str) for p in sections):
+            raise UsageError("initialize: systemPrompt must be a string or a list of strings")
+        args.system_prompt = "\n\n".join(p for p in sections if p)  # "" -> ketch's own, as --system-prompt ""
+    append = request.get("appendSystemPrompt")
+    if append is not None:
+        if not isinstance(append, str):
+            raise UsageError("initialize: appendSystemPrompt must be a string")
+        if append:
+            args.append_system_prompt = f"{args.append_system_prompt}\n\n{append}" if args.append_system_prompt else append
+    servers = request.get("mcpServers")
+    if servers is not None:
+        if not isinstance(servers, dict):
+            raise UsageError("initialize: mcpServers must be an object {name: config}")
+        _add_mcp_servers(options, servers, "initialize: mcpServers")
+    names = request.get("sdkMcpServers")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UsageError("initialize: sdkMcpServers must be a list of server names")
+        for name in names:
+            options.sdk_servers.setdefault(name, {"type": "sdk", "name": name})
+    disallowed = request.get("disallowedTools")
+    if disallowed is not None:
+        if not isinstance(disallowed, list) or not all(isinstance(t, str) for t in disallowed):
+            raise UsageError("initialize: disallowedTools must be a list of tool names or rules")
+        args.disallowed_tools = [*args.disallowed_tools, *disallowed]
+    settings = request.get("settings")
+    if settings is not None:
+        data = _json_or_file(settings, "initialize: settings") if isinstance(settings, str) else settings
+        if not isinstance(data, dict):
+            raise UsageError("initialize: settings must be a JSON object")
+        options.settings_json = {**options.settings_json, **data}
+    if request.get("jsonSchema") is not None:
+        _warn("initialize: jsonSchema (structured output) is not supported by ketch and is ignored")
+    for key in ("agents", "skills"):
+        if request.get(key):
+            _warn(f"initialize: {key} are not supported by ketch and are ignored")
+    unknown = sorted(
+        k for k, v in request.items() if k != "subtype" and k not in INITIALIZE_FIELDS and v not in (None, False, "", [], {})
+    )
+    if unknown:
+        _warn(f"initialize: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not supported by ketch and ignored")
+
+
+def _applied(request: dict[str, Any]) -> dict[str, Any]:
+    """What the answer to ``initialize`` confirms of the options it carried (the TypeScript
+    SDK ends a session whose settings or disallowed tools are not confirmed)."""
+    confirmed: dict[str, Any] = {}
+    for field_name, key in (
+        ("mcpServers", "mcp_servers_applied"),
+        ("settings", "settings_applied"),
+        ("disallowedTools", "disallowed_tools_applied"),
+    ):
+        if request.get(field_name) is not None:
+            confirmed[key] = True
+    if request.get("plugins"):
+        confirmed["plugins_applied"] = False
+    manifests = request.get("sdkMcpServerManifests")
+    if isinstance(manifests, dict) and manifests:  # ketch asks the servers over mcp_message
+        confirmed["sdk_mcp_manifests_parked"] = dict.fromkeys(manifests, "not_honoured")
+    return confirmed
 
 
 def _warn(text: str) -> None:
@@ -332,7 +457,7 @@ def _ketch_rule(text: str) -> str:
     """A Claude Code rule with ketch's tool name where they differ (``Glob(src/**)`` ->
     ``find(src/**)``, ``LS`` -> ``ls``, ``MultiEdit`` -> ``Edit``)."""
     name, paren, rest = text.partition("(")
-    mapped = {"glob": "find", "ls": "ls", "multiedit": "Edit"}.get(name.strip().lower())
+    mapped = {"glob": "find", "ls": "ls", "multiedit": "Edit", "todowrite": "todo_write"}.get(name.strip().lower())
     return (mapped + paren + rest) if mapped is not None else text
 
 
@@ -346,7 +471,7 @@ def _tools(text: str) -> list[str] | None:
             continue
         mapped = TOOL_NAMES.get(word.lower())
         if mapped is None:
-            _warn(f"--tools {word!r}: ketch has no such tool (its tools: read, write, edit, bash, grep, find, ls); left out")
+            _warn(f"--tools {word!r}: ketch has no such tool (its tools: read, write, edit, bash, grep, find, ls, TodoWrite); left out")
         elif mapped not in names:
             names.append(mapped)
     return names
@@ -381,7 +506,11 @@ def build_settings(options: Options, root: Path) -> Settings:
         flags["permission_mode"] = PERMISSION_MODES[mode]
         options.dont_ask = mode == "dontAsk"
     if args.tools is not None:
-        flags["tools"] = _tools(args.tools)
+        names = _tools(args.tools)
+        if names is not None:
+            options.todo = "todo_write" in names
+            names = [n for n in names if n != "todo_write"]
+        flags["tools"] = names
     settings = load_settings(root, flags, trust=args.trust_project)
     allow = [_ketch_rule(r) for r in _split_rules(args.allowed_tools)]
     deny = [_ketch_rule(r) for r in _split_rules(args.disallowed_tools)]
@@ -822,9 +951,14 @@ class SdkSession:
                 f"hook event(s) {', '.join(unsupported)} are not supported by ketch; their callbacks will not run "
                 f"(supported: {', '.join(HOOK_EVENTS_SUPPORTED)})"
             )
-        for key in ("agents", "skills"):
-            if request.get(key):
-                _warn(f"initialize: {key} are not supported by ketch and are ignored")
+        try:
+            apply_initialize(self.options, request)
+        except UsageError as exc:
+            self._respond_error(request_id, str(exc))
+            return
+        for name in self.options.sdk_servers:
+            if name not in self.sdk_servers:
+                self.sdk_servers[name] = SdkMcpServer(name, self.channel)
         mode = self.options.permission_mode or "default"
         self._respond(
             request_id,
@@ -840,6 +974,7 @@ class SdkSession:
                 "hooks_applied": True,
                 "hook_on_failure_supported": True,
                 "agent": "ketch",
+                **_applied(request),
             },
         )
         self._ensure_build()
@@ -971,6 +1106,13 @@ class SdkSession:
         self._sync_sdk_tools()
         return {}
 
+    def _capability_tools(self) -> list[str]:
+        """The tools the agent's capabilities add that the init line names (the to-do list's)."""
+        from ..tools import Todo
+
+        assert self.built is not None
+        return ["todo_write" for c in self.built.agent.config.capabilities if isinstance(c, Todo)]
+
     def _sync_sdk_tools(self) -> None:
         """The agent's tools: its own, then the tools of the enabled SDK servers."""
         if self.built is None:
@@ -1054,7 +1196,7 @@ class SdkSession:
         use_recorded_model(settings, session)
         hooks = [*settings.hooks, *self._sdk_hooks()]
         built = build_agent(
-            settings, root, approver=None, session=session, no_approver="deny", mcp=mcp, hooks=hooks
+            settings, root, approver=None, session=session, no_approver="deny", mcp=mcp, hooks=hooks, todo=self.options.todo
         )
         for line in await built.attach_mcp():
             _warn(line)
@@ -1358,7 +1500,7 @@ class SdkSession:
                 "subtype": "init",
                 "cwd": str(self.root),
                 "session_id": self.session_id,
-                "tools": [t.name for t in agent.tools],
+                "tools": [t.name for t in agent.tools] + self._capability_tools(),
                 "mcp_servers": servers,
                 "model": self.model_name,
                 "permissionMode": self.mode_name,

@@ -42,11 +42,13 @@ from ..llm import DEFAULT_CONTEXT_WINDOW
 from ..llm import Model
 from ..llm import SettableContextWindow
 from ..llm import StreamOptions
+from ..llm import ToolResultMessage
 from ..llm._tokens import ContextUsage
 from ..loop import NextTurn
 from ..loop import RunResult
 from ..loop import Tool
 from ..loop import TurnInfo
+from ..loop import stop_after_tool
 from ..permissions import Approver
 from ..permissions import PermissionEngine
 from ..permissions import Rule
@@ -389,6 +391,18 @@ class Built:
     mcp: Any = None  # the MCPManager of the servers from settings (its owner closes it)
     subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
     instructions: Any = None  # the AGENTS.md files merged into the system prompt (cli._instructions)
+    answers_with_tool: bool = False  # the embedded model: a run ends after its call, whose result is the answer
+    grounding: Any = None  # the embedded model's grounded arguments (cli._embedded), told each prompt
+
+    def tool_answer(self, result: RunResult) -> str | None:
+        """The answer of a run that ended after the embedded model's call succeeded: the
+        call's result, as the tool returned it; None for any other run."""
+        if not self.answers_with_tool or result.end_reason != "stop" or not result.messages:
+            return None
+        last = result.messages[-1]
+        if not isinstance(last, ToolResultMessage) or last.is_error:
+            return None
+        return last.text
 
     @property
     def sandbox_warning(self) -> str | None:
@@ -411,6 +425,8 @@ class Built:
         """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
         if self.tool_choice is not None:
             self.tool_choice.route(text)
+        if self.grounding is not None:
+            self.grounding.request = text
         if self.hooks is not None:
             return await self.hooks.prompt(self.agent, text)
         return await self.agent.prompt(text)
@@ -561,6 +577,34 @@ def build_gated_tools(
     return tools, runner, permissions
 
 
+def _capabilities(
+    settings: Settings, root: Path, environ: Mapping[str, str] | None, instructions: Any, *, embedded: bool, todo: bool
+) -> list[Any]:
+    """The agent's capabilities: the project's instructions, memory, skills, the to-do
+    list; for the embedded model, the grounding of its arguments (last)."""
+    project = instructions.capability() if instructions is not None else None
+    capabilities: list[Any] = []
+    if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
+        capabilities.append(project)
+    if settings.memory:
+        capabilities.append(memory_capability(root, environ))
+    if not embedded:
+        from ._skills import skills_capability
+
+        skills = skills_capability(settings, environ)
+        if skills is not None:  # the skills' names and descriptions, and the skill tool
+            capabilities.append(skills)
+    if todo and not embedded:  # the plan the model keeps (an editor's plan, the terminal's checklist)
+        from ..tools import Todo
+
+        capabilities.append(Todo())
+    if embedded:  # compact tools whose arguments are grounded in the request (an enum in its call grammar)
+        from ._embedded import Grounding
+
+        capabilities.append(Grounding(root))  # last: build_agent hands it to Built
+    return capabilities
+
+
 def build_agent(
     settings: Settings,
     root: Path,
@@ -573,6 +617,7 @@ def build_agent(
     session: Any = None,
     no_approver: Literal["deny", "pause"] = "deny",
     mcp: Any = None,
+    todo: bool = False,
 ) -> Built:
     """An agent for ``settings`` working in ``root``, gated by a :class:`PermissionEngine`
     (rules from the settings, the workspace ``root``, ``approver`` asking the user) whose
@@ -585,7 +630,9 @@ def build_agent(
     transcript is restored and every message is saved in it; hooks get its id. A call
     that needs approval when there is no ``approver`` is denied, or with ``no_approver``
     ``"pause"`` ends the run with ``approval_required``. ``mcp`` (see :func:`mcp_manager`)
-    gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited."""
+    gives the agent the MCP servers' tools once :meth:`Built.attach_mcp` is awaited.
+    ``todo`` gives it the to-do list (:class:`ketch.tools.Todo`, the ``todo_write`` tool;
+    not to the embedded model, whose tool set is kept small)."""
     spec, reason = choose_model(settings, environ)
     resolved = model if model is not None else build_model(spec, settings)
     embedded = _is_embedded(resolved)
@@ -629,20 +676,16 @@ def build_agent(
         )
         if manager is not None:
             manager.pre_compact = runner.pre_compact
+    answers_with_tool = embedded and chooser is not None and bool(chooser.routes)
+    if answers_with_tool:
+        # A 135M model restating a tool's result gets it wrong more often than right: its
+        # run ends after its routed call succeeds, and the result is the answer (a failed
+        # call goes back to it, to answer in text).
+        config["stop_when"] = (*config.get("stop_when", ()), stop_after_tool(*(t.name for t in tools)))
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
-    project = instructions.capability() if instructions is not None else None
-    capabilities: list[Any] = []
-    if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
-        capabilities.append(project)
-    if settings.memory:
-        capabilities.append(memory_capability(root, environ))
-    if not embedded:
-        from ._skills import skills_capability
-
-        skills = skills_capability(settings, environ)
-        if skills is not None:  # the skills' names and descriptions, and the skill tool
-            capabilities.append(skills)
+    capabilities = _capabilities(settings, root, environ, instructions, embedded=embedded, todo=todo)
+    grounding = capabilities[-1] if embedded else None  # (the last for the embedded model)
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:
@@ -675,6 +718,8 @@ def build_agent(
         mcp=mcp,
         subagents=subagents,
         instructions=instructions,
+        answers_with_tool=answers_with_tool,
+        grounding=grounding,
     )
     built.fit_context(settings)
     return built

@@ -484,6 +484,12 @@ def _report(
         session_id=session_id,
         pending=pending,
     )
+    answer = built.tool_answer(result)
+    if answer is not None:  # the embedded model's run: the result of its one call is the answer
+        final.text = answer
+        if stream is None and output != "json" and not guard.broken:
+            stdout.write((answer if answer.endswith("\n") else answer + "\n").encode())
+            stdout.flush()
     if stream is not None:
         stream.write(final)
     elif output == "json":

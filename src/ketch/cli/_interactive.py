@@ -363,7 +363,7 @@ class Session:
         if mcp is not None:
             mcp.elicitation = self.elicit
         self.built: Built = build_agent(
-            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp
+            settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp, todo=True
         )
         self.agent = self.built.agent
         self.permissions = self.built.permissions
@@ -811,43 +811,13 @@ class Session:
             return
         await self._rewind(arg)
 
-    def _prompts(self) -> list[tuple[int, str]]:
-        """(index in the transcript, text) of each user prompt of the conversation."""
-        from ..llm._messages import UserMessage
-        from ..llm._messages import message_text
-
-        return [(i, message_text(m)) for i, m in enumerate(self.agent.messages) if type(m) is UserMessage]
-
     async def _rewind(self, arg: str) -> None:
+        from ._sessions import rewind_prompt
+
         r = self.renderer
         assert r is not None and self.session is not None
-        prompts = self._prompts()
-        if not prompts:
-            r.note("nothing to rewind: no prompt yet", "yellow")
-            return
-        if not arg:
-            for number, (_, text) in enumerate(prompts, 1):
-                line = " ".join(text.split())
-                r.note(f"{number:>3}. {line[:100]}{'…' if len(line) > 100 else ''}", "")
-            r.note("/rewind N undoes prompt N and everything after it (conversation and file changes)", "dim")
-            return
-        if not arg.isdigit() or not 1 <= int(arg) <= len(prompts):
-            r.note(f"/rewind {arg}: expected a prompt number from 1 to {len(prompts)} (/rewind lists them)", "red")
-            return
-        index, text = prompts[int(arg) - 1]
-        session = self.session
-        await session.sync()
-        # back to just after the message before prompt N; before the first prompt: back to
-        # just after it (its files restored), then the empty conversation
-        report = await session.rewind(session.message_ids[max(index - 1, 0)], files=True, conversation=True)
-        if index == 0:
-            self.agent.messages = []
-            await session.sync()
-        r.note(f"rewound to before prompt {arg}: {' '.join(text.split())[:80]}", "")
-        if report.restored or report.deleted:
-            r.note(f"files restored: {', '.join([*report.restored, *report.deleted])}", "")
-        if report.conflicts:
-            r.note(f"changed outside ketch since, left as they are: {', '.join(report.conflicts)}", "yellow")
+        for line, style in await rewind_prompt(self.session, self.agent, arg):
+            r.note(line, style)
 
     async def _switch(self, session: SavedSession | None) -> None:
         """Continue in ``session`` (a fork, a new one): a new agent on its transcript with
@@ -864,6 +834,7 @@ class Session:
             model=old.agent.model,
             session=session,
             mcp=self.mcp,
+            todo=True,
         )
         await built.attach_mcp()
         built.agent.thinking = old.agent.thinking

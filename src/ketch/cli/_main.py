@@ -77,6 +77,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("._serve", "serve_command"),
     "worker": ("._worker", "worker_command"),
     "acp": ("._acp", "acp_command"),
+    "worktree": ("._worktree", "worktree_command"),
 }
 
 _EPILOG = """\
@@ -92,6 +93,7 @@ commands:
   ketch plugin add|list|remove|enable|disable   plugins (Claude Code's layout): skills, commands, agents
   ketch serve [--host H] [--port P]        HTTP/SSE server and web page for this directory's sessions
   ketch worker --task-queue Q [--app M:F]  run durable agents on Temporal (temporal extra)
+  ketch worktree list|merge|remove NAME   the git worktrees of --worktree and isolated subagents
   ketch acp                   serve the Agent Client Protocol on stdio (Zed, JetBrains, Neovim, Emacs)
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
   ketch help | --version      this help; the installed version
@@ -185,6 +187,15 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="continue the latest session of this directory",
     )
     parser.add_argument("--no-session", action="store_true", help="do not save this run as a session")
+    parser.add_argument(
+        "-w",
+        "--worktree",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="work in the git worktree NAME (.ketch/worktrees/NAME, branch ketch/NAME; made when missing, "
+        "a new name without NAME); see ketch worktree",
+    )
     add_agent_settings(parser)
     parser.add_argument(
         "-o", "--output", choices=OUTPUT_FORMATS, default="text", help="headless output format"
@@ -493,6 +504,10 @@ def _run(args: argparse.Namespace) -> int:
             from ._control import check_args
 
             check_args(args)
+        if getattr(args, "worktree", None) is not None:
+            from ._worktree import enter_worktree
+
+            args.cwd = enter_worktree(args.cwd, args.worktree)
         settings, root = _settings(args, ask=interactive)
         _check_model(settings, args.tool_choice)
         if args.otel_endpoint is not None:

@@ -46,8 +46,16 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_TODO_MARKS = {"pending": "☐", "in_progress": "◐", "completed": "☒"}
+"""The terminal's mark for each status of a to-do item."""
+
+
 def tool_summary(name: str, args: dict[str, Any]) -> str:
-    """A one-line view of a call: ``bash(ls -la)``, ``edit(src/a.py)``, else ``name(k=v, …)``."""
+    """A one-line view of a call: ``bash(ls -la)``, ``edit(src/a.py)``, ``todo_write(3 items)``,
+    else ``name(k=v, …)``."""
+    todos = args.get("todos")
+    if name == "todo_write" and isinstance(todos, list):
+        return f"todo_write({len(todos)} item{'s' if len(todos) != 1 else ''})"
     for key in ("command", "path", "pattern"):
         value = args.get(key)
         if isinstance(value, str):
@@ -361,7 +369,10 @@ class EventRenderer:
         details = result.details
         diff = details.get("diff") if isinstance(details, dict) else None
         text = result.text.rstrip("\n")
-        if event.is_error:
+        todos = details.get("todos") if isinstance(details, dict) else None
+        if event.tool_name == "todo_write" and not event.is_error and isinstance(todos, list):
+            self._todo_list(todos)
+        elif event.is_error:
             lines = text.splitlines() or ["(error)"]
             for i, line in enumerate(lines[:_RESULT_LINES]):
                 self.note(("  ⎿ " if i == 0 else "    ") + _clip(line, 200), "red")
@@ -377,6 +388,18 @@ class EventRenderer:
             if len(lines) > len(shown):
                 self.note(f"    … {len(lines) - len(shown)} more lines")
         self.status.set("Working")
+
+    def _todo_list(self, todos: list[Any]) -> None:
+        """The to-do list (``ketch.tools.Todo``) as a checklist: done items dim, the
+        current one bold."""
+        if not todos:
+            self.note("  ⎿ (the to-do list is empty)", "dim")
+        for i, item in enumerate(todos):
+            status = item.get("status") if isinstance(item, dict) else None
+            content = str(item.get("content", "")) if isinstance(item, dict) else str(item)
+            mark = _TODO_MARKS.get(str(status), "☐")
+            style = {"completed": "dim", "in_progress": "bold"}.get(str(status), "")
+            self.note(("  ⎿ " if i == 0 else "    ") + f"{mark} {_clip(content, 200)}", style)
 
     def _agent_end(self, event: Any) -> None:
         summary = event.summary

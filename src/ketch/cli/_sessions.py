@@ -322,3 +322,42 @@ def sessions_command(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"ketch: {exc}\n")
         return EXIT_USAGE
+
+
+async def rewind_prompt(session: Session, agent: Any, arg: str) -> list[tuple[str, str]]:
+    """``/rewind [N]`` (interactive and ACP): without N, the lines listing the user's
+    prompts; with N, undo prompt N and everything after it (the conversation and the file
+    changes, bash's included) and the lines saying what was done. Each line comes with
+    its style (``""``, ``"dim"``, ``"yellow"``, ``"red"``)."""
+    from ..llm._messages import UserMessage
+    from ..llm._messages import message_text
+
+    prompts = [(i, message_text(m)) for i, m in enumerate(agent.messages) if type(m) is UserMessage]
+    if not prompts:
+        return [("nothing to rewind: no prompt yet", "yellow")]
+    if not arg:
+        lines = []
+        for number, (_, text) in enumerate(prompts, 1):
+            line = " ".join(text.split())
+            lines.append((f"{number:>3}. {line[:100]}{'…' if len(line) > 100 else ''}", ""))
+        lines.append(("/rewind N undoes prompt N and everything after it (conversation and file changes)", "dim"))
+        return lines
+    if not arg.isdigit() or not 1 <= int(arg) <= len(prompts):
+        return [(f"/rewind {arg}: expected a prompt number from 1 to {len(prompts)} (/rewind lists them)", "red")]
+    index, text = prompts[int(arg) - 1]
+    await session.sync()
+    # back to just after the message before prompt N; before the first prompt: back to
+    # just after it (its files restored), then the empty conversation
+    report = await session.rewind(session.message_ids[max(index - 1, 0)], files=True, conversation=True)
+    if index == 0:
+        agent.messages = []
+        await session.sync()
+    lines = [(f"rewound to before prompt {arg}: {' '.join(text.split())[:80]}", "")]
+    if report.restored or report.deleted:
+        lines.append((f"files restored: {', '.join([*report.restored, *report.deleted])}", ""))
+    if report.conflicts:
+        lines.append((f"changed outside ketch since, left as they are: {', '.join(report.conflicts)}", "yellow"))
+    if report.skipped:
+        skipped = ", ".join(report.skipped)
+        lines.append((f"not restored, their earlier content was not saved (too big, unreadable): {skipped}", "yellow"))
+    return lines

@@ -489,7 +489,6 @@ class MessageBuilder:
     def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:
         """Open a tool call; arguments follow as JSON fragments."""
         index = self._open_block(ToolCall(id=id, name=name, args={}, signature=signature), "tool_call")
-        self._args[index] = StreamedText()
         return ToolCallStart(index=index, partial=self.message)
 
     def tool_call_delta(self, delta: str, index: int) -> ToolCallDelta:
@@ -521,7 +520,7 @@ class MessageBuilder:
         if args is not None:
             block.args = args
             return block
-        raw = streamed.text() if streamed is not None else ""
+        raw = streamed.text() if streamed is not None else ""  # (none: no fragment came)
         parsed, error = parse_tool_arguments(raw)
         block.args = parsed
         if error is not None:

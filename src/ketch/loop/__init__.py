@@ -146,6 +146,7 @@ __all__ = [
     "ToolProgress",
     "ToolResult",
     "ToolResultCheck",
+    "ToolsView",
     "TurnEnd",
     "TurnInfo",
     "TurnStart",
@@ -173,6 +174,7 @@ if TYPE_CHECKING:
     from ._capability import Capability
     from ._capability import Contribution
     from ._capability import StopCheck
+    from ._capability import ToolsView
     from ._output import OUTPUT_TOOL_NAME
     from ._output import OutputMode
     from ._output import OutputStream
@@ -182,7 +184,7 @@ if TYPE_CHECKING:
 _OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
 
 
-_CAPABILITY_NAMES = frozenset({"AfterTurnCheck", "Capability", "Contribution", "StopCheck"})
+_CAPABILITY_NAMES = frozenset({"AfterTurnCheck", "Capability", "Contribution", "StopCheck", "ToolsView"})
 
 
 def __getattr__(name: str) -> Any:

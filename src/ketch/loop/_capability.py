@@ -25,10 +25,12 @@ from typing import TypeAlias
 
 import msgspec
 
+from ..llm._messages import Message
 from ..llm._model import HostedTool
 from ..llm._model import StreamOptions
 from ._config import AfterToolCallResult
 from ._config import BeforeToolCallResult
+from ._config import ContextManager
 from ._config import LoopConfig
 from ._config import MaybeAwaitable
 from ._config import Middleware
@@ -42,7 +44,7 @@ from ._next import End
 from ._tool import Tool
 from ._tool import ToolResult
 
-__all__ = ["AfterTurnCheck", "Capability", "Contribution", "StopCheck", "compose"]
+__all__ = ["AfterTurnCheck", "Capability", "Contribution", "StopCheck", "ToolsView", "compose"]
 
 AfterTurnCheck: TypeAlias = Callable[[TurnInfo], MaybeAwaitable[Continue | End | None]]
 """A check after each turn's tool results: :class:`~ketch.loop.Continue` (another call,
@@ -54,6 +56,12 @@ StopCheck: TypeAlias = Callable[[StopInfo], MaybeAwaitable[Continue | End | None
 with messages, end (with another reason), or None. Asked after the built-in ones (length
 recovery, queued messages, follow-ups, typed output, output guardrails), before
 ``on_stop``."""
+
+ToolsView: TypeAlias = Callable[[Sequence[Tool], Sequence[Message]], Sequence[Tool]]
+"""Which of the run's tools (the agent's, then the capabilities') the model is sent and
+may call, given the transcript: asked at the run's start and after every turn (so a
+turn's tool results can change the next turn's tools). Tool search defers most tools
+this way (:class:`ketch.tools.ToolSearch`)."""
 
 _OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers", "hosted_tools"}
 
@@ -68,9 +76,12 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     ``before_tool_call`` and ``after_tool_call`` run after the agent's own (the first
     answer that is not None wins), ``middlewares`` wrap inside the agent's, ``guardrails``
     join the agent's, ``after_turn`` and ``at_stop`` are checks (:data:`AfterTurnCheck`,
-    :data:`StopCheck`), asked in order. ``hosted_tools`` are tools the provider runs
-    itself (:class:`~ketch.llm.HostedTool`), joining the run's
-    ``StreamOptions.hosted_tools`` (a kind asked for twice is an error naming both).
+    :data:`StopCheck`), asked in order. ``tools_view`` chooses the tools each model call
+    is sent (:data:`ToolsView`; several apply in order), and ``wrap_context_manager``
+    wraps the agent's context manager, when it has one (e.g. to keep what a compaction
+    would drop). ``hosted_tools`` are tools the provider runs itself
+    (:class:`~ketch.llm.HostedTool`), joining the run's ``StreamOptions.hosted_tools``
+    (a kind asked for twice is an error naming both).
     """
 
     tools: Sequence[Tool] = ()
@@ -82,6 +93,8 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     guardrails: Sequence[Guardrail] = ()
     after_turn: Sequence[AfterTurnCheck] = ()
     at_stop: Sequence[StopCheck] = ()
+    tools_view: ToolsView | None = None
+    wrap_context_manager: Callable[[ContextManager], ContextManager] | None = None
     hosted_tools: Sequence[HostedTool] = ()
 
     def __post_init__(self) -> None:
@@ -140,6 +153,7 @@ class Composed(msgspec.Struct, frozen=True):
     instructions: str
     after_turn: tuple[AfterTurnCheck, ...]
     at_stop: tuple[StopCheck, ...]
+    view: ToolsView | None = None
 
 
 def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
@@ -169,6 +183,8 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
     options: dict[str, Any] = {}
     after_turn: list[AfterTurnCheck] = []
     at_stop: list[StopCheck] = []
+    views: list[ToolsView] = []
+    context_manager = config.context_manager
     hosted = list(config.options.hosted_tools or ())
     hosted_owners = {h.kind: "the agent's options" for h in hosted}
     for capability, c in parts:
@@ -201,7 +217,13 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         guardrails.extend(c.guardrails)
         after_turn.extend(c.after_turn)
         at_stop.extend(c.at_stop)
+        if c.tools_view is not None:
+            views.append(c.tools_view)
+        if c.wrap_context_manager is not None and context_manager is not None:
+            context_manager = c.wrap_context_manager(context_manager)
     changes: dict[str, Any] = {}
+    if context_manager is not config.context_manager:
+        changes["context_manager"] = context_manager
     if len(befores) > 1:
         changes["before_tool_call"] = _first_answer(befores)
     elif befores:
@@ -225,7 +247,19 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         instructions="\n\n".join(sections),
         after_turn=tuple(after_turn),
         at_stop=tuple(at_stop),
+        view=views[0] if len(views) == 1 else _in_turn(views) if views else None,
     )
+
+
+def _in_turn(views: Sequence[ToolsView]) -> ToolsView:
+    """One view applying ``views`` in order."""
+
+    def view(tools: Sequence[Tool], messages: Sequence[Message]) -> Sequence[Tool]:
+        for v in views:
+            tools = v(tools, messages)
+        return tools
+
+    return view
 
 
 def _first_answer(hooks: Sequence[Callable[..., Any]]) -> Callable[..., Any]:

@@ -7,8 +7,8 @@ with only the checks that apply, so a run pays nothing for a feature it does not
 
 1. the turn itself: the tool step's own end (a failed or aborted call, a refusal over the
    tool-call limit), an abort, a tool guardrail's trip, a call denied with ``stop``;
-2. ``after_turn``: the output tool's answer (:mod:`._output`), ``prepare_next_turn``,
-   ``stop_when``;
+2. ``after_turn``: the capabilities' tools view (the next turn's tools), the output tool's
+   answer (:mod:`._output`), ``prepare_next_turn``, ``stop_when``, the capabilities' checks;
 3. steering (a batch's, else polled): the tool calls go on unless the batch stopped;
 4. ``at_stop`` (the tool calls do not go on): length recovery, queued messages, an abort,
    follow-ups, the typed answer in the text (:mod:`._output`), the output guardrails
@@ -73,6 +73,8 @@ class Checks:
 
         guard = OutputGuard(guards, run.conversation, cfg.deps, output) if guards is not None and guards.output else None
         self.after_turn: list[Check] = []
+        if run.view is not None:
+            self.after_turn.append(RefreshTools(run))
         if output is not None and output.tool_name is not None:
             from ._output import OutputAnswer  # loaded with the run's typed output
 
@@ -205,6 +207,21 @@ def turn_info(run: Run, turn: Turn) -> TurnInfo:
             run.turn, turn.message, turn.results, run.conversation, run.new_messages, run.summary.usage
         )
     return info
+
+
+class RefreshTools:
+    """A capability's tools view: the next turn's tools follow the transcript (a tool
+    search's result loads tools). It never ends the run."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    async def __call__(self, turn: Turn) -> Next | None:
+        run = self.run
+        run.set_tools(run.conversation.tools)
+        return None
 
 
 class PrepareNextTurn:

@@ -18,6 +18,7 @@ from typing import Any
 from typing import Literal
 from typing import NoReturn
 from typing import TypeAlias
+from typing import final
 
 import msgspec
 
@@ -66,12 +67,14 @@ class GuardrailTrip(msgspec.Struct, kw_only=True, frozen=True):
         return f'Guardrail "{self.name}" tripped' + (f": {self.message}" if self.message else "")
 
 
+@final  # (the loop tests `type(x) is Continue`: no subclass may pass for it)
 class Continue(msgspec.Struct, frozen=True):
     """Make another model call, after committing ``pending`` (queued or injected messages)."""
 
     pending: Sequence[Message]
 
 
+@final  # (the loop tests `type(x) is End`: no subclass may pass for it)
 class End(msgspec.Struct, frozen=True):
     """End the run with ``reason`` and ``error``; ``guardrail`` is the guardrail that tripped."""
 
@@ -80,6 +83,7 @@ class End(msgspec.Struct, frozen=True):
     guardrail: GuardrailTrip | None = None
 
 
+@final  # (the loop tests `type(x) is Pause`: no subclass may pass for it)
 class Pause(msgspec.Struct, frozen=True):
     """End the run waiting for approval; ``state`` resumes it."""
 
@@ -93,6 +97,7 @@ GO_ON = Continue(())
 """Another call, with nothing to commit first (the tool calls go on)."""
 
 
+@final  # (the loop tests `type(x) is Turn`: no subclass may pass for it)
 class Turn(msgspec.Struct):
     """What one turn produced, for the checks after it.
 

@@ -11,6 +11,7 @@ for the next is passed as a value (see :mod:`ketch.loop._next`).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -96,6 +97,7 @@ class Run:
         self.added_tools: tuple[Tool, ...] = ()
         self.instructions = ""
         self.added_checks: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
+        self.view: Callable[[Sequence[Tool], Sequence[Message]], Sequence[Tool]] | None = None
         if config.capabilities:
             from ._capability import compose  # loaded with the first run that has capabilities
 
@@ -103,6 +105,7 @@ class Run:
             config = composed.config
             self.added_tools, self.instructions = composed.tools, composed.instructions
             self.added_checks = (composed.after_turn, composed.at_stop)
+            self.view = composed.view
         self.cfg = config
         self.signal = signal if signal is not None else AbortSignal()
         self.phase = config.phase
@@ -158,10 +161,12 @@ class Run:
 
     def set_tools(self, tools: Sequence[Tool]) -> None:
         """The run's tools from now on: ``tools`` (the conversation's) and those its
-        capabilities added."""
+        capabilities added, as their tools view shows them for the transcript now."""
         self.conversation.tools = tools
         if self.added_tools:
             tools = [*tools, *self.added_tools]
+        if self.view is not None:
+            tools = self.view(tools, self.conversation.messages)
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.tool_specs: list[ToolSpec] = [t.spec for t in tools]
         if self.output is not None:

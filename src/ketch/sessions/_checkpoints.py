@@ -12,7 +12,8 @@ payload::
                 "mode": 0o644}],          # "mode" only when "before" is not None
      "skipped": ["big.bin"]}
 
-``files`` lists each file the call created (``before`` None), modified or deleted
+``files`` lists each file the call created (``before`` None), modified (its content or
+its permission bits: a ``chmod`` alone has ``before`` equal to ``after``) or deleted
 (``after`` None), as a relative posix path under ``root``; every digest named there can
 be fetched with ``get_blob``. ``skipped`` lists files the call changed (or, for an
 explicit target, may have changed) whose content could not be saved: above
@@ -35,7 +36,10 @@ Which calls are checkpointed, in this order:
    after it. Digests are cached by (path, mtime_ns, size, inode), so later snapshots
    read only files that changed; a file modified within the last two seconds is always
    read again (a file system's clock is coarse: two writes in one tick can leave the
-   same modification time).
+   same modification time). A sandboxed command can write only its workspace, so when
+   the bash tool's workspace is a folder below ``root`` (a subagent's git worktree in
+   ``.ketch/worktrees/NAME``) only that folder is snapshotted, and when it is ``root``
+   and the sandbox keeps ``.ketch`` read-only, ``.ketch/worktrees`` is left out.
 
 Other tools are not checkpointed. A checkpoint problem never fails the tool call: it
 is logged as a warning (logger ``ketch.sessions``) and the call runs anyway, with the
@@ -67,7 +71,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
-from typing import Literal
 from typing import NamedTuple
 from typing import Protocol
 from typing import runtime_checkable
@@ -158,7 +161,17 @@ class _Scan(NamedTuple):
     failed: bool  # the scan itself could not run (the whole workspace is unprotected)
 
 
-Plan = list[str] | Literal["workspace"] | None
+class _Tree(NamedTuple):
+    """A ``bash`` call's snapshot: every file under ``scope`` (relative, "" for the root)
+    but those under the relative folders ``skip``."""
+
+    scope: str
+    skip: frozenset[str]
+
+
+WORKTREES = ".ketch/worktrees"  # ketch.worktrees.WORKTREES_DIR (sessions does not import it)
+
+Plan = list[str] | _Tree | None
 
 
 def _sha256(data: bytes) -> str:
@@ -251,13 +264,13 @@ class FileCheckpoints:
         finally:
             await self._after(call.tool_call.id, plan, outside, before)
 
-    async def _after(self, call_id: str, plan: list[str] | Literal["workspace"], outside: list[str], before: _Scan | None) -> None:
+    async def _after(self, call_id: str, plan: list[str] | _Tree, outside: list[str], before: _Scan | None) -> None:
         try:
             async with self._lock:
                 after = await self._scan(plan, before=False)
             if before is None or before.failed or after.failed:
                 files: list[dict[str, Any]] = []
-                skipped = ["."] if plan == "workspace" else sorted(plan)
+                skipped = [plan.scope or "."] if isinstance(plan, _Tree) else sorted(plan)
             else:
                 files, skipped = _compare(before.entries, after.entries)
             skipped = sorted(set(skipped) | set(outside))
@@ -286,7 +299,7 @@ class FileCheckpoints:
                 return None, []
             if tool.sandboxed and not tool.write_allowed():
                 return None, []
-            return "workspace", []
+            return self._tree(tool), []
         if named is None:
             return None, []
         inside: list[str] = []
@@ -300,6 +313,20 @@ class FileCheckpoints:
                 inside.append(rel)
         return (inside if inside or outside else None), outside
 
+    def _tree(self, tool: BashTool) -> _Tree:
+        """What a ``bash`` call may change under the root: all of it, unless the command
+        runs sandboxed, where only its workspace is writable: then that folder when it is
+        below the root (a worktree's), and never the worktrees when it is the root and
+        the sandbox keeps ``.ketch`` read-only."""
+        if not tool.sandboxed:
+            return _Tree("", frozenset())
+        rel = self._relative(os.fspath(tool.workspace.root))
+        if rel is not None:
+            return _Tree(rel, frozenset())
+        if os.path.realpath(tool.workspace.root) == os.fspath(self.root) and ".ketch" in tool.protected:
+            return _Tree("", frozenset({WORKTREES}))
+        return _Tree("", frozenset())
+
     def _hidden_now(self) -> list[str]:
         """The real paths ``hidden`` names now."""
         return [os.path.realpath(p) for pattern in self.hidden for p in expand_pattern(pattern)]
@@ -312,7 +339,7 @@ class FileCheckpoints:
         return Path(os.path.relpath(real, root)).as_posix()
 
     # -- scanning ---------------------------------------------------------------------------
-    async def _scan(self, plan: list[str] | Literal["workspace"], *, before: bool) -> _Scan:
+    async def _scan(self, plan: list[str] | _Tree, *, before: bool) -> _Scan:
         """Stat (and read what changed of) the planned files, and save new content.
 
         Content that cannot be saved makes the entries holding it unsaved (digest None)
@@ -347,13 +374,13 @@ class FileCheckpoints:
         data, _ = _read_regular(os.path.join(self.root, rel))
         return data if _sha256(data) == digest else None
 
-    def _scan_sync(self, plan: list[str] | Literal["workspace"], known: set[str]) -> _Scan:
+    def _scan_sync(self, plan: list[str] | _Tree, known: set[str]) -> _Scan:
         entries: dict[str, _Entry] = {}
         new: dict[str, bytes | str] = {}
         kept = 0
         now = time.time_ns()
         try:
-            listing = self._walk() if plan == "workspace" else self._stat_paths(plan)
+            listing = self._walk(plan) if isinstance(plan, _Tree) else self._stat_paths(plan)
             for rel, st in listing:
                 if st is None:  # not a regular file (a folder, a socket): nothing to save
                     entries[rel] = _Entry(0, 0, 0, 0, None)
@@ -388,8 +415,9 @@ class FileCheckpoints:
         except Exception as exc:
             log.warning("checkpoint: cannot scan %s: %s", self.root, exc)
             return _Scan({}, {}, True)
-        if plan == "workspace":
-            for rel in [r for r in self._cache if r not in entries]:
+        if isinstance(plan, _Tree):
+            under = plan.scope + "/" if plan.scope else ""
+            for rel in [r for r in self._cache if r not in entries and r.startswith(under)]:
                 del self._cache[rel]
         return _Scan(entries, new, False)
 
@@ -405,17 +433,18 @@ class FileCheckpoints:
                 continue
             yield rel, (st if _stat.S_ISREG(st.st_mode) else None)
 
-    def _walk(self) -> Iterable[tuple[str, os.stat_result | None]]:
+    def _walk(self, tree: _Tree) -> Iterable[tuple[str, os.stat_result | None]]:
         ignore = self.ignore
         hidden = self._hidden_now()
-        stack = [""]
+        skip = tree.skip
+        stack = [tree.scope]
         while stack:
             prefix = stack.pop()
             try:
                 with os.scandir(os.path.join(self.root, prefix) if prefix else self.root) as it:
                     items = list(it)
             except OSError as exc:
-                if prefix:
+                if prefix != tree.scope:
                     log.warning("checkpoint: cannot list %s: %s", prefix, exc)
                     continue
                 raise
@@ -425,7 +454,7 @@ class FileCheckpoints:
                     continue
                 try:
                     if item.is_dir(follow_symlinks=False):
-                        if item.name not in ignore:
+                        if item.name not in ignore and rel not in skip:
                             stack.append(rel)
                     elif item.is_file(follow_symlinks=False):
                         yield rel, item.stat(follow_symlinks=False)
@@ -440,7 +469,7 @@ def _compare(before: dict[str, _Entry], after: dict[str, _Entry]) -> tuple[list[
         b = before.get(rel)
         a = after.get(rel)
         if b is not None and a is not None:
-            if b.digest is not None and b.digest == a.digest:
+            if b.digest is not None and b.digest == a.digest and b.mode == a.mode:
                 continue
             if (b.digest is None or a.digest is None) and b[:3] == a[:3]:
                 continue  # content not known on one side, and the file looks untouched
@@ -562,7 +591,7 @@ async def restore_files(root: Path, checkpoints: Sequence[dict[str, Any]], blobs
     is None), byte for byte and with the mode it had, but only while its current content
     is still the latest ``after`` the checkpoints recorded for it: a file changed outside
     the agent since then is left untouched and listed in ``conflicts``. A file already
-    at its earlier content is left alone and not listed. Paths are relative posix paths
+    at its earlier content and mode is left alone and not listed. Paths are relative posix paths
     under ``root``; one that leads out of it (``..``, absolute, or through a symlink) is
     never written and is listed in ``conflicts``. A file that any of the checkpoints
     lists in ``skipped`` (or whose content cannot be fetched from ``blobs``) is left as
@@ -603,7 +632,7 @@ async def restore_files(root: Path, checkpoints: Sequence[dict[str, Any]], blobs
             continue
         try:
             current, current_mode = await asyncio.to_thread(_current, base, parts)
-            if current == target:
+            if current == target and (target is None or mode is None or current_mode == mode):
                 continue
             if current != latest[path]:
                 report.conflicts.append(path)

@@ -43,6 +43,7 @@ from ._spec import SubagentSpec
 
 if TYPE_CHECKING:
     from .. import Agent
+    from ..worktrees import Worktree
 
 log = logging.getLogger("ketch.subagents")
 
@@ -67,6 +68,8 @@ class SubagentRun:
     ``messages`` is the subagent's whole transcript (kept after it finished);
     ``session_id`` names its session in the parent's session store when the parent has
     a :class:`ketch.sessions.Session`. ``task_id`` is set for background runs.
+    ``worktree`` is the git worktree a run of an ``isolation="worktree"`` agent worked in
+    (kept after the run: merge it with ``ketch worktree merge NAME``).
     """
 
     path: str
@@ -83,6 +86,7 @@ class SubagentRun:
     output: Any = None
     started: float = 0.0
     ended: float | None = None
+    worktree: Worktree | None = None
 
 
 class _Member(msgspec.Struct):
@@ -337,6 +341,7 @@ class Subagents:
             "turns": run.turns,
             "cost": run.usage.cost.total,
             "session_id": run.session_id,
+            **({"worktree": run.worktree.name, "branch": run.worktree.branch} if run.worktree is not None else {}),
         }
 
     async def _parallel(self, members: list[_Member], ctx: ToolContext[Any]) -> ToolResult:
@@ -443,7 +448,9 @@ class Subagents:
                 raise _SubagentFailed(f"agent {spec.name!r} names tool {item!r}, which the parent lacks (it has: {known})")
         return tools, nested
 
-    def _child(self, spec: SubagentSpec, path: str, session: Session | None) -> tuple[Agent[Any], Subagents | None]:
+    def _child(
+        self, spec: SubagentSpec, path: str, session: Session | None, worktree: Worktree | None = None
+    ) -> tuple[Agent[Any], Subagents | None]:
         from .. import Agent
 
         parent = self.parent
@@ -451,6 +458,10 @@ class Subagents:
             raise RuntimeError("Subagents.attach(agent) first: a subagent needs its parent agent")
         cfg = parent.config
         tools, nested = self._child_tools(spec, path)
+        if worktree is not None:
+            from ..worktrees import rebase_tools
+
+            tools = rebase_tools(tools, worktree.path)
         before = cfg.before_tool_call
         if spec.permission_mode is not None:
             try:
@@ -501,7 +512,9 @@ class Subagents:
             if isinstance(parent_session, Session):
                 session = await Session.create(parent_session.store, cwd=parent_session.cwd or None, checkpoints=False)
                 run.session_id = session.id
-            child, _ = self._child(spec, path, session)
+            if spec.isolation == "worktree":
+                run.worktree = await self._worktree(spec)
+            child, _ = self._child(spec, path, session, run.worktree)
             run.messages = child.messages
             if ctx is not None:
                 child.subscribe(_forwarder(path, ctx))
@@ -549,6 +562,25 @@ class Subagents:
                     log.exception("Closing the session of subagent %s failed", path)
         return run
 
+    async def _worktree(self, spec: SubagentSpec) -> Worktree:
+        """A new worktree for one run of ``spec``, made from the parent's workspace (its
+        file tools' root, else its session's folder, else the current one)."""
+        from ..worktrees import WorktreeError
+        from ..worktrees import create_worktree
+
+        parent = self.parent
+        root: Any = None
+        for tool in parent.tools if parent is not None else ():
+            root = getattr(getattr(tool, "workspace", None), "root", None)
+            if root is not None:
+                break
+        if root is None and parent is not None and isinstance(parent.session, Session):
+            root = parent.session.cwd or None
+        try:
+            return await asyncio.to_thread(create_worktree, root or ".", prefix=spec.name[:50])
+        except WorktreeError as exc:
+            raise _SubagentFailed(f"agent {spec.name!r} needs a worktree (isolation: worktree): {exc}") from None
+
     def transcript(self, path: str) -> list[Message]:
         """The transcript of the run ``path`` (also after it finished)."""
         run = self.runs.get(path)
@@ -577,9 +609,13 @@ class _SubagentFailed(Exception):
 
 def _answer(run: SubagentRun) -> str:
     """A finished run's answer for the parent: its structured output as JSON, else its text."""
-    if run.output is not None:
-        return _output_json(run.output)
-    return run.text or "(no output)"
+    text = _output_json(run.output) if run.output is not None else run.text or "(no output)"
+    if run.worktree is not None:
+        text += (
+            f"\n\n(Worked in git worktree {run.worktree.name}, branch {run.worktree.branch}, at {run.worktree.path}; "
+            f"its changes are there, not in your workspace: ketch worktree merge {run.worktree.name})"
+        )
+    return text
 
 
 def _type_name(type_: Any) -> str:

@@ -17,6 +17,8 @@ from ..permissions import parse_mode
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _THINKING: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+ISOLATIONS: tuple[str | None, ...] = (None, "worktree")
+"""What a subagent's or teammate's ``isolation`` may be: None (the parent's workspace) or ``"worktree"``."""
 _MODE_NAMES = {"acceptEdits": "accept_edits", "bypassPermissions": "bypass", "dontAsk": "bypass"}
 
 
@@ -40,6 +42,9 @@ class SubagentSpec:
     model) asks the subagent for structured output (``response_format``); its answer is
     parsed and validated, kept as :attr:`SubagentRun.output` and passed to the parent as
     JSON (an answer that does not validate is a failure naming the problem).
+    ``isolation="worktree"`` runs each of its runs in a new git worktree of the parent's
+    workspace, on its own branch (:mod:`ketch.worktrees`): its file tools and bash work
+    there, so parallel writers never touch the same files; the result names the worktree.
     """
 
     name: str
@@ -52,6 +57,7 @@ class SubagentSpec:
     permission_mode: str | None = None
     source: str | None = None
     output_type: Any = None
+    isolation: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -66,6 +72,8 @@ class SubagentSpec:
             raise ValueError(f"thinking must be one of {', '.join(_THINKING)}, got {self.thinking!r}")
         if self.permission_mode is not None:
             parse_mode(self.permission_mode)
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be 'worktree' or absent, got {self.isolation!r}")
 
 
 def _scalar(text: str) -> str:
@@ -128,6 +136,7 @@ def parse_agent_file(text: str, *, source: str = "<agent file>") -> SubagentSpec
         max_turns: 8                   # optional
         thinking: low                  # optional
         permission_mode: plan          # optional (also permissionMode, acceptEdits ...)
+        isolation: worktree            # optional: each run in its own git worktree
         ---
         You review diffs. ...          (the system prompt)
 
@@ -155,6 +164,7 @@ def parse_agent_file(text: str, *, source: str = "<agent file>") -> SubagentSpec
     mode = data.get("permission_mode", data.get("permissionMode")) or None
     if isinstance(mode, str):
         mode = _MODE_NAMES.get(mode, mode)
+    isolation = data.get("isolation") or None
     try:
         return SubagentSpec(
             name=str(name),
@@ -166,6 +176,7 @@ def parse_agent_file(text: str, *, source: str = "<agent file>") -> SubagentSpec
             thinking=thinking,
             permission_mode=mode,
             source=source,
+            isolation=isolation,
         )
     except ValueError as exc:
         raise SubagentFileError(f"{source}: {exc}") from None

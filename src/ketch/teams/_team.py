@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from types import MappingProxyType
 from types import TracebackType
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import TypeAlias
 from typing import Unpack
@@ -67,6 +68,9 @@ from ._events import TeammateEvent
 from ._events import TeammateFailed
 from ._events import TeammateState
 from ._events import TeammateStateName
+
+if TYPE_CHECKING:
+    from ..worktrees import Worktree
 
 log = logging.getLogger("ketch.teams")
 
@@ -127,6 +131,7 @@ class Teammate:
         "runs",
         "sent",
         "usage",
+        "worktree",
     )
 
     def __init__(self, name: str, path: str, agent: Agent[Any], description: str) -> None:
@@ -144,6 +149,8 @@ class Teammate:
         """True when its last run failed (``last_error`` says why)."""
         self.usage = Usage()
         self.last_result: RunResult | None = None
+        self.worktree: Worktree | None = None
+        """The git worktree it works in (``Team.spawn(..., isolation="worktree")``), else None."""
         self._queue: list[_Entry] = []  # posted, not handed to the agent yet
         self._handed: dict[int, _Entry] = {}  # handed to the agent (prompt or steering), not read yet
         self._run_mail: list[Mail] = []  # every message handed to the current run
@@ -295,6 +302,7 @@ class Team:
         model: Model | str | None = None,
         system_prompt: str | None = None,
         tools: Iterable[Tool] | None = None,
+        isolation: str | None = None,
         **options: Unpack[AgentOptions[Any]],
     ) -> Teammate:
         """Add the teammate ``name`` with a new agent derived from ``parent`` (the lead's
@@ -303,26 +311,44 @@ class Team:
         context manager and typed output not), then ``options`` on top. ``model``,
         ``system_prompt`` and ``tools`` default to the parent's (without the team's own
         tools and prompt note when the parent is a teammate); the transcript starts empty
-        and the agent has no session. Raises as :meth:`add` does, and ``TypeError`` for
-        an unknown option."""
+        and the agent has no session. ``isolation="worktree"`` makes a new git worktree
+        of the parent's workspace (:func:`ketch.worktrees.create_worktree`, named
+        ``NAME-<hex>``) and roots the teammate's file tools and bash there
+        (:attr:`Teammate.worktree`). Raises as :meth:`add` does, ``TypeError`` for an
+        unknown option, ``ValueError`` for another ``isolation`` and
+        :class:`~ketch.worktrees.WorktreeError` when no worktree can be made."""
+        if isolation not in (None, "worktree"):
+            raise ValueError(f"isolation must be 'worktree' or None, got {isolation!r}")
         derived = derived_options(
             parent.config,
             options,
             where="Team.spawn()",
-            own=("name", "parent", "description", "model", "system_prompt", "tools"),
+            own=("name", "parent", "description", "model", "system_prompt", "tools", "isolation"),
         )
         member = next((m for m in self._members.values() if m.agent is parent), None)
         own_tools = {id(t) for t in member._tools} if member is not None else set()
         prompt = parent.system_prompt
         if member is not None and member._note is not None and prompt == member._note[1]:
             prompt = member._note[0]
+        chosen = [t for t in parent.tools if id(t) not in own_tools] if tools is None else list(tools)
+        worktree: Worktree | None = None
+        if isolation == "worktree":
+            from ..worktrees import create_worktree
+            from ..worktrees import rebase_tools
+
+            roots = [getattr(getattr(t, "workspace", None), "root", None) for t in chosen]
+            root = next((r for r in roots if r is not None), ".")
+            worktree = create_worktree(root, prefix=name[:50])
+            chosen = rebase_tools(chosen, worktree.path)
         agent: Agent[Any] = Agent(
             parent.model if model is None else model,
             system_prompt=prompt if system_prompt is None else system_prompt,
-            tools=[t for t in parent.tools if id(t) not in own_tools] if tools is None else tools,
+            tools=chosen,
             **derived,
         )
-        return self.add(name, agent, description=description)
+        added = self.add(name, agent, description=description)
+        added.worktree = worktree
+        return added
 
     @property
     def members(self) -> Mapping[str, Teammate]:

@@ -16,6 +16,9 @@ search, web fetch, code execution, file search, remote MCP).
 listed by name and loaded by a ``tool_search`` call (:class:`ToolActivations` records
 activations a compaction would drop).
 
+:class:`Todo` is a capability giving the model a ``todo_write`` tool: the to-do list it
+keeps while it works (:class:`TodoItem`), shown by ``ketch acp`` as the editor's plan.
+
 The ``write`` and ``edit`` tools change files exactly once per idempotency key under a
 durable runner, keeping records in a journal (:class:`Journal`: :class:`DirJournal`,
 :class:`StoreJournal`; :func:`use_journal`, :func:`journal_warning`).
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
     from ._search import GrepTool
     from ._search_tools import ToolActivations
     from ._search_tools import ToolSearch
+    from ._todo import Todo
+    from ._todo import TodoItem
     from ._workspace import Workspace
     from ._write import WriteTool
 
@@ -65,6 +70,8 @@ __all__ = [
     "Param",
     "ReadTool",
     "StoreJournal",
+    "Todo",
+    "TodoItem",
     "Tool",
     "ToolActivations",
     "ToolContext",
@@ -95,6 +102,8 @@ _LAZY = {
     "ReadTool": "._read",
     "ToolActivations": "._search_tools",
     "ToolSearch": "._search_tools",
+    "Todo": "._todo",
+    "TodoItem": "._todo",
     "Workspace": "._workspace",
     "WriteTool": "._write",
     "coding_tools": "._builtins",

@@ -427,6 +427,20 @@ class Workspace:
         """The workspace root followed by the extra allowed roots (all resolved)."""
         return tuple(Path(r) for r in self._roots)
 
+    def moved(self, root: str | os.PathLike[str]) -> Workspace:
+        """A new workspace rooted at ``root`` (a worktree of this one's project) with this
+        one's other roots and path patterns (``hidden``, ``protected``, the ask lists; the
+        sandbox's protected entries apply under ``root``), and no read records."""
+        ws = Workspace(
+            root,
+            tuple(self._roots[1:]),
+            hidden=self._hidden,
+            protected=self._protected,
+            ask_read=self._ask_read,
+            ask_edit=(*self._ask_edit[0], *self._ask_edit[1]),
+        )
+        return ws
+
     def allow_root(self, path: str | os.PathLike[str]) -> Path:
         """Allow access below ``path`` as well; returns the resolved root."""
         real = os.path.realpath(os.path.expanduser(os.fspath(path)))
