@@ -44,6 +44,8 @@ def trace(events: list[Any]) -> list[tuple[Any, ...]]:
             out.append((t, e.index, e.content))
         elif t == "toolcall_end":
             out.append((t, e.index, e.tool_call.id, e.tool_call.name, e.tool_call.args))
+        elif t == "hosted_tool":
+            out.append((t, e.index, type(e.block).__name__, e.block.kind))
         elif t == "retry":
             out.append((t, e.attempt, e.max_attempts, e.delay, e.error_kind, e.error_message, e.discard_partial))
         elif t == "done":

@@ -26,6 +26,8 @@ from .llm import AbortSignal
 from .llm import AssistantMessage
 from .llm import CustomMessage
 from .llm import DocumentContent
+from .llm import HostedToolCall
+from .llm import HostedToolResult
 from .llm import ImageContent
 from .llm import Message
 from .llm import Model
@@ -89,6 +91,8 @@ __all__ = [
     "DocumentContent",
     "Guardrail",
     "GuardrailResult",
+    "HostedToolCall",
+    "HostedToolResult",
     "ImageContent",
     "LoopConfig",
     "Message",

@@ -27,6 +27,8 @@ import msgspec
 
 from .llm import DEFAULT_CONTEXT_WINDOW
 from .llm import AssistantMessage
+from .llm import HostedToolCall
+from .llm import HostedToolResult
 from .llm import Message
 from .llm import MessageBuilder
 from .llm import Request
@@ -62,10 +64,14 @@ class Reply(msgspec.Struct, kw_only=True):
     deltas, tool-call arguments as JSON fragments). ``error`` ends the stream with an
     error of ``error_kind`` after the blocks. ``delay`` sleeps before each chunk;
     ``hang`` blocks after the last chunk until the request is aborted or cancelled.
-    ``usage`` defaults to an estimate of about four characters per token.
+    ``usage`` defaults to an estimate of about four characters per token. A provider-hosted
+    tool's call or result (:class:`~ketch.llm.HostedToolCall`,
+    :class:`~ketch.llm.HostedToolResult`) streams whole, as a ``hosted_tool`` event.
     """
 
-    blocks: list[TextContent | ThinkingContent | ToolCall] = msgspec.field(default_factory=list)
+    blocks: list[TextContent | ThinkingContent | ToolCall | HostedToolCall | HostedToolResult] = msgspec.field(
+        default_factory=list
+    )
     stop_reason: StopReason | None = None
     usage: Usage | None = None
     error: str | None = None
@@ -93,7 +99,7 @@ def thinking(text: str, *, signature: str | None = None) -> ThinkingContent:
 
 
 def reply(
-    *blocks: str | TextContent | ThinkingContent | ToolCall,
+    *blocks: str | TextContent | ThinkingContent | ToolCall | HostedToolCall | HostedToolResult,
     stop_reason: StopReason | None = None,
     usage: Usage | None = None,
     delay: float = 0.0,
@@ -165,7 +171,10 @@ async def _play(script: Reply, builder: MessageBuilder, request: Request) -> Asy
 
     yield builder.start()
     for block in script.blocks:
-        if isinstance(block, TextContent):
+        if isinstance(block, (HostedToolCall, HostedToolResult)):
+            await pause()
+            yield builder.hosted(msgspec.structs.replace(block))
+        elif isinstance(block, TextContent):
             ev = builder.text_start()
             yield ev
             for piece in _chunks(block.text, script.chunk_size):
@@ -207,7 +216,7 @@ def _as_reply(item: Scripted) -> Reply:
     if isinstance(item, str):
         return reply(item)
     if isinstance(item, AssistantMessage):
-        blocks = [b for b in item.content if isinstance(b, (TextContent, ThinkingContent, ToolCall))]
+        blocks = list(item.content)
         r = Reply(blocks=blocks, stop_reason=item.stop_reason, usage=item.usage)
         if item.stop_reason in ("error", "aborted"):
             r.error = item.error_message or "error"

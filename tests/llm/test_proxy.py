@@ -24,6 +24,7 @@ from ketch.llm import Model
 from ketch.llm import Request
 from ketch.llm import StreamEvent
 from ketch.llm import StreamOptions
+from ketch.llm import TextContent
 from ketch.llm import Usage
 from ketch.llm import complete
 from ketch.llm import proxy
@@ -390,3 +391,22 @@ async def test_retry_frames_are_redacted_like_the_final_error(make_proxy: Any, m
     assert [(f["type"], f.get("error_message")) for f in frames[:2]] == [("start", None), ("retry", "bad ***")]
     assert frames[2]["message"]["error_message"] == "still bad ***"
     assert SECRET.encode() not in raw
+
+
+async def test_hosted_tools_are_forwarded_and_their_blocks_stream_back(make_proxy: Any) -> None:
+    from ketch.llm import Citation
+    from ketch.llm import HostedTool
+    from ketch.llm import HostedToolCall
+    from ketch.llm import HostedToolResult
+
+    call = HostedToolCall(id="srv_1", kind="web_search", name="web_search", input={"query": "q"}, native={"type": "server_tool_use", "id": "srv_1"})
+    result = HostedToolResult(call_id="srv_1", kind="web_search", output="a <https://a.example>", citations=[Citation(url="https://a.example")], native={"x": [1]})
+    upstream = ScriptedModel([reply(call, result, "Found a.")], provider="openai", id="gpt-5-mini")
+    served = await make_proxy({"openai:gpt-5-mini": upstream})
+    model = proxy(served.url, TOKEN, model="openai:gpt-5-mini")
+    wanted = (HostedTool(kind="web_search", options={"max_uses": 1}, fallback="web_search"),)
+    events = [e async for e in model.stream(Request(messages=[]), StreamOptions(hosted_tools=wanted))]
+    assert upstream.requests[0].options.hosted_tools == wanted
+    assert [(e.type, getattr(e, "index", None)) for e in events[:3]] == [("start", None), ("hosted_tool", 0), ("hosted_tool", 1)]
+    assert (events[1].block, events[2].block) == (call, result)
+    assert events[-1].message.content == [call, result, TextContent(text="Found a.")]

@@ -463,7 +463,7 @@ def feed_all(state: AnthropicStreamState, stream: bytes) -> list[Any]:
     return out
 
 
-def test_unknown_blocks_and_deltas_are_skipped() -> None:
+def test_unknown_blocks_and_deltas_are_skipped_and_server_tools_kept() -> None:
     b = MessageBuilder(provider="anthropic", api="anthropic-messages", model="m")
     state = AnthropicStreamState(b)
     payloads = [
@@ -482,11 +482,13 @@ def test_unknown_blocks_and_deltas_are_skipped() -> None:
         b'{"type":"message_stop"}',
     ]
     events = [e for p in payloads for e in state.feed(p)]
+    # a server tool's call is a hosted tool block (see test_hosted_tools.py)
     assert trace(events) == [
-        ("text_start", 0),
-        ("text_delta", 0, "Pre"),
-        ("text_delta", 0, "fix"),
-        ("text_end", 0, "Prefix"),
+        ("hosted_tool", 0, "HostedToolCall", "web_search"),
+        ("text_start", 1),
+        ("text_delta", 1, "Pre"),
+        ("text_delta", 1, "fix"),
+        ("text_end", 1, "Prefix"),
         ("done", "stop"),
     ]
     assert b.message.usage == Usage(input=5, output=9, total_tokens=14)

@@ -644,7 +644,7 @@ def test_signatures_attach_to_the_block_their_part_belongs_to() -> None:
             parts({"text": "Thinking", "thought": True}),
             parts({"text": "", "thought": True, "thoughtSignature": "sig-1"}),
             parts({"thoughtSignature": "sig-2"}),
-            parts({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"executableCode": {"code": "1"}}),
+            parts({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"fileData": {"fileUri": "gs://b/x"}}),
             parts({"text": "Answer"}, {"text": " more", "thoughtSignature": "sig-3"}),
             parts({"functionCall": {"name": "f"}}, {"functionCall": {"name": "f", "args": {"n": 1}}}),
             parts({"text": ""}, finish="STOP"),

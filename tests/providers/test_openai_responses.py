@@ -377,9 +377,9 @@ def test_items_delivered_whole_and_unknown_events_are_handled() -> None:
     events, message = feed_all(
         [
             {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}},
-            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "web_search_call", "id": "ws_1"}},
-            {"type": "response.web_search_call.completed", "output_index": 0, "item_id": "ws_1"},
-            {"type": "response.output_item.done", "output_index": 0, "item": {"type": "web_search_call", "id": "ws_1"}},
+            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "image_generation_call", "id": "ig_1"}},
+            {"type": "response.image_generation_call.completed", "output_index": 0, "item_id": "ig_1"},
+            {"type": "response.output_item.done", "output_index": 0, "item": {"type": "image_generation_call", "id": "ig_1"}},
             {
                 "type": "response.output_item.done",
                 "output_index": 1,

@@ -16,6 +16,7 @@ from ketch import Tool
 from ketch import approve
 from ketch import message_to_dict
 from ketch.llm import StreamOptions
+from ketch.llm import TextContent
 from ketch.llm import ToolResultMessage
 from ketch.llm import UserMessage
 from ketch.sessions import JsonlStore
@@ -350,3 +351,21 @@ async def test_checkpoints_leave_out_what_the_bash_sandbox_hides(store: SessionS
     assert (work / "a.txt").read_text() == "x\n"
     saved = stored_files(tmp_path)  # the store's files (and blobs), not the workspace
     assert saved and not any(b"LEAKCHECK" in p.read_bytes() for p in saved)
+
+
+async def test_provider_hosted_tool_blocks_are_saved_and_restored_exactly(store: SessionStore, work: Path) -> None:
+    from ketch.llm import Citation
+    from ketch.llm import HostedToolCall
+    from ketch.llm import HostedToolResult
+
+    native = {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": [{"encrypted_content": "Eq==", "url": "https://a.example"}]}
+    call = HostedToolCall(id="srv_1", kind="web_search", name="web_search", input={"query": "q"}, native={"type": "server_tool_use", "id": "srv_1"})
+    found = HostedToolResult(call_id="srv_1", kind="web_search", output="<https://a.example>", citations=[Citation(url="https://a.example")], native=native)
+    session = await Session.create(store, cwd=work)
+    agent = Agent(ScriptedModel([reply(call, found, "Found it.")]), session=session)
+    await agent.prompt("search")
+    await session.close()
+    again = await Session.open(store, session.id)
+    resumed = Agent(ScriptedModel(["ok"]), session=again)
+    assert resumed.messages[-1].content == [call, found, TextContent(text="Found it.")]  # type: ignore[attr-defined]
+    await again.close()

@@ -339,6 +339,19 @@ class EventRenderer:
                 self._thinking_line = ""
             case "toolcall_start":
                 self.status.set("Preparing a tool call")
+            case "hosted_tool":
+                self._hosted(ev.block)
+
+    def _hosted(self, block: Any) -> None:
+        """A provider-hosted tool's call (its kind and first text input) or result (the
+        first line of its summary)."""
+        if block.type == "hosted_tool_call":
+            detail = next((v for v in block.input.values() if isinstance(v, str) and v), "")
+            self.note(f"⏺ {block.kind} (hosted)" + (f": {_clip(detail, 100)}" if detail else ""), "cyan")
+            return
+        lines = block.output.splitlines() or ["(no output)"]
+        more = f"  … {len(lines) - 1} more lines" if len(lines) > 1 else ""
+        self.note(f"  ⎿ {_clip(lines[0], 200)}{more}", "red" if block.is_error else "dim")
 
     def _assistant_end(self, message: AssistantMessage) -> None:
         self._markdown_block(self._markdown.finish())

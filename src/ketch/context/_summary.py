@@ -11,6 +11,7 @@ import msgspec
 
 from ..llm import AssistantMessage
 from ..llm import CustomMessage
+from ..llm import HostedToolResult
 from ..llm import ImageContent
 from ..llm import Message
 from ..llm import TextContent
@@ -18,6 +19,7 @@ from ..llm import ThinkingContent
 from ..llm import ToolCall
 from ..llm import ToolResultMessage
 from ..llm import UserMessage
+from ..llm import hosted_result_text
 from ..llm._tokens import estimate_message_tokens
 
 
@@ -155,6 +157,8 @@ def serialize(messages: Sequence[Message]) -> str:
             for b in m.content:
                 if type(b) is ThinkingContent and b.thinking:
                     lines.append(f"[Assistant thinking]: {_clip(b.thinking, 2000)}")
+                elif type(b) is HostedToolResult:
+                    lines.append(f"[Hosted {b.kind}]: {_clip(hosted_result_text(b), 2000)}")
             text = m.text
             if text:
                 lines.append(f"[Assistant]: {text}")

@@ -11,10 +11,13 @@ from ._errors import ErrorKind
 from ._errors import ModelError
 from ._errors import exception_text
 from ._messages import AssistantMessage
+from ._messages import Citation
 from ._messages import ContentBlock
 from ._messages import Cost
 from ._messages import CustomMessage
 from ._messages import DocumentContent
+from ._messages import HostedToolCall
+from ._messages import HostedToolResult
 from ._messages import ImageContent
 from ._messages import Message
 from ._messages import StopReason
@@ -25,6 +28,7 @@ from ._messages import ToolResultMessage
 from ._messages import Usage
 from ._messages import UserMessage
 from ._messages import encode_json
+from ._messages import hosted_result_text
 from ._messages import message_from_dict
 from ._messages import message_to_dict
 from ._messages import messages_from_json
@@ -32,6 +36,7 @@ from ._messages import messages_to_json
 from ._messages import scrub_surrogates
 from ._messages import use_clock
 from ._model import DEFAULT_CONTEXT_WINDOW
+from ._model import HostedTool
 from ._model import Model
 from ._model import PreparesMessages
 from ._model import Request
@@ -47,6 +52,7 @@ from ._model import complete
 from ._signal import Aborted
 from ._signal import AbortSignal
 from ._stream import AsyncClosable
+from ._stream import HostedToolBlock
 from ._stream import MessageBuilder
 from ._stream import Retry
 from ._stream import StreamDone
@@ -108,12 +114,17 @@ __all__ = [
     "Aborted",
     "AssistantMessage",
     "AsyncClosable",
+    "Citation",
     "ContentBlock",
     "Cost",
     "CustomMessage",
     "DocumentContent",
     "ErrorKind",
     "FallbackModel",
+    "HostedTool",
+    "HostedToolBlock",
+    "HostedToolCall",
+    "HostedToolResult",
     "ImageContent",
     "Message",
     "MessageBuilder",
@@ -160,6 +171,7 @@ __all__ = [
     "exception_text",
     "get_model",
     "guard_stream",
+    "hosted_result_text",
     "message_from_dict",
     "message_to_dict",
     "messages_from_json",

@@ -18,6 +18,10 @@ removed, and the tool-call sequence is made valid for any provider:
   that call's id was normalised); results without such a call are dropped;
 - calls left without a result when the next user or assistant message (or the end)
   comes get a synthetic error result, :data:`MISSING_TOOL_RESULT`;
+- provider-hosted tool blocks (:class:`HostedToolCall`, :class:`HostedToolResult`) pass
+  unchanged to the provider and API that ran them (any of its models), which get their
+  own blocks back verbatim; for any other target a hosted call is dropped and a hosted
+  result becomes a text block summarising it (:func:`hosted_result_text`);
 - custom messages are dropped.
 
 Input messages are never mutated. Unchanged messages are passed through as the same
@@ -34,12 +38,15 @@ from collections.abc import Sequence
 import msgspec
 
 from ._messages import AssistantMessage
+from ._messages import HostedToolCall
+from ._messages import HostedToolResult
 from ._messages import Message
 from ._messages import TextContent
 from ._messages import ThinkingContent
 from ._messages import ToolCall
 from ._messages import ToolResultMessage
 from ._messages import UserMessage
+from ._messages import hosted_result_text
 
 MISSING_TOOL_RESULT = "No result provided"
 """The text of the synthetic error result given to a tool call that never got one."""
@@ -97,10 +104,12 @@ def _fresh_id(id: str, normalize_id: Callable[[str], str], used: set[str]) -> st
 
 
 def _foreign(
-    m: AssistantMessage, normalize_id: Callable[[str], str] | None, used: set[str]
+    m: AssistantMessage, normalize_id: Callable[[str], str] | None, used: set[str], native: bool = False
 ) -> tuple[AssistantMessage, dict[str, str] | None]:
-    """A cross-model assistant message as the target may see it, and its id changes."""
-    content: list[TextContent | ThinkingContent | ToolCall] = []
+    """A cross-model assistant message as the target may see it, and its id changes.
+    ``native``: the target is the provider and API that wrote the message (its hosted
+    tool blocks are kept)."""
+    content: list[TextContent | ThinkingContent | ToolCall | HostedToolCall | HostedToolResult] = []
     renamed: dict[str, str] | None = None
     changed = False
     for block in m.content:
@@ -133,6 +142,14 @@ def _foreign(
                 changed = True
             else:
                 content.append(block)
+        elif native:
+            content.append(block)
+        elif cls is HostedToolResult:
+            assert isinstance(block, HostedToolResult)
+            content.append(TextContent(text=hosted_result_text(block)))
+            changed = True
+        elif cls is HostedToolCall:
+            changed = True
         else:
             content.append(block)
     if not changed:
@@ -187,7 +204,7 @@ class Preparer:
                     continue
                 sent, renamed = m, None
                 if not _is_same(m, provider, api, model):
-                    sent, renamed = _foreign(m, normalize_id, used)
+                    sent, renamed = _foreign(m, normalize_id, used, m.provider == provider and m.api == api)
                     if not sent.content:
                         continue
                 elif normalize_id is not None:

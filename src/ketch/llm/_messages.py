@@ -144,10 +144,69 @@ class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, 
     parse_error: str | None = None
 
 
-ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall
+HostedToolKind: TypeAlias = Literal["web_search", "web_fetch", "code_execution", "file_search", "mcp"]
+"""The kinds of provider-hosted tools (tools the provider runs itself)."""
+
+HOSTED_TOOL_KINDS: tuple[str, ...] = ("web_search", "web_fetch", "code_execution", "file_search", "mcp")
+"""Every :data:`HostedToolKind`, in order."""
+
+
+class Citation(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A source a hosted tool found: its ``url``, ``title`` and a quoted ``text``, if any."""
+
+    url: str
+    title: str | None = None
+    text: str | None = None
+
+
+class HostedToolCall(msgspec.Struct, tag="hosted_tool_call", tag_field="type", kw_only=True, omit_defaults=True):
+    """A call of a tool the provider ran itself (web search, code execution, ...).
+
+    ``kind`` is the provider-neutral :data:`HostedToolKind`, ``name`` the provider's own
+    name for the tool, ``input`` what it was called with. ``native`` is the provider's
+    own block, sent back verbatim to the same provider and API; other providers never
+    see it (see :mod:`ketch.llm._handoff`). The loop does not run these calls."""
+
+    type: ClassVar[Literal["hosted_tool_call"]] = "hosted_tool_call"
+
+    id: str
+    kind: str
+    name: str
+    input: dict[str, Any] = msgspec.field(default_factory=dict)
+    native: Any = None
+
+
+class HostedToolResult(msgspec.Struct, tag="hosted_tool_result", tag_field="type", kw_only=True, omit_defaults=True):
+    """What a provider-hosted tool returned: a readable ``output`` summary, the
+    ``citations`` it found, whether it failed, and the provider's own block
+    (``native``, sent back verbatim to the same provider and API). A model of another
+    provider sees the result as a text block (:func:`hosted_result_text`)."""
+
+    type: ClassVar[Literal["hosted_tool_result"]] = "hosted_tool_result"
+
+    call_id: str
+    kind: str
+    output: str = ""
+    citations: list[Citation] = msgspec.field(default_factory=list)
+    is_error: bool = False
+    native: Any = None
+
+
+def hosted_result_text(result: HostedToolResult) -> str:
+    """The text a model of another provider sees in place of ``result``."""
+    lines = [f"[{result.kind} result{' (error)' if result.is_error else ''}]"]
+    if result.output:
+        lines.append(result.output)
+    for c in result.citations:
+        if c.url not in result.output:
+            lines.append(f"- {c.title} <{c.url}>" if c.title else f"- <{c.url}>")
+    return "\n".join(lines)
+
+
+ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall | HostedToolCall | HostedToolResult
 UserContent: TypeAlias = TextContent | ImageContent | DocumentContent
 ToolResultContent: TypeAlias = TextContent | ImageContent
-AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall
+AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall | HostedToolCall | HostedToolResult
 
 
 class Cost(msgspec.Struct, kw_only=True, omit_defaults=True):

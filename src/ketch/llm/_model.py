@@ -21,6 +21,7 @@ from typing import runtime_checkable
 
 import msgspec
 
+from ._messages import HOSTED_TOOL_KINDS
 from ._messages import AssistantMessage
 from ._messages import Message
 from ._signal import AbortSignal
@@ -53,6 +54,27 @@ class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+class HostedTool(msgspec.Struct, kw_only=True, frozen=True):
+    """A tool the provider runs itself, asked for by its provider-neutral ``kind``
+    (``web_search``, ``web_fetch``, ``code_execution``, ``file_search``, ``mcp``).
+
+    ``options`` are the provider's own settings of the tool, sent as they are (e.g.
+    ``{"max_uses": 3}`` for Anthropic's web search, ``{"vector_store_ids": [...]}`` for
+    OpenAI's file search). Each adapter sends the kinds it supports in its own form and
+    fails the request with an ``invalid_request`` error naming the kind and the provider
+    for the others, unless ``fallback`` names a function tool that stands in for it:
+    then that tool is offered instead, and it is withheld where the hosted one is sent.
+    """
+
+    kind: str
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    fallback: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in HOSTED_TOOL_KINDS:
+            raise ValueError(f"HostedTool kind {self.kind!r} is not known; allowed: {', '.join(HOSTED_TOOL_KINDS)}")
 
 
 class SystemBlock(msgspec.Struct, frozen=True):
@@ -121,6 +143,8 @@ class StreamOptions(msgspec.Struct, kw_only=True):
     the response (Anthropic, OpenAI Chat and Gemini send them; the Responses API has no
     such field). Only Anthropic says a stop sequence ended the response (the message's
     ``stop_reason`` is then ``stop_sequence``); elsewhere it reads ``stop``.
+    ``hosted_tools``: tools the provider runs itself (:class:`HostedTool`); a model
+    that runs none refuses them.
     """
 
     temperature: float | None = None
@@ -135,6 +159,7 @@ class StreamOptions(msgspec.Struct, kw_only=True):
     session_id: str | None = None
     cache_key: str | None = None
     extra: dict[str, Any] | None = None
+    hosted_tools: tuple[HostedTool, ...] | None = None
 
     def __repr__(self) -> str:
         shown = []

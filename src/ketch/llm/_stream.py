@@ -35,6 +35,8 @@ from ._errors import ModelError
 from ._errors import ServerError
 from ._errors import exception_text
 from ._messages import AssistantMessage
+from ._messages import HostedToolCall
+from ._messages import HostedToolResult
 from ._messages import StopReason
 from ._messages import TextContent
 from ._messages import ThinkingContent
@@ -160,6 +162,16 @@ class ToolCallEnd(_Event, tag="toolcall_end"):
     partial: AssistantMessage
 
 
+class HostedToolBlock(_Event, tag="hosted_tool"):
+    """A provider-hosted tool's call or result (``block``), complete, added at ``index``."""
+
+    type: ClassVar[Literal["hosted_tool"]] = "hosted_tool"
+
+    index: int
+    block: HostedToolCall | HostedToolResult
+    partial: AssistantMessage
+
+
 class Retry(_Event, tag="retry"):
     """The provider will retry after ``delay`` seconds.
 
@@ -208,6 +220,7 @@ StreamEvent: TypeAlias = (
     | ToolCallStart
     | ToolCallDelta
     | ToolCallEnd
+    | HostedToolBlock
     | Retry
     | StreamDone
     | StreamError
@@ -464,6 +477,13 @@ class MessageBuilder:
         """Close the thinking block at ``index``."""
         block = self._close_block(index, ThinkingContent, "thinking", signature)
         return ThinkingEnd(index=index, content=block.thinking, partial=self.message)
+
+    # -- provider-hosted tools -------------------------------------------------------
+    def hosted(self, block: HostedToolCall | HostedToolResult) -> HostedToolBlock:
+        """Add a provider-hosted tool's call or result (complete) to the message."""
+        content = self.message.content
+        content.append(block)
+        return HostedToolBlock(index=len(content) - 1, block=block, partial=self.message)
 
     # -- tool calls ------------------------------------------------------------------
     def tool_call_start(self, id: str, name: str, *, signature: str | None = None) -> ToolCallStart:

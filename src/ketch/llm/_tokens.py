@@ -20,6 +20,8 @@ import msgspec
 from ._messages import AssistantMessage
 from ._messages import CustomMessage
 from ._messages import DocumentContent
+from ._messages import HostedToolCall
+from ._messages import HostedToolResult
 from ._messages import ImageContent
 from ._messages import Message
 from ._messages import TextContent
@@ -80,6 +82,10 @@ def _block_tokens(block: Any) -> int:
         return max(1, (len(block.name) + size + 3) // 4)
     if cls is ImageContent:
         return IMAGE_TOKENS
+    if cls is HostedToolCall or cls is HostedToolResult:  # sent natively, or as its summary
+        native = block.native
+        size = len(encode_json(native, _json)) if native is not None else len(getattr(block, "output", ""))
+        return max(1, (size + 3) // 4)
     if cls is DocumentContent:  # its bytes (base64 is 4/3 of them), about 4 a token
         return max(1, (len(block.data) * 3 // 4 + 3) // 4)
     return 0

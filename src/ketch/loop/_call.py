@@ -26,6 +26,7 @@ from ..llm._messages import ToolCall
 from ..llm._model import Model
 from ..llm._model import Request
 from ..llm._model import StreamOptions
+from ..llm._stream import HostedToolBlock
 from ..llm._stream import MessageBuilder
 from ..llm._stream import StreamDone
 from ..llm._stream import StreamError
@@ -66,7 +67,7 @@ ContextReason = Literal["request", "overflow"]
 # start and end are also tracked, so an aborted message can drop the call whose arguments
 # were cut off).
 UPDATE_EVENTS: frozenset[type] = frozenset(
-    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta}
+    {TextStart, TextDelta, TextEnd, ThinkingStart, ThinkingDelta, ThinkingEnd, ToolCallDelta, HostedToolBlock}
 )
 
 

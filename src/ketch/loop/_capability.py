@@ -26,6 +26,7 @@ from typing import TypeAlias
 import msgspec
 
 from ..llm._messages import Message
+from ..llm._model import HostedTool
 from ..llm._model import StreamOptions
 from ._config import AfterToolCallResult
 from ._config import BeforeToolCallResult
@@ -63,7 +64,7 @@ may call, given the transcript: asked at the run's start and after every turn (s
 turn's tool results can change the next turn's tools). Tool search defers most tools
 this way (:class:`ketch.tools.ToolSearch`)."""
 
-_OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers"}
+_OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers", "hosted_tools"}
 
 
 class Contribution(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,7 +83,9 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     would drop); ``next_turn`` hooks are asked after each turn,
     after the agent's own ``prepare_next_turn``, and their replacements
     (:class:`~ketch.loop.NextTurn`: model, thinking, ...) apply from the next turn (a
-    later hook's value for a field wins).
+    later hook's value for a field wins); ``hosted_tools`` are tools the provider runs
+    itself (:class:`~ketch.llm.HostedTool`), joining the run's
+    ``StreamOptions.hosted_tools`` (a kind asked for twice is an error naming both).
     """
 
     tools: Sequence[Tool] = ()
@@ -97,6 +100,7 @@ class Contribution(msgspec.Struct, frozen=True, kw_only=True):
     tools_view: ToolsView | None = None
     wrap_context_manager: Callable[[ContextManager], ContextManager] | None = None
     next_turn: Sequence[Callable[[TurnInfo], MaybeAwaitable[NextTurn | None]]] = ()
+    hosted_tools: Sequence[HostedTool] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.options) - _OPTION_FIELDS)
@@ -187,7 +191,19 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
     views: list[ToolsView] = []
     context_manager = config.context_manager
     next_turn = [config.prepare_next_turn] if config.prepare_next_turn is not None else []
+    hosted = list(config.options.hosted_tools or ())
+    hosted_owners = {h.kind: "the agent's options" for h in hosted}
     for capability, c in parts:
+        for h in c.hosted_tools:
+            if not isinstance(h, HostedTool):
+                raise TypeError(f"capability {capability.label!r}: hosted_tools must be HostedTool objects")
+            if h.kind in hosted_owners:
+                raise ValueError(
+                    f"capability {capability.label!r} asks for the hosted tool {h.kind!r}, "
+                    f"which {hosted_owners[h.kind]} already asks for"
+                )
+            hosted_owners[h.kind] = f"capability {capability.label!r}"
+            hosted.append(h)
         for tool in c.tools:
             if tool.name in owners:
                 raise ValueError(
@@ -229,6 +245,8 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         changes["middlewares"] = tuple(middlewares)
     if len(guardrails) != len(config.guardrails):
         changes["guardrails"] = tuple(guardrails)
+    if len(hosted) != len(config.options.hosted_tools or ()):
+        options["hosted_tools"] = tuple(hosted)
     if options:
         changes["options"] = msgspec.structs.replace(config.options, **options)
     changes["capabilities"] = ()  # folded in: composing the result again adds nothing

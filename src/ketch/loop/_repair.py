@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 from ..llm._handoff import MISSING_TOOL_RESULT
 from ..llm._lists import extend_with_room
+from ..llm._messages import AssistantContent
 from ..llm._messages import AssistantMessage
 from ..llm._messages import CustomMessage
 from ..llm._messages import Message
 from ..llm._messages import TextContent
-from ..llm._messages import ThinkingContent
 from ..llm._messages import ToolCall
 from ..llm._messages import ToolResultMessage
 from ..llm._messages import UserMessage
@@ -63,7 +63,7 @@ def default_convert_to_llm(messages: list[Message]) -> list[Message]:
             if reason == "error":
                 continue
             if reason == "aborted":
-                text: list[TextContent | ThinkingContent | ToolCall] = [
+                text: list[AssistantContent] = [
                     TextContent(text=b.text) for b in m.content if type(b) is TextContent and b.text
                 ]
                 if text:

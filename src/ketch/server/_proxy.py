@@ -43,6 +43,7 @@ from aiohttp import web
 from ..llm import AbortSignal
 from ..llm import AssistantMessage
 from ..llm import AsyncClosable
+from ..llm import HostedTool
 from ..llm import Model
 from ..llm import Request
 from ..llm import StreamError
@@ -72,6 +73,7 @@ class _Options(msgspec.Struct, kw_only=True):
     response_format: dict[str, Any] | None = None
     session_id: str | None = None
     cache_key: str | None = None
+    hosted_tools: tuple[HostedTool, ...] | None = None
 
 
 class _WireRequest(msgspec.Struct, kw_only=True):
@@ -304,6 +306,8 @@ def _frame(event: StreamEvent) -> bytes | None:
                 obj["signature"] = call.signature
         case "toolcall_end":
             obj = {"type": "toolcall_end", "index": event.index, "args": event.tool_call.args}
+        case "hosted_tool":
+            obj = {"type": "hosted_tool", "index": event.index, "block": event.block}
         case "start":
             obj = {"type": "start"}
         case "retry":

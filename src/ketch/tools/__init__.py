@@ -9,6 +9,9 @@ sharing one workspace; it is imported on first use. The tools themselves
 :class:`GrepTool`, :class:`FindTool`, :class:`LsTool`) and :class:`Workspace` are
 public for building a custom set; they load on first use too.
 
+:class:`HostedTools` asks the model's provider for the tools it runs itself (web
+search, web fetch, code execution, file search, remote MCP).
+
 :class:`ToolSearch` sends a large tool set to the model on demand: deferred tools are
 listed by name and loaded by a ``tool_search`` call (:class:`ToolActivations` records
 activations a compaction would drop).
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from ._bash import BashTool
     from ._builtins import coding_tools
     from ._edit import EditTool
+    from ._hosted import HostedTools
     from ._idempotency import DirJournal
     from ._idempotency import Journal
     from ._idempotency import StoreJournal
@@ -60,6 +64,7 @@ __all__ = [
     "FindTool",
     "FunctionTool",
     "GrepTool",
+    "HostedTools",
     "Journal",
     "LsTool",
     "Param",
@@ -86,6 +91,7 @@ _LAZY = {
     "BashTool": "._bash",
     "DirJournal": "._idempotency",
     "EditTool": "._edit",
+    "HostedTools": "._hosted",
     "Journal": "._idempotency",
     "StoreJournal": "._idempotency",
     "journal_warning": "._idempotency",

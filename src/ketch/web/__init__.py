@@ -1,4 +1,6 @@
-"""Web access for agents, off unless given: :class:`WebFetch` adds the ``web_fetch`` tool.
+"""Web access for agents, off unless given: :class:`WebFetch` adds the ``web_fetch`` tool,
+:class:`WebSearch` web search (the provider's hosted search, else the ``web_search`` tool
+over a :class:`SearchAPI` such as :class:`HTTPSearchAPI`).
 
 ``Agent(model, capabilities=[WebFetch(allowed_hosts=["docs.python.org"])])``: the model
 can fetch a page, which it sees as Markdown in a fenced block labelled untrusted. Hosts
@@ -11,5 +13,20 @@ from ._fetch import WEB_FETCH_INSTRUCTIONS
 from ._fetch import WebFetch
 from ._fetch import WebFetchTool
 from ._fetch import untrusted_block
+from ._search import HTTPSearchAPI
+from ._search import SearchAPI
+from ._search import SearchResult
+from ._search import WebSearch
+from ._search import WebSearchTool
 
-__all__ = ["WEB_FETCH_INSTRUCTIONS", "WebFetch", "WebFetchTool", "untrusted_block"]
+__all__ = [
+    "WEB_FETCH_INSTRUCTIONS",
+    "HTTPSearchAPI",
+    "SearchAPI",
+    "SearchResult",
+    "WebFetch",
+    "WebFetchTool",
+    "WebSearch",
+    "WebSearchTool",
+    "untrusted_block",
+]

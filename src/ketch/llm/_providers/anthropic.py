@@ -16,6 +16,12 @@ Where the provider's data lives in ketch messages:
   :class:`ToolResultMessage` becomes a ``tool_result`` block (``is_error``, text and
   images) in a user turn; consecutive results share one user turn.
 
+Server tools (``StreamOptions.hosted_tools``, :data:`HOSTED_TOOLS`): web search, web
+fetch and code execution are sent as ``web_search_20250305``, ``web_fetch_20250910`` and
+``code_execution_20250825`` tools (with the beta flags the last two need); a
+``server_tool_use`` block is a :class:`HostedToolCall` and a ``*_tool_result`` block a
+:class:`HostedToolResult`, each keeping the block as ``native``, sent back verbatim.
+
 Prompt caching (on by default, ``cache_retention="short"``) marks the system prompt
 (a :class:`~ketch.llm.SystemPrompt`'s blocks marked ``cache``, else its last block;
 without a system prompt, the last tool) and the freshest message (``cache_last_message``) with
@@ -43,6 +49,7 @@ import base64
 import hashlib
 import re
 from collections.abc import AsyncIterator
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -61,7 +68,10 @@ from .._errors import ModelError
 from .._errors import error_for_kind
 from .._handoff import LEADING_USER_TEXT
 from .._messages import AssistantMessage
+from .._messages import Citation
 from .._messages import DocumentContent
+from .._messages import HostedToolCall
+from .._messages import HostedToolResult
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import StopReason
@@ -70,6 +80,7 @@ from .._messages import ThinkingContent
 from .._messages import ToolCall
 from .._messages import ToolResultMessage
 from .._messages import UserMessage
+from .._model import HostedTool
 from .._model import Request
 from .._model import StreamOptions
 from .._model import ToolSpec
@@ -79,12 +90,14 @@ from .._registry import output_limit
 from .._registry import thinking_budget_tokens
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
+from .._stream import parse_tool_arguments
 from .base import IMAGE_OMITTED
 from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
 from .base import feed_events
+from .base import hosted_tools
 
 API = "anthropic-messages"
 """The ``api`` name of models served through the Messages API."""
@@ -106,6 +119,94 @@ _INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
 _OPTION_KEYS = frozenset({"cache_retention", "cache_last_message"})
 _VALID_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _INVALID_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+# -- provider-hosted tools ------------------------------------------------------------
+
+def _server_tool(type: str, name: str) -> Callable[[HostedTool], dict[str, Any]]:
+    return lambda tool: {**tool.options, "type": type, "name": name}
+
+
+HOSTED_TOOLS: dict[str, Callable[[HostedTool], dict[str, Any]]] = {
+    "web_search": _server_tool("web_search_20250305", "web_search"),
+    "web_fetch": _server_tool("web_fetch_20250910", "web_fetch"),
+    "code_execution": _server_tool("code_execution_20250825", "code_execution"),
+}
+"""The hosted tools Anthropic runs (server tools), by kind: their tool definitions."""
+
+_HOSTED_BETAS = {"web_fetch_20250910": "web-fetch-2025-09-10", "code_execution_20250825": "code-execution-2025-08-25"}
+_SERVER_TOOL_KINDS = {
+    "web_search": "web_search",
+    "web_fetch": "web_fetch",
+    "code_execution": "code_execution",
+    "bash_code_execution": "code_execution",
+    "text_editor_code_execution": "code_execution",
+}
+_SUMMARY_LIMIT = 4000
+
+
+_RESULT_KINDS = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+    "code_execution_tool_result": "code_execution",
+    "bash_code_execution_tool_result": "code_execution",
+    "text_editor_code_execution_tool_result": "code_execution",
+}
+
+
+def hosted_result(block: dict[str, Any]) -> HostedToolResult:
+    """A server tool's ``*_tool_result`` block as a :class:`HostedToolResult` (the block
+    kept as ``native``)."""
+    kind = _RESULT_KINDS.get(str(block.get("type", "")), "code_execution")
+    content = block.get("content")
+    citations: list[Citation] = []
+    lines: list[str] = []
+    error = False
+    if isinstance(content, list):  # web search results
+        for item in content:
+            if isinstance(item, dict) and isinstance(item.get("url"), str):
+                title = item.get("title") if isinstance(item.get("title"), str) else None
+                citations.append(Citation(url=item["url"], title=title))
+                lines.append(f"{title} <{item['url']}>" if title else f"<{item['url']}>")
+    elif isinstance(content, dict):
+        ctype = str(content.get("type", ""))
+        if ctype.endswith("_error"):
+            error = True
+            lines.append(f"error: {content.get('error_code', 'unknown')}")
+        elif ctype == "web_fetch_result":
+            url = content.get("url")
+            doc: dict[str, Any] = content["content"] if isinstance(content.get("content"), dict) else {}
+            title = doc.get("title") if isinstance(doc.get("title"), str) else None
+            if isinstance(url, str):
+                citations.append(Citation(url=url, title=title))
+                lines.append(f"{title} <{url}>" if title else f"<{url}>")
+            source: dict[str, Any] = doc["source"] if isinstance(doc.get("source"), dict) else {}
+            if source.get("type") == "text" and isinstance(source.get("data"), str):
+                lines.append(source["data"])
+        else:
+            for key in ("stdout", "stderr", "content"):
+                value = content.get(key)
+                if isinstance(value, str) and value:
+                    lines.append(value)
+            if isinstance(content.get("return_code"), int) and content["return_code"] != 0:
+                lines.append(f"exit code {content['return_code']}")
+    output = "\n".join(lines)
+    if len(output) > _SUMMARY_LIMIT:
+        output = output[:_SUMMARY_LIMIT] + "…"
+    return HostedToolResult(
+        call_id=str(block.get("tool_use_id", "")),
+        kind=kind,
+        output=output,
+        citations=citations,
+        is_error=error,
+        native=block,
+    )
+
+
+def hosted_call(id: str, name: str, input: dict[str, Any]) -> HostedToolCall:
+    """A ``server_tool_use`` block as a :class:`HostedToolCall`."""
+    native = {"type": "server_tool_use", "id": id, "name": name, "input": input}
+    return HostedToolCall(id=id, kind=_SERVER_TOOL_KINDS.get(name, name), name=name, input=input, native=native)
 
 
 # -- ids and cache markers ------------------------------------------------------------
@@ -195,6 +296,9 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
                     "input": block.args,
                 }
             )
+        elif type(block) is HostedToolCall or type(block) is HostedToolResult:
+            if isinstance(block.native, dict):
+                blocks.append(block.native)
     return blocks
 
 
@@ -321,8 +425,9 @@ def build_request(
     messages = convert_messages(request.messages, images=images) if converted is None else converted
     if messages and messages[0]["role"] == "assistant":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
-    tools = convert_tools(request.tools)
-    choice = options.tool_choice if request.tools else None
+    specs, hosted = hosted_tools(request, options, info.provider, API, HOSTED_TOOLS)
+    tools = convert_tools(specs) + hosted
+    choice = options.tool_choice if tools else None
     fmt = options.response_format
     format_tool: str | None = None
     output_config: dict[str, Any] = {}
@@ -475,7 +580,7 @@ _message_decoder = msgspec.json.Decoder(_Message)
 
 # What an Anthropic content block becomes: text, thinking, a tool call, or the text of
 # the structured-output tool's call.
-_TEXT, _THINKING, _TOOL, _FORMAT = 0, 1, 2, 3
+_TEXT, _THINKING, _TOOL, _FORMAT, _HOSTED = 0, 1, 2, 3, 4
 
 
 def _set_usage(builder: MessageBuilder, usage: _Usage | None) -> None:
@@ -534,6 +639,10 @@ class AnthropicStreamState:
             if dtype == "thinking_delta" and what == _THINKING:
                 return [b.thinking_delta(delta.thinking or "", index)]
             if dtype == "input_json_delta" and delta.partial_json:
+                if what == _HOSTED:
+                    slot.streamed = True
+                    slot.initial.append(delta.partial_json)
+                    return []
                 if what == _TOOL:
                     slot.streamed = True
                     return [b.tool_call_delta(delta.partial_json, index)]
@@ -544,7 +653,11 @@ class AnthropicStreamState:
                 b.thinking_signature(index, delta.signature)
             return []
         if kind == "content_block_start":
-            return self._start(event.index, event.content_block)
+            block = event.content_block
+            if block is not None and block.type in _RESULT_KINDS:
+                raw = msgspec.json.decode(data)["content_block"]  # kept whole: sent back verbatim
+                return [b.hosted(hosted_result(raw))]
+            return self._start(event.index, block)
         if kind == "content_block_stop":
             return self._stop(event.index)
         if kind == "message_start":
@@ -586,6 +699,9 @@ class AnthropicStreamState:
             redacted = b.thinking_start(redacted=True, signature=block.data or None)
             self._blocks[position] = _Slot(_THINKING, redacted.index)
             return [redacted]
+        if btype == "server_tool_use":
+            self._blocks[position] = _Slot(_HOSTED, -1, [block.id or "", block.name or "", block.input])
+            return []
         if btype == "tool_use":
             if self._format_tool is not None and block.name == self._format_tool:
                 text = b.text_start()
@@ -602,6 +718,10 @@ class AnthropicStreamState:
             return []
         b = self._builder
         what, index = slot.kind, slot.index
+        if what == _HOSTED:
+            id, name, given = slot.initial[:3]
+            arguments = parse_tool_arguments("".join(slot.initial[3:]))[0] if slot.streamed else given
+            return [b.hosted(hosted_call(id, name, arguments if isinstance(arguments, dict) else {}))]
         if what == _TEXT:
             return [b.text_end(index)]
         if what == _THINKING:
@@ -638,7 +758,8 @@ def parse_response(body: bytes, builder: MessageBuilder, format_tool: str | None
         b.message.response_id = message.id
     _set_usage(b, message.usage)
     events: list[StreamEvent] = []
-    for block in message.content or ():
+    raw_blocks: list[dict[str, Any]] | None = None
+    for position, block in enumerate(message.content or ()):
         btype = block.type
         if btype == "text" or (btype == "tool_use" and format_tool is not None and block.name == format_tool):
             text = (block.text or "") if btype == "text" else msgspec.json.encode(block.input or {}).decode()
@@ -655,6 +776,12 @@ def parse_response(body: bytes, builder: MessageBuilder, format_tool: str | None
             if block.thinking:
                 events.append(b.thinking_delta(block.thinking, thinking.index))
             events.append(b.thinking_end(thinking.index))
+        elif btype == "server_tool_use":
+            events.append(b.hosted(hosted_call(block.id or "", block.name or "", block.input or {})))
+        elif btype in _RESULT_KINDS:
+            raws = raw_blocks if raw_blocks is not None else msgspec.json.decode(body)["content"]
+            raw_blocks = raws
+            events.append(b.hosted(hosted_result(raws[position])))
         elif btype == "tool_use":
             call = b.tool_call_start(block.id or "", block.name or "")
             events.append(call)
@@ -763,6 +890,10 @@ class AnthropicModel(HTTPModel):
             and _INTERLEAVED_BETA not in betas
         ):
             betas.append(_INTERLEAVED_BETA)
+        for tool in body.get("tools", ()):
+            beta = _HOSTED_BETAS.get(tool.get("type", ""))
+            if beta is not None and beta not in betas:
+                betas.append(beta)
         if betas:
             headers["anthropic-beta"] = ",".join(betas)
         format_tool = None

@@ -63,8 +63,10 @@ from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
+from .._model import HostedTool
 from .._model import Request
 from .._model import StreamOptions
+from .._model import ToolSpec
 from .._registry import ModelInfo
 from .._registry import default_info
 from .._registry import get_provider
@@ -184,6 +186,49 @@ def no_documents(document: DocumentContent, where: str = "this model") -> Invali
         f"{where} does not accept documents ({document.mime_type} {document_name(document)!r}); "
         "send its text as a TextContent, or use an Anthropic, Gemini or OpenAI model"
     )
+
+
+def hosted_tools(
+    request: Request,
+    options: StreamOptions,
+    provider: str,
+    api: str,
+    supported: Mapping[str, Callable[[HostedTool], dict[str, Any]]],
+) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
+    """The function tools to send and the hosted tools in the provider's form
+    (``supported`` maps each kind the adapter sends to its builder). A kind the adapter
+    does not send is an :class:`InvalidRequestError` naming it and the provider, unless
+    the hosted tool has a ``fallback`` function tool, which is then sent instead; a
+    fallback is withheld where its hosted tool is sent."""
+    hosted = options.hosted_tools
+    if not hosted:
+        return request.tools, []
+    out: list[dict[str, Any]] = []
+    withheld: set[str] = set()
+    for tool in hosted:
+        make = supported.get(tool.kind)
+        if make is None:
+            if tool.fallback is not None:
+                continue
+            allowed = ", ".join(supported) or "none"
+            raise InvalidRequestError(
+                f"hosted tool {tool.kind!r} is not supported by provider {provider!r} ({api}); supported: {allowed}"
+            )
+        out.append(make(tool))
+        if tool.fallback is not None:
+            withheld.add(tool.fallback)
+    tools = [t for t in request.tools if t.name not in withheld] if withheld else request.tools
+    return tools, out
+
+
+def no_hosted_tools(options: StreamOptions | None, provider: str, api: str) -> None:
+    """Raise :class:`InvalidRequestError` when ``options`` asks for a hosted tool that
+    has no fallback (for models that run none)."""
+    for tool in (options.hosted_tools if options is not None else None) or ():
+        if tool.fallback is None:
+            raise InvalidRequestError(
+                f"hosted tool {tool.kind!r} is not supported by provider {provider!r} ({api}); supported: none"
+            )
 
 
 class HTTPOptions(TypedDict, total=False):

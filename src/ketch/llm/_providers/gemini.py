@@ -22,6 +22,13 @@ Where Gemini's data lives in ketch messages:
 - a tool result becomes ``functionResponse {name, response: {output | error}}`` with
   the result's images as ``inlineData`` parts right after it.
 
+Hosted tools (``StreamOptions.hosted_tools``, :data:`HOSTED_TOOLS`): web search is
+``google_search`` (grounding), web fetch ``url_context``, code execution
+``code_execution``. An ``executableCode`` part becomes a :class:`HostedToolCall` and a
+``codeExecutionResult`` part a :class:`HostedToolResult`, each keeping its part as
+``native`` (sent back to Gemini); a candidate's ``groundingMetadata`` becomes a
+``web_search`` call (its queries) and result (its sources as citations), not sent back.
+
 Tool schemas are rewritten into the subset of OpenAPI that Gemini's ``parameters``
 accept (see :func:`gemini_schema`); ``json_schema=True`` sends them unchanged as
 ``parametersJsonSchema`` instead.
@@ -32,6 +39,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator
+from collections.abc import Callable
 from collections.abc import Container
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -51,7 +59,10 @@ from .._handoff import LEADING_USER_TEXT
 from .._handoff import Preparer
 from .._handoff import prepare_messages
 from .._messages import AssistantMessage
+from .._messages import Citation
 from .._messages import DocumentContent
+from .._messages import HostedToolCall
+from .._messages import HostedToolResult
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -59,6 +70,7 @@ from .._messages import ThinkingContent
 from .._messages import ToolCall
 from .._messages import ToolResultMessage
 from .._messages import UserMessage
+from .._model import HostedTool
 from .._model import Request
 from .._model import StreamOptions
 from .._model import ToolSpec
@@ -73,6 +85,7 @@ from .base import HTTPModel
 from .base import HTTPOptions
 from .base import HTTPRequest
 from .base import SSEEvents
+from .base import hosted_tools
 
 API = "gemini"
 """The ``api`` name of models served through the Gemini API."""
@@ -334,6 +347,10 @@ def _model_parts(
             if not block.thinking and not block.signature:
                 continue
             part = {"text": block.thinking, "thought": True}
+        elif type(block) is HostedToolCall or type(block) is HostedToolResult:
+            if not isinstance(block.native, dict):
+                continue
+            part = dict(block.native)
         elif type(block) is ToolCall:
             call: dict[str, Any] = {"name": block.name, "args": block.args}
             if native and not _is_generated_id(block):
@@ -344,8 +361,9 @@ def _model_parts(
                 first_call = part
         else:
             continue
-        if block.signature:
-            part["thoughtSignature"] = block.signature
+        signature = getattr(block, "signature", None)
+        if signature:
+            part["thoughtSignature"] = signature
         parts.append(part)
     if placeholder and first_call is not None and "thoughtSignature" not in first_call:
         first_call["thoughtSignature"] = SKIP_SIGNATURE
@@ -530,8 +548,9 @@ def build_request(
     body: dict[str, Any] = {"contents": contents}
     if request.system_prompt:
         body["systemInstruction"] = {"parts": [{"text": request.system_prompt}]}
-    if request.tools:
-        body["tools"] = convert_tools(request.tools, json_schema=json_schema)
+    specs, hosted = hosted_tools(request, options, info.provider, API, HOSTED_TOOLS)
+    if specs or hosted:
+        body["tools"] = (convert_tools(specs, json_schema=json_schema) if specs else []) + hosted
         if options.tool_choice is not None:
             body["toolConfig"] = convert_tool_choice(options.tool_choice)
     config: dict[str, Any] = {}
@@ -631,6 +650,33 @@ def _stream_error(detail: _ErrorBody) -> ModelError:
 # -- responses --------------------------------------------------------------------------
 
 
+HOSTED_TOOLS: dict[str, Callable[[HostedTool], dict[str, Any]]] = {
+    "web_search": lambda tool: {"google_search": dict(tool.options)},
+    "web_fetch": lambda tool: {"url_context": dict(tool.options)},
+    "code_execution": lambda tool: {"code_execution": dict(tool.options)},
+}
+"""The hosted tools Gemini runs, by kind: their tool entries."""
+
+
+def grounding_blocks(metadata: dict[str, Any], id: str) -> list[HostedToolCall | HostedToolResult]:
+    """A candidate's ``groundingMetadata`` as a ``web_search`` call (its queries) and
+    result (its web sources as citations); nothing when it names neither."""
+    queries = [q for q in metadata.get("webSearchQueries") or () if isinstance(q, str)]
+    citations: list[Citation] = []
+    for chunk in metadata.get("groundingChunks") or ():
+        web = chunk.get("web") if isinstance(chunk, dict) else None
+        if isinstance(web, dict) and isinstance(web.get("uri"), str):
+            title = web.get("title") if isinstance(web.get("title"), str) else None
+            citations.append(Citation(url=web["uri"], title=title))
+    if not queries and not citations:
+        return []
+    output = "\n".join(f"searched: {q}" for q in queries)
+    return [
+        HostedToolCall(id=id, kind="web_search", name="google_search", input={"queries": queries}),
+        HostedToolResult(call_id=id, kind="web_search", output=output, citations=citations),
+    ]
+
+
 class _FunctionCall(msgspec.Struct):
     name: str = ""
     args: dict[str, Any] | None = None
@@ -642,6 +688,8 @@ class _Part(msgspec.Struct, rename="camel"):
     thought: bool = False
     thought_signature: str | None = None
     function_call: _FunctionCall | None = None
+    executable_code: dict[str, Any] | None = None
+    code_execution_result: dict[str, Any] | None = None
 
 
 class _Content(msgspec.Struct):
@@ -652,6 +700,7 @@ class _Candidate(msgspec.Struct, rename="camel"):
     content: _Content | None = None
     finish_reason: str | None = None
     finish_message: str | None = None
+    grounding_metadata: dict[str, Any] | None = None
 
 
 class _UsageMetadata(msgspec.Struct, rename="camel"):
@@ -721,7 +770,7 @@ class GeminiStreamState:
     :class:`~ketch.llm._errors.ContentFilterError`, error chunks their classified error.
     """
 
-    __slots__ = ("_builder", "_index", "_kind", "_signature", "_token", "finished")
+    __slots__ = ("_builder", "_grounded", "_index", "_kind", "_signature", "_token", "finished")
 
     def __init__(self, builder: MessageBuilder) -> None:
         self._builder = builder
@@ -729,6 +778,7 @@ class GeminiStreamState:
         self._index = -1
         self._signature: str | None = None
         self._token: str | None = None
+        self._grounded = False
         self.finished = False
 
     def feed(self, data: bytes) -> list[StreamEvent]:
@@ -756,6 +806,12 @@ class GeminiStreamState:
         if candidate.content is not None:
             for part in candidate.content.parts:
                 self._part(part, events)
+        if candidate.grounding_metadata and not self._grounded:
+            found = grounding_blocks(candidate.grounding_metadata, f"google_search_{b.message.response_id or 0}")
+            if found:
+                self._grounded = True
+                events.extend(self.close())
+                events.extend(b.hosted(block) for block in found)
         reason = candidate.finish_reason
         if reason:
             if reason == "STOP":
@@ -791,6 +847,41 @@ class GeminiStreamState:
     def _part(self, part: _Part, out: list[StreamEvent]) -> None:
         b = self._builder
         signature = part.thought_signature or None
+        if part.executable_code is not None:
+            out.extend(self.close())
+            code = part.executable_code
+            count = sum(1 for block in b.message.content if type(block) is HostedToolCall)
+            native: dict[str, Any] = {"executableCode": code}
+            if signature is not None:
+                native["thoughtSignature"] = signature
+            out.append(
+                b.hosted(
+                    HostedToolCall(
+                        id=f"code_execution_{count}",
+                        kind="code_execution",
+                        name="code_execution",
+                        input={"language": code.get("language"), "code": code.get("code")},
+                        native=native,
+                    )
+                )
+            )
+            return
+        if part.code_execution_result is not None:
+            out.extend(self.close())
+            result = part.code_execution_result
+            calls = [block for block in b.message.content if type(block) is HostedToolCall]
+            out.append(
+                b.hosted(
+                    HostedToolResult(
+                        call_id=calls[-1].id if calls else "",
+                        kind="code_execution",
+                        output=str(result.get("output") or ""),
+                        is_error=result.get("outcome") not in (None, "OUTCOME_OK"),
+                        native={"codeExecutionResult": result},
+                    )
+                )
+            )
+            return
         call = part.function_call
         if call is not None:
             out.extend(self.close())

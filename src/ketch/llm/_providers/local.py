@@ -805,6 +805,12 @@ class LocalModel:
         return guard_stream(self._produce(request, opts, builder), builder, opts.signal)
 
     async def _request(self, meta: _Meta, request: Request, options: StreamOptions) -> _Request:
+        for hosted in options.hosted_tools or ():
+            if hosted.fallback is None:
+                raise InvalidRequestError(
+                    f"hosted tool {hosted.kind!r} is not supported by provider {self.provider!r} ({self.api}); "
+                    "supported: none"
+                )
         choice = options.tool_choice or "auto"
         tools = list(request.tools) if choice != "none" else []
         if tools and choice not in ("auto", "required"):

@@ -49,6 +49,7 @@ from .base import SSEEvents
 from .base import content_parts
 from .base import document_name
 from .base import image_url
+from .base import no_hosted_tools
 
 
 def _new_call_id() -> str:
@@ -233,7 +234,9 @@ class OpenAIChatModel(HTTPModel):
 
     # -- request ---------------------------------------------------------------------
     def build_request(self, request: Request, options: StreamOptions, api_key: str | None) -> HTTPRequest:
-        """The Chat Completions request for ``request``."""
+        """The Chat Completions request for ``request`` (hosted tools are refused: Chat
+        Completions runs none; a hosted tool's ``fallback`` function tool is sent)."""
+        no_hosted_tools(options, self.provider, self.api)
         compat = self.compat
         body: dict[str, Any] = {"model": self.id, "messages": self.convert_messages(request)}
         if options.max_tokens is not None:

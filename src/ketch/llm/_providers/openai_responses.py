@@ -22,6 +22,15 @@ Text without such a signature is replayed as ``{"type": "message", "role": "assi
 events find their item by ``item_id``, then ``output_index``, then by order, so servers
 that omit either still work.
 
+Hosted tools (``StreamOptions.hosted_tools``, :data:`HOSTED_TOOLS`): web search, file
+search, code execution (``code_interpreter``) and remote MCP (``mcp``, with
+``require_approval: "never"`` unless the options say otherwise). Their output items
+(``web_search_call``, ``file_search_call``, ``code_interpreter_call``, ``mcp_call``,
+``mcp_list_tools``) become a :class:`HostedToolCall` keeping the item as ``native``
+(replayed verbatim as an input item) and a :class:`HostedToolResult` summarising it;
+``url_citation`` annotations of the answer's text join the latest web search result's
+citations.
+
 Messages are first passed through :func:`~ketch.llm._handoff.prepare_messages`, so
 another model's thinking and signatures never reach this one. Blocks whose signature
 is still not in these forms are replayed without provider ids; thinking without a
@@ -32,6 +41,7 @@ response cut short while reasoning), are not replayed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -47,7 +57,10 @@ from .._errors import OverloadedError
 from .._errors import error_for_kind
 from .._handoff import openai_responses_tool_id
 from .._messages import AssistantMessage
+from .._messages import Citation
 from .._messages import DocumentContent
+from .._messages import HostedToolCall
+from .._messages import HostedToolResult
 from .._messages import ImageContent
 from .._messages import Message
 from .._messages import TextContent
@@ -56,6 +69,7 @@ from .._messages import ToolCall
 from .._messages import ToolResultMessage
 from .._messages import UserMessage
 from .._model import TOOL_CHOICE_MODES
+from .._model import HostedTool
 from .._model import Request
 from .._model import StreamOptions
 from .._model import ToolSpec
@@ -73,6 +87,7 @@ from .base import SSEEvents
 from .base import content_parts
 from .base import document_name
 from .base import feed_events
+from .base import hosted_tools
 from .base import image_url
 
 API = "openai-responses"
@@ -188,6 +203,9 @@ def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> No
             if block.signature and block.signature.startswith("fc_"):
                 call["id"] = block.signature
             out.append(call)
+        elif type(block) is HostedToolCall:
+            if isinstance(block.native, dict):
+                out.append(block.native)
 
 
 def _tool_output(message: ToolResultMessage, images: bool) -> str | list[dict[str, Any]]:
@@ -262,6 +280,7 @@ def build_request(
     images: bool = True,
     prompt_cache: bool = True,
     converted: list[dict[str, Any]] | None = None,
+    provider: str = "openai",
 ) -> dict[str, Any]:
     """The JSON body of one request for ``request`` (its messages already prepared).
 
@@ -279,8 +298,9 @@ def build_request(
     body["input"] = convert_messages(request.messages, images=images) if converted is None else converted
     body["store"] = False
     body["stream"] = stream
-    if request.tools:
-        body["tools"] = convert_tools(request.tools)
+    specs, hosted = hosted_tools(request, options, provider, API, HOSTED_TOOLS)
+    if specs or hosted:
+        body["tools"] = convert_tools(specs) + hosted
         if options.tool_choice is not None:
             body["tool_choice"] = convert_tool_choice(options.tool_choice)
     if options.max_tokens is not None:
@@ -353,6 +373,98 @@ def classify_failure(code: str | int | None, message: str | None) -> ModelError:
 
 # Decoding targets: only the fields the adapter reads; everything else is skipped.
 # Fields that compatible servers are known to send as null accept None.
+
+
+# -- provider-hosted tools ------------------------------------------------------------
+
+HOSTED_TOOLS: dict[str, Callable[[HostedTool], dict[str, Any]]] = {
+    "web_search": lambda tool: {**tool.options, "type": "web_search"},
+    "file_search": lambda tool: {**tool.options, "type": "file_search"},
+    "code_execution": lambda tool: {"container": {"type": "auto"}, **tool.options, "type": "code_interpreter"},
+    "mcp": lambda tool: {"require_approval": "never", **tool.options, "type": "mcp"},
+}
+"""The hosted tools the Responses API runs, by kind: their tool definitions."""
+
+_HOSTED_ITEMS = {
+    "web_search_call": "web_search",
+    "file_search_call": "file_search",
+    "code_interpreter_call": "code_execution",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcp",
+}
+_SUMMARY_LIMIT = 4000
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _SUMMARY_LIMIT else text[:_SUMMARY_LIMIT] + "…"
+
+
+def hosted_blocks(item: dict[str, Any]) -> list[HostedToolCall | HostedToolResult]:
+    """A hosted tool's output item as a :class:`HostedToolCall` (the item kept as
+    ``native``) and, unless it only lists tools, a :class:`HostedToolResult`."""
+    itype = str(item.get("type", ""))
+    kind = _HOSTED_ITEMS[itype]
+    id = str(item.get("id", ""))
+    inputs: dict[str, Any] = {}
+    lines: list[str] = []
+    citations: list[Citation] = []
+    error = item.get("status") == "failed"
+    if itype == "web_search_call":
+        action = item.get("action")
+        if isinstance(action, dict):
+            inputs = {k: v for k, v in action.items() if k != "sources"}
+            if isinstance(action.get("query"), str):
+                lines.append(f"searched: {action['query']}")
+            for source in action.get("sources") or ():
+                if isinstance(source, dict) and isinstance(source.get("url"), str):
+                    citations.append(Citation(url=source["url"]))
+    elif itype == "file_search_call":
+        inputs = {"queries": item.get("queries") or []}
+        for found in item.get("results") or ():
+            if isinstance(found, dict):
+                lines.append(f"{found.get('filename') or found.get('file_id')}: {found.get('text') or ''}")
+    elif itype == "code_interpreter_call":
+        inputs = {"code": item.get("code") or ""}
+        for output in item.get("outputs") or ():
+            if isinstance(output, dict) and isinstance(output.get("logs"), str):
+                lines.append(output["logs"])
+            elif isinstance(output, dict) and isinstance(output.get("url"), str):
+                lines.append(f"image: {output['url']}")
+    elif itype == "mcp_call":
+        inputs = {"server_label": item.get("server_label"), "name": item.get("name"), "arguments": item.get("arguments")}
+        if item.get("error"):
+            error = True
+            lines.append(f"error: {item['error']}")
+        elif isinstance(item.get("output"), str):
+            lines.append(item["output"])
+    else:  # mcp_list_tools
+        inputs = {"server_label": item.get("server_label")}
+    call = HostedToolCall(id=id, kind=kind, name=str(item.get("name") or itype), input=inputs, native=item)
+    if itype == "mcp_list_tools":
+        return [call]
+    result = HostedToolResult(call_id=id, kind=kind, output=_clip("\n".join(lines)), citations=citations, is_error=error)
+    return [call, result]
+
+
+def _add_citations(builder: MessageBuilder, item: dict[str, Any]) -> None:
+    """The ``url_citation`` annotations of a message item, added to the citations of the
+    latest web search result of the message (when there is one)."""
+    found: list[Citation] = []
+    for part in item.get("content") or ():
+        for note in (part.get("annotations") or ()) if isinstance(part, dict) else ():
+            if isinstance(note, dict) and note.get("type") == "url_citation" and isinstance(note.get("url"), str):
+                title = note.get("title") if isinstance(note.get("title"), str) else None
+                found.append(Citation(url=note["url"], title=title))
+    if not found:
+        return
+    for block in reversed(builder.message.content):
+        if type(block) is HostedToolResult and block.kind == "web_search":
+            known = {c.url for c in block.citations}
+            for citation in found:
+                if citation.url not in known:
+                    known.add(citation.url)
+                    block.citations.append(citation)
+            return
 
 
 class _Part(msgspec.Struct):
@@ -559,6 +671,12 @@ class ResponsesStreamState:
         if kind == "response.output_item.added":
             return self._item_added(event)
         if kind == "response.output_item.done":
+            item = event.item
+            if item is not None and item.type in _HOSTED_ITEMS:
+                raw = msgspec.json.decode(data)["item"]  # kept whole: replayed verbatim
+                return [b.hosted(block) for block in hosted_blocks(raw)]
+            if item is not None and item.type == "message" and b"url_citation" in data:
+                _add_citations(b, msgspec.json.decode(data)["item"])
             return self._item_done(event)
         if kind == "response.created" or kind == "response.in_progress":
             if event.response is not None and event.response.id:
@@ -652,7 +770,14 @@ def parse_response(body: bytes, builder: MessageBuilder, limit: int | None = Non
     response = _response_decoder.decode(body)
     state = ResponsesStreamState(builder, limit)
     events: list[StreamEvent] = []
+    raw: list[dict[str, Any]] | None = None
     for index, item in enumerate(response.output):
+        if item.type in _HOSTED_ITEMS or (item.type == "message" and b"url_citation" in body):
+            raw = raw if raw is not None else msgspec.json.decode(body)["output"]
+            if item.type in _HOSTED_ITEMS:
+                events.extend(builder.hosted(block) for block in hosted_blocks(raw[index]))
+                continue
+            _add_citations(builder, raw[index])
         events.extend(state._item_done(_Event(type="response.output_item.done", output_index=index, item=item)))
     events.append(_finish(builder, response, "response.completed", limit))
     return events
@@ -706,6 +831,7 @@ class OpenAIResponsesModel(HTTPModel):
             images=images,
             prompt_cache=self.provider == "openai",
             converted=converted,
+            provider=self.provider,
         )
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         return HTTPRequest(url=f"{self.base_url}/responses", body=body, headers=headers, stream=self.streaming)

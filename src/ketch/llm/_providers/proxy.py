@@ -33,6 +33,8 @@ from .._errors import ErrorKind
 from .._errors import ModelError
 from .._errors import error_for_kind
 from .._messages import AssistantMessage
+from .._messages import HostedToolCall
+from .._messages import HostedToolResult
 from .._model import DEFAULT_CONTEXT_WINDOW
 from .._model import Request
 from .._model import StreamOptions
@@ -49,7 +51,16 @@ from .base import SSEEvents
 PROXY_API = "ketch-proxy"
 
 # The options a client may set for the upstream call (never keys, headers or raw fields).
-FORWARDED_OPTIONS = ("temperature", "max_tokens", "thinking", "tool_choice", "response_format", "session_id", "cache_key")
+FORWARDED_OPTIONS = (
+    "temperature",
+    "max_tokens",
+    "thinking",
+    "tool_choice",
+    "response_format",
+    "session_id",
+    "cache_key",
+    "hosted_tools",
+)
 
 
 class _UpstreamError(ModelError):
@@ -165,6 +176,11 @@ class ProxyModel(HTTPModel):
                     yield ev3
                 elif kind == "toolcall_end":
                     yield builder.tool_call_end(index[frame["index"]], args=frame.get("args"))
+                elif kind == "hosted_tool":
+                    block = msgspec.convert(frame["block"], HostedToolCall | HostedToolResult)
+                    ev4 = builder.hosted(block)
+                    index[frame["index"]] = ev4.index
+                    yield ev4
                 elif kind == "start":
                     if restart:
                         restart = False
