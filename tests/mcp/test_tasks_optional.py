@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from conftest import everything_entry
 from ketch import Agent
 from ketch.llm import ToolResultMessage
 from ketch.mcp import MCPServerConfig
@@ -21,10 +20,12 @@ from ketch.testing import reply
 from ketch.testing import tool_call
 
 TASK_SERVER = Path(__file__).with_name("task_server.mjs")
+SDK = Path(__file__).resolve().parents[2] / ".cache/npm/node_modules/@modelcontextprotocol/sdk/package.json"
 
 
 def _tasker(*args: str) -> dict[str, MCPServerConfig]:
-    everything_entry()  # the TypeScript SDK comes with server-everything (fails loudly when missing)
+    if not SDK.is_file():  # it comes with server-everything (scripts/test.sh installs it)
+        pytest.fail(f"{SDK.parent} is missing: run scripts/test.sh", pytrace=False)
     return load_mcp_json({"mcpServers": {"t": {"command": "node", "args": [str(TASK_SERVER), *args]}}})
 
 
