@@ -212,13 +212,9 @@ def provider(
     class _Provider(OAuthClientProvider):
         _refreshed = False  # a refresh was tried for the current 401
         login_required: LoginRequired | None = None  # why the last request failed, once it has
-        # told when login_required is set (an sse transport's writer only logs the error)
-        on_login_required: Callable[[], None] | None = None
 
         def _needs_login(self, why: str) -> LoginRequired:
             self.login_required = LoginRequired(server, why)
-            if self.on_login_required is not None:
-                self.on_login_required()
             return self.login_required
 
         async def _initialize(self) -> None:

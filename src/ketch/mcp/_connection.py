@@ -277,9 +277,14 @@ class Connection:
             if self.config.type == "sse":
                 # the SDK's sse writer logs a refused authorization and stops sending: the
                 # calls waiting on it are ended here instead of never getting an answer
-                refused = asyncio.Event()
-                self._refused = refused
-                self._provider.on_login_required = refused.set
+                refused = self._refused = asyncio.Event()
+                needs_login = self._provider._needs_login
+
+                def told(why: str) -> Any:
+                    refused.set()
+                    return needs_login(why)
+
+                self._provider._needs_login = told
         return self._provider
 
     def _login_failure(self, exc: BaseException) -> BaseException | None:

@@ -105,6 +105,24 @@ def _vendor_path() -> dict[str, Any]:
     }
 
 
+_ELICITATION_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["id", "action"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "action": {"enum": ["accept", "decline", "cancel"]},
+                    "content": {"type": "object"},
+                },
+            }
+        }
+    },
+}
+
+
 def _paths() -> dict[str, Any]:
     """The document's routes."""
     return {
@@ -188,22 +206,7 @@ def _paths() -> dict[str, Any]:
         ),
         "/api/sessions/{id}/elicitations": _command(
             "Answer a question a tool's server asks during a run (an MCP elicitation: a URL to open, or a form)",
-            {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["id", "action"],
-                            "properties": {
-                                "id": {"type": "string"},
-                                "action": {"enum": ["accept", "decline", "cancel"]},
-                                "content": {"type": "object"},
-                            },
-                        }
-                    }
-                },
-            },
+            _ELICITATION_BODY,
             conflict="no pending elicitation has this id",
         ),
         "/api/sessions/{id}/model": {
