@@ -555,7 +555,7 @@ function applyState(state) {
   renderApprovals(pending, state.pending_elicitations || []);
 }
 
-function renderApprovals(pending, questions) {
+function renderApprovals(pending, questions = []) {
   const box = $("approvals");
   box.replaceChildren();
   box.hidden = pending.length === 0 && questions.length === 0;
