@@ -87,14 +87,14 @@ def running(pid: int) -> bool:
 
 
 @contextmanager
-def served(script: Path, ready: str, what: str) -> Iterator[str]:
-    """``python script PORT`` on a free loopback port, until it prints ``ready`` on stderr
+def served(script: Path, ready: str, what: str, *args: str) -> Iterator[str]:
+    """``python script PORT *args`` on a free loopback port, until it prints ``ready`` on stderr
     (no sleeping); yields ``http://127.0.0.1:PORT`` and stops it after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(port), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
     seen: list[str] = []

@@ -58,6 +58,7 @@ EXPECTED = {
     "teams/review.py": ["coder -> lead: Done: add() is written and reviewed.", "coder: sent 2, received 2",
                         "failures: 0"],
     "durable/durable_agent.py": ["book_room runs as an activity", "stop: The room is booked for Monday."],
+    "mcp/capability.py": ["MCP tools: ['mcp__clock__now'] - the agent's own: []", "the tool said:", "I looked it up"],
     "mcp/use_a_server.py": ["tools: ['mcp__clock__now']", "the tool said:", "server clock: running"],
     "mcp/ketch_as_server.py": ["read: read-only=True", "1 buy milk", "write refused=True: Permission denied"],
     "providers/custom_model.py": ["Reversed: desserts", "2 tokens in, 4 tokens out"],

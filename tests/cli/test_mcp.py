@@ -55,6 +55,31 @@ server.run()
 """
 
 
+URL_SERVER = """
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import ElicitRequestURLParams
+
+server = MCPServer("linker")
+calls = 0
+
+
+@server.tool()
+def connect() -> str:
+    \"\"\"Connect the account (the first call asks the user to open a page).\"\"\"
+    global calls
+    calls += 1
+    if calls == 1:
+        raise UrlElicitationRequiredError(
+            [ElicitRequestURLParams(mode="url", message="Sign in to Acme", url="https://acme.example/connect?c=1", elicitation_id="e1")]
+        )
+    return f"connected on call {calls}"
+
+
+server.run()
+"""
+
+
 def _user_mcp(env: Env) -> Path:
     return env.xdg / "ketch" / ".mcp.json"
 
@@ -306,5 +331,46 @@ def test_a_servers_elicitation_is_asked_in_the_session(env: Env, terminals: list
     term.expect(re.escape("Answer it? [y] yes  [n] decline  [c] cancel ›"))
     term.sendline("n")
     term.expect("the user chose decline")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_a_url_elicitation_required_is_shown_confirmed_and_the_call_retried(env: Env, terminals: list[Terminal]) -> None:
+    script = env.home / "url_server.py"
+    script.write_text(URL_SERVER)
+    assert env.run("mcp", "add", "linker", "--", sys.executable, str(script)).returncode == 0
+    replies = env.script(
+        [call_reply(("c1", "mcp__linker__connect", {})), "linked", call_reply(("c2", "mcp__linker__connect", {})), "ok"]
+    )
+    term = Terminal(env, "--model", f"scripted:{replies}", "--permission-mode", "bypass")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("connect me")
+    # the -32042 error's URL is shown; the user confirms; the call is made again and goes through
+    term.expect(re.escape("⚠ MCP server linker asks: Sign in to Acme"))
+    term.expect(re.escape("it wants you to open https://acme.example/connect?c=1"))
+    term.expect(re.escape("Answer it? [y] yes  [n] decline  [c] cancel ›"))
+    term.sendline("y")
+    term.expect("connected on call 2")
+    term.expect("linked")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+
+
+def test_a_declined_url_elicitation_is_not_retried_and_names_the_url(env: Env, terminals: list[Terminal]) -> None:
+    script = env.home / "url_server.py"
+    script.write_text(URL_SERVER)
+    assert env.run("mcp", "add", "linker", "--", sys.executable, str(script)).returncode == 0
+    replies = env.script([call_reply(("c1", "mcp__linker__connect", {})), "not linked"])
+    term = Terminal(env, "--model", f"scripted:{replies}", "--permission-mode", "bypass")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("connect me")
+    term.expect(re.escape("it wants you to open https://acme.example/connect?c=1"))
+    term.expect(re.escape("Answer it? [y] yes  [n] decline  [c] cancel ›"))
+    term.sendline("n")
+    term.expect(re.escape("'connect' needs you to open https://acme.example/connect?c=1 (Sign in to Acme); the user chose"))
+    term.expect("decline")
+    term.expect("not linked")
     term.sendline("/exit")
     assert term.wait_exit() == 0

@@ -1,5 +1,6 @@
 """A loopback OAuth 2.1 authorization server and protected MCP server in one process,
-built from the ``mcp`` SDK's server auth components (run as ``python oauth_server.py PORT``).
+built from the ``mcp`` SDK's server auth components (run as ``python oauth_server.py PORT``
+for streamable HTTP at ``/mcp``, ``python oauth_server.py PORT sse`` for HTTP+SSE at ``/sse``).
 
 The authorization server registers any client (dynamic client registration) and approves
 every authorization request at once (the "browser" of a test only follows redirects).
@@ -107,7 +108,7 @@ class Provider:
         self.refresh.pop(token.token, None)
 
 
-def build(port: int) -> MCPServer:
+def build(port: int, path: str = "/mcp") -> MCPServer:
     base = f"http://127.0.0.1:{port}"
     provider = Provider()
     server = MCPServer(
@@ -115,7 +116,7 @@ def build(port: int) -> MCPServer:
         auth_server_provider=provider,
         auth=AuthSettings(
             issuer_url=base,
-            resource_server_url=f"{base}/mcp",
+            resource_server_url=f"{base}{path}",
             client_registration_options=ClientRegistrationOptions(enabled=True),
             validate_token_resource=False,
         ),
@@ -155,4 +156,7 @@ def build(port: int) -> MCPServer:
 if __name__ == "__main__":
     port = int(sys.argv[1])
     print(f"oauth server on port {port}", flush=True)
-    build(port).run("streamable-http", host="127.0.0.1", port=port)
+    if sys.argv[2:] == ["sse"]:
+        build(port, "/sse").run("sse", host="127.0.0.1", port=port)
+    else:
+        build(port).run("streamable-http", host="127.0.0.1", port=port)

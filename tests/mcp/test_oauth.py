@@ -208,3 +208,70 @@ async def test_login_refuses_a_stdio_server(tmp_path: Path) -> None:
 
 def test_login_required_names_the_command() -> None:
     assert str(LoginRequired("remote")) == "MCP server 'remote' needs authorization: run `ketch mcp login remote`"
+
+
+# -- the same over the HTTP+SSE transport ----------------------------------------------------------
+@pytest.fixture
+def guarded_sse() -> Iterator[str]:
+    """The protected server over HTTP+SSE (``/sse``) on a free loopback port; its base URL."""
+    with served(SERVER, "Uvicorn running on", "the OAuth test server (sse)", "sse") as base:
+        yield base
+
+
+def sse_configs(base: str) -> Any:
+    return load_mcp_json({"mcpServers": {"o": {"type": "sse", "url": f"{base}/sse"}}})
+
+
+async def test_over_sse_login_refresh_and_a_revoked_login_and_no_token_leaks(
+    guarded_sse: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    auth = tmp_path / "auth"
+    errlog = (tmp_path / "errlog").open("w")
+    shown: list[str] = []
+
+    async def open_url(url: str) -> None:
+        shown.append(url)
+        await browser(url)
+
+    assert await login(sse_configs(guarded_sse)["o"], open_url=open_url, auth_dir=auth, errlog=errlog) == ["mcp__o__whoami"]
+    assert len(shown) == 1 and shown[0].startswith(f"{guarded_sse}/authorize?") and "code_challenge_method=S256" in shown[0]
+    token_file = auth / "o.json"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    saved = json.loads(token_file.read_text())
+    assert saved["url"] == f"{guarded_sse}/sse"
+    seen: list[str] = []
+    async with MCPManager(sse_configs(guarded_sse), auth_dir=auth, errlog=errlog) as manager:
+        model = ScriptedModel([reply(tool_call("mcp__o__whoami")), "done"])
+        agent: Agent[None] = Agent(model)
+        await manager.attach(agent)
+        agent.subscribe(lambda event: seen.append(repr(event)))
+        await agent.prompt("go")
+        await post(guarded_sse, "/test/expire")  # a 401 mid-session: one refresh, then the call goes through
+        model.add(reply(tool_call("mcp__o__whoami")))
+        model.add("done again")
+        await agent.prompt("again")
+        await post(guarded_sse, "/test/revoke")  # the refresh is refused too: an error naming the login
+        model.add(reply(tool_call("mcp__o__whoami")))
+        model.add("done at last")
+        await agent.prompt("once more")
+        seen.extend([repr(manager), repr(manager.status()), repr(agent.messages), repr(model.requests)])
+    errlog.close()
+    results = [m for m in agent.messages if m.role == "tool_result"]
+    assert [texts(r) for r in results[:2]] == [[f"hello {saved['client']['client_id']}"]] * 2
+    assert results[2].is_error
+    assert "run `ketch mcp login o`" in texts(results[2])[0]
+    assert await post(guarded_sse, "/test/grants") == ["authorization_code", "refresh_token"]
+    everything = "\n".join([*seen, caplog.text, (tmp_path / "errlog").read_text()])
+    assert "hello " in everything
+    assert CANARY not in everything
+    assert files_with(tmp_path, CANARY) == [token_file]
+
+
+async def test_over_sse_without_a_login_the_server_fails_naming_ketch_mcp_login(guarded_sse: str, tmp_path: Path) -> None:
+    async with MCPManager(sse_configs(guarded_sse), auth_dir=tmp_path / "auth") as manager:
+        assert await manager.tools() == []
+        (status,) = manager.status()
+        result = await manager.call("o", "whoami")
+    assert (status.state, status.error) == ("failed", "needs authorization: run `ketch mcp login o`")
+    assert texts(result) == ["MCP server 'o' needs authorization: run `ketch mcp login o`; the call to 'whoami' did not run"]

@@ -284,3 +284,15 @@ def start_serve(tmp_path: Path, *args: str, token: str = TOKEN, env_extra: dict[
         served.stop()
         raise
     return served
+
+
+URL_SERVER = Path(__file__).with_name("url_server.py")
+
+
+def add_url_server(tmp_path: Path) -> None:
+    """Configure ``linker`` (url_server.py: its ``connect`` needs a URL opened first) as a
+    user MCP server of the home :func:`serve_env` makes under ``tmp_path``."""
+    folder = tmp_path / "home" / ".config" / "ketch"
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = {"command": sys.executable, "args": [str(URL_SERVER)]}
+    (folder / ".mcp.json").write_text(json.dumps({"mcpServers": {"linker": entry}}))

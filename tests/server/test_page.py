@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from serverhelp import TOKEN
 from serverhelp import ServeProcess
+from serverhelp import add_url_server
 from serverhelp import start_serve
 
 CHROMIUM = "/usr/bin/chromium"
@@ -356,6 +357,39 @@ def test_the_approval_bar_shows_the_whole_call(tmp_path: Path, browser: Any) -> 
         page.click("[data-testid=approval][data-call-id=b1] [data-testid=deny]")
         page.wait_for_selector("[data-testid=tool-call][data-call-id=b1] [data-testid=tool-result]")
         page.wait_for_selector("[data-testid=assistant-text]:has-text('Denied.')")
+    finally:
+        served.stop()
+
+
+def test_a_url_elicitation_shows_the_url_in_the_approval_bar_and_done_retries_the_call(tmp_path: Path, browser: Any) -> None:
+    add_url_server(tmp_path)
+    script = tmp_path / "script.json"
+    calls = [{"blocks": [{"type": "tool_call", "id": f"c{n}", "name": "mcp__linker__connect", "args": {}}]} for n in (1, 2)]
+    script.write_text(json.dumps([calls[0], "Connected.", calls[1], "Again."]))
+    served = start_serve(tmp_path, "--permission-mode", "bypass", env_extra={"KETCH_TEST_SCRIPT": str(script)})
+    try:
+        page = _open(browser, served)
+        page.fill("[data-testid=input]", "Connect me")
+        page.click("[data-testid=send]")
+        row = page.wait_for_selector("[data-testid=elicitation]")
+        assert row.query_selector("strong").inner_text() == "MCP server linker asks"
+        assert "Sign in to Acme" in row.inner_text()
+        link = page.wait_for_selector("[data-testid=elicitation] a[data-testid=elicitation-url]")
+        assert (link.get_attribute("href"), link.get_attribute("target"), link.inner_text()) == (
+            "https://acme.example/connect",
+            "_blank",
+            "https://acme.example/connect",
+        )
+        page.click("[data-testid=elicitation-accept]")
+        page.wait_for_selector("[data-testid=tool-call][data-call-id=c1] [data-testid=tool-result]:has-text('connected on call 2')")
+        page.wait_for_selector("[data-testid=assistant-text]:has-text('Connected.')")
+        page.wait_for_selector("[data-testid=approvals]", state="hidden")
+        # the server now lets the call through: nothing is asked the second time
+        page.fill("[data-testid=input]", "Again")
+        page.click("[data-testid=send]")
+        page.wait_for_selector("[data-testid=tool-call][data-call-id=c2] [data-testid=tool-result]:has-text('connected on call 3')")
+        page.wait_for_selector("[data-testid=assistant-text]:has-text('Again.')")
+        assert page.locator("[data-testid=elicitation]").count() == 0
     finally:
         served.stop()
 

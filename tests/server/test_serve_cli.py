@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from serverhelp import TOKEN
+from serverhelp import add_url_server
 from serverhelp import free_port
 from serverhelp import serve_env
 from serverhelp import start_serve
@@ -264,3 +265,84 @@ def test_the_session_state_lists_the_custom_commands(tmp_path: Path) -> None:
         assert status == 200 and json.loads(body)["commands"] == listed
     finally:
         assert served.stop() == 0
+
+
+def _next_state(url: str, want: Any) -> dict[str, Any]:
+    """Read the SSE stream until a session_state for which ``want(state)`` holds."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        for line in response:
+            if line.startswith(b"data: ") and b'"type":"session_state"' in line:
+                state: dict[str, Any] = json.loads(line[6:])
+                if want(state):
+                    return state
+    raise AssertionError("the event stream ended")
+
+
+def _url_elicitation_run(tmp_path: Path, answers: list[str]) -> list[Any]:
+    """A run whose MCP call is refused with -32042 and answered through the API with
+    ``answers`` in turn (one per question asked); returns the run's tool results."""
+    add_url_server(tmp_path)
+    script = tmp_path / "script.json"
+    call = {"blocks": [{"type": "tool_call", "id": "c1", "name": "mcp__linker__connect", "args": {}}]}
+    script.write_text(json.dumps([call, "done"]))
+    served = start_serve(tmp_path, "--permission-mode", "bypass", env_extra={"KETCH_TEST_SCRIPT": str(script)})
+    try:
+        status, body = _get(f"{served.url}/api/sessions", method="POST", body={})
+        sid = json.loads(body)["id"]
+        events = f"{served.url}/api/sessions/{sid}/events"
+        status, body = _get(f"{served.url}/api/sessions/{sid}/prompt", method="POST", body={"text": "connect me"})
+        assert status == 202
+        since = json.loads(body)["last_event_id"]
+        for action in answers:
+            state = _next_state(f"{events}?last_event_id={since}", lambda s: bool(s.get("pending_elicitations")))
+            since = state["last_event_id"]
+            [question] = state["pending_elicitations"]
+            assert {k: v for k, v in question.items() if k != "id"} == {
+                "server": "linker",
+                "message": "Sign in to Acme",
+                "mode": "url",
+                "url": "https://acme.example/connect",
+                "requested_schema": {},
+            }
+            assert state["running"] is True
+            status, body = _get(f"{served.url}/api/sessions/{sid}/elicitations", method="POST", body={"id": "el_nope", "action": "cancel"})
+            assert status == 409 and "no pending elicitation 'el_nope'" in json.loads(body)["error"]
+            bad = {"id": question["id"], "action": "maybe"}
+            status, body = _get(f"{served.url}/api/sessions/{sid}/elicitations", method="POST", body=bad)
+            assert (status, json.loads(body)["error"]) == (400, '"action": expected one of accept, decline, cancel, got \'maybe\'')
+            if action == "abort":
+                status, body = _get(f"{served.url}/api/sessions/{sid}/abort", method="POST", body={})
+            else:
+                answer = {"id": question["id"], "action": action}
+                status, body = _get(f"{served.url}/api/sessions/{sid}/elicitations", method="POST", body=answer)
+            assert status == 202, body
+        state = _next_state(f"{events}?last_event_id={since}", lambda s: s["running"] is False)
+        assert state["pending_elicitations"] == []
+        status, body = _get(f"{served.url}/api/sessions/{sid}")
+        messages = json.loads(body)["messages"]
+    finally:
+        served.stop()
+    return [m for m in messages if m["role"] == "tool_result"]
+
+
+def test_a_url_elicitation_is_answered_through_the_api_and_the_call_retried(tmp_path: Path) -> None:
+    [result] = _url_elicitation_run(tmp_path, ["accept"])
+    assert (result.get("is_error", False), result["content"][0]["text"]) == (False, "connected on call 2")
+
+
+def test_a_url_elicitation_declined_through_the_api_names_the_url_to_the_model(tmp_path: Path) -> None:
+    [result] = _url_elicitation_run(tmp_path, ["decline"])
+    assert result["is_error"] is True
+    assert result["content"][0]["text"] == (
+        "MCP server 'linker': 'connect' needs you to open https://acme.example/connect (Sign in to Acme); the user chose decline"
+    )
+
+
+def test_an_abort_while_a_url_elicitation_waits_ends_the_run_and_the_question(tmp_path: Path) -> None:
+    [result] = _url_elicitation_run(tmp_path, ["abort"])
+    # the question is answered "cancel" at once (the call is not left waiting on it)
+    assert result["is_error"] is True
+    assert result["content"][0]["text"] == (
+        "MCP server 'linker': 'connect' needs you to open https://acme.example/connect (Sign in to Acme); the user chose cancel"
+    )

@@ -137,8 +137,32 @@ def _factory(settings: Settings, root: Path, tool_choice: str | None) -> Any:
         listed = tuple(
             {"name": c.name, "usage": c.usage, "description": c.description, "origin": c.origin} for c in commands.values()
         )
+        def bind_elicitation(ask: Any) -> None:
+            """The MCP servers' questions (a -32042 URL to open, a form) go to the page."""
+            from ..mcp import ElicitationResponse
+
+            async def elicitation(request: Any) -> Any:
+                answer = await ask(
+                    {
+                        "server": request.server,
+                        "message": request.message,
+                        "mode": request.mode,
+                        "url": request.url,
+                        "requested_schema": request.requested_schema,
+                    }
+                )
+                return ElicitationResponse(answer["action"], answer.get("content"))
+
+            mcp.elicitation = elicitation
+
         return Hosted(
-            agent=built.agent, prompt=prompt, set_model=set_model, context=built.context, close=close, commands=listed
+            agent=built.agent,
+            prompt=prompt,
+            set_model=set_model,
+            context=built.context,
+            close=close,
+            commands=listed,
+            bind_elicitation=bind_elicitation if mcp is not None else None,
         )
 
     return factory

@@ -4,12 +4,14 @@ Needs the ``mcp`` extra (``pip install 'ketch[mcp]'``, the official ``mcp`` SDK)
 is imported only when a server is started::
 
     from ketch import Agent
-    from ketch.mcp import MCPManager, load_mcp_json
+    from ketch.mcp import MCPServers, load_mcp_json
 
-    async with MCPManager(load_mcp_json(".mcp.json"), roots=["."]) as mcp:
-        agent = Agent("openai:gpt-4.1-mini")
-        await mcp.attach(agent)      # tools, list_changed refresh between turns
+    async with MCPServers(load_mcp_json(".mcp.json"), roots=["."]) as mcp:
+        agent = Agent("openai:gpt-4.1-mini", capabilities=[mcp])   # tools, list_changed refresh
         await agent.prompt("What time is it in Tokyo?")
+
+(:meth:`MCPManager.attach` wires a manager into an agent with hooks instead: its tools
+join ``agent.tools``, and the agent's model can serve sampling.)
 
 Tools are named ``mcp__<server>__<tool>``. A tool annotated ``readOnlyHint`` is
 ``read_only`` (permission modes run it unasked) and runs in parallel; otherwise a tool
@@ -25,6 +27,7 @@ from ._auth import LoginRequired
 from ._auth import TokenFile
 from ._auth import default_auth_dir
 from ._auth import login
+from ._capability import MCPServers
 from ._client import LOG_LEVELS
 from ._client import NO_ELICITATION
 from ._client import ElicitationCallback
@@ -55,6 +58,7 @@ __all__ = [
     "MCPConfigError",
     "MCPManager",
     "MCPServerConfig",
+    "MCPServers",
     "MCPTool",
     "ServerLog",
     "ServerState",

@@ -201,6 +201,7 @@ class Connection:
         self._pgid: int | None = None
         self._busy: set[object] = set()
         self._provider: Any = None  # the OAuth provider of the current connection, if any
+        self._refused: asyncio.Event | None = None  # set when an sse server's OAuth provider gives up
 
     @property
     def name(self) -> str:
@@ -273,6 +274,17 @@ class Connection:
             from ._auth import provider
 
             self._provider = provider(self.config, TokenFile(manager.auth_dir, self.name, self.config.url))
+            if self.config.type == "sse":
+                # the SDK's sse writer logs a refused authorization and stops sending: the
+                # calls waiting on it are ended here instead of never getting an answer
+                refused = self._refused = asyncio.Event()
+                needs_login = self._provider._needs_login
+
+                def told(why: str) -> Any:
+                    refused.set()
+                    return needs_login(why)
+
+                self._provider._needs_login = told
         return self._provider
 
     def _login_failure(self, exc: BaseException) -> BaseException | None:
@@ -716,7 +728,7 @@ class Connection:
         busy.add(token)
         try:
             async with asyncio.timeout(timeout):
-                result = await client.call_tool(name, args, progress_callback=on_progress)
+                result = await self._unless_refused(client.call_tool(name, args, progress_callback=on_progress))
         except TimeoutError:
             abandoned = True
             return ToolResult.error(
@@ -731,6 +743,25 @@ class Connection:
             if not abandoned:
                 busy.discard(token)
         return convert_result(result)
+
+    async def _unless_refused(self, request: Awaitable[Any]) -> Any:
+        """Await ``request``; on an sse server with OAuth, end it when the provider gives up
+        (raising the provider's :class:`~ketch.mcp._auth.LoginRequired`)."""
+        refused = self._refused
+        if refused is None or self.config.type != "sse":
+            return await request
+        call = asyncio.ensure_future(request)
+        gave_up = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({call, gave_up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gave_up.cancel()
+            if not call.done():
+                call.cancel()
+        if call.done() and not call.cancelled():
+            return call.result()
+        login = getattr(self._provider, "login_required", None)
+        raise login if login is not None else ConnectionError(f"MCP server {self.name!r}: authorization refused")
 
     def _failure(self, exc: Exception, name: str) -> ToolResult:
         """The error result of a call that raised ``exc`` (a URL elicitation to make is

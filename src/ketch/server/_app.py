@@ -343,6 +343,19 @@ async def approvals(request: web.Request) -> web.Response:
 
 
 @_command
+async def elicitations(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    ident, action, content = data.get("id"), data.get("action"), data.get("content")
+    if not isinstance(ident, str) or not ident:
+        raise BadRequest('"id": expected the id of a pending elicitation (the state\'s pending_elicitations)')
+    if content is not None and not isinstance(content, dict):
+        raise BadRequest(f'"content": expected an object (the form\'s answers), got {type(content).__name__}')
+    live = await _live(request)
+    live.answer(ident, action if isinstance(action, str) else repr(action), content)
+    return _accepted()
+
+
+@_command
 async def set_model(request: web.Request) -> web.Response:
     data = await read_json(request, "model")
     live = await _live(request)
@@ -474,6 +487,7 @@ _TABLE: tuple[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespon
     ("POST", "/api/sessions/{id}/follow_up", follow_up),
     ("POST", "/api/sessions/{id}/abort", abort),
     ("POST", "/api/sessions/{id}/approvals", approvals),
+    ("POST", "/api/sessions/{id}/elicitations", elicitations),
     ("POST", "/api/sessions/{id}/model", set_model),
     ("GET", "/api/sessions/{id}/events", events),
     *_openai.ROUTES,

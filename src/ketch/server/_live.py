@@ -41,6 +41,14 @@ from ketch.llm import encode_json
 log = logging.getLogger("ketch.server")
 
 
+Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Ask the user a server's question (``server``, ``message``, ``mode`` ``"url"`` or
+``"form"``, ``url``, ``requested_schema``); answers ``{"action": "accept"|"decline"|"cancel",
+"content": {...} | None}``."""
+
+ELICITATION_ACTIONS = ("accept", "decline", "cancel")
+
+
 @dataclass(slots=True)
 class Hosted:
     """What a server's agent factory returns for a session: the agent and, optionally,
@@ -61,6 +69,11 @@ class Hosted:
     """The slash commands ``prompt`` understands (custom commands), each a dict with
     ``name``, ``usage``, ``description`` and ``origin``: the session state lists them as
     ``commands`` and the page's ``/help`` shows them."""
+    bind_elicitation: Callable[[Elicit], None] | None = None
+    """Called once with the session's :meth:`LiveSession.elicit`, the function through
+    which the host asks the user a question of a tool's server (an MCP elicitation: a
+    URL to open, or a form): the page shows it in its approval bar and the answer comes
+    from ``POST /api/sessions/{id}/elicitations``."""
 
 
 class Conflict(Exception):
@@ -149,6 +162,9 @@ class LiveSession:
         self._partial: _Partial | None = None
         self._shown = len(self.agent.messages)
         self._unsubscribe = self.agent.subscribe(self._on_event)
+        self._elicitations: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
+        if hosted.bind_elicitation is not None:
+            hosted.bind_elicitation(self.elicit)
 
     # -- events --------------------------------------------------------------------------------
     @property
@@ -286,6 +302,7 @@ class LiveSession:
             "running": self.running,
             "phase": self.agent.phase.kind,
             "pending_approvals": self.pending(),
+            "pending_elicitations": [question for question, _ in self._elicitations.values()],
             "context": self.context(),
             "cost": info.cost,
             "last_end": self.last_end,
@@ -375,8 +392,41 @@ class LiveSession:
         control protocol's ``interrupt`` does)."""
         if not self.running:
             raise Conflict(f"session {self.session.id} is not running: nothing to abort")
+        self._cancel_elicitations()
         self.agent.abort()
         self.agent.clear_queues()
+
+    async def elicit(self, question: dict[str, Any]) -> dict[str, Any]:
+        """Ask the user ``question`` (see :data:`Elicit`) during a run: it is listed in the
+        state's ``pending_elicitations`` (with an ``id``) until :meth:`answer` answers it;
+        an abort or the session's close answers ``cancel``."""
+        ident = f"el_{secrets.token_hex(6)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._elicitations[ident] = ({"id": ident, **question}, future)
+        await self.push_state()
+        try:
+            return await future
+        finally:
+            self._elicitations.pop(ident, None)
+            if not future.done():
+                future.cancel()
+            await self.push_state()
+
+    def answer(self, ident: str, action: str, content: dict[str, Any] | None = None) -> None:
+        """Answer the pending elicitation ``ident`` (``accept``, with ``content`` for a form,
+        ``decline`` or ``cancel``)."""
+        if action not in ELICITATION_ACTIONS:
+            raise BadRequest(f'"action": expected one of {", ".join(ELICITATION_ACTIONS)}, got {action!r}')
+        entry = self._elicitations.get(ident)
+        if entry is None or entry[1].done():
+            waiting = ", ".join(self._elicitations) or "none"
+            raise Conflict(f"session {self.session.id} has no pending elicitation {ident!r} (pending: {waiting})")
+        entry[1].set_result({"action": action, "content": content if action == "accept" else None})
+
+    def _cancel_elicitations(self) -> None:
+        for _, future in self._elicitations.values():
+            if not future.done():
+                future.set_result({"action": "cancel", "content": None})
 
     def decide(self, decisions: dict[str, Any]) -> list[str]:
         """Record decisions (``ketch.approve()``/``deny()`` per call id); once every
@@ -425,6 +475,7 @@ class LiveSession:
 
     async def close(self) -> None:
         """Abort a run, wait for it, stop the subscribers and close the session."""
+        self._cancel_elicitations()
         if self.task is not None:
             self.agent.abort()
             try:

@@ -68,6 +68,7 @@ def _components() -> dict[str, Any]:
                     "running": {"type": "boolean"},
                     "phase": {"type": "string"},
                     "pending_approvals": {"type": "array", "items": {"type": "object"}},
+                    "pending_elicitations": {"type": "array", "items": {"type": "object"}},
                     "context": {"type": "object", "properties": {"tokens": {"type": "integer"}, "window": {"type": "integer"}}},
                     "cost": {"type": "number"},
                     "last_end": {"type": ["object", "null"]},
@@ -102,6 +103,24 @@ def _vendor_path() -> dict[str, Any]:
             }
         },
     }
+
+
+_ELICITATION_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["id", "action"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "action": {"enum": ["accept", "decline", "cancel"]},
+                    "content": {"type": "object"},
+                },
+            }
+        }
+    },
+}
 
 
 def _paths() -> dict[str, Any]:
@@ -184,6 +203,11 @@ def _paths() -> dict[str, Any]:
                 },
             },
             conflict="the session is not paused for approval",
+        ),
+        "/api/sessions/{id}/elicitations": _command(
+            "Answer a question a tool's server asks during a run (an MCP elicitation: a URL to open, or a form)",
+            _ELICITATION_BODY,
+            conflict="no pending elicitation has this id",
         ),
         "/api/sessions/{id}/model": {
             "post": {

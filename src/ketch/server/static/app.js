@@ -553,7 +553,7 @@ function applyState(state) {
   $("ctx").textContent = `${ctx.tokens} / ${ctx.window}`;
   $("ctx-meter").value = ctx.window ? Math.min(1, ctx.tokens / ctx.window) : 0;
   $("cost").textContent = `$${Number(state.cost || 0).toFixed(4)}`;
-  renderApprovals(pending);
+  renderApprovals(pending, state.pending_elicitations || []);
   if (state.commands) { commands = state.commands; commandHint(); }
 }
 
@@ -577,10 +577,11 @@ function commandHint() {
   hint.hidden = shown.length === 0;
 }
 
-function renderApprovals(pending) {
+function renderApprovals(pending, questions = []) {
   const box = $("approvals");
   box.replaceChildren();
-  box.hidden = pending.length === 0;
+  box.hidden = pending.length === 0 && questions.length === 0;
+  for (const question of questions) box.append(elicitationView(question));
   for (const call of pending) {
     const row = el("div", "approval");
     row.setAttribute("data-testid", "approval");
@@ -601,6 +602,47 @@ function renderApprovals(pending) {
       row.append(yes, no);
     }
     box.append(row);
+  }
+}
+
+// A tool's server asks the user something during the run (an MCP elicitation): a URL to
+// open (then Done retries the call) or a form (answered through the API; here declined).
+function elicitationView(question) {
+  const row = el("div", "approval");
+  row.setAttribute("data-testid", "elicitation");
+  row.dataset.elicitationId = question.id;
+  row.append(el("strong", null, `MCP server ${question.server} asks`), el("span", null, question.message));
+  if (question.mode === "url" && question.url) {
+    // only an http(s) address becomes a link (a javascript: one is shown as text)
+    const web = /^https?:\/\//i.test(question.url);
+    const link = el(web ? "a" : "code", "elicitation-url", question.url);
+    if (web) {
+      link.href = question.url;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+    }
+    link.setAttribute("data-testid", "elicitation-url");
+    row.append(link);
+    const done = el("button", null, "Done, retry");
+    done.type = "button";
+    done.setAttribute("data-testid", "elicitation-accept");
+    done.addEventListener("click", () => answerElicitation(question.id, "accept"));
+    row.append(done);
+  }
+  const no = el("button", null, "Decline");
+  no.type = "button";
+  no.setAttribute("data-testid", "elicitation-decline");
+  no.addEventListener("click", () => answerElicitation(question.id, "decline"));
+  row.append(no);
+  return row;
+}
+
+async function answerElicitation(id, action) {
+  try {
+    await api("POST", `/api/sessions/${current}/elicitations`, { id, action });
+    showError("");
+  } catch (err) {
+    showError(err.message);
   }
 }
 
