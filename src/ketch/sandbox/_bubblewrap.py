@@ -733,7 +733,8 @@ class BubblewrapSandbox:
         names += reached_from_output(output, code, run.bounds)
         lines = [run.bounds.line(name) for name in dict.fromkeys(names)]
         if run.proxy is not None:
-            lines += [f"[sandbox: {line}]" for line in run.proxy.refused()]
+            # a refusal the command did not print (a CONNECT's 403 body): for the model
+            lines += [f"[sandbox: {line}]" for line in run.proxy.refused() if line not in output]
         identity = run.identity
         if identity is not None and code and ("Permission denied" in output or "No such file or directory" in output):
             lines.append(
