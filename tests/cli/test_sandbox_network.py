@@ -35,7 +35,7 @@ def host() -> Iterator[Host]:
     record = Host(0)
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             record.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
             body = f"test host says hello to {self.path}".encode()
             self.send_response(200)

@@ -18,7 +18,10 @@ import contextlib
 import ipaddress
 import os
 import socket
+from collections.abc import Awaitable
+from collections.abc import Callable
 from collections.abc import Mapping
+from typing import Any
 
 from ._network import NetworkPolicy
 from ._network import is_ip_literal
@@ -135,12 +138,21 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int] | Non
 class NetworkProxy:
     """One command's proxy: listens on ``path`` (a Unix socket made here, bound into the
     sandbox) under ``policy``; credentials are read from ``environ`` (default: this
-    process's environment) at each request. :meth:`start` serves, :meth:`close` stops."""
+    process's environment) at each request. ``resolve`` is ``getaddrinfo`` (default: the
+    event loop's, called as ``resolve(host, port, type=..., flags=...)``). :meth:`start`
+    serves, :meth:`close` stops."""
 
-    def __init__(self, path: str, policy: NetworkPolicy, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        policy: NetworkPolicy,
+        environ: Mapping[str, str] | None = None,
+        resolve: Callable[..., Awaitable[list[Any]]] | None = None,
+    ) -> None:
         self.path = path
         self.policy = policy
         self.environ = os.environ if environ is None else environ
+        self.resolve = resolve
         self.refusals: list[str] = []
         self._socket: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -244,6 +256,15 @@ class NetworkProxy:
         if refusal is not None:
             await self._refuse(writer, "403 Forbidden", refusal)
             return None
+        credential = self.policy.credential(name) if method != "CONNECT" else None
+        secret = credential.render(self.environ) if credential is not None else None
+        if credential is not None and secret is None:
+            await self._refuse(
+                writer,
+                "403 Forbidden",
+                f"ketch sandbox: the credential for {name!r} is not available ({credential.env} is not set)",
+            )
+            return None
         upstream = await self._connect(writer, name, port)
         if upstream is None:
             return None
@@ -253,16 +274,6 @@ class NetworkProxy:
             await writer.drain()
         else:
             out = [f"{method} {path} {version}"]
-            credential = self.policy.credential(name)
-            secret = credential.render(self.environ) if credential is not None else None
-            if credential is not None and secret is None:
-                up_writer.close()
-                await self._refuse(
-                    writer,
-                    "403 Forbidden",
-                    f"ketch sandbox: the credential for {name!r} is not available ({credential.env} is not set)",
-                )
-                return None
             drop = set(_HOP_HEADERS)
             if credential is not None:
                 drop.add(credential.header.lower())
@@ -282,7 +293,7 @@ class NetworkProxy:
         loop = asyncio.get_running_loop()
         literal = is_ip_literal(name)
         try:
-            infos = await loop.getaddrinfo(
+            infos = await (self.resolve or loop.getaddrinfo)(
                 name, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST if literal else 0
             )
         except (OSError, UnicodeError):
