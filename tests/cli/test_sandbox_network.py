@@ -174,7 +174,7 @@ def test_a_missing_credential_refuses_the_request(env: Env, host: Host) -> None:
 def test_an_untrusted_project_cannot_open_the_network(env: Env, host: Host) -> None:
     path = env.project_config('[sandbox.network]\nallow = ["localhost"]\n')
     proc, results = _bash(env, {"p": f"curl -sS http://localhost:{host.port}/ 2>&1; echo exit=$?"})
-    assert f"sandbox.network ({path})" in proc.stderr
+    assert f"ignored settings of the untrusted project {env.work}: [sandbox.network] ({path})" in proc.stderr
     assert results["p"].startswith("curl: (7) Failed to connect to localhost port")
     assert host.seen == []
     trusted, results = _bash(env, {"t": f"curl -sS http://localhost:{host.port}/trusted"}, {"KETCH_TRUST_PROJECT": "1"})

@@ -380,7 +380,9 @@ def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
     sandbox = _Sandbox(
         enabled=box.enabled if box.enabled is not None and gate.admit("sandbox.enabled", box.enabled, path) else None,
         network=box.network
-        if box.network is not None and gate.admit("sandbox.network", box.network, path, label="sandbox.network")
+        if box.network is not None and gate.admit(
+            "sandbox.network", box.network, path, label=None if isinstance(box.network, bool) else "[sandbox.network]"
+        )
         else None,
         env_allow=list(box.env_allow)
         if box.env_allow and gate.admit("sandbox.env_allow", box.env_allow, path, label="sandbox.env_allow")
@@ -432,8 +434,8 @@ def _network_policy(current: NetworkPolicy | None, table: _Network, origin: str)
     credentials.update({host: msgspec.structs.asdict(c) for host, c in table.credentials.items()})
     try:
         return NetworkPolicy(
-            allow=[*(current.allow if current is not None else ()), *table.allow],
-            deny=[*(current.deny if current is not None else ()), *table.deny],
+            allow=[*(str(e) for e in (current.allow if current is not None else ())), *table.allow],
+            deny=[*(str(e) for e in (current.deny if current is not None else ())), *table.deny],
             credentials=credentials,
         )
     except NetworkPolicyError as exc:

@@ -174,14 +174,14 @@ class NetworkPolicy:
 
     def __init__(
         self,
-        allow: Iterable[str | HostPattern] = (),
-        deny: Iterable[str | HostPattern] = (),
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
         credentials: Mapping[str, Credential | Mapping[str, str]] | None = None,
     ) -> None:
         if isinstance(allow, str) or isinstance(deny, str):
             raise NetworkPolicyError("[sandbox.network] allow and deny are lists of hosts, not one string")
-        allowed = tuple(e if isinstance(e, HostPattern) else parse_host_pattern(e, "allow") for e in allow)
-        denied = tuple(e if isinstance(e, HostPattern) else parse_host_pattern(e, "deny") for e in deny)
+        allowed = tuple(parse_host_pattern(e, "allow") for e in allow)
+        denied = tuple(parse_host_pattern(e, "deny") for e in deny)
         creds: dict[str, Credential] = {}
         for host, given in (credentials or {}).items():
             name = normalize_host(host) if isinstance(host, str) else ""
