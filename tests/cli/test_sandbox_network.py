@@ -225,3 +225,115 @@ def test_the_command_sees_the_proxy_variables_and_socket(env: Env) -> None:
          "http_proxy=http://127.0.0.1:PORT", "https_proxy=http://127.0.0.1:PORT", "no_proxy="]
     )
     assert json.loads(proc.stdout.splitlines()[-1])["type"] == "result"
+
+
+def _server_certificate(folder: Path, names: list[str]) -> Path:
+    """A self-signed certificate (and its key, in one file) for ``names``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test host")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    folder.mkdir()
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return folder
+
+
+@pytest.fixture
+def tls_host(tmp_path: Path) -> Iterator[tuple[Host, Path, str]]:
+    import ssl
+
+    alias = _loopback_alias()
+    certs = _server_certificate(tmp_path / "work" / "certs", ["localhost", alias])  # the sandbox sees the workspace
+    record = Host(0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            record.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+            body = f"tls host says hello to {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs / "cert.pem", certs / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    record.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield record, certs / "cert.pem", alias
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_https_credentials_through_the_runs_ca_and_other_hosts_tunnelled(
+    env: Env, tls_host: tuple[Host, Path, str], tmp_path: Path
+) -> None:
+    host, cert, alias = tls_host
+    token = "canary-" + secrets.token_hex(16)
+    env.user_config(
+        f'[sandbox.network]\nallow = ["localhost", "{alias}"]\n'
+        '[sandbox.network.credentials]\nlocalhost = { header = "Authorization", env = "CANARY_CRED", value = "Bearer ${CANARY_CRED}" }\n'
+    )
+    port = host.port
+    # ketch itself trusts the test host's certificate; the sandbox trusts the run's CA instead
+    extra = {"CANARY_CRED": token, "SSL_CERT_FILE": str(cert), "XDG_DATA_HOME": str(tmp_path / "data")}
+    proc, results = _bash(
+        env,
+        {
+            "cred": f"curl -sS https://localhost:{port}/tls",
+            "bundle": "echo $SSL_CERT_FILE $CURL_CA_BUNDLE $REQUESTS_CA_BUNDLE $NODE_EXTRA_CA_CERTS $GIT_SSL_CAINFO; "
+            "grep -c 'BEGIN CERTIFICATE' /run/ketch-ca.pem >/dev/null && echo has-certs",
+            "py": "python3 -I -c 'import urllib.request;print(urllib.request.urlopen(\"https://localhost:"
+            f"{port}/py\").read().decode())'",
+            # not credentialed: an untouched tunnel, the host's own certificate (trusted alone here)
+            "tunnel": f"curl -sS --cacert {cert} https://{alias}:{port}/tunnel",
+            # credentialed: the run's CA's certificate, which the host's own does not verify
+            "ca": f"curl -sS --cacert {cert} https://localhost:{port}/no 2>&1 | head -1 | cut -d: -f1-2; echo exit=${{PIPESTATUS[0]}}",
+        },
+        extra,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert results["cred"] == "tls host says hello to /tls"
+    assert results["bundle"] == " ".join(["/run/ketch-ca.pem"] * 5) + "\nhas-certs"
+    assert results["py"] == "tls host says hello to /py"
+    assert results["tunnel"] == "tls host says hello to /tunnel"
+    assert results["ca"] == "curl: (60) SSL certificate problem\nexit=60"
+    seen = dict(host.seen)
+    assert seen["/tls"]["authorization"] == f"Bearer {token}"
+    assert seen["/py"]["authorization"] == f"Bearer {token}"
+    assert "authorization" not in seen["/tunnel"]
+    assert "/no" not in seen
+    assert token not in proc.stdout and token not in proc.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert token.encode() not in path.read_bytes(), path

@@ -39,6 +39,7 @@ from ._policy import SandboxPolicy
 from ._policy import with_git_dir
 from ._proxy import FORWARDER
 from ._proxy import NetworkProxy
+from ._tls import TlsBroker
 from ._seccomp import host_architecture
 from ._seccomp import seccomp_program
 
@@ -245,6 +246,7 @@ class BubblewrapSandbox:
         "_reason_known",
         "_seccomp",
         "_setpriv",
+        "_tls",
         "_userns",
         "bwrap",
         "name",
@@ -263,6 +265,7 @@ class BubblewrapSandbox:
         self._setpriv: str | None = None
         self._drop_reason: str | None = None
         self._cgroups: Cgroups | None = None
+        self._tls: TlsBroker | None | bool = False  # False: not made yet; None: cannot be (no cryptography)
 
     def __repr__(self) -> str:
         return f"BubblewrapSandbox(bwrap={self.bwrap!r})"
@@ -572,7 +575,7 @@ class BubblewrapSandbox:
         run = _Run([], bounds, identity)
         try:
             if limited is not None:
-                args += self._proxy_mounts(run, limited)
+                args += self._proxy_mounts(run, limited, self._broker() if limited.credentials else None)
             if policy.write:
                 for real in extras:
                     args += ["--bind", real, real]
@@ -611,6 +614,8 @@ class BubblewrapSandbox:
             for name in list(wrapped_env):
                 if name.lower() in _PROXY_VARIABLES:
                     del wrapped_env[name]  # the forwarder sets them
+            if run.proxy is not None and run.proxy.tls is not None:
+                wrapped_env.update(dict.fromkeys(_CA_VARIABLES, _CA_BUNDLE))
         args += argv
         wrapped_env["TMPDIR"] = _SANDBOX_TMP
         if identity is not None and identity.foreign:
@@ -618,18 +623,34 @@ class BubblewrapSandbox:
         self._active[id(args)] = (args, run)
         return args, wrapped_env
 
+    def _broker(self) -> TlsBroker | None:
+        """The CA of this sandbox's proxies (made on first use; None without ``cryptography``)."""
+        if self._tls is False:
+            try:
+                broker = TlsBroker()
+            except ImportError:
+                self._tls = None
+            else:
+                atexit.register(broker.close)
+                self._tls = broker
+        return self._tls if isinstance(self._tls, TlsBroker) else None
+
     @staticmethod
-    def _proxy_mounts(run: _Run, policy: NetworkPolicy) -> list[str]:
+    def _proxy_mounts(run: _Run, policy: NetworkPolicy, tls: TlsBroker | None) -> list[str]:
         """The proxy of a command limited to named hosts: its socket, in a folder only
-        this user may enter, bound into the sandbox's private ``/run``."""
+        this user may enter, bound into the sandbox's private ``/run``; with ``tls`` (the
+        policy has credentials), the CA bundle that trusts the run's CA too."""
         run.proxy_dir = tempfile.mkdtemp(prefix="ketch-net-")
         folder = os.open(run.proxy_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
         try:  # through the folder's descriptor: a socket's path is short (108 bytes at most)
-            run.proxy = NetworkProxy(f"/proc/self/fd/{folder}/proxy.sock", policy)
+            run.proxy = NetworkProxy(f"/proc/self/fd/{folder}/proxy.sock", policy, tls=tls)
         finally:
             os.close(folder)
         run.proxy.path = os.path.join(run.proxy_dir, "proxy.sock")
-        return ["--ro-bind", run.proxy.path, _PROXY_SOCKET]
+        args = ["--ro-bind", run.proxy.path, _PROXY_SOCKET]
+        if tls is not None:
+            args += ["--ro-bind", tls.bundle, _CA_BUNDLE]
+        return args
 
     def _control_fds(self, run: _Run) -> list[str]:
         """The seccomp filter and the two pipes of :meth:`started` (their ends for bwrap
@@ -928,6 +949,8 @@ def _make_placeholder(path: str) -> None:
 
 
 _PROXY_SOCKET = "/run/ketch-proxy.sock"
+_CA_BUNDLE = "/run/ketch-ca.pem"
+_CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
 _PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
 
 

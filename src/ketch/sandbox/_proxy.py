@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import ssl
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 from ._network import NetworkPolicy
 from ._network import is_ip_literal
 from ._network import normalize_host
+from ._tls import TlsBroker
 
 _HEAD_LIMIT = 65536
 _CONNECT_TIMEOUT = 30.0
@@ -139,7 +141,9 @@ class NetworkProxy:
     """One command's proxy: listens on ``path`` (a Unix socket made here, bound into the
     sandbox) under ``policy``; credentials are read from ``environ`` (default: this
     process's environment) at each request. ``resolve`` is ``getaddrinfo`` (default: the
-    event loop's, called as ``resolve(host, port, type=..., flags=...)``). :meth:`start`
+    event loop's, called as ``resolve(host, port, type=..., flags=...)``). With ``tls``, a
+    ``CONNECT`` to a host with a credential is ended here (:class:`TlsBroker`) so the
+    credential can be added; other ``CONNECT`` tunnels pass bytes untouched. :meth:`start`
     serves, :meth:`close` stops."""
 
     def __init__(
@@ -148,11 +152,13 @@ class NetworkProxy:
         policy: NetworkPolicy,
         environ: Mapping[str, str] | None = None,
         resolve: Callable[..., Awaitable[list[Any]]] | None = None,
+        tls: TlsBroker | None = None,
     ) -> None:
         self.path = path
         self.policy = policy
         self.environ = os.environ if environ is None else environ
         self.resolve = resolve
+        self.tls = tls
         self.refusals: list[str] = []
         self._socket: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -208,7 +214,10 @@ class NetworkProxy:
         with contextlib.suppress(OSError):
             await writer.drain()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> asyncio.StreamWriter | None:
+    async def _read_head(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[str, str, str, list[tuple[str, str]]] | None:
+        """A request's method, target, version and headers; None (refused) when it cannot be parsed."""
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
@@ -216,16 +225,11 @@ class NetworkProxy:
             return None
         except asyncio.IncompleteReadError:
             return None
-        try:
-            text = head.decode("iso-8859-1")
-        except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-            return None
-        lines = text.split("\r\n")[:-2]
+        lines = head.decode("iso-8859-1").split("\r\n")[:-2]
         parts = lines[0].split(" ") if lines else []
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             await self._refuse(writer, "400 Bad Request", "ketch sandbox: the proxy could not parse the request")
             return None
-        method, target, version = parts
         headers: list[tuple[str, str]] = []
         for line in lines[1:]:
             name, sep, value = line.partition(":")
@@ -233,6 +237,13 @@ class NetworkProxy:
                 await self._refuse(writer, "400 Bad Request", "ketch sandbox: the proxy could not parse the request")
                 return None
             headers.append((name, value.strip()))
+        return parts[0], parts[1], parts[2], headers
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> asyncio.StreamWriter | None:
+        request = await self._read_head(reader, writer)
+        if request is None:
+            return None
+        method, target, version, headers = request
         if method == "CONNECT":
             where = _split_authority(target, 443)
             path = ""
@@ -256,7 +267,7 @@ class NetworkProxy:
         if refusal is not None:
             await self._refuse(writer, "403 Forbidden", refusal)
             return None
-        credential = self.policy.credential(name) if method != "CONNECT" else None
+        credential = self.policy.credential(name)
         secret = credential.render(self.environ) if credential is not None else None
         if credential is not None and secret is None:
             await self._refuse(
@@ -265,6 +276,8 @@ class NetworkProxy:
                 f"ketch sandbox: the credential for {name!r} is not available ({credential.env} is not set)",
             )
             return None
+        if method == "CONNECT" and credential is not None and self.tls is not None:
+            return await self._intercept(reader, writer, name, port)
         upstream = await self._connect(writer, name, port)
         if upstream is None:
             return None
@@ -273,22 +286,71 @@ class NetworkProxy:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
         else:
-            out = [f"{method} {path} {version}"]
-            drop = set(_HOP_HEADERS)
-            if credential is not None:
-                drop.add(credential.header.lower())
-            out += [f"{n}: {v}" for n, v in headers if n.lower() not in drop]
-            if credential is not None and secret is not None:
-                out.append(f"{credential.header}: {secret}")
-            out.append("Connection: close")
-            up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("iso-8859-1", "replace"))
-            await up_writer.drain()
+            await self._send_head(up_writer, method, path, version, headers, name)
+        await _relay(reader, writer, up_reader, up_writer)
+        return up_writer
+
+    async def _send_head(
+        self, up_writer: asyncio.StreamWriter, method: str, path: str, version: str, headers: list[tuple[str, str]], name: str
+    ) -> None:
+        """The request's head in origin form, without hop-by-hop headers, with the host's credential."""
+        credential = self.policy.credential(name)
+        secret = credential.render(self.environ) if credential is not None else None
+        out = [f"{method} {path} {version}"]
+        drop = set(_HOP_HEADERS)
+        if credential is not None:
+            drop.add(credential.header.lower())
+        out += [f"{n}: {v}" for n, v in headers if n.lower() not in drop]
+        if credential is not None and secret is not None:
+            out.append(f"{credential.header}: {secret}")
+        out.append("Connection: close")
+        up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("iso-8859-1", "replace"))
+        await up_writer.drain()
+
+    async def _intercept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str, port: int
+    ) -> asyncio.StreamWriter | None:
+        """A CONNECT to a credentialed host: TLS ended here with a certificate of the run's
+        CA, the request read, the credential added, sent on over TLS checked against the
+        real host's certificate."""
+        assert self.tls is not None
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        try:
+            await writer.start_tls(self.tls.server_context(name))
+        except (OSError, ssl.SSLError):
+            return None  # the client did not trust the run's CA (or spoke no TLS)
+        request = await self._read_head(reader, writer)
+        if request is None:
+            return None
+        method, target, version, headers = request
+        if not target.startswith("/"):
+            await self._refuse(writer, "400 Bad Request", f"ketch sandbox: {target[:80]!r} is not a path")
+            return None
+        sock = await self._connect_socket(writer, name, port)
+        if sock is None:
+            return None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(
+                sock=sock, ssl=self.tls.client_context(), server_hostname=name, limit=_HEAD_LIMIT
+            )
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            why = getattr(exc, "reason", None) or exc.strerror or str(exc)
+            await self._refuse(writer, "502 Bad Gateway", f"ketch sandbox: TLS to {name}:{port} failed: {why}")
+            return None
+        await self._send_head(up_writer, method, target, version, headers, name)
         await _relay(reader, writer, up_reader, up_writer)
         return up_writer
 
     async def _connect(
         self, writer: asyncio.StreamWriter, name: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """Streams to ``name``'s first address the policy allows (None: refused)."""
+        sock = await self._connect_socket(writer, name, port)
+        return None if sock is None else await asyncio.open_connection(sock=sock, limit=_HEAD_LIMIT)
+
+    async def _connect_socket(self, writer: asyncio.StreamWriter, name: str, port: int) -> socket.socket | None:
         """Resolve ``name`` here and connect to its first address the policy allows."""
         loop = asyncio.get_running_loop()
         literal = is_ip_literal(name)
@@ -321,7 +383,7 @@ class NetworkProxy:
                 sock.close()
                 last = exc if isinstance(exc, OSError) else OSError("timed out")
                 continue
-            return await asyncio.open_connection(sock=sock, limit=_HEAD_LIMIT)
+            return sock
         why = last.strerror if last is not None and last.strerror else str(last)
         await self._refuse(writer, "502 Bad Gateway", f"ketch sandbox: could not connect to {name}:{port}: {why}")
         return None
