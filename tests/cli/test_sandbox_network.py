@@ -239,7 +239,7 @@ def _server_certificate(folder: Path, names: list[str]) -> Path:
 
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test host")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -269,7 +269,7 @@ def tls_host(tmp_path: Path) -> Iterator[tuple[Host, Path, str]]:
     record = Host(0)
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             record.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
             body = f"tls host says hello to {self.path}".encode()
             self.send_response(200)

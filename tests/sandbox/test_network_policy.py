@@ -160,6 +160,10 @@ async def test_credentials_replace_the_clients_header_on_plain_http(upstream: tu
         (b"GET http://user@localhost/ HTTP/1.1\r\n\r\n", "ketch sandbox: 'http://user@localhost/' names no valid host"),
         (b"GET http://localhost/ HTTP/1.1\r\nBad Header: x\r\n\r\n", "ketch sandbox: the proxy could not parse the request"),
         (b"GARBAGE\r\n\r\n", "ketch sandbox: the proxy could not parse the request"),
+        (
+            b"GET http://localhost/ HTTP/1.1\r\nX: a\nAuthorization: forged\r\n\r\n",
+            "ketch sandbox: the proxy could not parse the request",
+        ),
         (b"CONNECT 2130706433:80 HTTP/1.1\r\n\r\n", "ketch sandbox: host '2130706433' is not in [sandbox.network] allow; allowed: localhost"),
     ],
 )

@@ -39,9 +39,9 @@ from ._policy import SandboxPolicy
 from ._policy import with_git_dir
 from ._proxy import FORWARDER
 from ._proxy import NetworkProxy
-from ._tls import TlsBroker
 from ._seccomp import host_architecture
 from ._seccomp import seccomp_program
+from ._tls import TlsBroker
 
 _PROBE_TIMEOUT = 15.0
 _START_TIMEOUT = 30.0
@@ -265,7 +265,7 @@ class BubblewrapSandbox:
         self._setpriv: str | None = None
         self._drop_reason: str | None = None
         self._cgroups: Cgroups | None = None
-        self._tls: TlsBroker | None | bool = False  # False: not made yet; None: cannot be (no cryptography)
+        self._tls: TlsBroker | bool | None = False  # False: not made yet; None: cannot be (no cryptography)
 
     def __repr__(self) -> str:
         return f"BubblewrapSandbox(bwrap={self.bwrap!r})"

@@ -32,6 +32,7 @@ from ._tls import TlsBroker
 _HEAD_LIMIT = 65536
 _CONNECT_TIMEOUT = 30.0
 _CHUNK = 65536
+_KEPT_REFUSALS = 20  # lines kept for the model's note, each once
 _HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "upgrade"}
 )
@@ -209,7 +210,8 @@ class NetworkProxy:
             self._writers.discard(writer)
 
     async def _refuse(self, writer: asyncio.StreamWriter, status: str, line: str) -> None:
-        self.refusals.append(line)
+        if len(self.refusals) < _KEPT_REFUSALS and line not in self.refusals:
+            self.refusals.append(line)
         writer.write(_response(status, line))
         with contextlib.suppress(OSError):
             await writer.drain()
@@ -227,7 +229,8 @@ class NetworkProxy:
             return None
         lines = head.decode("iso-8859-1").split("\r\n")[:-2]
         parts = lines[0].split(" ") if lines else []
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        bare = any(c in line for line in lines for c in "\r\n\0")  # a bare CR or LF would split a line upstream
+        if bare or len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             await self._refuse(writer, "400 Bad Request", "ketch sandbox: the proxy could not parse the request")
             return None
         headers: list[tuple[str, str]] = []

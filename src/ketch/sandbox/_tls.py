@@ -55,7 +55,7 @@ class TlsBroker:
         self._serialization: Any = serialization
         self._ec: Any = ec
         self._name_oid: Any = NameOID
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"ketch sandbox proxy CA (pid {os.getpid()})")])
         self._name = name
@@ -111,7 +111,7 @@ class TlsBroker:
         import ipaddress
 
         x509, ec, serialization = self._x509, self._ec, self._serialization
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
         try:
             alt: Any = x509.IPAddress(ipaddress.ip_address(host))
