@@ -86,6 +86,8 @@ from ..llm import redact_url
 from ..llm._model import THINKING_LEVELS
 from ..permissions import Rule
 from ..permissions import parse_mode
+from ..sandbox import NetworkPolicy
+from ..sandbox import NetworkPolicyError
 from ..sandbox import SandboxLimits
 from ..sandbox import merge_limits
 from ._trust import TRUST_ENV as TRUST_ENV
@@ -143,9 +145,26 @@ class _Limits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     file_size: int | str | None = None
 
 
+class _Credential(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[sandbox.network.credentials] "host" = { header, env, value }``."""
+
+    header: str
+    env: str
+    value: str = ""
+
+
+class _Network(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[sandbox.network]``: the hosts a command may reach through ketch's proxy
+    (:class:`ketch.sandbox.NetworkPolicy`)."""
+
+    allow: list[str] = msgspec.field(default_factory=list)
+    deny: list[str] = msgspec.field(default_factory=list)
+    credentials: dict[str, _Credential] = msgspec.field(default_factory=dict)
+
+
 class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     enabled: bool | None = None
-    network: bool | None = None
+    network: bool | _Network | None = None
     env_allow: list[str] = msgspec.field(default_factory=list)
     limits: _Limits = msgspec.field(default_factory=_Limits)
 
@@ -186,7 +205,8 @@ class Settings(_Scalars, kw_only=True):
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
     (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
-    sandbox, with the network when ``sandbox_network`` and the extra variables named by
+    sandbox, with the network when ``sandbox_network``, or only the hosts of
+    ``sandbox_network_policy`` (``[sandbox.network]``), and the extra variables named by
     ``sandbox_env_allow``. ``mcp_servers`` are the ``mcpServers`` entries of the user's
     and (when trusted) the project's ``.mcp.json``, ``mcp_origins`` the file each came
     from. ``trust`` is the user's word on the project (:class:`ketch.cli._trust.Trust`;
@@ -207,6 +227,7 @@ class Settings(_Scalars, kw_only=True):
     hooks: list[HookSpec] = msgspec.field(default_factory=list)
     sandbox: bool = True
     sandbox_network: bool = False
+    sandbox_network_policy: NetworkPolicy | None = None
     sandbox_env_allow: list[str] = msgspec.field(default_factory=list)
     sandbox_limits: SandboxLimits | None = None
     mcp_servers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
@@ -358,7 +379,11 @@ def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
     box = data.sandbox
     sandbox = _Sandbox(
         enabled=box.enabled if box.enabled is not None and gate.admit("sandbox.enabled", box.enabled, path) else None,
-        network=box.network if box.network is not None and gate.admit("sandbox.network", box.network, path) else None,
+        network=box.network
+        if box.network is not None and gate.admit(
+            "sandbox.network", box.network, path, label=None if isinstance(box.network, bool) else "[sandbox.network]"
+        )
+        else None,
         env_allow=list(box.env_allow)
         if box.env_allow and gate.admit("sandbox.env_allow", box.env_allow, path, label="sandbox.env_allow")
         else [],
@@ -402,13 +427,33 @@ def _holds_key(data: _File) -> bool:
     return any(p.api_key for p in data.providers.values())
 
 
+def _network_policy(current: NetworkPolicy | None, table: _Network, origin: str) -> NetworkPolicy:
+    """``current`` with a file's ``[sandbox.network]`` added (lists extended, credentials
+    by host replaced); a :class:`ConfigError` names the file and the bad value."""
+    credentials: dict[str, Any] = dict(current.credentials) if current is not None else {}
+    credentials.update({host: msgspec.structs.asdict(c) for host, c in table.credentials.items()})
+    try:
+        return NetworkPolicy(
+            allow=[*(str(e) for e in (current.allow if current is not None else ())), *table.allow],
+            deny=[*(str(e) for e in (current.deny if current is not None else ())), *table.deny],
+            credentials=credentials,
+        )
+    except NetworkPolicyError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+
+
 def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None:
     box = data.sandbox
     if box.enabled is not None:
         settings.sandbox = box.enabled
         settings.sources["sandbox"] = origin
-    if box.network is not None:
+    if isinstance(box.network, bool):
         settings.sandbox_network = box.network
+        settings.sandbox_network_policy = None
+        settings.sources["sandbox_network"] = origin
+    elif box.network is not None:
+        settings.sandbox_network = False
+        settings.sandbox_network_policy = _network_policy(settings.sandbox_network_policy, box.network, origin)
         settings.sources["sandbox_network"] = origin
     if box.env_allow:
         settings.sandbox_env_allow.extend(n for n in box.env_allow if n not in settings.sandbox_env_allow)

@@ -52,6 +52,7 @@ from ..loop import stop_after_tool
 from ..permissions import Approver
 from ..permissions import PermissionEngine
 from ..permissions import Rule
+from ..sandbox import NetworkPolicy
 from ._config import ConfigError
 from ._config import ProviderConfig
 from ._config import Settings
@@ -238,7 +239,7 @@ def build_tools(
         secret_names=secret_names,
         sandbox="default" if enabled else None,
         unsandboxed_reason=None if enabled else "the sandbox is turned off in the configuration",
-        network=settings is not None and settings.sandbox_network,
+        network=_network(settings),
         env_allow=settings.sandbox_env_allow if settings is not None else (),
         limits=settings.sandbox_limits if settings is not None else None,
         hidden=hidden,
@@ -247,6 +248,15 @@ def build_tools(
     )
     by_name = {t.name: t for t in tools}
     return [by_name[n] for n in wanted if n in by_name]
+
+
+def _network(settings: Settings | None) -> bool | NetworkPolicy:
+    """The bash sandbox's network: the hosts of ``[sandbox.network]``, else on or off."""
+    if settings is None:
+        return False
+    if settings.sandbox_network_policy is not None:
+        return settings.sandbox_network_policy
+    return settings.sandbox_network
 
 
 def default_system_prompt(root: Path, tools: Sequence[Tool]) -> str:
@@ -533,6 +543,8 @@ def build_gated_tools(
     notices go to stderr) and the :class:`PermissionEngine` that gates the calls: rules
     from the settings, the workspace ``root``, the hooks as its first step."""
     secret_names = [p.api_key_env for p in settings.providers.values() if p.api_key_env]
+    if settings.sandbox_network_policy is not None:  # the proxy's credentials: no tool or hook sees them
+        secret_names += settings.sandbox_network_policy.secret_names()
     permissions: PermissionEngine | None = None
 
     def mode() -> str:

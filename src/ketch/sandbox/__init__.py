@@ -14,6 +14,10 @@ implementations (macOS Seatbelt, a container runner) only need the three methods
 
 :class:`SandboxLimits` bounds each command's processes, memory, CPU time and file size.
 
+:class:`NetworkPolicy` (``SandboxPolicy(network=NetworkPolicy(allow=[...]))``) limits a
+command's network to named hosts, reached through a proxy ketch runs outside the sandbox,
+which adds the configured :class:`Credential` headers.
+
 :func:`tool_environment` builds the environment of tools and shell hooks from an
 allow-list, never from the whole parent environment, and never passes secrets.
 """
@@ -34,6 +38,9 @@ from ._hints import denial_hint
 from ._hints import protected_names
 from ._limits import SandboxLimits
 from ._limits import merge_limits
+from ._network import Credential
+from ._network import NetworkPolicy
+from ._network import NetworkPolicyError
 from ._policy import DEFAULT_PROTECTED
 from ._policy import Sandbox
 from ._policy import SandboxPolicy
@@ -46,6 +53,9 @@ __all__ = [
     "DEFAULT_PROTECTED",
     "SECRET_PATTERNS",
     "BubblewrapSandbox",
+    "Credential",
+    "NetworkPolicy",
+    "NetworkPolicyError",
     "Sandbox",
     "SandboxLimits",
     "SandboxPolicy",

@@ -13,6 +13,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -33,10 +34,14 @@ from ._limits import SandboxLimits
 from ._limits import apply_rlimits
 from ._limits import reached_from_output
 from ._limits import resolve
+from ._network import NetworkPolicy
 from ._policy import SandboxPolicy
 from ._policy import with_git_dir
+from ._proxy import FORWARDER
+from ._proxy import NetworkProxy
 from ._seccomp import host_architecture
 from ._seccomp import seccomp_program
+from ._tls import TlsBroker
 
 _PROBE_TIMEOUT = 15.0
 _START_TIMEOUT = 30.0
@@ -114,6 +119,8 @@ class _Run:
     block: int = -1  # the sandbox waits for a byte here before the command starts
     group: Group | None = None
     group_holds: frozenset[str] = frozenset()
+    proxy: NetworkProxy | None = None
+    proxy_dir: str = ""
 
     def close_child_fds(self) -> None:
         for fd in self.child_fds:
@@ -123,6 +130,12 @@ class _Run:
 
     def close(self) -> None:
         self.close_child_fds()
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+        if self.proxy_dir:
+            shutil.rmtree(self.proxy_dir, ignore_errors=True)
+            self.proxy_dir = ""
         for name in ("info", "block"):
             fd = getattr(self, name)
             if fd >= 0:
@@ -233,6 +246,7 @@ class BubblewrapSandbox:
         "_reason_known",
         "_seccomp",
         "_setpriv",
+        "_tls",
         "_userns",
         "bwrap",
         "name",
@@ -251,6 +265,7 @@ class BubblewrapSandbox:
         self._setpriv: str | None = None
         self._drop_reason: str | None = None
         self._cgroups: Cgroups | None = None
+        self._tls: TlsBroker | bool | None = False  # False: not made yet; None: cannot be (no cryptography)
 
     def __repr__(self) -> str:
         return f"BubblewrapSandbox(bwrap={self.bwrap!r})"
@@ -543,7 +558,14 @@ class BubblewrapSandbox:
         identity = None if policy.as_caller else self._identity(workspace, policy.write)
         if identity is not None and not _can_run(argv, identity):
             identity = None  # a program root keeps to itself (in root's home): it runs as root
-        args = [self.bwrap, *self._namespace_args(network=policy.network, identity=identity)]
+        limited = policy.network if isinstance(policy.network, NetworkPolicy) else None
+        python: str | None = None
+        if limited is not None:
+            python = _forwarder_python(identity)
+            if python is None and identity is not None:
+                identity = None  # no Python the other user may run: the command runs as root
+                python = _forwarder_python(None)
+        args = [self.bwrap, *self._namespace_args(network=policy.network is True, identity=identity)]
         as_root = identity is None and os.geteuid() == 0
         args += self._base_mounts(write=policy.write, size=bounds.memory // 2, as_root=as_root)
         covers: list[str] = []
@@ -552,6 +574,8 @@ class BubblewrapSandbox:
             args += scaffold
         run = _Run([], bounds, identity)
         try:
+            if limited is not None:
+                args += self._proxy_mounts(run, limited, self._broker() if limited.credentials else None)
             if policy.write:
                 for real in extras:
                     args += ["--bind", real, real]
@@ -578,13 +602,55 @@ class BubblewrapSandbox:
         if identity is not None:
             assert self._setpriv is not None
             args += self._drop_argv(self._setpriv, identity)
-        args += argv
         wrapped_env = dict(env)
+        if limited is not None:
+            if python is None:  # fail closed: no way to reach the proxy, so no command
+                line = "ketch sandbox: no python3 to start the network proxy's forwarder inside the sandbox"
+                argv = ["/bin/sh", "-c", 'echo "$0" >&2; exit 126', line]
+            else:
+                argv = [python, "-I", "-S", "-c", FORWARDER, _PROXY_SOCKET, *argv]
+            for name in limited.secret_names():
+                wrapped_env.pop(name, None)
+            for name in list(wrapped_env):
+                if name.lower() in _PROXY_VARIABLES:
+                    del wrapped_env[name]  # the forwarder sets them
+            if run.proxy is not None and run.proxy.tls is not None:
+                wrapped_env.update(dict.fromkeys(_CA_VARIABLES, _CA_BUNDLE))
+        args += argv
         wrapped_env["TMPDIR"] = _SANDBOX_TMP
         if identity is not None and identity.foreign:
             _trust_repositories(wrapped_env)
         self._active[id(args)] = (args, run)
         return args, wrapped_env
+
+    def _broker(self) -> TlsBroker | None:
+        """The CA of this sandbox's proxies (made on first use; None without ``cryptography``)."""
+        if self._tls is False:
+            try:
+                broker = TlsBroker()
+            except ImportError:
+                self._tls = None
+            else:
+                atexit.register(broker.close)
+                self._tls = broker
+        return self._tls if isinstance(self._tls, TlsBroker) else None
+
+    @staticmethod
+    def _proxy_mounts(run: _Run, policy: NetworkPolicy, tls: TlsBroker | None) -> list[str]:
+        """The proxy of a command limited to named hosts: its socket, in a folder only
+        this user may enter, bound into the sandbox's private ``/run``; with ``tls`` (the
+        policy has credentials), the CA bundle that trusts the run's CA too."""
+        run.proxy_dir = tempfile.mkdtemp(prefix="ketch-net-")
+        folder = os.open(run.proxy_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:  # through the folder's descriptor: a socket's path is short (108 bytes at most)
+            run.proxy = NetworkProxy(f"/proc/self/fd/{folder}/proxy.sock", policy, tls=tls)
+        finally:
+            os.close(folder)
+        run.proxy.path = os.path.join(run.proxy_dir, "proxy.sock")
+        args = ["--ro-bind", run.proxy.path, _PROXY_SOCKET]
+        if tls is not None:
+            args += ["--ro-bind", tls.bundle, _CA_BUNDLE]
+        return args
 
     def _control_fds(self, run: _Run) -> list[str]:
         """The seccomp filter and the two pipes of :meth:`started` (their ends for bwrap
@@ -633,6 +699,8 @@ class BubblewrapSandbox:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             return error
+        if run.proxy is not None:
+            await run.proxy.start()
         with contextlib.suppress(OSError):
             os.write(run.block, b"1")
         return None
@@ -685,6 +753,9 @@ class BubblewrapSandbox:
         names = run.group.reached() if run.group is not None else []
         names += reached_from_output(output, code, run.bounds)
         lines = [run.bounds.line(name) for name in dict.fromkeys(names)]
+        if run.proxy is not None:
+            # a refusal the command did not print (a CONNECT's 403 body): for the model
+            lines += [f"[sandbox: {line}]" for line in run.proxy.refused() if line not in output]
         identity = run.identity
         if identity is not None and code and ("Permission denied" in output or "No such file or directory" in output):
             lines.append(
@@ -875,6 +946,22 @@ def _make_placeholder(path: str) -> None:
         os.write(fd, content)
     finally:
         os.close(fd)
+
+
+_PROXY_SOCKET = "/run/ketch-proxy.sock"
+_CA_BUNDLE = "/run/ketch-ca.pem"
+_CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
+_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+
+
+def _forwarder_python(identity: _Identity | None) -> str | None:
+    """A Python the command's user may run, for the proxy forwarder (standard library only)."""
+    candidates = [os.path.realpath(sys.executable), shutil.which("python3"), "/usr/bin/python3"]
+    for candidate in dict.fromkeys(c for c in candidates if c):
+        path = os.path.realpath(candidate)
+        if os.path.isfile(path) and os.access(path, os.X_OK) and (identity is None or _reachable(path, identity, 5)):
+            return path
+    return None
 
 
 def _user_name(uid: int) -> str:

@@ -21,6 +21,7 @@ from .._paths import join_in_root
 from .._paths import pattern_base
 from .._paths import within
 from ._limits import SandboxLimits
+from ._network import NetworkPolicy
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     ".git/config",
@@ -224,7 +225,9 @@ class SandboxPolicy:
     rest of the filesystem is read-only; without it (plan mode) everything is read-only,
     the workspace too. ``protected`` names workspace-relative paths that stay read-only
     (and cannot be created, renamed or removed) even when ``write`` is set. ``network``
-    lets the command use the host's network; otherwise it has none. ``env_allow`` names
+    True lets the command use the host's network; a :class:`NetworkPolicy` gives it no
+    network of its own but ketch's proxy, which reaches only the hosts the policy names
+    (and adds their credentials); otherwise it has none. ``env_allow`` names
     extra environment variables a sandbox's own environment filter lets through.
     ``hidden`` are absolute paths the command cannot read (files holding keys, such as
     ketch's own config, and what ``Read`` deny rules name): a directory is empty inside
@@ -243,7 +246,7 @@ class SandboxPolicy:
 
     workspace: Path
     write: bool
-    network: bool = False
+    network: bool | NetworkPolicy = False
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     extra_writable: tuple[Path, ...] = ()
     env_allow: tuple[str, ...] = ()

@@ -74,6 +74,7 @@ from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
 from ..sandbox import DEFAULT_PROTECTED
+from ..sandbox import NetworkPolicy
 from ..sandbox import Sandbox
 from ..sandbox import SandboxLimits
 from ..sandbox import SandboxPolicy
@@ -797,7 +798,7 @@ class BashTool(Tool):
         report_interval: float = 0.1,
         sandbox: Sandbox | None = None,
         write_allowed: Callable[[], bool] | None = None,
-        network: bool = False,
+        network: bool | NetworkPolicy = False,
         protected: Iterable[str] = DEFAULT_PROTECTED,
         env_allow: Iterable[str] = (),
         unsandboxed_reason: str | None = None,
@@ -815,7 +816,11 @@ class BashTool(Tool):
         if usable is not None:
             description += _SANDBOX_NOTE.format(
                 protected=protected_names(self.protected),
-                network="network access" if network else "no network access",
+                network=(
+                    "network access only to the hosts the user allowed, through a proxy (HTTP_PROXY is set)"
+                    if isinstance(network, NetworkPolicy)
+                    else "network access" if network else "no network access"
+                ),
             )
         if tasks is not None:
             description += _BACKGROUND_NOTE

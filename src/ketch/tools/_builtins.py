@@ -10,6 +10,7 @@ from typing import Literal
 
 from ..loop import Tool
 from ..sandbox import DEFAULT_PROTECTED
+from ..sandbox import NetworkPolicy
 from ..sandbox import Sandbox
 from ..sandbox import SandboxLimits
 from ..sandbox import default_sandbox
@@ -36,7 +37,7 @@ def coding_tools(
     ripgrep: str | Literal[False] | None = None,
     sandbox: Sandbox | Literal["default"] | None = "default",
     write_allowed: Callable[[], bool] | None = None,
-    network: bool = False,
+    network: bool | NetworkPolicy = False,
     protected: Iterable[str] = DEFAULT_PROTECTED,
     env_allow: Iterable[str] = (),
     unsandboxed_reason: str | None = None,
