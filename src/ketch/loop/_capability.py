@@ -197,20 +197,10 @@ def compose(config: LoopConfig[Any], tools: Sequence[Tool]) -> Composed:
         for h in c.hosted_tools:
             if not isinstance(h, HostedTool):
                 raise TypeError(f"capability {capability.label!r}: hosted_tools must be HostedTool objects")
-            if h.kind in hosted_owners:
-                raise ValueError(
-                    f"capability {capability.label!r} asks for the hosted tool {h.kind!r}, "
-                    f"which {hosted_owners[h.kind]} already asks for"
-                )
-            hosted_owners[h.kind] = f"capability {capability.label!r}"
+            _claim(hosted_owners, h.kind, capability, "asks for the hosted tool {!r}, which {} already asks for")
             hosted.append(h)
         for tool in c.tools:
-            if tool.name in owners:
-                raise ValueError(
-                    f"capability {capability.label!r} adds a tool named {tool.name!r}, "
-                    f"which {owners[tool.name]} already has"
-                )
-            owners[tool.name] = f"capability {capability.label!r}"
+            _claim(owners, tool.name, capability, "adds a tool named {!r}, which {} already has")
             added.append(tool)
         if c.instructions:
             sections.append(c.instructions.strip())
@@ -283,6 +273,14 @@ def _merged_next_turn(hooks: Sequence[Callable[..., Any]]) -> Callable[[TurnInfo
         return NextTurn(**fields) if fields else None
 
     return merged
+
+
+def _claim(owners: dict[str, str], key: str, capability: Capability, clash: str) -> None:
+    """Record ``capability`` as the owner of ``key``; a key already owned is a
+    ``ValueError`` naming both (``clash``: the message after the capability's name)."""
+    if key in owners:
+        raise ValueError(f"capability {capability.label!r} " + clash.format(key, owners[key]))
+    owners[key] = f"capability {capability.label!r}"
 
 
 def _first_answer(hooks: Sequence[Callable[..., Any]]) -> Callable[..., Any]:
