@@ -98,7 +98,7 @@ async def test_an_openai_compatible_provider_refuses_documents_before_sending(lo
     assert (message.stop_reason, message.error_kind, message.error_message) == (
         "error",
         "invalid_request",
-        "this model does not accept documents (application/pdf 'report.pdf'); "
+        "provider 'groq' does not accept documents (application/pdf 'report.pdf'); "
         "send its text as a TextContent, or use an Anthropic, Gemini or OpenAI model",
     )
     assert loopback.requests == []
@@ -107,6 +107,26 @@ async def test_an_openai_compatible_provider_refuses_documents_before_sending(lo
 def test_the_local_model_refuses_documents() -> None:
     with pytest.raises(InvalidRequestError, match=r"^the local model does not accept documents \(application/pdf "):
         _turns("", [MESSAGE])
+
+
+NOTES_ONLY = UserMessage(
+    content=[TextContent(text="Summarise this."), DocumentContent.from_bytes(NOTES.encode(), "text/plain", "notes.txt")]
+)
+NOTES_TEXT = '<document name="notes.txt">\nLine one.\nLine two: caf\u00e9.\n\n</document>'
+
+
+def test_the_local_model_gets_a_plain_text_document_as_text() -> None:
+    assert _turns("", [NOTES_ONLY]) == [{"role": "user", "content": "Summarise this.\n\n" + NOTES_TEXT}]
+
+
+async def test_an_openai_compatible_provider_gets_a_plain_text_document_as_text(loopback: LoopbackServer) -> None:
+    model = OpenAIChatModel("llama", provider="groq", base_url=loopback.url + "/v1", api_key="k", retry=ONE_SHOT)
+    loopback.queue(body_reply(400, b'{"error": {"message": "stop here"}}'))
+    await complete(model, Request(messages=[NOTES_ONLY]))
+    assert loopback.requests[0].json["messages"][-1]["content"] == [
+        {"type": "text", "text": "Summarise this."},
+        {"type": "text", "text": NOTES_TEXT},
+    ]
 
 
 def test_a_document_of_another_type_is_refused() -> None:

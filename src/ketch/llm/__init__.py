@@ -11,6 +11,7 @@ from ._errors import ErrorKind
 from ._errors import ModelError
 from ._errors import exception_text
 from ._messages import AssistantMessage
+from ._messages import AudioContent
 from ._messages import ContentBlock
 from ._messages import Cost
 from ._messages import CustomMessage
@@ -108,6 +109,7 @@ __all__ = [
     "Aborted",
     "AssistantMessage",
     "AsyncClosable",
+    "AudioContent",
     "ContentBlock",
     "Cost",
     "CustomMessage",

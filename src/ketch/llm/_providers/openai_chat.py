@@ -27,6 +27,7 @@ from .._errors import ContentFilterError
 from .._handoff import mistral_tool_id
 from .._handoff import openai_chat_tool_id
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
@@ -49,6 +50,7 @@ from .base import SSEEvents
 from .base import content_parts
 from .base import document_name
 from .base import image_url
+from .base import no_audio
 
 
 def _new_call_id() -> str:
@@ -329,7 +331,7 @@ class OpenAIChatModel(HTTPModel):
                 out.append(_images_message(pending_images))
                 pending_images = []
             if type(message) is UserMessage:
-                out.append({"role": "user", "content": _user_content(message.content, images_ok, self.provider == "openai")})
+                out.append({"role": "user", "content": _user_content(message.content, images_ok, self.provider)})
             elif type(message) is AssistantMessage:
                 converted = self._assistant(message)
                 if converted is not None:
@@ -544,14 +546,28 @@ def _file_part(document: DocumentContent) -> dict[str, Any]:
     }
 
 
+_AUDIO_FORMATS = {"audio/wav": "wav", "audio/mp3": "mp3"}
+
+
+def _audio_part(audio: AudioContent) -> dict[str, Any]:
+    audio_format = _AUDIO_FORMATS.get(audio.mime_type)
+    if audio_format is None:
+        raise no_audio(audio, "OpenAI Chat Completions", ", ".join(_AUDIO_FORMATS))
+    return {"type": "input_audio", "input_audio": {"data": audio.data, "format": audio_format}}
+
+
 def _user_content(
-    content: list[TextContent | ImageContent | DocumentContent] | str, images_ok: bool, documents_ok: bool
+    content: list[TextContent | ImageContent | DocumentContent | AudioContent] | str, images_ok: bool, provider: str
 ) -> str | list[dict[str, Any]]:
+    """A user message's content; documents and audio go natively to OpenAI only (another
+    server of this API gets a plain-text document as text and refuses the rest)."""
     if isinstance(content, str):
         return content
     if len(content) == 1 and type(content[0]) is TextContent:
         return content[0].text
-    return content_parts(content, images_ok, "text", _image_part, _file_part if documents_ok else None)
+    if provider == "openai":
+        return content_parts(content, images_ok, "text", _image_part, _file_part, _audio_part)
+    return content_parts(content, images_ok, "text", _image_part, where=f"provider {provider!r}")
 
 
 def _arguments_text(call: ToolCall) -> str:
