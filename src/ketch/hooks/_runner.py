@@ -420,7 +420,7 @@ class HookRunner:
                 additions.append(CONTEXT_TEXT.format(event=event, text=outcome.context))
         if not additions:
             return None
-        blocks: list[TextContent | ImageContent] = list(result.blocks)
+        blocks: list[TextContent | ImageContent | DocumentContent] = list(result.blocks)
         for text in additions:
             blocks.append(TextContent(text=f"\n\n{text}" if blocks else text))
         return AfterToolCallResult(content=blocks)

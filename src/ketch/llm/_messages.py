@@ -176,7 +176,7 @@ class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, 
 
 ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall
 UserContent: TypeAlias = TextContent | ImageContent | DocumentContent | AudioContent
-ToolResultContent: TypeAlias = TextContent | ImageContent
+ToolResultContent: TypeAlias = TextContent | ImageContent | DocumentContent
 AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall
 
 

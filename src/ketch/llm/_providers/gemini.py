@@ -366,6 +366,8 @@ def _result_parts(
     for block in message.content:
         if type(block) is ImageContent:
             parts.append(_image_part(block) if images else {"text": IMAGE_OMITTED})
+        elif type(block) is DocumentContent:
+            parts.append({"inlineData": {"mimeType": block.mime_type, "data": block.data}})
     return parts
 
 

@@ -49,8 +49,10 @@ from .base import HTTPRequest
 from .base import SSEEvents
 from .base import content_parts
 from .base import document_name
+from .base import document_text
 from .base import image_url
 from .base import no_audio
+from .base import no_documents
 
 
 def _new_call_id() -> str:
@@ -310,8 +312,8 @@ class OpenAIChatModel(HTTPModel):
         """Prepared messages to Chat Completions messages."""
         compat = self.compat
         out: list[dict[str, Any]] = []
-        # OpenAI wants tool messages right after the calls; images from tool results
-        # follow the whole run of tool messages in one user message.
+        # OpenAI wants tool messages right after the calls; images (and OpenAI's own
+        # files) from tool results follow the whole run of tool messages in one user message.
         pending_images: list[dict[str, Any]] = []
         for message in messages:
             if type(message) is ToolResultMessage:
@@ -322,6 +324,15 @@ class OpenAIChatModel(HTTPModel):
                     text = text or "(see the attached image)"
                 elif images:
                     text = text or IMAGE_OMITTED
+                for document in message.content:
+                    if type(document) is not DocumentContent:
+                        continue
+                    if self.provider == "openai":
+                        pending_images.append(_file_part(document))
+                    elif document.mime_type == "text/plain":
+                        text += "\n" + document_text(document)
+                    else:
+                        raise no_documents(document, f"provider {self.provider!r}")
                 tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
                 if compat.tool_result_name:
                     tool_msg["name"] = message.tool_name
@@ -532,7 +543,8 @@ def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
 
 
 def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": "Images returned by the tools above:"}, *parts]}
+    what = "Images" if all(p["type"] == "image_url" for p in parts) else "Files"
+    return {"role": "user", "content": [{"type": "text", "text": f"{what} returned by the tools above:"}, *parts]}
 
 
 def _image_part(image: ImageContent) -> dict[str, Any]:
