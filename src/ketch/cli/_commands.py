@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,7 +242,9 @@ def help_text(commands: Mapping[str, CustomCommand]) -> str:
     return "\n".join(lines)
 
 
-async def run_command(built: Any, settings: Settings, command: CustomCommand, prompt: str) -> Any:
+async def run_command(
+    built: Any, settings: Settings, command: CustomCommand, prompt: str, attachments: Sequence[Any] = ()
+) -> Any:
     """Run ``prompt`` (``command`` expanded) on ``built`` (a :class:`~ketch.cli._factory.Built`)
     with the command's ``model`` for this run only and its ``allowed-tools`` as allow
     rules for this run only. Returns the run's result."""
@@ -255,7 +258,7 @@ async def run_command(built: Any, settings: Settings, command: CustomCommand, pr
     rules = parse_rules(command.allowed_tools) if command.allowed_tools else []
     built.permissions.session_rules.extend(rules)
     try:
-        return await built.prompt(prompt)
+        return await built.prompt(prompt, attachments)
     finally:
         if rules:  # these objects only: a rule the user added meanwhile stays
             kept = [r for r in built.permissions.session_rules if not any(r is x for x in rules)]

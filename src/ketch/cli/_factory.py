@@ -407,12 +407,18 @@ class Built:
         await self.mcp.attach(self.agent)
         return [f"MCP server {s.name} failed to start: {s.error}" for s in self.mcp.status() if s.state == "failed"]
 
-    async def prompt(self, text: str) -> RunResult:
-        """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+    async def prompt(self, text: str, attachments: Sequence[Any] = ()) -> RunResult:
+        """Run the agent on ``text`` with ``attachments`` (images, documents, recordings
+        after it in the prompt), through UserPromptSubmit hooks when there are hooks."""
         if self.tool_choice is not None:
             self.tool_choice.route(text)
         if self.hooks is not None:
-            return await self.hooks.prompt(self.agent, text)
+            return await self.hooks.prompt(self.agent, text, attachments=attachments or None)
+        if attachments:
+            from ..llm import TextContent
+            from ..llm import UserMessage
+
+            return await self.agent.prompt(UserMessage(content=[TextContent(text=text), *attachments]))
         return await self.agent.prompt(text)
 
     async def session_start(self, source: str = "startup") -> None:

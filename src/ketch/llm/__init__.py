@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ._registry import ModelInfo
     from ._registry import register_model
     from ._registry import register_provider
+    from ._registry import takes_audio
     from ._registry import takes_documents
     from ._resolve import get_model
     from ._resolve import register_api
@@ -94,6 +95,7 @@ _LAZY = {
     "ModelInfo": "._registry",
     "register_model": "._registry",
     "register_provider": "._registry",
+    "takes_audio": "._registry",
     "takes_documents": "._registry",
     "get_model": "._resolve",
     "register_api": "._resolve",
@@ -178,6 +180,7 @@ __all__ = [
     "register_provider",
     "response_format_for",
     "scrub_surrogates",
+    "takes_audio",
     "takes_documents",
     "use_clock",
 ]

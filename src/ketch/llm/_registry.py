@@ -98,6 +98,12 @@ def takes_documents(provider: str, api: str) -> bool:
     return api in DOCUMENT_APIS or (api == "openai-chat" and provider == "openai")
 
 
+def takes_audio(provider: str, api: str) -> bool:
+    """Whether ketch sends an :class:`~ketch.llm.AudioContent` to a model of ``provider``
+    on ``api``: Gemini and OpenAI's own Chat Completions."""
+    return api == "gemini" or (api == "openai-chat" and provider == "openai")
+
+
 def default_info(provider: str, api: str, id: str, base_url: str = "") -> ModelInfo:
     """Info for a model the registry does not know: zero cost, 128k window."""
     return ModelInfo(id=id, provider=provider, api=api, base_url=base_url)
