@@ -643,6 +643,8 @@ def build_agent(
         capabilities.append(project)
     if settings.memory:
         capabilities.append(memory_capability(root, environ))
+    if settings.web_fetch:
+        capabilities.append(web_fetch_capability(settings))
     if not embedded:
         from ._skills import skills_capability
 
@@ -684,6 +686,17 @@ def build_agent(
     )
     built.fit_context(settings)
     return built
+
+
+def web_fetch_capability(settings: Settings) -> Any:
+    """The ``web_fetch`` tool for the command (``web_fetch = true``, ``--web-fetch``):
+    :class:`ketch.web.WebFetch`, limited to the sandbox's network allow-list when the
+    settings have one (``sandbox_network_allow``), else by its own host check (any public
+    host; internal addresses refused)."""
+    from ..web import WebFetch
+
+    allowed = getattr(settings, "sandbox_network_allow", None) or ()
+    return WebFetch(allowed_hosts=tuple(allowed))
 
 
 def memory_capability(root: Path, environ: Mapping[str, str] | None = None) -> Any:
