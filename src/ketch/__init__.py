@@ -24,6 +24,7 @@ from ._agent import AgentState
 from ._agent import AgentStream
 from .llm import AbortSignal
 from .llm import AssistantMessage
+from .llm import AudioContent
 from .llm import CustomMessage
 from .llm import DocumentContent
 from .llm import HostedToolCall
@@ -85,6 +86,7 @@ __all__ = [
     "AgentState",
     "AgentStream",
     "AssistantMessage",
+    "AudioContent",
     "Capability",
     "Conversation",
     "CustomMessage",

@@ -307,6 +307,13 @@ def read_regular_text(path: str | os.PathLike[str], limit: int = 256 * 1024, wit
     last component and without blocking on a FIFO or a device; with ``within_root``, only
     when its real path is inside that folder. Raises ``OSError`` naming why it may not be
     read (a link, not a regular file, outside the folder, longer than ``limit`` bytes)."""
+    return read_regular_bytes(path, limit, within_root).decode("utf-8")
+
+
+def read_regular_bytes(path: str | os.PathLike[str], limit: int, within_root: str | None = None) -> bytes:
+    """The bytes of the regular file ``path``, read as :func:`read_regular_text` reads
+    (no link in its last component, no FIFO or device, inside ``within_root``, at most
+    ``limit`` bytes; else ``OSError`` naming why)."""
     if within_root is not None and not within(os.path.realpath(path), os.path.realpath(within_root)):
         raise OSError(f"{path} leads outside {within_root}")
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
@@ -331,4 +338,4 @@ def read_regular_text(path: str | os.PathLike[str], limit: int = 256 * 1024, wit
         os.close(fd)
     if len(data) > limit:
         raise OSError(f"{path} is longer than {limit} bytes")
-    return data.decode("utf-8")
+    return data

@@ -731,13 +731,14 @@ class SdkMcpServer:
 
 
 def _mcp_result(result: Any) -> ToolResult:
+    from ..llm import DocumentContent
     from ..llm import ImageContent
     from ..llm import TextContent
     from ..loop import ToolResult
 
     if not isinstance(result, dict):
         return ToolResult.error("the MCP server returned no result")
-    blocks: list[TextContent | ImageContent] = []
+    blocks: list[TextContent | ImageContent | DocumentContent] = []
     for block in result.get("content") or ():
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":

@@ -42,6 +42,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,7 +312,9 @@ async def run_shell_lines(built: Any, command: CustomCommand, prompt: str) -> st
     return prompt
 
 
-async def run_command(built: Any, settings: Settings, command: CustomCommand, prompt: str) -> Any:
+async def run_command(
+    built: Any, settings: Settings, command: CustomCommand, prompt: str, attachments: Sequence[Any] = ()
+) -> Any:
     """Run ``prompt`` (``command`` expanded) on ``built`` (a :class:`~ketch.cli._factory.Built`)
     with the command's ``model`` for this run only and its ``allowed-tools`` as allow
     rules for this run only. Returns the run's result."""
@@ -327,7 +330,7 @@ async def run_command(built: Any, settings: Settings, command: CustomCommand, pr
     try:
         if _SHELL.search(command.body):
             prompt = await run_shell_lines(built, command, prompt)
-        return await built.prompt(prompt)
+        return await built.prompt(prompt, attachments)
     finally:
         if rules:  # these objects only: a rule the user added meanwhile stays
             kept = [r for r in built.permissions.session_rules if not any(r is x for x in rules)]

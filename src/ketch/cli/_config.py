@@ -17,6 +17,7 @@ above; deeper files win. All are TOML::
     tools = ["read", "grep", "find", "ls"]
     compaction = true                      # false: no automatic context management
     memory = true                          # long-term memory (ketch.memory), per user and project
+    web_fetch = true                       # the web_fetch tool (ketch.web), off by default
     context_window = 200000                # override the model's context window (tokens)
 
     [[hooks.PreToolUse]]                   # lifecycle hooks, Claude Code's shape (ketch.hooks)
@@ -184,6 +185,7 @@ class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     compaction: bool | None = None
     context_window: int | None = None
     memory: bool | None = None
+    web_fetch: bool | None = None
 
 
 class _File(_Scalars, kw_only=True, forbid_unknown_fields=True):
@@ -201,7 +203,7 @@ class Settings(_Scalars, kw_only=True):
     ``compaction`` turns the agent's context manager on (the default) or off;
     ``context_window`` replaces the model's context window in tokens; ``memory`` gives the
     agent long-term memory (:mod:`ketch.memory`, kept per user and project in the user's
-    data directory). ``allow``, ``ask``
+    data directory); ``web_fetch`` gives it the ``web_fetch`` tool (:mod:`ketch.web`). ``allow``, ``ask``
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
     (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
@@ -219,6 +221,7 @@ class Settings(_Scalars, kw_only=True):
     thinking: str = "off"
     compaction: bool = True
     memory: bool = False
+    web_fetch: bool = False
     permission_mode: str = "default"
     allow: list[Rule] = msgspec.field(default_factory=list)
     ask: list[Rule] = msgspec.field(default_factory=list)
@@ -419,7 +422,7 @@ def _read(path: Path) -> _File:
 
 
 _FILE_SCALARS = _Scalars.__struct_fields__
-_FLAG_NAMES = {"compaction": "--no-compaction", "memory": "--memory"}
+_FLAG_NAMES = {"compaction": "--no-compaction", "memory": "--memory", "web_fetch": "--web-fetch"}
 
 
 def _holds_key(data: _File) -> bool:

@@ -431,14 +431,20 @@ class Built:
         await self.mcp.attach(self.agent)
         return [f"MCP server {s.name} failed to start: {s.error}" for s in self.mcp.status() if s.state == "failed"]
 
-    async def prompt(self, text: str) -> RunResult:
-        """Run the agent on ``text``, through UserPromptSubmit hooks when there are hooks."""
+    async def prompt(self, text: str, attachments: Sequence[Any] = ()) -> RunResult:
+        """Run the agent on ``text`` with ``attachments`` (images, documents, recordings
+        after it in the prompt), through UserPromptSubmit hooks when there are hooks."""
         if self.tool_choice is not None:
             self.tool_choice.route(text)
         if self.grounding is not None:
             self.grounding.request = text
         if self.hooks is not None:
-            return await self.hooks.prompt(self.agent, text)
+            return await self.hooks.prompt(self.agent, text, attachments=attachments or None)
+        if attachments:
+            from ..llm import TextContent
+            from ..llm import UserMessage
+
+            return await self.agent.prompt(UserMessage(content=[TextContent(text=text), *attachments]))
         return await self.agent.prompt(text)
 
     async def session_start(self, source: str = "startup") -> None:
@@ -607,6 +613,8 @@ def _capabilities(
         capabilities.append(project)
     if settings.memory:
         capabilities.append(memory_capability(root, environ))
+    if settings.web_fetch:
+        capabilities.append(web_fetch_capability(settings))
     if not embedded:
         from ._skills import skills_capability
 
@@ -742,6 +750,24 @@ def build_agent(
     )
     built.fit_context(settings)
     return built
+
+
+def web_fetch_capability(settings: Settings) -> Any:
+    """The ``web_fetch`` tool for the command (``web_fetch = true``, ``--web-fetch``):
+    :class:`ketch.web.WebFetch`, limited to the hosts of ``[sandbox.network] allow`` when
+    it is set (exact names and ``*.suffix``, whatever their port; a host also on the deny
+    list is left out), else by its own host check (any public host; internal addresses
+    refused)."""
+    from ..web import WebFetch
+
+    policy = settings.sandbox_network_policy
+    allowed: list[str] = []
+    if policy is not None:
+        denied = {(e.host, e.wildcard) for e in policy.deny if e.port is None}
+        allowed = [f"*.{e.host}" if e.wildcard else e.host for e in policy.allow if (e.host, e.wildcard) not in denied]
+        if not allowed:  # the sandbox reaches no host: neither does web_fetch
+            allowed = ["invalid."]
+    return WebFetch(allowed_hosts=tuple(dict.fromkeys(allowed)))
 
 
 def memory_capability(root: Path, environ: Mapping[str, str] | None = None) -> Any:

@@ -440,8 +440,14 @@ async def _run_in_session(
 
 
 async def _prompt(built: Built, settings: Settings, task: str) -> Any:
-    """Run ``task``; a task ``/NAME args`` naming a custom command runs it expanded
-    (:mod:`ketch.cli._commands`), with its model and allowed tools."""
+    """Run ``task`` with the files it mentions (``@path``, :mod:`ketch.cli._attach`;
+    a line on stderr for each); a task ``/NAME args`` naming a custom command runs it
+    expanded (:mod:`ketch.cli._commands`), with its model and allowed tools."""
+    from ._attach import attach_mentions
+
+    def note(line: str, style: str) -> None:
+        sys.stderr.write(f"ketch: {line}\n")
+
     if task.startswith("/"):
         from ._commands import load_custom_commands
         from ._commands import run_command
@@ -452,8 +458,10 @@ async def _prompt(built: Built, settings: Settings, task: str) -> Any:
             sys.stderr.write(warning + "\n")
         name, arguments = split_line(task)
         if name in commands:
-            return await run_command(built, settings, commands[name], commands[name].expand(arguments))
-    return await built.prompt(task)
+            text, attachments = await attach_mentions(built, commands[name].expand(arguments), note)
+            return await run_command(built, settings, commands[name], text, attachments)
+    text, attachments = await attach_mentions(built, task, note)
+    return await built.prompt(text, attachments)
 
 
 def _report(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
-import re
 import signal
 import stat
 import sys
@@ -109,20 +108,8 @@ def slash_commands() -> list[tuple[str, str]]:
     return out
 
 
-_MENTION = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
-_MENTION_TRAILING = ",.;:!?)]}'\""
 _PREVIEW_LINES = 40
 _DIFF_READ_LIMIT = 1 << 20
-
-
-def mentions(text: str) -> list[str]:
-    """The ``@path`` mentions of a prompt, in order, each once (trailing punctuation off)."""
-    found: dict[str, None] = {}
-    for match in _MENTION.finditer(text):
-        path = match.group(1).rstrip(_MENTION_TRAILING)
-        if path:
-            found[path] = None
-    return list(found)
 
 
 def path_completions(root: Path, partial: str, hidden: Callable[[str], bool] | None = None, limit: int = 50) -> list[str]:
@@ -221,18 +208,6 @@ def write_preview(root: Path, subject: str | None, content: str, hidden: Callabl
             body.pop()
         diff = "\n".join(["--- /dev/null", f"+++ b/{name}", f"@@ -0,0 +1,{len(body)} @@", *("+" + line for line in body)])
     return clip_lines(diff, _PREVIEW_LINES)
-
-
-def _mention_kind(root: Path, path: str) -> Literal["file", "folder"] | None:
-    """What an ``@path`` names: a folder, a file (or anything else that exists, and any
-    path outside the workspace: the read tool says why it refuses it), or None when
-    nothing of that name exists in the workspace (an ``@name`` that is no path)."""
-    local = os.path.join(root, os.path.expanduser(path))
-    if os.path.isdir(local):
-        return "folder"
-    if os.path.lexists(local) or path.startswith(("/", "~")):
-        return "file"
-    return None
 
 
 def clip_lines(text: str, limit: int) -> str:
@@ -507,50 +482,15 @@ class Session:
         tool = self._read_tool()
         return tool.workspace.is_hidden if tool is not None else None
 
-    async def _attach(self, text: str) -> str:
-        """``text`` with the content of each file it mentions (``@path``) added, read by
-        the read tool under the permission rules; a refused mention is noted and left out,
-        one that names no file is left as it is."""
-        from ..llm import AbortSignal
-        from ..loop import ToolContext
+    async def _attach(self, text: str) -> tuple[str, list[Any]]:
+        """``text`` with the text files it mentions (``@path``) added and the images,
+        documents and recordings to send with it (:mod:`ketch.cli._attach`); a refused
+        mention is noted and left out, one that names no file is left as it is."""
+        from ._attach import attach_mentions
 
-        paths = mentions(text)
-        if not paths:
-            return text
         r = self.renderer
         assert r is not None
-        tool = self._read_tool()
-        parts: list[str] = []
-        for number, path in enumerate(paths, 1):
-            kind = _mention_kind(self.root, path)
-            if kind is None:
-                continue  # not a file: an @name of something else
-            if tool is None:
-                r.note(f"@{path}: not attached: this session has no read tool", "yellow")
-                continue
-            if kind == "folder":
-                r.note(f"@{path}: not attached: it is a folder (mention the files in it)", "yellow")
-                continue
-            args = {"path": path}
-            denied = self.permissions.deny_verdict(tool, args)
-            if denied is not None:
-                r.note(f"@{path}: not attached: {denied.reason}", "red")
-                continue
-            ctx: ToolContext[Any] = ToolContext(call_id=f"mention-{number}", tool_name="read", signal=AbortSignal())
-            try:
-                result = await tool.execute(args, ctx)
-            except Exception as exc:  # a tool failure must not end the session
-                r.note(f"@{path}: not attached: {exception_text(exc)}", "red")
-                continue
-            if result.is_error:
-                r.note(f"@{path}: not attached: {result.text.splitlines()[0] if result.text else 'read failed'}", "red")
-                continue
-            lines = result.text.count("\n") + 1
-            r.note(f"↳ attached @{path} ({lines} line{'s' if lines != 1 else ''})")
-            parts.append(f'<file path="{path}">\n{result.text}\n</file>')
-        if not parts:
-            return text
-        return text + "\n\nFiles the user attached (as the read tool shows them):\n" + "\n".join(parts)
+        return await attach_mentions(self.built, text, r.note)
 
     # -- input ------------------------------------------------------------------------------
     async def handle(self, text: str) -> bool:
@@ -590,7 +530,7 @@ class Session:
         try:
             if custom is not None:
                 text = custom.expand(text)
-            text = await self._attach(text)
+            text, attachments = await self._attach(text)
         except Exception as exc:  # guards the session itself
             r.note(f"error: {exception_text(exc)}", "red")
             return
@@ -599,9 +539,9 @@ class Session:
             if custom is not None:
                 from ._commands import run_command
 
-                result = await run_command(self.built, self.settings, custom, text)
+                result = await run_command(self.built, self.settings, custom, text, attachments)
             else:
-                result = await self.built.prompt(text)
+                result = await self.built.prompt(text, attachments)
             if result.end_reason == "stop_guard" and not result.messages:  # a UserPromptSubmit hook blocked it
                 r.note(result.summary.error or "prompt blocked", "red")
         except Exception as exc:  # the loop does not raise; this guards the session itself

@@ -150,6 +150,11 @@ def add_agent_settings(parser: argparse.ArgumentParser) -> None:
         help="long-term memory: a memory tool over notes kept per user and project (also memory = true in config)",
     )
     parser.add_argument(
+        "--web-fetch",
+        action="store_true",
+        help="the web_fetch tool: fetch a URL as Markdown marked untrusted (also web_fetch = true in config)",
+    )
+    parser.add_argument(
         "--no-compaction",
         action="store_true",
         help="no automatic context management (no summaries of older history; /compact is off)",
@@ -257,6 +262,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "permission_mode": args.permission_mode,
         "compaction": False if args.no_compaction else None,
         "memory": True if args.memory else None,
+        "web_fetch": True if args.web_fetch else None,
         "context_window": args.context_window,
     }
     if args.tools is not None:

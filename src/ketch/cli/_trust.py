@@ -34,6 +34,7 @@ The stricter-only list (each a named check of the value against the setting so f
 * ``thinking``: the level so far or a lower one;
 * ``sandbox.enabled = true`` and ``sandbox.network = false``;
 * ``memory = false`` (turning memory on needs trust: the memory's notes reach every request).
+* ``web_fetch = false`` (turning the web_fetch tool on needs trust: it reaches the network).
 
 Everything else needs trust: ``model`` and every ``[providers.*]`` field (a project
 may not choose the model, the endpoint or the credentials), ``permissions.allow``,
@@ -226,6 +227,7 @@ STRICTER_ONLY: dict[str, Check] = {
     "sandbox.enabled": is_true,
     "sandbox.network": is_false,
     "memory": is_false,
+    "web_fetch": is_false,
     "agent.permission_mode": default_mode,
 }
 """The settings an untrusted project may set, each with its check; every other setting

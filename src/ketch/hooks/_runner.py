@@ -24,6 +24,7 @@ from typing import Literal
 import msgspec
 
 from .._schema import validate_arguments
+from ..llm import AudioContent
 from ..llm import DocumentContent
 from ..llm import ImageContent
 from ..llm import Message
@@ -419,7 +420,7 @@ class HookRunner:
                 additions.append(CONTEXT_TEXT.format(event=event, text=outcome.context))
         if not additions:
             return None
-        blocks: list[TextContent | ImageContent] = list(result.blocks)
+        blocks: list[TextContent | ImageContent | DocumentContent] = list(result.blocks)
         for text in additions:
             blocks.append(TextContent(text=f"\n\n{text}" if blocks else text))
         return AfterToolCallResult(content=blocks)
@@ -518,12 +519,18 @@ class HookRunner:
         return PromptCheck(blocked, reason if blocked else None, outcome.context, outcome)
 
     async def prompt(
-        self, agent: Agent[Any], text: str, *, images: Sequence[ImageContent] | None = None
+        self,
+        agent: Agent[Any],
+        text: str,
+        *,
+        images: Sequence[ImageContent] | None = None,
+        attachments: Sequence[ImageContent | DocumentContent | AudioContent] | None = None,
     ) -> RunResult:
         """``agent.prompt(text)`` through UserPromptSubmit hooks. A blocked prompt is not
         sent: the result has no messages, ``end_reason`` ``stop_guard`` and the error
         ``Prompt blocked by a UserPromptSubmit hook: <reason>``. Hook context (and
-        SessionStart context not delivered yet) goes with the prompt as extra text."""
+        SessionStart context not delivered yet) goes with the prompt as extra text;
+        ``attachments`` (documents, recordings, images) go after it, then ``images``."""
         check = await self.user_prompt_submit(text)
         if check.blocked:
             error = PROMPT_BLOCKED_TEXT.format(reason=check.reason or "no reason given")
@@ -532,10 +539,12 @@ class HookRunner:
         self._session_context = []
         if check.context:
             extra = [*extra, ("UserPromptSubmit", check.context)]
-        if not extra:
+        if not extra and not attachments:
             return await agent.prompt(text, images=images)
-        content: list[TextContent | ImageContent | DocumentContent] = [TextContent(text=text)]
+        content: list[TextContent | ImageContent | DocumentContent | AudioContent] = [TextContent(text=text)]
         content.extend(TextContent(text="\n\n" + CONTEXT_TEXT.format(event=e, text=t)) for e, t in extra)
+        if attachments:
+            content.extend(attachments)
         if images:
             content.extend(images)
         return await agent.prompt(UserMessage(content=content))

@@ -11,6 +11,7 @@ from ._errors import ErrorKind
 from ._errors import ModelError
 from ._errors import exception_text
 from ._messages import AssistantMessage
+from ._messages import AudioContent
 from ._messages import Citation
 from ._messages import ContentBlock
 from ._messages import Cost
@@ -82,6 +83,8 @@ if TYPE_CHECKING:
     from ._registry import ModelInfo
     from ._registry import register_model
     from ._registry import register_provider
+    from ._registry import takes_audio
+    from ._registry import takes_documents
     from ._resolve import get_model
     from ._resolve import register_api
     from ._retry import RetryPolicy
@@ -98,6 +101,8 @@ _LAZY = {
     "ModelInfo": "._registry",
     "register_model": "._registry",
     "register_provider": "._registry",
+    "takes_audio": "._registry",
+    "takes_documents": "._registry",
     "get_model": "._resolve",
     "register_api": "._resolve",
     "RetryPolicy": "._retry",
@@ -114,6 +119,7 @@ __all__ = [
     "Aborted",
     "AssistantMessage",
     "AsyncClosable",
+    "AudioContent",
     "Citation",
     "ContentBlock",
     "Cost",
@@ -186,5 +192,7 @@ __all__ = [
     "register_provider",
     "response_format_for",
     "scrub_surrogates",
+    "takes_audio",
+    "takes_documents",
     "use_clock",
 ]

@@ -126,6 +126,36 @@ class DocumentContent(msgspec.Struct, tag="document", tag_field="type", kw_only=
         return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type, name=name)
 
 
+AUDIO_TYPES = ("audio/wav", "audio/mp3", "audio/aiff", "audio/aac", "audio/ogg", "audio/flac")
+"""The ``mime_type`` values an :class:`AudioContent` may have."""
+
+
+class AudioContent(msgspec.Struct, tag="audio", tag_field="type", kw_only=True, omit_defaults=True):
+    """A recording in a user message, as base64 ``data``, with an optional file ``name``.
+    Sent natively to Gemini (every type) and to OpenAI Chat Completions (``audio/wav``
+    and ``audio/mp3``); any other model fails the request with an ``invalid_request``
+    error naming the provider and the recording, before anything is sent."""
+
+    type: ClassVar[Literal["audio"]] = "audio"
+
+    data: str
+    mime_type: str = "audio/wav"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mime_type not in AUDIO_TYPES:
+            raise ValueError(
+                f"AudioContent mime_type {self.mime_type!r} is not supported; allowed: {', '.join(AUDIO_TYPES)}"
+            )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, mime_type: str = "audio/wav", name: str | None = None) -> AudioContent:
+        """A recording holding ``data`` (encoded to base64 here)."""
+        import base64
+
+        return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type, name=name)
+
+
 class ToolCall(msgspec.Struct, tag="tool_call", tag_field="type", kw_only=True, omit_defaults=True):
     """A request from the model to run a tool.
 
@@ -204,8 +234,8 @@ def hosted_result_text(result: HostedToolResult) -> str:
 
 
 ContentBlock: TypeAlias = TextContent | ThinkingContent | ImageContent | ToolCall | HostedToolCall | HostedToolResult
-UserContent: TypeAlias = TextContent | ImageContent | DocumentContent
-ToolResultContent: TypeAlias = TextContent | ImageContent
+UserContent: TypeAlias = TextContent | ImageContent | DocumentContent | AudioContent
+ToolResultContent: TypeAlias = TextContent | ImageContent | DocumentContent
 AssistantContent: TypeAlias = TextContent | ThinkingContent | ToolCall | HostedToolCall | HostedToolResult
 
 

@@ -86,6 +86,24 @@ class ModelInfo(msgspec.Struct, kw_only=True, frozen=True):
     compat: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+DOCUMENT_APIS = ("anthropic-messages", "gemini", "openai-responses")
+"""The APIs ketch sends documents to natively (and OpenAI's own Chat Completions)."""
+
+
+def takes_documents(provider: str, api: str) -> bool:
+    """Whether ketch sends a :class:`~ketch.llm.DocumentContent` natively to a model of
+    ``provider`` on ``api``: Anthropic, Gemini, the OpenAI Responses API and OpenAI's
+    own Chat Completions (another server of that API gets a plain-text document as text
+    and refuses a PDF)."""
+    return api in DOCUMENT_APIS or (api == "openai-chat" and provider == "openai")
+
+
+def takes_audio(provider: str, api: str) -> bool:
+    """Whether ketch sends an :class:`~ketch.llm.AudioContent` to a model of ``provider``
+    on ``api``: Gemini and OpenAI's own Chat Completions."""
+    return api == "gemini" or (api == "openai-chat" and provider == "openai")
+
+
 def default_info(provider: str, api: str, id: str, base_url: str = "") -> ModelInfo:
     """Info for a model the registry does not know: zero cost, 128k window."""
     return ModelInfo(id=id, provider=provider, api=api, base_url=base_url)

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ._messages import AssistantMessage
+from ._messages import AudioContent
 from ._messages import CustomMessage
 from ._messages import DocumentContent
 from ._messages import HostedToolCall
@@ -88,6 +89,8 @@ def _block_tokens(block: Any) -> int:
         return max(1, (size + 3) // 4)
     if cls is DocumentContent:  # its bytes (base64 is 4/3 of them), about 4 a token
         return max(1, (len(block.data) * 3 // 4 + 3) // 4)
+    if cls is AudioContent:  # about 32 tokens a second: 1 per 500 bytes of compressed or 16 kHz audio
+        return max(1, len(block.data) * 3 // 4 // 500)
     return 0
 
 

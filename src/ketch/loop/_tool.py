@@ -61,6 +61,7 @@ from typing import TypeVar
 import msgspec
 
 from ..llm._messages import AssistantMessage
+from ..llm._messages import DocumentContent
 from ..llm._messages import ImageContent
 from ..llm._messages import Message
 from ..llm._messages import TextContent
@@ -69,7 +70,7 @@ from ..llm._messages import encode_json
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 
-ResultContent: TypeAlias = list[TextContent | ImageContent]
+ResultContent: TypeAlias = list[TextContent | ImageContent | DocumentContent]
 
 Deps = TypeVar("Deps")
 """The type of the application's dependencies (``LoopConfig.deps``, ``ToolContext.deps``)."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from ketch.llm import AbortSignal
 from ketch.llm import AssistantMessage
+from ketch.llm import DocumentContent
 from ketch.llm import ImageContent
 from ketch.llm import Message
 from ketch.llm import Request
@@ -1015,7 +1016,7 @@ class Connection:
         client = await self.ensure()
         arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
         result = await client.get_prompt(str(args["name"]), arguments or None)
-        content: list[TextContent | ImageContent] = []
+        content: list[TextContent | ImageContent | DocumentContent] = []
         for m in result.messages:
             blocks = convert_content([m.content])
             content.append(TextContent(text=f"[{m.role}]"))

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+from ketch.llm import DocumentContent
 from ketch.llm import ImageContent
 from ketch.llm import TextContent
 from ketch.loop import ToolResult
@@ -54,10 +55,10 @@ def _resource_text(resource: Any) -> TextContent | ImageContent:
     return TextContent(text=f"[resource {uri}: {mime or 'binary'}, {size} bytes, not shown]")
 
 
-def convert_content(blocks: Any) -> list[TextContent | ImageContent]:
+def convert_content(blocks: Any) -> list[TextContent | ImageContent | DocumentContent]:
     """MCP content blocks as ketch blocks: text and images as they are, resources as
     text (an embedded image resource as an image), audio as a note."""
-    out: list[TextContent | ImageContent] = []
+    out: list[TextContent | ImageContent | DocumentContent] = []
     for block in blocks or ():
         kind = getattr(block, "type", None)
         if kind == "text":

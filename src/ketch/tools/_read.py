@@ -4,7 +4,9 @@ Text is shown like ``cat -n`` (line number right-aligned in six columns, a tab, 
 line), from ``offset`` (1-based) for at most ``limit`` lines. Output stops at 2000 lines
 or 50 KB, whichever comes first, with a note saying which lines were shown and how to
 continue; a line longer than 2000 characters is cut with a note. PNG, JPEG, GIF and WebP
-files (recognised by their first bytes) come back as an image block. Binary files,
+files (recognised by their first bytes) come back as an image block, and a PDF as a
+document block when the model that asked takes documents
+(:func:`ketch.llm.takes_documents`; otherwise an error saying so). Binary files,
 missing files and directories are errors that say what to do instead; named pipes,
 devices and sockets are refused without being opened for a blocking read. A file with
 more than one hard link is read like any other (only writing it is refused, see
@@ -22,6 +24,7 @@ from stat import S_ISDIR
 from stat import S_ISREG
 from typing import Any
 
+from ..llm import DocumentContent
 from ..llm import ImageContent
 from ..llm import TextContent
 from ..loop import ToolContext
@@ -43,8 +46,8 @@ Text files are shown with line numbers (`cat -n` style: number, tab, line). By d
 to 2000 lines or 50 KB are shown, from the start; a note at the end tells which lines were \
 shown and the offset to continue from. Use `offset` (1-based line number) and `limit` to \
 read a specific range of a long file. Lines longer than 2000 characters are cut.
-Images (PNG, JPEG, GIF, WebP) are returned as images. Binary files cannot be read; use \
-`ls` for directories. Read a file before you edit or overwrite it."""
+Images (PNG, JPEG, GIF, WebP) are returned as images, and PDFs as documents when you can \
+take documents. Other binary files cannot be read; use `ls` for directories. Read a file before you edit or overwrite it."""
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -165,11 +168,11 @@ def _not_found(path: Path, shown: str) -> str:
 class ReadTool(WorkspaceTool):
     """The ``read`` tool (concurrency-safe). See the module docstring for its behaviour.
 
-    Images larger than ``max_image_bytes`` and files larger than ``max_file_bytes`` are
-    refused with an error suggesting other tools.
+    Images larger than ``max_image_bytes``, PDFs larger than ``max_document_bytes`` and
+    files larger than ``max_file_bytes`` are refused with an error suggesting other tools.
     """
 
-    __slots__ = ("max_file_bytes", "max_image_bytes")
+    __slots__ = ("max_document_bytes", "max_file_bytes", "max_image_bytes")
 
     def __init__(
         self,
@@ -177,10 +180,12 @@ class ReadTool(WorkspaceTool):
         *,
         max_image_bytes: int = 5 * 1024 * 1024,
         max_file_bytes: int = 256 * 1024 * 1024,
+        max_document_bytes: int = 10 * 1024 * 1024,
     ) -> None:
         super().__init__(workspace, "read", _DESCRIPTION, _PARAMETERS, label="Read", sequential=False, read_only=True)
         self.max_image_bytes = max_image_bytes
         self.max_file_bytes = max_file_bytes
+        self.max_document_bytes = max_document_bytes
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         """Read the file named by ``args["path"]``."""
@@ -229,6 +234,8 @@ class ReadTool(WorkspaceTool):
         mime = sniff_image(data[:16])
         if mime is not None:
             return self._image(path, shown, data, mime, stat)
+        if data.startswith(b"%PDF-"):
+            return self._pdf(path, shown, data, stat, ctx)
         if len(data) > _THREAD_THRESHOLD:
             result = await asyncio.to_thread(_render, data, shown, offset, limit)
         else:
@@ -237,6 +244,29 @@ class ReadTool(WorkspaceTool):
             self.workspace.record(path, data, stat)
             result.details["path"] = str(path)
         return result
+
+    def _pdf(self, path: Path, shown: str, data: bytes, stat: os.stat_result, ctx: ToolContext[Any]) -> ToolResult:
+        from ..llm import takes_documents
+
+        asker = ctx.assistant_message
+        if asker is None or not takes_documents(asker.provider, asker.api):
+            where = f"this model ({asker.provider}/{asker.model})" if asker is not None else "this caller"
+            return ToolResult.error(
+                f"{shown} is a PDF and {where} does not take documents. Use bash (pdftotext {shown} -) for its text."
+            )
+        if len(data) > self.max_document_bytes:
+            return ToolResult.error(
+                f"{shown} is a PDF of {_size_text(len(data))}, more than the "
+                f"{_size_text(self.max_document_bytes)} limit for documents. Use bash (pdftotext) for its text."
+            )
+        self.workspace.record(path, data, stat)
+        return ToolResult(
+            content=[
+                TextContent(text=f"Read document {shown} [application/pdf, {_size_text(len(data))}]"),
+                DocumentContent.from_bytes(data, name=path.name),
+            ],
+            details={"path": str(path), "mime_type": "application/pdf", "bytes": len(data)},
+        )
 
     def _image(self, path: Path, shown: str, data: bytes, mime: str, stat: os.stat_result) -> ToolResult:
         if len(data) > self.max_image_bytes:

@@ -68,6 +68,7 @@ from .._errors import ModelError
 from .._errors import error_for_kind
 from .._handoff import LEADING_USER_TEXT
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import Citation
 from .._messages import DocumentContent
 from .._messages import HostedToolCall
@@ -98,6 +99,7 @@ from .base import HTTPRequest
 from .base import SSEEvents
 from .base import feed_events
 from .base import hosted_tools
+from .base import no_audio
 
 API = "anthropic-messages"
 """The ``api`` name of models served through the Messages API."""
@@ -259,7 +261,9 @@ def _document_block(document: DocumentContent) -> dict[str, Any]:
     return block
 
 
-def _user_blocks(content: Sequence[TextContent | ImageContent | DocumentContent] | str, images: bool) -> list[dict[str, Any]]:
+def _user_blocks(
+    content: Sequence[TextContent | ImageContent | DocumentContent | AudioContent] | str, images: bool
+) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
     blocks: list[dict[str, Any]] = []
@@ -271,6 +275,8 @@ def _user_blocks(content: Sequence[TextContent | ImageContent | DocumentContent]
             blocks.append(_image_block(block) if images else {"type": "text", "text": IMAGE_OMITTED})
         elif type(block) is DocumentContent:
             blocks.append(_document_block(block))
+        elif type(block) is AudioContent:
+            raise no_audio(block, "the Anthropic Messages API")
     return blocks
 
 

@@ -59,6 +59,7 @@ from .._http import redact_text
 from .._http import redact_url
 from .._http import secrets_from_env
 from .._http import url_secrets
+from .._messages import AudioContent
 from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
@@ -150,17 +151,22 @@ def image_url(image: ImageContent) -> str:
 
 
 def content_parts(
-    blocks: Sequence[TextContent | ImageContent | DocumentContent],
+    blocks: Sequence[TextContent | ImageContent | DocumentContent | AudioContent],
     images: bool,
     text_type: str,
     image_part: Callable[[ImageContent], dict[str, Any]],
     document_part: Callable[[DocumentContent], dict[str, Any]] | None = None,
+    audio_part: Callable[[AudioContent], dict[str, Any]] | None = None,
+    where: str = "this model",
 ) -> list[dict[str, Any]]:
     """The typed parts of an OpenAI user message (Chat Completions or Responses).
 
     Text becomes ``{"type": text_type, "text": ...}``, an image ``image_part(image)``,
-    or with ``images`` false the text :data:`IMAGE_OMITTED`, and a document
-    ``document_part(document)`` (None: :func:`no_documents` raises).
+    or with ``images`` false the text :data:`IMAGE_OMITTED`, a document
+    ``document_part(document)`` (None: a plain-text one becomes text, see
+    :func:`document_text`, and a PDF raises :func:`no_documents`) and a recording
+    ``audio_part(audio)`` (None: :func:`no_audio` raises). ``where`` names the model
+    or provider in those errors.
     """
     parts: list[dict[str, Any]] = []
     for block in blocks:
@@ -169,15 +175,31 @@ def content_parts(
         elif type(block) is ImageContent:
             parts.append(image_part(block) if images else {"type": text_type, "text": IMAGE_OMITTED})
         elif type(block) is DocumentContent:
-            if document_part is None:
-                raise no_documents(block)
-            parts.append(document_part(block))
+            if document_part is not None:
+                parts.append(document_part(block))
+            elif block.mime_type == "text/plain":
+                parts.append({"type": text_type, "text": document_text(block)})
+            else:
+                raise no_documents(block, where)
+        elif type(block) is AudioContent:
+            if audio_part is None:
+                raise no_audio(block, where)
+            parts.append(audio_part(block))
     return parts
 
 
 def document_name(document: DocumentContent) -> str:
     """The document's file name (a default one by its type when it has none)."""
     return document.name or ("document.pdf" if document.mime_type == "application/pdf" else "document.txt")
+
+
+def document_text(document: DocumentContent) -> str:
+    """A plain-text document as text, for the models that take no documents: its
+    content between ``<document name="...">`` and ``</document>`` lines."""
+    import base64
+
+    text = base64.b64decode(document.data).decode("utf-8", errors="replace")
+    return f'<document name="{document_name(document)}">\n{text}\n</document>'
 
 
 def no_documents(document: DocumentContent, where: str = "this model") -> InvalidRequestError:
@@ -229,6 +251,19 @@ def no_hosted_tools(options: StreamOptions | None, provider: str, api: str) -> N
             raise InvalidRequestError(
                 f"hosted tool {tool.kind!r} is not supported by provider {provider!r} ({api}); supported: none"
             )
+
+
+def audio_name(audio: AudioContent) -> str:
+    """The recording's file name (``audio`` and its type's extension when it has none)."""
+    return audio.name or "audio." + audio.mime_type.removeprefix("audio/")
+
+
+def no_audio(audio: AudioContent, where: str = "this model", allowed: str = "") -> InvalidRequestError:
+    """The error for a recording sent to a model (or of a type) that does not take it;
+    ``allowed`` lists the types it does take (empty: none)."""
+    what = f"audio of type {audio.mime_type}" if allowed else "audio"
+    tail = f"it takes {allowed}" if allowed else "send a transcript as a TextContent, or use a Gemini or OpenAI Chat model"
+    return InvalidRequestError(f"{where} does not accept {what} ({audio_name(audio)!r}); {tail}")
 
 
 class HTTPOptions(TypedDict, total=False):

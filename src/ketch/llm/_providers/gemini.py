@@ -59,6 +59,7 @@ from .._handoff import LEADING_USER_TEXT
 from .._handoff import Preparer
 from .._handoff import prepare_messages
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import Citation
 from .._messages import DocumentContent
 from .._messages import HostedToolCall
@@ -308,7 +309,9 @@ def _image_part(image: ImageContent) -> dict[str, Any]:
     return {"fileData": {"mimeType": image.mime_type, "fileUri": url}}
 
 
-def _user_parts(content: list[TextContent | ImageContent | DocumentContent] | str, images: bool) -> list[dict[str, Any]]:
+def _user_parts(
+    content: list[TextContent | ImageContent | DocumentContent | AudioContent] | str, images: bool
+) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
     parts: list[dict[str, Any]] = []
@@ -318,7 +321,7 @@ def _user_parts(content: list[TextContent | ImageContent | DocumentContent] | st
                 parts.append({"text": block.text})
         elif type(block) is ImageContent:
             parts.append(_image_part(block) if images else {"text": IMAGE_OMITTED})
-        elif type(block) is DocumentContent:
+        elif type(block) is DocumentContent or type(block) is AudioContent:
             parts.append({"inlineData": {"mimeType": block.mime_type, "data": block.data}})
     return parts
 
@@ -381,6 +384,8 @@ def _result_parts(
     for block in message.content:
         if type(block) is ImageContent:
             parts.append(_image_part(block) if images else {"text": IMAGE_OMITTED})
+        elif type(block) is DocumentContent:
+            parts.append({"inlineData": {"mimeType": block.mime_type, "data": block.data}})
     return parts
 
 

@@ -77,6 +77,7 @@ from .._errors import ModelError
 from .._errors import NetworkError
 from .._handoff import prepare_messages
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
@@ -92,6 +93,9 @@ from .._registry import Pricing
 from .._stream import MessageBuilder
 from .._stream import StreamEvent
 from .._stream import guard_stream
+from .base import document_text
+from .base import no_audio
+from .base import no_documents
 from .local_grammar import ANY_OBJECT
 from .local_grammar import CALL_PREFIX
 from .local_grammar import json_schema_grammar
@@ -501,16 +505,22 @@ def tools_section(tools: Sequence[ToolSpec]) -> str:
     return "\n".join(lines)
 
 
-def _user_text(blocks: Sequence[TextContent | ImageContent | DocumentContent] | str) -> str:
+def _user_text(blocks: Sequence[TextContent | ImageContent | DocumentContent | AudioContent] | str) -> str:
     if isinstance(blocks, str):
         return blocks
+    out: list[str] = []
     for block in blocks:
-        if type(block) is DocumentContent:
-            raise InvalidRequestError(
-                f"the local model does not accept documents ({block.mime_type} {block.name or 'unnamed'!r}); "
-                "send its text as a TextContent, or use an Anthropic, Gemini or OpenAI model"
-            )
-    return "".join(b.text if type(b) is TextContent else "[image omitted]" for b in blocks)
+        if type(block) is TextContent:
+            out.append(block.text)
+        elif type(block) is DocumentContent:
+            if block.mime_type != "text/plain":
+                raise no_documents(block, "the local model")
+            out.append(("\n\n" if out else "") + document_text(block))
+        elif type(block) is AudioContent:
+            raise no_audio(block, "the local model")
+        else:
+            out.append("[image omitted]")
+    return "".join(out)
 
 
 def _turns(system: str, messages: list[Message]) -> list[dict[str, str]]:

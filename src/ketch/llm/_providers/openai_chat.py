@@ -27,6 +27,7 @@ from .._errors import ContentFilterError
 from .._handoff import mistral_tool_id
 from .._handoff import openai_chat_tool_id
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import DocumentContent
 from .._messages import ImageContent
 from .._messages import Message
@@ -48,7 +49,10 @@ from .base import HTTPRequest
 from .base import SSEEvents
 from .base import content_parts
 from .base import document_name
+from .base import document_text
 from .base import image_url
+from .base import no_audio
+from .base import no_documents
 from .base import no_hosted_tools
 
 
@@ -311,8 +315,8 @@ class OpenAIChatModel(HTTPModel):
         """Prepared messages to Chat Completions messages."""
         compat = self.compat
         out: list[dict[str, Any]] = []
-        # OpenAI wants tool messages right after the calls; images from tool results
-        # follow the whole run of tool messages in one user message.
+        # OpenAI wants tool messages right after the calls; images (and OpenAI's own
+        # files) from tool results follow the whole run of tool messages in one user message.
         pending_images: list[dict[str, Any]] = []
         for message in messages:
             if type(message) is ToolResultMessage:
@@ -323,6 +327,15 @@ class OpenAIChatModel(HTTPModel):
                     text = text or "(see the attached image)"
                 elif images:
                     text = text or IMAGE_OMITTED
+                for document in message.content:
+                    if type(document) is not DocumentContent:
+                        continue
+                    if self.provider == "openai":
+                        pending_images.append(_file_part(document))
+                    elif document.mime_type == "text/plain":
+                        text += "\n" + document_text(document)
+                    else:
+                        raise no_documents(document, f"provider {self.provider!r}")
                 tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
                 if compat.tool_result_name:
                     tool_msg["name"] = message.tool_name
@@ -332,7 +345,7 @@ class OpenAIChatModel(HTTPModel):
                 out.append(_images_message(pending_images))
                 pending_images = []
             if type(message) is UserMessage:
-                out.append({"role": "user", "content": _user_content(message.content, images_ok, self.provider == "openai")})
+                out.append({"role": "user", "content": _user_content(message.content, images_ok, self.provider)})
             elif type(message) is AssistantMessage:
                 converted = self._assistant(message)
                 if converted is not None:
@@ -533,7 +546,8 @@ def _stop_reason(finish: str | None) -> Literal["length", "tool_use"] | None:
 
 
 def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": "Images returned by the tools above:"}, *parts]}
+    what = "Images" if all(p["type"] == "image_url" for p in parts) else "Files"
+    return {"role": "user", "content": [{"type": "text", "text": f"{what} returned by the tools above:"}, *parts]}
 
 
 def _image_part(image: ImageContent) -> dict[str, Any]:
@@ -547,14 +561,28 @@ def _file_part(document: DocumentContent) -> dict[str, Any]:
     }
 
 
+_AUDIO_FORMATS = {"audio/wav": "wav", "audio/mp3": "mp3"}
+
+
+def _audio_part(audio: AudioContent) -> dict[str, Any]:
+    audio_format = _AUDIO_FORMATS.get(audio.mime_type)
+    if audio_format is None:
+        raise no_audio(audio, "OpenAI Chat Completions", ", ".join(_AUDIO_FORMATS))
+    return {"type": "input_audio", "input_audio": {"data": audio.data, "format": audio_format}}
+
+
 def _user_content(
-    content: list[TextContent | ImageContent | DocumentContent] | str, images_ok: bool, documents_ok: bool
+    content: list[TextContent | ImageContent | DocumentContent | AudioContent] | str, images_ok: bool, provider: str
 ) -> str | list[dict[str, Any]]:
+    """A user message's content; documents and audio go natively to OpenAI only (another
+    server of this API gets a plain-text document as text and refuses the rest)."""
     if isinstance(content, str):
         return content
     if len(content) == 1 and type(content[0]) is TextContent:
         return content[0].text
-    return content_parts(content, images_ok, "text", _image_part, _file_part if documents_ok else None)
+    if provider == "openai":
+        return content_parts(content, images_ok, "text", _image_part, _file_part, _audio_part)
+    return content_parts(content, images_ok, "text", _image_part, where=f"provider {provider!r}")
 
 
 def _arguments_text(call: ToolCall) -> str:

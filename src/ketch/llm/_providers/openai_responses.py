@@ -57,6 +57,7 @@ from .._errors import OverloadedError
 from .._errors import error_for_kind
 from .._handoff import openai_responses_tool_id
 from .._messages import AssistantMessage
+from .._messages import AudioContent
 from .._messages import Citation
 from .._messages import DocumentContent
 from .._messages import HostedToolCall
@@ -148,8 +149,11 @@ def _input_file(document: DocumentContent) -> dict[str, Any]:
     }
 
 
-def _input_parts(blocks: Sequence[TextContent | ImageContent | DocumentContent], images: bool) -> list[dict[str, Any]]:
-    return content_parts(blocks, images, "input_text", _input_image, _input_file)
+def _input_parts(
+    blocks: Sequence[TextContent | ImageContent | DocumentContent | AudioContent], images: bool
+) -> list[dict[str, Any]]:
+    # The Responses API takes no audio input (OpenAI sends recordings through Chat Completions).
+    return content_parts(blocks, images, "input_text", _input_image, _input_file, where="the OpenAI Responses API")
 
 
 def _assistant_items(message: AssistantMessage, out: list[dict[str, Any]]) -> None:
