@@ -52,3 +52,10 @@ def test_a_project_turns_it_on_only_when_trusted(env: Env) -> None:
     assert f"web_fetch = true ({config})" in proc.stderr
     assert tool_results(proc.stdout) == ['Tool "web_fetch" not found']
     assert run(env, "--trust-project") == [REFUSED]
+
+
+def test_the_sandbox_network_allow_list_limits_it(env: Env) -> None:
+    env.user_config('web_fetch = true\n[sandbox.network]\nallow = ["pypi.org", "*.github.com"]\ndeny = ["pypi.org"]\n')
+    assert run(env) == [
+        f"web_fetch {URL}: host 127.0.0.1 is not allowed; allowed: *.github.com"
+    ]
