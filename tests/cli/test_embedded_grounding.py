@@ -65,23 +65,34 @@ def test_arguments_are_the_paths_and_commands_the_request_names() -> None:
     }
 
 
-async def test_the_embedded_models_tools_are_compact_and_grounded_and_its_call_is_the_answer(tmp_path: Path) -> None:
+async def test_the_embedded_models_first_call_is_routed_grounded_and_its_result_is_the_answer(tmp_path: Path) -> None:
     model = embedded([reply(tool_call("read", {"path": "notes.txt"}))])
     built = build_agent(Settings(), workspace(tmp_path), approver=None, model=model)
-    result = await built.prompt("What does notes.txt say?")
+    result = await built.agent.prompt("What does notes.txt say?")  # as ketch eval, serve and ACP run it
 
     [request] = model.requests  # one call: the run ends after it
-    params = {t.name: t.parameters for t in request.tools}
-    assert params["read"]["properties"] == {"path": {**params["read"]["properties"]["path"], "enum": ["notes.txt"]}}
-    assert params["read"]["required"] == ["path"]
-    assert params["ls"]["properties"]["path"]["enum"] == ["."] and "limit" not in params["ls"]["properties"]
-    assert params["bash"]["properties"]["command"]["enum"] == ["wc -l notes.txt"]
-    assert set(params["write"]["properties"]) == {"path", "content"}
-    assert "enum" not in params["write"]["properties"]["path"]  # no new file named: a free path
+    [read] = request.tools  # the tool the request's words name, alone
+    assert read.name == "read"
+    assert read.parameters["properties"] == {"path": {**read.parameters["properties"]["path"], "enum": ["notes.txt"]}}
+    assert read.parameters["required"] == ["path"]
     assert built.tool_answer(result) == "     1\tnotes.txt"
     assert result.end_reason == "stop"
     assert [t.name for t in built.agent.tools] == ["read", "ls", "find", "write", "bash"]
     assert "enum" not in built.agent.tools[0].parameters["properties"]["path"]  # the agent's own are unchanged
+
+
+async def test_a_request_naming_no_action_gets_every_compact_tool(tmp_path: Path) -> None:
+    model = embedded([reply(tool_call("read", {"path": "notes.txt"}))])
+    built = build_agent(Settings(), workspace(tmp_path), approver=None, model=model)
+    await built.prompt("notes.txt please")
+
+    params = {t.name: t.parameters for t in model.requests[0].tools}
+    assert list(params) == ["read", "ls", "find", "write", "bash"]
+    assert params["read"]["properties"]["path"]["enum"] == ["notes.txt"]
+    assert params["ls"]["properties"]["path"]["enum"] == ["."] and "limit" not in params["ls"]["properties"]
+    assert params["bash"]["properties"]["command"]["enum"] == ["wc -l notes.txt"]
+    assert set(params["write"]["properties"]) == {"path", "content"}
+    assert "enum" not in params["write"]["properties"]["path"]  # no new file named: a free path
 
 
 async def test_a_failed_call_goes_back_to_the_model_to_answer_in_text(tmp_path: Path) -> None:

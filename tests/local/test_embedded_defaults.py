@@ -126,3 +126,25 @@ def test_a_plain_question_gets_the_grounded_call_and_its_result_as_the_answer(in
     assert assistants[0]["stop_reason"] == "tool_use"
     assert events[-1]["type"] == "result" and events[-1]["turns"] == 1
     assert events[-1]["text"] == "     1\tBuy milk\n     2\tCall Anna at 5"
+
+
+def test_ketch_eval_runs_on_the_embedded_model(installed: None, tmp_path: Path) -> None:
+    # Whatever the model writes, its first call is the tool the request names (offered alone,
+    # grammar-constrained), so a trajectory check passes; the report says it ran on local.
+    (tmp_path / "ds.json").write_text(json.dumps({"name": "files", "cases": [
+        {"name": "list", "input": "List the files in this directory.",
+         "evaluators": [{"type": "tool_trajectory", "calls": [{"name": "ls", "args": {"path": "."}}]}]},
+    ]}))  # fmt: skip
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ketch", "eval", "ds.json", "--model", "local", "--json", "out.json"],
+        cwd=tmp_path, env=env, input="", capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["model"] == "local"
+    [trial] = report["results"]
+    assert (trial["case"], trial["passed"], trial["turns"], trial["error"]) == ("list", True, 1, None)

@@ -177,8 +177,8 @@ async def test_tools_views_choose_each_calls_tools_in_order_and_follow_the_trans
     assert [r.tool_names for r in model.requests] == [["clock"], ["clock"], ["clock", "echo"], ["clock", "echo"]]
     results = [(m.tool_name, m.is_error, m.text) for m in agent.messages if isinstance(m, ToolResultMessage)]
     assert results == [("echo", True, 'Tool "echo" not found'), ("clock", False, "noon"), ("echo", False, "late")]
-    # at the start (before the prompt is committed), then after each turn, the last one too
-    assert [n for _, n in seen] == [0, 3, 5, 7, 8] and all(names == ["echo", "clock"] for names, _ in seen)
+    # at the start, once the prompt is committed, then after each turn, the last one too
+    assert [n for _, n in seen] == [0, 1, 3, 5, 7, 8] and all(names == ["echo", "clock"] for names, _ in seen)
     assert [t.name for t in agent.tools] == ["echo", "clock"]  # the agent's own are not changed
 
 

@@ -17,8 +17,10 @@ grounded in the request and the workspace:
 
 The workspace is read again at the start of every run and after every turn, at most
 :data:`MAX_PATHS` entries (a larger workspace keeps free paths), hidden entries and links
-left out. The request is the prompt of the run (:attr:`Grounding.request`, set by the
-command before each run). Whatever the model chooses still goes through the permission
+left out. The request is the last user message of the transcript (a tools view sees a
+prompt once it is committed), so every entry point (``ketch run``, the terminal, ``ketch
+eval``, ``ketch serve``, ACP) grounds the same way; before its first answer, the model is
+offered only the tool the request's words name (:func:`ketch.cli._factory.route_embedded`). Whatever the model chooses still goes through the permission
 engine and the sandbox like any call.
 """
 
@@ -28,11 +30,13 @@ import copy
 import os
 import re
 import shlex
+from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..llm import Message
+from ..llm import UserMessage
 from ..loop import Capability
 from ..loop import Contribution
 from ..loop import Tool
@@ -141,16 +145,32 @@ class Grounding(Capability):
 
     name = "grounding"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, route: Callable[[str, Sequence[str]], str] | None = None) -> None:
         self.root = root
-        self.request = ""
-        """The run's prompt (set before each run)."""
+        self.route = route
 
     def contribute(self) -> Contribution:
         return Contribution(tools_view=self.view)
 
     def view(self, tools: Sequence[Tool], messages: Sequence[Message]) -> Sequence[Tool]:
-        """``tools`` compacted, their arguments grounded in what exists now."""
+        """``tools`` compacted, their arguments grounded in what exists now and in the
+        request (the last user message); before the request's first answer, only the tool
+        ``route`` picks for it, when it picks one."""
+        request, answered = _request(messages)
+        if self.route is not None and request and not answered:
+            picked = self.route(request, [t.name for t in tools])
+            if any(t.name == picked for t in tools):
+                tools = [t for t in tools if t.name == picked]
         found = workspace_paths(self.root)
-        grounded = grounded_arguments(self.request, *found) if found is not None else {}
+        grounded = grounded_arguments(request, *found) if found is not None else {}
         return [_compact(tool, grounded.get(tool.name)) for tool in tools]
+
+
+def _request(messages: Sequence[Message]) -> tuple[str, bool]:
+    """The text of the last user message, and whether an assistant message follows it."""
+    for back, message in enumerate(reversed(messages)):
+        if isinstance(message, UserMessage):
+            content = message.content
+            text = content if isinstance(content, str) else " ".join(getattr(b, "text", "") for b in content)
+            return text, back > 0
+    return "", False

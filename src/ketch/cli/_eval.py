@@ -175,7 +175,9 @@ def _run(args: Any) -> int:
 
     def make(case: Case, where: Path) -> Any:  # with --otel-endpoint, build_agent instruments it
         model = build_model(spec, settings) if fresh else first
-        return build_agent(settings, where, approver=None, model=model).agent
+        built = build_agent(settings, where, approver=None, model=model)
+        built.arm()  # the first call forced as in ketch run (the embedded model's)
+        return built.agent
 
     progress = _Progress(len(dataset.cases) * args.trials)
 

@@ -402,7 +402,6 @@ class Built:
     subagents: Any = None  # the ketch.subagents.Subagents of the agent files, if any
     instructions: Any = None  # the AGENTS.md files merged into the system prompt (cli._instructions)
     answers_with_tool: bool = False  # the embedded model: a run ends after its call, whose result is the answer
-    grounding: Any = None  # the embedded model's grounded arguments (cli._embedded), told each prompt
 
     def tool_answer(self, result: RunResult) -> str | None:
         """The answer of a run that ended after the embedded model's call succeeded: the
@@ -436,8 +435,6 @@ class Built:
         after it in the prompt), through UserPromptSubmit hooks when there are hooks."""
         if self.tool_choice is not None:
             self.tool_choice.route(text)
-        if self.grounding is not None:
-            self.grounding.request = text
         if self.hooks is not None:
             return await self.hooks.prompt(self.agent, text, attachments=attachments or None)
         if attachments:
@@ -606,7 +603,7 @@ def _capabilities(
     todo: bool,
 ) -> list[Any]:
     """The agent's capabilities: the project's instructions, memory, skills, the to-do
-    list; for the embedded model, the grounding of its arguments (last)."""
+    list; for the embedded model, the grounding of its arguments."""
     project = instructions.capability() if instructions is not None else None
     capabilities: list[Any] = []
     if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
@@ -625,10 +622,10 @@ def _capabilities(
         from ..tools import Todo
 
         capabilities.append(Todo())
-    if embedded:  # compact tools whose arguments are grounded in the request (an enum in its call grammar)
+    if embedded:  # compact tools grounded in the request (an enum in its call grammar), the first one routed
         from ._embedded import Grounding
 
-        capabilities.append(Grounding(root))  # last: build_agent hands it to Built
+        capabilities.append(Grounding(root, route_embedded))
     return capabilities
 
 
@@ -712,7 +709,6 @@ def build_agent(
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo)
-    grounding = capabilities[-1] if embedded else None  # (the last for the embedded model)
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:
@@ -746,7 +742,6 @@ def build_agent(
         subagents=subagents,
         instructions=instructions,
         answers_with_tool=answers_with_tool,
-        grounding=grounding,
     )
     built.fit_context(settings)
     return built

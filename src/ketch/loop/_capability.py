@@ -60,8 +60,9 @@ recovery, queued messages, follow-ups, typed output, output guardrails), before
 
 ToolsView: TypeAlias = Callable[[Sequence[Tool], Sequence[Message]], Sequence[Tool]]
 """Which of the run's tools (the agent's, then the capabilities') the model is sent and
-may call, given the transcript: asked at the run's start and after every turn (so a
-turn's tool results can change the next turn's tools). Tool search defers most tools
+may call, given the transcript: asked at the run's start, after each prompt or queued
+message is committed, and after every turn (so a prompt or a turn's tool results can
+change the next call's tools). Tool search defers most tools
 this way (:class:`ketch.tools.ToolSearch`)."""
 
 _OPTION_FIELDS = frozenset(StreamOptions.__struct_fields__) - {"signal", "api_key", "headers", "hosted_tools"}

@@ -208,13 +208,17 @@ class Run:
         return MessageStart(message=message), MessageEnd(message=message)
 
     def commit_queued(self, message: Message) -> tuple[MessageStart, MessageEnd]:
-        """:meth:`commit` a queued message (no longer uncommitted)."""
+        """:meth:`commit` a queued message (no longer uncommitted); a capability's tools
+        view sees it (a prompt may change the tools of the call it starts)."""
         taken = self.uncommitted
         for i, m in enumerate(taken):
             if m is message:
                 del taken[i]
                 break
-        return self.commit(message)
+        events = self.commit(message)
+        if self.view is not None:
+            self.set_tools(self.conversation.tools)
+        return events
 
     def commit_pending(self, pending: Sequence[Message]) -> Iterator[AgentEvent]:
         """Commit what goes before the next call, each message as its events are handed
