@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import secrets
 import socket
 import threading
@@ -337,3 +338,83 @@ def test_https_credentials_through_the_runs_ca_and_other_hosts_tunnelled(
     for path in tmp_path.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert token.encode() not in path.read_bytes(), path
+
+
+# -- the interactive terminal asks about a host not on the list ------------------------------
+
+
+def _ask_session(env: Env, terminals: list[Any], commands: dict[str, str]) -> Any:
+    """The interactive ``ketch`` in a pseudo-terminal, its scripted model calling bash
+    once per command (one turn each), then ``all done``; the prompt is sent."""
+    from clihelp import Terminal
+    from clihelp import call_reply
+    from clihelp import text_reply
+
+    script = env.script([*(call_reply((cid, "bash", {"command": cmd})) for cid, cmd in commands.items()), text_reply("all done")])
+    term = Terminal(env, "--permission-mode", "accept-edits", "--model", f"scripted:{script}")
+    terminals.append(term)
+    term.expect("/help for commands")
+    term.sendline("go")
+    return term
+
+
+def test_interactive_allow_once_reaches_an_unlisted_host_for_the_session(
+    env: Env, host: Host, terminals: list[Any]
+) -> None:
+    env.user_config('[sandbox.network]\nallow = ["localhost"]\n')
+    alias, port = _loopback_alias(), host.port
+    term = _ask_session(
+        env, terminals, {"c1": f"curl -sS http://{alias}:{port}/once", "c2": f"curl -sS http://{alias}:{port}/again"}
+    )
+    term.expect(rf"⚠ a sandboxed command wants to reach {alias}:{port} \(not in \[sandbox\.network\] allow\)")
+    term.expect(rf"'y' allows it for this session, 'a' always allows {alias}")
+    term.expect(r"Allow\? \[y\] once  \[a\] always  \[n\] deny")
+    term.sendline("y")
+    term.expect("test host says hello to /once")
+    between = term.expect("test host says hello to /again")
+    assert "wants to reach" not in between  # allowed for the session: not asked again
+    term.expect("all done")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert [path for path, _ in host.seen] == ["/once", "/again"]
+    assert "allow = [\"localhost\"]\n" in (env.xdg / "ketch" / "config.toml").read_text()  # nothing saved
+
+
+def test_interactive_always_reaches_the_host_and_saves_it(env: Env, host: Host, terminals: list[Any]) -> None:
+    import tomllib
+
+    config = env.user_config('[sandbox.network]\nallow = ["localhost"]\n')
+    alias, port = _loopback_alias(), host.port
+    term = _ask_session(env, terminals, {"c1": f"curl -sS http://{alias}:{port}/always"})
+    term.expect(rf"wants to reach {alias}:{port}")
+    term.expect(r"Allow\? \[y\] once")
+    term.sendline("a")
+    term.expect(r"Save the rule: \[s\] this session only  \[u\] user  \[p\] project  \[l\] local")
+    term.sendline("u")
+    term.expect(rf"saved {alias} to \[sandbox\.network\] allow in .*config\.toml")
+    term.expect("test host says hello to /always")
+    term.expect("all done")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert [path for path, _ in host.seen] == ["/always"]
+    assert tomllib.loads(config.read_text())["sandbox"]["network"]["allow"] == ["localhost", alias]
+
+
+def test_interactive_deny_refuses_and_a_denied_host_is_never_asked(env: Env, host: Host, terminals: list[Any]) -> None:
+    env.user_config('[sandbox.network]\nallow = ["localhost"]\ndeny = ["127.0.0.1"]\n')
+    alias, port = _loopback_alias(), host.port
+    term = _ask_session(
+        env,
+        terminals,
+        {"c1": f"curl -sS http://{alias}:{port}/no", "c2": f"curl -sS http://127.0.0.1:{port}/denied"},
+    )
+    term.expect(rf"wants to reach {alias}:{port}")
+    term.expect(r"Allow\? \[y\] once")
+    term.sendline("n")
+    term.expect(re.escape(_refused(alias)))
+    between = term.expect(re.escape("ketch sandbox: host '127.0.0.1' is denied by [sandbox.network] deny (127.0.0.1)"))
+    assert "wants to reach" not in between
+    term.expect("all done")
+    term.sendline("/exit")
+    assert term.wait_exit() == 0
+    assert host.seen == []

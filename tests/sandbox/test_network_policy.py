@@ -170,3 +170,68 @@ async def test_credentials_replace_the_clients_header_on_plain_http(upstream: tu
 async def test_what_cannot_be_parsed_is_refused(request_bytes: bytes, line: str) -> None:
     answer = await _ask(NetworkPolicy(allow=["localhost"]), request_bytes)
     assert _body(answer) == line + "\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reached"),
+    [("once", True), ("always", True), ("deny", False), ("yes", False), (RuntimeError("boom"), False)],
+)
+async def test_an_unlisted_host_is_asked_and_the_answer_decides(
+    upstream: tuple[int, list[bytes]], answer: str | Exception, reached: bool
+) -> None:
+    port, heads = upstream
+    asked: list[tuple[str, int]] = []
+
+    async def ask(host: str, p: int) -> str:
+        asked.append((host, p))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def resolve(host: str, p: int, **_: Any) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", p))]
+
+    policy = NetworkPolicy(allow=["pypi.org"], deny=["bad.test"], ask=ask)
+    request = f"GET http://svc.Ask.test:{port}/x HTTP/1.1\r\nHost: svc.ask.test\r\n\r\n".encode()
+    got = await _ask(policy, request, resolve=resolve)
+    assert asked == [("svc.ask.test", port)]
+    if reached:  # a private address too: the user named the host
+        assert got.endswith(b"\r\n\r\nok")
+        assert heads == [b"GET /x HTTP/1.1\r\nHost: svc.ask.test\r\nConnection: close\r\n\r\n"]
+    else:
+        assert got.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+        assert _body(got) == "ketch sandbox: host 'svc.ask.test' is not in [sandbox.network] allow; allowed: pypi.org\n"
+        assert heads == []
+    # a host on the deny list is never asked
+    denied = await _ask(policy, f"GET http://bad.test:{port}/ HTTP/1.1\r\n\r\n".encode(), resolve=resolve)
+    assert _body(denied) == "ketch sandbox: host 'bad.test' is denied by [sandbox.network] deny (bad.test)\n"
+    assert asked == [("svc.ask.test", port)]
+
+
+async def test_the_proxy_asks_once_per_host_and_without_ask_refuses(upstream: tuple[int, list[bytes]]) -> None:
+    port, heads = upstream
+    asked: list[tuple[str, int]] = []
+
+    async def ask(host: str, p: int) -> str:
+        asked.append((host, p))
+        return "once"
+
+    request = f"GET http://localhost:{port}/x HTTP/1.1\r\n\r\n".encode()
+    refused = await _ask(NetworkPolicy(allow=["pypi.org"]), request)
+    assert _body(refused) == "ketch sandbox: host 'localhost' is not in [sandbox.network] allow; allowed: pypi.org\n"
+    policy = NetworkPolicy(allow=["pypi.org"]).with_ask(ask)
+    folder = tempfile.mkdtemp(prefix="kt-")
+    proxy = NetworkProxy(f"{folder}/p.sock", policy)
+    await proxy.start()
+    try:
+        for _ in range(2):
+            reader, writer = await asyncio.open_unix_connection(proxy.path)
+            writer.write(request)
+            await writer.drain()
+            assert (await reader.read()).endswith(b"ok")
+            writer.close()
+    finally:
+        proxy.close()
+        os.rmdir(folder)
+    assert asked == [("localhost", port)]
+    assert len(heads) == 2

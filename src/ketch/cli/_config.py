@@ -740,26 +740,58 @@ def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
     """Add ``rules`` to the ``[permissions] kind`` list of the TOML file at ``path``
     (created when missing), keeping the rest of the file as it is. Raises
     :class:`ConfigError` when the file cannot be read, parsed or updated."""
+    add_to_config_list(path, "permissions", kind, rules)
+
+
+def save_network_allow(choice: str, entry: str, project_root: Path) -> tuple[str, bool]:
+    """Add ``entry`` to ``[sandbox.network] allow`` where the answer ``choice`` to
+    :data:`SAVE_RULE_PROMPT` says (the files of :func:`save_allow_rules`; anything else:
+    this session only). Returns the line to show the user, and whether it reports a failure."""
+    targets = {
+        "u": config_dir() / "config.toml",
+        "p": project_root / ".ketch" / "config.toml",
+        "l": project_root / ".ketch" / "config.local.toml",
+    }
+    path = targets.get(choice.strip().lower()[:1])
+    if path is None:
+        return f"allowed for this session: {entry}", False
+    try:
+        add_to_config_list(path, "sandbox.network", "allow", [entry])
+    except ConfigError as exc:
+        return f"{exc} (allowed for this session only)", True
+    return f"saved {entry} to [sandbox.network] allow in {path}", False
+
+
+def add_to_config_list(path: Path, table: str, key: str, items: list[str]) -> None:
+    """Add ``items`` to the ``[table] key`` list (``table`` dotted, as in its header) of the
+    TOML file at ``path`` (created when missing), keeping the rest of the file as it is.
+    Raises :class:`ConfigError` when the file cannot be read, parsed or updated."""
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         data = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot update: {exc}") from None
-    perms = data.get("permissions", {})
-    current = perms.get(kind, []) if isinstance(perms, dict) else None
+
+    def lookup(doc: Any) -> Any:
+        for part in table.split("."):
+            doc = doc.get(part, {}) if isinstance(doc, dict) else None
+        return doc
+
+    section_data = lookup(data)
+    current = section_data.get(key, []) if isinstance(section_data, dict) else None
     if not isinstance(current, list):
-        raise ConfigError(f"{path}: cannot update: [permissions] {kind} is not a list")
-    wanted = current + [r for r in rules if r not in current]
+        raise ConfigError(f"{path}: cannot update: [{table}] {key} is not a list")
+    wanted = current + [r for r in items if r not in current]
     if wanted == current:
         return
-    rendered = f"{kind} = [" + ", ".join(json.dumps(r) for r in wanted) + "]"
+    rendered = f"{key} = [" + ", ".join(json.dumps(r) for r in wanted) + "]"
     lines = text.splitlines(keepends=True)
-    header = next((i for i, line in enumerate(lines) if line.strip() == "[permissions]"), None)
+    header = next((i for i, line in enumerate(lines) if line.strip() == f"[{table}]"), None)
     if header is None:
-        if "permissions" in data:
-            raise ConfigError(f"{path}: cannot update: write [permissions] as a table to add rules")
+        if isinstance(section_data, dict) and key in section_data:
+            raise ConfigError(f"{path}: cannot update: write [{table}] as a table to add to {key}")
         sep = "" if not text else "\n" if text.endswith("\n") else "\n\n"
-        new = text + sep + f"[permissions]\n{rendered}\n"
+        new = text + sep + f"[{table}]\n{rendered}\n"
     else:
         offset = sum(len(line) for line in lines[: header + 1])
         end_of_table = len(text)
@@ -768,21 +800,22 @@ def add_permission_rules(path: Path, kind: str, rules: list[str]) -> None:
                 end_of_table = sum(len(line) for line in lines[:i])
                 break
         section = text[offset:end_of_table]
-        m = re.search(rf"(?m)^[ \t]*{kind}[ \t]*=[ \t]*", section)
+        m = re.search(rf"(?m)^[ \t]*{key}[ \t]*=[ \t]*", section)
         if m is None:
             new = text[:offset] + rendered + "\n" + text[offset:]
         else:
             start = offset + m.end()
             end = _array_end(text, start) if text[start : start + 1] == "[" else -1
             if end < 0:
-                raise ConfigError(f"{path}: cannot update: [permissions] {kind} is not an inline list")
+                raise ConfigError(f"{path}: cannot update: [{table}] {key} is not an inline list")
             new = text[: offset + m.start()] + rendered + text[end:]
     try:
         check = tomllib.loads(new)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: cannot update: {exc}") from None
-    if check.get("permissions", {}).get(kind) != wanted:
-        raise ConfigError(f"{path}: cannot update the [permissions] {kind} list")
+    checked = lookup(check)
+    if not isinstance(checked, dict) or checked.get(key) != wanted:
+        raise ConfigError(f"{path}: cannot update the [{table}] {key} list")
     write_config_file(path, new)
 
 

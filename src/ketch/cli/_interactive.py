@@ -51,6 +51,7 @@ from ._config import ConfigError
 from ._config import Settings
 from ._config import config_dir
 from ._config import save_allow_rules
+from ._config import save_network_allow
 from ._factory import Built
 from ._factory import build_agent
 from ._factory import build_model
@@ -337,6 +338,10 @@ class Session:
         self.mcp = mcp
         if mcp is not None:
             mcp.elicitation = self.elicit
+        self.network_granted: set[tuple[str, int]] = set()  # unlisted hosts allowed for this session
+        self._network_lock = asyncio.Lock()  # one network question at a time
+        if settings.sandbox_network_policy is not None:  # an unlisted host asks here (see ask_network)
+            settings.sandbox_network_policy = settings.sandbox_network_policy.with_ask(self.ask_network)
         self.built: Built = build_agent(
             settings, root, approver=self.approve, tool_choice=tool_choice, session=session, mcp=mcp, todo=True
         )
@@ -399,6 +404,33 @@ class Session:
         if answer.decision == "always" and request.suggested_rules:
             self._save_rules(request, await self._question(SCOPE_PROMPT))
         return answer
+
+    async def ask_network(self, host: str, port: int) -> str:
+        """The sandbox proxy's question for a host not in ``[sandbox.network] allow``:
+        ``y`` allows it (this host and port) for the session, ``a`` also saves the host to
+        ``allow`` where the user picks, anything else refuses it."""
+        if (host, port) in self.network_granted:
+            return "once"
+        r = self.renderer
+        if r is None:
+            return "deny"
+        async with self._network_lock:
+            if (host, port) in self.network_granted:  # answered while this one waited
+                return "once"
+            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            r.note(f"⚠ a sandboxed command wants to reach {shown} (not in [sandbox.network] allow)", "bold yellow")
+            r.note(f"  'y' allows it for this session, 'a' always allows {host}")
+            answer = parse_answer(await self._question(PERMISSION_PROMPT))
+            if answer.decision not in ("allow", "always"):
+                return "deny"
+            self.network_granted.add((host, port))
+            if answer.decision == "always":
+                choice = await self._question(SCOPE_PROMPT)
+                entry = f"[{host}]" if ":" in host else host
+                line, failed = save_network_allow(choice, entry, self.settings.project_root or self.root)
+                r.note(line, "red" if failed else "dim")
+                return "always"
+            return "once"
 
     async def elicit(self, request: Any) -> Any:
         """The MCP servers' elicitation callback: show the server's question, ask whether

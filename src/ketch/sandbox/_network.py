@@ -3,8 +3,11 @@ and the credentials the proxy adds for some of them."""
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
+from collections.abc import Awaitable
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -164,6 +167,11 @@ class NetworkPolicy:
     exact (not wildcard) entry names it. ``credentials`` maps an exact host to the
     :class:`Credential` the proxy adds to its plain-HTTP requests.
 
+    ``ask`` (``async (host, port) -> "once" | "always" | "deny"``), when given, is called
+    for a host no entry allows and no ``deny`` entry names: ``"once"`` or ``"always"``
+    reaches it (and every later request to it through the same proxy), anything else, an
+    error or no answer within two minutes refuses it. Without ``ask`` such a host is refused.
+
     Strings are accepted for the entries and checked: a :class:`NetworkPolicyError`
     names a bad one.
     """
@@ -171,12 +179,14 @@ class NetworkPolicy:
     allow: tuple[HostPattern, ...] = ()
     deny: tuple[HostPattern, ...] = ()
     credentials: Mapping[str, Credential] = field(default_factory=dict)
+    ask: Callable[[str, int], Awaitable[str]] | None = field(default=None, compare=False)
 
     def __init__(
         self,
         allow: Iterable[str] = (),
         deny: Iterable[str] = (),
         credentials: Mapping[str, Credential | Mapping[str, str]] | None = None,
+        ask: Callable[[str, int], Awaitable[str]] | None = None,
     ) -> None:
         if isinstance(allow, str) or isinstance(deny, str):
             raise NetworkPolicyError("[sandbox.network] allow and deny are lists of hosts, not one string")
@@ -210,6 +220,7 @@ class NetworkPolicy:
         object.__setattr__(self, "allow", allowed)
         object.__setattr__(self, "deny", denied)
         object.__setattr__(self, "credentials", creds)
+        object.__setattr__(self, "ask", ask)
 
     def __repr__(self) -> str:
         return (
@@ -228,6 +239,17 @@ class NetworkPolicy:
             return None
         allowed = ", ".join(str(e) for e in self.allow) or "(none)"
         return f"ketch sandbox: host {name!r} is not in [sandbox.network] allow; allowed: {allowed}"
+
+    def with_ask(self, ask: Callable[[str, int], Awaitable[str]] | None) -> NetworkPolicy:
+        """This policy with ``ask`` as the question for unlisted hosts."""
+        new = copy.copy(self)
+        object.__setattr__(new, "ask", ask)
+        return new
+
+    def denied(self, host: str, port: int) -> bool:
+        """Whether a ``deny`` entry names ``host`` on ``port`` (never asked about)."""
+        name = normalize_host(host)
+        return any(entry.matches(name, port) for entry in self.deny)
 
     def named(self, host: str) -> bool:
         """Whether an exact (not wildcard) allow entry names ``host``: only then may it

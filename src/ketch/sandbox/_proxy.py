@@ -31,6 +31,7 @@ from ._tls import TlsBroker
 
 _HEAD_LIMIT = 65536
 _CONNECT_TIMEOUT = 30.0
+_ASK_TIMEOUT = 120.0  # how long an unlisted host waits for the user's answer
 _CHUNK = 65536
 _KEPT_REFUSALS = 20  # lines kept for the model's note, each once
 _HOP_HEADERS = frozenset(
@@ -161,6 +162,7 @@ class NetworkProxy:
         self.resolve = resolve
         self.tls = tls
         self.refusals: list[str] = []
+        self.granted: set[tuple[str, int]] = set()  # unlisted hosts the user allowed (``policy.ask``)
         self._socket: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._socket.bind(path)
@@ -267,7 +269,7 @@ class NetworkProxy:
         host, port = where
         name = normalize_host(host)
         refusal = self.policy.refusal(name, port)
-        if refusal is not None:
+        if refusal is not None and not await self._granted(name, port):
             await self._refuse(writer, "403 Forbidden", refusal)
             return None
         credential = self.policy.credential(name)
@@ -292,6 +294,25 @@ class NetworkProxy:
             await self._send_head(up_writer, method, path, version, headers, name)
         await _relay(reader, writer, up_reader, up_writer)
         return up_writer
+
+    async def _granted(self, name: str, port: int) -> bool:
+        """Whether the user allows an unlisted host (asked through ``policy.ask``, once per
+        host and port for this proxy); a denied host, no ``ask``, an error or no answer
+        within :data:`_ASK_TIMEOUT`: no (fail closed)."""
+        ask = self.policy.ask
+        if ask is None or self.policy.denied(name, port):
+            return False
+        if (name, port) in self.granted:
+            return True
+        try:
+            async with asyncio.timeout(_ASK_TIMEOUT):
+                answer = await ask(name, port)
+        except Exception:
+            return False
+        if answer not in ("once", "always"):
+            return False
+        self.granted.add((name, port))
+        return True
 
     async def _send_head(
         self, up_writer: asyncio.StreamWriter, method: str, path: str, version: str, headers: list[tuple[str, str]], name: str
@@ -364,7 +385,7 @@ class NetworkProxy:
         except (OSError, UnicodeError):
             await self._refuse(writer, "502 Bad Gateway", f"ketch sandbox: host {name!r} could not be resolved")
             return None
-        named = self.policy.named(name)
+        named = self.policy.named(name) or (name, port) in self.granted
         candidates = [info for info in infos if named or not _private(str(info[4][0]))]
         if not candidates:
             shown = str(infos[0][4][0]) if infos else "?"
