@@ -601,6 +601,7 @@ def _capabilities(
     *,
     embedded: bool,
     todo: bool,
+    routed: bool = True,
 ) -> list[Any]:
     """The agent's capabilities: the project's instructions, memory, skills, the to-do
     list; for the embedded model, the grounding of its arguments."""
@@ -625,7 +626,7 @@ def _capabilities(
     if embedded:  # compact tools grounded in the request (an enum in its call grammar), the first one routed
         from ._embedded import Grounding
 
-        capabilities.append(Grounding(root, route_embedded))
+        capabilities.append(Grounding(root, route_embedded if routed else None))  # (not under --tool-choice)
     return capabilities
 
 
@@ -708,7 +709,8 @@ def build_agent(
         config["stop_when"] = (*config.get("stop_when", ()), stop_after_tool(*(t.name for t in tools)))
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
-    capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo)
+    routed = tool_choice is None  # (--tool-choice names the tool, or auto lets the model choose)
+    capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo, routed=routed)
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:
