@@ -716,17 +716,24 @@ SAVE_RULE_PROMPT = "Save the rule: [s] this session only  [u] user  [p] project 
 """The question after an "always" answer: where the allow rule goes."""
 
 
-def save_allow_rules(choice: str, rules: list[str], project_root: Path) -> tuple[str, bool]:
-    """Save ``rules`` where the answer ``choice`` to :data:`SAVE_RULE_PROMPT` says (``u``
-    the user config, ``p`` the project's ``.ketch/config.toml``, ``l`` its
-    ``.ketch/config.local.toml``; anything else: this session only). Returns the line to
-    show the user, and whether it reports a failure (the rules then hold for the session)."""
+def save_target(choice: str, project_root: Path) -> Path | None:
+    """The file the answer ``choice`` to :data:`SAVE_RULE_PROMPT` names (``u`` the user
+    config, ``p`` the project's ``.ketch/config.toml``, ``l`` its ``.ketch/config.local.toml``),
+    or None for this session only."""
     targets = {
         "u": config_dir() / "config.toml",
         "p": project_root / ".ketch" / "config.toml",
         "l": project_root / ".ketch" / "config.local.toml",
     }
-    path = targets.get(choice.strip().lower()[:1])
+    return targets.get(choice.strip().lower()[:1])
+
+
+def save_allow_rules(choice: str, rules: list[str], project_root: Path) -> tuple[str, bool]:
+    """Save ``rules`` where the answer ``choice`` to :data:`SAVE_RULE_PROMPT` says (``u``
+    the user config, ``p`` the project's ``.ketch/config.toml``, ``l`` its
+    ``.ketch/config.local.toml``; anything else: this session only). Returns the line to
+    show the user, and whether it reports a failure (the rules then hold for the session)."""
+    path = save_target(choice, project_root)
     if path is None:
         return f"allowed for this session: {', '.join(rules)}", False
     try:
@@ -747,12 +754,7 @@ def save_network_allow(choice: str, entry: str, project_root: Path) -> tuple[str
     """Add ``entry`` to ``[sandbox.network] allow`` where the answer ``choice`` to
     :data:`SAVE_RULE_PROMPT` says (the files of :func:`save_allow_rules`; anything else:
     this session only). Returns the line to show the user, and whether it reports a failure."""
-    targets = {
-        "u": config_dir() / "config.toml",
-        "p": project_root / ".ketch" / "config.toml",
-        "l": project_root / ".ketch" / "config.local.toml",
-    }
-    path = targets.get(choice.strip().lower()[:1])
+    path = save_target(choice, project_root)
     if path is None:
         return f"allowed for this session: {entry}", False
     try:
