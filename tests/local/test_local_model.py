@@ -650,3 +650,22 @@ async def test_forced_call_ends_within_its_budget_whatever_the_model_writes(mode
     [call] = done.message.tool_calls
     assert_valid_call(call, [WEATHER])
     assert len(call.args["city"]) <= bounded_string_length([WEATHER], 160)
+
+
+async def test_a_hosted_tool_is_refused_naming_the_kind_and_a_fallback_is_sent(model: LocalModel) -> None:
+    from ketch.llm import HostedTool
+
+    request = Request(messages=[UserMessage(content="Search the web for ketch.")], tools=[
+        ToolSpec(name="web_search", description="Search the web.", parameters={"type": "object", "properties": {}}),
+    ])  # fmt: skip
+    refused = [e async for e in model.stream(request, StreamOptions(hosted_tools=(HostedTool(kind="web_search"),)))]
+    assert [e.type for e in refused] == ["start", "error"]
+    last = refused[-1]
+    assert type(last) is StreamError
+    assert last.error.error_message == "hosted tool 'web_search' is not supported by provider 'local' (local); supported: none"
+    fallback = HostedTool(kind="web_search", fallback="web_search")  # the function tool stands in
+    options = StreamOptions(hosted_tools=(fallback,), tool_choice="web_search", max_tokens=32)
+    events = [e async for e in model.stream(request, options)]
+    done = events[-1]
+    assert type(done) is StreamDone
+    assert [b.name for b in done.message.content if type(b) is ToolCall] == ["web_search"]
