@@ -107,7 +107,7 @@ async def test_a_server_dying_mid_answer_is_a_network_error_and_the_next_request
     model = LocalModel("smollm2", n_ctx=320, parallel=1)
     stats = await model.load()
     events: list[Any] = []
-    async for event in model.stream(STORY, StreamOptions(max_tokens=300)):
+    async for event in model.stream(STORY, StreamOptions(max_tokens=300, temperature=0)):
         events.append(event)
         if event.type == "text_delta" and len(events) == 3:
             os.kill(stats.pid, signal.SIGKILL)

@@ -205,7 +205,7 @@ async def test_full_agent_run(llama_server: LlamaServer) -> None:
 async def test_abort_mid_stream_keeps_partial_text(llama_server: LlamaServer) -> None:
     signal = AbortSignal()
     events = []
-    async for ev in model_for(llama_server).stream(STORY, StreamOptions(max_tokens=200, signal=signal)):
+    async for ev in model_for(llama_server).stream(STORY, StreamOptions(max_tokens=200, signal=signal, temperature=0)):
         events.append(ev)
         if ev.type == "text_delta" and len(events) == 4:
             signal.abort()
@@ -214,7 +214,7 @@ async def test_abort_mid_stream_keeps_partial_text(llama_server: LlamaServer) ->
     assert message.stop_reason == "aborted"
     assert message.content == [TextContent(text=events[2].delta + events[3].delta)]
     # The server stays usable after the client dropped the connection.
-    again = await complete(model_for(llama_server), STORY, StreamOptions(max_tokens=3))
+    again = await complete(model_for(llama_server), STORY, StreamOptions(max_tokens=3, temperature=0))
     assert again.stop_reason == "length"
 
 
@@ -222,7 +222,7 @@ async def test_task_cancellation_closes_the_request(llama_server: LlamaServer) -
     got_text = asyncio.Event()
 
     async def consume() -> None:
-        async for ev in model_for(llama_server).stream(STORY, StreamOptions(max_tokens=300)):
+        async for ev in model_for(llama_server).stream(STORY, StreamOptions(max_tokens=300, temperature=0)):
             if ev.type == "text_delta":
                 got_text.set()
 
@@ -231,7 +231,7 @@ async def test_task_cancellation_closes_the_request(llama_server: LlamaServer) -
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    again = await complete(model_for(llama_server), STORY, StreamOptions(max_tokens=3))
+    again = await complete(model_for(llama_server), STORY, StreamOptions(max_tokens=3, temperature=0))
     assert again.stop_reason == "length"
 
 
@@ -241,7 +241,7 @@ async def test_server_killed_mid_stream(llama_server_factory: Any) -> None:
     events = []
 
     async def consume() -> None:
-        async for ev in model.stream(STORY, StreamOptions(max_tokens=400)):
+        async for ev in model.stream(STORY, StreamOptions(max_tokens=400, temperature=0)):
             events.append(ev)
             if ev.type == "text_delta" and server.process.poll() is None:
                 server.process.kill()
