@@ -19,17 +19,17 @@ is counted and reported. Where a registry lives is up to its owner: the ``ketch`
 command makes one per agent.
 """
 
+from ._info import TaskFailed
+from ._info import TaskInfo
+from ._info import TaskNotFoundError
+from ._info import TaskOutput
+from ._info import TaskStatus
 from ._notify import TaskNotifier
 from ._notify import notification_text
 from ._notify import notify_agent
 from ._registry import DEFAULT_MAX_OUTPUT
 from ._registry import TASK_TOOLS
-from ._registry import TaskFailed
-from ._registry import TaskInfo
-from ._registry import TaskNotFoundError
-from ._registry import TaskOutput
 from ._registry import TaskRegistry
-from ._registry import TaskStatus
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT",

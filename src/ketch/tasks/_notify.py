@@ -11,11 +11,11 @@ from typing import Literal
 from typing import TypeAlias
 
 from ..llm import UserMessage
-from ._registry import task_facts
+from ._info import TaskInfo
+from ._info import task_facts
 
 if TYPE_CHECKING:
     from .. import Agent
-    from ._registry import TaskInfo
     from ._registry import TaskRegistry
 
 log = logging.getLogger("ketch.tasks")

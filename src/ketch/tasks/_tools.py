@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 from typing import Any
+from typing import Protocol
 
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
-from ._registry import task_facts
+from ._info import TaskInfo
+from ._info import TaskNotFoundError
+from ._info import TaskOutput
+from ._info import task_facts
 
-if TYPE_CHECKING:
-    from ._registry import TaskInfo
-    from ._registry import TaskRegistry
+
+class Tasks(Protocol):
+    """What the task tools use of a :class:`~ketch.tasks.TaskRegistry`."""
+
+    def list(self) -> list[TaskInfo]: ...
+    def output(self, task_id: str, since: int = 0) -> TaskOutput: ...
+    async def wait(self, task_id: str, timeout: float | None = None) -> TaskInfo: ...  # noqa: ASYNC109
+    async def stop(self, task_id: str) -> TaskInfo: ...
 
 MAX_WAIT = 600.0
 """The longest ``task_wait`` may wait, in seconds."""
@@ -37,9 +45,8 @@ def _task_id(args: dict[str, Any]) -> str | ToolResult:
     return task_id
 
 
-def task_tools(registry: TaskRegistry) -> list[Tool]:
+def task_tools(registry: Tasks) -> list[Tool]:
     """``task_list``, ``task_output``, ``task_wait`` and ``task_stop`` on ``registry``."""
-    from ._registry import TaskNotFoundError
 
     async def task_list(args: dict[str, Any], ctx: ToolContext[Any]) -> ToolResult:
         tasks = registry.list()

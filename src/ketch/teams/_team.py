@@ -42,6 +42,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from functools import partial
 from types import MappingProxyType
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -55,6 +56,7 @@ from ketch import AgentOptions
 from ketch import Model
 from ketch import RunResult
 from ketch import Tool
+from ketch import ToolResult
 from ketch import Usage
 from ketch import UserMessage
 
@@ -68,6 +70,7 @@ from ._events import TeammateEvent
 from ._events import TeammateFailed
 from ._events import TeammateState
 from ._events import TeammateStateName
+from ._tools import TeamTool
 
 if TYPE_CHECKING:
     from ..worktrees import Worktree
@@ -252,8 +255,6 @@ class Team:
         """Make ``agent`` the teammate ``name`` (its tools and system prompt gain the
         team's). Raises ``ValueError`` for a bad or taken name or an agent already in a
         team, ``RuntimeError`` after :meth:`shutdown`."""
-        from ._tools import team_tools
-
         if self._closing:
             raise RuntimeError(f"team {self.name!r} is shut down; cannot add {name!r}")
         _check_name(name, "teammate")
@@ -282,7 +283,11 @@ class Team:
                 f"the agent for {name!r} already has a tool named {sorted(taken)[0]!r} (is it in another team?)"
             )
         member = Teammate(name, f"{self.name}/{name}", agent, description)
-        member._tools = team_tools(self, member)
+        member._tools = (
+            TeamTool("send_message", partial(self._send_message, name)),
+            TeamTool("broadcast", partial(self._broadcast, name)),
+            TeamTool("list_teammates", partial(self._list_teammates, name)),
+        )
         agent.tools.extend(member._tools)
         if self.instructions:
             before = agent.system_prompt
@@ -552,6 +557,60 @@ class Team:
         if not self._recipients(sender):
             return f"no teammates to broadcast to: team {self.name!r} has no member besides {sender!r}"
         return None
+
+    async def _send_message(self, me: str, args: dict[str, Any]) -> ToolResult:
+        """The ``send_message`` tool of teammate ``me``."""
+        to, text = args.get("to"), args.get("text")
+        problem = self._problem(me, to, text)
+        if problem is not None:
+            return ToolResult.error(problem)
+        assert isinstance(to, str) and isinstance(text, str)
+        mail = await self._post(me, to, text)
+        note = ""
+        target = self._members.get(to)
+        if target is not None and target.failed:
+            note = f" Note: {to}'s last run failed ({target.last_error}); this message starts a new one."
+        return ToolResult(
+            content=f"Message #{mail.id} sent to {to}.{note}",
+            details={"id": mail.id, "to": to, "seq": mail.seq},
+        )
+
+
+    async def _broadcast(self, me: str, args: dict[str, Any]) -> ToolResult:
+        """The ``broadcast`` tool of teammate ``me``."""
+        text = args.get("text")
+        problem = self._broadcast_problem(me, text)
+        if problem is not None:
+            return ToolResult.error(problem)
+        assert isinstance(text, str)
+        sent = [await self._post(me, to, text, broadcast=True) for to in self._recipients(me)]
+        names = ", ".join(m.to for m in sent)
+        return ToolResult(
+            content=f"Message sent to {len(sent)} teammates: {names}.",
+            details={"ids": [m.id for m in sent], "to": [m.to for m in sent]},
+        )
+
+
+    async def _list_teammates(self, me: str, args: dict[str, Any]) -> ToolResult:
+        """The ``list_teammates`` tool of teammate ``me``."""
+        lines = [f"Team {self.name!r} (you are {me!r}):"]
+        rows: list[dict[str, Any]] = []
+        lines.append(f"- {self.lead}: the team lead (runs the team; reads its messages itself)")
+        for m in self._members.values():
+            you = " (you)" if m.name == me else ""
+            role = f": {m.description}" if m.description else ""
+            failed = ", last run failed" if m.failed else ""
+            lines.append(f"- {m.name}{you}{role} [{m.state}, {m.unread} unread{failed}]")
+            rows.append(
+                {
+                    "name": m.name,
+                    "description": m.description,
+                    "state": m.state,
+                    "unread": m.unread,
+                    "failed": m.failed,
+                }
+            )
+        return ToolResult(content="\n".join(lines), details=rows)
 
     async def _post(self, sender: str, to: str, text: str, *, broadcast: bool = False) -> Mail:
         key = (sender, to)

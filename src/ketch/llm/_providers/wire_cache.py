@@ -36,7 +36,6 @@ import sys
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 from typing import Self
@@ -52,8 +51,18 @@ from .._messages import Message
 from .._messages import ToolResultMessage
 from .._messages import encode_json
 
-if TYPE_CHECKING:
-    from .base import HTTPModel
+
+class _WireModel(Protocol):
+    """What :meth:`WireCache.items_for` reads of a model (an ``HTTPModel``)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def rewrite(self) -> object | None: ...
 
 Converter = Callable[[list[Message]], list[dict[str, Any]]]
 """Prepared messages to wire items; must depend only on the messages and the settings
@@ -377,7 +386,7 @@ class WireCache:
 
     def items_for(
         self,
-        model: HTTPModel,
+        model: _WireModel,
         messages: Sequence[Message],
         settings: object,
         converter: Converter,
