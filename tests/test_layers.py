@@ -191,8 +191,9 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """The imports a module runs as it is imported (also inside ``if``/``try`` blocks)."""
+def _module_level_imports(tree: ast.Module, annotations: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs as it is imported (also inside ``if``/``try`` blocks);
+    with ``annotations``, also those under ``if TYPE_CHECKING:``."""
     found: list[ast.Import | ast.ImportFrom] = []
     todo: list[ast.stmt] = list(tree.body)
     while todo:
@@ -200,7 +201,8 @@ def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         elif isinstance(node, ast.If):
-            todo.extend(node.orelse if _is_type_checking(node) else [*node.body, *node.orelse])
+            skip = _is_type_checking(node) and not annotations
+            todo.extend(node.orelse if skip else [*node.body, *node.orelse])
         elif isinstance(node, ast.Try):
             todo.extend([*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)])
         elif isinstance(node, (ast.With, ast.For, ast.While)):
@@ -208,14 +210,15 @@ def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]
     return found
 
 
-def _module_graph() -> dict[str, set[str]]:
-    """For each module of ketch, the modules of ketch it imports as it is imported."""
+def _module_graph(annotations: bool = False) -> dict[str, set[str]]:
+    """For each module of ketch, the modules of ketch it imports as it is imported (with
+    ``annotations``, also those its annotations name under ``if TYPE_CHECKING:``)."""
     paths = {_module_name(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         targets = graph.setdefault(name, set())
-        for node in _module_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")), annotations):
             if isinstance(node, ast.Import):
                 targets.update(a.name for a in node.names)
                 continue
@@ -313,6 +316,18 @@ def test_the_module_graph_reads_relative_and_module_imports() -> None:
 
 def test_no_import_cycle_between_the_files_of_a_package() -> None:
     assert _cycles_inside_packages(_module_graph()) == []
+
+
+def test_annotations_close_one_cycle_only() -> None:
+    # Counting the imports under ``if TYPE_CHECKING:`` too, one cycle is left: a connection
+    # reads its manager's settings and callbacks (about twenty of them) and is typed by it.
+    # A new one fails here: give the lower file a small protocol of what it reads instead.
+    # (``ketch``'s face names ``tool`` for its lazy attribute, and the capabilities take
+    # ``Agent`` from that face, as the rule above wants: the face's own arrows are left out.)
+    graph = _module_graph(annotations=True)
+    assert "ketch.loop._output" in graph["ketch.loop._guardrails"]
+    assert "ketch.tools._decorator" in graph.pop("ketch")
+    assert _cycles_inside_packages(graph) == [["ketch.mcp._client", "ketch.mcp._connection"]]
 
 
 # -- function size -------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from . import script
-from .impls import CALLS
 from .impls import SETUPS
+from .script import CALLS
 
 
 def _cpu() -> tuple[float, float]:

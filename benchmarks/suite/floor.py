@@ -89,7 +89,7 @@ async def setup(
     url: str,
 ) -> tuple[Callable[[], Awaitable[tuple[str, int]]], Callable[[], Awaitable[None]]]:
     """``(run_once, close)`` for the hand-written loop against ``url``."""
-    from .impls import add_numbers
+    from .script import add_numbers
 
     endpoint = url + "/chat/completions"
     session = aiohttp.ClientSession()

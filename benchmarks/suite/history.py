@@ -136,7 +136,7 @@ async def run(url_base: str) -> dict[str, Any]:
     from ketch import Agent
     from ketch import tool
 
-    from .impls import add_numbers
+    from .script import add_numbers
 
     url = url_base + script.base_path(0, CHUNKS) + "/v1"
     add = tool(name="add")(add_numbers)

@@ -20,20 +20,6 @@ from . import script
 RunOnce = Callable[[], Awaitable[tuple[str, int]]]
 Close = Callable[[], Awaitable[None]]
 
-CALLS = {"add": 0}
-
-
-async def add_numbers(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first number.
-        b: The second number.
-    """
-    CALLS["add"] += 1
-    return a + b
-
-
 # -- (1) the floor: a hand-written loop on raw aiohttp ---------------------------------------
 async def setup_floor(url: str) -> tuple[RunOnce, Close]:
     """The hand-written loop in :mod:`suite.floor`."""
@@ -51,7 +37,7 @@ async def setup_ketch(url: str) -> tuple[RunOnce, Close]:
     from ketch.llm import close_session
 
     model = get_model("openai:" + script.MODEL, api="openai-chat", base_url=url, api_key="x")
-    add = tool(name="add")(add_numbers)
+    add = tool(name="add")(script.add_numbers)
 
     async def run_once() -> tuple[str, int]:
         result = await Agent(model, tools=[add]).prompt(script.PROMPT)
@@ -70,7 +56,7 @@ async def setup_ketch_anthropic(url: str) -> tuple[RunOnce, Close]:
     from ketch.llm import close_session
 
     model = get_model("anthropic:claude-sonnet-4-5", base_url=url, api_key="x")
-    add = tool(name="add")(add_numbers)
+    add = tool(name="add")(script.add_numbers)
 
     async def run_once() -> tuple[str, int]:
         result = await Agent(model, tools=[add]).prompt(script.PROMPT)
@@ -96,7 +82,7 @@ async def setup_openai_agents(url: str) -> tuple[RunOnce, Close]:
     set_tracing_disabled(True)
     client = AsyncOpenAI(base_url=url, api_key="x")
     model = OpenAIChatCompletionsModel(model=script.MODEL, openai_client=client)
-    agent = Agent(name="bench", model=model, tools=[function_tool(add_numbers, name_override="add")])
+    agent = Agent(name="bench", model=model, tools=[function_tool(script.add_numbers, name_override="add")])
 
     async def run_once() -> tuple[str, int]:
         result = Runner.run_streamed(agent, script.PROMPT)
@@ -120,7 +106,7 @@ async def setup_pydantic_ai(url: str) -> tuple[RunOnce, Close]:
 
     provider = OpenAIProvider(base_url=url, api_key="x")
     model = OpenAIChatModel(script.MODEL, provider=provider)
-    agent = Agent(model, tools=[Tool(add_numbers, name="add", takes_ctx=False)])
+    agent = Agent(model, tools=[Tool(script.add_numbers, name="add", takes_ctx=False)])
 
     async def drain(ctx: Any, events: Any) -> None:
         async for _ in events:

@@ -152,7 +152,7 @@ def idle_agents(n: int) -> dict[str, Any]:
     from ketch import get_model
     from ketch import tool
 
-    from .impls import add_numbers
+    from .script import add_numbers
 
     model = get_model(
         "openai:" + script.MODEL, api="openai-chat", base_url="http://127.0.0.1:9/v1", api_key="x"

@@ -53,3 +53,18 @@ def expected_text(rounds: int = ROUNDS, chunks: int = CHUNKS) -> str:
 def base_path(rounds: int = ROUNDS, chunks: int = CHUNKS) -> str:
     """The URL path prefix that selects a script on the server (``/r3/c300``)."""
     return f"/r{rounds}/c{chunks}"
+
+
+CALLS = {"add": 0}
+"""How many times :func:`add_numbers` ran (the client checks it)."""
+
+
+async def add_numbers(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    CALLS["add"] += 1
+    return a + b

@@ -42,13 +42,13 @@ from .llm._model import ToolSpec
 from .llm._signal import AbortSignal
 from .llm._tokens import ContextUsage
 from .loop._config import AgentOptions
-from .loop._config import ContextRequest
-from .loop._config import Conversation
 from .loop._config import LoopConfig
-from .loop._config import Projection
 from .loop._events import AgentEvent
 from .loop._events import MessageUpdate
 from .loop._events import RunResult
+from .loop._hooks import ContextRequest
+from .loop._hooks import Conversation
+from .loop._hooks import Projection
 from .loop._options import check_options
 from .loop._phase import Phase
 from .loop._phase import PhaseKind
@@ -498,7 +498,7 @@ class Agent(Generic[Deps]):
         if self._running:
             raise RuntimeError("Agent is already running. Wait for completion before compacting.")
         if self.config.capabilities:
-            from .loop._capability import compose  # loaded with capabilities
+            from .loop._compose import compose  # loaded with capabilities
 
             manager = compose(self.config, self.tools).config.context_manager
             assert manager is not None

@@ -154,7 +154,7 @@ async def test_the_agent_passes_the_hosted_search_to_the_model_with_its_fallback
 
 def test_two_capabilities_asking_for_the_same_hosted_kind_is_an_error_naming_both() -> None:
     from ketch.loop import LoopConfig
-    from ketch.loop._capability import compose
+    from ketch.loop._compose import compose
     from ketch.tools import HostedTools
 
     config: LoopConfig[Any] = LoopConfig(model=ScriptedModel(["ok"]), capabilities=[HostedTools("web_search"), WebSearch()])

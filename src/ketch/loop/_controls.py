@@ -33,12 +33,12 @@ from typing import Any
 from ..llm._messages import Message
 from ..llm._messages import UserMessage
 from ._config import LoopConfig
-from ._config import StopInfo
-from ._config import TurnInfo
-from ._execute import maybe_await
 from ._guardrails import InputGuard
 from ._guardrails import OutputGuard
 from ._guardrails import tripped
+from ._hooks import StopInfo
+from ._hooks import TurnInfo
+from ._hooks import maybe_await
 from ._next import GO_ON
 from ._next import Continue
 from ._next import End

@@ -40,8 +40,8 @@ from ..llm._messages import Usage
 from ..llm._stream import Retry as Retry
 from ..llm._stream import StreamEvent
 from ..llm._tokens import ContextUsage
-from ._guardrails import GuardrailTrip
 from ._next import EndReason as EndReason
+from ._next import GuardrailTrip
 from ._state import RunState
 from ._tool import ToolResult
 

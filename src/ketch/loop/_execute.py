@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator
@@ -43,11 +42,7 @@ from ..llm._messages import monotonic
 from ..llm._signal import AbortSignal
 from ..llm._signal import AbortWaiter
 from ..llm._signal import take_pending_cancel
-from ._config import AfterToolCallResult
-from ._config import BeforeToolCallResult
-from ._config import Conversation
 from ._config import LoopConfig
-from ._config import ToolCallInfo
 from ._events import AgentEvent
 from ._events import ApprovalRequired
 from ._events import ToolCallNote
@@ -57,6 +52,11 @@ from ._events import ToolExecutionUpdate
 from ._guardrails import Guardrails
 from ._guardrails import GuardrailTrip
 from ._guardrails import ToolResultCheck
+from ._hooks import AfterToolCallResult
+from ._hooks import BeforeToolCallResult
+from ._hooks import Conversation
+from ._hooks import ToolCallInfo
+from ._hooks import maybe_await
 from ._state import Decision
 from ._state import Deny
 from ._state import Edit
@@ -90,13 +90,6 @@ def truncated_call_text(name: str) -> str:
         f'Tool call "{name}" was not executed: the response hit the output token limit, so its '
         "arguments may be truncated. Re-issue the tool call with complete arguments."
     )
-
-
-async def maybe_await(value: Any) -> Any:
-    """``value``, awaited when it is awaitable (a hook or a tool callback may be either)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 class CallOutcome:

@@ -58,8 +58,8 @@ from ._next import Turn
 from ._tool import ToolResult
 
 if TYPE_CHECKING:
-    from ._config import Conversation
-    from ._config import ToolCallInfo
+    from ._hooks import Conversation
+    from ._hooks import ToolCallInfo
     from ._output import OutputRun
 
 

@@ -7,7 +7,8 @@ before the next model call, :class:`End` with the run's end reason and error, or
 return ``Next | None`` (None: no opinion, ask the next check); the skeleton
 (:meth:`ketch.loop._run._Run.events`) matches on the answer.
 
-A leaf of the loop at run time (it imports only the messages; the annotations name the rest).
+A leaf of the loop (it imports only the messages; the annotations name the hooks' types and
+the run state).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
 from typing import NoReturn
+from typing import Protocol
 from typing import TypeAlias
 from typing import final
 
@@ -28,8 +30,7 @@ if TYPE_CHECKING:
     from ..llm._messages import AssistantMessage
     from ..llm._messages import ToolCall
     from ..llm._messages import ToolResultMessage
-    from ._config import TurnInfo
-    from ._execute import BatchResult
+    from ._hooks import TurnInfo
     from ._state import RunState
 
 
@@ -97,6 +98,24 @@ GO_ON = Continue(())
 """Another call, with nothing to commit first (the tool calls go on)."""
 
 
+class BatchFacts(Protocol):
+    """What the checks after a turn read of its tool batch (a
+    :class:`~ketch.loop._execute.BatchResult`): an abort, the first tool guardrail that
+    tripped, the first call denied with ``stop``, the steering taken during the batch,
+    and whether the run stops after it."""
+
+    @property
+    def aborted(self) -> bool: ...
+    @property
+    def tripped(self) -> GuardrailTrip | None: ...
+    @property
+    def denied(self) -> str | None: ...
+    @property
+    def steering(self) -> Sequence[Message]: ...
+    @property
+    def stop(self) -> bool: ...
+
+
 @final  # (the loop tests `type(x) is Turn`: no subclass may pass for it)
 class Turn(msgspec.Struct):
     """What one turn produced, for the checks after it.
@@ -114,7 +133,7 @@ class Turn(msgspec.Struct):
     message: AssistantMessage
     calls: list[ToolCall]
     results: list[ToolResultMessage]
-    batch: BatchResult | None = None
+    batch: BatchFacts | None = None
     end: End | None = None
     answered: bool = False
     failed: bool = False

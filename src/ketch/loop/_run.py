@@ -44,7 +44,6 @@ from ..llm._stream import is_closable
 from ._call import UPDATE_EVENTS
 from ._call import ModelCall
 from ._call import llm_messages as llm_messages
-from ._config import Conversation
 from ._config import LoopConfig
 from ._controls import Checks
 from ._events import AgentEvent
@@ -53,6 +52,7 @@ from ._events import MessageUpdate
 from ._events import RunResult
 from ._events import TurnEnd
 from ._events import TurnStart
+from ._hooks import Conversation
 from ._next import Continue
 from ._next import End
 from ._next import Pause

@@ -32,9 +32,7 @@ from ..llm._model import SystemPrompt
 from ..llm._model import ToolSpec
 from ..llm._signal import AbortSignal
 from ..llm._tokens import ContextUsage
-from ._config import Conversation
 from ._config import LoopConfig
-from ._config import NextTurn
 from ._events import AgentEnd
 from ._events import AgentEvent
 from ._events import MessageEnd
@@ -47,6 +45,8 @@ from ._execute import ToolRunner
 from ._execute import stopped_result
 from ._guardrails import Guardrails
 from ._guardrails import InputGate
+from ._hooks import Conversation
+from ._hooks import NextTurn
 from ._next import End
 from ._next import Pause
 from ._state import Decision
@@ -99,7 +99,7 @@ class Run:
         self.added_checks: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
         self.view: Callable[[Sequence[Tool], Sequence[Message]], Sequence[Tool]] | None = None
         if config.capabilities:
-            from ._capability import compose  # loaded with the first run that has capabilities
+            from ._compose import compose  # loaded with the first run that has capabilities
 
             composed = compose(config, conversation.tools)
             config = composed.config

@@ -26,7 +26,6 @@ to MCP clients; ``ketch mcp serve`` is the command built on it.
 from ._auth import LoginRequired
 from ._auth import TokenFile
 from ._auth import default_auth_dir
-from ._auth import login
 from ._capability import MCPServers
 from ._client import LOG_LEVELS
 from ._client import NO_ELICITATION
@@ -42,6 +41,7 @@ from ._config import MCPConfigError
 from ._config import MCPServerConfig
 from ._config import load_mcp_json
 from ._config import server_config
+from ._login import login
 from ._server import AGENT_TOOL
 from ._server import KetchMCPServer
 from ._tools import tool_name

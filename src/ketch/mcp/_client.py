@@ -75,7 +75,6 @@ _PYTHON_LEVELS = {
     "emergency": logging.CRITICAL,
 }
 
-_describe = describe  # the name ketch.mcp._auth and older callers use
 
 
 def _level_rank(level: str) -> int:

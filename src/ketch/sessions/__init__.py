@@ -37,12 +37,12 @@ from ._entries import new_entry
 from ._export import export_json
 from ._export import export_markdown
 from ._jsonl import JsonlStore
+from ._jsonl import default_store
 from ._session import Session
 from ._sqlite import SqliteStore
 from ._store import SessionStore
 from ._store import SessionWriter
 from ._store import default_sessions_dir
-from ._store import default_store
 
 __all__ = [
     "BlobSink",

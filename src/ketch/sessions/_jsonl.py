@@ -50,6 +50,7 @@ from ._lockfile import FileLock
 from ._store import LockedWriter
 from ._store import SessionStore
 from ._store import SessionWriter
+from ._store import default_sessions_dir
 
 log = logging.getLogger("ketch.sessions")
 
@@ -164,8 +165,6 @@ class JsonlStore:
     def __init__(self, root: Path | None = None, *, fsync: Literal["never", "always"] = "never") -> None:
         check_fsync(fsync)
         if root is None:
-            from ._store import default_sessions_dir
-
             root = default_sessions_dir()
         self.root = Path(root)
         self.fsync = fsync
@@ -546,3 +545,9 @@ if TYPE_CHECKING:
 
     def _implements_the_protocol(store: JsonlStore) -> SessionStore:
         return store
+
+
+def default_store() -> JsonlStore:
+    """A :class:`JsonlStore` at :func:`default_sessions_dir` (nothing is created until
+    the first session is)."""
+    return JsonlStore(default_sessions_dir())

@@ -17,7 +17,6 @@ from ._entries import SessionPage
 from ._entries import Summary
 
 if TYPE_CHECKING:
-    from ._jsonl import JsonlStore
     from ._lockfile import FileLock
 
 
@@ -135,11 +134,3 @@ def default_sessions_dir() -> Path:
     if home:
         return Path(home).expanduser() / "sessions"
     return xdg_dir("XDG_DATA_HOME", ".local/share", os.environ) / "ketch" / "sessions"
-
-
-def default_store() -> JsonlStore:
-    """A :class:`JsonlStore` at :func:`default_sessions_dir` (nothing is created until
-    the first session is)."""
-    from ._jsonl import JsonlStore
-
-    return JsonlStore(default_sessions_dir())

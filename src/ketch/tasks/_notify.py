@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
+from typing import Protocol
 from typing import TypeAlias
 
 from ..llm import UserMessage
@@ -15,12 +17,21 @@ from ._info import TaskInfo
 from ._info import task_facts
 
 if TYPE_CHECKING:
-    from .. import Agent
     from ._registry import TaskRegistry
 
 log = logging.getLogger("ketch.tasks")
 
 Delivery: TypeAlias = Literal["steered", "started", "queued"]
+
+
+class Notified(Protocol):
+    """What a :class:`TaskNotifier` uses of the agent it tells (a :class:`ketch.Agent`)."""
+
+    @property
+    def is_running(self) -> bool: ...
+    def steer(self, message: UserMessage, /) -> object: ...
+    def follow_up(self, message: UserMessage, /) -> object: ...
+    def prompt(self, message: UserMessage, /) -> Coroutine[Any, Any, object]: ...
 
 
 def notification_text(info: TaskInfo) -> str:
@@ -53,7 +64,7 @@ class TaskNotifier:
     def __init__(
         self,
         registry: TaskRegistry,
-        agent: Agent[Any],
+        agent: Notified,
         *,
         start_run: bool = False,
         kinds: frozenset[str] | None = None,
@@ -100,7 +111,7 @@ class TaskNotifier:
 
 
 def notify_agent(
-    registry: TaskRegistry, agent: Agent[Any], *, start_run: bool = False, kinds: frozenset[str] | None = None
+    registry: TaskRegistry, agent: Notified, *, start_run: bool = False, kinds: frozenset[str] | None = None
 ) -> TaskNotifier:
     """Tell ``agent`` about every task of ``registry`` that ends (only ``kinds`` when
     given); see :class:`TaskNotifier`."""

@@ -9,7 +9,6 @@ decisions and the worker-side hooks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 from typing import runtime_checkable
@@ -17,14 +16,19 @@ from typing import runtime_checkable
 from ..loop import Tool
 from ..loop import ToolContext
 
-if TYPE_CHECKING:
-    from ._spec import DurableAgent
 
-_agents: dict[str, DurableAgent] = {}
+class Registered(Protocol):
+    """What this registry reads of a :class:`~ketch.temporal.DurableAgent`."""
+
+    name: str
+    tools: list[Tool]
+
+
+_agents: dict[str, Registered] = {}
 _served: set[str] = set()  # names a worker of this process registered
 
 
-def register_agent(agent: DurableAgent, *, worker: bool = False) -> None:
+def register_agent(agent: Registered, *, worker: bool = False) -> None:
     """Make ``agent`` known to the workflows of this process (by its name). A worker's
     definition (``worker=True``) is not replaced by one a client of the same process
     makes later."""
@@ -35,7 +39,7 @@ def register_agent(agent: DurableAgent, *, worker: bool = False) -> None:
     _agents[agent.name] = agent
 
 
-def agent(name: str) -> DurableAgent | None:
+def agent(name: str) -> Registered | None:
     """The durable agent ``name`` defined in this process, if any."""
     return _agents.get(name)
 

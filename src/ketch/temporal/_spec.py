@@ -27,6 +27,7 @@ from ..loop import RunSummary
 from ..loop import Tool
 from ..loop import ToolExecution
 from ..loop import UsageLimits
+from . import _pure
 
 _LOOP_FIELDS = {f.name: f for f in dataclasses.fields(LoopConfig)}
 
@@ -438,8 +439,6 @@ class DurableAgent:
             activities=settings or ActivitySettings(),
             **{k: getattr(cfg, k) for k in CARRIED if k != "options"},
         )
-        from . import _pure
-
         _pure.register_agent(self)
 
     def __repr__(self) -> str:

@@ -436,7 +436,7 @@ class AgentWorkflow:
                     "ketch.load", inp.transcript_ref, start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=_retry(spec),
                 )
-            agent = _pure.agent(spec.name)
+            agent = cast("DurableAgent | None", _pure.agent(spec.name))  # registered by DurableAgent
             needed = [k for k in spec.worker_side if k in IN_WORKFLOW]
             if needed and agent is None:
                 raise RuntimeError(_missing(spec.name, needed))
