@@ -34,6 +34,8 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
+    from ..permissions import PERMISSION_MODES
+
     p = OneLineParser(
         prog="ketch eval",
         description="Run the agent over a dataset (JSON or YAML) and report; 'ketch eval compare A.json B.json' "
@@ -54,6 +56,14 @@ def _parser() -> OneLineParser:
         "--workspace", metavar="DIR", help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir"
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
+    p.add_argument(
+        "--permission-mode",
+        choices=(*PERMISSION_MODES, "accept-edits"),
+        help="default | accept_edits (file edits and sandboxed bash in the trial's directory) | plan | bypass",
+    )
+    p.add_argument(
+        "--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(make test)' (repeatable)"
+    )
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
     p.add_argument(
         "--otel-endpoint", metavar="URL", help="send the eval's and agents' spans over OTLP/HTTP (otel extra)"
@@ -151,9 +161,11 @@ def _run(args: Any) -> int:
     root = Path.cwd()
     try:
         settings = load_settings(
-            root, {"model": args.model, "max_turns": args.max_turns}, trust=args.trust_project
+            root,
+            {"model": args.model, "max_turns": args.max_turns, "permission_mode": args.permission_mode},
+            trust=args.trust_project,
         )
-        finish_settings(settings, None, None)
+        finish_settings(settings, args.allow, None)
         spec, _ = choose_model(settings)
         first = build_model(spec, settings)  # a bad model fails here, before any case
     except ConfigError as e:
