@@ -53,7 +53,9 @@ def _parser() -> OneLineParser:
         "--resume", metavar="FILE", help="results file (JSONL): append each trial, skip those already in it"
     )
     p.add_argument(
-        "--workspace", metavar="DIR", help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir"
+        "--workspace",
+        metavar="DIR",
+        help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir",
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
     p.add_argument(
@@ -185,11 +187,20 @@ def _run(args: Any) -> int:
     # model anew for each: it answers from the top of its script every time.
     fresh = spec.startswith("scripted:")
 
+    builts: dict[int, Any] = {}  # id(agent) -> what build_agent built it with
+
     def make(case: Case, where: Path) -> Any:  # with --otel-endpoint, build_agent instruments it
         model = build_model(spec, settings) if fresh else first
         built = build_agent(settings, where, approver=None, model=model)
         built.arm()  # the first call forced as in ketch run (the embedded model's)
+        builts[id(built.agent)] = built
         return built.agent
+
+    def answer(agent: Any, result: Any) -> str | None:
+        # the answer ketch run prints: the embedded model's run ends with its routed call,
+        # whose result is the answer
+        built = builts.pop(id(agent), None)
+        return built.tool_answer(result) if built is not None else None
 
     progress = _Progress(len(dataset.cases) * args.trials)
 
@@ -211,6 +222,7 @@ def _run(args: Any) -> int:
                     workspace=workspace,
                     resolve_model=lambda name: build_model(name, settings),
                     tracer_provider=tracer_provider,
+                    answer=answer,
                 )
             )
     except ConfigError as e:
