@@ -168,12 +168,7 @@ async def run_evals(
             agent = cast("Callable[[Case], Agent[Any]]", make_agent)(case)
         with tracing.case(case.name, trial) as span:
             result = await agent.prompt(case.input)
-            if answer is not None:
-                given = answer(agent, result)
-                if given is not None:
-                    result = _Answered(
-                        **{f: getattr(result, f) for f in result.__struct_fields__}, answer=given
-                    )
+            result = _answered(answer, agent, result)
             scores = []
             for ev in [*common, *own.get(case.name, ())]:
                 with tracing.evaluator(case.name, evaluator_name(ev)) as ev_span:
@@ -219,6 +214,16 @@ async def run_evals(
             got[(item.case, item.trial)] = item
     ordered = [got[(c.name, t)] for c in dataset.cases for t in range(trials)]
     return EvalReport(dataset=dataset.name, trials=trials, results=ordered)
+
+
+def _answered(
+    answer: Callable[[Agent[Any], RunResult], str | None] | None, agent: Agent[Any], result: RunResult
+) -> RunResult:
+    """``result``, with ``answer``'s answer as its text when it gives one."""
+    given = answer(agent, result) if answer is not None else None
+    if given is None:
+        return result
+    return _Answered(**{f: getattr(result, f) for f in result.__struct_fields__}, answer=given)
 
 
 class _Answered(RunResult, kw_only=True):
