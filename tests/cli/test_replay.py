@@ -55,6 +55,8 @@ def test_a_replay_making_the_same_calls_is_answered_from_the_recording(env: Env)
         "3 calls answered from the recording, 0 run live",
     ]
     assert sent_tool_results(log) == ["     1\talpha", "a.txt\nb.txt", "     1\tbeta"]
+    saved = sorted(p.name for p in (env.home / ".local" / "share" / "ketch" / "sessions").glob("*/*.jsonl"))
+    assert saved == [f"{session_id}.jsonl"]  # the replay is not saved as a session
     report = json.loads((env.work / "report.json").read_text())
     assert report == {
         "recording": f"session {session_id}",
