@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from clihelp import Env
 from clihelp import Terminal
 
@@ -229,3 +235,84 @@ def test_a_progress_bar_on_a_terminal(env: Env, terminals: list[Terminal]) -> No
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.seen)
     assert "│ three        │ 0/2    │" in screen
     assert "pass@1 0.667  pass@2 0.667  pass^2 0.667" in screen
+
+
+@pytest.fixture
+def project() -> Iterator[Path]:
+    """A project directory outside /tmp (the sandbox gives bash a /tmp of its own, so a
+    write there would not show a refusal), removed after the test."""
+    for candidate in (os.environ.get("XDG_CACHE_HOME"), str(Path.home() / ".cache"), os.getcwd()):
+        if candidate:
+            try:
+                Path(candidate).mkdir(parents=True, exist_ok=True)
+                where = Path(tempfile.mkdtemp(prefix="ketch-eval-project-", dir=candidate)).resolve()
+                break
+            except OSError:
+                continue
+    else:
+        raise RuntimeError("no writable directory outside /tmp for the test")
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_bash_in_a_trial_works_in_its_directory_and_cannot_write_outside_it(env: Env, project: Path) -> None:
+    """Each trial's bash runs in the OS sandbox rooted in the trial's own directory: a
+    relative write lands there, never in the directory the command ran from, and a write
+    into that directory is refused by the sandbox (read-only), not by a permission rule."""
+    script = env.script(
+        [
+            {"blocks": [{"type": "tool_call", "id": "c1", "name": "bash", "args": {"command": "pwd > where.txt"}}]},
+            {
+                "blocks": [
+                    {
+                        "type": "tool_call",
+                        "id": "c2",
+                        "name": "bash",
+                        "args": {"command": f"echo escaped > {project}/escaped.txt"},
+                    }
+                ]
+            },
+            "done",
+        ]
+    )
+    (project / "ds.yaml").write_text("name: sandboxed\ncases:\n  - {name: write files, input: go, expected: done}\n")
+    proc = env.run(
+        "eval",
+        "ds.yaml",
+        "--model",
+        f"scripted:{script}",
+        "--permission-mode",
+        "accept-edits",
+        "--workspace",
+        "ws",
+        "--trials",
+        "2",
+        "--json",
+        "r.json",
+        cwd=project,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["ds.yaml", "r.json", "ws"]
+    case_dir = project / "ws" / "000-write_files"
+    assert sorted(p.name for p in case_dir.iterdir()) == ["0", "1"]
+    for trial in ("0", "1"):
+        where = case_dir / trial
+        assert sorted(p.name for p in where.iterdir()) == ["where.txt"]
+        assert (where / "where.txt").read_text() == f"{where}\n"
+    results = json.loads((project / "r.json").read_text())["results"]
+    assert [(r["trial"], r["passed"]) for r in results] == [(0, True), (1, True)]
+    for r in results:
+        outputs = {
+            m["tool_call_id"]: (m.get("is_error", False), m["content"][0]["text"])
+            for m in r["messages"]
+            if m["role"] == "tool_result"
+        }
+        assert outputs["c1"] == (False, "(no output)")
+        assert outputs["c2"] == (
+            True,
+            f"{shutil.which('bash')}: line 1: {project}/escaped.txt: Read-only file system\n\n"
+            "[Command exited with code 1.]\n\n"
+            "[sandbox: the filesystem outside the workspace is read-only; write in the workspace or /tmp]",
+        )

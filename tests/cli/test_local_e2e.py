@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -124,3 +125,19 @@ def test_doctor_benchmarks_the_local_model(env: Env) -> None:
     assert rows["local model load"][0] == "ok" and re.fullmatch(r"\d+ ms", rows["local model load"][1])
     assert rows["first token"][0] == "ok" and re.fullmatch(r"\d+ ms", rows["first token"][1])
     assert rows["generation"][0] == "ok" and re.fullmatch(r"\d+ tokens, \d+\.\d tokens/s", rows["generation"][1])
+
+
+def test_eval_on_the_local_model_scores_the_answer_ketch_run_prints(env: Env) -> None:
+    # The request's words route the first call to ls, whose one argument the grammar
+    # bounds to "." (the only folder): its result is the answer, whatever the model's taste.
+    task = "What files are in this folder?"
+    run = run_ketch(env, "run", "--model", "local", task)  # in the empty workspace
+    assert (run.returncode, run.stdout) == (0, "(empty folder)\n"), run.stderr
+    dataset = env.home / "ds.json"
+    case = {"name": "list", "input": task, "expected": "(empty folder)"}
+    dataset.write_text(json.dumps({"name": "local", "cases": [case]}))
+    report = env.home / "r.json"
+    proc = run_ketch(env, "eval", str(dataset), "--model", "local", "--json", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [result] = json.loads(report.read_text())["results"]
+    assert (result["passed"], result["text"], result["turns"]) == (True, "(empty folder)", 1)

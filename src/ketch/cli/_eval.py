@@ -34,6 +34,8 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
+    from ..permissions import PERMISSION_MODES
+
     p = OneLineParser(
         prog="ketch eval",
         description="Run the agent over a dataset (JSON or YAML) and report; 'ketch eval compare A.json B.json' "
@@ -51,9 +53,19 @@ def _parser() -> OneLineParser:
         "--resume", metavar="FILE", help="results file (JSONL): append each trial, skip those already in it"
     )
     p.add_argument(
-        "--workspace", metavar="DIR", help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir"
+        "--workspace",
+        metavar="DIR",
+        help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir",
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
+    p.add_argument(
+        "--permission-mode",
+        choices=(*PERMISSION_MODES, "accept-edits"),
+        help="default | accept_edits (file edits and sandboxed bash in the trial's directory) | plan | bypass",
+    )
+    p.add_argument(
+        "--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(make test)' (repeatable)"
+    )
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
     p.add_argument(
         "--otel-endpoint", metavar="URL", help="send the eval's and agents' spans over OTLP/HTTP (otel extra)"
@@ -151,9 +163,11 @@ def _run(args: Any) -> int:
     root = Path.cwd()
     try:
         settings = load_settings(
-            root, {"model": args.model, "max_turns": args.max_turns}, trust=args.trust_project
+            root,
+            {"model": args.model, "max_turns": args.max_turns, "permission_mode": args.permission_mode},
+            trust=args.trust_project,
         )
-        finish_settings(settings, None, None)
+        finish_settings(settings, args.allow, None)
         spec, _ = choose_model(settings)
         first = build_model(spec, settings)  # a bad model fails here, before any case
     except ConfigError as e:
@@ -173,11 +187,20 @@ def _run(args: Any) -> int:
     # model anew for each: it answers from the top of its script every time.
     fresh = spec.startswith("scripted:")
 
+    builts: dict[int, Any] = {}  # id(agent) -> what build_agent built it with
+
     def make(case: Case, where: Path) -> Any:  # with --otel-endpoint, build_agent instruments it
         model = build_model(spec, settings) if fresh else first
         built = build_agent(settings, where, approver=None, model=model)
         built.arm()  # the first call forced as in ketch run (the embedded model's)
+        builts[id(built.agent)] = built
         return built.agent
+
+    def answer(agent: Any, result: Any) -> str | None:
+        # the answer ketch run prints: the embedded model's run ends with its routed call,
+        # whose result is the answer
+        built = builts.pop(id(agent), None)
+        return built.tool_answer(result) if built is not None else None
 
     progress = _Progress(len(dataset.cases) * args.trials)
 
@@ -199,6 +222,7 @@ def _run(args: Any) -> int:
                     workspace=workspace,
                     resolve_model=lambda name: build_model(name, settings),
                     tracer_provider=tracer_provider,
+                    answer=answer,
                 )
             )
     except ConfigError as e:

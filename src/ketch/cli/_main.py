@@ -14,6 +14,7 @@
     ketch plugin …              add, list, remove, enable and disable plugins
     ketch serve                 HTTP/SSE server and web page for the sessions (ketch.server)
     ketch eval …                run the agent over a dataset and report; compare two reports
+    ketch replay SESSION        rerun a saved session on a model, tools answered from the recording
     ketch help | --help         the commands and options; ``--version`` the installed version
 
 A task of one word that is a command's name or one typo away from it (``ketch modles``)
@@ -80,6 +81,7 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "acp": ("._acp", "acp_command"),
     "worktree": ("._worktree", "worktree_command"),
     "eval": ("._eval", "eval_command"),
+    "replay": ("._replay", "replay_command"),
 }
 
 _EPILOG = """\
@@ -98,6 +100,7 @@ commands:
   ketch worktree list|merge|remove NAME   the git worktrees of --worktree and isolated subagents
   ketch acp                   serve the Agent Client Protocol on stdio (Zed, JetBrains, Neovim, Emacs)
   ketch eval DATASET [--json OUT] [--html OUT]   run the agent over a dataset; ketch eval compare A B
+  ketch replay SESSION [--model M]         rerun a saved session on a model; where its decisions diverge
   ketch --resume [ID]         resume a session interactively (without ID: choose one)
   ketch help | --version      this help; the installed version
 

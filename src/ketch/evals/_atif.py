@@ -1,11 +1,16 @@
-"""A run as an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, v1.4).
+"""A run as an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, v1.7).
 
 One step per message: the system prompt (when given) and each user message are steps of
-source ``system``/``user``; each assistant message is an ``agent`` step with its text as
-``message``, its thinking as ``reasoning_content``, its tool calls (``tool_call_id``,
-``function_name``, ``arguments``), the results of those calls as its ``observation``
-(``source_call_id``, ``content``) and its token usage and cost as ``metrics``. Tool
-results are not steps of their own. ``final_metrics`` sums the agent steps.
+source ``system``/``user``; each assistant message is an ``agent`` step (one model call:
+``llm_call_count`` 1) with its text as ``message``, its thinking as
+``reasoning_content``, its tool calls (``tool_call_id``, ``function_name``,
+``arguments``), the results of those calls as its ``observation`` (``source_call_id``,
+``content``) and its token usage and cost as ``metrics``. Tool results are not steps of
+their own. ``final_metrics`` sums the agent steps.
+
+The field names and rules are those of Harbor's pydantic models
+(``harbor.models.trajectories``: ``Trajectory``, ``Agent``, ``Step``, ``ToolCall``,
+``Observation``, ``ObservationResult``, ``Metrics``, ``FinalMetrics``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ..llm import message_from_dict
 
 __all__ = ["ATIF_VERSION", "to_atif"]
 
-ATIF_VERSION = "ATIF-v1.4"
+ATIF_VERSION = "ATIF-v1.7"
 """The ATIF schema version :func:`to_atif` writes."""
 
 
@@ -79,6 +84,7 @@ def to_atif(
             step: dict[str, Any] = {**stamp, "source": "agent", "message": m.text}
             if m.model:
                 step["model_name"] = m.model
+            step["llm_call_count"] = 1
             thinking = "".join(b.thinking for b in m.content if isinstance(b, ThinkingContent))
             if thinking:
                 step["reasoning_content"] = thinking

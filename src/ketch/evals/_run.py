@@ -109,6 +109,7 @@ async def run_evals(
     workspace: str | os.PathLike[str] | None = None,
     resolve_model: Callable[[str], Any] | None = None,
     tracer_provider: Any = None,
+    answer: Callable[[Agent[Any], RunResult], str | None] | None = None,
 ) -> EvalReport:
     """Run each case ``trials`` times on a fresh agent and score it; see the module doc.
 
@@ -125,6 +126,11 @@ async def run_evals(
 
     With ``tracer_provider`` (OpenTelemetry's), the run, each trial and each evaluator
     are spans carrying the case and the evaluator's name and verdict (see the docs).
+
+    ``answer(agent, result)`` gives a run's answer when it is not the final text (None:
+    it is): the evaluators then see a result whose ``text`` is that answer, and the
+    :class:`CaseResult` keeps it (``ketch eval``: the embedded model's run that ends with
+    its routed call, whose result is the answer ``ketch run`` prints).
     """
     if trials < 1:
         raise ValueError(f"run_evals: trials must be >= 1, got {trials}")
@@ -162,6 +168,7 @@ async def run_evals(
             agent = cast("Callable[[Case], Agent[Any]]", make_agent)(case)
         with tracing.case(case.name, trial) as span:
             result = await agent.prompt(case.input)
+            result = _answered(answer, agent, result)
             scores = []
             for ev in [*common, *own.get(case.name, ())]:
                 with tracing.evaluator(case.name, evaluator_name(ev)) as ev_span:
@@ -207,6 +214,26 @@ async def run_evals(
             got[(item.case, item.trial)] = item
     ordered = [got[(c.name, t)] for c in dataset.cases for t in range(trials)]
     return EvalReport(dataset=dataset.name, trials=trials, results=ordered)
+
+
+def _answered(
+    answer: Callable[[Agent[Any], RunResult], str | None] | None, agent: Agent[Any], result: RunResult
+) -> RunResult:
+    """``result``, with ``answer``'s answer as its text when it gives one."""
+    given = answer(agent, result) if answer is not None else None
+    if given is None:
+        return result
+    return _Answered(**{f: getattr(result, f) for f in result.__struct_fields__}, answer=given)
+
+
+class _Answered(RunResult, kw_only=True):
+    """A run whose answer is not its last assistant text (see ``answer`` of :func:`run_evals`)."""
+
+    answer: str
+
+    @property
+    def text(self) -> str:
+        return self.answer
 
 
 def _finished(path: Path) -> dict[tuple[str, int], CaseResult]:

@@ -2,32 +2,31 @@
 
 ::
 
-    harbor run -d terminal-bench@2.0 -m anthropic/claude-sonnet-4-5 \\
-        --agent-import-path ketch.evals.harbor:KetchAgent
+    harbor run -d terminal-bench@2.0 -a ketch.evals.harbor:KetchAgent \\
+        -m anthropic/claude-sonnet-4-5
 
-:class:`KetchAgent` is one of Harbor's installed agents: Harbor renders
-:data:`INSTALL_SCRIPT` and runs it in the task's container (it installs ketch with pip),
-then runs the commands of :meth:`KetchAgent.create_run_agent_commands` there: ``ketch run``
-on the task's instruction with every tool call allowed (the container is the sandbox),
-its events as JSON lines in the agent's log directory. After the run,
-:meth:`KetchAgent.populate_context_post_run` reads that log, writes the run as an ATIF
-trajectory (``trajectory.json``, see :func:`ketch.evals.to_atif`) and fills the context's
-token counts and cost.
+:class:`KetchAgent` is one of Harbor's installed agents (it subclasses
+``harbor.agents.installed.base.BaseInstalledAgent``): Harbor calls
+:meth:`KetchAgent.install` in the task's container (``pip install ketch`` as root, with
+``python3-pip`` from the system's package manager when pip is missing), then
+:meth:`KetchAgent.run`: ``ketch run`` on the task's instruction (after Harbor's prompt
+template, if any) as the task's agent user, every tool call allowed (the container is the
+sandbox), its events as JSON lines in the agent's log directory (``/logs/agent``). After
+the run, :meth:`KetchAgent.populate_context_post_run` reads that log from the host's copy
+(``logs_dir``), writes the run as an ATIF trajectory (``trajectory.json``, see
+:func:`ketch.evals.to_atif`) and fills the context's token counts and cost.
 
 The model is Harbor's ``-m`` (``provider/model`` or ketch's ``provider:model``); provider
-keys are passed from the environment Harbor runs in (``OPENAI_API_KEY``,
-``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``, ``GOOGLE_API_KEY``, ``OPENROUTER_API_KEY``).
+keys (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``, ``GOOGLE_API_KEY``,
+``OPENROUTER_API_KEY``) are passed from the agent's environment (``--ae KEY=VALUE``, else
+the environment Harbor runs in) to the command only.
 
-When Harbor is not installed this module still imports: :class:`KetchAgent` then stands
-on a minimal stand-in of Harbor's base class, enough to build the commands and read a
-run's log (that is how ketch's own tests check it).
+Importing this module needs Harbor (``pip install harbor``; Python >= 3.12).
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +34,17 @@ import msgspec
 
 from ._atif import to_atif
 
-__all__ = ["INSTALL_SCRIPT", "KetchAgent"]
+try:
+    from harbor.agents.installed.base import BaseInstalledAgent  # type: ignore[import-not-found,unused-ignore]
+    from harbor.agents.installed.base import with_prompt_template  # type: ignore[import-not-found,unused-ignore]
+except ImportError as e:  # pragma: no cover - Harbor is not a dependency of ketch
+    raise ImportError(
+        "ketch.evals.harbor is the agent adapter for Harbor, which is not installed: "
+        "pip install harbor (Python >= 3.12)",
+        name=e.name,
+    ) from e
 
-INSTALL_SCRIPT = """\
-#!/bin/bash
-set -euo pipefail
-if ! command -v pip >/dev/null 2>&1 && ! python3 -m pip --version >/dev/null 2>&1; then
-  (apt-get update && apt-get install -y python3-pip) >/dev/null
-fi
-python3 -m pip install --quiet {% if version %}"ketch=={{ version }}"{% else %}ketch{% endif %} \\
-  || python3 -m pip install --quiet --break-system-packages \\
-     {% if version %}"ketch=={{ version }}"{% else %}ketch{% endif %}
-ketch --version
-"""
-"""The install script template Harbor renders (Jinja: ``version``) and runs in the container."""
+__all__ = ["KEY_VARIABLES", "LOG_NAME", "KetchAgent", "install_command"]
 
 LOG_NAME = "ketch.jsonl"
 """The run's events (``ketch run -o stream-json``), in the agent's log directory."""
@@ -60,52 +56,45 @@ KEY_VARIABLES = (
     "GOOGLE_API_KEY",
     "OPENROUTER_API_KEY",
 )
+"""The provider key variables passed to ``ketch run`` in the container."""
 
-try:  # pragma: no cover - Harbor needs Python >= 3.12 and is not a dependency of ketch
-    from harbor.agents.installed.base import BaseInstalledAgent  # type: ignore[import-not-found,unused-ignore]
-    from harbor.agents.installed.base import ExecInput  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-
-    @dataclass
-    class ExecInput:  # type: ignore[no-redef]
-        """Harbor's command to run in the task's container (stand-in)."""
-
-        command: str
-        cwd: str | None = None
-        env: dict[str, str] | None = None
-        timeout_sec: int | None = None
-
-    class BaseInstalledAgent:  # type: ignore[no-redef]
-        """Harbor's installed-agent base (stand-in when Harbor is not installed)."""
-
-        def __init__(
-            self, logs_dir: Path, model_name: str | None = None, version: str | None = None, **kwargs: Any
-        ) -> None:
-            self.logs_dir = Path(logs_dir)
-            self.model_name = model_name
-            self._version = version
-
-        def version(self) -> str | None:
-            return self._version
+CONTAINER_LOGS = "/logs/agent"
+"""The agent's log directory in the container, for a Harbor without ``environment_logs_dir``."""
 
 
-class KetchAgent(BaseInstalledAgent):  # type: ignore[misc]
+def install_command(version: str | None = None) -> str:
+    """The shell command that installs ketch (``version``: that release) in a container:
+    pip, else the system's ``python3-pip`` first; ``--break-system-packages`` where the
+    system Python refuses pip (PEP 668)."""
+    package = shlex.quote(f"ketch=={version}" if version else "ketch")
+    return (
+        "set -eu; "
+        "if ! python3 -m pip --version >/dev/null 2>&1; then "
+        "if command -v apt-get >/dev/null 2>&1; then apt-get update -qq && apt-get install -y -qq python3-pip; "
+        "elif command -v dnf >/dev/null 2>&1; then dnf install -y python3-pip; "
+        "elif command -v apk >/dev/null 2>&1; then apk add --no-cache py3-pip; fi; "
+        "fi; "
+        f"python3 -m pip install --quiet {package} "
+        f"|| python3 -m pip install --quiet --break-system-packages {package}; "
+        "ketch --version"
+    )
+
+
+class KetchAgent(BaseInstalledAgent):  # type: ignore[misc,unused-ignore]
     """ketch as a Harbor installed agent; see the module doc."""
 
     SUPPORTS_ATIF = True
-    container_logs_dir = "/logs/agent"
-    """Where Harbor mounts the agent's log directory (``logs_dir``) in the container."""
 
     @staticmethod
     def name() -> str:
         return "ketch"
 
-    @property
-    def _install_agent_template_path(self) -> Path:
-        path = Path(self.logs_dir) / "install-ketch.sh.j2"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(INSTALL_SCRIPT)
-        return path
+    def get_version_command(self) -> str | None:
+        return "ketch --version"
+
+    def parse_version(self, stdout: str) -> str:
+        """``ketch 0.1.0`` -> ``0.1.0``."""
+        return stdout.strip().removeprefix("ketch").strip()
 
     def ketch_model(self) -> str | None:
         """Harbor's model name as ketch spells it (``provider/model`` -> ``provider:model``)."""
@@ -117,27 +106,48 @@ class KetchAgent(BaseInstalledAgent):  # type: ignore[misc]
             return f"{provider}:{model}"
         return str(name)
 
-    def create_run_agent_commands(self, instruction: str) -> list[ExecInput]:
-        """``ketch run`` on ``instruction`` in the container's working directory, every tool
-        call allowed, events to ``<logs>/ketch.jsonl``."""
-        logs = self.container_logs_dir
-        log = f"{logs}/{LOG_NAME}"
-        model = self.ketch_model()
+    def container_logs(self) -> str:
+        """The agent's log directory in the container (Harbor mounts ``logs_dir`` there)."""
+        return str(getattr(self, "environment_logs_dir", None) or CONTAINER_LOGS)
+
+    def run_command(self, instruction: str) -> str:
+        """``ketch run`` on ``instruction`` in the container's working directory, every
+        tool call allowed, events to ``<logs>/ketch.jsonl`` and stderr to
+        ``<logs>/ketch.stderr``. Its exit status is left out (the task's verifier
+        judges the outcome; the log says how the run ended)."""
+        logs = self.container_logs()
         args = ["ketch", "run", "--permission-mode", "bypass", "--no-session", "-o", "stream-json"]
+        model = self.ketch_model()
         if model:
             args += ["--model", model]
         args += ["--", instruction]
-        env = {k: os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)}
-        command = (
-            f"mkdir -p {shlex.quote(logs)} && {shlex.join(args)} > {shlex.quote(log)} "
-            f"2> {shlex.quote(logs + '/ketch.stderr')}; true"
+        return (
+            f"mkdir -p {shlex.quote(logs)} && {shlex.join(args)} > {shlex.quote(logs + '/' + LOG_NAME)} "
+            f"2> {shlex.quote(logs + '/ketch.stderr')} || true"
         )
-        return [ExecInput(command=command, env=env or None)]
+
+    def run_env(self) -> dict[str, str]:
+        """The provider keys for the command: the agent's extra environment's, else the host's."""
+        found = {k: self._get_env(k) for k in KEY_VARIABLES}
+        return {k: v for k, v in found.items() if v}
+
+    async def install(self, environment: Any) -> None:
+        """Install ketch in the task's container (as root)."""
+        await self.exec_as_root(environment, command=install_command(self.version()))
+
+    @with_prompt_template  # type: ignore[untyped-decorator,misc,unused-ignore]
+    async def run(self, instruction: str, environment: Any, context: Any) -> None:
+        """Run ``ketch run`` on the task's instruction as the agent user (:meth:`run_command`)."""
+        await self.exec_as_agent(
+            environment, command=self.run_command(instruction), env=self.run_env() or None
+        )
 
     def populate_context_post_run(self, context: Any) -> None:
         """Write ``trajectory.json`` (ATIF) from the run's log and set the context's token
-        counts and cost; a missing or cut log gives what it holds."""
-        log = Path(self.logs_dir) / LOG_NAME
+        counts and cost; a cut log gives what it holds, and a run that left no message
+        (it never started) no trajectory (ATIF needs a step)."""
+        logs = Path(self.logs_dir)
+        log = logs / LOG_NAME
         messages: list[dict[str, Any]] = []
         model: str | None = None
         result: dict[str, Any] = {}
@@ -156,12 +166,14 @@ class KetchAgent(BaseInstalledAgent):  # type: ignore[misc]
                     messages.append(event["message"])
                 elif kind == "result":
                     result = event
+        session_id = getattr(self, "session_id", None) or logs.parent.name or "ketch"
         trajectory = to_atif(
-            messages, session_id=Path(self.logs_dir).parent.name or "ketch", model_name=model
+            messages, session_id=str(session_id), agent_version=self.version(), model_name=model
         )
         if result:
             trajectory["extra"] = {"end_reason": result.get("end_reason"), "error": result.get("error")}
-        (Path(self.logs_dir) / "trajectory.json").write_bytes(msgspec.json.encode(trajectory))
+        if trajectory["steps"]:
+            (logs / "trajectory.json").write_bytes(msgspec.json.encode(trajectory))
         totals = trajectory["final_metrics"]
         context.n_input_tokens = totals["total_prompt_tokens"]
         context.n_cache_tokens = totals["total_cached_tokens"]
