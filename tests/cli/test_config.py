@@ -415,7 +415,7 @@ def test_the_commands_files_are_written_whole_or_not_at_all(tmp_path: Path) -> N
 
 
 def test_the_config_directory_ignores_a_relative_xdg_config_home(tmp_path: Path) -> None:
-    from ketch.cli._config import config_dir
+    from ketch.cli._dirs import config_dir
 
     home = str(tmp_path / "home")
     assert config_dir({"HOME": home, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}) == tmp_path / "xdg" / "ketch"

@@ -130,7 +130,7 @@ async def test_no_length_recovery_on_the_embedded_model(tmp_path: Path) -> None:
 
 
 def test_the_commands_bash_cannot_read_its_config_directory(tmp_path: Path, monkeypatch: Any) -> None:
-    from ketch.cli._config import config_dir
+    from ketch.cli._dirs import config_dir
     from ketch.cli._factory import build_tools
     from ketch.tools import BashTool
 
@@ -140,7 +140,7 @@ def test_the_commands_bash_cannot_read_its_config_directory(tmp_path: Path, monk
 
 
 def test_the_commands_bash_cannot_read_or_write_what_deny_rules_name(tmp_path: Path, monkeypatch: Any) -> None:
-    from ketch.cli._config import config_dir
+    from ketch.cli._dirs import config_dir
     from ketch.permissions import Rule
     from ketch.sandbox import DEFAULT_PROTECTED
     from ketch.tools import BashTool

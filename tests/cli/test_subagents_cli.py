@@ -11,7 +11,7 @@ from clihelp import call_reply
 from clihelp import lines
 from clihelp import text_reply
 
-from ketch.cli._headless import _tool_call_line
+from ketch.cli._lines import tool_call_line
 from ketch.cli._subagents import subagent_line
 from ketch.loop import AgentEnd
 from ketch.loop import RunSummary
@@ -98,16 +98,16 @@ def test_nested_collapsed_lines() -> None:
     start = SubagentEvent(
         path="main/helper#1", event=ToolExecutionStart(tool_call_id="c", tool_name="read", args={"path": "a.txt"})
     )
-    assert subagent_line(start, _tool_call_line) == "  ↳ main/helper#1 → read a.txt"
+    assert subagent_line(start, tool_call_line) == "  ↳ main/helper#1 → read a.txt"
     end = SubagentEvent(
         path="main/helper#1/scout#2", event=AgentEnd(messages=[], summary=RunSummary(turns=2, tool_calls=1))
     )
-    assert subagent_line(end, _tool_call_line) == "    ↳ main/helper#1/scout#2 done: 2 turns, 1 tool call"
+    assert subagent_line(end, tool_call_line) == "    ↳ main/helper#1/scout#2 done: 2 turns, 1 tool call"
     failed = SubagentEvent(
         path="main/h#1", event=AgentEnd(messages=[], summary=RunSummary(turns=1, end_reason="error", error="boom"))
     )
-    assert subagent_line(failed, _tool_call_line) == "  ↳ main/h#1 ended (error: boom): 1 turn, 0 tool calls"
-    assert subagent_line("text chunk", _tool_call_line) is None
+    assert subagent_line(failed, tool_call_line) == "  ↳ main/h#1 ended (error: boom): 1 turn, 0 tool calls"
+    assert subagent_line("text chunk", tool_call_line) is None
 
 
 def test_a_background_bash_command_in_the_command(env: Env) -> None:

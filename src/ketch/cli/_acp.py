@@ -309,7 +309,7 @@ class AcpAgent:
         self.client_fs_read = bool(isinstance(fs, dict) and fs.get("readTextFile"))
         self.client_fs_write = bool(isinstance(fs, dict) and fs.get("writeTextFile"))
         self.client_terminal = bool(isinstance(caps, dict) and caps.get("terminal"))
-        from ._main import KEY_VARIABLES
+        from ._precheck import KEY_VARIABLES
 
         return {
             "protocolVersion": PROTOCOL_VERSION,
@@ -346,7 +346,7 @@ class AcpAgent:
         return self.args
 
     async def authenticate(self, params: dict[str, Any]) -> dict[str, Any]:
-        from ._main import KEY_VARIABLES
+        from ._precheck import KEY_VARIABLES
 
         method = _param(params, "methodId", str)
         names = {n.lower(): n for n in KEY_VARIABLES}
@@ -537,7 +537,7 @@ class AcpSession:
 
         from ._factory import build_agent
         from ._headless import mcp_and_session
-        from ._main import _check_model
+        from ._precheck import check_model
         from ._sessions import SessionOptions
         from ._sessions import use_recorded_model
 
@@ -546,7 +546,7 @@ class AcpSession:
             settings.mcp_servers[name] = entry
             settings.mcp_origins[name] = "the editor (session/new)"
         if resume is None:
-            _check_model(settings, None)
+            check_model(settings, None)
         options = SessionOptions(resume=resume, enabled=not args.no_session)
         stack = AsyncExitStack()
         try:

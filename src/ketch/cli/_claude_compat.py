@@ -1166,14 +1166,14 @@ class SdkSession:
         from ._config import directory
         from ._factory import build_agent
         from ._headless import mcp_and_session
-        from ._main import _check_model
+        from ._precheck import check_model
         from ._sessions import SessionOptions
         from ._sessions import use_recorded_model
 
         args = self.args
         root = directory(args.cwd)
         settings = build_settings(self.options, root)
-        _check_model(settings, None)
+        check_model(settings, None)
         sessions = SessionOptions(
             resume=args.resume or None, continue_latest=args.continue_session, enabled=not args.no_session
         )

@@ -52,12 +52,14 @@ from ..skills import SkillError
 from ..skills import parse_front_matter
 from ..skills import split_tools
 from ._config import Settings
-from ._config import config_dir
-from ._trust import Gate
+from ._dirs import config_dir
+from ._dirs import user_home
+from ._plugins import plugin_directories
+from ._project import PROJECT_COMMANDS
+from ._project import command_files
 from ._trust import Trust
 
 USER_COMMANDS = "commands"
-PROJECT_COMMANDS: tuple[Path, ...] = (Path(".claude") / "commands", Path(".ketch") / "commands")
 KNOWN_FIELDS = ("description", "argument-hint", "allowed-tools", "model", "disable-model-invocation")
 BUILTIN_NAMES = frozenset({
     "help", "model", "thinking", "tools", "memory", "mcp", "mode", "cost", "compact", "sessions", "fork",
@@ -166,21 +168,8 @@ def parse_command_file(
     )
 
 
-def _files(directory: Path) -> list[tuple[str, Path]]:
-    if not directory.is_dir():
-        return []
-    out = []
-    for path in sorted(directory.rglob("*.md")):
-        rel = path.relative_to(directory).with_suffix("")
-        out.append((":".join(rel.parts), path))
-    return out
-
-
 def command_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where command files are read from, in order, each with its origin."""
-    from ._plugins import plugin_directories
-    from ._skills import user_home
-
     dirs = [
         (user_home(environ) / ".claude" / "commands", "user"),
         (config_dir(environ) / USER_COMMANDS, "user"),
@@ -189,15 +178,6 @@ def command_directories(settings: Settings, environ: Mapping[str, str] | None = 
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_COMMANDS)
     return dirs
-
-
-def project_commands(root: Path, gate: Gate) -> None:
-    """Pass the project's command folders through ``gate`` (each is one setting
-    ``commands``, which needs trust; what it leaves out joins ``gate.ignored``)."""
-    for directory in PROJECT_COMMANDS:
-        names = [name for name, _ in _files(root / directory)]
-        if names:
-            gate.admit("commands", names, root / directory, label=f"commands /{', /'.join(names)}")
 
 
 def load_custom_commands(
@@ -212,7 +192,7 @@ def load_custom_commands(
     for directory, origin in command_directories(settings, environ):
         if origin == "project" and not trust.covers(directory):
             continue  # named in the ignored-settings line already (project_commands)
-        for name, path in _files(directory):
+        for name, path in command_files(directory):
             if not _NAME.match(name):
                 warnings.append(f"ketch: command left out: {path}: the name {name!r} is not a valid command name")
                 continue

@@ -79,7 +79,6 @@ from typing import Any
 
 import msgspec
 
-from .._paths import xdg_dir
 from ..hooks import HookConfigError
 from ..hooks import HookSpec
 from ..hooks import parse_hooks
@@ -91,6 +90,10 @@ from ..sandbox import NetworkPolicy
 from ..sandbox import NetworkPolicyError
 from ..sandbox import SandboxLimits
 from ..sandbox import merge_limits
+from ._dirs import config_dir
+from ._plugins import PluginError
+from ._plugins import plugin_hooks
+from ._plugins import plugin_mcp_servers
 from ._trust import TRUST_ENV as TRUST_ENV
 from ._trust import TRUST_FILE as TRUST_FILE
 from ._trust import Gate
@@ -271,12 +274,6 @@ def write_config_file(path: Path, text: str) -> None:
             raise
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
-def config_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The user config directory: ``$XDG_CONFIG_HOME/ketch`` (an absolute path) or
-    ``~/.config/ketch``."""
-    return xdg_dir("XDG_CONFIG_HOME", ".config", os.environ if environ is None else environ) / "ketch"
 
 
 def project_root(cwd: Path) -> Path:
@@ -554,13 +551,13 @@ def _apply_project(
             settings.mcp_servers[name] = entry
             settings.mcp_origins[name] = str(mcp_path)
     if settings.project_root is not None:
-        from ._subagents import project_agents
+        from ._project import project_agents
 
         project_agents(settings.project_root, gate)
-        from ._skills import project_skills
+        from ._project import project_skills
 
         project_skills(settings.project_root, gate)
-        from ._commands import project_commands
+        from ._project import project_commands
 
         project_commands(settings.project_root, gate)
 
@@ -590,15 +587,16 @@ def load_settings(
         settings.files.append(user)
         if _holds_key(data):
             settings.key_files.append(user)
-    from ._plugins import plugin_hooks
-    from ._plugins import plugin_mcp_servers
-
-    for hooks, origin_text in plugin_hooks(env):  # trusted plugins' hooks: after the user's, before the project's
+    try:
+        plugged = plugin_hooks(env)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
+    for hooks, origin_text in plugged:  # trusted plugins' hooks: after the user's, before the project's
         try:
             settings.hooks.extend(parse_hooks(hooks, origin_text))
         except HookConfigError as exc:
             raise ConfigError(str(exc)) from None
-    for name, entry, origin in plugin_mcp_servers(env):  # trusted plugins' servers; the user's win
+    for name, entry, origin in plugin_mcp_servers(read_mcp_json, env):  # trusted plugins' servers; the user's win
         settings.mcp_servers[name] = entry
         settings.mcp_origins[name] = str(origin)
     user_mcp = user_mcp_json(env)

@@ -56,7 +56,7 @@ from ..sandbox import NetworkPolicy
 from ._config import ConfigError
 from ._config import ProviderConfig
 from ._config import Settings
-from ._config import config_dir
+from ._dirs import config_dir
 from ._otel import attach as attach_telemetry
 from ._scripted import SCRIPT_ENV
 from ._scripted import load_scripted_model
@@ -475,10 +475,10 @@ class Built:
 
 def mcp_manager(settings: Settings, root: Path, *, elicitation: Any = None, errlog: Any = None) -> Any:
     """An :class:`ketch.mcp.MCPManager` for the MCP servers in ``settings``, or None when
-    there are none (see :func:`ketch.cli._mcp.manager_for`)."""
+    there are none (see :func:`ketch.cli._mcp_servers.manager_for`)."""
     if not settings.mcp_servers:
         return None
-    from ._mcp import manager_for
+    from ._mcp_servers import manager_for
 
     return manager_for(settings, root, elicitation=elicitation, errlog=errlog)
 
@@ -616,7 +616,7 @@ def _capabilities(
     if not embedded:
         from ._skills import skills_capability
 
-        skills = skills_capability(settings, environ, permissions)
+        skills = skills_capability(settings, lambda spec: build_model(spec, settings), environ, permissions)
         if skills is not None:  # the skills' names and descriptions, and the skill tool
             capabilities.append(skills)
     if todo and not embedded:  # the plan the model keeps (an editor's plan, the terminal's checklist)

@@ -43,6 +43,8 @@ from ._config import save_allow_rules
 from ._factory import Built
 from ._factory import build_agent
 from ._factory import mcp_manager
+from ._lines import result_preview
+from ._lines import tool_call_line
 from ._render import compaction_note
 from ._render import cut_off_note
 from ._render import output_limit
@@ -72,47 +74,10 @@ def _version() -> str:
     return str(ketch.__version__)
 
 
-_MAIN_ARGUMENTS = ("command", "pattern", "path", "file_path", "query", "url")
-_CALL_LINE_CHARS = 72
-
-
-def _tool_call_line(name: str, args: Any) -> str:
-    """``→ <tool> <main argument>`` on one line: the argument is the first of
-    ``command``, ``pattern``, ``path``, ``file_path``, ``query`` or ``url`` (else the first
-    string argument), its first line, shortened to fit; an ``ls`` of the root shows ``.``."""
-    main = ""
-    if isinstance(args, dict):
-        value = next((args[k] for k in _MAIN_ARGUMENTS if isinstance(args.get(k), str) and args[k].strip()), None)
-        if value is None:
-            value = next((v for v in args.values() if isinstance(v, str) and v.strip()), None)
-        if value is None and name == "ls":
-            value = "."
-        if value is not None:
-            lines = value.strip().splitlines()
-            main = lines[0] if lines else ""
-            if len(lines) > 1 or len(main) > _CALL_LINE_CHARS:
-                main = main[:_CALL_LINE_CHARS].rstrip() + " …"
-    return f"→ {name} {main}" if main else f"→ {name}"
-
-
-_PREVIEW_LINES = 4
-
-
-def _result_preview(text: str, is_error: bool) -> list[str]:
-    """The first lines of a tool's result, indented under its call line (``  ⎿ …``), at
-    most :data:`_PREVIEW_LINES` of them and each cut to fit, then ``… +N lines``."""
-    lines = text.splitlines() or ["(no output)"]
-    shown = [line if len(line) <= _CALL_LINE_CHARS else line[:_CALL_LINE_CHARS].rstrip() + " …" for line in lines[:_PREVIEW_LINES]]
-    if len(lines) > _PREVIEW_LINES:
-        shown.append(f"… +{len(lines) - _PREVIEW_LINES} lines")
-    mark = "  ⎿ error: " if is_error else "  ⎿ "
-    return [(mark if i == 0 else "    ") + line for i, line in enumerate(shown)]
-
-
 class _TextOut:
     """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
-    starts (:func:`_tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
-    it ends (:func:`_result_preview`) and context compactions to stderr."""
+    starts (:func:`tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
+    it ends (:func:`result_preview`) and context compactions to stderr."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -138,19 +103,19 @@ class _TextOut:
                 self._out.flush()
                 self._newline = True
         elif event.type == "tool_execution_start" and self._show_tools:
-            line = _tool_call_line(event.tool_name, event.args)
+            line = tool_call_line(event.tool_name, event.args)
             self._err.write(f"\x1b[2m{line}\x1b[0m\n")
             self._err.flush()
         elif event.type == "tool_execution_end" and self._show_tools:
             end: Any = event
-            preview = _result_preview(end.result.text, end.is_error)
+            preview = result_preview(end.result.text, end.is_error)
             self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in preview))
             self._err.flush()
         elif event.type == "compaction_end" and self._show_tools:
             self._err.write(f"\x1b[2m{compaction_note(event)}\x1b[0m\n")
             self._err.flush()
         elif event.type == "tool_execution_update" and self._show_tools:
-            nested = subagent_line(event.partial, _tool_call_line)
+            nested = subagent_line(event.partial, tool_call_line)
             if nested is not None:
                 self._err.write(f"\x1b[2m{nested}\x1b[0m\n")
                 self._err.flush()

@@ -47,8 +47,8 @@ from .._paths import names_path
 from ..llm import SystemBlock
 from ..llm import SystemPrompt
 from ..loop import Capability
-from ._config import config_dir
 from ._config import project_root
+from ._dirs import config_dir
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 """The file names read in each directory: the first that exists."""

@@ -49,9 +49,9 @@ from ..permissions import parse_mode
 from ._config import SAVE_RULE_PROMPT
 from ._config import ConfigError
 from ._config import Settings
-from ._config import config_dir
 from ._config import save_allow_rules
 from ._config import save_network_allow
+from ._dirs import config_dir
 from ._factory import Built
 from ._factory import build_agent
 from ._factory import build_model

@@ -31,13 +31,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._config import config_dir
+from ._dirs import config_dir
 
 PLUGINS_DIR = "plugins"
 REGISTRY = "plugins.json"
@@ -157,12 +158,12 @@ def _rooted(value: Any, root: str) -> Any:
     return value
 
 
-def plugin_mcp_servers(environ: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any], Path]]:
-    """The MCP servers of the enabled and trusted plugins' ``.mcp.json`` files (each
-    ``(name, entry, file)``, the plugin's folder put in for ``${CLAUDE_PLUGIN_ROOT}``);
-    a bad file is a :class:`~ketch.cli._config.ConfigError` naming it."""
-    from ._config import read_mcp_json
-
+def plugin_mcp_servers(
+    read_mcp_json: Callable[[Path], dict[str, Any]], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, dict[str, Any], Path]]:
+    """The MCP servers of the enabled and trusted plugins' ``.mcp.json`` files, each read
+    by ``read_mcp_json`` (which raises for a bad file), as ``(name, entry, file)`` with the
+    plugin's folder put in for ``${CLAUDE_PLUGIN_ROOT}``."""
     out = []
     for plugin in installed(environ):
         if plugin.enabled and plugin.trusted:
@@ -174,17 +175,16 @@ def plugin_mcp_servers(environ: Mapping[str, str] | None = None) -> list[tuple[s
 
 def _hook_events(file: Path) -> tuple[dict[str, Any], list[str]]:
     """The ``hooks`` object of a plugin's ``hooks/hooks.json`` with only the events ketch
-    has, and the events left out; :class:`~ketch.cli._config.ConfigError` for a bad file."""
+    has, and the events left out; :class:`PluginError` for a bad file."""
     from ..hooks import HOOK_EVENTS
-    from ._config import ConfigError
 
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{file}: cannot read the plugin's hooks ({exc})") from None
+        raise PluginError(f"{file}: cannot read the plugin's hooks ({exc})") from None
     hooks = data.get("hooks") if isinstance(data, dict) else None
     if not isinstance(hooks, dict):
-        raise ConfigError(f'{file}: expected a JSON object with "hooks"')
+        raise PluginError(f'{file}: expected a JSON object with "hooks"')
     known = {k: v for k, v in hooks.items() if k in HOOK_EVENTS}
     return known, [k for k in hooks if k not in HOOK_EVENTS]
 
@@ -192,7 +192,8 @@ def _hook_events(file: Path) -> tuple[dict[str, Any], list[str]]:
 def plugin_hooks(environ: Mapping[str, str] | None = None) -> list[tuple[dict[str, Any], str]]:
     """The hooks of the enabled and trusted plugins (each the Claude-Code-shaped
     ``hooks`` object with ``${CLAUDE_PLUGIN_ROOT}`` put in, and its origin); events
-    ketch does not have are left out (``ketch plugin list`` names them)."""
+    ketch does not have are left out (``ketch plugin list`` names them); a bad hooks file
+    is a :class:`PluginError` naming it."""
     out = []
     for plugin in installed(environ):
         file = plugin.path / "hooks" / "hooks.json"

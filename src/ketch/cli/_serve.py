@@ -284,9 +284,9 @@ def _check_model_spec(settings: Settings) -> None:
 
 def serve_command(argv: Sequence[str]) -> int:
     """Run ``ketch serve …``; returns the exit code."""
-    from ._main import _check_model
     from ._main import _clean_args
     from ._main import _settings
+    from ._precheck import check_model
 
     args = _parser().parse_args(argv)
     _clean_args(args)
@@ -299,7 +299,7 @@ def serve_command(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     try:
         settings, root = _settings(args)
-        _check_model(settings, args.tool_choice)
+        check_model(settings, args.tool_choice)
         _check_model_spec(settings)
         proxy_models = tuple(args.proxy_model or ())
         proxy_tokens = proxy_budgets(os.environ.get(PROXY_TOKENS_ENV)) if proxy_models else None

@@ -29,6 +29,8 @@ from ._args import OneLineParser
 from ._config import ConfigError
 from ._config import Settings
 from ._config import directory
+from ._lines import result_preview
+from ._lines import tool_call_line
 from ._wire import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -209,8 +211,6 @@ def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
     """The transcript as the text lines of ``ketch sessions show``: each message's role
     and text, tool calls as ``→ tool argument`` and the first lines of their results."""
     from ..sessions._export import content_text
-    from ._headless import _result_preview
-    from ._headless import _tool_call_line
 
     out: list[str] = []
     for message in messages:
@@ -224,11 +224,11 @@ def transcript_lines(messages: Sequence[dict[str, Any]]) -> list[str]:
                 out.append(f"assistant: {text}")
             for block in content or []:
                 if isinstance(block, dict) and block.get("type") == "tool_call":
-                    out.append(_tool_call_line(str(block.get("name", "")), block.get("args")) + f"  [{block.get('id', '')}]")
+                    out.append(tool_call_line(str(block.get("name", "")), block.get("args")) + f"  [{block.get('id', '')}]")
             if message.get("stop_reason") in ("error", "aborted"):
                 out.append(f"  ({message['stop_reason']}: {message.get('error_message') or 'no message'})")
         elif role == "tool_result":
-            out.extend(_result_preview(content_text(content), bool(message.get("is_error"))))
+            out.extend(result_preview(content_text(content), bool(message.get("is_error"))))
         elif role == "context_summary":
             out.append(f"summary of the earlier conversation: {message.get('summary', '')}")
         else:

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from ..llm import redact_url
 from ._args import OneLineParser
 from ._config import ConfigError
-from ._config import config_dir
 from ._config import directory
 from ._config import load_settings
 from ._config import redact
+from ._dirs import config_dir
 from ._factory import api_key_for
 from ._factory import choose_model
 from ._factory import key_source

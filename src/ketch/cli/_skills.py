@@ -17,8 +17,8 @@ and the field; so is a front matter key the format does not have.
 
 from __future__ import annotations
 
-import os
 import sys
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,25 +27,17 @@ from typing import Any
 from ..skills import Skill
 from ..skills import find_skills
 from ._config import Settings
-from ._config import config_dir
-from ._trust import Gate
+from ._dirs import config_dir
+from ._dirs import user_home
+from ._plugins import plugin_directories
+from ._project import PROJECT_SKILLS
 from ._trust import Trust
 
 USER_SKILLS = "skills"
-PROJECT_SKILLS: tuple[Path, ...] = (Path(".claude") / "skills", Path(".agents") / "skills", Path(".ketch") / "skills")
-
-
-def user_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The home directory (``HOME``), whose ``.claude/`` holds the user's Claude Code skills
-    and commands."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("HOME") or str(Path.home()))
 
 
 def skill_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where skills are read from, in order, each with its origin (``user``, ``project``)."""
-    from ._plugins import plugin_directories
-
     dirs = [
         (user_home(environ) / ".claude" / "skills", "user"),
         (config_dir(environ) / USER_SKILLS, "user"),
@@ -54,19 +46,6 @@ def skill_directories(settings: Settings, environ: Mapping[str, str] | None = No
     if settings.project_root is not None:
         dirs.extend((settings.project_root / d, "project") for d in PROJECT_SKILLS)
     return dirs
-
-
-def project_skills(root: Path, gate: Gate) -> list[Skill]:
-    """The project's skills ``gate`` admits (each folder of skills is one setting
-    ``skills``, which needs trust; what it leaves out is listed in ``gate.ignored``)."""
-    admitted: list[Skill] = []
-    for directory in PROJECT_SKILLS:
-        skills, _ = find_skills([(root / directory, "project")], within=root)
-        if skills and gate.admit(
-            "skills", [s.name for s in skills], root / directory, label=f"skills {', '.join(s.name for s in skills)}"
-        ):
-            admitted.extend(skills)
-    return admitted
 
 
 def load_cli_skills(
@@ -109,13 +88,16 @@ def _bad_rules(skill: Skill) -> str | None:
 
 
 def skills_capability(
-    settings: Settings, environ: Mapping[str, str] | None = None, permissions: Any = None
+    settings: Settings,
+    resolve_model: Callable[[str], Any],
+    environ: Mapping[str, str] | None = None,
+    permissions: Any = None,
 ) -> object | None:
     """The :class:`ketch.skills.Skills` capability of the found skills (warnings go to
     stderr), or None when there are none. A loaded skill's ``allowed-tools`` become allow
     rules of ``permissions`` (a :class:`~ketch.permissions.PermissionEngine`) until the
-    run ends (deny rules still win); its ``model`` (``provider:id``, resolved as
-    ``--model`` is) is the model of the run's later turns."""
+    run ends (deny rules still win); its ``model`` (``provider:id``, resolved by
+    ``resolve_model`` as ``--model`` is) is the model of the run's later turns."""
     skills, warnings = load_cli_skills(settings, environ)
     for line in warnings:
         print(line, file=sys.stderr)
@@ -123,8 +105,6 @@ def skills_capability(
         return None
     from ..permissions import parse_rules
     from ..skills import Skills
-    from ._factory import build_model
-
     granted: list[Any] = []
 
     def grant(rules: tuple[str, ...]) -> None:
@@ -134,7 +114,7 @@ def skills_capability(
         granted[:] = parse_rules(rules, "skill")
         permissions.session_rules[:] = [*kept, *granted]
 
-    return Skills(skills, grant=grant, resolve_model=lambda spec: build_model(spec, settings))
+    return Skills(skills, grant=grant, resolve_model=resolve_model)
 
 
 def _where(skill: Skill) -> str:

@@ -30,64 +30,29 @@ import msgspec
 from ..subagents import MODES
 from ..subagents import SUBAGENT_TOOLS
 from ..subagents import SubagentEvent
-from ..subagents import SubagentFileError
 from ..subagents import Subagents
 from ..subagents import SubagentSpec
-from ..subagents import load_agent_file
 from ..subagents import load_agents
 from ..tasks import TaskRegistry
 from ..tasks import notify_agent
 from ._config import ConfigError
 from ._config import Settings
-from ._config import config_dir
+from ._dirs import config_dir
+from ._plugins import plugin_directories
+from ._project import PROJECT_AGENTS
+from ._project import gated_agent
 from ._trust import Gate
 from ._trust import Trust
 
 AGENTS_DIR = "agents"
-PROJECT_AGENTS = Path(".ketch") / "agents"
 
 
 def agent_directories(settings: Settings, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
     """Where agent files are read from, in order: the user's, the enabled plugins', then the project's."""
-    from ._plugins import plugin_directories
-
     dirs = [(config_dir(environ) / AGENTS_DIR, "user"), *plugin_directories("agents", environ)]
     if settings.project_root is not None:
         dirs.append((settings.project_root / PROJECT_AGENTS, "project"))
     return dirs
-
-
-def _gated(spec: SubagentSpec, path: Path, gate: Gate) -> SubagentSpec:
-    """``spec`` of the project agent file ``path`` with the fields ``gate`` does not admit left out."""
-    changes: dict[str, Any] = {}
-    if spec.model is not None and not gate.admit(
-        "agent.model", spec.model, path, label=f"model {spec.model} of agent {spec.name}"
-    ):
-        changes["model"] = None
-    if spec.thinking is not None and not gate.admit(
-        "agent.thinking", spec.thinking, path, label=f"thinking {spec.thinking} of agent {spec.name}"
-    ):
-        changes["thinking"] = None
-    mode = spec.permission_mode
-    if mode is not None and not gate.admit(
-        "agent.permission_mode", mode, path, label=f"permission_mode {mode} of agent {spec.name}"
-    ):
-        changes["permission_mode"] = None
-    return SubagentSpec(**{**_fields(spec), **changes}) if changes else spec
-
-
-def project_agents(root: Path, gate: Gate) -> list[SubagentSpec]:
-    """The project's agent files that load, each through ``gate`` (what it leaves out is
-    listed in ``gate.ignored``); a bad file is skipped here (:func:`load_cli_agents`
-    reports it)."""
-    found = []
-    for path in sorted((root / PROJECT_AGENTS).glob("*.md")):
-        try:
-            spec = load_agent_file(path)
-        except SubagentFileError:
-            continue
-        found.append(_gated(spec, path, gate))
-    return found
 
 
 def load_cli_agents(settings: Settings, environ: Mapping[str, str] | None = None) -> list[SubagentSpec]:
@@ -102,13 +67,9 @@ def load_cli_agents(settings: Settings, environ: Mapping[str, str] | None = None
         for spec in specs:
             if kind == "project":
                 # the same gate as the settings' (whose ignored lines were shown already)
-                spec = _gated(spec, Path(spec.source or directory), Gate(trust))
+                spec = gated_agent(spec, Path(spec.source or directory), Gate(trust))
             found[spec.name] = spec
     return [found[n] for n in sorted(found)]
-
-
-def _fields(spec: SubagentSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
 
 
 def attach_subagents(agent: Any, settings: Settings, environ: Mapping[str, str] | None = None) -> Subagents | None:
