@@ -24,6 +24,7 @@ from ._info import TaskInfo
 from ._info import TaskNotFoundError
 from ._info import TaskOutput
 from ._info import TaskStatus
+from ._notify import Notified
 from ._notify import TaskNotifier
 from ._notify import notification_text
 from ._notify import notify_agent
@@ -34,6 +35,7 @@ from ._registry import TaskRegistry
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
     "TASK_TOOLS",
+    "Notified",
     "TaskFailed",
     "TaskInfo",
     "TaskNotFoundError",
