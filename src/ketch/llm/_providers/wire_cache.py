@@ -50,19 +50,16 @@ from .._lists import extend_with_room
 from .._messages import Message
 from .._messages import ToolResultMessage
 from .._messages import encode_json
+from .._model import Model
 
 
-class _WireModel(Protocol):
-    """What :meth:`WireCache.items_for` reads of a model (an ``HTTPModel``)."""
+class _WireModel(Model, Protocol):
+    """What :meth:`WireCache.items_for` reads of a model (an ``HTTPModel``): its
+    provider, api and id, and its request rewrite hook."""
 
-    @property
-    def provider(self) -> str: ...
-    @property
-    def api(self) -> str: ...
-    @property
-    def id(self) -> str: ...
     @property
     def rewrite(self) -> object | None: ...
+
 
 Converter = Callable[[list[Message]], list[dict[str, Any]]]
 """Prepared messages to wire items; must depend only on the messages and the settings
