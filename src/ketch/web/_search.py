@@ -29,6 +29,9 @@ from ..loop import Contribution
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ..loop._paused import DEFAULT_PAUSE_CONTINUATIONS
+from ..loop._paused import check_pause_limit
+from ..loop._paused import continue_paused
 from ._fetch import untrusted_block
 
 __all__ = ["HTTPSearchAPI", "SearchAPI", "SearchResult", "WebSearch", "WebSearchTool"]
@@ -197,7 +200,9 @@ class WebSearch(Capability):
     are), used instead of the function tool wherever the provider has one. With
     ``hosted`` and no ``api``, a model whose provider has no hosted search fails its
     request with an error naming ``web_search`` and the provider. ``max_results`` bounds
-    the function tool's results.
+    the function tool's results. A response the provider paused during its search (stop
+    reason ``pause``) is sent back to continue, at most ``max_pause_continuations``
+    times a run (see :class:`ketch.tools.HostedTools`).
     """
 
     name = "web_search"
@@ -210,6 +215,7 @@ class WebSearch(Capability):
         hosted_options: Mapping[str, Any] | None = None,
         max_results: int = 5,
         timeout: float = 30.0,
+        max_pause_continuations: int = DEFAULT_PAUSE_CONTINUATIONS,
     ) -> None:
         if api is None and not hosted:
             raise ValueError("WebSearch needs a search api, hosted=True, or both")
@@ -222,6 +228,7 @@ class WebSearch(Capability):
         self.hosted_options = dict(hosted_options or {})
         self.max_results = max_results
         self.timeout = timeout
+        self.max_pause_continuations = check_pause_limit("WebSearch", max_pause_continuations)
 
     def contribute(self) -> Contribution:
         tools = [WebSearchTool(self.api, self.max_results, self.timeout)] if self.api is not None else []
@@ -230,4 +237,5 @@ class WebSearch(Capability):
             if self.hosted
             else []
         )
-        return Contribution(tools=tools, hosted_tools=hosted)
+        paused = continue_paused(self.max_pause_continuations, "WebSearch") if self.hosted else ()
+        return Contribution(tools=tools, hosted_tools=hosted, at_stop=paused)
