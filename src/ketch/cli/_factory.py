@@ -711,6 +711,10 @@ def build_agent(
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     routed = tool_choice is None  # (--tool-choice names the tool, or auto lets the model choose)
     capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo, routed=routed)
+    if settings.web_search or settings.hosted_tools:  # checked against the model's provider, before any request
+        from ._hosted import hosted_capabilities
+
+        capabilities.extend(hosted_capabilities(settings, resolved, environ))
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:

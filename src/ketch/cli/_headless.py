@@ -112,7 +112,8 @@ def _result_preview(text: str, is_error: bool) -> list[str]:
 class _TextOut:
     """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
     starts (:func:`_tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
-    it ends (:func:`_result_preview`) and context compactions to stderr."""
+    it ends (:func:`_result_preview`), the provider's hosted tools' calls and results as
+    they stream (``→ web_search (hosted) <query>``) and context compactions to stderr."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -131,6 +132,8 @@ class _TextOut:
                     self._out.write(data)
                     self._out.flush()
                     self._newline = data.endswith(b"\n")
+            elif inner.type == "hosted_tool":
+                self._hosted(inner.block)
         elif event.type == "message_end":
             message = event.message
             if type(message) is AssistantMessage and not self._newline:
@@ -154,6 +157,24 @@ class _TextOut:
             if nested is not None:
                 self._err.write(f"\x1b[2m{nested}\x1b[0m\n")
                 self._err.flush()
+
+
+    def _hosted(self, block: Any) -> None:
+        """The text streamed so far ended with a newline (the text after a hosted tool
+        starts a line); on a terminal, the tool's call line or the first lines of its
+        result on stderr."""
+        if not self._newline:
+            self._out.write(b"\n")
+            self._out.flush()
+            self._newline = True
+        if not self._show_tools:
+            return
+        if block.type == "hosted_tool_call":
+            lines = [_tool_call_line(f"{block.kind} (hosted)", block.input)]
+        else:
+            lines = _result_preview(block.output, block.is_error)
+        self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in lines))
+        self._err.flush()
 
 
 class _StreamJsonOut:
