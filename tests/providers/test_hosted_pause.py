@@ -169,3 +169,18 @@ async def test_a_limit_of_zero_lets_a_paused_turn_end_the_run() -> None:
     agent = Agent(model, capabilities=[HostedTools("web_search", max_pause_continuations=0)])
     result = await agent.prompt("?")
     assert (result.end_reason, result.error, len(model.requests)) == ("stop", None, 1)
+
+
+async def test_a_capability_of_ones_own_continues_paused_turns_with_continue_paused() -> None:
+    from ketch.llm import HostedTool
+    from ketch.loop import Capability
+    from ketch.loop import continue_paused
+
+    paused = reply("Running.", stop_reason="pause")
+    model = ScriptedModel([paused, paused, "Ran it."])
+    code = Capability.of("code", hosted_tools=[HostedTool(kind="code_execution")], at_stop=continue_paused(2))
+    result = await Agent(model, capabilities=[code]).prompt("Run it.")
+    assert (result.end_reason, result.text, len(model.requests)) == ("stop", "Ran it.", 3)
+    with pytest.raises(ValueError) as info:
+        continue_paused(True)
+    assert str(info.value) == "continue_paused max_pause_continuations=True: use a whole number, 0 or more"

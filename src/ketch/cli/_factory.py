@@ -57,6 +57,7 @@ from ._config import ConfigError
 from ._config import ProviderConfig
 from ._config import Settings
 from ._config import config_dir
+from ._hosted import hosted_capabilities
 from ._otel import attach as attach_telemetry
 from ._scripted import SCRIPT_ENV
 from ._scripted import load_scripted_model
@@ -711,10 +712,7 @@ def build_agent(
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     routed = tool_choice is None  # (--tool-choice names the tool, or auto lets the model choose)
     capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo, routed=routed)
-    if settings.web_search or settings.hosted_tools:  # checked against the model's provider, before any request
-        from ._hosted import hosted_capabilities
-
-        capabilities.extend(hosted_capabilities(settings, resolved, environ))
+    capabilities += hosted_capabilities(settings, resolved, environ)  # checked against its provider, before any request
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:

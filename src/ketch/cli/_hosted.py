@@ -47,7 +47,9 @@ def hosted_capabilities(settings: Settings, model: Model, environ: Mapping[str, 
     ``model`` (none when both are off); a :class:`ConfigError` when its provider cannot
     serve them."""
     out: list[Any] = []
-    kinds = provider_kinds(model) if settings.web_search or settings.hosted_tools else ()
+    if not (settings.web_search or settings.hosted_tools):
+        return out
+    kinds = provider_kinds(model)
     if settings.hosted_tools:
         runs = [k for k in kinds or () if k != "web_search"]
         for kind in settings.hosted_tools:

@@ -9,31 +9,28 @@ the check of :func:`continue_paused` for that; the loop itself knows nothing of 
 
 from __future__ import annotations
 
-from ._capability import StopCheck
+from typing import TYPE_CHECKING
+
 from ._config import StopInfo
 from ._next import Continue
 from ._next import End
 
-DEFAULT_PAUSE_CONTINUATIONS = 10
-"""How many paused responses a run continues by default."""
+if TYPE_CHECKING:
+    from ._capability import StopCheck
 
 _AGAIN = Continue(())
 
 
-def check_pause_limit(owner: str, limit: object) -> int:
-    """``limit`` checked as a number of continuations (0 or more), or a ``ValueError``
-    naming ``owner``'s setting."""
+def continue_paused(limit: int = 10, *, owner: str = "continue_paused") -> tuple[StopCheck, ...]:
+    """The stop checks (:data:`~ketch.loop.StopCheck`, for :attr:`Contribution.at_stop
+    <ketch.loop.Contribution.at_stop>`) of one run that continue a paused response: another
+    model call with nothing new (a :class:`~ketch.loop.Continue` of no messages), at most
+    ``limit`` times; one more pause ends the run with an error naming the limit and
+    ``owner`` (whose ``max_pause_continuations`` it is). No check for a ``limit`` of 0 (a
+    paused response ends the run like one that finished). A ``limit`` that is not a whole
+    number of 0 or more is a ``ValueError`` naming ``owner``."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"{owner} max_pause_continuations={limit!r}: use a whole number, 0 or more")
-    return limit
-
-
-def continue_paused(limit: int, owner: str) -> tuple[StopCheck, ...]:
-    """The stop checks (:data:`ketch.loop.StopCheck`) of one run: when the response was
-    paused, another call with nothing new (:class:`~ketch.loop.Continue` of no messages),
-    at most ``limit`` times; one more pause ends the run with an error naming the limit
-    and ``owner`` (the capability whose setting it is). None for a ``limit`` of 0 (a
-    paused response ends the run, as one that finished)."""
     if limit == 0:
         return ()
     left = limit

@@ -18,9 +18,7 @@ from typing import Any
 from ..llm import HostedTool
 from ..loop import Capability
 from ..loop import Contribution
-from ..loop._paused import DEFAULT_PAUSE_CONTINUATIONS
-from ..loop._paused import check_pause_limit
-from ..loop._paused import continue_paused
+from ..loop import continue_paused
 
 __all__ = ["HostedTools"]
 
@@ -39,9 +37,10 @@ class HostedTools(Capability):
         self,
         *tools: HostedTool | str,
         options: Mapping[str, Mapping[str, Any]] | None = None,
-        max_pause_continuations: int = DEFAULT_PAUSE_CONTINUATIONS,
+        max_pause_continuations: int = 10,
     ) -> None:
-        self.max_pause_continuations = check_pause_limit("HostedTools", max_pause_continuations)
+        continue_paused(max_pause_continuations, owner="HostedTools")  # (a bad limit fails here)
+        self.max_pause_continuations = max_pause_continuations
         given = dict(options or {})
         built: list[HostedTool] = []
         for tool in tools:
@@ -61,7 +60,7 @@ class HostedTools(Capability):
 
     def contribute(self) -> Contribution:
         return Contribution(
-            hosted_tools=self.tools, at_stop=continue_paused(self.max_pause_continuations, "HostedTools")
+            hosted_tools=self.tools, at_stop=continue_paused(self.max_pause_continuations, owner="HostedTools")
         )
 
     def __repr__(self) -> str:

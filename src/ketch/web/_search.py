@@ -29,9 +29,7 @@ from ..loop import Contribution
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
-from ..loop._paused import DEFAULT_PAUSE_CONTINUATIONS
-from ..loop._paused import check_pause_limit
-from ..loop._paused import continue_paused
+from ..loop import continue_paused
 from ._fetch import untrusted_block
 
 __all__ = ["HTTPSearchAPI", "SearchAPI", "SearchResult", "WebSearch", "WebSearchTool"]
@@ -215,7 +213,7 @@ class WebSearch(Capability):
         hosted_options: Mapping[str, Any] | None = None,
         max_results: int = 5,
         timeout: float = 30.0,
-        max_pause_continuations: int = DEFAULT_PAUSE_CONTINUATIONS,
+        max_pause_continuations: int = 10,
     ) -> None:
         if api is None and not hosted:
             raise ValueError("WebSearch needs a search api, hosted=True, or both")
@@ -228,7 +226,8 @@ class WebSearch(Capability):
         self.hosted_options = dict(hosted_options or {})
         self.max_results = max_results
         self.timeout = timeout
-        self.max_pause_continuations = check_pause_limit("WebSearch", max_pause_continuations)
+        continue_paused(max_pause_continuations, owner="WebSearch")  # (a bad limit fails here)
+        self.max_pause_continuations = max_pause_continuations
 
     def contribute(self) -> Contribution:
         tools = [WebSearchTool(self.api, self.max_results, self.timeout)] if self.api is not None else []
@@ -237,5 +236,5 @@ class WebSearch(Capability):
             if self.hosted
             else []
         )
-        paused = continue_paused(self.max_pause_continuations, "WebSearch") if self.hosted else ()
+        paused = continue_paused(self.max_pause_continuations, owner="WebSearch") if self.hosted else ()
         return Contribution(tools=tools, hosted_tools=hosted, at_stop=paused)
