@@ -112,8 +112,7 @@ def _result_preview(text: str, is_error: bool) -> list[str]:
 class _TextOut:
     """Streams assistant text to stdout; when stderr is a terminal, each tool call as it
     starts (:func:`_tool_call_line`, e.g. ``→ ls .``), the first lines of its result when
-    it ends (:func:`_result_preview`), the provider's hosted tools' calls and results as
-    they stream (``→ web_search (hosted) <query>``) and context compactions to stderr."""
+    it ends (:func:`_result_preview`) and context compactions to stderr."""
 
     __slots__ = ("_err", "_newline", "_out", "_show_tools")
 
@@ -160,9 +159,9 @@ class _TextOut:
 
 
     def _hosted(self, block: Any) -> None:
-        """The text streamed so far ended with a newline (the text after a hosted tool
-        starts a line); on a terminal, the tool's call line or the first lines of its
-        result on stderr."""
+        """A provider-hosted tool's call or result, as it streams: the text so far is ended
+        with a newline (the text after it starts a line); on a terminal, stderr shows its
+        call line (``→ web_search (hosted) <query>``) or the first lines of its result."""
         if not self._newline:
             self._out.write(b"\n")
             self._out.flush()
