@@ -10,13 +10,21 @@ the check of :func:`continue_paused` for that; the loop itself knows nothing of 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ._config import StopInfo
 from ._next import Continue
 from ._next import End
 
 if TYPE_CHECKING:
+    from ..llm._messages import AssistantMessage
     from ._capability import StopCheck
+
+
+class _Stopping(Protocol):
+    """What the check reads of a :class:`~ketch.loop.StopInfo`."""
+
+    @property
+    def message(self) -> AssistantMessage: ...
 
 _AGAIN = Continue(())
 
@@ -35,7 +43,7 @@ def continue_paused(limit: int = 10, *, owner: str = "continue_paused") -> tuple
         return ()
     left = limit
 
-    def check(info: StopInfo) -> Continue | End | None:
+    def check(info: _Stopping) -> Continue | End | None:
         nonlocal left
         if info.message.stop_reason != "pause":
             return None
