@@ -109,3 +109,46 @@ GEMINI = (
     b'"usageMetadata": {"promptTokenCount": 30,"candidatesTokenCount": 32,"totalTokenCount": 62},'
     b'"modelVersion": "gemini-2.5-flash","responseId": "Ym3OaKq1Lf2Z1dkPqZ2RmQ4"}\r\n\r\n'
 )
+
+# Anthropic: a long web-search turn the API paused (stop reason pause_turn) after one
+# search and its results, then the continuation it sent when that response was sent back
+# as it is: the answer (end_turn). Written from the server-tools documentation.
+PAUSED_SEARCH_ID = "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE"
+ANTHROPIC_PAUSED = (
+    b'event: message_start\n'
+    b'data: {"type":"message_start","message":{"id":"msg_01PausedTurnA7kq2Xq9TzB","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":2100,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}}\n\n'
+    b'event: content_block_start\n'
+    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\n'
+    b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me research that."}}\n\n'
+    b'event: content_block_stop\n'
+    b'data: {"type":"content_block_stop","index":0}\n\n'
+    b'event: content_block_start\n'
+    b'data: {"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use","id":"' + PAUSED_SEARCH_ID.encode() + b'","name":"web_search","input":{}}}\n\n'
+    b'event: content_block_delta\n'
+    b'data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\\"query\\": \\"ketch releases\\"}"}}\n\n'
+    b'event: content_block_stop\n'
+    b'data: {"type":"content_block_stop","index":1}\n\n'
+    b'event: content_block_start\n'
+    b'data: {"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"' + PAUSED_SEARCH_ID.encode() + b'","content":[{"type":"web_search_result","title":"ketch releases","url":"https://example.com/ketch/releases","encrypted_content":"' + ENCRYPTED.encode() + b'","page_age":"May 2, 2025"}]}}\n\n'
+    b'event: content_block_stop\n'
+    b'data: {"type":"content_block_stop","index":2}\n\n'
+    b'event: message_delta\n'
+    b'data: {"type":"message_delta","delta":{"stop_reason":"pause_turn","stop_sequence":null},"usage":{"input_tokens":6200,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":95,"server_tool_use":{"web_search_requests":1}}}\n\n'
+    b'event: message_stop\n'
+    b'data: {"type":"message_stop"}\n\n'
+)
+ANTHROPIC_RESUMED = (
+    b'event: message_start\n'
+    b'data: {"type":"message_start","message":{"id":"msg_01PausedTurnB3mn8Rv4WcD","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":6300,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n'
+    b'event: content_block_start\n'
+    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\n'
+    b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ketch 1.0 was released in May 2025."}}\n\n'
+    b'event: content_block_stop\n'
+    b'data: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\n'
+    b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":6300,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":14}}\n\n'
+    b'event: message_stop\n'
+    b'data: {"type":"message_stop"}\n\n'
+)

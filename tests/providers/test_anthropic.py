@@ -438,7 +438,8 @@ def test_cache_markers() -> None:
 
 
 def test_stop_reasons() -> None:
-    assert [map_stop_reason(r) for r in ("end_turn", "pause_turn", None, "new_reason")] == ["stop"] * 4
+    assert [map_stop_reason(r) for r in ("end_turn", None, "new_reason")] == ["stop"] * 3
+    assert map_stop_reason("pause_turn") == "pause"
     assert map_stop_reason("stop_sequence") == "stop_sequence"
     assert map_stop_reason("max_tokens") == "length"
     assert map_stop_reason("model_context_window_exceeded") == "length"
@@ -489,7 +490,7 @@ def test_unknown_blocks_and_deltas_are_skipped_and_server_tools_kept() -> None:
         ("text_delta", 1, "Pre"),
         ("text_delta", 1, "fix"),
         ("text_end", 1, "Prefix"),
-        ("done", "stop"),
+        ("done", "pause"),
     ]
     assert b.message.usage == Usage(input=5, output=9, total_tokens=14)
     assert b.message.response_id == "msg_1"

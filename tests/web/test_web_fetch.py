@@ -3,6 +3,8 @@ block, hosts checked on redirects, the body read bounded, binary refused, robots
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -61,6 +63,7 @@ def app() -> web.Application:
         "/private": lambda r: web.Response(text="secret", content_type="text/plain"),
         "/public": lambda r: web.Response(text="hello `x`", content_type="text/plain"),
         "/missing": lambda r: web.Response(status=404, text="no"),
+        "/host": lambda r: web.Response(text=f"Host: {r.headers['Host']}", content_type="text/plain"),
     }
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -179,3 +182,65 @@ async def test_robots_txt_is_obeyed_when_asked(site: str) -> None:
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match=r"^WebFetch max_bytes=0: use a positive number$"):
         WebFetch(max_bytes=0)
+
+
+PUBLIC = "93.184.215.14"  # what the name resolves to when checked (a public address; never contacted)
+
+
+@pytest.fixture
+async def rebinding(site: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """``rebind.test`` resolves to a public address once (the check), then to loopback (a
+    DNS rebinding). Connections are recorded; the public address is played by the
+    loopback site, any other address refused (no packet leaves the machine)."""
+    loop = asyncio.get_running_loop()
+    port = int(site.rsplit(":", 1)[1])
+    lookups: list[str] = []
+    connects: list[tuple[str, int]] = []
+    real_getaddrinfo, real_connect = loop.getaddrinfo, loop.sock_connect
+
+    async def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "rebind.test":
+            return await real_getaddrinfo(host, port, *args, **kwargs)
+        address = PUBLIC if not lookups else "127.0.0.1"
+        lookups.append(address)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    async def sock_connect(sock: socket.socket, address: Any) -> None:
+        connects.append((address[0], address[1]))
+        if address[0] != PUBLIC:
+            raise ConnectionRefusedError(f"the test refuses {address[0]}")
+        await real_connect(sock, ("127.0.0.1", port))
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(loop, "sock_connect", sock_connect)
+    return connects
+
+
+async def test_the_address_checked_is_the_address_reached(site: str, rebinding: list[tuple[str, int]]) -> None:
+    port = int(site.rsplit(":", 1)[1])
+    url = f"http://rebind.test:{port}/host"
+    tool = WebFetchTool(WebFetch())
+    result = await tool.execute({"url": url}, ToolContext(call_id="f1", tool_name="web_fetch", signal=AbortSignal()))
+    assert not result.is_error, result.text
+    assert rebinding == [(PUBLIC, port)]  # never the loopback address a second lookup would give
+    assert f"Host: rebind.test:{port}" in result.text  # the server is asked for the host by its name
+    assert result.details["url"] == url
+
+
+async def test_over_https_the_certificate_must_match_the_name_at_the_address_checked(
+    site: str, rebinding: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = asyncio.get_running_loop()
+    handshakes: list[Any] = []
+
+    async def create_connection(*args: Any, **kwargs: Any) -> Any:
+        handshakes.append(kwargs.get("server_hostname"))
+        raise ConnectionRefusedError("the test ends the handshake here")
+
+    monkeypatch.setattr(loop, "create_connection", create_connection)
+    port = int(site.rsplit(":", 1)[1])
+    tool = WebFetchTool(WebFetch())
+    ctx: ToolContext[Any] = ToolContext(call_id="f1", tool_name="web_fetch", signal=AbortSignal())
+    result = await tool.execute({"url": f"https://rebind.test:{port}/host"}, ctx)
+    assert result.is_error
+    assert (rebinding, handshakes) == ([(PUBLIC, port)], ["rebind.test"])

@@ -18,6 +18,8 @@ above; deeper files win. All are TOML::
     compaction = true                      # false: no automatic context management
     memory = true                          # long-term memory (ketch.memory), per user and project
     web_fetch = true                       # the web_fetch tool (ketch.web), off by default
+    web_search = true                      # web search: the provider's own (ketch.web), off by default
+    hosted_tools = ["code_execution"]      # more tools the provider runs itself, off by default
     context_window = 200000                # override the model's context window (tokens)
 
     [[hooks.PreToolUse]]                   # lifecycle hooks, Claude Code's shape (ketch.hooks)
@@ -32,6 +34,10 @@ above; deeper files win. All are TOML::
     allow = ["Bash(git status)", "Bash(npm run test:*)", "Edit(src/**)"]
     ask = ["Bash(git push:*)"]
     deny = ["Bash(rm -rf:*)", "Read(./.env)"]
+
+    [web_search]                           # web search with a search API where the provider has none
+    endpoint = "https://api.search.brave.com/res/v1/web/search"
+    api_key_env = "BRAVE_API_KEY"
 
     [providers.openai]                     # override a known provider
     api_key_env = "WORK_OPENAI_KEY"
@@ -173,6 +179,27 @@ class _Sandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     limits: _Limits = msgspec.field(default_factory=_Limits)
 
 
+class WebSearchAPI(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """``[web_search]``: the search API of the ``web_search`` tool
+    (:class:`ketch.web.HTTPSearchAPI`), used where the model's provider has no hosted
+    search (or everywhere with ``hosted = false``). ``api_key_env`` names the variable
+    holding its key (sent in ``key_header``); ``count_param = ""`` sends no count;
+    ``params`` are added to every query (SearXNG: ``{ format = "json" }``)."""
+
+    endpoint: Annotated[str, msgspec.Meta(pattern=r"^https?://")]
+    api_key_env: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    key_header: str | None = None
+    query_param: str | None = None
+    count_param: str | None = None
+    params: dict[str, str] = msgspec.field(default_factory=dict)
+    results_path: str | None = None
+    max_results: Annotated[int, msgspec.Meta(ge=1, le=50)] | None = None
+    hosted: bool = True
+
+    def __repr__(self) -> str:
+        return f"WebSearchAPI(endpoint={redact_url(self.endpoint)!r}, api_key_env={self.api_key_env!r})"
+
+
 class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The config file's top-level values, each applied to the :class:`Settings` field of
     its name (None: not set). :class:`Settings` declares them by extending this struct."""
@@ -189,9 +216,11 @@ class _Scalars(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context_window: int | None = None
     memory: bool | None = None
     web_fetch: bool | None = None
+    hosted_tools: list[str] | None = None
 
 
 class _File(_Scalars, kw_only=True, forbid_unknown_fields=True):
+    web_search: bool | WebSearchAPI | None = None
     permissions: _Permissions = msgspec.field(default_factory=_Permissions)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     hooks: dict[str, Any] | None = None
@@ -206,7 +235,10 @@ class Settings(_Scalars, kw_only=True):
     ``compaction`` turns the agent's context manager on (the default) or off;
     ``context_window`` replaces the model's context window in tokens; ``memory`` gives the
     agent long-term memory (:mod:`ketch.memory`, kept per user and project in the user's
-    data directory); ``web_fetch`` gives it the ``web_fetch`` tool (:mod:`ketch.web`). ``allow``, ``ask``
+    data directory); ``web_fetch`` gives it the ``web_fetch`` tool (:mod:`ketch.web`);
+    ``web_search`` web search (the provider's hosted search, else the search API of
+    ``web_search_api``, the ``[web_search]`` table); ``hosted_tools`` the kinds of
+    other tools the provider runs itself (:class:`ketch.tools.HostedTools`). ``allow``, ``ask``
     and ``deny`` are parsed rules carrying their source (``user``, ``project``, ``local``,
     ``flag``). ``hooks`` are the lifecycle hooks of every config file, user file first
     (each spec's ``origin`` names its file). ``sandbox`` (default on) runs bash in the OS
@@ -225,6 +257,8 @@ class Settings(_Scalars, kw_only=True):
     compaction: bool = True
     memory: bool = False
     web_fetch: bool = False
+    web_search: bool = False
+    web_search_api: WebSearchAPI | None = None
     permission_mode: str = "default"
     allow: list[Rule] = msgspec.field(default_factory=list)
     ask: list[Rule] = msgspec.field(default_factory=list)
@@ -376,6 +410,11 @@ def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
         if kept:
             providers[name] = ProviderConfig(**kept)
     hooks = data.hooks if data.hooks and gate.admit("hooks", data.hooks, path, label="hooks") else None
+    search = data.web_search
+    if search is not None and not gate.admit(
+        "web_search", search, path, current=settings.web_search, label=None if isinstance(search, bool) else "[web_search]"
+    ):
+        search = None
     box = data.sandbox
     sandbox = _Sandbox(
         enabled=box.enabled if box.enabled is not None and gate.admit("sandbox.enabled", box.enabled, path) else None,
@@ -391,6 +430,7 @@ def _admitted(data: _File, path: Path, settings: Settings, gate: Gate) -> _File:
     )
     return _File(
         **scalars,
+        web_search=search,
         permissions=_Permissions(mode=mode, allow=allow, ask=ask, deny=deny),
         providers=providers,
         hooks=hooks,
@@ -419,7 +459,7 @@ def _read(path: Path) -> _File:
 
 
 _FILE_SCALARS = _Scalars.__struct_fields__
-_FLAG_NAMES = {"compaction": "--no-compaction", "memory": "--memory", "web_fetch": "--web-fetch"}
+_FLAG_NAMES = {"compaction": "--no-compaction", "memory": "--memory", "web_fetch": "--web-fetch", "web_search": "--web-search"}
 
 
 def _holds_key(data: _File) -> bool:
@@ -465,6 +505,13 @@ def _apply_file(settings: Settings, data: _File, origin: str, kind: str) -> None
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if isinstance(data.web_search, bool):
+        settings.web_search = data.web_search
+        settings.sources["web_search"] = origin
+    elif data.web_search is not None:  # the table turns web search on, with its search API
+        settings.web_search = True
+        settings.web_search_api = data.web_search
+        settings.sources["web_search"] = settings.sources["web_search_api"] = origin
     if data.hooks is not None:
         try:
             settings.hooks.extend(parse_hooks(data.hooks, origin))
@@ -661,6 +708,11 @@ def finish_settings(
             settings.sources[kind] = f"flag --{kind}"
 
 
+HOSTED_TOOL_KINDS = ("code_execution", "web_fetch")
+"""The kinds ``hosted_tools`` may name (web search is the ``web_search`` setting; the
+kinds that need options, ``file_search`` and ``mcp``, are for the library)."""
+
+
 def _validate(settings: Settings) -> None:
     def where(name: str) -> str:
         return settings.sources.get(name, "default")
@@ -683,6 +735,21 @@ def _validate(settings: Settings) -> None:
         number = getattr(settings, name)
         if number is not None and not (math.isfinite(number) and number >= 0):
             raise ConfigError(f"{where(name)}: {name} must be a finite number >= 0, got {number!r}")
+    for kind in settings.hosted_tools or ():
+        if kind == "web_search":
+            raise ConfigError(
+                f"{where('hosted_tools')}: hosted tool 'web_search' is the web_search setting: "
+                "use web_search = true (or --web-search) instead"
+            )
+        if kind not in HOSTED_TOOL_KINDS:
+            raise ConfigError(
+                f"{where('hosted_tools')}: unknown hosted tool {kind!r}; allowed: {', '.join(HOSTED_TOOL_KINDS)}"
+            )
+    if settings.web_fetch and "web_fetch" in (settings.hosted_tools or ()):
+        raise ConfigError(
+            f"{where('hosted_tools')}: hosted tool 'web_fetch' and web_fetch = true ({where('web_fetch')}) "
+            "both give the model a tool named web_fetch: keep one"
+        )
 
 
 def _array_end(text: str, start: int) -> int:

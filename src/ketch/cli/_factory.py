@@ -602,9 +602,11 @@ def _capabilities(
     embedded: bool,
     todo: bool,
     routed: bool = True,
+    model: Model | None = None,
 ) -> list[Any]:
     """The agent's capabilities: the project's instructions, memory, skills, the to-do
-    list; for the embedded model, the grounding of its arguments."""
+    list; for the embedded model, the grounding of its arguments; web search and hosted
+    tools, checked against ``model``'s provider (a :class:`ConfigError` before any request)."""
     project = instructions.capability() if instructions is not None else None
     capabilities: list[Any] = []
     if project is not None:  # the project's AGENTS.md / CLAUDE.md, after the system prompt of every request
@@ -613,6 +615,10 @@ def _capabilities(
         capabilities.append(memory_capability(root, environ))
     if settings.web_fetch:
         capabilities.append(web_fetch_capability(settings))
+    if model is not None and (settings.web_search or settings.hosted_tools):
+        from ._hosted import hosted_capabilities
+
+        capabilities += hosted_capabilities(settings, model, environ)
     if not embedded:
         from ._skills import skills_capability
 
@@ -710,7 +716,9 @@ def build_agent(
 
     system_prompt, instructions = _system_prompt(settings, root, tools, embedded, environ, permissions)
     routed = tool_choice is None  # (--tool-choice names the tool, or auto lets the model choose)
-    capabilities = _capabilities(settings, root, environ, instructions, permissions, embedded=embedded, todo=todo, routed=routed)
+    capabilities = _capabilities(
+        settings, root, environ, instructions, permissions, embedded=embedded, todo=todo, routed=routed, model=resolved
+    )
     if capabilities:
         config["capabilities"] = capabilities
     if session is not None:

@@ -96,6 +96,8 @@ class _TextOut:
                     self._out.write(data)
                     self._out.flush()
                     self._newline = data.endswith(b"\n")
+            elif inner.type == "hosted_tool":
+                self._hosted(inner.block)
         elif event.type == "message_end":
             message = event.message
             if type(message) is AssistantMessage and not self._newline:
@@ -119,6 +121,24 @@ class _TextOut:
             if nested is not None:
                 self._err.write(f"\x1b[2m{nested}\x1b[0m\n")
                 self._err.flush()
+
+
+    def _hosted(self, block: Any) -> None:
+        """A provider-hosted tool's call or result, as it streams: the text so far is ended
+        with a newline (the text after it starts a line); on a terminal, stderr shows its
+        call line (``→ web_search (hosted) <query>``) or the first lines of its result."""
+        if not self._newline:
+            self._out.write(b"\n")
+            self._out.flush()
+            self._newline = True
+        if not self._show_tools:
+            return
+        if block.type == "hosted_tool_call":
+            lines = [_tool_call_line(f"{block.kind} (hosted)", block.input)]
+        else:
+            lines = _result_preview(block.output, block.is_error)
+        self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in lines))
+        self._err.flush()
 
 
 class _StreamJsonOut:

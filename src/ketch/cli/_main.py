@@ -158,6 +158,16 @@ def add_agent_settings(parser: argparse.ArgumentParser) -> None:
         help="the web_fetch tool: fetch a URL as Markdown marked untrusted (also web_fetch = true in config)",
     )
     parser.add_argument(
+        "--web-search",
+        action="store_true",
+        help="web search: the provider's hosted search, else the [web_search] search API (also web_search = true in config)",
+    )
+    parser.add_argument(
+        "--hosted-tools",
+        metavar="KINDS",
+        help="tools the provider runs itself, comma-separated: code_execution, web_fetch (also hosted_tools in config)",
+    )
+    parser.add_argument(
         "--no-compaction",
         action="store_true",
         help="no automatic context management (no summaries of older history; /compact is off)",
@@ -266,8 +276,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "compaction": False if args.no_compaction else None,
         "memory": True if args.memory else None,
         "web_fetch": True if args.web_fetch else None,
+        "web_search": True if args.web_search else None,
         "context_window": args.context_window,
     }
+    if args.hosted_tools is not None:
+        flags["hosted_tools"] = [t.strip() for t in args.hosted_tools.split(",") if t.strip()]
     if args.tools is not None:
         flags["tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     return flags

@@ -26,6 +26,9 @@ _SHOWN = (
     "tools",
     "compaction",
     "context_window",
+    "web_fetch",
+    "web_search",
+    "hosted_tools",
     "permission_mode",
     "allow",
     "ask",
@@ -69,6 +72,11 @@ def config_command(argv: Sequence[str]) -> int:
         else:
             shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.write(f"{name:<15} {shown}  ({settings.sources.get(name, 'default')})\n")
+    search = settings.web_search_api
+    if search is not None:  # the endpoint without credentials, the key's variable by name
+        key = f", key from {search.api_key_env}" if search.api_key_env else ""
+        origin = settings.sources.get("web_search_api", "default")
+        out.write(f"{'web_search_api':<15} {redact_url(search.endpoint)}{key}  ({origin})\n")
     prompt = settings.system_prompt
     out.write(f"{'system_prompt':<15} {'(built-in)' if prompt is None else repr(prompt[:60])}\n")
     from ..llm._registry import list_providers

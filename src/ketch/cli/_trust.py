@@ -35,6 +35,9 @@ The stricter-only list (each a named check of the value against the setting so f
 * ``sandbox.enabled = true`` and ``sandbox.network = false``;
 * ``memory = false`` (turning memory on needs trust: the memory's notes reach every request).
 * ``web_fetch = false`` (turning the web_fetch tool on needs trust: it reaches the network).
+* ``web_search = false`` (turning web search on needs trust, and so does a ``[web_search]``
+  table: its endpoint and key variable);
+* ``hosted_tools``: a subset of the kinds so far.
 
 Everything else needs trust: ``model`` and every ``[providers.*]`` field (a project
 may not choose the model, the endpoint or the credentials), ``permissions.allow``,
@@ -194,6 +197,11 @@ def narrows_tools(value: Any, current: Any) -> bool:
     return isinstance(value, list) and (current is None or set(value) <= set(current))
 
 
+def narrows_kinds(value: Any, current: Any) -> bool:
+    """A list of kinds that is a subset of the kinds so far (None: none)."""
+    return isinstance(value, list) and set(value) <= set(current or ())
+
+
 def lowers_limit(value: Any, current: Any) -> bool:
     """A limit set where there was none, or lowered."""
     return isinstance(value, (int, float)) and (current is None or value <= current)
@@ -228,6 +236,8 @@ STRICTER_ONLY: dict[str, Check] = {
     "sandbox.network": is_false,
     "memory": is_false,
     "web_fetch": is_false,
+    "web_search": is_false,
+    "hosted_tools": narrows_kinds,
     "agent.permission_mode": default_mode,
 }
 """The settings an untrusted project may set, each with its check; every other setting

@@ -8,7 +8,8 @@ slimmed:
 - ``message_update`` carries ``event``, the underlying stream event without the partial
   message (``text_delta``: ``index``, ``delta``; ``toolcall_start``: ``index``, ``id``,
   ``name``; ``toolcall_delta``: ``index`` and ``delta``, a fragment of the call's JSON
-  arguments; ``toolcall_end``: ``index``, ``id``, ``name``; …). The ``toolcall_delta``
+  arguments; ``toolcall_end``: ``index``, ``id``, ``name``; ``hosted_tool``: ``index``
+  and ``block``, a provider-hosted tool's call or result without its ``native`` block; …). The ``toolcall_delta``
   fragments of a call, concatenated, are its arguments' JSON text; consecutive fragments
   of one call are joined into one line (:class:`~ketch.llm.ToolCallDeltaJoiner`, up to
   1024 characters a line);
@@ -217,6 +218,7 @@ class _Slim(msgspec.Struct, kw_only=True):
     name: str | UnsetType = UNSET
     delta: str | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    block: Any = UNSET
     index: int
 
 
@@ -274,6 +276,8 @@ def _slim(event: Any) -> Any:
     if event.type == "toolcall_end":
         call = event.tool_call
         return _Slim(type=event.type, index=event.index, id=call.id, name=call.name)
+    if event.type == "hosted_tool":  # the block without the provider's own (it is in the message)
+        return _Slim(type=event.type, index=event.index, block=msgspec.structs.replace(event.block, native=None))
     fields = _SLIM_FIELDS.get(event.type)
     if fields is None:
         return {"type": event.type}

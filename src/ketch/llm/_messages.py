@@ -30,7 +30,11 @@ from typing import overload
 
 import msgspec
 
-StopReason: TypeAlias = Literal["stop", "stop_sequence", "length", "tool_use", "error", "aborted"]
+StopReason: TypeAlias = Literal["stop", "stop_sequence", "length", "tool_use", "pause", "error", "aborted"]
+"""Why a response ended: ``stop`` (the model finished), ``stop_sequence``, ``length`` (the
+output limit), ``tool_use`` (it called tools), ``pause`` (the provider paused a long turn
+of its hosted tools, e.g. Anthropic's ``pause_turn``: sending the transcript back as it is
+lets the model continue), ``error``, ``aborted``."""
 
 
 _clock: ContextVar[Callable[[], float] | None] = ContextVar("ketch_clock", default=None)

@@ -153,6 +153,7 @@ __all__ = [
     "UsageLimits",
     "approve",
     "continue_loop",
+    "continue_paused",
     "default_convert_to_llm",
     "denied_text",
     "deny",
@@ -180,6 +181,7 @@ if TYPE_CHECKING:
     from ._output import OutputStream
     from ._output import OutputValidator
     from ._output import RejectOutput
+    from ._paused import continue_paused
 
 _OUTPUT_NAMES = frozenset({"OUTPUT_TOOL_NAME", "OutputMode", "OutputStream", "OutputValidator", "RejectOutput"})
 
@@ -197,4 +199,8 @@ def __getattr__(name: str) -> Any:
         from . import _capability
 
         return getattr(_capability, name)
+    if name == "continue_paused":
+        from ._paused import continue_paused
+
+        return continue_paused
     raise AttributeError(f"module 'ketch.loop' has no attribute {name!r}")

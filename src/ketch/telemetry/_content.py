@@ -26,6 +26,7 @@ FINISH_REASONS: dict[str, str] = {
     "stop": "stop",
     "length": "length",
     "tool_use": "tool_call",
+    "pause": "pause",
     "error": "error",
     "aborted": "aborted",
 }

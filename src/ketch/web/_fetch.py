@@ -4,7 +4,10 @@ A call fetches one ``http``/``https`` URL with a GET on the process's shared aio
 session, following at most :attr:`WebFetch.max_redirects` redirects itself, each hop
 checked like the first URL: the host must be allowed (``allowed_hosts``; a host that is
 an address on the machine or a private network -- loopback, private, link-local -- only
-when named there), the scheme ``http`` or ``https``, no credentials in the URL. When the
+when named there), the scheme ``http`` or ``https``, no credentials in the URL. A host
+checked by its addresses is then reached at the address checked (the request goes to that
+address, with the host's name in ``Host`` and, for https, as the name the certificate must
+match), never at what a second lookup of the name returns. When the
 agent runs under a sandbox policy without network (``sandbox=SandboxPolicy(...)`` with
 ``network=False``) every fetch is refused.
 
@@ -136,7 +139,10 @@ class WebFetchTool(Tool):
         except Exception as exc:  # aiohttp's errors, a bad URL, a decoding failure
             return ToolResult.error(f"web_fetch {url}: {type(exc).__name__}: {exc}")
 
-    async def _check(self, url: str) -> None:
+    async def _check(self, url: str) -> str | None:
+        """Refuse ``url`` (:class:`FetchRefused`), or return the address its host must be
+        reached at: the first of the addresses checked (None for a host named in
+        ``allowed_hosts`` or given as an address: no lookup was checked)."""
         o = self._options
         if o.sandbox is not None and not getattr(o.sandbox, "network", False):
             raise FetchRefused("the sandbox policy allows no network")
@@ -153,23 +159,27 @@ class WebFetchTool(Tool):
             raise FetchRefused(f"host {host} is blocked")
         if o.allowed_hosts and not named:
             raise FetchRefused(f"host {host} is not allowed; allowed: {', '.join(o.allowed_hosts)}")
-        if not named:
-            for address in await _addresses(host, parts.port or (443 if parts.scheme == "https" else 80)):
-                if _is_internal(address):
-                    raise FetchRefused(
-                        f"host {host} is an internal address ({address}); name it in allowed_hosts to fetch it"
-                    )
+        if named:
+            return None
+        addresses = await _addresses(host, parts.port or (443 if parts.scheme == "https" else 80))
+        for address in addresses:
+            if _is_internal(address):
+                raise FetchRefused(f"host {host} is an internal address ({address}); name it in allowed_hosts to fetch it")
+        return None if _is_address(host) else addresses[0]
 
     async def _get(self, url: str) -> tuple[aiohttp.ClientResponse, str]:
         """The final response for ``url`` after checked redirects, and its URL."""
         session = await get_session()
         for _ in range(self._options.max_redirects + 1):
-            await self._check(url)
+            address = await self._check(url)
+            headers = {"User-Agent": self._options.user_agent, "Accept": "text/html, text/*;q=0.9, */*;q=0.5"}
+            target, name = url, None
+            if address is not None:  # to the address checked: a second lookup could answer another one
+                target, headers["Host"] = _at_address(url, address)
+                parts = urlsplit(url)
+                name = (parts.hostname or "").rstrip(".") if parts.scheme == "https" else None
             response = await session.get(
-                url,
-                allow_redirects=False,
-                proxy=proxy_for(url),
-                headers={"User-Agent": self._options.user_agent, "Accept": "text/html, text/*;q=0.9, */*;q=0.5"},
+                target, allow_redirects=False, proxy=proxy_for(url), headers=headers, server_hostname=name
             )
             if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                 location = urljoin(url, response.headers["Location"])
@@ -263,7 +273,16 @@ async def _read(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bo
     return body[:limit], size > limit
 
 
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 async def _addresses(host: str, port: int) -> list[str]:
+    """The addresses of ``host``, in the resolver's order of preference (at least one)."""
     try:
         return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
@@ -272,7 +291,20 @@ async def _addresses(host: str, port: int) -> list[str]:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise FetchRefused(f"cannot resolve {host}: {exc.strerror or exc}") from None
-    return sorted({str(info[4][0]) for info in infos})
+    found = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not found:
+        raise FetchRefused(f"cannot resolve {host}: no address")
+    return found
+
+
+def _at_address(url: str, address: str) -> tuple[str, str]:
+    """``url`` with its host replaced by ``address``, and the ``Host`` header naming the
+    host (and the port, when the URL has one)."""
+    parts = urlsplit(url)
+    host_port = parts.netloc  # (a URL with credentials is refused before this)
+    literal = f"[{address}]" if ":" in address else address
+    netloc = f"{literal}:{parts.port}" if parts.port is not None else literal
+    return parts._replace(netloc=netloc).geturl(), host_port
 
 
 def _is_internal(address: str) -> bool:

@@ -29,6 +29,7 @@ from ..loop import Contribution
 from ..loop import Tool
 from ..loop import ToolContext
 from ..loop import ToolResult
+from ..loop import continue_paused
 from ._fetch import untrusted_block
 
 __all__ = ["HTTPSearchAPI", "SearchAPI", "SearchResult", "WebSearch", "WebSearchTool"]
@@ -197,7 +198,9 @@ class WebSearch(Capability):
     are), used instead of the function tool wherever the provider has one. With
     ``hosted`` and no ``api``, a model whose provider has no hosted search fails its
     request with an error naming ``web_search`` and the provider. ``max_results`` bounds
-    the function tool's results.
+    the function tool's results. A response the provider paused during its search (stop
+    reason ``pause``) is sent back to continue, at most ``max_pause_continuations``
+    times a run (see :class:`ketch.tools.HostedTools`).
     """
 
     name = "web_search"
@@ -210,6 +213,7 @@ class WebSearch(Capability):
         hosted_options: Mapping[str, Any] | None = None,
         max_results: int = 5,
         timeout: float = 30.0,
+        max_pause_continuations: int = 10,
     ) -> None:
         if api is None and not hosted:
             raise ValueError("WebSearch needs a search api, hosted=True, or both")
@@ -222,6 +226,8 @@ class WebSearch(Capability):
         self.hosted_options = dict(hosted_options or {})
         self.max_results = max_results
         self.timeout = timeout
+        continue_paused(max_pause_continuations, owner="WebSearch")  # (a bad limit fails here)
+        self.max_pause_continuations = max_pause_continuations
 
     def contribute(self) -> Contribution:
         tools = [WebSearchTool(self.api, self.max_results, self.timeout)] if self.api is not None else []
@@ -230,4 +236,5 @@ class WebSearch(Capability):
             if self.hosted
             else []
         )
-        return Contribution(tools=tools, hosted_tools=hosted)
+        paused = continue_paused(self.max_pause_continuations, owner="WebSearch") if self.hosted else ()
+        return Contribution(tools=tools, hosted_tools=hosted, at_stop=paused)

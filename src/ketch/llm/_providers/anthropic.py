@@ -21,6 +21,9 @@ fetch and code execution are sent as ``web_search_20250305``, ``web_fetch_202509
 ``code_execution_20250825`` tools (with the beta flags the last two need); a
 ``server_tool_use`` block is a :class:`HostedToolCall` and a ``*_tool_result`` block a
 :class:`HostedToolResult`, each keeping the block as ``native``, sent back verbatim.
+A response the API paused (``pause_turn``: a long server-tool turn) ends with stop reason
+``pause``; sending the transcript back as it is (no new user message) continues it, which
+the hosted-tools capabilities do (:class:`ketch.tools.HostedTools`, :class:`ketch.web.WebSearch`).
 
 Prompt caching (on by default, ``cache_retention="short"``) marks the system prompt
 (a :class:`~ketch.llm.SystemPrompt`'s blocks marked ``cache``, else its last block;
@@ -494,7 +497,7 @@ def build_request(
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop_sequence",
-    "pause_turn": "stop",
+    "pause_turn": "pause",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
     "tool_use": "tool_use",
