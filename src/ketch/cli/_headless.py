@@ -134,9 +134,9 @@ class _TextOut:
         if not self._show_tools:
             return
         if block.type == "hosted_tool_call":
-            lines = [_tool_call_line(f"{block.kind} (hosted)", block.input)]
+            lines = [tool_call_line(f"{block.kind} (hosted)", block.input)]
         else:
-            lines = _result_preview(block.output, block.is_error)
+            lines = result_preview(block.output, block.is_error)
         self._err.write("".join(f"\x1b[2m{line}\x1b[0m\n" for line in lines))
         self._err.flush()
 
