@@ -133,9 +133,7 @@ PRIVATE_ALLOWED: dict[str, set[str]] = {
         "ketch.llm._messages",
         "ketch.llm._model",
         "ketch.llm._providers.anthropic",
-        "ketch.llm._providers.gemini",  # the hosted tool kinds each API runs (checked at start)
         "ketch.llm._providers.local",
-        "ketch.llm._providers.openai_responses",
         "ketch.llm._registry",
         "ketch.llm._resolve",
         "ketch.llm._tokens",

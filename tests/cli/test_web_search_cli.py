@@ -253,7 +253,7 @@ def test_what_the_provider_cannot_run_is_a_one_line_error_at_start(env: Env, ser
     assert errors(env, "--model", "openai:gpt-4o", "--hosted-tools", "web_fetch",
                   config='[providers.openai]\napi_key_env = "ANTHROPIC_API_KEY"\napi = "openai-responses"\n') == (
         "ketch: flag --hosted-tools: hosted tool 'web_fetch' is not run by provider 'openai' (openai-responses); "
-        "it runs: file_search, code_execution, mcp\n"
+        "it runs: code_execution, file_search, mcp\n"
     )
     assert errors(env, "--model", script, config='[web_search]\nendpoint = "http://127.0.0.1:9/s"\napi_key_env = "NO_SUCH_KEY"\n') == (
         f"ketch: user config {user}: [web_search] api_key_env: NO_SUCH_KEY is not set\n"

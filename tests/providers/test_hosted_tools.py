@@ -519,3 +519,23 @@ def test_anthropic_result_blocks_of_tools_ketch_does_not_map_are_skipped() -> No
     events = [e for p in payloads for e in state.feed(p)]
     assert trace(events) == [("hosted_tool", 0, "HostedToolResult", "code_execution"), ("done", "stop")]
     assert (events[0].block.output, events[0].block.is_error) == ("error: unavailable", True)
+
+
+def test_hosted_kinds_names_what_each_api_runs() -> None:
+    from ketch.llm import get_model
+    from ketch.llm import hosted_kinds
+    from ketch.llm import proxy
+    from ketch.testing import ScriptedModel
+
+    assert hosted_kinds(get_model("anthropic:claude-sonnet-4-5", api_key="k")) == frozenset(
+        {"web_search", "web_fetch", "code_execution"}
+    )
+    assert hosted_kinds(get_model("openai:gpt-5-mini", api="openai-responses", api_key="k")) == frozenset(
+        {"web_search", "file_search", "code_execution", "mcp"}
+    )
+    assert hosted_kinds(get_model("google:gemini-2.5-flash", api_key="k")) == frozenset(
+        {"web_search", "web_fetch", "code_execution"}
+    )
+    assert hosted_kinds(get_model("openai:gpt-5-mini", api="openai-chat", api_key="k")) == frozenset()
+    assert hosted_kinds(ScriptedModel([])) == frozenset()  # a model that says nothing runs none
+    assert hosted_kinds(proxy("http://127.0.0.1:1", "t")) is None  # the server's provider decides

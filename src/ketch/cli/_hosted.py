@@ -14,28 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..llm import Model
+from ..llm import hosted_kinds
 from ._config import ConfigError
 from ._config import Settings
 from ._config import WebSearchAPI
-
-_PROXY_API = "ketch-proxy"  # a ketch server's model: its provider decides (it refuses what it does not run)
-
-
-def provider_kinds(model: Model) -> tuple[str, ...] | None:
-    """The hosted tool kinds ``model``'s provider runs (by its API), or None when ketch
-    cannot tell (a model served by a ketch server)."""
-    api = model.api
-    if api == _PROXY_API:
-        return None
-    if api == "anthropic-messages":
-        from ..llm._providers.anthropic import HOSTED_TOOLS
-    elif api == "openai-responses":
-        from ..llm._providers.openai_responses import HOSTED_TOOLS
-    elif api == "gemini":
-        from ..llm._providers.gemini import HOSTED_TOOLS
-    else:
-        return ()
-    return tuple(HOSTED_TOOLS)
 
 
 def _who(model: Model) -> str:
@@ -49,9 +31,9 @@ def hosted_capabilities(settings: Settings, model: Model, environ: Mapping[str, 
     out: list[Any] = []
     if not (settings.web_search or settings.hosted_tools):
         return out
-    kinds = provider_kinds(model)
+    kinds = hosted_kinds(model)
     if settings.hosted_tools:
-        runs = [k for k in kinds or () if k != "web_search"]
+        runs = sorted(k for k in kinds or () if k != "web_search")
         for kind in settings.hosted_tools:
             if kinds is not None and kind not in kinds:
                 source = settings.sources.get("hosted_tools", "settings")

@@ -50,6 +50,7 @@ from ._model import SystemPrompt
 from ._model import ThinkingLevel
 from ._model import ToolSpec
 from ._model import complete
+from ._model import hosted_kinds
 from ._signal import Aborted
 from ._signal import AbortSignal
 from ._stream import AsyncClosable
@@ -177,6 +178,7 @@ __all__ = [
     "exception_text",
     "get_model",
     "guard_stream",
+    "hosted_kinds",
     "hosted_result_text",
     "message_from_dict",
     "message_to_dict",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -75,6 +76,15 @@ class HostedTool(msgspec.Struct, kw_only=True, frozen=True):
     def __post_init__(self) -> None:
         if self.kind not in HOSTED_TOOL_KINDS:
             raise ValueError(f"HostedTool kind {self.kind!r} is not known; allowed: {', '.join(HOSTED_TOOL_KINDS)}")
+
+
+def hosted_kinds(model: object) -> frozenset[str] | None:
+    """The :class:`HostedTool` kinds ``model`` runs (its API's: Anthropic Messages, the
+    OpenAI Responses API and Gemini run some; other APIs none), or None when ketch cannot
+    tell (a model behind a ketch server: its provider decides). A model class of your own
+    says what it runs with a ``hosted_kinds`` attribute (a frozenset of kinds)."""
+    kinds: Iterable[str] | None = getattr(model, "hosted_kinds", frozenset())
+    return None if kinds is None else frozenset(kinds)
 
 
 class SystemBlock(msgspec.Struct, frozen=True):

@@ -831,6 +831,7 @@ class AnthropicModel(HTTPModel):
     """
 
     api = API
+    hosted_kinds = frozenset(HOSTED_TOOLS)
 
     def __init__(
         self,

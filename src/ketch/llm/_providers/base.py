@@ -313,6 +313,9 @@ class HTTPModel:
     """
 
     api: str = ""
+    hosted_kinds: frozenset[str] | None = frozenset()
+    """The :attr:`HostedTool.kind <ketch.llm.HostedTool.kind>` values this API runs (see
+    :func:`ketch.llm.hosted_kinds`)."""
     prepares_messages: bool = True
 
     def __init__(

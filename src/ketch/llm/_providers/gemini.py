@@ -958,6 +958,7 @@ class GeminiModel(HTTPModel):
     """
 
     api = API
+    hosted_kinds = frozenset(HOSTED_TOOLS)
 
     def __init__(
         self,

@@ -803,6 +803,7 @@ class OpenAIResponsesModel(HTTPModel):
     """
 
     api = API
+    hosted_kinds = frozenset(HOSTED_TOOLS)
 
     def __init__(
         self,

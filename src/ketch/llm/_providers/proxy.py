@@ -85,6 +85,7 @@ class ProxyModel(HTTPModel):
     """
 
     api = PROXY_API
+    hosted_kinds = None  # the server's provider decides (it refuses what it does not run)
 
     def __init__(self, url: str, token: str, *, model: str | None = None, **options: Unpack[HTTPOptions]) -> None:
         rest: dict[str, Any] = {k: v for k, v in options.items() if k not in ("base_url", "api_key")}
