@@ -53,9 +53,9 @@ import msgspec
 from msgspec import UNSET
 from msgspec import UnsetType
 
+from ..llm import Model
 from ..llm import exception_text
 from ..llm._model import THINKING_LEVELS
-from ..llm._model import Model
 from ..loop import Decision
 from ..loop import RunResult
 from ..loop import RunState

@@ -139,8 +139,8 @@ def choose_model(settings: Settings, environ: Mapping[str, str] | None = None) -
 def register_providers(providers: Mapping[str, ProviderConfig]) -> None:
     """Register configured providers (custom OpenAI-compatible ones, or overrides of
     known ones' base URL, API or key variable) with the model registry."""
+    from ..llm import register_provider
     from ..llm._registry import get_provider
-    from ..llm._registry import register_provider
 
     for name, cfg in providers.items():
         known = get_provider(name)
@@ -173,7 +173,7 @@ def build_model(spec: str, settings: Settings) -> Model:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     register_providers(settings.providers)
-    from ..llm._resolve import get_model
+    from ..llm import get_model
     from ..llm._resolve import parse_spec
 
     try:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
-from ..llm._messages import AssistantMessage
-from ..llm._messages import Usage
-from ..llm._messages import UserMessage
+from ..llm import AssistantMessage
+from ..llm import Usage
+from ..llm import UserMessage
 from ..llm._messages import message_text
 from ..loop import AgentEvent
 from ..loop import CompactionEnd
@@ -226,7 +226,7 @@ class EventRenderer:
         """Print a resumed conversation as it was shown: each prompt (``› …``), the
         answers' text, each tool call and the first lines of its result; only the last
         ``keep`` messages, after a line counting the ones left out."""
-        from ..llm._messages import ToolResultMessage
+        from ..llm import ToolResultMessage
 
         if len(messages) > keep:
             skipped = len(messages) - keep

@@ -251,7 +251,7 @@ async def _list(args: Any) -> int:
 
 
 async def _show(args: Any) -> int:
-    from ..sessions._export import export_json
+    from ..sessions import export_json
     from ..sessions._export import transcript
 
     sessions = store()
@@ -329,7 +329,7 @@ async def rewind_prompt(session: Session, agent: Any, arg: str) -> list[tuple[st
     prompts; with N, undo prompt N and everything after it (the conversation and the file
     changes, bash's included) and the lines saying what was done. Each line comes with
     its style (``""``, ``"dim"``, ``"yellow"``, ``"red"``)."""
-    from ..llm._messages import UserMessage
+    from ..llm import UserMessage
     from ..llm._messages import message_text
 
     prompts = [(i, message_text(m)) for i, m in enumerate(agent.messages) if type(m) is UserMessage]
