@@ -26,6 +26,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import Protocol
 
 from ketch.llm import AbortSignal
 from ketch.llm import AssistantMessage
@@ -63,7 +64,44 @@ from ._values import describe
 from ._values import schema
 
 if TYPE_CHECKING:
-    from ._client import MCPManager
+    from pathlib import Path
+    from typing import Literal
+
+    from ketch import Agent
+    from ketch.llm import Model
+
+    from ._values import ElicitationCallback
+    from ._values import LoggingLevel
+
+
+class Manager(Protocol):
+    """What a :class:`Connection` reads of the :class:`~ketch.mcp.MCPManager` it belongs
+    to: the manager's settings (timeouts, callbacks, roots, log level, the protocol to
+    speak, where OAuth tokens live), what it shares among its servers (one stdio spawn at
+    a time, sampling through the agent), and where a connection reports back (tools
+    changed, a resource updated, a log message)."""
+
+    startup_timeout: float
+    call_timeout: float | None
+    task_wait: float
+    elicitation: ElicitationCallback | None
+    sample_with_agent: bool
+    roots: list[Path] | None
+    errlog: Any
+    log_level: LoggingLevel | None
+    protocol: Literal["auto", "legacy"]
+    auth_dir: Path | None
+    _login_auth: Any
+    _agent: Agent[Any] | None
+    _changed: bool
+    _closed: bool
+    _spawn_lock: asyncio.Lock
+
+    @property
+    def _samples(self) -> bool: ...
+    def _sampling_model(self) -> Model | None: ...
+    def _server_log(self, record: ServerLog) -> None: ...
+    def _resource_updated(self, server: str, uri: str) -> None: ...
 
 log = logging.getLogger("ketch.mcp")
 
@@ -178,7 +216,7 @@ def load_sdk(kind: str) -> None:
 class Connection:
     """One configured server: its connection task, the SDK client, its tool list."""
 
-    def __init__(self, config: MCPServerConfig, manager: MCPManager) -> None:
+    def __init__(self, config: MCPServerConfig, manager: Manager) -> None:
         self.config = config
         self.manager = manager
         self.state: ServerState = "disabled" if config.disabled else "stopped"
