@@ -74,3 +74,20 @@ def finite_non_negative(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
+
+
+def add_permission_options(
+    parser: argparse.ArgumentParser, *, modes: str = "", allow_example: str = "Bash(git status)"
+) -> None:
+    """``--permission-mode`` and ``--allow``, as every command that runs an agent takes
+    them; ``modes`` is said after the list of modes, ``allow_example`` is the example rule."""
+    from ..permissions import PERMISSION_MODES
+
+    parser.add_argument(
+        "--permission-mode",
+        choices=(*PERMISSION_MODES, "accept-edits"),
+        help="default | accept_edits | plan | bypass" + (f" ({modes})" if modes else ""),
+    )
+    parser.add_argument(
+        "--allow", action="append", metavar="RULE", help=f"allow rule, e.g. '{allow_example}' (repeatable)"
+    )

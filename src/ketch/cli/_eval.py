@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import OneLineParser
+from ._args import add_permission_options
 from ._args import positive_int
 
 EXIT_FAILED = 1
@@ -34,7 +35,6 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
-    from ..permissions import PERMISSION_MODES
 
     p = OneLineParser(
         prog="ketch eval",
@@ -58,13 +58,8 @@ def _parser() -> OneLineParser:
         help="run each trial in DIR/<NNN>-<case>/<trial> (kept); default: a temp dir",
     )
     p.add_argument("--max-turns", type=positive_int, help="model calls per run")
-    p.add_argument(
-        "--permission-mode",
-        choices=(*PERMISSION_MODES, "accept-edits"),
-        help="default | accept_edits (file edits and sandboxed bash in the trial's directory) | plan | bypass",
-    )
-    p.add_argument(
-        "--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(make test)' (repeatable)"
+    add_permission_options(
+        p, modes="accept_edits: file edits and sandboxed bash in the trial's directory", allow_example="Bash(make test)"
     )
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
     p.add_argument(

@@ -55,6 +55,7 @@ from ._args import EXIT_INTERRUPTED
 from ._args import EXIT_USAGE
 from ._args import OUTPUT_FORMATS
 from ._args import OneLineParser
+from ._args import add_permission_options
 from ._args import finite_non_negative
 from ._args import positive_int
 from ._args import silence_stdout
@@ -113,7 +114,6 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose the model, its limits, the tools and the permissions:
     ``ketch``, ``ketch run`` and ``ketch serve`` take them alike."""
     from ..llm._model import THINKING_LEVELS
-    from ..permissions import PERMISSION_MODES
 
     parser.add_argument("-m", "--model", help="provider:model, e.g. anthropic:claude-sonnet-4-5, or 'local'")
     parser.add_argument("--thinking", choices=THINKING_LEVELS, help="reasoning effort (default off)")
@@ -124,12 +124,7 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system-prompt", help="replace the default system prompt")
     parser.add_argument("--tools", help="comma list of built-in tools (read,write,edit,bash,grep,find,ls); '' for none")
     parser.add_argument("-C", "--cwd", help="working directory (the tools' root)")
-    parser.add_argument(
-        "--permission-mode",
-        choices=(*PERMISSION_MODES, "accept-edits"),
-        help="default | accept_edits | plan | bypass",
-    )
-    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    add_permission_options(parser)
 
 
 def add_agent_settings(parser: argparse.ArgumentParser) -> None:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..permissions import PERMISSION_MODES
 from ._args import OneLineParser
+from ._args import add_permission_options
 from ._args import finite_non_negative
 from ._args import positive_int
 from ._config import TRUST_ENV
@@ -247,10 +247,7 @@ def _serve_parser() -> OneLineParser:
     parser.add_argument("-m", "--model", help="ketch_agent's model, provider:model (default: as for ketch run)")
     parser.add_argument("--max-turns", type=positive_int, help="ketch_agent: stop after this many model calls")
     parser.add_argument("--max-budget-usd", type=finite_non_negative, help="ketch_agent: stop once a run cost this much")
-    parser.add_argument(
-        "--permission-mode", choices=(*PERMISSION_MODES, "accept-edits"), help="default | accept_edits | plan | bypass"
-    )
-    parser.add_argument("--allow", action="append", metavar="RULE", help="allow rule, e.g. 'Bash(git status)' (repeatable)")
+    add_permission_options(parser)
     parser.add_argument("--deny", action="append", metavar="RULE", help="deny rule, e.g. 'Bash(rm:*)' (repeatable)")
     parser.add_argument(
         "--trust-project",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import OneLineParser
+from ._args import add_permission_options
 from ._args import positive_int
 
 EXIT_DIVERGED = 1
@@ -35,7 +36,6 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
-    from ..permissions import PERMISSION_MODES
 
     p = OneLineParser(
         prog="ketch replay",
@@ -55,12 +55,7 @@ def _parser() -> OneLineParser:
     p.add_argument("--json", dest="json_out", metavar="OUT", help="write the report as JSON")
     p.add_argument("--max-turns", type=positive_int, help="model calls per prompt")
     p.add_argument("-C", "--cwd", help="working directory of the tools (default: the current one)")
-    p.add_argument(
-        "--permission-mode",
-        choices=(*PERMISSION_MODES, "accept-edits"),
-        help="default | accept_edits | plan | bypass (for the calls run live)",
-    )
-    p.add_argument("--allow", action="append", metavar="RULE", help="allow rule (repeatable)")
+    add_permission_options(p, modes="for the calls run live")
     p.add_argument("--trust-project", action="store_true", help="apply this project's settings")
     return p
 
