@@ -35,7 +35,6 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
-
     p = OneLineParser(
         prog="ketch eval",
         description="Run the agent over a dataset (JSON or YAML) and report; 'ketch eval compare A.json B.json' "

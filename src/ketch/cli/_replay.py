@@ -36,7 +36,6 @@ EXIT_USAGE = 2
 
 
 def _parser() -> OneLineParser:
-
     p = OneLineParser(
         prog="ketch replay",
         description="Rerun a saved session on a model, tool calls answered from the recording, and report "
