@@ -258,7 +258,6 @@ def _serve_parser() -> OneLineParser:
 
 
 def _serve_settings(args: Any) -> tuple[Settings, Path]:
-
     root = directory(args.workspace, "--workspace")
     flags: dict[str, Any] = {
         "model": args.model,
